@@ -1,0 +1,5 @@
+import sys
+
+from bookie.appliance.cli import main
+
+sys.exit(main())

@@ -1,0 +1,266 @@
+"""Bookie configuration: BookKeeper's key names, typed, validated, documented in one table.
+
+A configuration file is Java-properties style, as BookKeeper's ``bk_server.conf``: one
+``key=value`` per line, ``#`` or ``!`` starts a comment, blank lines are ignored.  ``--set
+key=value`` on the command line overrides the file.  Every key has a type, a default, a check
+and a meaning (``KEYS`` below); docs/configuration.md and ``bookie run --help`` are generated
+from that table, so they cannot drift from the code.
+
+Errors: a wrong type, an impossible value or a missing directory raise ``ConfigError`` whose
+message is one line naming the key.  An unknown key is returned as a warning, not an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Callable
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message names the key."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+    name: str
+    type: str  # "int", "float", "bool", "str", "dirs", "dir"
+    default: Any
+    meaning: str
+    check: Callable[[Any], str | None] | None = None  # returns a complaint or None
+
+
+def _range(lo=None, hi=None):
+    def check(v):
+        if lo is not None and v < lo:
+            return f"must be >= {lo}"
+        if hi is not None and v > hi:
+            return f"must be <= {hi}"
+        return None
+    return check
+
+
+def _port(v):
+    return None if 0 <= v <= 65535 else "must be a TCP port (0..65535; 0 picks a free one)"
+
+
+def _uri(v):
+    if v == "":
+        return None
+    if not (v.startswith("lmdb://") or v.startswith("zk://") or v.startswith("zk+flat://")
+            or v.startswith("zk+hierarchical://")):
+        return "must be lmdb:///abs/path, zk://host:port[,host:port]/root, zk+flat:// or zk+hierarchical://"
+    return None
+
+
+KEYS: tuple[Key, ...] = (
+    # -- network -------------------------------------------------------------------------------
+    Key("bookiePort", "int", 3181, "Port of the add socket; the read socket listens on bookiePort+1.", _port),
+    Key("listeningInterface", "str", "127.0.0.1", "Address both sockets bind to."),
+    Key("advertisedAddress", "str", "", "Host the bookie registers under (default: listeningInterface)."),
+    Key("nettyMaxFrameSizeBytes", "int", 5 * 1024 * 1024, "Largest entry accepted, in bytes; larger adds get BAD_REQUEST.", _range(64, 1 << 30)),
+    Key("maxPendingAddRequestsPerThread", "int", 100_000, "Adds waiting for the journal before new ones get TOO_MANY_REQUESTS.", _range(1)),
+    # -- journal -------------------------------------------------------------------------------
+    Key("journalDirectory", "dir", "/tmp/bk-txn", "Directory of the write-ahead journal, ideally on its own disk."),
+    Key("journalMaxSizeMB", "int", 2048, "A journal file is rolled when it reaches this size (MB).", _range(1)),
+    Key("journalMaxBackups", "int", 5, "Old journal files (all older than the last checkpoint) kept after rolling.", _range(0)),
+    Key("journalPreAllocSizeMB", "int", 16, "Journal files grow by preallocating this much at a time (MB).", _range(1, 1024)),
+    Key("journalWriteBufferSizeKB", "int", 64, "Writes of less than this are gathered before one write call (KB).", _range(1)),
+    Key("journalAdaptiveGroupWrites", "bool", True, "Group journal force-writes (group commit): one fdatasync for many adds."),
+    Key("journalMaxGroupWaitMSec", "int", 2, "Longest an add waits to share an fdatasync with others (ms).", _range(0, 10_000)),
+    Key("journalBufferedWritesThreshold", "int", 512 * 1024, "A group is forced to disk once it holds this many bytes.", _range(1)),
+    Key("journalFlushWhenQueueEmpty", "bool", True, "Force-write as soon as no more adds are queued, without waiting for the group wait."),
+    Key("journalRingSizeMB", "int", 64, "Size of the shared-memory ring between the add and journal workers (MB).", _range(1, 4096)),
+    # -- ledger storage ------------------------------------------------------------------------
+    Key("ledgerDirectories", "dirs", "/tmp/bk-data", "Comma-separated directories for entry logs."),
+    Key("indexDirectories", "dirs", "", "Directories for the LMDB entry index (default: ledgerDirectories)."),
+    Key("logSizeLimit", "int", 1024 * 1024 * 1024, "An entry log is rolled when it reaches this size (bytes).", _range(4096, (1 << 32) - 1)),
+    Key("entryLogFilePreallocationEnabled", "bool", True, "Preallocate the next entry log file's space when one is created."),
+    Key("flushInterval", "int", 100, "Interval between checkpoints: flush entry logs, sync the index, persist LastLogMark (ms).", _range(1)),
+    Key("indexMapSizeMB", "int", 1024, "Largest size the LMDB index may grow to (MB).", _range(16)),
+    # -- workers -------------------------------------------------------------------------------
+    Key("numAddWorkerThreads", "int", 1, "Add workers per ledger directory (this release runs 1).", _range(1, 1)),
+    Key("numReadWorkerThreads", "int", 1, "Read workers (this release runs 1).", _range(1, 1)),
+    # -- garbage collection --------------------------------------------------------------------
+    Key("gcWaitTime", "int", 60_000, "Interval between garbage collections (ms).", _range(100)),
+    # -- disks and read-only mode --------------------------------------------------------------
+    Key("readOnlyModeEnabled", "bool", True, "Turn read-only (refuse adds) instead of stopping when a disk fills up."),
+    Key("diskUsageThreshold", "float", 0.95, "Fraction of a disk in use at which it counts as full.", _range(0.0, 1.0)),
+    Key("diskCheckInterval", "int", 10_000, "Interval between disk usage checks (ms).", _range(100)),
+    # -- metadata ------------------------------------------------------------------------------
+    Key("metadataServiceUri", "str", "", "Metadata store: lmdb:///abs/path or zk://host:port/ledgers (empty: none, bookie is not registered).", _uri),
+    Key("zkTimeout", "int", 10_000, "Metadata store session / call timeout (ms).", _range(100)),
+    Key("registrationLeaseMs", "int", 5_000, "Lease of the bookie's registration in the embedded store (ms).", _range(200)),
+    # -- supervision and observability ---------------------------------------------------------
+    Key("workerRestartLimit", "int", 5, "Worker restarts allowed within a minute before the bookie stops.", _range(0)),
+    Key("prometheusStatsHttpPort", "int", 0, "Port of the Prometheus /metrics endpoint (0: off).", _port),
+    Key("statsDirectory", "str", "", "Where workers write their metric files (default: journalDirectory/stats)."),
+)
+
+KEY_BY_NAME = {k.name: k for k in KEYS}
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+def _convert(key: Key, raw: Any) -> Any:
+    if not isinstance(raw, str):
+        value = raw
+    elif key.type == "int":
+        try:
+            value = int(raw.strip().replace("_", ""))
+        except ValueError:
+            raise ConfigError(f"{key.name}: {raw!r} is not an integer") from None
+    elif key.type == "float":
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            raise ConfigError(f"{key.name}: {raw!r} is not a number") from None
+    elif key.type == "bool":
+        low = raw.strip().lower()
+        if low not in _TRUE | _FALSE:
+            raise ConfigError(f"{key.name}: {raw!r} is not true or false")
+        value = low in _TRUE
+    elif key.type == "dirs":
+        value = [p.strip() for p in raw.split(",") if p.strip()]
+    else:
+        value = raw.strip()
+    if key.type == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{key.name}: {value!r} is not an integer")
+    if key.check is not None:
+        complaint = key.check(value)
+        if complaint:
+            raise ConfigError(f"{key.name}: {value!r} {complaint}")
+    return value
+
+
+def parse_properties(text: str, source: str = "<config>") -> dict[str, str]:
+    """Parse Java-properties text into raw strings (no typing yet)."""
+    out: dict[str, str] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if not s or s[0] in "#!":
+            continue
+        sep = min((i for i in (s.find("="), s.find(":")) if i >= 0), default=-1)
+        if sep <= 0:
+            raise ConfigError(f"{source}:{lineno}: expected key=value, got {s!r}")
+        out[s[:sep].strip()] = s[sep + 1:].strip()
+    return out
+
+
+class BookieConfig:
+    """A validated bookie configuration.  Attribute access by BookKeeper key name."""
+
+    def __init__(self, values: dict[str, Any], warnings: list[str]):
+        self._values = values
+        self.warnings = warnings
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+    # -- derived values ------------------------------------------------------------------------
+    @property
+    def bookie_host(self) -> str:
+        return self.advertisedAddress or self.listeningInterface
+
+    @property
+    def bookie_id(self) -> str:
+        return f"{self.bookie_host}:{self.bookiePort}"
+
+    @property
+    def index_directories(self) -> list[str]:
+        return self.indexDirectories or self.ledgerDirectories
+
+    @property
+    def stats_directory(self) -> str:
+        return self.statsDirectory or os.path.join(self.journalDirectory, "stats")
+
+    @classmethod
+    def load(cls, path: str | None = None, overrides: dict[str, str] | None = None,
+             check_dirs: bool = True) -> "BookieConfig":
+        """Read a config file (optional), apply overrides, type and validate every key.
+
+        Raises:
+            ConfigError: one line naming the first key that is wrong.
+        """
+        raw: dict[str, Any] = {}
+        if path is not None:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    raw.update(parse_properties(f.read(), path))
+            except OSError as e:
+                raise ConfigError(f"--conf: cannot read {path}: {e.strerror}") from None
+        raw.update(overrides or {})
+        return cls.from_mapping(raw, check_dirs=check_dirs)
+
+    @classmethod
+    def from_mapping(cls, raw: dict[str, Any], check_dirs: bool = True) -> "BookieConfig":
+        warnings = [f"unknown configuration key {k!r} ignored" for k in raw if k not in KEY_BY_NAME]
+        values = {}
+        for key in KEYS:
+            values[key.name] = _convert(key, raw[key.name]) if key.name in raw else (
+                list(key.default.split(",")) if key.type == "dirs" and key.default else
+                ([] if key.type == "dirs" else key.default))
+        if not values["ledgerDirectories"]:
+            raise ConfigError("ledgerDirectories: at least one directory is required")
+        conf = cls(values, warnings)
+        if check_dirs:
+            conf.check_directories()
+        return conf
+
+    def check_directories(self) -> None:
+        """Every configured directory must exist and be writable (we never guess a disk)."""
+        named = [("journalDirectory", self.journalDirectory)]
+        named += [("ledgerDirectories", d) for d in self.ledgerDirectories]
+        named += [("indexDirectories", d) for d in self.indexDirectories]
+        for name, d in named:
+            if not os.path.isdir(d):
+                raise ConfigError(f"{name}: directory {d!r} does not exist")
+            if not os.access(d, os.W_OK | os.X_OK):
+                raise ConfigError(f"{name}: directory {d!r} is not writable")
+
+    def to_properties(self) -> str:
+        lines = []
+        for key in KEYS:
+            v = self._values[key.name]
+            if key.type == "dirs":
+                v = ",".join(v)
+            elif key.type == "bool":
+                v = "true" if v else "false"
+            lines.append(f"{key.name}={v}")
+        return "\n".join(lines) + "\n"
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, str]:
+    """Turn ``--set key=value`` items into a dict; a malformed item is a ConfigError."""
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v
+    return out
+
+
+def keys_help() -> str:
+    """The key table as plain text, for ``bookie run --help``."""
+    rows = []
+    for key in KEYS:
+        default = key.default if key.default != "" else "(empty)"
+        rows.append(f"  {key.name} ({key.type}, default {default})\n      {key.meaning}")
+    return "\n".join(rows)
+
+
+def keys_markdown() -> str:
+    """The key table as Markdown, for docs/configuration.md."""
+    rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
+    for key in KEYS:
+        default = f"`{key.default}`" if key.default != "" else "(empty)"
+        rows.append(f"| `{key.name}` | {key.type} | {default} | {key.meaning} |")
+    return "\n".join(rows)

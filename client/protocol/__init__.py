@@ -1,0 +1,1 @@
+"""Pure protocol logic (no I/O)."""

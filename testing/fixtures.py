@@ -1,0 +1,1 @@
+"""Fixtures for users' own test suites (filled in by the testing harness)."""

@@ -1,0 +1,237 @@
+"""The bookie wire protocol over ZeroMQ: frames, op codes, flags, status codes.
+
+Theory of operation
+-------------------
+A bookie listens on two ZeroMQ ROUTER sockets: the *add* socket at ``bookiePort`` and the *read*
+socket at ``bookiePort + 1``.  A client talks to each with a DEALER socket.  Every message is a
+multipart message whose first frame is a fixed 24-byte header; the frames after it depend on the
+op.  A response carries the same header layout, with the request's ``request_id`` echoed and the
+``flags`` field replaced by a status code.  docs/protocol.md is the user-facing copy of this spec.
+
+Header (24 bytes, little-endian)::
+
+    offset size field
+    0      2    magic       b"BK"
+    2      1    version     PROTOCOL_VERSION (1)
+    3      1    op          Op
+    4      2    flags       request: Flag bits;  response: Status code
+    6      2    reserved    0
+    8      8    request_id  u64 chosen by the client, echoed in the response
+    16     8    ledger_id   i64 (>= 0)
+
+Ops and their frames (request -> response)::
+
+    ADD (1)        [hdr, master_key, lengths, data] -> [hdr]
+                   lengths: u32 little-endian array, one per entry (1..MAX_BATCH entries);
+                   data: the entries back to back, each exactly as the client formatted it
+                   (see ENTRY FORMAT).  Every entry must belong to hdr.ledger_id.  A batch is
+                   all-or-nothing: one status answers the whole batch.  Flag RECOVERY_ADD lets
+                   the batch into a fenced ledger.
+    READ (2)       [hdr, u64 first_entry_id | u32 max_count] -> [hdr, lengths, data]
+                   (+ master_key frame when flag FENCE is set).  Returns the consecutive
+                   entries the bookie holds from first_entry_id on, at most max_count of them
+                   and at most MAX_READ_BYTES in all; NO_ENTRY when it has not even the first.
+    READ_LAC (3)   [hdr] -> [hdr, i64 lac | i64 last_entry_id]
+                   (+ master_key frame with flag FENCE; + [u64 previous_lac | u32 timeout_ms]
+                   body with flag LONG_POLL, answered once lac > previous_lac or at timeout).
+                   lac is the highest last-add-confirmed this bookie has seen for the ledger
+                   (piggybacked on entries or written explicitly); -1 when none.
+                   last_entry_id is the highest entry id it stores; -1 when none.
+    WRITE_LAC (4)  [hdr, master_key, i64 lac] -> [hdr]
+    INFO (5)       [hdr] -> [hdr, orjson {"bookie_id", "free_bytes", "total_bytes",
+                                           "writable", "version"}]
+
+ENTRY FORMAT (built by the client, stored by the bookie exactly as received, big-endian as in
+BookKeeper)::
+
+    0   8  ledger_id     i64
+    8   8  entry_id      i64
+    16  8  lac           i64 (last-add-confirmed when the entry was written, -1 for none)
+    24  8  length        i64 (ledger length in bytes including this entry's payload)
+    32  d  digest        d = DIGEST_SIZES[digest type], over bytes 0..32 and the payload
+    32+d   payload
+
+The bookie reads only ledger_id, entry_id and lac of an entry; the digest is the client's.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+
+import numpy as np
+
+MAGIC = b"BK"
+PROTOCOL_VERSION = 1
+
+HEADER = struct.Struct("<2sBBHHQq")
+HEADER_SIZE = HEADER.size  # 24
+assert HEADER_SIZE == 24
+
+ENTRY_HEADER = struct.Struct(">qqqq")
+ENTRY_HEADER_SIZE = ENTRY_HEADER.size  # 32
+
+READ_BODY = struct.Struct("<QI")  # first_entry_id, max_count
+LAC_BODY = struct.Struct("<qq")  # lac, last_entry_id
+LONG_POLL_BODY = struct.Struct("<qI")  # previous_lac, timeout_ms
+WRITE_LAC_BODY = struct.Struct("<q")
+
+MAX_BATCH = 65536  # entries in one ADD message
+MAX_MASTER_KEY = 64  # bytes
+MAX_READ_BYTES = 4 * 1024 * 1024  # one READ response carries at most this much entry data
+MAX_LONG_POLL_MS = 60_000
+MAX_ID = (1 << 63) - 1
+
+# Sizes of the digest field per digest type (BookKeeper: CRC32 and CRC32C are carried as 8
+# bytes, the keyed MAC is an HMAC-SHA1 of 20 bytes, "dummy" carries none).
+DIGEST_SIZES = {"crc32": 8, "crc32c": 8, "mac": 20, "dummy": 0}
+
+
+class Op(enum.IntEnum):
+    ADD = 1
+    READ = 2
+    READ_LAC = 3
+    WRITE_LAC = 4
+    INFO = 5
+
+
+class Flag(enum.IntFlag):
+    NONE = 0
+    RECOVERY_ADD = 1  # ADD: allowed into a fenced ledger
+    FENCE = 2  # READ / READ_LAC: fence the ledger (persisted) before answering
+    LONG_POLL = 4  # READ_LAC: wait for the LAC to pass previous_lac
+
+
+class Status(enum.IntEnum):
+    """Response status codes; BookKeeper's numeric values and meanings."""
+
+    OK = 0
+    BAD_REQUEST = 100  # malformed frames, wrong counts, unknown op, ids out of range, oversized
+    IO_ERROR = 101  # the bookie failed to read or write its disks
+    UNAUTHORIZED = 102  # master key does not match the one the ledger was created with
+    BAD_VERSION = 103  # protocol version not spoken by this bookie
+    FENCED = 104  # ledger fenced: normal adds refused (recovery adds pass)
+    READ_ONLY = 105  # bookie is read-only: adds refused
+    TOO_MANY_REQUESTS = 106  # back-pressure: try again later
+    NO_LEDGER = 402  # this bookie holds nothing for the ledger
+    NO_ENTRY = 403  # this bookie does not hold the entry
+
+
+KNOWN_OPS = frozenset(int(o) for o in Op)
+_FLAG_MASK = int(Flag.RECOVERY_ADD | Flag.FENCE | Flag.LONG_POLL)
+
+
+class ProtocolError(ValueError):
+    """A frame that does not follow this spec; carries the status to answer with."""
+
+    def __init__(self, message: str, status: Status = Status.BAD_REQUEST):
+        super().__init__(message)
+        self.status = status
+
+
+def pack_header(op: int, flags_or_status: int, request_id: int, ledger_id: int) -> bytes:
+    return HEADER.pack(MAGIC, PROTOCOL_VERSION, op, flags_or_status, 0, request_id, ledger_id)
+
+
+def unpack_header(frame) -> tuple[int, int, int, int]:
+    """Decode a header frame.
+
+    Returns:
+        (op, flags_or_status, request_id, ledger_id)
+    Raises:
+        ProtocolError: wrong size, magic, version (BAD_VERSION), op, flags or ledger id.
+    """
+    if len(frame) != HEADER_SIZE:
+        raise ProtocolError(f"header frame is {len(frame)} bytes, expected {HEADER_SIZE}")
+    magic, version, op, flags, _reserved, request_id, ledger_id = HEADER.unpack(frame)
+    if magic != MAGIC:
+        raise ProtocolError(f"bad magic {magic!r}")
+    if version != PROTOCOL_VERSION:
+        raise ProtocolError(f"protocol version {version} not supported", Status.BAD_VERSION)
+    if op not in KNOWN_OPS:
+        raise ProtocolError(f"unknown op code {op}")
+    if ledger_id < 0:
+        raise ProtocolError(f"ledger id {ledger_id} out of range")
+    return op, flags, request_id, ledger_id
+
+
+def check_request_flags(op: int, flags: int) -> None:
+    if flags & ~_FLAG_MASK:
+        raise ProtocolError(f"unknown flag bits {flags:#x}")
+    allowed = {
+        Op.ADD: Flag.RECOVERY_ADD,
+        Op.READ: Flag.FENCE,
+        Op.READ_LAC: Flag.FENCE | Flag.LONG_POLL,
+    }.get(Op(op), Flag.NONE)
+    if flags & ~int(allowed):
+        raise ProtocolError(f"flags {flags:#x} not valid for op {Op(op).name}")
+
+
+def pack_entry(ledger_id: int, entry_id: int, lac: int, length: int, digest: bytes,
+               payload) -> bytes:
+    """Format one entry as it travels and is stored (see ENTRY FORMAT)."""
+    return b"".join((ENTRY_HEADER.pack(ledger_id, entry_id, lac, length), digest, payload))
+
+
+def unpack_entry_header(entry) -> tuple[int, int, int, int]:
+    """Returns (ledger_id, entry_id, lac, length) of a formatted entry."""
+    if len(entry) < ENTRY_HEADER_SIZE:
+        raise ProtocolError(f"entry of {len(entry)} bytes is shorter than its header")
+    return ENTRY_HEADER.unpack_from(entry, 0)
+
+
+# ---- batches of entries: a lengths frame (u32 array) plus one data frame ----------------------
+
+LENGTHS_DTYPE = np.dtype("<u4")
+_BE_I64 = np.dtype(">i8")
+
+
+def pack_batch(entries) -> tuple[bytes, bytes]:
+    """Pack formatted entries into (lengths frame, data frame)."""
+    lengths = np.fromiter((len(e) for e in entries), dtype=LENGTHS_DTYPE, count=len(entries))
+    return lengths.tobytes(), b"".join(entries)
+
+
+def batch_offsets(lengths_frame, data_len: int, max_entry_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Validate a lengths frame against its data frame.
+
+    Returns:
+        (lengths as int64, start offset of each entry in the data frame as int64)
+    Raises:
+        ProtocolError: empty or oversized batch, entries shorter than a header or over the
+        maximum entry size, lengths that do not add up to the data frame.
+    """
+    n_bytes = len(lengths_frame)
+    if n_bytes == 0 or n_bytes % 4:
+        raise ProtocolError(f"lengths frame of {n_bytes} bytes is not a non-empty u32 array")
+    lengths = np.frombuffer(lengths_frame, dtype=LENGTHS_DTYPE).astype(np.int64)
+    if len(lengths) > MAX_BATCH:
+        raise ProtocolError(f"batch of {len(lengths)} entries exceeds {MAX_BATCH}")
+    if lengths.min() < ENTRY_HEADER_SIZE:
+        raise ProtocolError("an entry is shorter than the 32-byte entry header")
+    if lengths.max() > max_entry_bytes:
+        raise ProtocolError(f"an entry of {int(lengths.max())} bytes exceeds the maximum "
+                            f"entry size of {max_entry_bytes} bytes")
+    ends = np.cumsum(lengths)
+    if int(ends[-1]) != data_len:
+        raise ProtocolError(f"entry lengths add up to {int(ends[-1])} bytes, data frame has {data_len}")
+    return lengths, ends - lengths
+
+
+def batch_header_fields(data, offsets: np.ndarray, field: int) -> np.ndarray:
+    """Read one i64 field (0 ledger_id, 1 entry_id, 2 lac, 3 length) of every entry at once."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    idx = (offsets + 8 * field)[:, None] + np.arange(8)
+    return raw[idx].view(_BE_I64).reshape(-1).astype(np.int64)
+
+
+def split_batch(lengths_frame, data) -> list[memoryview]:
+    """Split a (lengths, data) pair into memoryviews of the entries (no copies)."""
+    lengths = np.frombuffer(lengths_frame, dtype=LENGTHS_DTYPE)
+    view = memoryview(data)
+    out = []
+    pos = 0
+    for n in lengths.tolist():
+        out.append(view[pos:pos + n])
+        pos += n
+    return out
