@@ -75,6 +75,8 @@ READ_BODY = struct.Struct("<QI")  # first_entry_id, max_count
 LAC_BODY = struct.Struct("<qq")  # lac, last_entry_id
 LONG_POLL_BODY = struct.Struct("<qI")  # previous_lac, timeout_ms
 WRITE_LAC_BODY = struct.Struct("<q")
+LEDGER_ID = struct.Struct("<q")  # internal frames between a bookie's workers
+STATUS = struct.Struct("<H")
 
 MAX_BATCH = 65536  # entries in one ADD message
 MAX_MASTER_KEY = 64  # bytes

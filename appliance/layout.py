@@ -1,0 +1,163 @@
+"""Directory layout, layout version and cookies.
+
+Every configured directory (journal, ledger, index) holds a ``current/`` subdirectory with:
+
+- ``VERSION``: the layout version (``LAYOUT_VERSION``); a bookie refuses a layout it does not know.
+- ``cookie``: JSON naming the bookie and its whole disk set (bookie id, journal directory,
+  ledger directories, index directories, an instance id chosen at first start).
+
+On first start (no cookie anywhere, directories empty of data) the cookie is stamped into every
+directory and, when a metadata store is configured, into the store.  On every later start each
+directory's cookie must equal the expected one: a directory that lost its cookie, a cookie from
+another disk set, or a changed configuration is refused with a message saying which directory
+and what differs (BookKeeper's "missing disks or directories" rule).  To start over after a real
+disk change: ``bookie shell bookieformat --force`` wipes the bookie's directories.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import uuid
+
+import orjson
+
+LAYOUT_VERSION = 1
+
+
+class LayoutError(RuntimeError):
+    """The directories do not belong to this bookie as configured; the message says why."""
+
+
+def current_dir(directory: str) -> str:
+    return os.path.join(directory, "current")
+
+
+def all_dirs(conf) -> list[str]:
+    dirs = [conf.journalDirectory, *conf.ledgerDirectories, *conf.indexDirectories]
+    seen, out = set(), []
+    for d in dirs:
+        real = os.path.realpath(d)
+        if real not in seen:
+            seen.add(real)
+            out.append(d)
+    return out
+
+
+def expected_cookie(conf, instance_id: str) -> dict:
+    return {
+        "layout_version": LAYOUT_VERSION,
+        "bookie_id": conf.bookie_id,
+        "journal_dir": os.path.realpath(conf.journalDirectory),
+        "ledger_dirs": [os.path.realpath(d) for d in conf.ledgerDirectories],
+        "index_dirs": [os.path.realpath(d) for d in conf.index_directories],
+        "instance_id": instance_id,
+    }
+
+
+def _read_json(path: str):
+    try:
+        with open(path, "rb") as f:
+            return orjson.loads(f.read())
+    except FileNotFoundError:
+        return None
+    except (OSError, orjson.JSONDecodeError) as e:
+        raise LayoutError(f"{path}: unreadable ({e})") from None
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _has_data(cur: str) -> bool:
+    try:
+        names = os.listdir(cur)
+    except FileNotFoundError:
+        return False
+    return any(n not in ("VERSION", "cookie", "cookie.tmp") for n in names)
+
+
+def check_or_stamp(conf) -> dict:
+    """Verify the cookies of every directory, or stamp them on a first start.
+
+    Returns:
+        the cookie (a dict).
+    Raises:
+        LayoutError: a directory with a missing, foreign or changed cookie, or data without one.
+    """
+    dirs = all_dirs(conf)
+    found = {}
+    for d in dirs:
+        cur = current_dir(d)
+        version = None
+        try:
+            with open(os.path.join(cur, "VERSION")) as f:
+                version = int(f.read().strip())
+        except FileNotFoundError:
+            pass
+        except ValueError:
+            raise LayoutError(f"{cur}/VERSION: not a layout version number") from None
+        if version is not None and version != LAYOUT_VERSION:
+            raise LayoutError(f"{d}: layout version {version}, this bookie knows {LAYOUT_VERSION}")
+        found[d] = _read_json(os.path.join(cur, "cookie"))
+    cookies = [c for c in found.values() if c is not None]
+    if not cookies:
+        for d in dirs:
+            if _has_data(current_dir(d)):
+                raise LayoutError(f"{d}: holds bookie data but no cookie; refusing to start "
+                                  f"(run 'bookie shell bookieformat' to wipe it)")
+        cookie = expected_cookie(conf, uuid.uuid4().hex)
+        for d in dirs:
+            cur = current_dir(d)
+            os.makedirs(cur, exist_ok=True)
+            _write_atomic(os.path.join(cur, "VERSION"), f"{LAYOUT_VERSION}\n".encode())
+            _write_atomic(os.path.join(cur, "cookie"), orjson.dumps(cookie))
+        return cookie
+    instance = cookies[0].get("instance_id", "")
+    want = expected_cookie(conf, instance)
+    for d, c in found.items():
+        if c is None:
+            raise LayoutError(f"{d}: has no cookie while the bookie's other directories do "
+                              f"(a new or replaced disk?); refusing to start. Restore the "
+                              f"directory, or wipe the bookie with 'bookie shell bookieformat'")
+        if c != want:
+            diff = sorted(k for k in set(c) | set(want) if c.get(k) != want.get(k))
+            raise LayoutError(f"{d}: cookie does not match this bookie's configuration "
+                              f"(differs in: {', '.join(diff)}); missing disks or directories? "
+                              f"Restore the configuration, or wipe with 'bookie shell bookieformat'")
+    return want
+
+
+def format_bookie(conf, force: bool = False, interactive: bool = True) -> int:
+    """Wipe the bookie's data (``bookie shell bookieformat``).
+
+    Without ``force`` a bookie that holds data is left alone; interactively the user confirms.
+    Returns an exit status.
+    """
+    dirs = all_dirs(conf)
+    holding = [d for d in dirs if os.path.exists(current_dir(d))]
+    if holding and not force:
+        if not interactive:
+            print(f"bookieformat: {', '.join(holding)} hold bookie data; pass --force to wipe",
+                  file=sys.stderr)
+            return 1
+        answer = input(f"Wipe bookie data in {', '.join(holding)}? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            print("bookieformat: nothing changed", file=sys.stderr)
+            return 1
+    for d in holding:
+        shutil.rmtree(current_dir(d))
+    print(f"bookieformat: wiped {len(holding)} directories" if holding else
+          "bookieformat: nothing to wipe")
+    return 0

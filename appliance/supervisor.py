@@ -1,0 +1,383 @@
+"""The supervisor: one per bookie.  Starts, watches, restarts and stops the workers.
+
+Start order: check the directory layout and cookies; create the shared-memory ring; start the
+journal worker (it finds the journal's end) and wait until it is ready; start the add worker (it
+replays the journal from LastLogMark) and wait; start the read and GC workers; register the
+bookie in the metadata store.  Stop order (SIGTERM / SIGINT): unregister; stop read and GC; stop
+the add worker (it answers what is durable and checkpoints); stop the journal (it writes what is
+left); unlink the ring.
+
+Workers are started with fork+exec (``python -m bookie.workers ROLE``), so no LMDB environment,
+ZeroMQ context or thread of the supervisor ever crosses into a worker.  Each worker gets
+``PR_SET_PDEATHSIG`` so that it stops when the supervisor is gone.
+
+A worker that dies is restarted (the add worker first waits until the journal has written what
+it left in the ring, then replays; the journal continues from the end of its files), at most
+``workerRestartLimit`` times a minute; past that, or when the journal reports corruption (exit
+status 3), the bookie stops cleanly and says why.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import glob
+import http.server
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import orjson
+
+from bookie.appliance.config import BookieConfig
+from bookie.appliance.layout import LayoutError, check_or_stamp
+
+ROLES_IN_START_ORDER = ("journal", "add", "read", "gc")
+EXIT_CORRUPT = 3
+READY_TIMEOUT_S = {"journal": 120.0, "add": 3600.0, "read": 60.0, "gc": 60.0}
+
+
+def log(name: str, event: str, **fields) -> None:
+    extra = " ".join(f"{k}={v}" for k, v in fields.items())
+    sys.stderr.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {name}: {event}{' ' + extra if extra else ''}\n")
+    sys.stderr.flush()
+
+
+def free_port_pair(host: str) -> int:
+    """A port P such that P and P+1 are both free on ``host`` right now."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port >= 65535:
+            continue
+        try:
+            with socket.socket() as s2:
+                s2.bind((host, port + 1))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free pair of ports found")
+
+
+def _set_pdeathsig() -> None:
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Worker:
+    def __init__(self, role: str):
+        self.role = role
+        self.proc: subprocess.Popen | None = None
+        self.restarts: collections.deque[float] = collections.deque()
+
+
+class Supervisor:
+    def __init__(self, conf: BookieConfig):
+        self.conf = conf
+        self.name = f"bookie[{conf.bookiePort}] supervisor"
+        self.workers = {role: Worker(role) for role in ROLES_IN_START_ORDER}
+        self.stopping = False
+        self.stop_reason = ""
+        self.exit_code = 0
+        self.ring = None
+        self.run_dir = ""
+        self.registration = None
+        self.store = None
+        self.readonly = False
+        self.http = None
+
+    def log(self, event: str, **fields) -> None:
+        log(self.name, event, **fields)
+
+    # -- start -----------------------------------------------------------------------------------
+    def start(self) -> None:
+        from bookie.workers.ring import Ring
+
+        conf = self.conf
+        check_or_stamp(conf)
+        self._clean_stale_rings()
+        self.run_dir = tempfile.mkdtemp(prefix=f"bk{conf.bookiePort}-")
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else self.run_dir
+        ring_path = os.path.join(shm, f"bookie-{conf.bookiePort}-{os.getpid()}.ring")
+        self.ring = Ring.create(ring_path, conf.journalRingSizeMB * 1024 * 1024)
+        with open(os.path.join(self.run_dir, "ring.path"), "w") as f:
+            f.write(ring_path)
+        with open(os.path.join(self.run_dir, "bookie.conf"), "w") as f:
+            f.write(conf.to_properties())
+        for role in ROLES_IN_START_ORDER:
+            self._start_worker(role)
+        if conf.metadataServiceUri:
+            self._register()
+        if conf.prometheusStatsHttpPort:
+            self._start_metrics()
+        self.log("bookie serving", bookie_id=conf.bookie_id, add_port=conf.bookiePort,
+                 read_port=conf.bookiePort + 1, metadata=conf.metadataServiceUri or "none")
+
+    def _clean_stale_rings(self) -> None:
+        for path in glob.glob(f"/dev/shm/bookie-{self.conf.bookiePort}-*.ring"):
+            try:
+                pid = int(path.rsplit("-", 1)[1].split(".")[0])
+            except ValueError:
+                continue
+            if not _pid_alive(pid):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
+    def _start_worker(self, role: str) -> None:
+        w = self.workers[role]
+        r, wfd = os.pipe()
+        cmd = [sys.executable, "-m", "bookie.workers", role,
+               "--conf", os.path.join(self.run_dir, "bookie.conf"),
+               "--run-dir", self.run_dir, "--ready-fd", str(wfd)]
+        w.proc = subprocess.Popen(cmd, pass_fds=(wfd,), preexec_fn=_set_pdeathsig,
+                                  stdin=subprocess.DEVNULL)
+        os.close(wfd)
+        deadline = time.monotonic() + READY_TIMEOUT_S[role]
+        try:
+            while True:
+                import select
+
+                ready, _, _ = select.select([r], [], [], 0.2)
+                if ready:
+                    if os.read(r, 1) == b"R":
+                        break
+                    raise WorkerStartError(role, w.proc.wait(5))
+                if w.proc.poll() is not None:
+                    raise WorkerStartError(role, w.proc.returncode)
+                if time.monotonic() > deadline:
+                    w.proc.kill()
+                    raise WorkerStartError(role, None)
+                if self.stopping:
+                    raise WorkerStartError(role, None)
+        finally:
+            os.close(r)
+        self.log("worker started", role=role, pid=w.proc.pid)
+
+    def _register(self) -> None:
+        from bookie.appliance.metadata import open_metadata
+
+        self.store = open_metadata(self.conf.metadataServiceUri, timeout_s=self.conf.zkTimeout / 1000.0)
+        info = {"add_port": self.conf.bookiePort, "read_port": self.conf.bookiePort + 1,
+                "host": self.conf.bookie_host, "pid": os.getpid()}
+        try:
+            self.registration = self.store.register_bookie(self.conf.bookie_id, readonly=self.readonly,
+                                                           info=info)
+        except TypeError:
+            self.registration = self.store.register_bookie(self.conf.bookie_id, readonly=self.readonly)
+        self.log("registered", metadata=self.conf.metadataServiceUri)
+
+    # -- watch -----------------------------------------------------------------------------------
+    def watch(self) -> int:
+        next_disk_check = 0.0
+        while not self.stopping:
+            time.sleep(0.05)
+            for role in ROLES_IN_START_ORDER:
+                w = self.workers[role]
+                if w.proc is None or w.proc.poll() is None:
+                    continue
+                self._worker_died(w)
+                if self.stopping:
+                    break
+            now = time.monotonic()
+            if now >= next_disk_check and not self.stopping:
+                next_disk_check = now + self.conf.diskCheckInterval / 1000.0
+                self._check_disks()
+        self.shutdown()
+        return self.exit_code
+
+    def _worker_died(self, w: Worker) -> None:
+        rc = w.proc.returncode
+        how = f"signal {-rc}" if rc < 0 else f"exit status {rc}"
+        if rc == EXIT_CORRUPT:
+            self.request_stop(f"{w.role} worker found corruption ({how}); stopping the bookie", 3)
+            return
+        now = time.monotonic()
+        w.restarts.append(now)
+        while w.restarts and now - w.restarts[0] > 60:
+            w.restarts.popleft()
+        if len(w.restarts) > self.conf.workerRestartLimit:
+            self.request_stop(f"{w.role} worker died with {how} {len(w.restarts)} times in a "
+                              f"minute; stopping the bookie", 1)
+            return
+        self.log("worker died; restarting it", role=w.role, pid=w.proc.pid, cause=how)
+        try:
+            self._start_worker(w.role)
+        except WorkerStartError as e:
+            self.request_stop(f"restart failed: {e}", 1)
+
+    def _check_disks(self) -> None:
+        from bookie.workers.ring import READONLY
+
+        dirs = [self.conf.journalDirectory, *self.conf.ledgerDirectories]
+        full = []
+        for d in dirs:
+            try:
+                u = shutil.disk_usage(d)
+            except OSError:
+                full.append(d)
+                continue
+            if u.total and (u.total - u.free) / u.total >= self.conf.diskUsageThreshold:
+                full.append(d)
+        readonly = bool(full)
+        if readonly == self.readonly:
+            return
+        if readonly and not self.conf.readOnlyModeEnabled:
+            self.request_stop(f"disks full ({', '.join(full)}) and readOnlyModeEnabled=false", 1)
+            return
+        self.readonly = readonly
+        self.ring.set(READONLY, 1 if readonly else 0)
+        if self.registration is not None:
+            self.registration.set_readonly(readonly)
+        self.log("bookie is now read-only" if readonly else "bookie is writable again",
+                 full=",".join(full) or "-")
+
+    def set_readonly(self, flag: bool) -> None:
+        """Force read-only mode (tests, operators)."""
+        from bookie.workers.ring import READONLY
+
+        self.readonly = flag
+        self.ring.set(READONLY, 1 if flag else 0)
+        if self.registration is not None:
+            self.registration.set_readonly(flag)
+
+    def request_stop(self, reason: str, code: int = 0) -> None:
+        if not self.stopping:
+            self.stopping = True
+            self.stop_reason = reason
+            self.exit_code = code
+            self.log("stopping", reason=reason)
+
+    # -- stop ------------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        if self.registration is not None:
+            try:
+                self.registration.close()
+            except Exception as e:  # noqa: BLE001 - the store may be gone; stopping goes on
+                self.log("unregister failed", error=str(e))
+        for group in (("read", "gc"), ("add",), ("journal",)):
+            procs = [self.workers[r].proc for r in group if self.workers[r].proc is not None]
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            for p in procs:
+                try:
+                    p.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    self.log("worker did not stop in 15 s; killing it", pid=p.pid)
+                    p.kill()
+                    p.wait()
+        if self.store is not None:
+            try:
+                self.store.close()
+            except Exception:  # noqa: BLE001
+                pass
+        if self.http is not None:
+            self.http.shutdown()
+        if self.ring is not None:
+            path = self.ring.path
+            self.ring.close()
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        if self.run_dir:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        self.log("bookie stopped", reason=self.stop_reason or "requested")
+
+    # -- metrics ---------------------------------------------------------------------------------
+    def metrics_text(self) -> str:
+        lines = [f'bookie_up{{bookie="{self.conf.bookie_id}"}} 1',
+                 f'bookie_readonly{{bookie="{self.conf.bookie_id}"}} {int(self.readonly)}']
+        for role, w in self.workers.items():
+            lines.append(f'bookie_worker_restarts{{role="{role}"}} {len(w.restarts)}')
+            try:
+                with open(os.path.join(self.run_dir, f"stats.{role}.json"), "rb") as f:
+                    stats = orjson.loads(f.read())
+            except (OSError, ValueError):
+                continue
+            for k, v in sorted(stats.items()):
+                if isinstance(v, (int, float)):
+                    lines.append(f'bookie_{k}{{role="{role}"}} {v}')
+        return "\n".join(lines) + "\n"
+
+    def _start_metrics(self) -> None:
+        sup = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's name
+                if self.path != "/metrics":
+                    self.send_error(404)
+                    return
+                body = sup.metrics_text().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.http = http.server.ThreadingHTTPServer((self.conf.listeningInterface,
+                                                     self.conf.prometheusStatsHttpPort), Handler)
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+
+class WorkerStartError(RuntimeError):
+    def __init__(self, role: str, returncode):
+        how = "timed out" if returncode is None else f"exited with status {returncode}"
+        super().__init__(f"{role} worker did not become ready ({how}); see its log lines above")
+        self.role = role
+        self.returncode = returncode
+
+
+def run_bookie(conf: BookieConfig) -> int:
+    """Run one bookie in the foreground until SIGTERM / SIGINT.  Returns the exit status."""
+    if conf.bookiePort == 0:
+        values = conf.as_dict()
+        values["bookiePort"] = free_port_pair(conf.listeningInterface)
+        conf = BookieConfig(values, conf.warnings)
+    for w in conf.warnings:
+        log(f"bookie[{conf.bookiePort}] supervisor", "warning", message=w)
+    sup = Supervisor(conf)
+
+    def on_signal(signo, _frame):
+        sup.request_stop(f"signal {signal.Signals(signo).name}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGUSR1, lambda *_: sup.set_readonly(True))
+    signal.signal(signal.SIGUSR2, lambda *_: sup.set_readonly(False))
+    try:
+        sup.start()
+    except LayoutError as e:
+        log(sup.name, "refusing to start", reason=str(e))
+        sup.shutdown()
+        return 2
+    except WorkerStartError as e:
+        log(sup.name, "start failed", reason=str(e))
+        sup.shutdown()
+        return 3 if e.returncode == EXIT_CORRUPT else 1
+    return sup.watch()

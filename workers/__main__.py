@@ -1,0 +1,43 @@
+"""Entry point of a worker process: ``python -m bookie.workers ROLE --conf F --run-dir D``.
+
+The supervisor starts each worker with fork+exec, so nothing (LMDB environments, ZeroMQ
+contexts, threads) is inherited from it: each worker opens its own after it starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from bookie.appliance.config import BookieConfig
+from bookie.workers.common import WorkerContext
+
+ROLES = {
+    "journal": "bookie.workers.journal_worker",
+    "add": "bookie.workers.add_worker",
+    "read": "bookie.workers.read_worker",
+    "gc": "bookie.workers.gc_worker",
+}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bookie.workers")
+    p.add_argument("role", choices=sorted(ROLES))
+    p.add_argument("--conf", required=True)
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--ready-fd", type=int)
+    args = p.parse_args(argv)
+    conf = BookieConfig.load(args.conf, check_dirs=False)
+    ctx = WorkerContext(args.role, conf, args.run_dir, args.ready_fd)
+    ctx.start()
+    module = importlib.import_module(ROLES[args.role])
+    try:
+        return int(module.run(ctx) or 0)
+    except Exception as e:  # one line for the log, then the traceback for the developer
+        ctx.log("fatal", error=f"{type(e).__name__}: {e}")
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,528 @@
+"""The add worker: owns the client-facing add socket, the entry logs and the index writes.
+
+Per loop iteration (everything batched; no per-entry Python work on the hot path):
+
+1. Answer the adds whose records the journal has made durable (DURABLE passed their end).
+   Their index entries were committed in an earlier iteration, so an acknowledged entry is
+   readable by the read worker from the moment its ack leaves (read-after-ack).
+2. Take every request waiting on the add socket and the control socket (fences from the read
+   worker).  Check each one (header, sizes, ids, master key, fenced, read-only); place each
+   accepted one once in the shared-memory ring as a record; wake the journal.
+3. Append the same ring bytes to the entry log and commit their index locations in one LMDB
+   write transaction.
+4. Every ``flushInterval``: checkpoint = fdatasync entry logs, sync the index, then persist
+   LastLogMark = min(what was applied, DURABLE) (DESIGN invariant 3).
+
+Start-up: wait until the journal has made durable whatever a previous add worker placed, replay
+the journal from LastLogMark into entry log and index, checkpoint, then serve.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import time
+
+import numpy as np
+import orjson
+import zmq
+
+from bookie import __version__
+from bookie import wire
+from bookie.appliance.layout import current_dir
+from bookie.wire import Op, Status
+from bookie.workers import records
+from bookie.workers.common import make_socket
+from bookie.workers.journal import lastmark_of, scan, write_lastmark
+from bookie.workers.ring import ADD_EPOCH, DURABLE, READONLY, WRITE, Ring
+from bookie.workers.storage import EntryLogWriter, Index, open_index
+
+MAX_MESSAGES_PER_ITERATION = 512
+
+
+class LedgerInfo:
+    __slots__ = ("master_key", "fenced", "lac")
+
+    def __init__(self, master_key: bytes, fenced: bool = False, lac: int = -1):
+        self.master_key = master_key
+        self.fenced = fenced
+        self.lac = lac
+
+    def as_dict(self) -> dict:
+        return {"key": self.master_key.hex(), "fenced": self.fenced, "lac": self.lac}
+
+
+class Rejected(Exception):
+    def __init__(self, status: Status, message: str = ""):
+        super().__init__(message)
+        self.status = status
+
+
+class LedgerStorage:
+    """Entry log + index writes, shared by replay and the live path."""
+
+    def __init__(self, ctx, index: Index, elog: EntryLogWriter):
+        self.ctx = ctx
+        self.index = index
+        self.elog = elog
+        self.ledgers: dict[int, LedgerInfo] = {}
+        self.dirty_ledgers: set[int] = set()
+        self.log_counts: dict[int, int] = collections.defaultdict(int)
+        self._batches: list = []  # (ledger_id, entry_ids, log_id, offsets, lengths)
+        self.entries_total = 0
+
+    def ledger(self, ledger_id: int) -> LedgerInfo | None:
+        info = self.ledgers.get(ledger_id)
+        if info is None:
+            with self.index.env.begin() as txn:
+                raw = self.index.get_ledger(txn, ledger_id)
+            if raw is not None:
+                info = LedgerInfo(bytes.fromhex(raw["key"]), raw["fenced"], raw.get("lac", -1))
+                self.ledgers[ledger_id] = info
+        return info
+
+    def ensure_ledger(self, ledger_id: int, master_key: bytes) -> LedgerInfo:
+        info = self.ledger(ledger_id)
+        if info is None:
+            info = LedgerInfo(master_key)
+            self.ledgers[ledger_id] = info
+            self.dirty_ledgers.add(ledger_id)
+        return info
+
+    def store_batch(self, ledger_id: int, parts, size: int, data_offset: int,
+                    entry_ids: np.ndarray, lengths: np.ndarray) -> None:
+        """Append one ADD_BATCH record to the entry log; its index update waits for commit()."""
+        if self.elog.needs_roll(size):
+            self._flush_log_counts()  # the map of the log being closed
+            self.elog.roll()
+            self._batches.append(("current_log", self.elog.log_id))
+        start = self.elog.append(parts)
+        offsets = start + data_offset + (np.cumsum(lengths) - lengths)
+        self._batches.append((ledger_id, entry_ids, self.elog.log_id, offsets, lengths))
+        self.log_counts[ledger_id] += int(lengths.sum())
+        self.entries_total += len(entry_ids)
+
+    def _flush_log_counts(self) -> None:
+        if self.log_counts and self.elog.log_id:
+            self._batches.append(("log_map", self.elog.log_id, dict(self.log_counts)))
+        self.log_counts.clear()
+
+    def commit(self) -> None:
+        """One LMDB write transaction for everything stored since the last commit."""
+        if not self._batches and not self.dirty_ledgers and not self.log_counts:
+            return
+        self._flush_log_counts()
+        with self.index.env.begin(write=True) as txn:
+            for item in self._batches:
+                if item[0] == "current_log":
+                    self.index.set_current_log(txn, item[1])
+                elif item[0] == "log_map":
+                    self.index.add_to_log_map(txn, item[1], item[2])
+                else:
+                    self.index.put_locations(txn, *item)
+            for lid in self.dirty_ledgers:
+                self.index.put_ledger(txn, lid, self.ledgers[lid].as_dict())
+        self._batches.clear()
+        self.dirty_ledgers.clear()
+
+    def apply_record(self, rec: records.Record, buf, pos: int) -> None:
+        """Apply a journal record (replay)."""
+        if rec.type == records.ADD_BATCH:
+            self.ensure_ledger(rec.ledger_id, rec.master_key)
+            data = buf[pos + rec.data_offset:pos + rec.size]
+            offsets = np.cumsum(rec.lengths) - rec.lengths
+            entry_ids = wire.batch_header_fields(data, offsets, 1)
+            self.store_batch(rec.ledger_id, [buf[pos:pos + rec.size]], rec.size,
+                             rec.data_offset, entry_ids, rec.lengths)
+        elif rec.type == records.FENCE:
+            info = self.ensure_ledger(rec.ledger_id, rec.master_key)
+            if not info.fenced:
+                info.fenced = True
+                self.dirty_ledgers.add(rec.ledger_id)
+        elif rec.type == records.LAC:
+            info = self.ensure_ledger(rec.ledger_id, rec.master_key)
+            if rec.lac > info.lac:
+                info.lac = rec.lac
+                self.dirty_ledgers.add(rec.ledger_id)
+
+
+def checkpoint(storage: LedgerStorage, ledger_dirs: list[str], mark: int) -> None:
+    storage.commit()
+    storage.elog.sync()
+    storage.index.env.sync(True)
+    for d in ledger_dirs:
+        write_lastmark(d, mark)
+
+
+def replay(ctx, ring: Ring, storage: LedgerStorage, jdir: str, ledger_dirs: list[str]) -> int:
+    mark = lastmark_of(ledger_dirs)
+    end = ring.get(DURABLE)
+    t0 = time.monotonic()
+    n_records = 0
+    last_report = t0
+    for group in scan(jdir, mark):
+        if group.start >= end:
+            break
+        for off, rec in records.iter_records(group.body):
+            if group.start + off + rec.size <= mark:
+                continue
+            storage.apply_record(rec, group.body, off)
+            n_records += 1
+        storage.commit()
+        now = time.monotonic()
+        if now - last_report > 2.0:
+            last_report = now
+            ctx.log("replaying journal", at=group.end, to=end, records=n_records)
+    checkpoint(storage, ledger_dirs, end)
+    ctx.log("replay done", from_mark=mark, to=end, records=n_records,
+            seconds=f"{time.monotonic() - t0:.2f}")
+    return n_records
+
+
+class Pending:
+    __slots__ = ("end", "reply", "ledger_id")
+
+    def __init__(self, end: int, reply: list, ledger_id: int):
+        self.end = end
+        self.reply = reply
+        self.ledger_id = ledger_id
+
+
+def run(ctx) -> int:
+    conf = ctx.conf
+    jdir = current_dir(conf.journalDirectory)
+    ledger_dirs = [current_dir(d) for d in conf.ledgerDirectories]
+    index_dir = current_dir(conf.index_directories[0])
+    ring = Ring.attach(ctx.ring_path)
+    ring.set(ADD_EPOCH, ring.get(ADD_EPOCH) + 1)
+
+    # A previous add worker may have placed records the journal has not written yet.
+    deadline = time.monotonic() + 60
+    while ring.get(DURABLE) < ring.get(WRITE):
+        if time.monotonic() > deadline:
+            ctx.log("journal did not drain the ring in 60 s; giving up")
+            return 1
+        time.sleep(0.01)
+
+    env = open_index(index_dir, conf.indexMapSizeMB * 1024 * 1024)
+    index = Index(env)
+    elog = EntryLogWriter(ledger_dirs[0], conf.logSizeLimit, conf.entryLogFilePreallocationEnabled)
+    storage = LedgerStorage(ctx, index, elog)
+    replay(ctx, ring, storage, jdir, ledger_dirs)
+
+    zctx = zmq.Context()
+    clients = make_socket(zctx, zmq.ROUTER, linger_ms=1000)
+    clients.setsockopt(zmq.ROUTER_MANDATORY, 0)
+    clients.setsockopt(zmq.RCVHWM, 10_000)
+    clients.setsockopt(zmq.SNDHWM, 100_000)
+    clients.bind(f"tcp://{conf.listeningInterface}:{conf.bookiePort}")
+    control = make_socket(zctx, zmq.ROUTER)
+    control.bind(ctx.endpoint("add.ctl"))
+    durable_in = make_socket(zctx, zmq.PULL)
+    durable_in.bind(ctx.endpoint("add.durable"))
+    wake = make_socket(zctx, zmq.PUSH)
+    wake.setsockopt(zmq.SNDHWM, 16)
+    wake.connect(ctx.endpoint("journal.wake"))
+    lac_pub = make_socket(zctx, zmq.PUB)
+    lac_pub.bind(ctx.endpoint("add.lac"))
+
+    server = AddServer(ctx, ring, storage, clients, control, wake, lac_pub, ledger_dirs)
+    ctx.log("add worker ready", port=conf.bookiePort, position=ring.get(WRITE))
+    ctx.ready()
+    try:
+        server.serve(durable_in)
+    finally:
+        server.shutdown()
+        for s in (clients, control, durable_in, wake, lac_pub):
+            s.close()
+        zctx.term()
+        elog.close()
+        env.close()
+    ctx.log("add worker stopped", entries=storage.entries_total)
+    return 0
+
+
+class AddServer:
+    def __init__(self, ctx, ring, storage, clients, control, wake, lac_pub, ledger_dirs):
+        self.ctx = ctx
+        self.conf = ctx.conf
+        self.ring = ring
+        self.storage = storage
+        self.clients = clients
+        self.control = control
+        self.wake = wake
+        self.lac_pub = lac_pub
+        self.ledger_dirs = ledger_dirs
+        self.pending: collections.deque[Pending] = collections.deque()
+        self.max_entry = self.conf.nettyMaxFrameSizeBytes
+        self.max_pending = self.conf.maxPendingAddRequestsPerThread
+        self.applied = ring.get(WRITE)  # everything before this is in entry log + index
+        self.last_mark = self.applied
+        self.last_checkpoint = time.monotonic()
+        self.stats = collections.Counter()
+        self.last_stats = 0.0
+        self.stalled: collections.deque = collections.deque()  # (socket, frames) waiting for ring room
+
+    # -- the loop --------------------------------------------------------------------------------
+    def serve(self, durable_in) -> None:
+        poller = zmq.Poller()
+        poller.register(durable_in, zmq.POLLIN)
+        poller.register(self.clients, zmq.POLLIN)
+        poller.register(self.control, zmq.POLLIN)
+        flush_s = self.conf.flushInterval / 1000.0
+        while not self.ctx.stopping:
+            timeout = 5 if self.pending else 50
+            events = dict(poller.poll(timeout))
+            if durable_in in events:
+                while True:
+                    try:
+                        durable_in.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+            self.answer_durable()
+            placed = self.retry_stalled()
+            if not self.stalled:
+                if self.control in events:
+                    placed |= self.take(self.control, internal=True)
+                if self.clients in events:
+                    placed |= self.take(self.clients, internal=False)
+            if placed:
+                try:
+                    self.wake.send(b"", zmq.NOBLOCK)
+                except zmq.Again:
+                    pass
+            self.storage.commit()
+            now = time.monotonic()
+            if now - self.last_checkpoint >= flush_s:
+                self.checkpoint(now)
+            if now - self.last_stats >= 1.0:
+                self.publish_stats(now)
+
+    def shutdown(self) -> None:
+        """Stop taking requests; answer what the journal makes durable; final checkpoint."""
+        self.clients.setsockopt(zmq.LINGER, 1000)
+        deadline = time.monotonic() + 10
+        while self.pending and time.monotonic() < deadline:
+            self.answer_durable()
+            time.sleep(0.002)
+        self.storage.commit()
+        self.checkpoint(time.monotonic())
+
+    def checkpoint(self, now: float) -> None:
+        mark = min(self.applied, self.ring.get(DURABLE))
+        self.last_checkpoint = now
+        if mark == self.last_mark:
+            return
+        checkpoint(self.storage, self.ledger_dirs, mark)
+        self.last_mark = mark
+        self.stats["checkpoints_total"] += 1
+
+    def publish_stats(self, now: float) -> None:
+        self.last_stats = now
+        s = dict(self.stats)
+        s["add_pending"] = len(self.pending)
+        s["ring_free_bytes"] = self.ring.free_bytes()
+        s["entries_stored_total"] = self.storage.entries_total
+        self.ctx.write_stats(s)
+
+    def answer_durable(self) -> None:
+        if not self.pending:
+            return
+        durable = self.ring.get(DURABLE)
+        acked_ledgers = set()
+        pending = self.pending
+        while pending and pending[0].end <= durable:
+            p = pending.popleft()
+            sock = self.control if p.reply[0] is None else self.clients
+            frames = p.reply[1:] if p.reply[0] is None else p.reply
+            try:
+                sock.send_multipart(frames, zmq.NOBLOCK)
+            except zmq.ZMQError:
+                self.stats["replies_dropped_total"] += 1
+            acked_ledgers.add(p.ledger_id)
+        for lid in acked_ledgers:
+            self.lac_pub.send(wire.LEDGER_ID.pack(lid))
+
+    def retry_stalled(self) -> bool:
+        placed = False
+        while self.stalled:
+            sock, frames, internal = self.stalled[0]
+            if not self.handle(sock, frames, internal, retry=True):
+                break
+            self.stalled.popleft()
+            placed = True
+        return placed
+
+    def take(self, sock, internal: bool) -> bool:
+        placed = False
+        for _ in range(MAX_MESSAGES_PER_ITERATION):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            if not self.handle(sock, frames, internal, retry=False):
+                self.stalled.append((sock, frames, internal))
+                break
+            placed = True
+        return placed
+
+    # -- one request -----------------------------------------------------------------------------
+    def handle(self, sock, frames, internal: bool, retry: bool) -> bool:
+        """Handle one message; False when the ring is full (the caller retries it later)."""
+        if internal:
+            return self.handle_control(frames)
+        if len(frames) < 2:
+            self.stats["dropped_malformed_total"] += 1
+            return True
+        ident = frames[0].bytes
+        head = frames[1].bytes
+        try:
+            op, flags, request_id, ledger_id = wire.unpack_header(head)
+            wire.check_request_flags(op, flags)
+        except wire.ProtocolError as e:
+            self.reject_raw(ident, head, e.status)
+            return True
+        try:
+            if op == Op.ADD:
+                return self.handle_add(ident, flags, request_id, ledger_id, frames[2:])
+            if op == Op.WRITE_LAC:
+                return self.handle_write_lac(ident, request_id, ledger_id, frames[2:])
+            if op == Op.INFO:
+                self.reply(ident, op, Status.OK, request_id, ledger_id, [self.info()])
+                return True
+            raise Rejected(Status.BAD_REQUEST, f"op {Op(op).name} goes to the read socket")
+        except (Rejected, wire.ProtocolError) as e:
+            self.stats[f"rejected_{e.status.name.lower()}_total"] += 1
+            self.reply(ident, op, e.status, request_id, ledger_id)
+            return True
+
+    def reject_raw(self, ident: bytes, head: bytes, status: Status) -> None:
+        self.stats["rejected_malformed_total"] += 1
+        if len(head) == wire.HEADER_SIZE:
+            _, _, op, _, _, request_id, ledger_id = wire.HEADER.unpack(head)
+            self.reply(ident, op, status, request_id, max(ledger_id, 0))
+
+    def reply(self, ident, op, status, request_id, ledger_id, body=()) -> None:
+        try:
+            self.clients.send_multipart([ident, wire.pack_header(op, status, request_id, ledger_id), *body],
+                                        zmq.NOBLOCK)
+        except zmq.ZMQError:
+            self.stats["replies_dropped_total"] += 1
+
+    def info(self) -> bytes:
+        usage = shutil.disk_usage(self.ledger_dirs[0])
+        return orjson.dumps({"bookie_id": self.conf.bookie_id, "free_bytes": usage.free,
+                             "total_bytes": usage.total,
+                             "writable": not self.ring.get(READONLY), "version": __version__})
+
+    def check_key(self, ledger_id: int, key: bytes, create: bool) -> LedgerInfo:
+        if len(key) == 0 or len(key) > wire.MAX_MASTER_KEY:
+            raise Rejected(Status.BAD_REQUEST, "master key size")
+        info = self.storage.ensure_ledger(ledger_id, key) if create else self.storage.ledger(ledger_id)
+        if info is None:
+            raise Rejected(Status.NO_LEDGER)
+        if info.master_key != key:
+            raise Rejected(Status.UNAUTHORIZED)
+        return info
+
+    def room_for(self, size: int) -> bool:
+        if size > self.ring.capacity:
+            raise Rejected(Status.BAD_REQUEST, "request larger than the journal ring")
+        return self.ring.free_bytes() >= size
+
+    def place(self, parts, size: int) -> int:
+        """Copy a record into the ring and publish it; returns its logical end."""
+        start = self.ring.get(WRITE)
+        end = self.ring.put(start, parts)
+        self.ring.set(WRITE, end)
+        return end
+
+    def handle_add(self, ident, flags, request_id, ledger_id, body) -> bool:
+        if len(body) != 3:
+            raise Rejected(Status.BAD_REQUEST, "ADD takes master key, lengths and data frames")
+        if self.ring.get(READONLY):
+            raise Rejected(Status.READ_ONLY)
+        if len(self.pending) >= self.max_pending:
+            raise Rejected(Status.TOO_MANY_REQUESTS)
+        key = body[0].bytes
+        lengths_frame = body[1].buffer
+        data = body[2].buffer
+        lengths, offsets = wire.batch_offsets(lengths_frame, len(data), self.max_entry)
+        ledgers = wire.batch_header_fields(data, offsets, 0)
+        if (ledgers != ledger_id).any():
+            raise Rejected(Status.BAD_REQUEST, "an entry of the batch belongs to another ledger")
+        entry_ids = wire.batch_header_fields(data, offsets, 1)
+        if (entry_ids < 0).any():
+            raise Rejected(Status.BAD_REQUEST, "negative entry id")
+        recovery = bool(flags & wire.Flag.RECOVERY_ADD)
+        if len(key) == 0 or len(key) > wire.MAX_MASTER_KEY:
+            raise Rejected(Status.BAD_REQUEST, "master key size")
+        existing = self.storage.ledger(ledger_id)
+        if existing is not None:
+            if existing.master_key != key:
+                raise Rejected(Status.UNAUTHORIZED)
+            if existing.fenced and not recovery:
+                raise Rejected(Status.FENCED)
+        parts, size, data_offset = records.add_batch_parts(ledger_id, key, lengths_frame, data, recovery)
+        if not self.room_for(size):
+            return False
+        self.storage.ensure_ledger(ledger_id, key)
+        start = self.ring.get(WRITE)
+        end = self.place(parts, size)
+        self.storage.store_batch(ledger_id, self.ring.slices(start, end), size, data_offset,
+                                 entry_ids, lengths)
+        self.applied = end
+        self.pending.append(Pending(end, [ident, wire.pack_header(Op.ADD, Status.OK, request_id, ledger_id)],
+                                    ledger_id))
+        self.stats["add_entries_total"] += len(entry_ids)
+        self.stats["add_bytes_total"] += len(data)
+        self.stats["add_requests_total"] += 1
+        return True
+
+    def handle_write_lac(self, ident, request_id, ledger_id, body) -> bool:
+        if len(body) != 2 or len(body[1]) != wire.WRITE_LAC_BODY.size:
+            raise Rejected(Status.BAD_REQUEST, "WRITE_LAC takes master key and lac frames")
+        key = body[0].bytes
+        (lac,) = wire.WRITE_LAC_BODY.unpack(body[1].bytes)
+        if lac < -1:
+            raise Rejected(Status.BAD_REQUEST, "lac out of range")
+        info = self.check_key(ledger_id, key, create=True)
+        rec = records.lac_record(ledger_id, lac, key)
+        if not self.room_for(len(rec)):
+            return False
+        end = self.place([rec], len(rec))
+        self.applied = end
+        if lac > info.lac:
+            info.lac = lac
+            self.storage.dirty_ledgers.add(ledger_id)
+        self.pending.append(Pending(end, [ident, wire.pack_header(Op.WRITE_LAC, Status.OK, request_id, ledger_id)],
+                                    ledger_id))
+        return True
+
+    def handle_control(self, frames) -> bool:
+        """Fence requests from the read worker: [ident, b"F", ledger_id, master_key]."""
+        if len(frames) != 4 or frames[1].bytes != b"F":
+            return True
+        ident = frames[0].bytes
+        ledger_raw = frames[2].bytes
+        key = frames[3].bytes
+        (ledger_id,) = wire.LEDGER_ID.unpack(ledger_raw)
+        try:
+            info = self.check_key(ledger_id, key, create=True)
+        except Rejected as e:
+            self.control.send_multipart([ident, b"F", ledger_raw, wire.STATUS.pack(e.status)])
+            return True
+        rec = records.fence_record(ledger_id, key)
+        if not self.room_for(len(rec)):
+            return False
+        end = self.place([rec], len(rec))
+        self.applied = end
+        if not info.fenced:
+            info.fenced = True
+            self.storage.dirty_ledgers.add(ledger_id)
+        self.stats["fences_total"] += 1
+        # Answer once the fence record is durable (DESIGN invariant 4).
+        self.pending.append(Pending(end, [None, ident, b"F", ledger_raw, wire.STATUS.pack(Status.OK)],
+                                    ledger_id))
+        return True

@@ -1,0 +1,110 @@
+"""The GC worker: scan-and-compare garbage collection.
+
+Every ``gcWaitTime``: snapshot the ledgers this bookie holds (the index's ledger table), *then*
+list the ledgers in the metadata store.  A ledger held here and absent there was deleted (a
+ledger always exists in the store before its first add reaches a bookie, so taking the local
+snapshot first can never mistake a new ledger for a deleted one).  Deleted ledgers leave the
+index in short write transactions; then every entry log other than the one being written whose
+ledgers are all gone is deleted, file and map.  Compaction of partly live logs comes later.
+
+Without a metadata store (``metadataServiceUri`` empty) nothing is ever deleted.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from bookie.appliance.layout import current_dir
+from bookie.workers.storage import Index, list_logs, log_name, open_index
+from bookie.workers.journal import fsync_dir
+
+
+def select_deleted(local_ledgers, live_ledgers) -> list[int]:
+    """Pure: ledgers held locally that the metadata store no longer has."""
+    live = set(live_ledgers)
+    return sorted(lid for lid in local_ledgers if lid not in live)
+
+
+def select_dead_logs(log_maps: dict[int, dict[int, int]], live_local: set[int], current_log: int,
+                     on_disk: list[int]) -> list[int]:
+    """Pure: entry logs (not the current one) none of whose ledgers is still held."""
+    dead = []
+    for log_id in on_disk:
+        if log_id >= current_log:
+            continue
+        ledgers = log_maps.get(log_id)
+        if ledgers is None:
+            continue  # no map yet: its ledgers are unknown, keep it
+        if not any(lid in live_local for lid in ledgers):
+            dead.append(log_id)
+    return dead
+
+
+def collect(ctx, index: Index, store, ledger_dir: str) -> dict:
+    with index.env.begin() as txn:
+        local = index.ledger_ids(txn)
+    live = list(store.list_ledgers())
+    deleted = select_deleted(local, live)
+    for lid in deleted:
+        while True:
+            with index.env.begin(write=True) as txn:
+                n = index.delete_ledger(txn, lid)
+            if n < 10_000:
+                break
+    with index.env.begin() as txn:
+        remaining = set(index.ledger_ids(txn))
+        maps = index.log_maps(txn)
+        current = index.current_log(txn)
+    dead = select_dead_logs(maps, remaining, current, list_logs(ledger_dir))
+    for log_id in dead:
+        try:
+            os.unlink(os.path.join(ledger_dir, log_name(log_id)))
+        except FileNotFoundError:
+            pass
+        with index.env.begin(write=True) as txn:
+            txn.delete(log_id.to_bytes(4, "big"), db=index.logs)
+    if dead:
+        fsync_dir(ledger_dir)
+    return {"deleted_ledgers": len(deleted), "deleted_logs": len(dead)}
+
+
+def run(ctx) -> int:
+    conf = ctx.conf
+    if not conf.metadataServiceUri:
+        ctx.log("gc idle: no metadata store configured")
+        ctx.ready()
+        while not ctx.stopping:
+            time.sleep(0.2)
+        return 0
+    from bookie.appliance.metadata import MetadataError, open_metadata
+
+    index_dir = current_dir(conf.index_directories[0])
+    ledger_dir = current_dir(conf.ledgerDirectories[0])
+    env = open_index(index_dir, conf.indexMapSizeMB * 1024 * 1024)
+    index = Index(env)
+    store = open_metadata(conf.metadataServiceUri, timeout_s=conf.zkTimeout / 1000.0)
+    ctx.ready()
+    totals = {"gc_runs_total": 0, "gc_deleted_ledgers_total": 0, "gc_deleted_logs_total": 0}
+    next_run = time.monotonic() + conf.gcWaitTime / 1000.0
+    try:
+        while not ctx.stopping:
+            if time.monotonic() < next_run:
+                time.sleep(0.1)
+                continue
+            next_run = time.monotonic() + conf.gcWaitTime / 1000.0
+            try:
+                result = collect(ctx, index, store, ledger_dir)
+            except MetadataError as e:
+                ctx.log("gc skipped: metadata store unavailable", error=str(e))
+                continue
+            totals["gc_runs_total"] += 1
+            totals["gc_deleted_ledgers_total"] += result["deleted_ledgers"]
+            totals["gc_deleted_logs_total"] += result["deleted_logs"]
+            if result["deleted_ledgers"] or result["deleted_logs"]:
+                ctx.log("gc", **result)
+            ctx.write_stats(totals)
+    finally:
+        store.close()
+        env.close()
+    return 0

@@ -1,0 +1,118 @@
+"""The journal worker: the only thing that makes an add durable.
+
+Loop: see how far the add worker has placed records in the ring (WRITE); when the group-commit
+policy says so, write ring bytes [DURABLE, WRITE) as one group with one writev straight from
+shared memory, fdatasync, then publish DURABLE and wake the add worker.  Rolls, preallocates
+and deletes old journal files (those wholly before LastLogMark, keeping journalMaxBackups).
+
+Start-up scans the journal to find where it ends (refusing junk in the middle: exit status 3,
+which the supervisor does not retry).  On a restart while the add worker lives, the records
+between the journal's end and WRITE are still in the ring and are written first.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import zmq
+
+from bookie.appliance.layout import current_dir
+from bookie.workers.common import make_socket
+from bookie.workers.journal import (CorruptJournalError, GroupCommitPolicy, JournalWriter,
+                                    delete_old_journals, journal_end, lastmark_of)
+from bookie.workers.ring import BASE, DURABLE, JOURNAL_EPOCH, WRITE, Ring
+
+EXIT_CORRUPT = 3
+
+
+def run(ctx) -> int:
+    conf = ctx.conf
+    jdir = current_dir(conf.journalDirectory)
+    ledger_dirs = [current_dir(d) for d in conf.ledgerDirectories]
+    try:
+        end = journal_end(jdir)
+    except CorruptJournalError as e:
+        ctx.log("refusing to start: corrupt journal", error=str(e))
+        return EXIT_CORRUPT
+    ring = Ring.attach(ctx.ring_path)
+    epoch = ring.get(JOURNAL_EPOCH)
+    if epoch == 0:
+        ring.set(BASE, end)
+        ring.set(DURABLE, end)
+        ring.set(WRITE, end)
+    else:
+        if end < ring.get(DURABLE):
+            ctx.log("journal ends before the published durable cursor",
+                    end=end, durable=ring.get(DURABLE))
+        ring.set(DURABLE, max(end, ring.get(DURABLE)))
+    ring.set(JOURNAL_EPOCH, epoch + 1)
+    writer = JournalWriter(jdir, end, conf.journalMaxSizeMB * 1024 * 1024,
+                           conf.journalPreAllocSizeMB * 1024 * 1024)
+    policy = GroupCommitPolicy(conf.journalMaxGroupWaitMSec / 1000.0,
+                               conf.journalBufferedWritesThreshold,
+                               conf.journalFlushWhenQueueEmpty,
+                               conf.journalAdaptiveGroupWrites)
+    zctx = zmq.Context()
+    wake = make_socket(zctx, zmq.PULL)
+    wake.bind(ctx.endpoint("journal.wake"))
+    notify = make_socket(zctx, zmq.PUSH)
+    notify.setsockopt(zmq.SNDHWM, 16)
+    notify.connect(ctx.endpoint("add.durable"))
+    poller = zmq.Poller()
+    poller.register(wake, zmq.POLLIN)
+    ctx.log("journal ready", start=end, epoch=epoch + 1, directory=jdir)
+    ctx.ready()
+
+    first_seen = None
+    last_write_seen = ring.get(WRITE)
+    last_housekeeping = 0.0
+    group_sizes = 0
+    try:
+        while True:
+            write = ring.get(WRITE)
+            pending = write - writer.position
+            now = time.monotonic()
+            if pending > 0:
+                if first_seen is None:
+                    first_seen = now
+                more = write != last_write_seen
+                last_write_seen = write
+                if policy.should_flush(pending, now - first_seen, more):
+                    writer.append(ring.slices(writer.position, write))
+                    ring.set(DURABLE, writer.position)
+                    group_sizes += 1
+                    first_seen = None
+                    try:
+                        notify.send(b"", zmq.NOBLOCK)
+                    except zmq.Again:
+                        pass  # the add worker also polls DURABLE
+                    continue
+                timeout_ms = max(0, int(policy.wait_s(now - first_seen) * 1000))
+            else:
+                if ctx.stopping:
+                    break
+                timeout_ms = 100
+            if poller.poll(timeout_ms):
+                while True:
+                    try:
+                        wake.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+            if now - last_housekeeping > 1.0:
+                last_housekeeping = now
+                mark = lastmark_of(ledger_dirs)
+                deleted = delete_old_journals(jdir, mark, conf.journalMaxBackups, writer.journal_id)
+                if deleted:
+                    ctx.log("deleted old journals", ids=",".join(map(str, deleted)), mark=mark)
+                ctx.write_stats({"journal_syncs_total": writer.syncs,
+                                 "journal_bytes_total": writer.bytes_written,
+                                 "journal_position_bytes": writer.position,
+                                 "journal_file_id": writer.journal_id})
+    finally:
+        writer.close()
+        wake.close()
+        notify.close()
+        zctx.term()
+    ctx.log("journal stopped", position=writer.position, syncs=writer.syncs)
+    return 0

@@ -1,0 +1,300 @@
+"""The read worker: owns the client-facing read socket.
+
+Serves READ (entry ranges, optionally fencing first), READ_LAC (optionally fencing, optionally
+long-polling) and INFO.  Entries are found through the LMDB index (a fresh read transaction per
+loop iteration, so whatever the add worker committed before acknowledging is visible) and read
+from the entry logs with ``pread``, merging neighbours into one read.
+
+Fencing is a write: the request goes to the add worker over the internal control socket, which
+journals the fence and answers once it is durable; only then does this worker answer the client.
+Long polls park until the add worker publishes that the ledger moved, or until their timeout.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import shutil
+import time
+
+import numpy as np
+import orjson
+import zmq
+
+from bookie import __version__
+from bookie import wire
+from bookie.appliance.layout import current_dir
+from bookie.wire import Flag, Op, Status
+from bookie.workers.common import make_socket
+from bookie.workers.ring import READONLY, Ring
+from bookie.workers.storage import EntryLogReader, Index, open_index
+
+MAX_MESSAGES_PER_ITERATION = 256
+
+
+class ReadServer:
+    def __init__(self, ctx, index: Index, logs: EntryLogReader, ring: Ring, clients, control, lac_sub):
+        self.ctx = ctx
+        self.index = index
+        self.logs = logs
+        self.ring = ring
+        self.clients = clients
+        self.control = control
+        self.lac_sub = lac_sub
+        self.fence_waits: dict[int, list] = collections.defaultdict(list)  # ledger -> parked requests
+        self.polls: dict[int, list] = collections.defaultdict(list)  # ledger -> long polls
+        self.deadlines: list = []  # heap of (deadline, seq, ledger_id, poll)
+        self.seq = itertools.count()
+        self.stats = collections.Counter()
+        self.last_stats = 0.0
+        self.ledger_dir = current_dir(ctx.conf.ledgerDirectories[0])
+
+    def serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.clients, zmq.POLLIN)
+        poller.register(self.control, zmq.POLLIN)
+        poller.register(self.lac_sub, zmq.POLLIN)
+        while not self.ctx.stopping:
+            timeout = 100
+            if self.deadlines:
+                timeout = max(0, min(timeout, int((self.deadlines[0][0] - time.monotonic()) * 1000) + 1))
+            events = dict(poller.poll(timeout))
+            with self.index.env.begin(buffers=False) as txn:
+                if self.lac_sub in events:
+                    moved = set()
+                    while True:
+                        try:
+                            moved.add(wire.LEDGER_ID.unpack(self.lac_sub.recv(zmq.NOBLOCK))[0])
+                        except zmq.Again:
+                            break
+                    for lid in moved:
+                        self.wake_polls(txn, lid)
+                if self.control in events:
+                    self.take_control(txn)
+                if self.clients in events:
+                    for _ in range(MAX_MESSAGES_PER_ITERATION):
+                        try:
+                            frames = self.clients.recv_multipart(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        self.handle(txn, frames)
+                self.expire_polls(txn)
+            now = time.monotonic()
+            if now - self.last_stats >= 1.0:
+                self.last_stats = now
+                s = dict(self.stats)
+                s["long_polls_parked"] = sum(len(v) for v in self.polls.values())
+                self.ctx.write_stats(s)
+
+    # -- requests --------------------------------------------------------------------------------
+    def reply(self, ident, op, status, request_id, ledger_id, body=()) -> None:
+        try:
+            self.clients.send_multipart([ident, wire.pack_header(op, status, request_id, ledger_id), *body],
+                                        zmq.NOBLOCK)
+        except zmq.ZMQError:
+            self.stats["replies_dropped_total"] += 1
+
+    def handle(self, txn, frames) -> None:
+        if len(frames) < 2:
+            self.stats["dropped_malformed_total"] += 1
+            return
+        ident, head, body = frames[0], frames[1], frames[2:]
+        try:
+            op, flags, request_id, ledger_id = wire.unpack_header(head)
+            wire.check_request_flags(op, flags)
+        except wire.ProtocolError as e:
+            self.stats["rejected_malformed_total"] += 1
+            if len(head) == wire.HEADER_SIZE:
+                _, _, op, _, _, rid, lid = wire.HEADER.unpack(head)
+                self.reply(ident, op, e.status, rid, max(lid, 0))
+            return
+        req = (ident, op, flags, request_id, ledger_id, body)
+        try:
+            if op == Op.INFO:
+                self.reply(ident, op, Status.OK, request_id, ledger_id, [self.info()])
+                return
+            if op not in (Op.READ, Op.READ_LAC):
+                raise wire.ProtocolError(f"op {Op(op).name} goes to the add socket")
+            self.check_body(req)
+            if flags & Flag.FENCE:
+                key = body[-1]
+                if not key or len(key) > wire.MAX_MASTER_KEY:
+                    raise wire.ProtocolError("master key size")
+                self.fence_waits[ledger_id].append(req)
+                self.control.send_multipart([b"F", wire.LEDGER_ID.pack(ledger_id), key])
+                self.stats["fence_requests_total"] += 1
+                return
+            self.answer(txn, req)
+        except wire.ProtocolError as e:
+            self.stats[f"rejected_{e.status.name.lower()}_total"] += 1
+            self.reply(ident, op, e.status, request_id, ledger_id)
+        except OSError as e:
+            self.ctx.log("read failed", ledger=ledger_id, error=str(e))
+            self.reply(ident, op, Status.IO_ERROR, request_id, ledger_id)
+
+    def check_body(self, req) -> None:
+        _, op, flags, _, _, body = req
+        want = 0
+        if op == Op.READ:
+            want = 1
+            if len(body) >= 1 and len(body[0]) != wire.READ_BODY.size:
+                raise wire.ProtocolError("READ body is first_entry_id u64 | max_count u32")
+        elif flags & Flag.LONG_POLL:
+            want = 1
+            if len(body) >= 1 and len(body[0]) != wire.LONG_POLL_BODY.size:
+                raise wire.ProtocolError("LONG_POLL body is previous_lac i64 | timeout_ms u32")
+        if flags & Flag.FENCE:
+            want += 1
+        if len(body) != want:
+            raise wire.ProtocolError(f"{Op(op).name} with flags {flags:#x} takes {want} body frames, got {len(body)}")
+
+    def answer(self, txn, req) -> None:
+        ident, op, flags, request_id, ledger_id, body = req
+        if op == Op.READ:
+            first, max_count = wire.READ_BODY.unpack(body[0])
+            if first > wire.MAX_ID or max_count == 0:
+                raise wire.ProtocolError("entry id out of range or zero count")
+            locs = self.index.locate_range(txn, ledger_id, first, min(max_count, wire.MAX_BATCH))
+            if not locs:
+                status = Status.NO_ENTRY if self.index.get_ledger(txn, ledger_id) is not None else Status.NO_LEDGER
+                self.reply(ident, op, status, request_id, ledger_id)
+                return
+            total = 0
+            keep = 0
+            for _, _, ln in locs:
+                if keep and total + ln > wire.MAX_READ_BYTES:
+                    break
+                total += ln
+                keep += 1
+            entries = self.logs.read_run(locs[:keep])
+            lengths = np.fromiter((len(e) for e in entries), dtype=wire.LENGTHS_DTYPE, count=len(entries))
+            self.reply(ident, op, Status.OK, request_id, ledger_id, [lengths.tobytes(), b"".join(entries)])
+            self.stats["read_entries_total"] += len(entries)
+            self.stats["read_requests_total"] += 1
+            return
+        # READ_LAC
+        lac, last = self.lac_of(txn, ledger_id)
+        if lac is None:
+            self.reply(ident, op, Status.NO_LEDGER, request_id, ledger_id)
+            return
+        if flags & Flag.LONG_POLL:
+            previous, timeout_ms = wire.LONG_POLL_BODY.unpack(body[0])
+            if lac <= previous and timeout_ms > 0:
+                deadline = time.monotonic() + min(timeout_ms, wire.MAX_LONG_POLL_MS) / 1000.0
+                poll = [req, previous, deadline, False]
+                self.polls[ledger_id].append(poll)
+                heapq.heappush(self.deadlines, (deadline, next(self.seq), ledger_id, poll))
+                return
+        self.reply(ident, op, Status.OK, request_id, ledger_id, [wire.LAC_BODY.pack(lac, last)])
+        self.stats["read_lac_total"] += 1
+
+    def lac_of(self, txn, ledger_id: int):
+        """(lac, last_entry_id) as this bookie knows them; (None, None) for an unknown ledger."""
+        state = self.index.get_ledger(txn, ledger_id)
+        if state is None:
+            return None, None
+        lac = state.get("lac", -1)
+        last = self.index.last_entry(txn, ledger_id)
+        if last is None:
+            return lac, -1
+        entry_id, (log_id, off, _) = last
+        header = self.logs.read(log_id, off, wire.ENTRY_HEADER_SIZE)
+        return max(lac, wire.unpack_entry_header(header)[2]), entry_id
+
+    # -- fences, long polls ----------------------------------------------------------------------
+    def take_control(self, txn) -> None:
+        while True:
+            try:
+                frames = self.control.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frames) != 3 or frames[0] != b"F":
+                continue
+            (ledger_id,) = wire.LEDGER_ID.unpack(frames[1])
+            (status,) = wire.STATUS.unpack(frames[2])
+            waiting = self.fence_waits.pop(ledger_id, [])
+            for req in waiting:
+                ident, op, flags, request_id, lid, body = req
+                if status != Status.OK:
+                    self.reply(ident, op, status, request_id, lid)
+                    continue
+                try:
+                    self.answer(txn, (ident, op, flags & ~Flag.FENCE, request_id, lid, body[:-1]))
+                except wire.ProtocolError as e:
+                    self.reply(ident, op, e.status, request_id, lid)
+
+    def wake_polls(self, txn, ledger_id: int) -> None:
+        polls = self.polls.get(ledger_id)
+        if not polls:
+            return
+        lac, last = self.lac_of(txn, ledger_id)
+        still = []
+        for poll in polls:
+            req, previous, _, done = poll
+            if done:
+                continue
+            if lac is not None and lac > previous:
+                poll[3] = True
+                ident, op, _, request_id, lid, _ = req
+                self.reply(ident, op, Status.OK, request_id, lid, [wire.LAC_BODY.pack(lac, last)])
+            else:
+                still.append(poll)
+        if still:
+            self.polls[ledger_id] = still
+        else:
+            del self.polls[ledger_id]
+
+    def expire_polls(self, txn) -> None:
+        now = time.monotonic()
+        while self.deadlines and self.deadlines[0][0] <= now:
+            _, _, ledger_id, poll = heapq.heappop(self.deadlines)
+            if poll[3]:
+                continue
+            poll[3] = True
+            req = poll[0]
+            ident, op, _, request_id, lid, _ = req
+            lac, last = self.lac_of(txn, ledger_id)
+            self.reply(ident, op, Status.OK, request_id, lid, [wire.LAC_BODY.pack(lac, last)])
+            polls = self.polls.get(ledger_id)
+            if polls is not None:
+                polls[:] = [p for p in polls if not p[3]]
+                if not polls:
+                    del self.polls[ledger_id]
+
+    def info(self) -> bytes:
+        usage = shutil.disk_usage(self.ledger_dir)
+        return orjson.dumps({"bookie_id": self.ctx.conf.bookie_id, "free_bytes": usage.free,
+                             "total_bytes": usage.total, "writable": not self.ring.get(READONLY),
+                             "version": __version__})
+
+
+def run(ctx) -> int:
+    conf = ctx.conf
+    index_dir = current_dir(conf.index_directories[0])
+    env = open_index(index_dir, conf.indexMapSizeMB * 1024 * 1024)
+    index = Index(env)
+    logs = EntryLogReader(current_dir(conf.ledgerDirectories[0]))
+    ring = Ring.attach(ctx.ring_path)
+    zctx = zmq.Context()
+    clients = make_socket(zctx, zmq.ROUTER, linger_ms=500)
+    clients.setsockopt(zmq.SNDHWM, 100_000)
+    clients.bind(f"tcp://{conf.listeningInterface}:{conf.bookiePort + 1}")
+    control = make_socket(zctx, zmq.DEALER)
+    control.connect(ctx.endpoint("add.ctl"))
+    lac_sub = make_socket(zctx, zmq.SUB)
+    lac_sub.setsockopt(zmq.SUBSCRIBE, b"")
+    lac_sub.connect(ctx.endpoint("add.lac"))
+    server = ReadServer(ctx, index, logs, ring, clients, control, lac_sub)
+    ctx.log("read worker ready", port=conf.bookiePort + 1)
+    ctx.ready()
+    try:
+        server.serve()
+    finally:
+        for s in (clients, control, lac_sub):
+            s.close()
+        zctx.term()
+        logs.close()
+        env.close()
+    ctx.log("read worker stopped")
+    return 0

@@ -1,0 +1,116 @@
+"""The shared-memory ring between the add worker and the journal worker.
+
+Theory of operation
+-------------------
+One file in /dev/shm, created and unlinked by the supervisor alone (workers only map it, so no
+resource tracker ever unlinks it behind our back).  Its first page holds the control words;
+the rest is the data ring.
+
+Positions are *logical journal offsets*: u64 byte counts that only ever grow, over the whole
+life of the bookie's journal (they continue across restarts; the journal stores them in every
+group header).  Byte ``p`` lives at ``DATA_OFFSET + p % capacity``.
+
+Control words (u64, native endianness, plain stores; one writer each)::
+
+    WRITE     end of the records the add worker has placed   (writer: add worker)
+    DURABLE   end of what the journal has fdatasync'd         (writer: journal worker)
+    BASE      logical offset the ring started at this boot    (writer: journal worker at start)
+    READONLY  1 when the bookie must refuse adds               (writer: supervisor)
+    JOURNAL_EPOCH / ADD_EPOCH  bumped by each start of that worker (for logs and tests)
+
+Publication order: write the data, then store the cursor; a reader loads the cursor first,
+then reads the data up to it.  The add worker never writes over bytes the journal has not made
+durable: a record may be placed only while ``WRITE + size - DURABLE <= capacity``.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+
+PAGE = 4096
+DATA_OFFSET = PAGE
+
+WRITE, DURABLE, BASE, READONLY, JOURNAL_EPOCH, ADD_EPOCH = range(6)
+
+
+class Ring:
+    """A mapping of the ring file.  ``create`` (supervisor) or ``attach`` (workers)."""
+
+    def __init__(self, path: str, mm: mmap.mmap, capacity: int):
+        self.path = path
+        self._mm = mm
+        self.capacity = capacity
+        self.ctl = np.ndarray((PAGE // 8,), dtype=np.uint64, buffer=mm, offset=0)
+        self.data = memoryview(mm)[DATA_OFFSET:DATA_OFFSET + capacity]
+        self._np = np.ndarray((capacity,), dtype=np.uint8, buffer=mm, offset=DATA_OFFSET)
+
+    @classmethod
+    def create(cls, path: str, capacity: int) -> "Ring":
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, DATA_OFFSET + capacity)
+            mm = mmap.mmap(fd, DATA_OFFSET + capacity)
+        finally:
+            os.close(fd)
+        return cls(path, mm, capacity)
+
+    @classmethod
+    def attach(cls, path: str) -> "Ring":
+        fd = os.open(path, os.O_RDWR)
+        try:
+            size = os.fstat(fd).st_size
+            mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        return cls(path, mm, size - DATA_OFFSET)
+
+    def get(self, word: int) -> int:
+        return int(self.ctl[word])
+
+    def set(self, word: int, value: int) -> None:
+        self.ctl[word] = value
+
+    def free_bytes(self) -> int:
+        return self.capacity - (self.get(WRITE) - self.get(DURABLE))
+
+    def put(self, pos: int, parts) -> int:
+        """Copy ``parts`` (bytes-like) into the ring from logical ``pos``; returns the end.
+
+        The caller has checked there is room; the cursor is not moved here.
+        """
+        cap = self.capacity
+        for part in parts:
+            src = np.frombuffer(part, dtype=np.uint8)
+            n = len(src)
+            if n == 0:
+                continue
+            start = pos % cap
+            first = min(n, cap - start)
+            self._np[start:start + first] = src[:first]
+            if first < n:
+                self._np[0:n - first] = src[first:]
+            pos += n
+        return pos
+
+    def slices(self, start: int, end: int) -> list[memoryview]:
+        """Memoryviews (one, or two when wrapping) of logical bytes [start, end)."""
+        if end <= start:
+            return []
+        cap = self.capacity
+        a = start % cap
+        n = end - start
+        if a + n <= cap:
+            return [self.data[a:a + n]]
+        return [self.data[a:cap], self.data[0:n - (cap - a)]]
+
+    def close(self) -> None:
+        # Views must go before the mapping can close; ignore "exported pointers" at exit.
+        self.data.release()
+        del self.ctl, self._np
+        try:
+            self._mm.close()
+        except BufferError:
+            pass

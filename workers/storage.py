@@ -1,0 +1,320 @@
+"""Ledger storage: interleaved entry logs and the LMDB index.
+
+Entry log format
+----------------
+Files ``{log_id:08x}.log`` in a ledger directory; ids grow by one.  A 64-byte header, then
+ADD_BATCH records (bookie.workers.records) exactly as they went through the ring and the
+journal, then zeros when preallocated::
+
+    0   8  magic     b"BKELOG01"
+    8   4  log_id    u32
+    12  4  crc32 of bytes 0..12
+    16  48 zero
+
+An entry's bytes are found through the index, never by scanning; the log is rolled once it
+passes ``logSizeLimit``.  Entry logs are synced at checkpoints only: until then the journal
+holds what they hold.
+
+Index (LMDB environment ``index`` in the first index directory)
+-----------------------------------------------------------------
+``entries``  key ledger_id u64 BE | entry_id u64 BE  ->  log_id u32 | offset u64 | length u32 (LE)
+``ledgers``  key ledger_id u64 BE  ->  orjson {"key": hex master key, "fenced": bool, "lac": int}
+``logs``     key log_id u32 BE     ->  orjson {ledger_id: bytes stored} (the log's ledger map)
+``meta``     b"current_log" -> u32 of the log being written (GC leaves it alone)
+
+Keys are big-endian so that LMDB's byte order is (ledger, entry) order: the last entry of a
+ledger is one cursor step back from the first key of the next ledger.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+
+import lmdb
+import numpy as np
+import orjson
+
+from bookie.workers.journal import fsync_dir
+
+LOG_MAGIC = b"BKELOG01"
+LOG_HEADER_SIZE = 64
+LOC = struct.Struct("<IQI")
+LOC_DTYPE = np.dtype([("log", "<u4"), ("off", "<u8"), ("len", "<u4")])
+KEY_DTYPE = np.dtype([("ledger", ">u8"), ("entry", ">u8")])
+LEDGER_KEY = struct.Struct(">Q")
+LOG_KEY = struct.Struct(">I")
+
+
+def entry_key(ledger_id: int, entry_id: int) -> bytes:
+    return struct.pack(">QQ", ledger_id, entry_id)
+
+
+def log_name(log_id: int) -> str:
+    return f"{log_id:08x}.log"
+
+
+def list_logs(directory: str) -> list[int]:
+    out = []
+    for name in os.listdir(directory):
+        if name.endswith(".log") and len(name) == 12:
+            try:
+                out.append(int(name[:8], 16))
+            except ValueError:
+                pass
+    return sorted(out)
+
+
+def open_index(directory: str, map_size: int, readonly: bool = False) -> lmdb.Environment:
+    """Open the index environment in the calling process (never carry one across fork).
+
+    sync=False: a commit reaches the page cache (enough for every other process of this
+    bookie, and for process crashes); the checkpoint calls ``env.sync(True)`` before it
+    persists LastLogMark, and the journal covers whatever a machine crash takes back.
+    """
+    path = os.path.join(directory, "index")
+    os.makedirs(path, exist_ok=True)
+    return lmdb.open(path, map_size=map_size, max_dbs=8, sync=False, metasync=False,
+                     readonly=readonly, max_readers=64, lock=True)
+
+
+class Index:
+    def __init__(self, env: lmdb.Environment):
+        self.env = env
+        self.entries = env.open_db(b"entries")
+        self.ledgers = env.open_db(b"ledgers")
+        self.logs = env.open_db(b"logs")
+        self.meta = env.open_db(b"meta")
+
+    # -- ledgers ---------------------------------------------------------------------------------
+    def get_ledger(self, txn, ledger_id: int) -> dict | None:
+        raw = txn.get(LEDGER_KEY.pack(ledger_id), db=self.ledgers)
+        return None if raw is None else orjson.loads(raw)
+
+    def put_ledger(self, txn, ledger_id: int, state: dict) -> None:
+        txn.put(LEDGER_KEY.pack(ledger_id), orjson.dumps(state), db=self.ledgers)
+
+    def ledger_ids(self, txn) -> list[int]:
+        with txn.cursor(db=self.ledgers) as cur:
+            return [LEDGER_KEY.unpack(k)[0] for k in cur.iternext(keys=True, values=False)]
+
+    # -- entries ---------------------------------------------------------------------------------
+    def put_locations(self, txn, ledger_id: int, entry_ids: np.ndarray, log_id: int,
+                      offsets: np.ndarray, lengths: np.ndarray) -> None:
+        n = len(entry_ids)
+        keys = np.empty(n, dtype=KEY_DTYPE)
+        keys["ledger"] = ledger_id
+        keys["entry"] = entry_ids
+        locs = np.empty(n, dtype=LOC_DTYPE)
+        locs["log"] = log_id
+        locs["off"] = offsets
+        locs["len"] = lengths
+        kb = keys.tobytes()
+        vb = locs.tobytes()
+        items = [(kb[i * 16:i * 16 + 16], vb[i * 16:i * 16 + 16]) for i in range(n)]
+        with txn.cursor(db=self.entries) as cur:
+            cur.putmulti(items, dupdata=False, overwrite=True, append=False)
+
+    def locate(self, txn, ledger_id: int, entry_id: int):
+        raw = txn.get(entry_key(ledger_id, entry_id), db=self.entries)
+        return None if raw is None else LOC.unpack(raw)
+
+    def locate_range(self, txn, ledger_id: int, first: int, max_count: int):
+        """Locations of consecutive entries from ``first`` (stops at the first gap)."""
+        out = []
+        with txn.cursor(db=self.entries) as cur:
+            if not cur.set_key(entry_key(ledger_id, first)):
+                return out
+            expect = first
+            for k, v in cur.iternext():
+                lid, eid = struct.unpack(">QQ", k)
+                if lid != ledger_id or eid != expect:
+                    break
+                out.append(LOC.unpack(v))
+                expect += 1
+                if len(out) >= max_count:
+                    break
+        return out
+
+    def last_entry(self, txn, ledger_id: int):
+        """(entry_id, location) of the ledger's highest entry, or None."""
+        with txn.cursor(db=self.entries) as cur:
+            if ledger_id + 1 < (1 << 64) and cur.set_range(entry_key(ledger_id + 1, 0)):
+                if not cur.prev():
+                    return None
+            elif not cur.last():
+                return None
+            k, v = cur.item()
+            lid, eid = struct.unpack(">QQ", k)
+            if lid != ledger_id:
+                return None
+            return eid, LOC.unpack(v)
+
+    def delete_ledger(self, txn, ledger_id: int, limit: int = 10_000) -> int:
+        """Delete up to ``limit`` entries of a ledger, and its record once none are left.
+
+        Returns how many entries were deleted (call again while it returns ``limit``).
+        """
+        n = 0
+        with txn.cursor(db=self.entries) as cur:
+            if cur.set_range(entry_key(ledger_id, 0)):
+                while n < limit:
+                    k = cur.key()
+                    if not k or LEDGER_KEY.unpack(k[:8])[0] != ledger_id:
+                        break
+                    if not cur.delete():
+                        break
+                    n += 1
+        if n < limit:
+            txn.delete(LEDGER_KEY.pack(ledger_id), db=self.ledgers)
+        return n
+
+    # -- entry-log maps --------------------------------------------------------------------------
+    def add_to_log_map(self, txn, log_id: int, counts: dict[int, int]) -> None:
+        key = LOG_KEY.pack(log_id)
+        raw = txn.get(key, db=self.logs)
+        cur = orjson.loads(raw) if raw else {}
+        for lid, nbytes in counts.items():
+            cur[str(lid)] = cur.get(str(lid), 0) + nbytes
+        txn.put(key, orjson.dumps(cur), db=self.logs)
+
+    def log_maps(self, txn) -> dict[int, dict[int, int]]:
+        out = {}
+        with txn.cursor(db=self.logs) as cur:
+            for k, v in cur:
+                out[LOG_KEY.unpack(k)[0]] = {int(a): b for a, b in orjson.loads(v).items()}
+        return out
+
+    def set_current_log(self, txn, log_id: int) -> None:
+        txn.put(b"current_log", LOG_KEY.pack(log_id), db=self.meta)
+
+    def current_log(self, txn) -> int:
+        raw = txn.get(b"current_log", db=self.meta)
+        return LOG_KEY.unpack(raw)[0] if raw else 0
+
+
+class EntryLogWriter:
+    """Appends ADD_BATCH records to the current entry log; rolls at ``size_limit``."""
+
+    def __init__(self, directory: str, size_limit: int, preallocate: bool):
+        self.directory = directory
+        self.size_limit = size_limit
+        self.preallocate = preallocate
+        ids = list_logs(directory)
+        self.log_id = 0
+        self._next = (ids[-1] + 1) if ids else 1
+        self._fd = -1
+        self.offset = 0
+        self._unsynced: list[int] = []  # fds written since the last sync (old ones closed after)
+
+    def needs_roll(self, incoming: int) -> bool:
+        return self._fd < 0 or self.offset + incoming > self.size_limit
+
+    def roll(self) -> None:
+        """Open the next log; the current one is synced and closed at the next sync()."""
+        if self._fd >= 0:
+            self._unsynced.append(self._fd)
+        log_id = self._next
+        self._next += 1
+        path = os.path.join(self.directory, log_name(log_id))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        head = LOG_MAGIC + struct.pack("<I", log_id)
+        head += struct.pack("<I", zlib.crc32(head))
+        os.pwrite(fd, head.ljust(LOG_HEADER_SIZE, b"\0"), 0)
+        if self.preallocate:
+            try:
+                os.posix_fallocate(fd, 0, min(self.size_limit, 64 * 1024 * 1024))
+            except OSError:
+                pass
+        fsync_dir(self.directory)
+        self._fd = fd
+        self.log_id = log_id
+        self.offset = LOG_HEADER_SIZE
+
+    def append(self, parts) -> int:
+        """Write one record's parts at the end; returns its start offset in the log."""
+        start = self.offset
+        total = sum(len(p) for p in parts)
+        n = os.pwritev(self._fd, list(parts), start)
+        if n != total:
+            data = b"".join(bytes(p) for p in parts)
+            while n < total:
+                n += os.pwrite(self._fd, data[n:], start + n)
+        self.offset = start + total
+        return start
+
+    def sync(self) -> None:
+        """fdatasync everything written so far (checkpoint step 1)."""
+        for fd in self._unsynced:
+            os.fdatasync(fd)
+            os.close(fd)
+        self._unsynced.clear()
+        if self._fd >= 0:
+            os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        self.sync()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class EntryLogReader:
+    """Reads entry bytes by location; keeps a small cache of open log files."""
+
+    def __init__(self, directory: str, max_open: int = 64):
+        self.directory = directory
+        self.max_open = max_open
+        self._fds: dict[int, int] = {}
+
+    def _fd(self, log_id: int) -> int:
+        fd = self._fds.get(log_id)
+        if fd is None:
+            if len(self._fds) >= self.max_open:
+                old_id, old_fd = next(iter(self._fds.items()))
+                del self._fds[old_id]
+                os.close(old_fd)
+            fd = os.open(os.path.join(self.directory, log_name(log_id)), os.O_RDONLY)
+            self._fds[log_id] = fd
+        return fd
+
+    def read(self, log_id: int, offset: int, length: int) -> bytes:
+        data = os.pread(self._fd(log_id), length, offset)
+        if len(data) != length:
+            raise OSError(f"entry log {log_name(log_id)}: short read at {offset}")
+        return data
+
+    def read_run(self, locs) -> list[bytes]:
+        """Read several locations, merging neighbours in one log into one pread."""
+        out: list[bytes] = []
+        i = 0
+        n = len(locs)
+        while i < n:
+            log_id, off, ln = locs[i]
+            j = i + 1
+            end = off + ln
+            while j < n and locs[j][0] == log_id and locs[j][1] >= end and locs[j][1] - end < 4096 \
+                    and locs[j][1] + locs[j][2] - off <= 8 * 1024 * 1024:
+                end = locs[j][1] + locs[j][2]
+                j += 1
+            if j == i + 1:
+                out.append(self.read(log_id, off, ln))
+            else:
+                blob = self.read(log_id, off, end - off)
+                mv = memoryview(blob)
+                for k in range(i, j):
+                    _, o, l2 = locs[k]
+                    out.append(mv[o - off:o - off + l2])
+            i = j
+        return out
+
+    def forget(self, log_id: int) -> None:
+        fd = self._fds.pop(log_id, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
