@@ -1,1 +1,11 @@
-"""testing"""
+"""Test harnesses shipped with the package, for this project's suite and for users' own.
+
+- :class:`LocalBookies`: N real bookies on 127.0.0.1 (context manager).
+- ``bookie.testing.zookeeper``: a real ZooKeeper server in a temp dir.
+- pytest fixtures (registered automatically through the ``pytest11`` entry point): see
+  :mod:`bookie.testing.fixtures`.
+"""
+
+from bookie.appliance.localbookie import LocalBookieError, LocalBookies
+
+__all__ = ["LocalBookies", "LocalBookieError"]
