@@ -1,1 +1,58 @@
-"""Metadata stores."""
+"""Metadata stores: ledger metadata, bookie membership and cookies, behind one interface.
+
+    from bookie.appliance.metadata import open_metadata, LedgerMetadata
+    with open_metadata("lmdb:///var/lib/bookie/metadata") as store:
+        ledger_id, version = store.create_ledger(LedgerMetadata(3, 2, 2, fragments=[(0, ensemble)]))
+
+``open_metadata`` picks the backend from the URI (see ``uri.py``): ZooKeeper through kazoo for
+clusters (``zk://``, ``zk+flat://``, ``zk+hierarchical://``), or the embedded LMDB store for one
+host (``lmdb:///abs/path``).  Both pass one contract test suite (tests/test_metadata_contract.py);
+docs/metadata.md describes the node tree, the record format and the delivery delay of watches.
+"""
+
+from __future__ import annotations
+
+from bookie.appliance.metadata.errors import (
+    BadVersionError, ConnectionLossError, CookieNotFoundError, CorruptMetadataError,
+    InvalidUriError, MetadataError, MetadataTimeoutError, NodeExistsError, NoSuchLedgerError,
+    NoSuchNodeError, NotEmptyError)
+from bookie.appliance.metadata.ledger import LedgerMetadata, LedgerState
+from bookie.appliance.metadata.store import BookieRegistration, MetadataStore
+from bookie.appliance.metadata.uri import MetadataUri, parse_uri
+
+__all__ = [
+    "open_metadata", "MetadataStore", "BookieRegistration", "LedgerMetadata", "LedgerState",
+    "MetadataUri", "parse_uri",
+    "MetadataError", "BadVersionError", "NoSuchLedgerError", "NoSuchNodeError",
+    "CookieNotFoundError", "NodeExistsError", "NotEmptyError", "MetadataTimeoutError",
+    "ConnectionLossError", "CorruptMetadataError", "InvalidUriError",
+]
+
+
+def open_metadata(uri: str, timeout_s: float = 10.0, *, lease_ms: int = 5000,
+                  watch_poll_s: float = 0.1, session_timeout_s: float | None = None,
+                  map_size_bytes: int = 1 << 30) -> MetadataStore:
+    """Open the metadata store the URI names.
+
+    Args:
+        uri: ``zk://host:port[,host:port...][/root]`` (also ``zk+flat://``,
+            ``zk+hierarchical://``) or ``lmdb:///abs/path``.
+        timeout_s: longest any call may take, opening included (``zkTimeout``).
+        lease_ms: embedded store: lifetime of this store's registrations without renewal
+            (``registrationLeaseMs``); they are renewed every lease_ms/4.
+        watch_poll_s: embedded store: poll interval of watches (the bound on their delay).
+        session_timeout_s: ZooKeeper session timeout (default: ``timeout_s``).
+        map_size_bytes: embedded store: largest size of the LMDB file.
+
+    Raises:
+        InvalidUriError: the URI is malformed.
+        MetadataTimeoutError: the ZooKeeper servers cannot be reached within ``timeout_s``.
+        MetadataError: the store cannot be opened (directory not usable, layout mismatch).
+    """
+    parsed = parse_uri(uri)
+    if parsed.scheme == "lmdb":
+        from bookie.appliance.metadata.embedded import EmbeddedMetadataStore
+        return EmbeddedMetadataStore(parsed.path, timeout_s, lease_ms=lease_ms,
+                                     watch_poll_s=watch_poll_s, map_size_bytes=map_size_bytes)
+    from bookie.appliance.metadata.zk import ZooKeeperMetadataStore
+    return ZooKeeperMetadataStore(parsed, timeout_s, session_timeout_s=session_timeout_s)

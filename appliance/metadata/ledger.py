@@ -1,0 +1,202 @@
+"""Ledger metadata: the record, its invariants and its serialized form.
+
+Record format (format version 1).  One JSON object, encoded with orjson, UTF-8:
+
+    {
+      "format_version": 1,                # readers refuse versions they do not know
+      "ensemble_size": E, "write_quorum": Qw, "ack_quorum": Qa,     # E >= Qw >= Qa >= 1
+      "state": "OPEN" | "IN_RECOVERY" | "CLOSED",
+      "last_entry_id": int,               # -1 = no entry; meaningful once CLOSED
+      "length": int,                      # bytes in the ledger; meaningful once CLOSED
+      "digest_type": "crc32" | "crc32c" | "mac" | "dummy",
+      "password_digest": base64 string,   # digest of the ledger password, never the password
+      "ctime_ms": int,                    # creation time, ms since the epoch
+      "custom": {str: str},
+      "fragments": [[first_entry_id, [bookie_id, ...]], ...]   # ascending, first one at 0
+    }
+
+Keys a reader does not know are ignored, so a later minor addition does not break older
+readers; a change older readers must not misread bumps ``format_version``.  The store's record
+version (for compare-and-swap) is kept by the store, never inside the record.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import bisect
+import dataclasses
+import enum
+import time
+from typing import Any
+
+import orjson
+
+from bookie.appliance.metadata.errors import CorruptMetadataError
+
+FORMAT_VERSION = 1
+DIGEST_TYPES = ("crc32", "crc32c", "mac", "dummy")
+
+
+class LedgerState(str, enum.Enum):
+    """Lifecycle of a ledger: OPEN -> (IN_RECOVERY ->) CLOSED; a CLOSED ledger never reopens."""
+
+    OPEN = "OPEN"
+    IN_RECOVERY = "IN_RECOVERY"
+    CLOSED = "CLOSED"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclasses.dataclass
+class LedgerMetadata:
+    """The metadata of one ledger.
+
+    Invariants (checked on construction, by ``validate()`` and on every encode and decode):
+    E >= Qw >= Qa >= 1; every fragment's ensemble has exactly E distinct bookies; fragments are in
+    strictly ascending order of first entry id and the first starts at entry 0.
+    """
+
+    ensemble_size: int
+    write_quorum: int
+    ack_quorum: int
+    state: LedgerState = LedgerState.OPEN
+    last_entry_id: int = -1
+    length: int = 0
+    digest_type: str = "crc32c"
+    password_digest: bytes = b""
+    ctime_ms: int = dataclasses.field(default_factory=_now_ms)
+    custom: dict[str, str] = dataclasses.field(default_factory=dict)
+    fragments: list[tuple[int, list[str]]] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.state = LedgerState(self.state)
+        fragments = []
+        for fragment in self.fragments:
+            if not (isinstance(fragment, (tuple, list)) and len(fragment) == 2
+                    and isinstance(fragment[0], int) and not isinstance(fragment[0], bool)
+                    and isinstance(fragment[1], (tuple, list))):
+                raise ValueError(f"a fragment is (first_entry_id, [bookie_id, ...]), got {fragment!r}")
+            fragments.append((fragment[0], list(fragment[1])))
+        self.fragments = fragments
+        self.validate()
+
+    # -- invariants --------------------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first broken invariant; return None when all hold."""
+        for name in ("ensemble_size", "write_quorum", "ack_quorum", "last_entry_id", "length",
+                     "ctime_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+        if not self.ensemble_size >= self.write_quorum >= self.ack_quorum >= 1:
+            raise ValueError(
+                f"need ensemble_size >= write_quorum >= ack_quorum >= 1, got "
+                f"E={self.ensemble_size} Qw={self.write_quorum} Qa={self.ack_quorum}")
+        if not isinstance(self.state, LedgerState):
+            raise ValueError(f"state must be a LedgerState, got {self.state!r}")
+        if self.last_entry_id < -1:
+            raise ValueError(f"last_entry_id must be >= -1, got {self.last_entry_id}")
+        if self.length < 0:
+            raise ValueError(f"length must be >= 0, got {self.length}")
+        if self.digest_type not in DIGEST_TYPES:
+            raise ValueError(f"digest_type must be one of {DIGEST_TYPES}, got {self.digest_type!r}")
+        if not isinstance(self.password_digest, (bytes, bytearray)):
+            raise ValueError("password_digest must be bytes")
+        if not isinstance(self.custom, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in self.custom.items()):
+            raise ValueError("custom must map str to str")
+        previous = -1
+        for first, ensemble in self.fragments:
+            if first < 0 or first <= previous:
+                raise ValueError(f"fragment first entry ids must ascend from 0, got {first} "
+                                 f"after {previous}")
+            if previous == -1 and first != 0:
+                raise ValueError(f"the first fragment must start at entry 0, not {first}")
+            if len(ensemble) != self.ensemble_size:
+                raise ValueError(f"fragment at entry {first} has {len(ensemble)} bookies, "
+                                 f"ensemble_size is {self.ensemble_size}")
+            if not all(isinstance(b, str) and b and "/" not in b for b in ensemble):
+                raise ValueError(f"fragment at entry {first}: bookie ids must be host:port strings")
+            if len(set(ensemble)) != len(ensemble):
+                raise ValueError(f"fragment at entry {first} names a bookie twice: {ensemble}")
+            previous = first
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def ensemble_for(self, entry_id: int) -> list[str]:
+        """The ensemble of the fragment that holds ``entry_id`` (the last one starting at or
+        before it).  Raises ``ValueError`` for a negative id or a ledger without fragments."""
+        if entry_id < 0:
+            raise ValueError(f"entry id must be >= 0, got {entry_id}")
+        if not self.fragments:
+            raise ValueError("ledger has no fragments")
+        firsts = [first for first, _ in self.fragments]
+        return list(self.fragments[bisect.bisect_right(firsts, entry_id) - 1][1])
+
+    @property
+    def is_closed(self) -> bool:
+        return self.state is LedgerState.CLOSED
+
+    # -- codec -------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as plain JSON types (the on-store form, also used by ``--json`` output)."""
+        return {
+            "format_version": FORMAT_VERSION,
+            "ensemble_size": self.ensemble_size,
+            "write_quorum": self.write_quorum,
+            "ack_quorum": self.ack_quorum,
+            "state": self.state.value,
+            "last_entry_id": self.last_entry_id,
+            "length": self.length,
+            "digest_type": self.digest_type,
+            "password_digest": base64.b64encode(bytes(self.password_digest)).decode("ascii"),
+            "ctime_ms": self.ctime_ms,
+            "custom": dict(self.custom),
+            "fragments": [[first, list(ensemble)] for first, ensemble in self.fragments],
+        }
+
+    def to_bytes(self) -> bytes:
+        self.validate()  # fields may have been assigned since construction
+        return orjson.dumps(self.to_dict())
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, what: str = "ledger metadata") -> "LedgerMetadata":
+        """Decode a record.  Raises ``CorruptMetadataError`` (its message starts with ``what``,
+        e.g. "ledger 42") for anything that is not a valid record of a known format version."""
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError as e:
+            raise CorruptMetadataError(f"{what}: metadata record is not valid JSON ({e})") from None
+        if not isinstance(doc, dict):
+            raise CorruptMetadataError(f"{what}: metadata record is not a JSON object")
+        version = doc.get("format_version")
+        if version != FORMAT_VERSION:
+            raise CorruptMetadataError(
+                f"{what}: unknown metadata format version {version!r} (this build reads "
+                f"{FORMAT_VERSION})")
+        try:
+            return cls(
+                ensemble_size=doc["ensemble_size"],
+                write_quorum=doc["write_quorum"],
+                ack_quorum=doc["ack_quorum"],
+                state=LedgerState(doc["state"]),
+                last_entry_id=doc["last_entry_id"],
+                length=doc["length"],
+                digest_type=doc["digest_type"],
+                password_digest=base64.b64decode(doc["password_digest"], validate=True),
+                ctime_ms=doc["ctime_ms"],
+                custom=doc["custom"],
+                fragments=list(doc["fragments"]),
+            )
+        except KeyError as e:
+            raise CorruptMetadataError(f"{what}: metadata record lacks field {e}") from None
+        except (ValueError, TypeError, binascii.Error) as e:
+            raise CorruptMetadataError(f"{what}: invalid metadata record: {e}") from None
