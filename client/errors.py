@@ -1,0 +1,110 @@
+"""The client's exceptions: one base class, one subclass per thing a caller can act on.
+
+Every message names the ledger (and entry or bookie where there is one) and says what to do.
+``code`` is a short stable string for logs and metrics.
+"""
+
+from __future__ import annotations
+
+
+class BookKeeperError(Exception):
+    """Base class of every error this client raises."""
+
+    code = "error"
+
+    def __init__(self, message: str, *, ledger_id: int | None = None):
+        super().__init__(message)
+        self.ledger_id = ledger_id
+
+
+class LedgerFencedError(BookKeeperError):
+    """The ledger was fenced by a reader that is recovering it; this writer can add no more.
+
+    An add that failed with this may or may not be in the ledger: open the ledger (which
+    recovers it) to find out.
+    """
+
+    code = "fenced"
+
+
+class LedgerClosedError(BookKeeperError):
+    """The ledger is closed (by this handle or another client); it takes no more adds."""
+
+    code = "closed"
+
+
+class NoSuchLedgerError(BookKeeperError):
+    """No ledger with this id exists in the metadata store."""
+
+    code = "no_such_ledger"
+
+
+class NoSuchEntryError(BookKeeperError):
+    """The entry is not in the ledger (past its end, or lost on every replica)."""
+
+    code = "no_such_entry"
+
+
+class NotEnoughBookiesError(BookKeeperError):
+    """Too few writable bookies are registered to form or repair an ensemble."""
+
+    code = "not_enough_bookies"
+
+
+class BadVersionError(BookKeeperError):
+    """A metadata compare-and-swap lost against another client's change."""
+
+    code = "bad_version"
+
+
+class DigestMismatchError(BookKeeperError):
+    """An entry's digest does not match its contents on every replica (or wrong digest type)."""
+
+    code = "digest_mismatch"
+
+    def __init__(self, message: str, *, ledger_id: int | None = None,
+                 entry_id: int | None = None):
+        super().__init__(message, ledger_id=ledger_id)
+        self.entry_id = entry_id
+
+
+class UnauthorizedError(BookKeeperError):
+    """The password does not match the one the ledger was created with."""
+
+    code = "unauthorized"
+
+
+class BKTimeoutError(BookKeeperError, TimeoutError):
+    """An operation did not complete in time (bookies or metadata store too slow or down)."""
+
+    code = "timeout"
+
+
+class BookieError(BookKeeperError):
+    """Bookies answered with an error the client cannot work around (see the message)."""
+
+    code = "bookie_error"
+
+
+class LedgerRecoveryError(BookKeeperError):
+    """Recovery could not find out where the ledger ends; retry when more bookies are up."""
+
+    code = "recovery_failed"
+
+
+class MetadataStoreError(BookKeeperError):
+    """The metadata store failed or could not be reached."""
+
+    code = "metadata"
+
+
+class ClientClosedError(BookKeeperError):
+    """The BookKeeper client was closed; create a new one."""
+
+    code = "client_closed"
+
+
+class InvalidArgumentError(BookKeeperError, ValueError):
+    """A call's arguments are impossible (quorum sizes, entry range, digest type, ...)."""
+
+    code = "invalid_argument"

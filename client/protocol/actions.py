@@ -1,0 +1,163 @@
+"""Events fed to the protocol state machines and the actions they ask the I/O layer to take.
+
+A state machine never touches a socket, a clock or the metadata store: the I/O layer turns
+actions into wire requests, store calls and timers, and feeds what comes back as events.
+Every request action is handed back unchanged in its response event, so an operation knows
+what it asked for without keeping its own table of request ids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bookie.client.errors import BookKeeperError
+from bookie.client.protocol.ledger import LedgerInfo
+from bookie.wire import Status
+
+# Pseudo statuses next to wire.Status: no answer in time, or the request could not be sent.
+TIMEOUT = -1
+UNREACHABLE = -2
+
+
+def status_name(status: int) -> str:
+    """A status for messages: the wire name, or timeout / unreachable."""
+    if status == TIMEOUT:
+        return "timeout"
+    if status == UNREACHABLE:
+        return "unreachable"
+    try:
+        return Status(status).name
+    except ValueError:
+        return f"status {status}"
+
+
+# ---- actions -----------------------------------------------------------------------------------
+
+@dataclasses.dataclass(slots=True)
+class SendAdd:
+    """Write ``entries`` (formatted, ids ``entry_ids``) to ``bookie``; the I/O layer may merge
+    consecutive SendAdds of one operation to one bookie into a single ADD message."""
+    bookie: str
+    entry_ids: list
+    entries: list
+    recovery: bool = False
+    delay_s: float = 0.0
+
+
+@dataclasses.dataclass(slots=True)
+class SendRead:
+    """READ up to ``max_count`` entries from ``first_entry_id`` on ``bookie``."""
+    bookie: str
+    first_entry_id: int
+    max_count: int
+
+
+@dataclasses.dataclass(slots=True)
+class SendReadLac:
+    """READ_LAC from ``bookie``; ``fence`` fences the ledger there first; ``long_poll_after``
+    (when not None) makes the bookie wait until its LAC passes that entry id."""
+    bookie: str
+    fence: bool = False
+    long_poll_after: int | None = None
+    timeout_s: float = 0.0
+
+
+@dataclasses.dataclass(slots=True)
+class SendWriteLac:
+    bookie: str
+    lac: int
+
+
+@dataclasses.dataclass(slots=True)
+class Confirm:
+    """Entries ``first``..``last`` are acknowledged to the caller, in this order."""
+    first: int
+    last: int
+
+
+@dataclasses.dataclass(slots=True)
+class FailAdds:
+    """Entries ``first``..``last`` failed with ``error`` (completed in order, after Confirms)."""
+    first: int
+    last: int
+    error: BookKeeperError
+
+
+@dataclasses.dataclass(slots=True)
+class ListBookies:
+    """Ask the metadata store for the writable bookies (answer: BookiesListed)."""
+
+
+@dataclasses.dataclass(slots=True)
+class WriteMetadata:
+    """CAS-write ``info`` at ``version`` (answer: MetadataWritten or MetadataConflict)."""
+    info: LedgerInfo
+    version: object
+    purpose: str  # "ensemble" or "close"
+
+
+@dataclasses.dataclass(slots=True)
+class Finished:
+    """The operation is over: ``result`` for its caller, or ``error``."""
+    result: object = None
+    error: BookKeeperError | None = None
+
+
+# ---- events ------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(slots=True)
+class AddResponse:
+    request: SendAdd
+    status: int
+
+
+@dataclasses.dataclass(slots=True)
+class ReadResponse:
+    """``entries``: the formatted entries returned (empty unless status is OK)."""
+    request: SendRead
+    status: int
+    entries: list = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(slots=True)
+class LacResponse:
+    request: SendReadLac
+    status: int
+    lac: int = -1
+    last_entry_id: int = -1
+
+
+@dataclasses.dataclass(slots=True)
+class WriteLacResponse:
+    request: SendWriteLac
+    status: int
+
+
+@dataclasses.dataclass(slots=True)
+class BookiesListed:
+    writable: list
+
+
+@dataclasses.dataclass(slots=True)
+class MetadataWritten:
+    request: WriteMetadata
+    version: object
+
+
+@dataclasses.dataclass(slots=True)
+class MetadataConflict:
+    """The CAS failed; ``info``/``version`` are the re-read metadata."""
+    request: WriteMetadata
+    info: LedgerInfo
+    version: object
+
+
+@dataclasses.dataclass(slots=True)
+class MetadataFailed:
+    request: object
+    error: BookKeeperError
+
+
+@dataclasses.dataclass(slots=True)
+class Tick:
+    """Time passed (drives explicit LAC writes)."""

@@ -1,0 +1,350 @@
+"""The single writer of a ledger: adds, bookie failures, ensemble changes, close.
+
+Theory of operation
+-------------------
+States::
+
+    WRITING --close()--> CLOSING --CAS ok / closed at our LAC--> CLOSED
+       |                    |
+       +--fenced, unauthorized, closed elsewhere, no bookies--> FAILED
+
+* ``add`` gives each payload the next entry id, formats it with the current LAC piggybacked and
+  the running ledger length, and sends it to every non-failed position of its write set in
+  the last fragment's ensemble.  ``PendingAdds`` confirms entries in order.
+* A bookie failure (error status other than fenced / unauthorized, or a timeout) marks its
+  position failed at once (its acks stop counting, nothing more is sent there) and starts an
+  ensemble change: list writable bookies, replace every failed position with one not already
+  in the ensemble (nor failed before for this ledger), CAS a fragment starting at LAC + 1.
+  Once written, each replaced position is revived and every pending entry whose write set
+  includes it is re-sent to the new bookie.  Failures during a change are queued for the next.
+  A lost CAS is re-read: still OPEN -> try again; IN_RECOVERY -> fenced; CLOSED -> closed.
+* ``FENCED`` from any bookie means a reader is recovering the ledger: every pending add fails
+  with LedgerFencedError (it may or may not be in the ledger; recovery decides).
+* ``close`` waits until nothing is pending and no change is in flight, then CASes state CLOSED
+  with last entry = LAC; a lost CAS is decided by ``ledger.close_decision``.
+
+Confirm / FailAdds actions come out in entry order, so futures complete in entry order.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from typing import Callable
+
+from bookie.client.errors import (BookieError, BookKeeperError, LedgerClosedError,
+                                  LedgerFencedError, NotEnoughBookiesError, UnauthorizedError)
+from bookie.client.protocol import actions as A
+from bookie.client.protocol.ledger import (CLOSED, Decision, LedgerInfo, close_decision,
+                                           ensemble_change_conflict, replace_bookies)
+from bookie.client.protocol.pending import PendingAdds
+from bookie.wire import Status
+
+WRITING, CLOSING, CLOSED_STATE, FAILED = "writing", "closing", "closed", "failed"
+
+# Statuses that end the writer rather than the bookie.
+_FATAL = {int(Status.FENCED), int(Status.UNAUTHORIZED), int(Status.BAD_REQUEST),
+          int(Status.BAD_VERSION)}
+BACKOFF_S = 0.005  # re-send delay after TOO_MANY_REQUESTS
+
+Encoder = Callable[[int, int, int, bytes], bytes]  # (entry_id, lac, length, payload) -> entry
+
+
+class LedgerWriter:
+    def __init__(self, info: LedgerInfo, version, encode: Encoder, *,
+                 rng: random.Random | None = None, explicit_lac_interval_s: float = 0.0):
+        self.info = info
+        self.version = version
+        self.ledger_id = info.ledger_id
+        self.ensemble: list[str] = list(info.last_ensemble)
+        self.pending = PendingAdds(info.ensemble_size, info.write_quorum, info.ack_quorum,
+                                   lac=info.last_entry_id)
+        self.state = WRITING
+        self.error: BookKeeperError | None = None
+        self.length = info.length  # bytes of all entries handed out
+        self.confirmed_length = info.length  # bytes up to and including the LAC
+        self._lengths: deque[int] = deque()  # running length of each pending entry
+        self._encode = encode
+        self._rng = rng or random.Random()
+        self._to_replace: set[int] = set()  # failed positions waiting for an ensemble change
+        self._changing: set[int] | None = None  # positions the in-flight change replaces
+        self._bad_bookies: set[str] = set()  # failed for this ledger: never chosen again
+        self._explicit_lac_s = explicit_lac_interval_s
+        self._lac_sent = self.pending.lac  # highest LAC bookies surely know
+        self._last_confirm_at = 0.0
+        self._handlers = {
+            A.AddResponse: self._on_add_response, A.BookiesListed: self._on_bookies,
+            A.MetadataWritten: self._on_metadata_written,
+            A.MetadataConflict: self._on_metadata_conflict,
+            A.MetadataFailed: self._on_metadata_failed, A.WriteLacResponse: self._ignore,
+        }
+
+    # -- queries -------------------------------------------------------------------------------
+
+    @property
+    def lac(self) -> int:
+        return self.pending.lac
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.pending)
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def add(self, payloads, now: float = 0.0) -> tuple[int, list]:
+        """Take payloads for the next entry ids.
+
+        Returns:
+            (entry id of the first payload, actions)
+        Raises:
+            LedgerClosedError / LedgerFencedError / ...: the writer takes no more adds.
+        """
+        if self.state != WRITING:
+            raise self._refusal()
+        pending, encode, lac, ledger_length = self.pending, self._encode, self.pending.lac, self.length
+        first = pending.next_entry_id
+        ids, datas = [], []
+        for payload in payloads:
+            ledger_length += len(payload)
+            entry_id = pending.next_entry_id
+            data = encode(entry_id, lac, ledger_length, payload)
+            pending.append(data)
+            self._lengths.append(ledger_length)
+            ids.append(entry_id)
+            datas.append(data)
+        self.length = ledger_length
+        if lac > self._lac_sent:
+            self._lac_sent = lac
+        return first, self._send(ids, datas)
+
+    def handle(self, event, now: float = 0.0) -> list:
+        if isinstance(event, A.Tick):
+            return self.tick(now)
+        return self._handlers[type(event)](event, now)
+
+    def close(self, now: float = 0.0) -> list:
+        """Start closing: the CAS is written once nothing is pending.  Ends with Finished."""
+        if self.state == CLOSED_STATE:
+            return [A.Finished(result=self.info)]
+        if self.state == FAILED and not isinstance(self.error, NotEnoughBookiesError):
+            return [A.Finished(error=self._refusal())]
+        if self.state == CLOSING:
+            return []
+        self.state = CLOSING
+        return self._maybe_write_close()
+
+    def tick(self, now: float) -> list:
+        """Explicit LAC: when adds have paused and the bookies lag the LAC, tell them."""
+        if (self._explicit_lac_s <= 0 or self.state != WRITING or self.pending.lac <= self._lac_sent
+                or now - self._last_confirm_at < self._explicit_lac_s):
+            return []
+        self._lac_sent = self.pending.lac
+        return [A.SendWriteLac(b, self._lac_sent) for p, b in enumerate(self.ensemble)
+                if not self.pending.position_failed(p)]
+
+    # -- add path ------------------------------------------------------------------------------
+
+    def _send(self, ids, datas) -> list:
+        e_size, qw = self.info.ensemble_size, self.info.write_quorum
+        out = []
+        for pos, bookie in enumerate(self.ensemble):
+            if self.pending.position_failed(pos):
+                continue
+            sel_ids, sel_data = [], []
+            for entry_id, data in zip(ids, datas):
+                if (pos - entry_id) % e_size < qw:
+                    sel_ids.append(entry_id)
+                    sel_data.append(data)
+            if sel_ids:
+                out.append(A.SendAdd(bookie, sel_ids, sel_data))
+        return out
+
+    def _on_add_response(self, event: A.AddResponse, now: float) -> list:
+        if self.state not in (WRITING, CLOSING):
+            return []
+        bookie = event.request.bookie
+        try:
+            pos = self.ensemble.index(bookie)
+        except ValueError:
+            return []  # a bookie replaced since: its answers no longer matter
+        status = event.status
+        if status == Status.OK:
+            done = self.pending.ack(pos, event.request.entry_ids)
+            if done is None:
+                return []
+            self._last_confirm_at = now
+            first, last = done
+            for _ in range(last - first + 1):
+                self.confirmed_length = self._lengths.popleft()
+            out: list = [A.Confirm(first, last)]
+            if self.state == CLOSING:
+                out += self._maybe_write_close()
+            return out
+        if status in _FATAL:
+            return self._fail(self._fatal_error(status, bookie))
+        if status == Status.TOO_MANY_REQUESTS and not self.pending.position_failed(pos):
+            ids, datas = [], []
+            for entry_id in event.request.entry_ids:
+                if entry_id > self.pending.lac and entry_id < self.pending.next_entry_id:
+                    ids.append(entry_id)
+                    datas.append(self.pending.data(entry_id))
+            return [A.SendAdd(bookie, ids, datas, delay_s=BACKOFF_S)] if ids else []
+        return self._bookie_failed(pos)
+
+    def _fatal_error(self, status: int, bookie: str) -> BookKeeperError:
+        lid = self.ledger_id
+        if status == Status.FENCED:
+            return LedgerFencedError(
+                f"ledger {lid} was fenced (bookie {bookie}): another client opened it for "
+                f"recovery; unconfirmed adds may or may not be in it - open the ledger to see",
+                ledger_id=lid)
+        if status == Status.UNAUTHORIZED:
+            return UnauthorizedError(
+                f"bookie {bookie} refused the master key of ledger {lid}: wrong password",
+                ledger_id=lid)
+        return BookieError(f"bookie {bookie} rejected adds to ledger {lid} with status "
+                           f"{Status(status).name} (entry too large for the bookie's "
+                           f"nettyMaxFrameSizeBytes, or a client/bookie version mismatch)",
+                           ledger_id=lid)
+
+    # -- ensemble change -----------------------------------------------------------------------
+
+    def _bookie_failed(self, pos: int) -> list:
+        if self.pending.position_failed(pos):
+            return []
+        self.pending.fail_position(pos)
+        self._bad_bookies.add(self.ensemble[pos])
+        self._to_replace.add(pos)
+        if self._changing is None:
+            self._changing = set()
+            return [A.ListBookies()]
+        return []
+
+    def _on_bookies(self, event: A.BookiesListed, now: float) -> list:
+        if self.state not in (WRITING, CLOSING) or self._changing is None:
+            return []
+        positions = set(self._to_replace)
+        writable = [b for b in event.writable if b not in self._bad_bookies]
+        new_info = replace_bookies(self.info, self.ensemble, sorted(positions), writable,
+                                   self.pending.lac + 1, self._rng)
+        if new_info is None:
+            failed = ", ".join(self.ensemble[p] for p in sorted(positions))
+            return self._fail(NotEnoughBookiesError(
+                f"ledger {self.ledger_id}: bookie(s) {failed} failed and only "
+                f"{len(set(writable) - set(self.ensemble))} writable bookie(s) outside the "
+                f"ensemble are registered to replace them; start more bookies or make them "
+                f"writable", ledger_id=self.ledger_id))
+        self._changing = positions
+        return [A.WriteMetadata(new_info, self.version, "ensemble")]
+
+    def _on_metadata_written(self, event: A.MetadataWritten, now: float) -> list:
+        if event.request.purpose == "close":
+            self.info, self.version = event.request.info, event.version
+            self.state = CLOSED_STATE
+            return [A.Finished(result=self.info)]
+        if self.state not in (WRITING, CLOSING):
+            return []
+        self.info, self.version = event.request.info, event.version
+        self.ensemble = list(self.info.last_ensemble)
+        out: list = []
+        for pos in sorted(self._changing or ()):
+            self._to_replace.discard(pos)
+            ids = self.pending.revive_position(pos)
+            if ids:
+                out.append(A.SendAdd(self.ensemble[pos], ids, [self.pending.data(e) for e in ids]))
+        self._changing = None
+        if self._to_replace:
+            self._changing = set()
+            out.append(A.ListBookies())
+        elif self.state == CLOSING:
+            out += self._maybe_write_close()
+        return out
+
+    def _on_metadata_conflict(self, event: A.MetadataConflict, now: float) -> list:
+        reread = event.info
+        if event.request.purpose == "close":
+            decision = close_decision(reread, self.pending.lac)
+            if decision == Decision.RETRY:
+                self.version = event.version
+                self.info = reread
+                return [self._close_request()]
+            if decision == Decision.DONE:
+                self.info, self.version, self.state = reread, event.version, CLOSED_STATE
+                return [A.Finished(result=reread)]
+            return self._fail(self._not_open_error(decision, reread))
+        if self.state not in (WRITING, CLOSING):
+            return []
+        decision = ensemble_change_conflict(reread)
+        if decision == Decision.RETRY:
+            # Someone else changed the metadata while it stayed OPEN: keep our view of the
+            # current ensemble on top of what they wrote, and choose replacements again.
+            self.info = reread.replace(fragments=tuple(
+                f for f in reread.fragments if f[0] < self.info.last_fragment_first)
+                + ((self.info.last_fragment_first, tuple(self.ensemble)),))
+            self.version = event.version
+            self._changing = set()
+            return [A.ListBookies()]
+        return self._fail(self._not_open_error(decision, reread))
+
+    def _not_open_error(self, decision: str, reread: LedgerInfo) -> BookKeeperError:
+        lid = self.ledger_id
+        if decision == Decision.FENCED:
+            return LedgerFencedError(
+                f"ledger {lid} is being recovered by another client (state IN_RECOVERY); "
+                f"this writer was fenced out - open the ledger to see what it holds",
+                ledger_id=lid)
+        return LedgerClosedError(
+            f"ledger {lid} was closed by another client at entry {reread.last_entry_id} while "
+            f"this writer had confirmed up to {self.pending.lac}", ledger_id=lid)
+
+    def _on_metadata_failed(self, event: A.MetadataFailed, now: float) -> list:
+        if event.request is not None and getattr(event.request, "purpose", None) == "close":
+            self.state = WRITING if self.state == CLOSING else self.state
+            return [A.Finished(error=event.error)]
+        return self._fail(event.error)
+
+    # -- close ---------------------------------------------------------------------------------
+
+    def _maybe_write_close(self) -> list:
+        if len(self.pending) or self._changing is not None:
+            return []
+        return [self._close_request()]
+
+    def _close_request(self) -> A.WriteMetadata:
+        lac = self.pending.lac
+        closed = self.info.replace(state=CLOSED, last_entry_id=lac,
+                                   length=self.confirmed_length)
+        return A.WriteMetadata(closed, self.version, "close")
+
+    # -- failure -------------------------------------------------------------------------------
+
+    def _fail(self, error: BookKeeperError) -> list:
+        was_closing = self.state == CLOSING
+        self.state = FAILED
+        self.error = error
+        self._changing = None
+        out: list = []
+        dropped = self.pending.drain()
+        self._lengths.clear()
+        self.length = self.confirmed_length
+        if dropped:
+            out.append(A.FailAdds(dropped[0], dropped[1], error))
+        if was_closing:
+            if isinstance(error, NotEnoughBookiesError):
+                # Nothing pending any more: the ledger can still be closed at its LAC.
+                self.state = CLOSING
+                out += self._maybe_write_close()
+            else:
+                out.append(A.Finished(error=error))
+        return out
+
+    def _refusal(self) -> BookKeeperError:
+        if self.state in (CLOSING, CLOSED_STATE):
+            return LedgerClosedError(f"ledger {self.ledger_id} is closed (or closing): it "
+                                     f"takes no more adds; create a new ledger",
+                                     ledger_id=self.ledger_id)
+        assert self.error is not None
+        return type(self.error)(str(self.error), ledger_id=self.ledger_id)
+
+    def _ignore(self, event, now: float) -> list:
+        return []
