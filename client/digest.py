@@ -1,0 +1,135 @@
+"""Entry formatting and digests, master keys and password checks.
+
+Spec
+----
+An entry travels and is stored as (big-endian, see ``bookie.wire`` ENTRY FORMAT)::
+
+    ledger_id i64 | entry_id i64 | lac i64 | length i64 | digest (d bytes) | payload
+
+The digest covers the 32 header bytes and the payload:
+
+=========  ====  ==========================================================================
+type       d     value
+=========  ====  ==========================================================================
+crc32      8     zlib CRC-32, as an unsigned 64-bit big-endian integer (BookKeeper's CRC32)
+crc32c     8     CRC-32C (Castagnoli), likewise
+mac        20    HMAC-SHA1 keyed by SHA-1(b"mac" + password) (BookKeeper's MacDigestManager)
+dummy      0     nothing: no integrity check at all
+=========  ====  ==========================================================================
+
+The *master key* a writer sends with every add (and a fencing reader with its fence) is
+SHA-1(b"ledger" + password), 20 bytes, as in BookKeeper; a bookie binds a ledger to the first
+master key it sees and refuses others.  The MAC key differs from the master key on purpose:
+bookies learn the master key, and must not be able to forge digests with it.
+
+The metadata store keeps ``password_digest(password)``, SHA-256 over a fixed prefix and the
+password, so that opening with a wrong password fails before anything is fenced, without the
+store learning the master key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+import struct
+import zlib
+
+import crc32c as _crc32c
+
+from bookie.client.errors import DigestMismatchError, InvalidArgumentError
+from bookie.wire import DIGEST_SIZES, ENTRY_HEADER, ENTRY_HEADER_SIZE
+
+DIGEST_TYPES = tuple(DIGEST_SIZES)  # ("crc32", "crc32c", "mac", "dummy")
+_U64 = struct.Struct(">Q")
+
+
+def master_key(password: bytes) -> bytes:
+    """The 20-byte key that travels with adds and fences: SHA-1(b"ledger" + password)."""
+    return hashlib.sha1(b"ledger" + bytes(password)).digest()
+
+
+def password_digest(password: bytes) -> bytes:
+    """What the metadata store keeps to check a password (not the master key)."""
+    return hashlib.sha256(b"bookie-ledger-password:" + bytes(password)).digest()
+
+
+def check_digest_type(digest: str) -> str:
+    name = str(digest).lower()
+    if name not in DIGEST_SIZES:
+        raise InvalidArgumentError(f"unknown digest type {digest!r}; use one of "
+                                   f"{', '.join(DIGEST_TYPES)}")
+    return name
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """An entry read back: ``data`` is the payload the writer added."""
+
+    ledger_id: int
+    entry_id: int
+    data: bytes
+    lac: int = -1
+    length: int = 0
+
+
+class DigestManager:
+    """Formats entries of one ledger and checks them when read back."""
+
+    __slots__ = ("ledger_id", "digest_type", "size", "_fn", "_mac_key")
+
+    def __init__(self, ledger_id: int, digest_type: str, password: bytes):
+        self.ledger_id = ledger_id
+        self.digest_type = check_digest_type(digest_type)
+        self.size = DIGEST_SIZES[self.digest_type]
+        self._mac_key = hashlib.sha1(b"mac" + bytes(password)).digest()
+        self._fn = {"crc32": self._crc32, "crc32c": self._crc32c, "mac": self._mac,
+                    "dummy": self._dummy}[self.digest_type]
+
+    @staticmethod
+    def _crc32(header: bytes, payload) -> bytes:
+        return _U64.pack(zlib.crc32(payload, zlib.crc32(header)))
+
+    @staticmethod
+    def _crc32c(header: bytes, payload) -> bytes:
+        return _U64.pack(_crc32c.crc32c(payload, _crc32c.crc32c(header)))
+
+    def _mac(self, header: bytes, payload) -> bytes:
+        mac = hmac.new(self._mac_key, header, hashlib.sha1)
+        mac.update(payload)
+        return mac.digest()
+
+    @staticmethod
+    def _dummy(header: bytes, payload) -> bytes:
+        return b""
+
+    def encode(self, entry_id: int, lac: int, length: int, payload) -> bytes:
+        """The formatted entry (header, digest, payload)."""
+        header = ENTRY_HEADER.pack(self.ledger_id, entry_id, lac, length)
+        return b"".join((header, self._fn(header, payload), payload))
+
+    def decode(self, raw) -> LedgerEntry:
+        """Check and unpack a formatted entry.
+
+        Raises:
+            DigestMismatchError: short entry, another ledger's entry, or a digest that does not
+            match (``entry_id`` set when the header could be read).
+        """
+        view = memoryview(raw)
+        if len(view) < ENTRY_HEADER_SIZE + self.size:
+            raise DigestMismatchError(f"ledger {self.ledger_id}: entry of {len(view)} bytes is "
+                                      f"shorter than its header and digest",
+                                      ledger_id=self.ledger_id)
+        ledger_id, entry_id, lac, length = ENTRY_HEADER.unpack_from(view, 0)
+        header = bytes(view[:ENTRY_HEADER_SIZE])
+        end = ENTRY_HEADER_SIZE + self.size
+        payload = view[end:]
+        if ledger_id != self.ledger_id:
+            raise DigestMismatchError(f"ledger {self.ledger_id}: a bookie returned an entry of "
+                                      f"ledger {ledger_id}", ledger_id=self.ledger_id,
+                                      entry_id=entry_id)
+        if not hmac.compare_digest(self._fn(header, payload), view[ENTRY_HEADER_SIZE:end]):
+            raise DigestMismatchError(f"ledger {self.ledger_id} entry {entry_id}: {self.digest_type} "
+                                      f"digest mismatch", ledger_id=self.ledger_id,
+                                      entry_id=entry_id)
+        return LedgerEntry(ledger_id, entry_id, payload.tobytes(), lac, length)

@@ -1,0 +1,63 @@
+"""Entry format and digests: round trips, tamper detection, master keys."""
+
+import zlib
+
+import crc32c
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bookie.client.digest import DigestManager, master_key, password_digest
+from bookie.client.errors import DigestMismatchError, InvalidArgumentError
+from bookie.wire import DIGEST_SIZES, ENTRY_HEADER_SIZE, unpack_entry_header
+
+
+@given(digest=st.sampled_from(sorted(DIGEST_SIZES)), payload=st.binary(max_size=300),
+       entry_id=st.integers(0, 2**62), lac=st.integers(-1, 2**62))
+def test_encode_decode_round_trip(digest, payload, entry_id, lac):
+    dm = DigestManager(42, digest, b"secret")
+    raw = dm.encode(entry_id, lac, 1000, payload)
+    assert len(raw) == ENTRY_HEADER_SIZE + DIGEST_SIZES[digest] + len(payload)
+    assert unpack_entry_header(raw) == (42, entry_id, lac, 1000)
+    entry = dm.decode(raw)
+    assert (entry.entry_id, entry.lac, entry.length, entry.data) == (entry_id, lac, 1000, payload)
+
+
+@pytest.mark.parametrize("digest", ["crc32", "crc32c", "mac"])
+def test_any_flipped_bit_is_a_digest_mismatch_naming_the_entry(digest):
+    dm = DigestManager(1, digest, b"pw")
+    raw = dm.encode(5, 4, 3, b"abc")
+    for i in range(8, len(raw)):  # from entry_id on (a changed ledger id is caught too)
+        bad = bytearray(raw)
+        bad[i] ^= 0x10
+        with pytest.raises(DigestMismatchError):
+            dm.decode(bytes(bad))
+    bad = bytearray(raw)
+    bad[-1] ^= 1
+    with pytest.raises(DigestMismatchError, match="entry 5") as err:
+        dm.decode(bytes(bad))
+    assert err.value.entry_id == 5
+
+
+def test_crc_digests_are_the_standard_checksums_as_big_endian_u64():
+    header_and_payload = None
+    for digest, fn in (("crc32", zlib.crc32), ("crc32c", crc32c.crc32c)):
+        raw = DigestManager(9, digest, b"").encode(1, 0, 2, b"hi")
+        header_and_payload = raw[:32] + raw[40:]
+        assert raw[32:40] == fn(header_and_payload).to_bytes(8, "big")
+
+
+def test_mac_depends_on_password_and_entry_of_another_ledger_is_refused():
+    raw = DigestManager(1, "mac", b"right").encode(0, -1, 1, b"x")
+    with pytest.raises(DigestMismatchError):
+        DigestManager(1, "mac", b"wrong").decode(raw)
+    with pytest.raises(DigestMismatchError, match="ledger 1"):
+        DigestManager(2, "crc32", b"").decode(DigestManager(1, "crc32", b"").encode(0, -1, 1, b"x"))
+
+
+def test_master_key_and_password_digest():
+    assert len(master_key(b"pw")) == 20 and master_key(b"pw") == master_key(b"pw")
+    assert master_key(b"pw") != master_key(b"pw2")
+    assert password_digest(b"pw") != master_key(b"pw")
+    with pytest.raises(InvalidArgumentError, match="crc32c"):
+        DigestManager(1, "md5", b"")
