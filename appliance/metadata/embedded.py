@@ -72,6 +72,43 @@ def _boot_id() -> bytes:
         return bytes(16)
 
 
+# LMDB allows one open environment per file per process, so every store of a process on the
+# same directory shares one handle: (pid, realpath) -> [environment, named dbs, store count].
+# Keyed by pid too: a forked child must not use (or close) its parent's handles.
+_ENVIRONMENTS: dict[tuple[int, str], list] = {}
+_ENVIRONMENTS_LOCK = threading.Lock()
+
+
+def _acquire_environment(path: str, map_size: int) -> tuple[lmdb.Environment, dict]:
+    key = (os.getpid(), os.path.realpath(path))
+    with _ENVIRONMENTS_LOCK:
+        entry = _ENVIRONMENTS.get(key)
+        if entry is None:
+            try:
+                env = lmdb.open(path, subdir=True, map_size=map_size, max_dbs=8,
+                                max_readers=1024, lock=True, sync=True, metasync=True)
+            except lmdb.Error as e:
+                raise MetadataError(f"cannot open the metadata store at {path}: {e}") from None
+            env.reader_check()  # free the reader slots of processes that died
+            dbs = {name: env.open_db(name.encode())
+                   for name in ("nodes", "owned", "leases", "ledgers", "meta")}
+            entry = _ENVIRONMENTS[key] = [env, dbs, 0]
+        entry[2] += 1
+        return entry[0], entry[1]
+
+
+def _release_environment(path: str) -> None:
+    key = (os.getpid(), os.path.realpath(path))
+    with _ENVIRONMENTS_LOCK:
+        entry = _ENVIRONMENTS.get(key)
+        if entry is None:
+            return
+        entry[2] -= 1
+        if entry[2] == 0:
+            del _ENVIRONMENTS[key]
+            entry[0].close()
+
+
 def _node_key(path: str) -> bytes:
     if path == "/":
         return b""
@@ -134,15 +171,7 @@ class EmbeddedMetadataStore(MetadataStore):
             if self._pid != -1:
                 # A forked child: the parent's environment, threads and lease are not ours.
                 self._reset_process_state()
-            try:
-                env = lmdb.open(self.path, subdir=True, map_size=self._map_size, max_dbs=8,
-                                max_readers=1024, lock=True, sync=True, metasync=True)
-            except lmdb.Error as e:
-                raise MetadataError(f"cannot open the metadata store at {self.path}: {e}") from None
-            env.reader_check()  # free slots of readers that died
-            self._dbs = {name: env.open_db(name.encode())
-                         for name in ("nodes", "owned", "leases", "ledgers", "meta")}
-            self._env = env
+            self._env, self._dbs = _acquire_environment(self.path, self._map_size)
             self._pid = os.getpid()
         if self._closed:
             raise MetadataError("metadata store is closed")
@@ -616,6 +645,6 @@ class EmbeddedMetadataStore(MetadataStore):
                     except MetadataError as e:
                         log.warning("dropping metadata lease on close: %s", e)
             if self._env is not None:
-                self._env.close()
+                _release_environment(self.path)
         self._closed = True
         self._env = None

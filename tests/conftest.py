@@ -1,0 +1,71 @@
+"""Shared fixtures of the test suite.  Keep each block self-contained, with a heading comment.
+
+(The fixtures users' own suites get from the installed package live in bookie/testing/.)
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    # Keep each phase's report on the test item, so fixtures can tell in their teardown whether
+    # the test failed (and then print the logs of the servers it used).
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
+def _failed(request) -> bool:
+    report = getattr(request.node, "rep_call", None)
+    return report is not None and report.failed
+
+
+# -- ZooKeeper and metadata stores ------------------------------------------------------------
+# One real ZooKeeper server (Debian's package) per test session; each test gets its own root
+# ("chroot") in it, so tests never see each other's nodes.
+
+@pytest.fixture(scope="session")
+def zookeeper_server():
+    """The session's ZooKeeper server (bookie.testing.zookeeper.ZooKeeperServer)."""
+    from bookie.testing.zookeeper import ZooKeeperServer
+    server = ZooKeeperServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def zk_root(zookeeper_server, request):
+    """A fresh root path for this test in the session's ZooKeeper; prints the server log if the
+    test fails."""
+    root = zookeeper_server.chroot()
+    yield root
+    if _failed(request):
+        print(f"--- ZooKeeper log tail ({zookeeper_server.hosts}) ---\n"
+              f"{zookeeper_server.log_tail(4096)}")
+
+
+@pytest.fixture
+def zk_uri(zookeeper_server, zk_root):
+    """zk://127.0.0.1:PORT/<fresh root> (hierarchical layout)."""
+    return zookeeper_server.uri(zk_root)
+
+
+@pytest.fixture(params=["lmdb", "zk", "zk+flat"])
+def metadata_uri(request, tmp_path):
+    """A URI of an empty metadata store, once per backend (and ZooKeeper layout)."""
+    if request.param == "lmdb":
+        return f"lmdb://{tmp_path}/metadata"
+    server = request.getfixturevalue("zookeeper_server")
+    return server.uri(request.getfixturevalue("zk_root"), scheme=request.param)
+
+
+@pytest.fixture
+def metadata_store(metadata_uri):
+    """An open store on ``metadata_uri`` (fast watch polling and short leases for the
+    embedded store), closed after the test."""
+    from bookie.appliance.metadata import open_metadata
+    store = open_metadata(metadata_uri, timeout_s=10.0, lease_ms=1000, watch_poll_s=0.02)
+    yield store
+    store.close()
