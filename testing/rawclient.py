@@ -1,0 +1,119 @@
+"""A minimal synchronous wire-protocol client for one bookie: for tests and diagnostics.
+
+It bypasses every quorum rule (that is the replication client's job, ``bookie.client``) and
+speaks the frames of ``bookie.wire`` directly, one request at a time or pipelined.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import orjson
+import zmq
+
+from bookie import wire
+from bookie.wire import Flag, Op, Status
+
+
+class BookieTimeout(TimeoutError):
+    pass
+
+
+class RawBookieClient:
+    def __init__(self, bookie_id: str, timeout_s: float = 10.0, ctx: zmq.Context | None = None):
+        host, port = bookie_id.rsplit(":", 1)
+        self.ctx = ctx or zmq.Context.instance()
+        self.timeout_ms = int(timeout_s * 1000)
+        self.add_sock = self.ctx.socket(zmq.DEALER)
+        self.read_sock = self.ctx.socket(zmq.DEALER)
+        for s, p in ((self.add_sock, int(port)), (self.read_sock, int(port) + 1)):
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(f"tcp://{host}:{p}")
+        self._ids = itertools.count(1)
+
+    def close(self) -> None:
+        self.add_sock.close()
+        self.read_sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- plumbing ----------------------------------------------------------------------------------
+    def request(self, sock, op, ledger_id, flags=0, body=()) -> tuple[int, list]:
+        rid = next(self._ids)
+        sock.send_multipart([wire.pack_header(op, flags, rid, ledger_id), *body])
+        return self.wait(sock, rid)
+
+    def wait(self, sock, rid: int) -> tuple[int, list]:
+        while True:
+            if not sock.poll(self.timeout_ms):
+                raise BookieTimeout(f"no answer to request {rid} in {self.timeout_ms} ms")
+            frames = sock.recv_multipart()
+            _, status, got, _ = wire.unpack_header(frames[0])
+            if got == rid:
+                return status, frames[1:]
+
+    # -- ops ---------------------------------------------------------------------------------------
+    def add(self, ledger_id: int, entries: list[bytes], master_key: bytes, recovery: bool = False) -> int:
+        lengths, data = wire.pack_batch(entries)
+        flags = Flag.RECOVERY_ADD if recovery else 0
+        status, _ = self.request(self.add_sock, Op.ADD, ledger_id, flags, [master_key, lengths, data])
+        return status
+
+    def send_add(self, ledger_id: int, entries: list[bytes], master_key: bytes) -> int:
+        """Pipelined: send and return the request id; collect with ``wait(add_sock, rid)``."""
+        rid = next(self._ids)
+        lengths, data = wire.pack_batch(entries)
+        self.add_sock.send_multipart([wire.pack_header(Op.ADD, 0, rid, ledger_id), master_key, lengths, data])
+        return rid
+
+    def read(self, ledger_id: int, first: int, max_count: int = 1, fence_key: bytes | None = None):
+        """Returns (status, [entry bytes])."""
+        body = [wire.READ_BODY.pack(first, max_count)]
+        flags = 0
+        if fence_key is not None:
+            flags = Flag.FENCE
+            body.append(fence_key)
+        status, frames = self.request(self.read_sock, Op.READ, ledger_id, flags, body)
+        if status != Status.OK:
+            return status, []
+        return status, [bytes(e) for e in wire.split_batch(frames[0], frames[1])]
+
+    def read_lac(self, ledger_id: int, fence_key: bytes | None = None,
+                 long_poll: tuple[int, int] | None = None):
+        """Returns (status, lac, last_entry_id)."""
+        flags = 0
+        body = []
+        if long_poll is not None:
+            flags |= Flag.LONG_POLL
+            body.append(wire.LONG_POLL_BODY.pack(*long_poll))
+        if fence_key is not None:
+            flags |= Flag.FENCE
+            body.append(fence_key)
+        status, frames = self.request(self.read_sock, Op.READ_LAC, ledger_id, flags, body)
+        if status != Status.OK:
+            return status, None, None
+        lac, last = wire.LAC_BODY.unpack(frames[0])
+        return status, lac, last
+
+    def fence(self, ledger_id: int, master_key: bytes) -> int:
+        return self.read_lac(ledger_id, fence_key=master_key)[0]
+
+    def write_lac(self, ledger_id: int, lac: int, master_key: bytes) -> int:
+        status, _ = self.request(self.add_sock, Op.WRITE_LAC, ledger_id, 0,
+                                 [master_key, wire.WRITE_LAC_BODY.pack(lac)])
+        return status
+
+    def info(self) -> dict:
+        status, frames = self.request(self.add_sock, Op.INFO, 0)
+        if status != Status.OK:
+            raise RuntimeError(f"INFO answered {status}")
+        return orjson.loads(frames[0])
+
+
+def make_entry(ledger_id: int, entry_id: int, payload: bytes, lac: int = -1) -> bytes:
+    """An entry with a zero 8-byte digest field (the bookie never checks digests)."""
+    return wire.pack_entry(ledger_id, entry_id, lac, 0, b"\0" * 8, payload)

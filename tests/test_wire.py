@@ -1,0 +1,64 @@
+"""The wire codec: round trips, and every malformed header refused with the right status."""
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from bookie import wire
+from bookie.wire import Op, ProtocolError, Status
+
+
+@given(op=st.sampled_from(list(Op)), flags=st.integers(0, 0xFFFF), rid=st.integers(0, 2**64 - 1),
+       ledger=st.integers(0, 2**63 - 1))
+def test_header_round_trips(op, flags, rid, ledger):
+    assert wire.unpack_header(wire.pack_header(op, flags, rid, ledger)) == (op, flags, rid, ledger)
+
+
+@pytest.mark.parametrize("frame, status", [
+    (b"", Status.BAD_REQUEST),
+    (b"x" * 23, Status.BAD_REQUEST),
+    (b"XX" + wire.pack_header(Op.ADD, 0, 1, 1)[2:], Status.BAD_REQUEST),
+    (wire.HEADER.pack(b"BK", 9, Op.ADD, 0, 0, 1, 1), Status.BAD_VERSION),
+    (wire.HEADER.pack(b"BK", 1, 77, 0, 0, 1, 1), Status.BAD_REQUEST),
+    (wire.HEADER.pack(b"BK", 1, Op.ADD, 0, 0, 1, -5), Status.BAD_REQUEST),
+])
+def test_bad_headers_are_refused_with_a_status(frame, status):
+    with pytest.raises(ProtocolError) as e:
+        wire.unpack_header(frame)
+    assert e.value.status == status
+
+
+def test_flags_outside_an_op_are_refused():
+    wire.check_request_flags(Op.ADD, wire.Flag.RECOVERY_ADD)
+    with pytest.raises(ProtocolError):
+        wire.check_request_flags(Op.ADD, wire.Flag.FENCE)
+    with pytest.raises(ProtocolError):
+        wire.check_request_flags(Op.READ, 0x80)
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**62), st.binary(max_size=300)), min_size=1, max_size=40))
+def test_batch_round_trip_and_vectorised_header_fields(items):
+    entries = [wire.pack_entry(5, eid, eid - 1, 0, b"\0" * 8, payload) for eid, payload in items]
+    lengths_frame, data = wire.pack_batch(entries)
+    lengths, offsets = wire.batch_offsets(lengths_frame, len(data), 1 << 20)
+    assert list(lengths) == [len(e) for e in entries]
+    assert list(wire.batch_header_fields(data, offsets, 0)) == [5] * len(entries)
+    assert list(wire.batch_header_fields(data, offsets, 1)) == [eid for eid, _ in items]
+    assert [bytes(e) for e in wire.split_batch(lengths_frame, data)] == entries
+
+
+@pytest.mark.parametrize("lengths, data_len, why", [
+    ([], 0, "non-empty"),
+    ([10], 10, "shorter than the 32-byte"),
+    ([40, 40], 79, "add up"),
+    ([2000], 2000, "maximum entry size"),
+])
+def test_bad_batches_are_refused(lengths, data_len, why):
+    frame = np.array(lengths, dtype="<u4").tobytes()
+    with pytest.raises(ProtocolError, match=why):
+        wire.batch_offsets(frame, data_len, 1024)
+
+
+def test_lengths_frame_must_be_whole_u32s():
+    with pytest.raises(ProtocolError):
+        wire.batch_offsets(b"\x01\x00\x00", 1, 1024)
