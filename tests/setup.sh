@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Test setup for a bare machine: Debian's ZooKeeper server (the real one the metadata tests start
+# on 127.0.0.1) and this package with its test extras.  Idempotent: quick when all is present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+dpkg -s zookeeper >/dev/null 2>&1 || need_apt+=(zookeeper)
+command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+python3 -m pip install -q --disable-pip-version-check -e '.[test]'
