@@ -1,0 +1,352 @@
+"""``bookie bench bookie``: one bookie over the wire protocol, bypassing quorum logic (BenchBookie).
+
+Theory of operation
+-------------------
+Two phases against the bookie's add socket, through one ZeroMQ DEALER:
+
+- ``sync``: one ADD of one entry at a time, the next sent when the previous is answered: the
+  latency of a lone add (journal fdatasync included).  ``--sync-rate R`` paces it at R adds/s and
+  records each latency with coordinated-omission correction for an interval of 1/R.
+- ``pipelined``: ADD messages of ``--batch`` entries each, up to ``--window`` messages in flight,
+  for ``--time`` seconds: the bookie's add throughput.  Every entry of a message gets that
+  message's latency.  ``--rate R`` paces the messages so R entries/s are offered; a latency then
+  counts from the message's *intended* send time, so the time a message waited for a window slot
+  is part of it (open-loop measurement, free of coordinated omission).
+
+Entries are built with numpy, a whole batch at a time: one buffer per batch size holds the
+payload of every entry, and only the three header fields that change (entry_id, lac, length)
+are rewritten, as big-endian arrays, before each send.  The digest field is zeros: the bookie
+stores digests but never checks them, and this bench measures the bookie, not the client's
+digest cost.  A ledger is made up on the spot (random id, fixed master key); the bookie learns a
+ledger on its first add.
+
+``AddPipeline`` is the pure part (what to send next, what a response means); ``run`` drives it
+with a socket and a clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+import numpy as np
+import zmq
+
+from bookie import wire
+from bookie.bench.report import NS_PER_S, Meter
+
+MASTER_KEY = b"bookie-bench-key-20b"  # any fixed 20 bytes
+assert len(MASTER_KEY) == 20
+
+_FIELDS = ("ledger_id", "entry_id", "lac", "length")
+
+
+class BenchError(RuntimeError):
+    """The bench cannot go on (the bookie refused, or stopped answering); one clear line."""
+
+
+class EntryBatcher:
+    """Formats batches of entries of one payload size as (lengths frame, data frame)."""
+
+    def __init__(self, payload_size: int, digest: str = "crc32", seed: int = 0):
+        self.payload_size = payload_size
+        self.digest_size = wire.DIGEST_SIZES[digest]
+        self.entry_size = wire.ENTRY_HEADER_SIZE + self.digest_size + payload_size
+        self._dtype = np.dtype({"names": list(_FIELDS), "formats": [">i8"] * 4,
+                                "offsets": [0, 8, 16, 24], "itemsize": self.entry_size})
+        rng = np.random.default_rng(seed)
+        self.payload = rng.integers(0, 256, payload_size, dtype=np.uint8)  # incompressible
+        self._buffers: dict[int, tuple[np.ndarray, np.ndarray, bytes]] = {}
+
+    def _buffer(self, count: int):
+        if count not in self._buffers:
+            raw = np.zeros((count, self.entry_size), dtype=np.uint8)
+            raw[:, wire.ENTRY_HEADER_SIZE + self.digest_size:] = self.payload
+            lengths = np.full(count, self.entry_size, dtype=wire.LENGTHS_DTYPE).tobytes()
+            self._buffers[count] = (raw, raw.reshape(-1).view(self._dtype), lengths)
+        return self._buffers[count]
+
+    def batch(self, ledger_id: int, first_entry_id: int, count: int, lac: int) -> tuple[bytes, bytes]:
+        """Entries first_entry_id .. first_entry_id + count - 1 of a ledger, each carrying
+        ``lac`` and the ledger length up to and including itself."""
+        raw, rec, lengths = self._buffer(count)
+        entry_ids = np.arange(first_entry_id, first_entry_id + count, dtype=np.int64)
+        rec["ledger_id"] = ledger_id
+        rec["entry_id"] = entry_ids
+        rec["lac"] = lac
+        rec["length"] = (entry_ids + 1) * self.payload_size
+        return lengths, raw.tobytes()
+
+
+@dataclasses.dataclass
+class Send:
+    request_id: int
+    ledger_id: int
+    first_entry_id: int
+    count: int
+    lac: int
+    start_ns: int  # when the latency starts: the intended send time when paced
+
+
+class Ledgers:
+    """The ledgers a run writes and how far each has got; carried from phase to phase so entry
+    ids never repeat."""
+
+    def __init__(self, ledger_ids: list[int]):
+        self.ids = list(ledger_ids)
+        self.next_entry = {lid: 0 for lid in self.ids}
+        self.acked_upto = {lid: -1 for lid in self.ids}
+
+    @classmethod
+    def new(cls, count: int) -> "Ledgers":
+        """Random ledger ids, far from the small ids a metadata store hands out."""
+        return cls([int.from_bytes(os.urandom(7), "big") | (1 << 56) for _ in range(count)])
+
+
+class AddPipeline:
+    """Which ADD to send next and what each answer means, for one phase.  No I/O.
+
+    Args:
+        ledgers: the ledgers written, round-robin one message each.
+        batch: entries per message.
+        window: messages in flight at most.
+        limit: entries to send at most (None: no limit).
+        rate: entries per second offered (None: as fast as the window allows).
+        now_ns: the phase's start.
+    """
+
+    def __init__(self, ledgers: Ledgers, batch: int, window: int, limit: int | None,
+                 rate: float | None, now_ns: int, from_intended: bool = True):
+        self.ledgers = ledgers
+        self.batch = batch
+        self.window = window
+        self.limit = limit
+        self.interval_ns = int(batch * NS_PER_S / rate) if rate else 0
+        # Paced open loop: latency counts from the intended send time, and a late sender
+        # catches up.  Paced closed loop (from_intended=False, with a corrected histogram):
+        # latency counts from the real send, and missed slots are skipped, not caught up.
+        self.from_intended = from_intended
+        self.due_ns = now_ns
+        self.in_flight: dict[int, Send] = {}
+        self.sent_entries = 0
+        self.messages = 0
+        self.stopped = False
+
+    def can_send(self, now_ns: int) -> bool:
+        return (not self.stopped and len(self.in_flight) < self.window
+                and (self.limit is None or self.sent_entries < self.limit)
+                and now_ns >= self.due_ns)
+
+    def next(self, now_ns: int) -> Send:
+        """The message to send now (call only when ``can_send``)."""
+        ledgers = self.ledgers
+        ledger_id = ledgers.ids[self.messages % len(ledgers.ids)]
+        count = self.batch if self.limit is None else min(self.batch, self.limit - self.sent_entries)
+        start = self.due_ns if self.interval_ns and self.from_intended else now_ns
+        send = Send(self.messages, ledger_id, ledgers.next_entry[ledger_id], count,
+                    ledgers.acked_upto[ledger_id], start)
+        ledgers.next_entry[ledger_id] += count
+        self.sent_entries += count
+        self.messages += 1
+        self.in_flight[send.request_id] = send
+        if self.interval_ns:
+            self.due_ns += self.interval_ns
+            if not self.from_intended and self.due_ns < now_ns:
+                self.due_ns = now_ns + self.interval_ns
+        return send
+
+    def answer(self, request_id: int, status: int) -> Send | None:
+        """The bookie answered a message.  Returns it, or None for an id not in flight (a late
+        or duplicate answer, ignored).
+
+        Raises:
+            BenchError: any status but OK and TOO_MANY_REQUESTS (which is counted, not fatal).
+        """
+        send = self.in_flight.pop(request_id, None)
+        if send is None:
+            return None
+        if status not in (wire.Status.OK, wire.Status.TOO_MANY_REQUESTS):
+            name = wire.Status(status).name if status in wire.Status._value2member_map_ else status
+            raise BenchError(f"the bookie answered {name} to an ADD of ledger {send.ledger_id}")
+        if status == wire.Status.OK:
+            last = send.first_entry_id + send.count - 1
+            if last > self.ledgers.acked_upto[send.ledger_id]:
+                self.ledgers.acked_upto[send.ledger_id] = last
+        return send
+
+    @property
+    def done(self) -> bool:
+        return (self.stopped or (self.limit is not None and self.sent_entries >= self.limit)) \
+            and not self.in_flight
+
+
+class BookieConnection:
+    """A DEALER to one bookie's add socket.  Every wait is bounded by ``timeout_s``."""
+
+    def __init__(self, ctx: zmq.Context, bookie: str, timeout_s: float, port_offset: int = 0):
+        host, port = parse_bookie(bookie)
+        self.bookie = bookie
+        self.timeout_s = timeout_s
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.SNDHWM, 0)
+        self.sock.setsockopt(zmq.RCVHWM, 0)
+        self.sock.connect(f"tcp://{host}:{port + port_offset}")
+
+    def close(self) -> None:
+        self.sock.close(0)
+
+    def send_add(self, send: Send, batcher: EntryBatcher) -> None:
+        lengths, data = batcher.batch(send.ledger_id, send.first_entry_id, send.count, send.lac)
+        hdr = wire.pack_header(wire.Op.ADD, 0, send.request_id, send.ledger_id)
+        self.sock.send_multipart((hdr, MASTER_KEY, lengths, data), copy=False)
+
+    def info(self) -> dict:
+        """The bookie's INFO answer; proves it is there before a run starts.
+
+        Raises:
+            BenchError: no answer within the timeout, or a bad one.
+        """
+        import orjson
+        self.sock.send(wire.pack_header(wire.Op.INFO, 0, 2**63, 0))
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            frames = self.recv(deadline)
+            _op, status, request_id, _lid = wire.unpack_header(frames[0])
+            if request_id != 2**63:
+                continue
+            if status != wire.Status.OK or len(frames) < 2:
+                raise BenchError(f"bookie {self.bookie} answered INFO with status {status}")
+            return orjson.loads(frames[1])
+
+    def recv(self, deadline: float) -> list:
+        """One message, waiting at most until ``deadline`` (time.monotonic)."""
+        left_ms = max(int((deadline - time.monotonic()) * 1000), 0)
+        if not self.sock.poll(left_ms):
+            raise BenchError(f"no answer from bookie {self.bookie} within {self.timeout_s:g} s")
+        return self.sock.recv_multipart()
+
+    def recv_ready(self) -> list[list]:
+        """Every message already waiting, without blocking."""
+        out = []
+        while True:
+            try:
+                out.append(self.sock.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                return out
+
+
+def parse_bookie(bookie: str) -> tuple[str, int]:
+    """"host:port" -> (host, port).
+
+    Raises:
+        ValueError: not host:port with a port in 1..65534 (the read socket is port + 1).
+    """
+    host, sep, port = bookie.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65535:
+        raise ValueError(f"bookie address {bookie!r} is not host:port")
+    return host, int(port)
+
+
+def run_phase(conn: BookieConnection, batcher: EntryBatcher, meter: Meter, pipe: AddPipeline,
+              duration_s: float | None, *, corrected_interval_ns: int = 0,
+              clock=time.monotonic_ns) -> dict:
+    """Drive one phase until its time or entry limit is spent and every answer is in.
+
+    Returns:
+        the meter's figures plus ``messages`` and ``rejected`` (TOO_MANY_REQUESTS entries).
+    Raises:
+        BenchError: the bookie refused an add or stopped answering.
+    """
+    now = clock()
+    meter.start(now)
+    end_ns = now + int(duration_s * NS_PER_S) if duration_s else None
+    timeout_ns = int(conn.timeout_s * NS_PER_S)
+    last_answer = now
+    rejected = 0
+    payload = batcher.payload_size
+    while not pipe.done:
+        now = clock()
+        if end_ns is not None and now >= end_ns:
+            pipe.stopped = True
+        while pipe.can_send(now):
+            conn.send_add(pipe.next(now), batcher)
+        if now >= meter.next_tick_ns:
+            meter.tick(now, sum(s.count for s in pipe.in_flight.values()))
+        wait_ms = 100
+        if pipe.interval_ns and not pipe.stopped and len(pipe.in_flight) < pipe.window:
+            wait_ms = max(min(wait_ms, (pipe.due_ns - now) // 1_000_000), 0)
+        if pipe.in_flight and conn.sock.poll(wait_ms):
+            for frames in conn.recv_ready():
+                _op, status, request_id, _lid = wire.unpack_header(frames[0])
+                send = pipe.answer(request_id, status)
+                if send is None:
+                    continue
+                now = clock()
+                last_answer = now
+                if status != wire.Status.OK:
+                    rejected += send.count
+                    meter.record_error(send.count)
+                elif corrected_interval_ns:
+                    meter.record_corrected(now - send.start_ns, corrected_interval_ns,
+                                           send.count, payload * send.count)
+                else:
+                    meter.record(now - send.start_ns, send.count, payload * send.count)
+        elif not pipe.in_flight and pipe.interval_ns and not pipe.done:
+            time.sleep(wait_ms / 1000)
+        now = clock()
+        if pipe.in_flight and now - last_answer > timeout_ns:
+            raise BenchError(f"no answer from bookie {conn.bookie} within {conn.timeout_s:g} s "
+                             f"({len(pipe.in_flight)} messages in flight)")
+    figures = meter.finish(clock())
+    figures["messages"] = pipe.messages
+    figures["rejected"] = rejected
+    return figures
+
+
+def run(params: dict, bookie: str, *, emit=None, data_dir: str | None = None) -> dict:
+    """The whole ``bench bookie`` run against ``bookie`` ("host:port").
+
+    Args:
+        params: the validated options (see ``bookie bench bookie --help``); recorded as given.
+        emit: where progress lines go (None: quiet).
+        data_dir: the bookie's data directory when it is local, for the host's disk figures.
+    Returns:
+        the result dict (see bench/README.md).
+    Raises:
+        BenchError: the bookie is not there, refused an add or stopped answering.
+    """
+    from bookie.bench.report import build_result, host_info, now_iso
+    started = now_iso()
+    host = host_info(data_dir)
+    batcher = EntryBatcher(params["entrysize"], params["digest"])
+    ctx = zmq.Context()
+    conn = BookieConnection(ctx, bookie, params["timeout"])
+    try:
+        host["bookie_info"] = conn.info()
+        ledgers = Ledgers.new(params["ledgers"])
+        phases = {}
+        clock = time.monotonic_ns
+        if params["sync_time"] > 0:
+            rate = params["sync_rate"]
+            pipe = AddPipeline(ledgers, 1, 1, params["sync_count"], rate, clock(),
+                               from_intended=False)
+            meter = Meter("sync", emit=emit)
+            phases["sync"] = run_phase(
+                conn, batcher, meter, pipe, params["sync_time"],
+                corrected_interval_ns=int(NS_PER_S / rate) if rate else 0)
+        if params["warmup_messages"]:
+            pipe = AddPipeline(ledgers, params["batch"], params["window"],
+                               params["warmup_messages"], None, clock())
+            run_phase(conn, batcher, Meter("warmup", emit=None), pipe, None)
+        pipe = AddPipeline(ledgers, params["batch"], params["window"], params["sendlimit"],
+                           params["rate"], clock())
+        phases["pipelined"] = run_phase(conn, batcher, Meter("pipelined", emit=emit), pipe,
+                                        params["time"])
+    finally:
+        conn.close()
+        ctx.term()
+    figures = {"entry_bytes": batcher.entry_size}
+    return build_result("bookie", dict(params, bookie=bookie), phases, host=host,
+                        started=started, figures=figures)

@@ -1,0 +1,358 @@
+"""``bookie bench``: the benchmark tools' command line (options, checks, where output goes).
+
+Every tool writes progress lines and a human summary on stderr and exactly one JSON line on
+stdout (``--json-out FILE`` appends the same line to FILE; ``--plot FILE.png`` draws it).  A bad
+option is one line on stderr and exit status 2, before anything starts.  The tools themselves
+live in bookie_bench, client_bench and journal_bench; this module only turns options into their
+parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+
+from bookie.appliance.cli import CliError
+
+DIGESTS = ("crc32", "crc32c", "mac", "dummy")
+
+
+def register(subparsers) -> None:
+    bench = subparsers.add_parser(
+        "bench", help="throughput and latency benchmarks",
+        description="Throughput and latency benchmarks. Progress and a summary go to stderr, "
+                    "one JSON result line to stdout. See bench/README.md.")
+    tools = bench.add_subparsers(dest="bench_tool", metavar="TOOL")
+    tools.required = True
+    _register_writes(tools)
+    _register_bookie(tools)
+    _register_reads(tools)
+    _register_journal(tools)
+    _register_report(tools)
+
+
+# -- options shared by the tools ---------------------------------------------------------------
+
+
+def _common(p: argparse.ArgumentParser, time_s: float) -> None:
+    out = p.add_argument_group("output")
+    out.add_argument("--time", type=float, default=time_s, metavar="S",
+                     help=f"seconds the measured phase runs (default {time_s:g})")
+    out.add_argument("--quiet", action="store_true", help="no progress lines")
+    out.add_argument("--json-out", metavar="FILE", help="append the JSON result line to FILE")
+    out.add_argument("--plot", metavar="FILE.png",
+                     help="draw throughput and latency over time (needs matplotlib: "
+                          "pip install 'bookie[plot]')")
+    out.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                     help="give up when nothing is answered for this long (default 30)")
+
+
+def _entries(p: argparse.ArgumentParser, *, rate_help: str) -> None:
+    p.add_argument("--entrysize", type=int, default=1024, metavar="BYTES",
+                   help="payload bytes per entry (default 1024)")
+    p.add_argument("--digest", choices=DIGESTS, default="crc32", help="digest type (default crc32)")
+    p.add_argument("--warmup-messages", type=int, default=10000, metavar="N",
+                   help="entries added before measuring (default 10000)")
+    p.add_argument("--sendlimit", type=int, default=None, metavar="N",
+                   help="stop after this many entries (default: only --time limits)")
+    p.add_argument("--rate", type=float, default=None, metavar="PER_S", help=rate_help)
+
+
+def _local(p: argparse.ArgumentParser, where, *, many: bool) -> None:
+    if many:
+        where.add_argument("--localbookie", type=int, default=None, metavar="N",
+                           help="start N local bookies for the run (bookie.testing.LocalBookies)")
+    else:
+        where.add_argument("--localbookie", action="store_const", const=1, default=None,
+                           help="start one local bookie for the run")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="where --localbookie keeps its data (default: a temporary directory, "
+                        "removed after)")
+
+
+def _register_writes(tools) -> None:
+    p = tools.add_parser("writes", help="add throughput and latency through the client "
+                                        "(BenchThroughputLatency)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--metadata", metavar="URI", help="metadata service of a running ensemble")
+    _local(p, where, many=True)
+    p.add_argument("--ensemble", type=int, default=3, metavar="E", help="ensemble size (default 3)")
+    p.add_argument("--quorum", type=int, default=2, metavar="QW", help="write quorum (default 2)")
+    p.add_argument("--ack-quorum", type=int, default=None, metavar="QA",
+                   help="ack quorum (default: the write quorum)")
+    p.add_argument("--throttle", type=int, default=10000, metavar="N",
+                   help="adds outstanding at most (default 10000)")
+    p.add_argument("--ledgers", type=int, default=1, metavar="N",
+                   help="ledgers written at once, round-robin (default 1)")
+    p.add_argument("--password", default="bench", help="ledger password (default 'bench')")
+    p.add_argument("--latency-file", metavar="FILE",
+                   help="write every add's latency (microseconds, one per line) to FILE")
+    _entries(p, rate_help="offer this many adds/s; latencies count from each add's intended "
+                          "start (coordinated omission corrected)")
+    _common(p, 60.0)
+    p.set_defaults(func=_cmd_writes)
+
+
+def _register_bookie(tools) -> None:
+    p = tools.add_parser("bookie", help="one bookie over the wire protocol, no quorum logic "
+                                        "(BenchBookie)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--bookie", metavar="HOST:PORT", help="the bookie's add socket")
+    _local(p, where, many=False)
+    p.add_argument("--batch", type=int, default=100, metavar="N",
+                   help="entries per ADD message in the pipelined phase (default 100)")
+    p.add_argument("--window", type=int, default=16, metavar="N",
+                   help="ADD messages in flight at most (default 16)")
+    p.add_argument("--ledgers", type=int, default=1, metavar="N",
+                   help="ledgers written, round-robin per message (default 1)")
+    p.add_argument("--sync-time", type=float, default=2.0, metavar="S",
+                   help="seconds of one-at-a-time adds before the pipelined phase (0 skips; "
+                        "default 2)")
+    p.add_argument("--sync-count", type=int, default=None, metavar="N",
+                   help="stop the sync phase after N adds")
+    p.add_argument("--sync-rate", type=float, default=None, metavar="PER_S",
+                   help="pace the sync phase and correct its latencies for coordinated "
+                        "omission at this rate")
+    _entries(p, rate_help="offer this many entries/s in the pipelined phase; latencies count "
+                          "from each message's intended send (coordinated omission corrected)")
+    _common(p, 10.0)
+    p.set_defaults(func=_cmd_bookie)
+
+
+def _register_reads(tools) -> None:
+    p = tools.add_parser("reads", help="read throughput and latency through the client: a "
+                                       "closed ledger, or tailing a live writer")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--metadata", metavar="URI", help="metadata service of a running ensemble")
+    _local(p, where, many=True)
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--ledger", type=int, metavar="ID",
+                      help="read this existing ledger from start to end")
+    what.add_argument("--listen", type=int, metavar="N",
+                      help="tail N ledgers while this tool's writer writes them (default: 1 "
+                           "ledger, written then read when --ledger is not given)")
+    p.add_argument("--batch", type=int, default=1000, metavar="N",
+                   help="entries asked for per read (default 1000)")
+    p.add_argument("--entries", type=int, default=100000, metavar="N",
+                   help="entries written first when this tool makes the ledger (default 100000)")
+    p.add_argument("--entrysize", type=int, default=1024, metavar="BYTES",
+                   help="payload bytes of the entries this tool writes (default 1024)")
+    p.add_argument("--ensemble", type=int, default=1, metavar="E")
+    p.add_argument("--quorum", type=int, default=1, metavar="QW")
+    p.add_argument("--ack-quorum", type=int, default=None, metavar="QA")
+    p.add_argument("--throttle", type=int, default=10000, metavar="N",
+                   help="the writer's adds outstanding at most (default 10000)")
+    p.add_argument("--digest", choices=DIGESTS, default="crc32")
+    p.add_argument("--password", default="bench")
+    _common(p, 10.0)
+    p.set_defaults(func=_cmd_reads)
+
+
+def _register_journal(tools) -> None:
+    p = tools.add_parser("journal", help="the journal alone: group commit vs. raw grouped "
+                                         "fdatasync on one directory (bkperf journal append)")
+    p.add_argument("--dir", required=True, metavar="DIR",
+                   help="directory to write in (on the disk to measure); files are removed after")
+    p.add_argument("--entrysize", type=int, default=1024, metavar="BYTES",
+                   help="payload bytes per entry (default 1024)")
+    p.add_argument("--batch", type=int, default=1, metavar="N",
+                   help="entries per journal record (one ADD message; default 1)")
+    p.add_argument("--throttle", type=int, default=20000, metavar="N",
+                   help="records waiting for the journal at most (default 20000)")
+    p.add_argument("--group-bytes", type=int, default=512 * 1024, metavar="BYTES",
+                   help="largest group: journalBufferedWritesThreshold (default 524288); also "
+                        "the raw baseline's write size")
+    p.add_argument("--group-wait-ms", type=float, default=2.0, metavar="MS",
+                   help="journalMaxGroupWaitMSec (default 2)")
+    p.add_argument("--no-flush-when-queue-empty", action="store_true",
+                   help="journalFlushWhenQueueEmpty=false")
+    p.add_argument("--rate", type=float, default=None, metavar="PER_S",
+                   help="offer this many records/s; latencies count from each record's "
+                        "intended start (coordinated omission corrected)")
+    _common(p, 5.0)
+    p.set_defaults(func=_cmd_journal)
+
+
+def _register_report(tools) -> None:
+    p = tools.add_parser("report", help="run the standard set on this machine and print (or "
+                                        "write into the README) the results table")
+    p.add_argument("--results", metavar="FILE", default=None,
+                   help="results file to append to and read from (default: a temporary file)")
+    p.add_argument("--from-results", action="store_true",
+                   help="do not run anything: only tabulate --results")
+    p.add_argument("--readme", metavar="FILE",
+                   help="replace the results table between the markers in FILE (bench/README.md)")
+    p.add_argument("--time", type=float, default=10.0, metavar="S",
+                   help="seconds each measured phase runs (default 10)")
+    p.add_argument("--data-dir", metavar="DIR", help="where the bookies and the journal write "
+                                                     "(default: a temporary directory)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=_cmd_report)
+
+
+# -- checks ------------------------------------------------------------------------------------
+
+
+def check_positive(args, *names: str, allow_none: bool = False, allow_zero: bool = False) -> None:
+    """Each named option must be > 0 (>= 0 with allow_zero; None passes with allow_none).
+
+    Raises:
+        CliError: naming the first option that is not.
+    """
+    for name in names:
+        value = getattr(args, name)
+        if value is None and allow_none:
+            continue
+        if value is None or value < 0 or (value == 0 and not allow_zero):
+            flag = "--" + name.replace("_", "-")
+            raise CliError(f"{flag} must be {'>= 0' if allow_zero else 'positive'}, got {value}")
+
+
+def check_quorum(ensemble: int, write_quorum: int, ack_quorum: int) -> None:
+    """E >= Qw >= Qa >= 1, as a ledger requires.
+
+    Raises:
+        CliError: the three sizes named.
+    """
+    if not ensemble >= write_quorum >= ack_quorum >= 1:
+        raise CliError(f"quorums must satisfy ensemble >= quorum >= ack-quorum >= 1, got "
+                       f"--ensemble {ensemble} --quorum {write_quorum} --ack-quorum {ack_quorum}")
+
+
+def check_common(args) -> None:
+    check_positive(args, "time", "timeout")
+    if args.plot:
+        from bookie.bench.plot import PlotUnavailable, require_matplotlib
+        try:
+            require_matplotlib()
+        except PlotUnavailable as e:
+            raise CliError(str(e)) from None
+    for name in ("json_out", "plot"):
+        path = getattr(args, name)
+        if path:
+            parent = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(parent):
+                raise CliError(f"--{name.replace('_', '-')}: directory {parent} does not exist")
+
+
+def check_entries(args) -> None:
+    check_positive(args, "entrysize")
+    check_positive(args, "warmup_messages", allow_zero=True)
+    check_positive(args, "sendlimit", "rate", allow_none=True)
+    from bookie import wire
+    if args.entrysize + wire.ENTRY_HEADER_SIZE + wire.DIGEST_SIZES[args.digest] > 5 * 1024 * 1024:
+        raise CliError(f"--entrysize {args.entrysize} makes entries over the bookie's default "
+                       f"5 MiB frame limit")
+
+
+def params_of(args, drop=("func", "command", "bench_tool", "quiet", "json_out", "plot")) -> dict:
+    """The options as the JSON result records them (output options left out)."""
+    return {k: v for k, v in vars(args).items() if k not in drop}
+
+
+# -- running -----------------------------------------------------------------------------------
+
+
+def progress_emitter(args):
+    if args.quiet:
+        return None
+
+    def emit(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+    return emit
+
+
+@contextlib.contextmanager
+def local_bookies(count: int, data_dir: str | None):
+    """Start ``count`` local bookies for one run.
+
+    Yields:
+        (the LocalBookies harness, the data directory it writes in)
+    Raises:
+        CliError: the harness is not available in this build.
+    """
+    try:
+        from bookie.testing import LocalBookies
+    except ImportError:
+        raise CliError("--localbookie needs bookie.testing.LocalBookies, which this build "
+                       "lacks; start bookies yourself and pass --metadata / --bookie") from None
+    made = data_dir is None
+    base = tempfile.mkdtemp(prefix="bookie-bench-") if made else data_dir
+    if not made:
+        os.makedirs(base, exist_ok=True)
+    try:
+        with LocalBookies(count, base_dir=base) as lb:
+            yield lb, base
+    finally:
+        if made:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def finish(args, result: dict) -> int:
+    """Print the summary and the JSON line, append it, draw it."""
+    from bookie.bench import report
+    report.emit(result, json_out=args.json_out)
+    if args.plot:
+        from bookie.bench.plot import plot_result
+        plot_result(result, args.plot)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    errors = sum(ph.get("errors", 0) for ph in result["phases"].values())
+    return 1 if errors else 0
+
+
+def _cmd_bookie(args) -> int:
+    from bookie.bench import bookie_bench
+    check_common(args)
+    check_entries(args)
+    check_positive(args, "batch", "window", "ledgers")
+    check_positive(args, "sync_time", allow_zero=True)
+    check_positive(args, "sync_count", "sync_rate", allow_none=True)
+    from bookie import wire
+    if args.batch > wire.MAX_BATCH:
+        raise CliError(f"--batch must be at most {wire.MAX_BATCH} entries per ADD message")
+    if args.bookie is not None:
+        try:
+            bookie_bench.parse_bookie(args.bookie)
+        except ValueError as e:
+            raise CliError(f"--bookie: {e}") from None
+    params = params_of(args)
+    emit = progress_emitter(args)
+    try:
+        if args.bookie is not None:
+            result = bookie_bench.run(params, args.bookie, emit=emit)
+        else:
+            with local_bookies(1, args.data_dir) as (lb, base):
+                result = bookie_bench.run(params, lb.bookies[0], emit=emit, data_dir=base)
+    except bookie_bench.BenchError as e:
+        raise CliError(str(e)) from None
+    return finish(args, result)
+
+
+def _cmd_writes(args) -> int:
+    raise CliError("bench writes is not built yet")
+
+
+def _cmd_reads(args) -> int:
+    raise CliError("bench reads is not built yet")
+
+
+def _cmd_journal(args) -> int:
+    from bookie.bench import journal_bench
+    check_common(args)
+    check_positive(args, "entrysize", "batch", "throttle", "group_bytes")
+    check_positive(args, "group_wait_ms", allow_zero=True)
+    check_positive(args, "rate", allow_none=True)
+    if not os.path.isdir(args.dir):
+        raise CliError(f"--dir: {args.dir} is not a directory")
+    if not os.access(args.dir, os.W_OK | os.X_OK):
+        raise CliError(f"--dir: {args.dir} is not writable")
+    result = journal_bench.run(params_of(args), emit=progress_emitter(args))
+    return finish(args, result)
+
+
+def _cmd_report(args) -> int:
+    raise CliError("bench report is not built yet")
