@@ -1,1 +1,31 @@
-"""client"""
+"""The BookKeeper replication client over ZeroMQ, synchronous and asyncio.
+
+    from bookie.client import BookKeeper
+    with BookKeeper("lmdb:///var/lib/bookie/metadata") as bk:
+        lh = bk.create_ledger(ensemble_size=3, write_quorum=2, ack_quorum=2,
+                              digest="crc32c", password=b"secret")
+        lh.add_entry(b"payload")
+        lh.close()
+
+See docs/client.md for every call.
+"""
+
+from bookie.client.aio import AsyncBookKeeper, AsyncLedgerHandle
+from bookie.client.client import BookKeeper, LedgerHandle
+from bookie.client.config import ClientConfig
+from bookie.client.digest import LedgerEntry
+from bookie.client.errors import (BadVersionError, BKTimeoutError, BookieError,
+                                  BookKeeperError, ClientClosedError, DigestMismatchError,
+                                  InvalidArgumentError, LedgerClosedError, LedgerFencedError,
+                                  LedgerRecoveryError, MetadataStoreError, NoSuchEntryError,
+                                  NoSuchLedgerError, NotEnoughBookiesError, UnauthorizedError)
+from bookie.client.protocol.ledger import LedgerInfo
+
+__all__ = [
+    "BookKeeper", "LedgerHandle", "AsyncBookKeeper", "AsyncLedgerHandle", "ClientConfig",
+    "LedgerEntry", "LedgerInfo",
+    "BookKeeperError", "LedgerFencedError", "LedgerClosedError", "NoSuchLedgerError",
+    "NoSuchEntryError", "NotEnoughBookiesError", "BadVersionError", "DigestMismatchError",
+    "UnauthorizedError", "BKTimeoutError", "BookieError", "LedgerRecoveryError",
+    "MetadataStoreError", "ClientClosedError", "InvalidArgumentError",
+]

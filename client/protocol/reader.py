@@ -72,14 +72,16 @@ class ReadOp:
         return out
 
     def _ask(self, bookie: str, ids: list[int]) -> list:
-        """READs for ``ids`` (ascending) from ``bookie``, one per run of max_count ids."""
+        """READs for ``ids`` (ascending) from ``bookie``: one per run of consecutive ids (a
+        bookie answers with consecutive entries only; striped ledgers leave gaps), at most
+        max_count ids each, all sent at once."""
         out = []
         asked = self._outstanding.setdefault(bookie, set())
         i = 0
         while i < len(ids):
             lo = ids[i]
             j = i
-            while j + 1 < len(ids) and ids[j + 1] - lo < self.max_count:
+            while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1 and ids[j + 1] - lo < self.max_count:
                 j += 1
             out.append(A.SendRead(bookie, lo, ids[j] - lo + 1))
             asked.update(ids[i:j + 1])

@@ -212,19 +212,18 @@ class RecoveryOp:
     # -- re-replication ------------------------------------------------------------------------
 
     def _on_add(self, event: A.AddResponse) -> list:
-        entry_id = event.request.entry_ids[0]
-        counts = self._adds.get(entry_id)
-        if counts is None:
-            return []
-        if event.status == Status.OK:
-            counts[0] += 1
-        elif event.status == Status.UNAUTHORIZED:
+        if event.status == Status.UNAUTHORIZED:
             return self._finish(error=UnauthorizedError(
                 f"bookie {event.request.bookie} refused the master key of ledger "
                 f"{self.info.ledger_id}", ledger_id=self.info.ledger_id))
-        else:
-            counts[1] += 1
-        if counts[0] + counts[1] >= self.info.write_quorum:
+        ok = event.status == Status.OK
+        for entry_id in event.request.entry_ids:  # the I/O layer may have merged re-adds
+            counts = self._adds.get(entry_id)
+            if counts is None:
+                continue
+            counts[0 if ok else 1] += 1
+            if counts[0] + counts[1] < self.info.write_quorum:
+                continue
             if counts[0] < self.info.ack_quorum:
                 return self._finish(error=LedgerRecoveryError(
                     f"ledger {self.info.ledger_id}: could re-replicate entry {entry_id} to only "
@@ -241,3 +240,35 @@ class RecoveryOp:
     def _finish(self, result=None, error: BookKeeperError | None = None) -> list:
         self.phase = self.DONE
         return [A.Finished(result=result, error=error)]
+
+
+class LongPollLacOp:
+    """Wait until some bookie of the last fragment reports a LAC above ``after``.
+
+    Every bookie of the last ensemble is asked with a long poll; the first answer above
+    ``after`` finishes the op, otherwise it finishes with the highest LAC seen once every bookie
+    answered or timed out (possibly not above ``after``: the caller's wait ran out).
+    """
+
+    def __init__(self, info: LedgerInfo, after: int, timeout_s: float):
+        self.info = info
+        self.after = after
+        self.timeout_s = timeout_s
+        self.max_lac = -1
+        self.pending = set(info.last_ensemble)
+        self.done = False
+
+    def start(self) -> list:
+        return [A.SendReadLac(b, long_poll_after=self.after, timeout_s=self.timeout_s)
+                for b in self.info.last_ensemble]
+
+    def handle(self, event, now: float = 0.0) -> list:
+        if self.done or not isinstance(event, A.LacResponse):
+            return []
+        self.pending.discard(event.request.bookie)
+        if event.status == Status.OK:
+            self.max_lac = max(self.max_lac, event.lac)
+        if self.max_lac > self.after or not self.pending:
+            self.done = True
+            return [A.Finished(result=self.max_lac)]
+        return []

@@ -1,0 +1,68 @@
+"""Client configuration: BookKeeper's client keys where they apply, typed, with defaults.
+
+    BookKeeper("lmdb:///var/lib/bookie/metadata", throttle=10_000, readTimeout=2)
+    BookKeeper(uri, config={"addEntryTimeout": 1, "digestType": "crc32c"})
+
+Unknown keys raise InvalidArgumentError naming the key (a typo must not pass silently).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bookie.client.errors import InvalidArgumentError
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientConfig:
+    # BookKeeper key names, so that configuration written for BookKeeper reads the same here.
+    zkTimeout: int = 10_000  # ms: longest a metadata store call may take (and ZK session timeout)
+    throttle: int = 5_000  # most adds outstanding per client; add_entry_async blocks beyond it
+    readTimeout: float = 5.0  # s without an answer before a read/LAC/fence request fails over
+    addEntryTimeout: float = 5.0  # s without an answer before a bookie counts as failed for adds
+    explicitLacInterval: int = 100  # ms: idle writer tells bookies its LAC after this (0: never)
+    nettyMaxFrameSizeBytes: int = 5 * 1024 * 1024  # largest entry the client sends
+    digestType: str = "crc32c"  # default digest of create_ledger / open_ledger
+    passwd: bytes = b""  # default password of create_ledger / open_ledger
+    zkLedgersRootPath: str = "/ledgers"  # used when a zk URI names no root
+    addBatchMaxEntries: int = 4096  # most entries in one ADD message (the wire allows 65536)
+    addBatchMaxBytes: int = 1024 * 1024  # an ADD message is cut once it carries this many bytes
+    operationTimeout: float = 60.0  # s: longest a synchronous call waits before BKTimeoutError
+
+    @classmethod
+    def build(cls, config=None, **keys) -> "ClientConfig":
+        """Merge a ClientConfig or dict with keyword overrides; check every value."""
+        values: dict = {}
+        if isinstance(config, ClientConfig):
+            values.update(dataclasses.asdict(config))
+        elif config:
+            values.update(dict(config))
+        values.update(keys)
+        names = {f.name: f for f in dataclasses.fields(cls)}
+        for k in values:
+            if k not in names:
+                raise InvalidArgumentError(f"unknown client configuration key {k!r}; known keys: "
+                                           f"{', '.join(sorted(names))}")
+        if isinstance(values.get("passwd"), str):
+            values["passwd"] = values["passwd"].encode()
+        try:
+            cfg = cls(**values)
+        except TypeError as exc:
+            raise InvalidArgumentError(f"bad client configuration: {exc}") from None
+        cfg.check()
+        return cfg
+
+    def check(self) -> None:
+        def need(ok: bool, key: str, what: str) -> None:
+            if not ok:
+                raise InvalidArgumentError(f"client configuration {key}={getattr(self, key)!r}: "
+                                           f"{what}")
+        need(self.zkTimeout > 0, "zkTimeout", "must be > 0 ms")
+        need(self.throttle >= 1, "throttle", "must be >= 1")
+        need(self.readTimeout > 0, "readTimeout", "must be > 0 s")
+        need(self.addEntryTimeout > 0, "addEntryTimeout", "must be > 0 s")
+        need(self.explicitLacInterval >= 0, "explicitLacInterval", "must be >= 0 ms")
+        need(self.nettyMaxFrameSizeBytes >= 64, "nettyMaxFrameSizeBytes", "must be >= 64")
+        need(1 <= self.addBatchMaxEntries <= 65536, "addBatchMaxEntries", "must be 1..65536")
+        need(self.addBatchMaxBytes >= 1, "addBatchMaxBytes", "must be >= 1")
+        need(self.operationTimeout > 0, "operationTimeout", "must be > 0 s")

@@ -1,0 +1,405 @@
+"""The client's I/O thread: ZeroMQ sockets, timers and the metadata calls that drive the
+protocol state machines.
+
+Theory of operation
+-------------------
+One thread per BookKeeper client owns a ZeroMQ context, a DEALER socket per bookie per bookie
+socket (add at port P, read at P + 1, created on first use, LINGER 0) and a poller.  It is the
+only thread that touches protocol state: user threads hand work over with ``submit`` (a
+deque plus an eventfd the poller watches; the eventfd is written only when the thread is not
+already woken, so a burst of adds costs one wake-up).
+
+Each protocol operation runs inside a ``Driver``: the thread feeds it events (responses,
+timeouts, metadata results) and executes the actions it returns:
+
+* request actions become wire messages with a fresh request id, remembered with a deadline;
+  a missing answer becomes a TIMEOUT event and resets the socket so stale requests queued
+  for a dead bookie are dropped;
+* ``SendAdd`` actions of one operation to one bookie are merged until the end of the loop
+  iteration and leave as few ADD messages as the batch limits allow (pipelining);
+* ``ListBookies`` / ``WriteMetadata`` run on a small thread pool (store calls block) and come
+  back as events through ``submit``;
+* everything else (Confirm, FailAdds, Deliver, Finished) goes to the driver's own outputs.
+
+Nothing here decides protocol questions; it only moves bytes and time.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import zmq
+
+from bookie import wire
+from bookie.client.errors import ClientClosedError
+from bookie.client.protocol import actions as A
+from bookie.wire import Flag, Op
+
+log = logging.getLogger(__name__)
+
+ADD, READ = 0, 1
+
+
+class Driver:
+    """Glue between one protocol operation and the I/O thread.  Subclasses consume outputs."""
+
+    def __init__(self, io: "IOThread", op):
+        self.io = io
+        self.op = op
+
+    def start(self, actions) -> None:
+        self.io.execute(self, actions)
+
+    def event(self, event) -> None:
+        self.io.execute(self, self.op.handle(event, time.monotonic()))
+
+    def output(self, action) -> None:  # Confirm, FailAdds, Deliver, Finished
+        raise NotImplementedError
+
+    def abort(self, error) -> None:
+        """The client is closing: complete whatever the caller waits for with ``error``."""
+
+
+class _Request:
+    __slots__ = ("driver", "action", "key", "deadline")
+
+    def __init__(self, driver, action, key, deadline):
+        self.driver, self.action, self.key, self.deadline = driver, action, key, deadline
+
+
+class IOThread:
+    def __init__(self, master_key_of, *, add_timeout_s: float, read_timeout_s: float,
+                 batch_max_entries: int, batch_max_bytes: int, list_bookies, write_metadata,
+                 name: str = "bookkeeper-io"):
+        """
+        Args:
+            master_key_of: ledger_id -> master key bytes (sent with adds and fences).
+            list_bookies: () -> writable bookie ids (runs on the metadata pool).
+            write_metadata: (WriteMetadata action) -> MetadataWritten | MetadataConflict event
+                (runs on the metadata pool; may raise BookKeeperError).
+        """
+        self._master_key_of = master_key_of
+        self.add_timeout_s = add_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self._batch_entries = batch_max_entries
+        self._batch_bytes = batch_max_bytes
+        self._list_bookies = list_bookies
+        self._write_metadata = write_metadata
+        self._inbox: collections.deque = collections.deque()
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._woken = False
+        self._closing = False
+        self._ids = itertools.count(1)
+        self._inflight: dict[int, _Request] = {}
+        self._deadlines: list = []  # (deadline, request id)
+        self._timers: list = []  # (when, seq, fn)
+        self._seq = itertools.count()
+        self._outbox: dict = {}  # (driver, bookie, recovery) -> [ids, entries, bytes]
+        self._sockets: dict = {}  # (bookie, kind) -> socket
+        self._socket_keys: dict = {}  # socket -> (bookie, kind)
+        self._drivers: set[Driver] = set()
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=name + "-meta")
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._started = threading.Event()
+        self._thread.start()
+        self._started.wait(10)
+
+    # -- from any thread -----------------------------------------------------------------------
+
+    def submit(self, fn, *args) -> None:
+        """Run ``fn(*args)`` on the I/O thread (in submission order)."""
+        if self._closing:
+            raise ClientClosedError("the BookKeeper client is closed")
+        self._inbox.append((fn, args))
+        if not self._woken:
+            self._woken = True
+            os.eventfd_write(self._wake_fd, 1)
+
+    def call(self, fn, *args) -> Future:
+        """Run ``fn(*args)`` on the I/O thread; a Future of its result."""
+        fut: Future = Future()
+
+        def run():
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as exc:  # handed to the caller through the future
+                fut.set_exception(exc)
+        self.submit(run)
+        return fut
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        if self._closing:
+            return
+        try:
+            self.submit(self._stop)
+        except ClientClosedError:
+            return
+        self._closing = True
+        self._thread.join(timeout_s)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- on the I/O thread ---------------------------------------------------------------------
+
+    def register(self, driver: Driver) -> None:
+        self._drivers.add(driver)
+
+    def unregister(self, driver: Driver) -> None:
+        self._drivers.discard(driver)
+
+    def later(self, delay_s: float, fn) -> None:
+        heapq.heappush(self._timers, (time.monotonic() + delay_s, next(self._seq), fn))
+
+    def execute(self, driver: Driver, actions) -> None:
+        for a in actions:
+            kind = type(a)
+            if kind is A.SendAdd:
+                if a.delay_s > 0:
+                    delayed = A.SendAdd(a.bookie, a.entry_ids, a.entries, a.recovery)
+                    self.later(a.delay_s, lambda d=driver, x=delayed: self.execute(d, [x]))
+                    continue
+                key = (driver, a.bookie, a.recovery)
+                box = self._outbox.get(key)
+                if box is None:
+                    self._outbox[key] = [list(a.entry_ids), list(a.entries)]
+                else:
+                    box[0].extend(a.entry_ids)
+                    box[1].extend(a.entries)
+            elif kind is A.SendRead or kind is A.SendReadLac or kind is A.SendWriteLac:
+                self._send(driver, a)
+            elif kind is A.ListBookies:
+                self._pool.submit(self._run_list, driver)
+            elif kind is A.WriteMetadata:
+                self._pool.submit(self._run_write, driver, a)
+            else:
+                driver.output(a)
+
+    def _run_list(self, driver: Driver) -> None:
+        try:
+            event = A.BookiesListed(self._list_bookies())
+        except Exception as exc:  # noqa: BLE001 - handed to the state machine
+            event = A.MetadataFailed(None, _as_client_error(exc))
+        self._post(driver, event)
+
+    def _run_write(self, driver: Driver, action: A.WriteMetadata) -> None:
+        try:
+            event = self._write_metadata(action)
+        except Exception as exc:  # noqa: BLE001 - handed to the state machine
+            event = A.MetadataFailed(action, _as_client_error(exc))
+        self._post(driver, event)
+
+    def _post(self, driver: Driver, event) -> None:
+        try:
+            self.submit(driver.event, event)
+        except ClientClosedError:
+            pass
+
+    # -- sockets -------------------------------------------------------------------------------
+
+    def _socket(self, bookie: str, kind: int):
+        sock = self._sockets.get((bookie, kind))
+        if sock is None:
+            host, port = bookie.rsplit(":", 1)
+            sock = self._ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SNDHWM, 0)
+            sock.setsockopt(zmq.RCVHWM, 0)
+            sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+            sock.connect(f"tcp://{host}:{int(port) + kind}")
+            self._sockets[(bookie, kind)] = sock
+            self._socket_keys[sock] = (bookie, kind)
+            self._poller.register(sock, zmq.POLLIN)
+        return sock
+
+    def _reset_socket(self, bookie: str, kind: int) -> None:
+        """Drop the socket (and what ZeroMQ queued in it for a dead peer); every request still
+        waiting on it fails now as a timeout, so one dead bookie costs one timeout, not many."""
+        sock = self._sockets.pop((bookie, kind), None)
+        if sock is None:
+            return
+        self._poller.unregister(sock)
+        del self._socket_keys[sock]
+        sock.close(0)
+        stale = [rid for rid, req in self._inflight.items() if req.key == (bookie, kind)]
+        for rid in stale:
+            req = self._inflight.pop(rid)
+            req.driver.event(_response(req.action, A.TIMEOUT))
+
+    def _send(self, driver: Driver, a) -> None:
+        rid = next(self._ids)
+        now = time.monotonic()
+        if isinstance(a, A.SendAdd):
+            kind, timeout_s = ADD, self.add_timeout_s
+            lengths, data = wire.pack_batch(a.entries)
+            frames = [wire.pack_header(Op.ADD, Flag.RECOVERY_ADD if a.recovery else 0, rid,
+                                       driver.ledger_id),
+                      self._master_key_of(driver.ledger_id), lengths, data]
+        elif isinstance(a, A.SendRead):
+            kind, timeout_s = READ, self.read_timeout_s
+            frames = [wire.pack_header(Op.READ, 0, rid, driver.ledger_id),
+                      wire.READ_BODY.pack(a.first_entry_id, min(a.max_count, wire.MAX_BATCH))]
+        elif isinstance(a, A.SendReadLac):
+            kind, timeout_s = READ, self.read_timeout_s
+            flags = 0
+            frames = [b""]
+            if a.long_poll_after is not None:
+                flags |= Flag.LONG_POLL
+                ms = int(min(a.timeout_s * 1000, wire.MAX_LONG_POLL_MS))
+                frames.append(wire.LONG_POLL_BODY.pack(a.long_poll_after, ms))
+                timeout_s += ms / 1000.0
+            if a.fence:
+                flags |= Flag.FENCE
+                frames.append(self._master_key_of(driver.ledger_id))
+            frames[0] = wire.pack_header(Op.READ_LAC, flags, rid, driver.ledger_id)
+        else:  # SendWriteLac
+            kind, timeout_s = ADD, self.add_timeout_s
+            frames = [wire.pack_header(Op.WRITE_LAC, 0, rid, driver.ledger_id),
+                      self._master_key_of(driver.ledger_id), wire.WRITE_LAC_BODY.pack(a.lac)]
+        deadline = now + timeout_s
+        self._inflight[rid] = _Request(driver, a, (a.bookie, kind), deadline)
+        heapq.heappush(self._deadlines, (deadline, rid))
+        try:
+            self._socket(a.bookie, kind).send_multipart(frames, zmq.NOBLOCK, copy=len(frames[-1]) < 65536)
+        except zmq.ZMQError as exc:
+            log.debug("send to %s failed: %s", a.bookie, exc)
+            del self._inflight[rid]
+            driver.event(_response(a, A.UNREACHABLE))
+            self._reset_socket(a.bookie, kind)
+
+    def _flush(self) -> None:
+        while self._outbox:
+            outbox, self._outbox = self._outbox, {}
+            for (driver, bookie, recovery), (ids, entries) in outbox.items():
+                start = 0
+                n = len(ids)
+                while start < n:
+                    end, size = start, 0
+                    while end < n and end - start < self._batch_entries and (
+                            end == start or size + len(entries[end]) <= self._batch_bytes):
+                        size += len(entries[end])
+                        end += 1
+                    self._send(driver, A.SendAdd(bookie, ids[start:end], entries[start:end],
+                                                 recovery))
+                    start = end
+
+    def _receive(self, sock) -> None:
+        key = self._socket_keys.get(sock)
+        for _ in range(1024):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            try:
+                _op, status, rid, _lid = wire.unpack_header(frames[0].bytes)
+            except wire.ProtocolError:
+                log.warning("malformed response from %s", key)
+                continue
+            req = self._inflight.pop(rid, None)
+            if req is None:
+                continue  # answered after its timeout
+            req.driver.event(_decode(req.action, status, frames[1:]))
+
+    def _expire(self, now: float) -> None:
+        dl = self._deadlines
+        while dl and dl[0][0] <= now:
+            _, rid = heapq.heappop(dl)
+            req = self._inflight.pop(rid, None)
+            if req is None:
+                continue
+            req.driver.event(_response(req.action, A.TIMEOUT))
+            self._reset_socket(*req.key)
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            _, _, fn = heapq.heappop(timers)
+            fn()
+
+    def _stop(self) -> None:
+        self._running = False
+
+    def _run(self) -> None:
+        self._ctx = zmq.Context()
+        self._poller = zmq.Poller()
+        self._poller.register(self._wake_fd, zmq.POLLIN)
+        self._running = True
+        self._started.set()
+        inbox = self._inbox
+        try:
+            while self._running:
+                wait_ms = 1000
+                if self._deadlines or self._timers:
+                    nxt = min(self._deadlines[0][0] if self._deadlines else float("inf"),
+                              self._timers[0][0] if self._timers else float("inf"))
+                    wait_ms = max(0, min(1000, int((nxt - time.monotonic()) * 1000) + 1))
+                if inbox or self._outbox:
+                    wait_ms = 0
+                for sock, _ in self._poller.poll(wait_ms):
+                    if sock == self._wake_fd:
+                        try:
+                            os.eventfd_read(self._wake_fd)
+                        except BlockingIOError:
+                            pass
+                    else:
+                        self._receive(sock)
+                self._woken = False  # before draining: a later submit wakes us again
+                for _ in range(len(inbox)):
+                    fn, args = inbox.popleft()
+                    try:
+                        fn(*args)
+                    except Exception:  # noqa: BLE001 - one bad callback must not stop the client
+                        log.exception("error in client I/O callback")
+                self._expire(time.monotonic())
+                self._flush()
+        finally:
+            self._closing = True
+            error = ClientClosedError("the BookKeeper client was closed while this operation "
+                                      "was in flight")
+            for driver in list(self._drivers):
+                try:
+                    driver.abort(error)
+                except Exception:  # noqa: BLE001
+                    log.exception("error aborting an operation")
+            while inbox:
+                inbox.popleft()
+            for sock in list(self._socket_keys):
+                sock.close(0)
+            self._ctx.term()
+            os.close(self._wake_fd)
+
+
+def _response(action, status: int, frames=()):
+    if isinstance(action, A.SendAdd):
+        return A.AddResponse(action, status)
+    if isinstance(action, A.SendRead):
+        return A.ReadResponse(action, status)
+    if isinstance(action, A.SendReadLac):
+        return A.LacResponse(action, status)
+    return A.WriteLacResponse(action, status)
+
+
+def _decode(action, status: int, frames):
+    if status != wire.Status.OK:
+        return _response(action, status)
+    try:
+        if isinstance(action, A.SendRead):
+            lengths, data = frames[0].buffer, frames[1].buffer
+            return A.ReadResponse(action, status, wire.split_batch(lengths, data))
+        if isinstance(action, A.SendReadLac):
+            lac, last = wire.LAC_BODY.unpack(frames[0].buffer)
+            return A.LacResponse(action, status, lac, last)
+    except (IndexError, ValueError, wire.ProtocolError) as exc:
+        log.warning("malformed answer to %s: %s", action, exc)
+        return _response(action, int(wire.Status.BAD_REQUEST))
+    return _response(action, status)
+
+
+def _as_client_error(exc):
+    from bookie.client.errors import BookKeeperError, MetadataStoreError
+    if isinstance(exc, BookKeeperError):
+        return exc
+    return MetadataStoreError(f"metadata store call failed: {exc}")
