@@ -131,6 +131,7 @@ def check_or_stamp(conf) -> dict:
             raise LayoutError(f"{d}: has no cookie while the bookie's other directories do "
                               f"(a new or replaced disk?); refusing to start. Restore the "
                               f"directory, or wipe the bookie with 'bookie shell bookieformat'")
+    for d, c in found.items():
         if c != want:
             diff = sorted(k for k in set(c) | set(want) if c.get(k) != want.get(k))
             raise LayoutError(f"{d}: cookie does not match this bookie's configuration "
@@ -158,6 +159,14 @@ def format_bookie(conf, force: bool = False, interactive: bool = True) -> int:
             return 1
     for d in holding:
         shutil.rmtree(current_dir(d))
+    if getattr(conf, "metadataServiceUri", ""):
+        from bookie.appliance.metadata import CookieNotFoundError, open_metadata
+
+        with open_metadata(conf.metadataServiceUri, timeout_s=conf.zkTimeout / 1000.0) as store:
+            try:
+                store.remove_cookie(conf.bookie_id)
+            except CookieNotFoundError:
+                pass
     print(f"bookieformat: wiped {len(holding)} directories" if holding else
           "bookieformat: nothing to wipe")
     return 0

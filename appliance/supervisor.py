@@ -114,7 +114,9 @@ class Supervisor:
         from bookie.workers.ring import Ring
 
         conf = self.conf
-        check_or_stamp(conf)
+        cookie = check_or_stamp(conf)
+        if conf.metadataServiceUri:
+            self._check_cookie_in_store(cookie)
         self._clean_stale_rings()
         self.run_dir = tempfile.mkdtemp(prefix=f"bk{conf.bookiePort}-")
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else self.run_dir
@@ -175,17 +177,46 @@ class Supervisor:
             os.close(r)
         self.log("worker started", role=role, pid=w.proc.pid)
 
-    def _register(self) -> None:
+    def _open_store(self):
         from bookie.appliance.metadata import open_metadata
 
-        self.store = open_metadata(self.conf.metadataServiceUri, timeout_s=self.conf.zkTimeout / 1000.0)
+        if self.store is None:
+            self.store = open_metadata(self.conf.metadataServiceUri,
+                                       timeout_s=self.conf.zkTimeout / 1000.0,
+                                       lease_ms=self.conf.registrationLeaseMs)
+        return self.store
+
+    def _check_cookie_in_store(self, cookie: dict) -> None:
+        """The store keeps each bookie's cookie: a second bookie (or a wiped one) claiming the
+        same id with another disk set is refused."""
+        from bookie.appliance.metadata import CookieNotFoundError, MetadataError
+
+        try:
+            store = self._open_store()
+            try:
+                raw, _version = store.read_cookie(self.conf.bookie_id)
+            except CookieNotFoundError:
+                store.write_cookie(self.conf.bookie_id, orjson.dumps(cookie))
+                return
+        except MetadataError as e:
+            raise LayoutError(f"metadata store {self.conf.metadataServiceUri}: {e}") from None
+        try:
+            stored = orjson.loads(raw)
+        except ValueError:
+            raise LayoutError(f"cookie of {self.conf.bookie_id} in the metadata store is unreadable") from None
+        if stored != cookie:
+            diff = sorted(k for k in set(stored) | set(cookie) if stored.get(k) != cookie.get(k))
+            raise LayoutError(f"the metadata store holds another cookie for {self.conf.bookie_id} "
+                              f"(differs in: {', '.join(diff)}): a different disk set or a wiped "
+                              f"bookie under the same id; restore the directories, or remove the "
+                              f"cookie and re-replicate (bookieformat)")
+
+    def _register(self) -> None:
+        self._open_store()
         info = {"add_port": self.conf.bookiePort, "read_port": self.conf.bookiePort + 1,
                 "host": self.conf.bookie_host, "pid": os.getpid()}
-        try:
-            self.registration = self.store.register_bookie(self.conf.bookie_id, readonly=self.readonly,
-                                                           info=info)
-        except TypeError:
-            self.registration = self.store.register_bookie(self.conf.bookie_id, readonly=self.readonly)
+        self.registration = self.store.register_bookie(self.conf.bookie_id, readonly=self.readonly,
+                                                       info=info)
         self.log("registered", metadata=self.conf.metadataServiceUri)
 
     # -- watch -----------------------------------------------------------------------------------
