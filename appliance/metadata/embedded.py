@@ -37,6 +37,7 @@ child never touches the parent's handle, threads, lease or watches).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -72,41 +73,99 @@ def _boot_id() -> bytes:
         return bytes(16)
 
 
-# LMDB allows one open environment per file per process, so every store of a process on the
-# same directory shares one handle: (pid, realpath) -> [environment, named dbs, store count].
-# Keyed by pid too: a forked child must not use (or close) its parent's handles.
-_ENVIRONMENTS: dict[tuple[int, str], list] = {}
-_ENVIRONMENTS_LOCK = threading.Lock()
+class _Environments:
+    """The process's open LMDB environments, one per directory, and the fork rule for them.
 
+    LMDB allows one open environment per file per process (py-lmdb refuses a second), so every
+    store of a process on the same directory shares one handle, counted by ``acquire`` /
+    ``release``.  A handle must never cross ``fork()``, and closing an inherited one in the child
+    is not safe either: it frees reader slots that the parent still uses.  So just before any
+    fork, once no transaction of ours is in progress (new ones wait), every environment is
+    closed in the parent; parent and child reopen lazily on their next transaction.
+    """
 
-def _acquire_environment(path: str, map_size: int) -> tuple[lmdb.Environment, dict]:
-    key = (os.getpid(), os.path.realpath(path))
-    with _ENVIRONMENTS_LOCK:
-        entry = _ENVIRONMENTS.get(key)
-        if entry is None:
-            try:
-                env = lmdb.open(path, subdir=True, map_size=map_size, max_dbs=8,
-                                max_readers=1024, lock=True, sync=True, metasync=True)
-            except lmdb.Error as e:
-                raise MetadataError(f"cannot open the metadata store at {path}: {e}") from None
-            env.reader_check()  # free the reader slots of processes that died
-            dbs = {name: env.open_db(name.encode())
-                   for name in ("nodes", "owned", "leases", "ledgers", "meta")}
-            entry = _ENVIRONMENTS[key] = [env, dbs, 0]
-        entry[2] += 1
-        return entry[0], entry[1]
+    def __init__(self) -> None:
+        self._reset()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(before=self._before_fork, after_in_parent=self._after_fork,
+                                after_in_child=self._reset)
 
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._active = 0           # transactions in progress
+        self._forking = False
+        self._entries: dict[str, list] = {}   # realpath -> [env or None, dbs, store count, map size]
 
-def _release_environment(path: str) -> None:
-    key = (os.getpid(), os.path.realpath(path))
-    with _ENVIRONMENTS_LOCK:
-        entry = _ENVIRONMENTS.get(key)
-        if entry is None:
+    def acquire(self, path: str, map_size: int) -> None:
+        with self._lock:
+            entry = self._entries.setdefault(os.path.realpath(path), [None, None, 0, map_size])
+            entry[2] += 1
+            self._open(path, entry)
+
+    def release(self, path: str) -> None:
+        with self._lock:
+            key = os.path.realpath(path)
+            entry = self._entries.get(key)
+            if entry is None:
+                return
+            entry[2] -= 1
+            if entry[2] <= 0:
+                del self._entries[key]
+                if entry[0] is not None:
+                    entry[0].close()
+
+    @staticmethod
+    def _open(path: str, entry: list) -> None:
+        if entry[0] is not None:
             return
-        entry[2] -= 1
-        if entry[2] == 0:
-            del _ENVIRONMENTS[key]
-            entry[0].close()
+        try:
+            env = lmdb.open(path, subdir=True, map_size=entry[3], max_dbs=8, max_readers=1024,
+                            lock=True, sync=True, metasync=True)
+        except lmdb.Error as e:
+            raise MetadataError(f"cannot open the metadata store at {path}: {e}") from None
+        env.reader_check()  # free the reader slots of processes that died
+        entry[0] = env
+        entry[1] = {name: env.open_db(name.encode())
+                    for name in ("nodes", "owned", "leases", "ledgers", "meta")}
+
+    @contextlib.contextmanager
+    def transaction(self, path: str, write: bool) -> Iterator[tuple[lmdb.Transaction, dict]]:
+        with self._lock:
+            while self._forking:
+                self._idle.wait()
+            entry = self._entries.get(os.path.realpath(path))
+            if entry is None:
+                raise MetadataError("metadata store is closed")
+            self._open(path, entry)
+            env, dbs = entry[0], entry[1]
+            self._active += 1
+        try:
+            with env.begin(write=write) as txn:
+                yield txn, dbs
+        finally:
+            with self._lock:
+                self._active -= 1
+                if self._active == 0:
+                    self._idle.notify_all()
+
+    def _before_fork(self) -> None:
+        self._lock.acquire()  # held across the fork; released in the parent, reset in the child
+        self._forking = True
+        while self._active:
+            self._idle.wait()
+        for entry in self._entries.values():
+            if entry[0] is not None:
+                entry[0].close()
+                entry[0] = entry[1] = None
+
+    def _after_fork(self) -> None:
+        self._forking = False
+        self._idle.notify_all()
+        self._lock.release()
+
+
+_ENVIRONMENTS = _Environments()
 
 
 def _node_key(path: str) -> bytes:
@@ -142,7 +201,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._clock_ns = clock_ns
         self._boot = _boot_id()
         self._pid = -1
-        self._env: lmdb.Environment | None = None
+        self._dbs: dict = {}
         self._closed = False
         try:
             os.makedirs(path, exist_ok=True)
@@ -164,24 +223,22 @@ class EmbeddedMetadataStore(MetadataStore):
         self._registrations = []
         self._registrations_lock = threading.Lock()
 
-    def _environment(self) -> lmdb.Environment:
-        if self._pid != os.getpid():
-            if self._closed:
-                raise MetadataError("metadata store is closed")
-            if self._pid != -1:
-                # A forked child: the parent's environment, threads and lease are not ours.
-                self._reset_process_state()
-            self._env, self._dbs = _acquire_environment(self.path, self._map_size)
-            self._pid = os.getpid()
+    def _environment(self) -> None:
+        """Take this process's share of the environment (again after a fork)."""
         if self._closed:
             raise MetadataError("metadata store is closed")
-        assert self._env is not None
-        return self._env
+        if self._pid != os.getpid():
+            if self._pid != -1:
+                # A forked child: the parent's threads, lease and watches are not ours.
+                self._reset_process_state()
+            _ENVIRONMENTS.acquire(self.path, self._map_size)
+            self._pid = os.getpid()
 
-    def _write(self, fn: Callable[[lmdb.Transaction], Any]) -> Any:
-        env = self._environment()
+    def _run(self, fn: Callable[[lmdb.Transaction], Any], write: bool) -> Any:
+        self._environment()
         try:
-            with env.begin(write=True) as txn:
+            with _ENVIRONMENTS.transaction(self.path, write) as (txn, dbs):
+                self._dbs = dbs  # the same handles for every thread until the next fork
                 return fn(txn)
         except lmdb.MapFullError:
             raise MetadataError(f"metadata store {self.path} is full (map size "
@@ -189,13 +246,11 @@ class EmbeddedMetadataStore(MetadataStore):
         except lmdb.Error as e:
             raise MetadataError(f"metadata store {self.path}: {e}") from None
 
+    def _write(self, fn: Callable[[lmdb.Transaction], Any]) -> Any:
+        return self._run(fn, write=True)
+
     def _read(self, fn: Callable[[lmdb.Transaction], Any]) -> Any:
-        env = self._environment()
-        try:
-            with env.begin() as txn:
-                return fn(txn)
-        except lmdb.Error as e:
-            raise MetadataError(f"metadata store {self.path}: {e}") from None
+        return self._run(fn, write=False)
 
     # -- leases ------------------------------------------------------------------------------
 
@@ -644,7 +699,5 @@ class EmbeddedMetadataStore(MetadataStore):
                         self._write(lambda txn: self._drop_lease(txn, lease_id))
                     except MetadataError as e:
                         log.warning("dropping metadata lease on close: %s", e)
-            if self._env is not None:
-                _release_environment(self.path)
+            _ENVIRONMENTS.release(self.path)
         self._closed = True
-        self._env = None
