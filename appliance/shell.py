@@ -1,0 +1,183 @@
+"""``bookie shell``: administration of the cluster metadata and of a bookie's disks.
+
+    bookie shell metaformat [--non-interactive] [--force]   initialise (or wipe) the metadata
+    bookie shell bookieformat [--conf FILE] [--non-interactive] [--force]   a bookie's directories
+    bookie shell listbookies [--readonly]                    registered bookies
+    bookie shell listledgers                                 every ledger id
+    bookie shell ledgermetadata LEDGER_ID                    one ledger's metadata
+
+The metadata commands take ``--metadata URI`` (default: $BOOKIE_METADATA_URI) and print
+human-readable text, or one JSON document with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+from typing import Any, Callable
+
+import orjson
+
+ENV_URI = "BOOKIE_METADATA_URI"
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``shell`` command group to the ``bookie`` parser."""
+    shell = subparsers.add_parser("shell", help="administration: format, list bookies and ledgers",
+                                  description=__doc__.split("\n\n")[0])
+    commands = shell.add_subparsers(dest="shell_command", metavar="SUBCOMMAND")
+    commands.required = True
+
+    def metadata_command(name: str, help_text: str, handler: Callable) -> argparse.ArgumentParser:
+        parser = commands.add_parser(name, help=help_text, description=help_text)
+        parser.add_argument("--metadata", metavar="URI", default=None,
+                            help=f"metadata service URI (default: ${ENV_URI})")
+        parser.add_argument("--timeout-s", type=float, default=10.0,
+                            help="longest any metadata call may take (default 10)")
+        parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+        parser.set_defaults(func=handler)
+        return parser
+
+    p = metadata_command("metaformat", "Initialise the cluster metadata; with --force wipe "
+                         "what is there first.", _metaformat)
+    p.add_argument("--non-interactive", action="store_true",
+                   help="never ask: abort if metadata exists, unless --force")
+    p.add_argument("--force", action="store_true", help="wipe existing metadata")
+
+    p = metadata_command("listbookies", "List the bookies registered as available.", _listbookies)
+    p.add_argument("--readonly", action="store_true", help="list read-only bookies instead")
+
+    metadata_command("listledgers", "List every ledger id, ascending.", _listledgers)
+
+    p = metadata_command("ledgermetadata", "Print one ledger's metadata.", _ledgermetadata)
+    p.add_argument("ledger_id", metavar="LEDGER_ID", type=int)
+
+    p = commands.add_parser("bookieformat", help="Format this bookie's journal and ledger "
+                            "directories (and its cookie).",
+                            description="Format this bookie's journal and ledger directories.")
+    p.add_argument("--conf", metavar="FILE", default=None, help="bookie configuration file")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                   help="override one configuration key (repeatable)")
+    p.add_argument("--non-interactive", action="store_true",
+                   help="never ask: abort if data exists, unless --force")
+    p.add_argument("--force", action="store_true", help="wipe existing data")
+    p.set_defaults(func=_bookieformat)
+
+
+# -- handlers ----------------------------------------------------------------------------------
+
+def _cli_error(message: str) -> Exception:
+    from bookie.appliance.cli import CliError
+    return CliError(message)
+
+
+def _open(args: argparse.Namespace):
+    from bookie.appliance.metadata import MetadataError, open_metadata
+    uri = args.metadata or os.environ.get(ENV_URI)
+    if not uri:
+        raise _cli_error(f"no metadata store: pass --metadata URI or set {ENV_URI}")
+    try:
+        return open_metadata(uri, timeout_s=args.timeout_s)
+    except MetadataError as e:
+        raise _cli_error(str(e)) from None
+
+
+def _print_json(doc: Any) -> None:
+    sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def _with_store(args: argparse.Namespace, body: Callable) -> int:
+    from bookie.appliance.metadata import MetadataError
+    store = _open(args)
+    try:
+        return body(store)
+    except MetadataError as e:
+        raise _cli_error(str(e)) from None
+    finally:
+        store.close()
+
+
+def _metaformat(args: argparse.Namespace) -> int:
+    def body(store) -> int:
+        force = args.force
+        if store.has_data() and not force:
+            if args.non_interactive:
+                raise _cli_error("the metadata store already holds data; add --force to wipe it")
+            answer = input("The metadata store already holds data. Wipe it? (y/N) ")
+            if answer.strip().lower() not in ("y", "yes"):
+                print("metaformat aborted; nothing changed", file=sys.stderr)
+                return 1
+            force = True
+        store.format(force=force)
+        if args.json:
+            _print_json({"formatted": True, "instance_id": store.instance_id()})
+        else:
+            print(f"metadata formatted (instance {store.instance_id()})")
+        return 0
+    return _with_store(args, body)
+
+
+def _listbookies(args: argparse.Namespace) -> int:
+    def body(store) -> int:
+        bookies = store.list_bookies(readonly=args.readonly)
+        if args.json:
+            _print_json({"readonly" if args.readonly else "writable": bookies})
+            return 0
+        kind = "read-only" if args.readonly else "writable"
+        if not bookies:
+            print(f"no {kind} bookies registered")
+        for bookie_id in bookies:
+            print(bookie_id)
+        return 0
+    return _with_store(args, body)
+
+
+def _listledgers(args: argparse.Namespace) -> int:
+    def body(store) -> int:
+        if args.json:
+            _print_json({"ledgers": list(store.list_ledgers())})
+            return 0
+        for ledger_id in store.list_ledgers():
+            print(ledger_id)
+        return 0
+    return _with_store(args, body)
+
+
+def _ledgermetadata(args: argparse.Namespace) -> int:
+    def body(store) -> int:
+        meta, version = store.read_ledger(args.ledger_id)
+        if args.json:
+            _print_json({"ledger_id": args.ledger_id, "version": version, **meta.to_dict()})
+            return 0
+        created = datetime.datetime.fromtimestamp(meta.ctime_ms / 1000, datetime.timezone.utc)
+        lines = [
+            f"ledger {args.ledger_id} (metadata version {version})",
+            f"  state:          {meta.state.value}",
+            f"  ensemble/quorums: E={meta.ensemble_size} Qw={meta.write_quorum} "
+            f"Qa={meta.ack_quorum}",
+            f"  last entry:     {meta.last_entry_id}  length: {meta.length} bytes",
+            f"  digest:         {meta.digest_type}",
+            f"  created:        {created.isoformat(timespec='milliseconds')}",
+        ]
+        for key, value in sorted(meta.custom.items()):
+            lines.append(f"  custom {key}: {value}")
+        lines.append("  fragments:")
+        for first, ensemble in meta.fragments:
+            lines.append(f"    from entry {first}: {', '.join(ensemble)}")
+        print("\n".join(lines))
+        return 0
+    return _with_store(args, body)
+
+
+def _bookieformat(args: argparse.Namespace) -> int:
+    from bookie.appliance.config import BookieConfig, ConfigError, parse_overrides
+    from bookie.appliance.layout import LayoutError, format_bookie
+    from bookie.appliance.metadata import MetadataError
+    try:
+        conf = BookieConfig.load(args.conf, parse_overrides(args.set))
+        return int(format_bookie(conf, force=args.force, interactive=not args.non_interactive)
+                   or 0)
+    except (ConfigError, LayoutError, MetadataError, OSError) as e:
+        raise _cli_error(str(e)) from None

@@ -1,0 +1,89 @@
+"""``bookie shell``: metaformat, listbookies, listledgers, ledgermetadata, bookieformat."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from bookie.appliance.cli import main
+from bookie.appliance.metadata import LedgerMetadata, open_metadata
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = main(["shell", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture(params=["lmdb", "zk"])
+def uri(request, tmp_path):
+    if request.param == "lmdb":
+        return f"lmdb://{tmp_path}/md"
+    return request.getfixturevalue("zk_uri")
+
+
+def test_metaformat_then_lists_and_ledger_metadata(capsys, uri):
+    assert run(capsys, "metaformat", "--metadata", uri, "--non-interactive")[0] == 0
+    with open_metadata(uri) as store:
+        ledger_id, _ = store.create_ledger(LedgerMetadata(
+            2, 2, 1, custom={"owner": "me"}, fragments=[(0, ["h1:3181", "h2:3181"])]))
+        store.register_bookie("h1:3181")
+        store.register_bookie("h2:3181", readonly=True)
+        assert run(capsys, "listbookies", "--metadata", uri)[1] == "h1:3181\n"
+        rc, out, _ = run(capsys, "listbookies", "--readonly", "--json", "--metadata", uri)
+        assert orjson.loads(out) == {"readonly": ["h2:3181"]}
+    rc, out, _ = run(capsys, "listledgers", "--metadata", uri)
+    assert out.split() == [str(ledger_id)]
+    rc, out, _ = run(capsys, "ledgermetadata", str(ledger_id), "--metadata", uri)
+    assert "state:          OPEN" in out and "from entry 0: h1:3181, h2:3181" in out
+    rc, out, _ = run(capsys, "ledgermetadata", str(ledger_id), "--json", "--metadata", uri)
+    doc = orjson.loads(out)
+    assert doc["ledger_id"] == ledger_id and doc["custom"] == {"owner": "me"}
+    assert doc["fragments"] == [[0, ["h1:3181", "h2:3181"]]]
+    # Existing data: refused without --force, wiped with it.
+    rc, _, err = run(capsys, "metaformat", "--metadata", uri, "--non-interactive")
+    assert rc == 2 and "--force" in err
+    assert run(capsys, "metaformat", "--metadata", uri, "--non-interactive", "--force")[0] == 0
+    assert run(capsys, "listledgers", "--json", "--metadata", uri)[1].split() == \
+        ["{", '"ledgers":', "[]", "}"]
+
+
+def test_interactive_metaformat_asks_before_wiping(capsys, monkeypatch, tmp_path):
+    uri = f"lmdb://{tmp_path}/md"
+    with open_metadata(uri) as store:
+        store.create_ledger(LedgerMetadata(1, 1, 1))
+    monkeypatch.setattr("builtins.input", lambda prompt: "n")
+    assert run(capsys, "metaformat", "--metadata", uri)[0] == 1
+    monkeypatch.setattr("builtins.input", lambda prompt: "y")
+    assert run(capsys, "metaformat", "--metadata", uri)[0] == 0
+    with open_metadata(uri) as store:
+        assert list(store.list_ledgers()) == []
+
+
+def test_uri_comes_from_the_environment_or_is_a_clear_error(capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv("BOOKIE_METADATA_URI", raising=False)
+    rc, _, err = run(capsys, "listledgers")
+    assert rc == 2 and "BOOKIE_METADATA_URI" in err
+    rc, _, err = run(capsys, "listledgers", "--metadata", "zk://nohostport")
+    assert rc == 2 and "host:port" in err and len(err.strip().splitlines()) == 1
+    monkeypatch.setenv("BOOKIE_METADATA_URI", f"lmdb://{tmp_path}/md")
+    assert run(capsys, "listledgers") == (0, "", "")
+
+
+def test_missing_ledger_is_one_line_error(capsys, tmp_path):
+    rc, _, err = run(capsys, "ledgermetadata", "42", "--metadata", f"lmdb://{tmp_path}/md")
+    assert rc == 2 and err.strip() == "bookie shell: ledger 42 does not exist"
+
+
+def test_bookieformat_loads_the_configuration_and_calls_format_bookie(capsys, monkeypatch,
+                                                                      tmp_path):
+    calls = []
+    monkeypatch.setattr("bookie.appliance.layout.format_bookie",
+                        lambda conf, force, interactive: calls.append(
+                            (conf.journalDirectory, force, interactive)) or 0)
+    (tmp_path / "j").mkdir()
+    (tmp_path / "l").mkdir()
+    conf = tmp_path / "bk.conf"
+    conf.write_text(f"journalDirectory={tmp_path}/j\nledgerDirectories={tmp_path}/l\n")
+    assert run(capsys, "bookieformat", "--conf", str(conf), "--non-interactive", "--force")[0] == 0
+    assert calls == [(f"{tmp_path}/j", True, False)]
