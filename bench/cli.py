@@ -137,6 +137,8 @@ def _register_reads(tools) -> None:
                            "ledger, written then read when --ledger is not given)")
     p.add_argument("--batch", type=int, default=1000, metavar="N",
                    help="entries asked for per read (default 1000)")
+    p.add_argument("--window", type=int, default=2, metavar="N",
+                   help="sequential reads in flight at most (default 2)")
     p.add_argument("--entries", type=int, default=100000, metavar="N",
                    help="entries written first when this tool makes the ledger (default 100000)")
     p.add_argument("--entrysize", type=int, default=1024, metavar="BYTES",
@@ -332,12 +334,65 @@ def _cmd_bookie(args) -> int:
     return finish(args, result)
 
 
+def _check_client_args(args) -> None:
+    if args.ack_quorum is None:
+        args.ack_quorum = args.quorum
+    check_quorum(args.ensemble, args.quorum, args.ack_quorum)
+    check_positive(args, "throttle")
+    if args.localbookie is not None:
+        check_positive(args, "localbookie")
+        if args.localbookie < args.ensemble:
+            raise CliError(f"--ensemble {args.ensemble} needs at least that many bookies, "
+                           f"--localbookie starts {args.localbookie}")
+
+
+@contextlib.contextmanager
+def _ensemble(args):
+    """Yields (metadata URI, data dir or None) of --metadata or of --localbookie N."""
+    if args.metadata is not None:
+        yield args.metadata, None
+    else:
+        with local_bookies(args.localbookie, args.data_dir) as (lb, base):
+            yield lb.metadata_uri, base
+
+
 def _cmd_writes(args) -> int:
-    raise CliError("bench writes is not built yet")
+    from bookie.bench import client_bench
+    check_common(args)
+    check_entries(args)
+    _check_client_args(args)
+    check_positive(args, "ledgers")
+    if args.latency_file:
+        parent = os.path.dirname(os.path.abspath(args.latency_file))
+        if not os.path.isdir(parent):
+            raise CliError(f"--latency-file: directory {parent} does not exist")
+    emit = progress_emitter(args)
+    try:
+        with _ensemble(args) as (uri, base):
+            result = client_bench.run_writes(params_of(args), uri, emit=emit, data_dir=base)
+    except client_bench.BenchError as e:
+        raise CliError(str(e)) from None
+    return finish(args, result)
 
 
 def _cmd_reads(args) -> int:
-    raise CliError("bench reads is not built yet")
+    from bookie.bench import client_bench
+    check_common(args)
+    _check_client_args(args)
+    check_positive(args, "batch", "window", "entries", "entrysize")
+    check_positive(args, "listen", allow_none=True)
+    if args.ledger is not None and args.metadata is None:
+        raise CliError("--ledger reads an existing ledger: give the --metadata URI of its "
+                       "ensemble (--localbookie starts empty bookies)")
+    if args.listen is not None and args.entrysize < 8:
+        raise CliError("--entrysize must be at least 8 with --listen (entries carry a time)")
+    emit = progress_emitter(args)
+    try:
+        with _ensemble(args) as (uri, base):
+            result = client_bench.run_reads(params_of(args), uri, emit=emit, data_dir=base)
+    except client_bench.BenchError as e:
+        raise CliError(str(e)) from None
+    return finish(args, result)
 
 
 def _cmd_journal(args) -> int:

@@ -54,14 +54,14 @@ def run_tool(capsys, *argv) -> tuple[int, dict, str]:
 
 
 @pytest.fixture(scope="module")
-def one_bookie():
-    with LocalBookies(1) as ens:
+def three_bookies():
+    with LocalBookies(3) as ens:
         yield ens
 
 
-def test_bench_bookie_end_to_end(capsys, one_bookie, tmp_path):
+def test_bench_bookie_end_to_end(capsys, three_bookies, tmp_path):
     results = tmp_path / "results.jsonl"
-    rc, result, err = run_tool(capsys, "bookie", "--bookie", one_bookie.bookies[0],
+    rc, result, err = run_tool(capsys, "bookie", "--bookie", three_bookies.bookies[0],
                                "--time", "1", "--sync-time", "0.3", "--warmup-messages", "200",
                                "--json-out", str(results))
     assert rc == 0
@@ -70,7 +70,7 @@ def test_bench_bookie_end_to_end(capsys, one_bookie, tmp_path):
     assert sync["ops"] > 0 and pipelined["ops"] > 0 and pipelined["errors"] == 0
     assert pipelined["latency_ms"]["count"] == pipelined["ops"]
     assert pipelined["bytes"] == pipelined["ops"] * 1024
-    assert result["params"]["batch"] == 100 and result["params"]["bookie"] == one_bookie.bookies[0]
+    assert result["params"]["batch"] == 100 and result["params"]["bookie"] == three_bookies.bookies[0]
     assert "[pipelined]" in err and "latency ms: p50" in err
     assert orjson.loads(results.read_text()) == result
 
@@ -82,6 +82,63 @@ def test_bench_bookie_starts_its_own_bookie(capsys, tmp_path):
     assert rc == 0 and result["phases"]["pipelined"]["ops"] == 3000
     assert "sync" not in result["phases"]
     assert result["host"]["disk"]["path"] == str(tmp_path)
+
+
+def test_bench_writes_end_to_end(capsys, three_bookies, tmp_path):
+    latency_file = tmp_path / "latencies.txt"
+    rc, result, err = run_tool(capsys, "writes", "--metadata", three_bookies.metadata_uri,
+                               "--ensemble", "3", "--quorum", "2", "--ack-quorum", "2",
+                               "--time", "1", "--ledgers", "2", "--throttle", "500",
+                               "--warmup-messages", "100", "--latency-file", str(latency_file))
+    assert rc == 0
+    assert_documented_fields(result)
+    writes = result["phases"]["writes"]
+    assert writes["ops"] > 0 and writes["errors"] == 0 and len(writes["ledgers"]) == 2
+    assert writes["latency_ms"]["count"] == writes["ops"]
+    assert writes["bytes"] == writes["ops"] * 1024
+    assert result["params"]["ack_quorum"] == 2 and result["figures"]["entry_bytes"] == 32 + 8 + 1024
+    latencies = latency_file.read_text().split()
+    assert len(latencies) == writes["ops"] and all(int(x) >= 0 for x in latencies)
+    assert "[writes]" in err
+
+
+def test_bench_writes_sendlimit_and_rate_on_its_own_bookie(capsys, tmp_path):
+    rc, result, _ = run_tool(capsys, "writes", "--localbookie", "1", "--data-dir", str(tmp_path),
+                             "--ensemble", "1", "--quorum", "1", "--time", "5",
+                             "--sendlimit", "600", "--rate", "1000", "--warmup-messages", "0",
+                             "--quiet")
+    writes = result["phases"]["writes"]
+    assert rc == 0 and writes["ops"] == 600
+    assert 0.5 <= writes["duration_s"] < 5  # paced: 600 adds at 1000/s
+
+
+def test_bench_reads_of_a_closed_ledger(capsys, three_bookies):
+    rc, result, err = run_tool(capsys, "reads", "--metadata", three_bookies.metadata_uri,
+                               "--ensemble", "1", "--quorum", "1", "--entries", "3000",
+                               "--batch", "500", "--time", "5")
+    assert rc == 0
+    assert_documented_fields(result, absent=("phases.tail", "phases.writer"))
+    seq = result["phases"]["sequential"]
+    assert seq["ops"] == 3000 and seq["last_entry_id"] == 2999 and seq["bytes"] == 3000 * 1024
+    assert seq["latency_ms"]["count"] == 3000
+    # the same ledger again, named with --ledger
+    (ledger_id,) = result["figures"]["ledgers"]
+    rc, again, _ = run_tool(capsys, "reads", "--metadata", three_bookies.metadata_uri,
+                            "--ledger", str(ledger_id), "--batch", "1000", "--quiet")
+    assert rc == 0 and again["phases"]["sequential"]["ops"] == 3000
+
+
+def test_bench_reads_tailing_a_writer(capsys, three_bookies):
+    rc, result, err = run_tool(capsys, "reads", "--metadata", three_bookies.metadata_uri,
+                               "--listen", "2", "--ensemble", "2", "--quorum", "2",
+                               "--time", "1", "--throttle", "200")
+    assert rc == 0
+    assert_documented_fields(result, absent=("phases.sequential",))
+    tail = result["phases"]["tail"]
+    assert tail["ops"] == tail["written"] == result["phases"]["writer"]["ops"] > 0
+    assert tail["lag_ms"]["count"] == tail["e2e_ms"]["count"] == tail["ops"]
+    assert tail["lag_ms"]["p50"] <= tail["e2e_ms"]["p50"]
+    assert len(result["figures"]["ledgers"]) == 2
 
 
 def test_bench_journal_end_to_end(capsys, tmp_path):
@@ -108,6 +165,19 @@ def test_bench_journal_end_to_end(capsys, tmp_path):
      "--json-out: directory /nonexistent/dir does not exist"),
     (["journal", "--dir", "/nonexistent"], "--dir: /nonexistent is not a directory"),
     (["journal", "--dir", "/tmp", "--group-bytes", "0"], "--group-bytes must be positive"),
+    (["writes", "--metadata", "lmdb:///x", "--ensemble", "2", "--quorum", "3"],
+     "quorums must satisfy ensemble >= quorum >= ack-quorum >= 1, got --ensemble 2 --quorum 3"),
+    (["writes", "--metadata", "lmdb:///x", "--quorum", "2", "--ack-quorum", "3"],
+     "ack-quorum 3"),
+    (["writes", "--localbookie", "2", "--ensemble", "3"],
+     "--ensemble 3 needs at least that many bookies, --localbookie starts 2"),
+    (["writes", "--metadata", "lmdb:///x", "--throttle", "0"], "--throttle must be positive"),
+    (["writes", "--metadata", "lmdb:///x", "--rate", "-5"], "--rate must be positive"),
+    (["writes", "--metadata", "lmdb:///x", "--latency-file", "/nonexistent/l.txt"],
+     "--latency-file: directory /nonexistent does not exist"),
+    (["reads", "--localbookie", "1", "--ledger", "3"], "--ledger reads an existing ledger"),
+    (["reads", "--metadata", "lmdb:///x", "--listen", "1", "--entrysize", "4"],
+     "--entrysize must be at least 8 with --listen"),
 ])
 def test_bad_options_are_one_clear_line(capsys, argv, message):
     assert main(["bench", *argv]) == 2

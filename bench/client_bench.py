@@ -1,0 +1,498 @@
+"""``bookie bench writes`` and ``bookie bench reads``: adds and reads through the real client.
+
+Theory of operation
+-------------------
+writes (BenchThroughputLatency): ``--ledgers`` ledgers are created with (E, Qw, Qa); the main
+thread issues ``add_entry_async`` round-robin over them, keeping at most ``--throttle`` adds
+outstanding, for ``--time`` seconds or ``--sendlimit`` adds.  Each add's future records (issue
+time, completion time, failed?) from the client's thread into a deque; the main thread drains
+it into the histogram a batch at a time (numpy), so the per-add cost on the issuing side is a
+clock read, the call and a callback.  With ``--rate`` adds are issued on a fixed schedule and
+latency counts from each add's intended time (open loop).  ``--warmup-messages`` adds go first
+and are not counted.
+
+reads (BenchReadThroughputLatency):
+- sequential: read a closed ledger from entry 0 to its last entry, ``--batch`` entries per
+  ``read_entries`` call; every entry gets its call's latency.  Without ``--ledger`` the tool
+  first writes ``--entries`` entries to a fresh ledger and closes it.
+- tail (``--listen N``): a writer in a child process (its own client, its own core) writes N
+  fresh ledgers at full speed (``--throttle`` outstanding) for ``--time`` seconds, each payload
+  starting with the monotonic time its add was issued (CLOCK_MONOTONIC is one clock for the
+  whole host).  The reader opens them without recovery and follows each one's last-add-confirmed
+  with long polls, reading what became readable.  ``lag_ms`` of an entry is from its add being
+  issued to the reader holding it: the write latency plus how far the reader trails.
+
+``AddLoad`` is the writes loop with the client passed in, so the tests drive it with a fake.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import multiprocessing
+import threading
+import time
+
+import numpy as np
+
+from bookie.bench.histogram import Histogram
+from bookie.bench.report import NS_PER_S, Meter, latency_figures
+
+_DRAIN_MAX = 65536  # completions drained into the histogram at once (at most)
+_ISSUE_CHUNK = 256  # adds handed to the client at once (at most)
+
+
+class BenchError(RuntimeError):
+    """The run cannot go on; one clear line."""
+
+
+def payload_bytes(size: int, seed: int = 0) -> bytes:
+    return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes()
+
+
+class AddLoad:
+    """Adds through ledger handles, at most ``throttle`` outstanding (see the module doc).
+
+    Args:
+        handles: ledger handles with ``add_entry_async(data) -> Future``.
+        make_payload: called with the issue time (ns) for each add; returns the entry's data.
+        throttle: adds outstanding at most.
+        rate: adds per second offered (None: as fast as the throttle allows).
+        limit: adds at most (None: only the time limits).
+        meter: receives the completions.
+        keep_latencies: keep every latency (for ``--latency-file``).
+    """
+
+    def __init__(self, handles, make_payload, throttle: int, rate: float | None,
+                 limit: int | None, meter: Meter | None, *, nbytes: int,
+                 keep_latencies: bool = False, track_acks: bool = False,
+                 clock=time.monotonic_ns):
+        self.handles = list(handles)
+        self.make_payload = make_payload
+        self.throttle = throttle
+        self.interval_ns = NS_PER_S / rate if rate else 0.0
+        self.limit = limit
+        self.meter = meter
+        self.nbytes = nbytes
+        self.clock = clock
+        self.keep = [] if keep_latencies else None
+        # per ledger: (entry_id, ack time) of every confirmed add, for tail lag
+        self.acks = [[] for _ in self.handles] if track_acks else None
+        self.done: collections.deque = collections.deque()
+        self.wakeup = threading.Event()
+        self.issued = 0
+        self.completed = 0
+        self.failed = 0
+        self.first_error: BaseException | None = None
+
+    def _on_done(self, start_ns: int, ledger_index: int, future) -> None:
+        # Runs on the client's thread: a deque append is atomic.
+        self.done.append((start_ns, self.clock(), future.exception(), ledger_index, future))
+        self.wakeup.set()
+
+    def _drain(self) -> None:
+        n = min(len(self.done), _DRAIN_MAX)
+        if not n:
+            return
+        items = [self.done.popleft() for _ in range(n)]
+        ok = [(end - start) for start, end, exc, _, _ in items if exc is None]
+        errors = n - len(ok)
+        if errors:
+            self.failed += errors
+            if self.first_error is None:
+                self.first_error = next(item[2] for item in items if item[2] is not None)
+        if self.acks is not None:
+            for _, end, exc, j, fut in items:
+                if exc is None:
+                    self.acks[j].append((fut.result(), end))
+        self.completed += n
+        if self.meter is not None:
+            if ok:
+                lat = np.asarray(ok, dtype=np.int64)
+                self.meter.record_many(lat, len(ok) * self.nbytes)
+                if self.keep is not None:
+                    self.keep.append(lat)
+            if errors:
+                self.meter.record_error(errors)
+
+    def _issue(self, count: int, start: int, now: int) -> None:
+        """Issue ``count`` adds, round-robin over the ledgers from add number ``self.issued``,
+        one hand-over per ledger (``add_entries_async``) when the handle has it."""
+        nh = len(self.handles)
+        for j in range(min(nh, count)):
+            numbers = range(self.issued + j, self.issued + count, nh)
+            handle = self.handles[numbers[0] % nh]  # the same ledger for all these numbers
+            if self.interval_ns:
+                times = [start + int(n * self.interval_ns) for n in numbers]
+            else:
+                times = [now] * len(numbers)
+            payloads = [self.make_payload(t) for t in times]
+            many = getattr(handle, "add_entries_async", None)
+            futures = many(payloads) if many else [handle.add_entry_async(p) for p in payloads]
+            on_done = self._on_done
+            index = numbers[0] % nh
+            for t, fut in zip(times, futures):
+                fut.add_done_callback(functools.partial(on_done, t, index))
+        self.issued += count
+
+    def run(self, duration_s: float | None, timeout_s: float) -> None:
+        """Issue adds until the time or limit is spent, then wait for every answer.
+
+        Raises:
+            BenchError: no add completed for ``timeout_s``.
+        """
+        start = self.clock()
+        end = start + int(duration_s * NS_PER_S) if duration_s else None
+        if self.meter is not None:
+            self.meter.start(start)
+        last_progress = start
+        seen_completed = 0
+        while True:
+            now = self.clock()
+            stopping = (end is not None and now >= end) or \
+                       (self.limit is not None and self.issued >= self.limit)
+            if stopping and self.issued == self.completed + len(self.done):
+                break
+            # Issue as many as the throttle and the schedule allow, a chunk at a time.
+            while not stopping:
+                room = self.throttle - (self.issued - self.completed - len(self.done))
+                if self.limit is not None:
+                    room = min(room, self.limit - self.issued)
+                if self.interval_ns:
+                    room = min(room, int((now - start) / self.interval_ns) + 1 - self.issued)
+                if room <= 0:
+                    break
+                self._issue(min(room, _ISSUE_CHUNK), start, now)
+                now = self.clock()
+                if end is not None and now >= end:
+                    break
+            self._drain()
+            now = self.clock()
+            if self.completed != seen_completed:
+                seen_completed, last_progress = self.completed, now
+            elif now - last_progress > timeout_s * NS_PER_S:
+                raise BenchError(f"no add completed within {timeout_s:g} s "
+                                 f"({self.issued - self.completed} outstanding)")
+            if self.meter is not None and now >= self.meter.next_tick_ns:
+                self.meter.tick(now, self.issued - self.completed)
+            # Sleep only when there is nothing to do: the window is full, the run is draining,
+            # or (paced) the next add is not due yet.  A completion wakes us at once.
+            self.wakeup.clear()  # before looking, so a completion after the look still wakes
+            if self.done:
+                continue
+            if stopping or self.issued - self.completed >= self.throttle:
+                self.wakeup.wait(0.05)
+            elif self.interval_ns:
+                due = start + int(self.issued * self.interval_ns)
+                self.wakeup.wait(min(max(due - now, 0) / NS_PER_S, 0.05))
+        self._drain()
+
+    def latencies(self) -> np.ndarray:
+        return np.concatenate(self.keep) if self.keep else np.zeros(0, dtype=np.int64)
+
+
+def _client(metadata_uri: str, throttle: int, timeout_s: float):
+    """A client whose own throttle is the bench's, so add_entries_async never blocks on it."""
+    from bookie.client import BookKeeper, BookKeeperError
+    try:
+        return BookKeeper(metadata_uri, throttle=throttle, operationTimeout=timeout_s)
+    except BookKeeperError as e:
+        raise BenchError(f"cannot open the client on {metadata_uri}: {e}") from None
+
+
+def run_writes(params: dict, metadata_uri: str, *, emit=None, data_dir: str | None = None) -> dict:
+    """The whole ``bench writes`` run.  Returns the result dict (see bench/README.md)."""
+    from bookie.bench.report import build_result, host_info, now_iso
+    started = now_iso()
+    host = host_info(data_dir)
+    ack_quorum = params["ack_quorum"] or params["quorum"]
+    payload = payload_bytes(params["entrysize"])
+    from bookie.client import BookKeeperError
+    bk = _client(metadata_uri, params["throttle"], params["timeout"])
+    handles = []
+    try:
+        for _ in range(params["ledgers"]):
+            try:
+                handles.append(bk.create_ledger(params["ensemble"], params["quorum"], ack_quorum,
+                                                params["digest"], params["password"].encode()))
+            except BookKeeperError as e:
+                raise BenchError(f"cannot create a ledger: {e}") from None
+        if params["warmup_messages"]:
+            AddLoad(handles, lambda t: payload, params["throttle"], None,
+                    params["warmup_messages"], None, nbytes=len(payload)).run(None, params["timeout"])
+        meter = Meter("writes", unit="adds", emit=emit)
+        load = AddLoad(handles, lambda t: payload, params["throttle"], params["rate"],
+                       params["sendlimit"], meter, nbytes=len(payload),
+                       keep_latencies=bool(params["latency_file"]))
+        load.run(params["time"], params["timeout"])
+        figures = meter.finish(load.clock())
+        figures["ledgers"] = [h.ledger_id for h in handles]
+        if load.first_error is not None:
+            figures["first_error"] = f"{type(load.first_error).__name__}: {load.first_error}"
+        for h in handles:
+            h.close()
+    finally:
+        bk.close()
+    if params["latency_file"]:
+        with open(params["latency_file"], "w", encoding="ascii") as f:
+            lat_us = load.latencies() // 1000
+            f.write("\n".join(map(str, lat_us.tolist())))
+            f.write("\n" if len(lat_us) else "")
+    from bookie import wire
+    entry_bytes = wire.ENTRY_HEADER_SIZE + wire.DIGEST_SIZES[params["digest"]] + len(payload)
+    return build_result("writes", dict(params, ack_quorum=ack_quorum, metadata=metadata_uri),
+                        {"writes": figures}, host=host, started=started,
+                        figures={"entry_bytes": entry_bytes})
+
+
+# -- reads ---------------------------------------------------------------------------------------
+
+
+def _open(bk, ledger_id: int, params: dict):
+    from bookie.client import BookKeeperError
+    try:
+        return bk.open_ledger(ledger_id, params["digest"], params["password"].encode(),
+                              recovery=False)
+    except BookKeeperError as e:
+        raise BenchError(f"cannot open ledger {ledger_id}: {e}") from None
+
+
+def _write_ledger(bk, params: dict, count: int, timeout_s: float) -> int:
+    """A fresh ledger of ``count`` entries, closed.  Returns its id."""
+    from bookie.client import BookKeeperError
+    try:
+        lh = bk.create_ledger(params["ensemble"], params["quorum"], params["ack_quorum"],
+                              params["digest"], params["password"].encode())
+        payload = payload_bytes(params["entrysize"])
+        load = AddLoad([lh], lambda t: payload, params["throttle"], None, count, None,
+                       nbytes=len(payload))
+        load.run(None, timeout_s)
+        if load.failed:
+            raise BenchError(f"writing the ledger to read failed: {load.first_error}")
+        lh.close()
+    except BookKeeperError as e:
+        raise BenchError(f"cannot write a ledger to read: {e}") from None
+    return lh.ledger_id
+
+
+def read_sequential(rh, batch: int, window: int, duration_s: float, timeout_s: float,
+                    meter: Meter, clock=time.monotonic_ns) -> dict:
+    """Read ``rh`` from entry 0 to its last-add-confirmed, ``batch`` entries per call and
+    ``window`` calls in flight, or until ``duration_s`` is spent."""
+    last = rh.read_last_add_confirmed()
+    if last < 0:
+        raise BenchError(f"ledger {rh.ledger_id} has no entries to read")
+    start = clock()
+    meter.start(start)
+    end = start + int(duration_s * NS_PER_S)
+    in_flight: collections.deque = collections.deque()
+    next_entry = 0
+    while True:
+        now = clock()
+        while len(in_flight) < window and next_entry <= last and now < end:
+            hi = min(last, next_entry + batch - 1)
+            in_flight.append((now, rh.read_entries_async(next_entry, hi)))
+            next_entry = hi + 1
+        if not in_flight:
+            break
+        sent, fut = in_flight.popleft()
+        try:
+            entries = fut.result(timeout_s)
+        except TimeoutError:
+            raise BenchError(f"a read of ledger {rh.ledger_id} took over {timeout_s:g} s") from None
+        now = clock()
+        meter.record(now - sent, len(entries), sum(len(e.data) for e in entries))
+        if now >= meter.next_tick_ns:
+            meter.tick(now, sum(1 for _ in in_flight))
+    figures = meter.finish(clock())
+    figures["last_entry_id"] = last
+    return figures
+
+
+class TailReader:
+    """Follows one ledger being written: long-poll its LAC, read what became readable, note
+    each entry's lag (see the module doc).  Runs on its own thread; ``lock`` guards the shared
+    meter and lag histogram."""
+
+    def __init__(self, rh, batch: int, meter: Meter, e2e: Histogram, lock: threading.Lock,
+                 deadline_ns: int, clock=time.monotonic_ns):
+        self.rh, self.batch, self.meter, self.e2e, self.lock = rh, batch, meter, e2e, lock
+        self.deadline_ns = deadline_ns
+        self.clock = clock
+        self.read_upto = -1
+        self.reads: list[tuple[int, int, int]] = []  # (first, last, time read) per read
+        self.error: BaseException | None = None
+
+    def read_times(self) -> np.ndarray:
+        """When each entry 0 .. read_upto was read, by entry id."""
+        if not self.reads:
+            return np.zeros(0, dtype=np.int64)
+        r = np.asarray(self.reads, dtype=np.int64)
+        return np.repeat(r[:, 2], r[:, 1] - r[:, 0] + 1)
+
+    def run(self) -> None:
+        try:
+            self._follow()
+        except BaseException as e:  # reported by the caller, never lost with the thread
+            self.error = e
+
+    def _follow(self) -> None:
+        rh = self.rh
+        while self.clock() < self.deadline_ns:
+            lac = rh.wait_for_last_add_confirmed(self.read_upto, timeout_s=0.5)
+            while self.read_upto < lac:
+                first, last = self.read_upto + 1, min(lac, self.read_upto + self.batch)
+                sent = self.clock()
+                entries = rh.read_entries_async(first, last).result(30)
+                now = self.clock()
+                stamps = np.frombuffer(b"".join(e.data[:8] for e in entries), dtype="<i8")
+                with self.lock:
+                    self.meter.record(now - sent, len(entries), sum(len(e.data) for e in entries))
+                    self.e2e.record_many(np.maximum(now - stamps, 0))
+                self.reads.append((first, last, now))
+                self.read_upto = last
+            if rh.is_closed and self.read_upto >= rh.last_add_confirmed:
+                return
+        raise BenchError(f"tailing ledger {rh.ledger_id} did not reach its end in time "
+                         f"(read up to {self.read_upto})")
+
+
+def _tail_writer(conn, metadata_uri: str, params: dict) -> None:
+    """Child process: create the ledgers, wait for "go", write them at full speed for the run's
+    time with each payload stamped with its issue time, close them, report."""
+    try:
+        bk = _client(metadata_uri, params["throttle"], params["timeout"])
+        try:
+            handles = [bk.create_ledger(params["ensemble"], params["quorum"],
+                                        params["ack_quorum"], params["digest"],
+                                        params["password"].encode())
+                       for _ in range(params["listen"])]
+            conn.send(("ledgers", [h.ledger_id for h in handles]))
+            if not conn.poll(params["timeout"]) or conn.recv() != "go":
+                return
+            filler = payload_bytes(max(params["entrysize"] - 8, 0))
+            meter = Meter("writer", unit="adds")
+            load = AddLoad(handles, lambda t: t.to_bytes(8, "little") + filler,
+                           params["throttle"], None, None, meter, nbytes=8 + len(filler),
+                           track_acks=True)
+            load.run(params["time"], params["timeout"])
+            figures = meter.finish(load.clock())
+            acks = []
+            for pairs in load.acks:  # -> ack time by entry id
+                ack_ns = np.zeros(len(pairs), dtype=np.int64)
+                if pairs:
+                    ids, times = np.asarray(pairs, dtype=np.int64).T
+                    ack_ns[ids] = times
+                acks.append(ack_ns)
+            for h in handles:
+                h.close()
+        finally:
+            bk.close()
+        conn.send(("done", (figures, acks)))
+    except BaseException as e:
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+
+
+def read_tail(bk, metadata_uri: str, params: dict, emit) -> dict:
+    """Start the writer process, tail its ledgers until they are closed and read to the end.
+
+    Returns:
+        the phases {"tail": reader figures + lag_ms + written, "writer": writer figures} and
+        the ledger ids.
+    """
+    if params["entrysize"] < 8:
+        raise BenchError("--entrysize must be at least 8 with --listen (entries carry a time)")
+    ctx = multiprocessing.get_context("spawn")  # no ZeroMQ context or LMDB env crosses a fork
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_tail_writer, args=(child, metadata_uri, params),
+                       name="bookie-bench-writer", daemon=True)
+    proc.start()
+    timeout_s = params["timeout"]
+    try:
+        kind, value = _receive(parent, timeout_s, "the writer to create its ledgers")
+        ledger_ids = value
+        handles = [_open(bk, lid, params) for lid in ledger_ids]
+        meter = Meter("tail", unit="entries", emit=emit)
+        e2e = Histogram()
+        lock = threading.Lock()
+        clock = time.monotonic_ns
+        start = clock()
+        meter.start(start)
+        deadline = start + int((params["time"] + timeout_s) * NS_PER_S)
+        readers = [TailReader(h, params["batch"], meter, e2e, lock, deadline) for h in handles]
+        threads = [threading.Thread(target=r.run, daemon=True) for r in readers]
+        parent.send("go")
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            threads[0].join(0.1) if threads[0].is_alive() else time.sleep(0.1)
+            with lock:
+                meter.tick(clock(), 0)
+        for r in readers:
+            if r.error is not None:
+                raise BenchError(f"tailing ledger {r.rh.ledger_id}: {r.error}")
+        with lock:
+            figures = meter.finish(clock())
+        kind, (writer, acks) = _receive(parent, timeout_s, "the writer to finish")
+        figures["lag_ms"] = latency_figures(tail_lag(readers, acks))
+        figures["e2e_ms"] = latency_figures(e2e)
+        figures["written"] = writer["ops"]
+    finally:
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+    return {"tail": figures, "writer": writer}, ledger_ids
+
+
+def tail_lag(readers: list[TailReader], acks: list[np.ndarray]) -> Histogram:
+    """Per entry: from the writer's client confirming it to the tailing reader holding it.
+
+    Raises:
+        BenchError: the reader and the writer disagree on how many entries there are.
+    """
+    lag = Histogram()
+    for reader, ack_ns in zip(readers, acks):
+        read_ns = reader.read_times()
+        if len(read_ns) != len(ack_ns):
+            raise BenchError(f"ledger {reader.rh.ledger_id}: the writer confirmed {len(ack_ns)} "
+                             f"entries, the tailing reader read {len(read_ns)}")
+        # An entry is readable only once confirmed, but the writer's callback may run a hair
+        # after a reader got it: such a lag is 0, not negative.
+        lag.record_many(np.maximum(read_ns - ack_ns, 0))
+    return lag
+
+
+def _receive(conn, timeout_s: float, what: str):
+    if not conn.poll(timeout_s):
+        raise BenchError(f"timed out after {timeout_s:g} s waiting for {what}")
+    kind, value = conn.recv()
+    if kind == "error":
+        raise BenchError(f"the writer process failed: {value}")
+    return kind, value
+
+
+def run_reads(params: dict, metadata_uri: str, *, emit=None, data_dir: str | None = None) -> dict:
+    """The whole ``bench reads`` run.  Returns the result dict (see bench/README.md)."""
+    from bookie.bench.report import build_result, host_info, now_iso
+    started = now_iso()
+    host = host_info(data_dir)
+    params = dict(params, ack_quorum=params["ack_quorum"] or params["quorum"],
+                  metadata=metadata_uri)
+    bk = _client(metadata_uri, params["throttle"], params["timeout"])
+    try:
+        if params["listen"]:
+            phases, ledger_ids = read_tail(bk, metadata_uri, params, emit)
+        else:
+            ledger_id = params["ledger"]
+            if ledger_id is None:
+                ledger_id = _write_ledger(bk, params, params["entries"], params["timeout"])
+            rh = _open(bk, ledger_id, params)
+            phases = {"sequential": read_sequential(
+                rh, params["batch"], params["window"], params["time"], params["timeout"],
+                Meter("sequential", unit="entries", emit=emit))}
+            ledger_ids = [ledger_id]
+    finally:
+        bk.close()
+    return build_result("reads", params, phases, host=host, started=started,
+                        figures={"ledgers": ledger_ids})
