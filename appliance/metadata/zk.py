@@ -87,7 +87,11 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._pid = -1
         self._client_obj: KazooClient | None = None
         self._zk()  # connect now: an unreachable server is an error at open, within timeout_s
-        self.layout = self._resolve_layout(uri.layout)
+        try:
+            self.layout = self._resolve_layout(uri.layout)
+        except BaseException:
+            self.close()  # do not leave a connected client behind a failed open
+            raise
 
     # -- connection --------------------------------------------------------------------------
 
