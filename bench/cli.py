@@ -410,4 +410,37 @@ def _cmd_journal(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    raise CliError("bench report is not built yet")
+    from bookie.bench import report, standard
+    check_positive(args, "time")
+    if args.from_results and not args.results:
+        raise CliError("--from-results needs --results FILE to tabulate")
+    if args.results and args.from_results and not os.path.isfile(args.results):
+        raise CliError(f"--results: {args.results} does not exist")
+    if args.readme and not os.path.isfile(args.readme):
+        raise CliError(f"--readme: {args.readme} does not exist")
+    scratch = tempfile.mkdtemp(prefix="bookie-bench-report-")
+    try:
+        results_path = args.results or os.path.join(scratch, "results.jsonl")
+        statuses = []
+        if not args.from_results:
+            data_dir = args.data_dir or scratch
+            os.makedirs(data_dir, exist_ok=True)
+            statuses = standard.run_all(results_path, args.time, data_dir, args.quiet)
+        try:
+            results = report.load_results(results_path) if os.path.exists(results_path) else []
+        except ValueError as e:
+            raise CliError(str(e)) from None
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    table = standard.render(results)
+    print(table, end="")
+    if args.readme:
+        try:
+            standard.replace_in_readme(args.readme, table)
+        except ValueError as e:
+            raise CliError(str(e)) from None
+        print(f"results table written into {args.readme}", file=sys.stderr)
+    failed = [(name, rc) for name, rc in statuses if rc]
+    for name, rc in failed:
+        print(f"run failed (exit status {rc}): {name}", file=sys.stderr)
+    return 1 if failed else 0

@@ -1,0 +1,214 @@
+"""``bookie bench report``: the standard set of runs, and the results table of bench/README.md.
+
+Each standard run is a command line of one tool plus the figures it is judged on, each with
+its target from the benchmarking issue.  ``run_all`` runs them (appending every JSON line to a
+results file); ``render`` turns results into the Markdown table, taking for each standard run
+the latest result whose tool and parameters match it, so a table can be rebuilt from a results
+file without running anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import os
+import sys
+from typing import Callable
+
+BEGIN = "<!-- results:begin -->"
+END = "<!-- results:end -->"
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    label: str
+    get: Callable[[dict], float]
+    target: float | None  # None: shown, not judged
+    at_least: bool  # True: the figure must reach the target; False: stay under it
+    unit: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    name: str
+    tool: str
+    argv: tuple[str, ...]  # after "bookie bench TOOL", without --time and output options
+    match: dict  # params a result must have to be this run's
+    figures: tuple[Figure, ...]
+    local: bool = True  # starts its own bookies (--data-dir applies)
+
+
+def _phase(name: str, *path: str):
+    def get(result: dict) -> float:
+        value = result["phases"][name]
+        for key in path:
+            value = value[key]
+        return value
+    return get
+
+
+def _rate(phase: str) -> Figure:
+    return Figure("adds/s", _phase(phase, "ops_per_s"), None, True, "/s")
+
+
+STANDARD: tuple[Run, ...] = (
+    Run("one bookie, raw wire (BenchBookie)", "bookie",
+        ("--localbookie", "--sync-time", "2"), {"rate": None},
+        (Figure("pipelined adds/s", _phase("pipelined", "ops_per_s"), 100_000, True, "/s"),
+         Figure("pipelined p99", _phase("pipelined", "latency_ms", "p99"), None, False, "ms"),
+         Figure("lone add p50", _phase("sync", "latency_ms", "p50"), None, False, "ms"))),
+    Run("client, 1 bookie, E=Qw=Qa=1", "writes",
+        ("--localbookie", "1", "--ensemble", "1", "--quorum", "1", "--ack-quorum", "1"),
+        {"ensemble": 1, "rate": None},
+        (Figure("adds/s", _phase("writes", "ops_per_s"), 100_000, True, "/s"),
+         Figure("p99", _phase("writes", "latency_ms", "p99"), None, False, "ms"))),
+    Run("client, 1 bookie, E=Qw=Qa=1, --rate 50000", "writes",
+        ("--localbookie", "1", "--ensemble", "1", "--quorum", "1", "--ack-quorum", "1",
+         "--rate", "50000"),
+        {"ensemble": 1, "rate": 50000.0},
+        (Figure("adds/s", _phase("writes", "ops_per_s"), 50_000 * 0.99, True, "/s"),
+         Figure("p99", _phase("writes", "latency_ms", "p99"), 10.0, False, "ms"))),
+    Run("client, 3 bookies, E=3 Qw=2 Qa=2", "writes",
+        ("--localbookie", "3", "--ensemble", "3", "--quorum", "2", "--ack-quorum", "2"),
+        {"ensemble": 3, "rate": None},
+        (Figure("adds/s", _phase("writes", "ops_per_s"), 40_000, True, "/s"),
+         Figure("p99", _phase("writes", "latency_ms", "p99"), None, False, "ms"))),
+    Run("client, 3 bookies, E=3 Qw=2 Qa=2, --rate 20000", "writes",
+        ("--localbookie", "3", "--ensemble", "3", "--quorum", "2", "--ack-quorum", "2",
+         "--rate", "20000"),
+        {"ensemble": 3, "rate": 20000.0},
+        (Figure("adds/s", _phase("writes", "ops_per_s"), 20_000 * 0.99, True, "/s"),
+         Figure("p99", _phase("writes", "latency_ms", "p99"), 20.0, False, "ms"))),
+    Run("reads of a closed ledger, 1 bookie", "reads",
+        ("--localbookie", "1", "--entries", "200000"), {"listen": None},
+        (Figure("entries/s", _phase("sequential", "ops_per_s"), 150_000, True, "/s"),
+         Figure("p99 per read", _phase("sequential", "latency_ms", "p99"), None, False, "ms"))),
+    Run("tailing reads of a full-speed writer, 1 bookie", "reads",
+        ("--localbookie", "1", "--listen", "1"), {"listen": 1},
+        (Figure("writer adds/s", _phase("writer", "ops_per_s"), None, True, "/s"),
+         Figure("tail lag p99", _phase("tail", "lag_ms", "p99"), 50.0, False, "ms"))),
+    Run("journal alone vs raw fdatasync", "journal", (), {"rate": None},
+        (Figure("journal MB/s", _phase("journal", "disk_mb_per_s"), None, True, "MB/s"),
+         Figure("raw MB/s", _phase("raw", "disk_mb_per_s"), None, True, "MB/s"),
+         Figure("ratio", lambda r: r["figures"]["ratio"], 0.8, True, "")),
+        local=False),
+)
+
+
+def matches(run: Run, result: dict) -> bool:
+    if result.get("tool") != run.tool:
+        return False
+    params = result.get("params", {})
+    return all(params.get(k) == v for k, v in run.match.items())
+
+
+def latest(run: Run, results: list[dict]) -> dict | None:
+    found = [r for r in results if matches(run, r)]
+    return found[-1] if found else None
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "/s":
+        return f"{value:,.0f}/s"
+    if unit == "ms":
+        return f"{value:.2f} ms"
+    if unit == "MB/s":
+        return f"{value:.1f} MB/s"
+    return f"{value:.2f}"
+
+
+def verdict(fig: Figure, value: float) -> str:
+    """"met", or how far off the target is, in percent of the target."""
+    if fig.target is None:
+        return ""
+    if (value >= fig.target) if fig.at_least else (value <= fig.target):
+        return "met"
+    if fig.at_least:
+        return f"missed: {100 * (1 - value / fig.target):.0f}% short"
+    return f"missed: {100 * (value / fig.target - 1):.0f}% over"
+
+
+def _row(*cells) -> str:
+    return "|" + "|".join(f" {c} " if c != "" else " " for c in cells) + "|"
+
+
+def render(results: list[dict]) -> str:
+    """The Markdown results table (with the date, host and versions it was measured on)."""
+    rows = [_row("run", "figure", "measured", "target", "verdict", "load (1 min)"),
+            _row(*["---"] * 6)]
+    used = []
+    for run in STANDARD:
+        result = latest(run, results)
+        if result is None:
+            rows.append(_row(run.name, "", "not run", "", "", ""))
+            continue
+        used.append(result)
+        load = f"{result['host']['load_avg'][0]:.2f}"
+        for i, fig in enumerate(run.figures):
+            name = run.name if i == 0 else ""
+            try:
+                value = fig.get(result)
+            except (KeyError, TypeError):
+                rows.append(_row(name, fig.label, "absent", "", "", ""))
+                continue
+            target = "" if fig.target is None else \
+                ((">= " if fig.at_least else "< ") + _fmt(fig.target, fig.unit))
+            rows.append(_row(name, fig.label, _fmt(value, fig.unit), target, verdict(fig, value),
+                             load if i == 0 else ""))
+    head = []
+    if used:
+        first = used[0]
+        host, v = first["host"], first["host"]["versions"]
+        dates = sorted(r["date"] for r in used)
+        secs = sorted({r["params"].get("time") for r in used if r["params"].get("time")})
+        head.append(f"Measured {dates[0]} .. {dates[-1]} on {host['cores']} cores "
+                    f"({host.get('cpu_model') or 'unknown CPU'}), "
+                    f"{(host.get('memory_bytes') or 0) / 2**30:.0f} GiB, kernel {host['kernel']}"
+                    + (f", disk {host['disk']['fstype']} on {host['disk']['device']}"
+                       if host.get("disk") else "") + ".")
+        head.append(f"bookie {v['bookie']}, Python {v['python']}, pyzmq {v['pyzmq']} "
+                    f"(libzmq {v['libzmq']}), numpy {v['numpy']}, lmdb {v['lmdb']}; "
+                    f"{', '.join(f'{s:g}' for s in secs)} s per measured phase.")
+        head.append("")
+    return "\n".join(head + rows) + "\n"
+
+
+def replace_in_readme(path: str, table: str) -> None:
+    """Put ``table`` between the results markers of ``path``.
+
+    Raises:
+        ValueError: the markers are missing.
+    """
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"{path} has no {BEGIN} ... {END} markers")
+    text = text[:start + len(BEGIN)] + "\n" + table + text[end:]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def run_all(results_path: str, time_s: float, data_dir: str, quiet: bool,
+            runs: tuple[Run, ...] = STANDARD) -> list[tuple[str, int]]:
+    """Run each standard run, appending its JSON line to ``results_path``.
+
+    Returns:
+        (run name, exit status) of each; a failed run is reported, the others still run.
+    """
+    from bookie.appliance.cli import main
+    statuses = []
+    for i, run in enumerate(runs):
+        argv = ["bench", run.tool, *run.argv, "--time", f"{time_s:g}", "--json-out", results_path]
+        if quiet:
+            argv.append("--quiet")
+        if run.tool == "journal":
+            argv += ["--dir", data_dir]
+        elif run.local:
+            argv += ["--data-dir", os.path.join(data_dir, f"run-{i}")]
+        print(f"== {run.name}: bookie {' '.join(argv)}", file=sys.stderr, flush=True)
+        with contextlib.redirect_stdout(io.StringIO()):  # the JSON line goes to the file
+            rc = main(argv)
+        statuses.append((run.name, rc))
+    return statuses
