@@ -74,21 +74,28 @@ def _local(p: argparse.ArgumentParser, where, *, many: bool) -> None:
                         "removed after)")
 
 
+def _ledger_options(p: argparse.ArgumentParser, *, ensemble: int, quorum: int) -> None:
+    """How the ledgers a tool writes are made, and how many adds it keeps outstanding."""
+    p.add_argument("--ensemble", type=int, default=ensemble, metavar="E",
+                   help=f"ensemble size (default {ensemble})")
+    p.add_argument("--quorum", type=int, default=quorum, metavar="QW",
+                   help=f"write quorum (default {quorum})")
+    p.add_argument("--ack-quorum", type=int, default=None, metavar="QA",
+                   help="ack quorum (default: the write quorum)")
+    p.add_argument("--throttle", type=int, default=10000, metavar="N",
+                   help="adds outstanding at most (default 10000)")
+    p.add_argument("--password", default="bench", help="ledger password (default 'bench')")
+
+
 def _register_writes(tools) -> None:
     p = tools.add_parser("writes", help="add throughput and latency through the client "
                                         "(BenchThroughputLatency)")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--metadata", metavar="URI", help="metadata service of a running ensemble")
     _local(p, where, many=True)
-    p.add_argument("--ensemble", type=int, default=3, metavar="E", help="ensemble size (default 3)")
-    p.add_argument("--quorum", type=int, default=2, metavar="QW", help="write quorum (default 2)")
-    p.add_argument("--ack-quorum", type=int, default=None, metavar="QA",
-                   help="ack quorum (default: the write quorum)")
-    p.add_argument("--throttle", type=int, default=10000, metavar="N",
-                   help="adds outstanding at most (default 10000)")
+    _ledger_options(p, ensemble=3, quorum=2)
     p.add_argument("--ledgers", type=int, default=1, metavar="N",
                    help="ledgers written at once, round-robin (default 1)")
-    p.add_argument("--password", default="bench", help="ledger password (default 'bench')")
     p.add_argument("--latency-file", metavar="FILE",
                    help="write every add's latency (microseconds, one per line) to FILE")
     _entries(p, rate_help="offer this many adds/s; latencies count from each add's intended "
@@ -143,13 +150,8 @@ def _register_reads(tools) -> None:
                    help="entries written first when this tool makes the ledger (default 100000)")
     p.add_argument("--entrysize", type=int, default=1024, metavar="BYTES",
                    help="payload bytes of the entries this tool writes (default 1024)")
-    p.add_argument("--ensemble", type=int, default=1, metavar="E")
-    p.add_argument("--quorum", type=int, default=1, metavar="QW")
-    p.add_argument("--ack-quorum", type=int, default=None, metavar="QA")
-    p.add_argument("--throttle", type=int, default=10000, metavar="N",
-                   help="the writer's adds outstanding at most (default 10000)")
-    p.add_argument("--digest", choices=DIGESTS, default="crc32")
-    p.add_argument("--password", default="bench")
+    _ledger_options(p, ensemble=1, quorum=1)
+    p.add_argument("--digest", choices=DIGESTS, default="crc32", help="digest type (default crc32)")
     _common(p, 10.0)
     p.set_defaults(func=_cmd_reads)
 
