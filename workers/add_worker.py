@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import os
 import shutil
+import threading
 import time
 
 import numpy as np
@@ -155,6 +156,58 @@ def checkpoint(storage: LedgerStorage, ledger_dirs: list[str], mark: int) -> Non
         write_lastmark(d, mark)
 
 
+class Checkpointer(threading.Thread):
+    """Runs the sync steps of a checkpoint off the add path, one at a time.
+
+    Order inside (DESIGN invariant 3): fdatasync the entry logs, sync the index, then persist
+    LastLogMark.  The caller has committed the index up to the mark before requesting it.
+    """
+
+    def __init__(self, ctx, storage: "LedgerStorage", ledger_dirs: list[str]):
+        super().__init__(name="checkpoint", daemon=True)
+        self.ctx = ctx
+        self.storage = storage
+        self.ledger_dirs = ledger_dirs
+        self._mark = None
+        self._cond = threading.Condition()
+        self._busy = False
+        self._stop = False
+        self.start()
+
+    def busy(self) -> bool:
+        return self._busy
+
+    def request(self, mark: int) -> None:
+        with self._cond:
+            self._mark = mark
+            self._busy = True
+            self._cond.notify()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self.join(30)
+
+    def run(self) -> None:
+        while True:
+            with self._cond:
+                while self._mark is None and not self._stop:
+                    self._cond.wait()
+                if self._mark is None:
+                    return
+                mark, self._mark = self._mark, None
+            try:
+                self.storage.elog.sync()
+                self.storage.index.env.sync(True)
+                for d in self.ledger_dirs:
+                    write_lastmark(d, mark)
+            except OSError as e:
+                self.ctx.log("checkpoint failed", error=str(e))
+            finally:
+                self._busy = False
+
+
 def replay(ctx, ring: Ring, storage: LedgerStorage, jdir: str, ledger_dirs: list[str]) -> int:
     mark = lastmark_of(ledger_dirs)
     end = ring.get(DURABLE)
@@ -263,6 +316,7 @@ class AddServer:
         self.stats = collections.Counter()
         self.last_stats = 0.0
         self.stalled: collections.deque = collections.deque()  # (socket, frames) waiting for ring room
+        self.checkpointer = Checkpointer(ctx, storage, ledger_dirs)
 
     # -- the loop --------------------------------------------------------------------------------
     def serve(self, durable_in) -> None:
@@ -307,14 +361,20 @@ class AddServer:
             self.answer_durable()
             time.sleep(0.002)
         self.storage.commit()
-        self.checkpoint(time.monotonic())
+        self.checkpointer.stop()
+        checkpoint(self.storage, self.ledger_dirs, min(self.applied, self.ring.get(DURABLE)))
 
     def checkpoint(self, now: float) -> None:
-        mark = min(self.applied, self.ring.get(DURABLE))
+        """Start a checkpoint in the background (syncs must not stall the add path).
+
+        The mark is fixed now, after this iteration's index commit: everything before it is
+        already written to the entry log and committed to the index; the thread only syncs.
+        """
         self.last_checkpoint = now
-        if mark == self.last_mark:
+        mark = min(self.applied, self.ring.get(DURABLE))
+        if mark == self.last_mark or self.checkpointer.busy():
             return
-        checkpoint(self.storage, self.ledger_dirs, mark)
+        self.checkpointer.request(mark)
         self.last_mark = mark
         self.stats["checkpoints_total"] += 1
 

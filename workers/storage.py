@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 import zlib
 
 import lmdb
@@ -206,15 +207,14 @@ class EntryLogWriter:
         self._next = (ids[-1] + 1) if ids else 1
         self._fd = -1
         self.offset = 0
-        self._unsynced: list[int] = []  # fds written since the last sync (old ones closed after)
+        self._unsynced: list[int] = []  # rolled-away logs not yet synced (closed once synced)
+        self._lock = threading.Lock()
 
     def needs_roll(self, incoming: int) -> bool:
         return self._fd < 0 or self.offset + incoming > self.size_limit
 
     def roll(self) -> None:
         """Open the next log; the current one is synced and closed at the next sync()."""
-        if self._fd >= 0:
-            self._unsynced.append(self._fd)
         log_id = self._next
         self._next += 1
         path = os.path.join(self.directory, log_name(log_id))
@@ -228,7 +228,10 @@ class EntryLogWriter:
             except OSError:
                 pass
         fsync_dir(self.directory)
-        self._fd = fd
+        with self._lock:
+            if self._fd >= 0:
+                self._unsynced.append(self._fd)
+            self._fd = fd
         self.log_id = log_id
         self.offset = LOG_HEADER_SIZE
 
@@ -245,13 +248,19 @@ class EntryLogWriter:
         return start
 
     def sync(self) -> None:
-        """fdatasync everything written so far (checkpoint step 1)."""
-        for fd in self._unsynced:
+        """fdatasync everything written so far (checkpoint step 1).
+
+        May run on the checkpoint thread while the add path appends: rolled-away logs are
+        taken off the list atomically; the current fd is only synced, never closed, here.
+        """
+        with self._lock:  # one snapshot of (rolled logs, current log) against roll()
+            rolled, self._unsynced = self._unsynced, []
+            fd = self._fd
+        for fd_old in rolled:
+            os.fdatasync(fd_old)
+            os.close(fd_old)
+        if fd >= 0:
             os.fdatasync(fd)
-            os.close(fd)
-        self._unsynced.clear()
-        if self._fd >= 0:
-            os.fdatasync(self._fd)
 
     def close(self) -> None:
         self.sync()
