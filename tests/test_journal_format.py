@@ -142,3 +142,19 @@ def test_records_round_trip():
     assert (lac.type, lac.ledger_id, lac.lac) == (records.LAC, 3, 99)
     with pytest.raises(records.RecordError):
         records.parse(buf[:-1], 0)
+
+
+def test_a_scan_skips_files_deleted_under_it_before_the_mark(tmp_path, monkeypatch):
+    gs = _groups(20)
+    w = _write(tmp_path, gs, max_size=300)
+    ids = list_journals(str(tmp_path))
+    real = journal.list_journals
+
+    def listing_then_delete(d):
+        out = real(d)
+        os.unlink(os.path.join(d, journal_name(ids[0])))  # the journal worker's cleanup
+        return out
+
+    monkeypatch.setattr(journal, "list_journals", listing_then_delete)
+    mark = w.position - len(gs[-1]) * 2
+    assert _bodies(tmp_path, mark) == gs[-2:]

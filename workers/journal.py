@@ -194,18 +194,30 @@ def scan(directory: str, from_offset: int = 0):
     prev_end = None
     for jid in list_journals(directory):
         path = os.path.join(directory, journal_name(jid))
-        with open(path, "rb") as f:
-            head = f.read(FILE_HEADER_SIZE)
+        try:
+            with open(path, "rb") as f:
+                head = f.read(FILE_HEADER_SIZE)
+        except FileNotFoundError:
+            # Deleted by the journal worker meanwhile: only files wholly before every
+            # LastLogMark are deleted, and a replay starts at a mark, so nothing is missed.
+            prev_end = None
+            continue
         _, start = read_file_header(path, head)
         if prev_end is not None and start != prev_end:
             raise CorruptJournalError(
                 f"journal {path}: starts at logical offset {start}, but the previous "
                 f"journal ends at {prev_end}: the journal is not contiguous")
         end = start
-        for g in scan_file(path):
-            end = g.end
-            if g.end > from_offset:
-                yield g
+        try:
+            for g in scan_file(path):
+                end = g.end
+                if g.end > from_offset:
+                    yield g
+        except FileNotFoundError:
+            if start >= from_offset:
+                raise
+            prev_end = None
+            continue
         prev_end = end
 
 
