@@ -103,7 +103,9 @@ class Supervisor:
         self.run_dir = ""
         self.registration = None
         self.store = None
-        self.readonly = False
+        self.readonly = False  # what the workers and the store are told
+        self.forced_readonly = False
+        self.disks_full = False
         self.http = None
 
     def log(self, event: str, **fields) -> None:
@@ -271,27 +273,33 @@ class Supervisor:
                 continue
             if u.total and (u.total - u.free) / u.total >= self.conf.diskUsageThreshold:
                 full.append(d)
-        readonly = bool(full)
-        if readonly == self.readonly:
-            return
-        if readonly and not self.conf.readOnlyModeEnabled:
+        disks_full = bool(full)
+        if disks_full and not self.conf.readOnlyModeEnabled:
             self.request_stop(f"disks full ({', '.join(full)}) and readOnlyModeEnabled=false", 1)
+            return
+        if disks_full != self.disks_full:
+            self.disks_full = disks_full
+            self.log("disks full" if disks_full else "disks have room again", full=",".join(full) or "-")
+            self._apply_readonly()
+
+    def set_readonly(self, flag: bool) -> None:
+        """Force read-only mode, or lift the force (operators: SIGUSR1 / SIGUSR2; tests)."""
+        self.forced_readonly = flag
+        self._apply_readonly()
+
+    def _apply_readonly(self) -> None:
+        """Read-only while forced or while a disk is full; tell the workers and the store."""
+        from bookie.workers.ring import READONLY
+
+        readonly = self.forced_readonly or self.disks_full
+        if readonly == self.readonly:
             return
         self.readonly = readonly
         self.ring.set(READONLY, 1 if readonly else 0)
         if self.registration is not None:
             self.registration.set_readonly(readonly)
         self.log("bookie is now read-only" if readonly else "bookie is writable again",
-                 full=",".join(full) or "-")
-
-    def set_readonly(self, flag: bool) -> None:
-        """Force read-only mode (tests, operators)."""
-        from bookie.workers.ring import READONLY
-
-        self.readonly = flag
-        self.ring.set(READONLY, 1 if flag else 0)
-        if self.registration is not None:
-            self.registration.set_readonly(flag)
+                 forced=self.forced_readonly, disks_full=self.disks_full)
 
     def request_stop(self, reason: str, code: int = 0) -> None:
         if not self.stopping:

@@ -14,7 +14,8 @@ KEY = b"master-key-0123456789"
 
 @pytest.fixture(scope="module")
 def ens():
-    with LocalBookies(1, conf={"metadataServiceUri": "", "flushInterval": 50}) as e:
+    with LocalBookies(1, conf={"metadataServiceUri": "", "flushInterval": 50,
+                               "diskCheckInterval": 100}) as e:
         yield e
 
 
@@ -121,6 +122,8 @@ def test_read_only_bookie_refuses_adds_but_serves_reads(ens, client, ledger):
         time.sleep(0.05)
     assert client.add(ledger, [make_entry(ledger, 1, b"no")], KEY) == Status.READ_ONLY
     assert client.read(ledger, 0) == (Status.OK, [entry])
+    time.sleep(0.2)  # a disk check in between must not lift an operator's read-only
+    assert client.add(ledger, [make_entry(ledger, 1, b"no")], KEY) == Status.READ_ONLY
     ens.set_readonly(0, False)
     deadline = time.monotonic() + 5
     while not client.info()["writable"] and time.monotonic() < deadline:
