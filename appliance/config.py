@@ -65,7 +65,7 @@ KEYS: tuple[Key, ...] = (
     Key("journalMaxSizeMB", "int", 2048, "A journal file is rolled when it reaches this size (MB).", _range(1)),
     Key("journalMaxBackups", "int", 5, "Old journal files (all older than the last checkpoint) kept after rolling.", _range(0)),
     Key("journalPreAllocSizeMB", "int", 16, "Journal files grow by preallocating this much at a time (MB).", _range(1, 1024)),
-    Key("journalWriteBufferSizeKB", "int", 64, "Writes of less than this are gathered before one write call (KB).", _range(1)),
+    Key("journalWriteBufferSizeKB", "int", 64, "Accepted for BookKeeper compatibility; no effect: groups are written straight from shared memory in one writev (KB).", _range(1)),
     Key("journalAdaptiveGroupWrites", "bool", True, "Group journal force-writes (group commit): one fdatasync for many adds."),
     Key("journalMaxGroupWaitMSec", "int", 2, "Longest an add waits to share an fdatasync with others (ms).", _range(0, 10_000)),
     Key("journalBufferedWritesThreshold", "int", 512 * 1024, "A group is forced to disk once it holds this many bytes.", _range(1)),
