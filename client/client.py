@@ -296,14 +296,10 @@ class BookKeeper:
 
     def _recover(self, ledger_id: int, meta: LedgerMetadata, version, dm: DigestManager):
         info = md.to_info(ledger_id, meta)
-        while info.state == OPEN:  # 1. OPEN -> IN_RECOVERY, with CAS
-            try:
-                with md.translated(ledger_id, "marking the ledger in recovery"):
-                    version = self._store.write_ledger(
-                        ledger_id, md.with_info(meta, info.replace(state=IN_RECOVERY)), version)
-                meta, version = self._read(ledger_id)
-            except StoreBadVersion:
-                meta, version = self._read(ledger_id)
+        while info.state == OPEN:  # 1. OPEN -> IN_RECOVERY, with CAS (re-read either way)
+            self._cas(ledger_id, meta, info.replace(state=IN_RECOVERY), version,
+                      "marking the ledger in recovery")
+            meta, version = self._read(ledger_id)
             info = md.to_info(ledger_id, meta)
         if info.state == CLOSED:
             return meta, version
@@ -311,16 +307,13 @@ class BookKeeper:
         last, length = self._wait(self._run_op(ledger_id, RecoveryOp(info, dm.decode)))
         while True:  # 3. close with CAS; a close by someone else wins (convergence)
             closed = info.replace(state=CLOSED, last_entry_id=last, length=length)
-            try:
-                with md.translated(ledger_id, "closing the recovered ledger"):
-                    version = self._store.write_ledger(ledger_id, md.with_info(meta, closed),
-                                                       version)
+            if self._cas(ledger_id, meta, closed, version,
+                         "closing the recovered ledger") is not None:
                 return self._read(ledger_id)
-            except StoreBadVersion:
-                meta, version = self._read(ledger_id)
-                info = md.to_info(ledger_id, meta)
-                if recovery_close_decision(info) == Decision.DONE:
-                    return meta, version
+            meta, version = self._read(ledger_id)
+            info = md.to_info(ledger_id, meta)
+            if recovery_close_decision(info) == Decision.DONE:
+                return meta, version
 
     def _read(self, ledger_id: int):
         with md.translated(ledger_id, "reading ledger metadata"):
@@ -333,14 +326,21 @@ class BookKeeper:
     def _write_metadata_action(self, action: A.WriteMetadata):
         lid = action.info.ledger_id
         meta, _ = self._read(lid)
-        try:
-            with md.translated(lid, "updating ledger metadata"):
-                version = self._store.write_ledger(lid, md.with_info(meta, action.info),
-                                                   action.version)
+        version = self._cas(lid, meta, action.info, action.version, "updating ledger metadata")
+        if version is not None:
             return A.MetadataWritten(action, version)
-        except StoreBadVersion:
-            meta, version = self._read(lid)
-            return A.MetadataConflict(action, md.to_info(lid, meta), version)
+        meta, version = self._read(lid)
+        return A.MetadataConflict(action, md.to_info(lid, meta), version)
+
+    def _cas(self, ledger_id: int, meta, info: LedgerInfo, version, what: str):
+        """Write ``info`` over ``meta`` if the record is still at ``version``: the new version,
+        or None when another client changed it first (other store errors are raised)."""
+        with md.translated(ledger_id, what):
+            try:
+                return self._store.write_ledger(ledger_id, md.with_info(meta, info), version)
+            except StoreBadVersion:
+                return None
+
 
     def _run_op(self, ledger_id: int, op, collect: bool = False) -> Future:
         fut: Future = Future()
