@@ -1,0 +1,68 @@
+"""`bookie localbookie N`: prints what a user needs, passes its smoke check, stops cleanly."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+
+def _bookie_processes(base_dir):
+    """pids of processes still running from this ensemble (by their command line)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if base_dir.encode() in cmd:
+            out.append(int(pid))
+    return out
+
+
+@pytest.mark.parametrize("backend", ["embedded", "zookeeper"])
+def test_localbookie_serves_and_stops_cleanly_on_sigterm(tmp_path, backend, request):
+    base = str(tmp_path / "ens")
+    cmd = [sys.executable, "-m", "bookie", "localbookie", "3", "--dir", base]
+    if backend == "zookeeper":
+        cmd += ["--metadata", request.getfixturevalue("zk_uri")]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    deadline = time.monotonic() + 90
+    try:
+        while time.monotonic() < deadline:
+            line = p.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "serving" in line:
+                break
+        text = "".join(lines)
+        assert "localbookie: serving" in text, text + p.stderr.read() if p.poll() is not None else text
+        assert re.search(r"^metadata: (lmdb|zk)://", text, re.M)
+        assert len(re.findall(r"^bookie \d: 127\.0\.0\.1:\d+", text, re.M)) == 3
+        assert re.search(r"^smoke: wrote and read back 100 entries .*: ok$", text, re.M)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 0
+        assert time.monotonic() - t0 < 15
+        assert _bookie_processes(base) == []
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_localbookie_rejects_bad_arguments():
+    r = subprocess.run([sys.executable, "-m", "bookie", "localbookie", "0"], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 2 and "N must be between 1 and 64" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "bookie", "localbookie", "2", "--set", "nokey"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "expected key=value" in r.stderr
