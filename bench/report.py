@@ -111,9 +111,11 @@ class Meter:
         if now_ns < self.next_tick_ns:
             return False
         self._close_interval(now_ns, outstanding)
-        self.next_tick_ns += self.interval_ns  # on the beat, unless the caller fell behind
-        if self.next_tick_ns <= now_ns:
-            self.next_tick_ns = now_ns + self.interval_ns
+        # Stay on the beat, but never close an interval of less than half a beat: a caller
+        # that ticked late would otherwise get a sliver whose rate is noise.
+        self.next_tick_ns += self.interval_ns
+        while self.next_tick_ns < now_ns + self.interval_ns // 2:
+            self.next_tick_ns += self.interval_ns
         return True
 
     def finish(self, now_ns: int, outstanding: int = 0) -> dict:

@@ -136,3 +136,13 @@ def test_plot_draws_a_png_when_matplotlib_is_there(tmp_path):
         return
     plot_result(result, str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_late_tick_does_not_leave_a_sliver_of_an_interval():
+    m = Meter("x", emit=None)
+    m.start(0)
+    m.tick(S)
+    m.tick(2 * S + 9 * S // 10)  # 0.9 s late: the next beat (3 s) is too close, so 4 s
+    assert not m.tick(3 * S + S // 10)
+    assert m.tick(4 * S)
+    assert [p["t_s"] for p in m.timeline] == [1.0, 2.9, 4.0]
