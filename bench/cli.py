@@ -165,10 +165,12 @@ def _register_journal(tools) -> None:
                    help="directory to write in (on the disk to measure); files are removed after")
     p.add_argument("--entrysize", type=int, default=1024, metavar="BYTES",
                    help="payload bytes per entry (default 1024)")
-    p.add_argument("--batch", type=int, default=1, metavar="N",
-                   help="entries per journal record (one ADD message; default 1)")
-    p.add_argument("--throttle", type=int, default=20000, metavar="N",
-                   help="records waiting for the journal at most (default 20000)")
+    p.add_argument("--batch", type=int, default=100, metavar="N",
+                   help="entries per journal record (one ADD message; default 100, the batch "
+                        "'bench bookie' sends)")
+    p.add_argument("--throttle", type=int, default=None, metavar="N",
+                   help="records waiting for the journal at most (default: as many as fit in "
+                        "the bookie's default 64 MiB ring, journalRingSizeMB)")
     p.add_argument("--group-bytes", type=int, default=512 * 1024, metavar="BYTES",
                    help="largest group: journalBufferedWritesThreshold (default 524288); also "
                         "the raw baseline's write size")
@@ -402,7 +404,8 @@ def _cmd_reads(args) -> int:
 def _cmd_journal(args) -> int:
     from bookie.bench import journal_bench
     check_common(args)
-    check_positive(args, "entrysize", "batch", "throttle", "group_bytes")
+    check_positive(args, "entrysize", "batch", "group_bytes")
+    check_positive(args, "throttle", allow_none=True)
     check_positive(args, "group_wait_ms", allow_zero=True)
     check_positive(args, "rate", allow_none=True)
     if not os.path.isdir(args.dir):

@@ -42,6 +42,8 @@ from bookie.workers import records
 from bookie.workers.journal import GroupCommitPolicy, JournalWriter
 from bookie.workers.ring import DURABLE, WRITE, Ring
 
+RING_BYTES = 64 * 1024 * 1024  # journalRingSizeMB's default
+
 PREALLOC_BYTES = 16 * 1024 * 1024  # journalPreAllocSizeMB default
 JOURNAL_MAX_BYTES = 2048 * 1024 * 1024  # journalMaxSizeMB default
 _LEDGER_ID = 1
@@ -264,6 +266,8 @@ def run(params: dict, *, emit=None) -> dict:
         policy = GroupCommitPolicy(params["group_wait_ms"] / 1000.0, params["group_bytes"],
                                    not params["no_flush_when_queue_empty"], True)
         maker = RecordMaker(params["entrysize"], params["batch"])
+        if params.get("throttle") is None:  # what the bookie's ring holds: bytes, not records
+            params["throttle"] = max(1, RING_BYTES // maker.size)
         load = JournalLoad(work, maker, policy, params["throttle"], params["rate"],
                            Meter("journal", unit="records", emit=emit))
         try:
