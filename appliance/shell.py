@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import logging
 import os
 import sys
 from typing import Any, Callable
@@ -21,6 +22,15 @@ from typing import Any, Callable
 import orjson
 
 ENV_URI = "BOOKIE_METADATA_URI"
+
+
+def _quiet_kazoo(handler: Callable) -> Callable:
+    """kazoo logs every reconnect attempt; a shell user gets our one-line error instead."""
+    def run(args):
+        if not args.verbose:
+            logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+        return handler(args)
+    return run
 
 
 def register(subparsers: Any) -> None:
@@ -37,7 +47,9 @@ def register(subparsers: Any) -> None:
         parser.add_argument("--timeout-s", type=float, default=10.0,
                             help="longest any metadata call may take (default 10)")
         parser.add_argument("--json", action="store_true", help="print JSON for scripts")
-        parser.set_defaults(func=handler)
+        parser.add_argument("--verbose", action="store_true",
+                            help="also show the ZooKeeper client's own log lines")
+        parser.set_defaults(func=_quiet_kazoo(handler))
         return parser
 
     p = metadata_command("metaformat", "Initialise the cluster metadata; with --force wipe "
