@@ -37,16 +37,13 @@ import orjson
 
 from bookie.appliance.config import BookieConfig
 from bookie.appliance.layout import LayoutError, check_or_stamp
+from bookie.workers.common import log_line as log
 
 ROLES_IN_START_ORDER = ("journal", "add", "read", "gc")
 EXIT_CORRUPT = 3
 READY_TIMEOUT_S = {"journal": 120.0, "add": 3600.0, "read": 60.0, "gc": 60.0}
 
 
-def log(name: str, event: str, **fields) -> None:
-    extra = " ".join(f"{k}={v}" for k, v in fields.items())
-    sys.stderr.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {name}: {event}{' ' + extra if extra else ''}\n")
-    sys.stderr.flush()
 
 
 def free_port_pair(host: str) -> int:
@@ -261,8 +258,6 @@ class Supervisor:
             self.request_stop(f"restart failed: {e}", 1)
 
     def _check_disks(self) -> None:
-        from bookie.workers.ring import READONLY
-
         dirs = [self.conf.journalDirectory, *self.conf.ledgerDirectories]
         full = []
         for d in dirs:

@@ -20,21 +20,17 @@ the journal from LastLogMark into entry log and index, checkpoint, then serve.
 from __future__ import annotations
 
 import collections
-import os
-import shutil
 import threading
 import time
 
 import numpy as np
-import orjson
 import zmq
 
-from bookie import __version__
 from bookie import wire
 from bookie.appliance.layout import current_dir
 from bookie.wire import Op, Status
 from bookie.workers import records
-from bookie.workers.common import make_socket
+from bookie.workers.common import ClientServer, make_socket
 from bookie.workers.journal import lastmark_of, scan, write_lastmark
 from bookie.workers.ring import ADD_EPOCH, DURABLE, READONLY, WRITE, Ring
 from bookie.workers.storage import EntryLogWriter, Index, open_index
@@ -296,13 +292,11 @@ def run(ctx) -> int:
     return 0
 
 
-class AddServer:
+class AddServer(ClientServer):
     def __init__(self, ctx, ring, storage, clients, control, wake, lac_pub, ledger_dirs):
-        self.ctx = ctx
+        super().__init__(ctx, clients, ring, ledger_dirs[0])
         self.conf = ctx.conf
-        self.ring = ring
         self.storage = storage
-        self.clients = clients
         self.control = control
         self.wake = wake
         self.lac_pub = lac_pub
@@ -313,7 +307,6 @@ class AddServer:
         self.applied = ring.get(WRITE)  # everything before this is in entry log + index
         self.last_mark = self.applied
         self.last_checkpoint = time.monotonic()
-        self.stats = collections.Counter()
         self.last_stats = 0.0
         self.stalled: collections.deque = collections.deque()  # (socket, frames) waiting for ring room
         self.checkpointer = Checkpointer(ctx, storage, ledger_dirs)
@@ -456,25 +449,6 @@ class AddServer:
             self.stats[f"rejected_{e.status.name.lower()}_total"] += 1
             self.reply(ident, op, e.status, request_id, ledger_id)
             return True
-
-    def reject_raw(self, ident: bytes, head: bytes, status: Status) -> None:
-        self.stats["rejected_malformed_total"] += 1
-        if len(head) == wire.HEADER_SIZE:
-            _, _, op, _, _, request_id, ledger_id = wire.HEADER.unpack(head)
-            self.reply(ident, op, status, request_id, max(ledger_id, 0))
-
-    def reply(self, ident, op, status, request_id, ledger_id, body=()) -> None:
-        try:
-            self.clients.send_multipart([ident, wire.pack_header(op, status, request_id, ledger_id), *body],
-                                        zmq.NOBLOCK)
-        except zmq.ZMQError:
-            self.stats["replies_dropped_total"] += 1
-
-    def info(self) -> bytes:
-        usage = shutil.disk_usage(self.ledger_dirs[0])
-        return orjson.dumps({"bookie_id": self.conf.bookie_id, "free_bytes": usage.free,
-                             "total_bytes": usage.total,
-                             "writable": not self.ring.get(READONLY), "version": __version__})
 
     def check_key(self, ledger_id: int, key: bytes, create: bool) -> LedgerInfo:
         if len(key) == 0 or len(key) > wire.MAX_MASTER_KEY:

@@ -7,10 +7,23 @@ import signal
 import sys
 import time
 
+import collections
+import shutil
+
 import orjson
 import setproctitle
+import zmq
 
+from bookie import __version__, wire
 from bookie.appliance.config import BookieConfig
+
+
+def log_line(name: str, event: str, **fields) -> None:
+    """One line per event on stderr (journald keeps it under systemd)."""
+    extra = " ".join(f"{k}={v}" for k, v in fields.items())
+    sys.stderr.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {name}: {event}"
+                     f"{' ' + extra if extra else ''}\n")
+    sys.stderr.flush()
 
 
 class WorkerContext:
@@ -34,11 +47,7 @@ class WorkerContext:
         self.stopping = True
 
     def log(self, event: str, **fields) -> None:
-        """One line per event on stderr (journald picks it up under systemd)."""
-        extra = " ".join(f"{k}={v}" for k, v in fields.items())
-        sys.stderr.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {self.name}: {event}"
-                         f"{' ' + extra if extra else ''}\n")
-        sys.stderr.flush()
+        log_line(self.name, event, **fields)
 
     def ready(self) -> None:
         """Tell the supervisor this worker serves (one byte on the inherited pipe)."""
@@ -67,5 +76,38 @@ class WorkerContext:
 
 def make_socket(ctx, kind, linger_ms: int = 0):
     sock = ctx.socket(kind)
-    sock.setsockopt(__import__("zmq").LINGER, linger_ms)
+    sock.setsockopt(zmq.LINGER, linger_ms)
     return sock
+
+
+class ClientServer:
+    """What the add and read workers' client-facing sides share: answers, refusals, INFO."""
+
+    def __init__(self, ctx: WorkerContext, clients, ring, ledger_dir: str):
+        self.ctx = ctx
+        self.clients = clients
+        self.ring = ring
+        self.ledger_dir = ledger_dir
+        self.stats = collections.Counter()
+
+    def reply(self, ident, op, status, request_id, ledger_id, body=()) -> None:
+        try:
+            self.clients.send_multipart([ident, wire.pack_header(op, status, request_id, ledger_id), *body],
+                                        zmq.NOBLOCK)
+        except zmq.ZMQError:
+            self.stats["replies_dropped_total"] += 1
+
+    def reject_raw(self, ident, head, status) -> None:
+        """Answer a request whose header did not decode, when there is a request id to echo."""
+        self.stats["rejected_malformed_total"] += 1
+        if len(head) == wire.HEADER_SIZE:
+            _, _, op, _, _, request_id, ledger_id = wire.HEADER.unpack(head)
+            self.reply(ident, op, status, request_id, max(ledger_id, 0))
+
+    def info(self) -> bytes:
+        from bookie.workers.ring import READONLY
+
+        usage = shutil.disk_usage(self.ledger_dir)
+        return orjson.dumps({"bookie_id": self.ctx.conf.bookie_id, "free_bytes": usage.free,
+                             "total_bytes": usage.total, "writable": not self.ring.get(READONLY),
+                             "version": __version__})

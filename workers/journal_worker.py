@@ -12,7 +12,6 @@ between the journal's end and WRITE are still in the ring and are written first.
 
 from __future__ import annotations
 
-import os
 import time
 
 import zmq

@@ -15,40 +15,33 @@ from __future__ import annotations
 import collections
 import heapq
 import itertools
-import shutil
 import time
 
 import numpy as np
-import orjson
 import zmq
 
-from bookie import __version__
 from bookie import wire
 from bookie.appliance.layout import current_dir
 from bookie.wire import Flag, Op, Status
-from bookie.workers.common import make_socket
-from bookie.workers.ring import READONLY, Ring
+from bookie.workers.common import ClientServer, make_socket
+from bookie.workers.ring import Ring
 from bookie.workers.storage import EntryLogReader, Index, open_index
 
 MAX_MESSAGES_PER_ITERATION = 256
 
 
-class ReadServer:
+class ReadServer(ClientServer):
     def __init__(self, ctx, index: Index, logs: EntryLogReader, ring: Ring, clients, control, lac_sub):
-        self.ctx = ctx
+        super().__init__(ctx, clients, ring, current_dir(ctx.conf.ledgerDirectories[0]))
         self.index = index
         self.logs = logs
-        self.ring = ring
-        self.clients = clients
         self.control = control
         self.lac_sub = lac_sub
         self.fence_waits: dict[int, list] = collections.defaultdict(list)  # ledger -> parked requests
         self.polls: dict[int, list] = collections.defaultdict(list)  # ledger -> long polls
         self.deadlines: list = []  # heap of (deadline, seq, ledger_id, poll)
         self.seq = itertools.count()
-        self.stats = collections.Counter()
         self.last_stats = 0.0
-        self.ledger_dir = current_dir(ctx.conf.ledgerDirectories[0])
 
     def serve(self) -> None:
         poller = zmq.Poller()
@@ -88,13 +81,6 @@ class ReadServer:
                 self.ctx.write_stats(s)
 
     # -- requests --------------------------------------------------------------------------------
-    def reply(self, ident, op, status, request_id, ledger_id, body=()) -> None:
-        try:
-            self.clients.send_multipart([ident, wire.pack_header(op, status, request_id, ledger_id), *body],
-                                        zmq.NOBLOCK)
-        except zmq.ZMQError:
-            self.stats["replies_dropped_total"] += 1
-
     def handle(self, txn, frames) -> None:
         if len(frames) < 2:
             self.stats["dropped_malformed_total"] += 1
@@ -104,10 +90,7 @@ class ReadServer:
             op, flags, request_id, ledger_id = wire.unpack_header(head)
             wire.check_request_flags(op, flags)
         except wire.ProtocolError as e:
-            self.stats["rejected_malformed_total"] += 1
-            if len(head) == wire.HEADER_SIZE:
-                _, _, op, _, _, rid, lid = wire.HEADER.unpack(head)
-                self.reply(ident, op, e.status, rid, max(lid, 0))
+            self.reject_raw(ident, head, e.status)
             return
         req = (ident, op, flags, request_id, ledger_id, body)
         try:
@@ -261,12 +244,6 @@ class ReadServer:
                 polls[:] = [p for p in polls if not p[3]]
                 if not polls:
                     del self.polls[ledger_id]
-
-    def info(self) -> bytes:
-        usage = shutil.disk_usage(self.ledger_dir)
-        return orjson.dumps({"bookie_id": self.ctx.conf.bookie_id, "free_bytes": usage.free,
-                             "total_bytes": usage.total, "writable": not self.ring.get(READONLY),
-                             "version": __version__})
 
 
 def run(ctx) -> int:
