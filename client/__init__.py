@@ -7,6 +7,7 @@
         lh.add_entry(b"payload")
         lh.close()
 
+Logs (ordered lists of ledgers with one writer): ``open_log(bk, name)``, ``read_log(bk, name)``.
 See docs/client.md for every call.
 """
 
@@ -19,6 +20,9 @@ from bookie.client.errors import (BadVersionError, BKTimeoutError, BookieError,
                                   InvalidArgumentError, LedgerClosedError, LedgerFencedError,
                                   LedgerRecoveryError, MetadataStoreError, NoSuchEntryError,
                                   NoSuchLedgerError, NotEnoughBookiesError, UnauthorizedError)
+from bookie.client.log import (AsyncLogWriter, LogFencedError, LogPosition, LogRecord, LogWriter,
+                               NoSuchLogError, delete_log, list_logs, open_log, open_log_async,
+                               read_log, read_log_async)
 from bookie.client.protocol.ledger import LedgerInfo
 
 __all__ = [
@@ -28,4 +32,6 @@ __all__ = [
     "NoSuchEntryError", "NotEnoughBookiesError", "BadVersionError", "DigestMismatchError",
     "UnauthorizedError", "BKTimeoutError", "BookieError", "LedgerRecoveryError",
     "MetadataStoreError", "ClientClosedError", "InvalidArgumentError",
+    "open_log", "read_log", "list_logs", "delete_log", "open_log_async", "read_log_async",
+    "LogWriter", "AsyncLogWriter", "LogPosition", "LogRecord", "LogFencedError", "NoSuchLogError",
 ]
