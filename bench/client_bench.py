@@ -3,13 +3,14 @@
 Theory of operation
 -------------------
 writes (BenchThroughputLatency): ``--ledgers`` ledgers are created with (E, Qw, Qa); the main
-thread issues ``add_entry_async`` round-robin over them, keeping at most ``--throttle`` adds
-outstanding, for ``--time`` seconds or ``--sendlimit`` adds.  Each add's future records (issue
-time, completion time, failed?) from the client's thread into a deque; the main thread drains
-it into the histogram a batch at a time (numpy), so the per-add cost on the issuing side is a
-clock read, the call and a callback.  With ``--rate`` adds are issued on a fixed schedule and
-latency counts from each add's intended time (open loop).  ``--warmup-messages`` adds go first
-and are not counted.
+thread hands adds to the client in batches (``add_entries_callback``, the client's bulk path)
+round-robin over them, keeping at most ``--throttle`` adds outstanding, for ``--time`` seconds
+or ``--sendlimit`` adds.  The client reports each confirmed (or failed) range of entry ids
+once; the callback notes (range, completion time) into a deque from the client's thread, and
+the main thread drains it into the histogram a batch at a time (numpy): every add gets its
+own latency, from its issue time to the completion of the range holding it.  With ``--rate``
+adds are issued on a fixed schedule and latency counts from each add's intended time (open
+loop).  ``--warmup-messages`` adds go first and are not counted.
 
 reads (BenchReadThroughputLatency):
 - sequential: read a closed ledger from entry 0 to its last entry, ``--batch`` entries per
@@ -28,7 +29,6 @@ reads (BenchReadThroughputLatency):
 from __future__ import annotations
 
 import collections
-import functools
 import multiprocessing
 import threading
 import time
@@ -50,17 +50,46 @@ def payload_bytes(size: int, seed: int = 0) -> bytes:
     return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes()
 
 
+class _Batch:
+    """The add callback of one hand-over: notes each confirmed or failed range with its time.
+
+    Runs on the client's I/O thread: one clock read, one deque append, one event set per
+    range (never per entry)."""
+
+    __slots__ = ("load", "index", "times", "base", "count", "reported")
+
+    def __init__(self, load: "AddLoad", index: int, times, count: int):
+        self.load, self.index, self.times, self.count = load, index, times, count
+        self.base = None  # entry id of the batch's first add, from the first report
+        self.reported = 0
+
+    def __call__(self, first: int, last: int, error) -> None:
+        if first < 0:  # refused before ids were given: the whole rest of the batch
+            n = self.count - self.reported
+        else:
+            if self.base is None:
+                self.base = first
+            n = last - first + 1
+        self.reported += n
+        load = self.load
+        load.done.append((self, first, last, n, load.clock(), error))
+        load.reported += n
+        load.wakeup.set()
+
+
 class AddLoad:
     """Adds through ledger handles, at most ``throttle`` outstanding (see the module doc).
 
     Args:
-        handles: ledger handles with ``add_entry_async(data) -> Future``.
+        handles: ledger handles with ``add_entries_callback(payloads, callback)`` (the
+            client's bulk path: one hand-over per batch, one callback per confirmed range).
         make_payload: called with the issue time (ns) for each add; returns the entry's data.
         throttle: adds outstanding at most.
         rate: adds per second offered (None: as fast as the throttle allows).
         limit: adds at most (None: only the time limits).
         meter: receives the completions.
         keep_latencies: keep every latency (for ``--latency-file``).
+        track_acks: keep (first, last, ack time) of every confirmed range, per ledger.
     """
 
     def __init__(self, handles, make_payload, throttle: int, rate: float | None,
@@ -76,40 +105,46 @@ class AddLoad:
         self.nbytes = nbytes
         self.clock = clock
         self.keep = [] if keep_latencies else None
-        # per ledger: (entry_id, ack time) of every confirmed add, for tail lag
+        # per ledger: (first, last, ack time) of every confirmed range, for tail lag
         self.acks = [[] for _ in self.handles] if track_acks else None
         self.done: collections.deque = collections.deque()
         self.wakeup = threading.Event()
         self.issued = 0
-        self.completed = 0
+        self.reported = 0  # adds whose outcome the client reported (written by its thread)
+        self.completed = 0  # adds drained into the figures
         self.failed = 0
         self.first_error: BaseException | None = None
 
-    def _on_done(self, start_ns: int, ledger_index: int, future) -> None:
-        # Runs on the client's thread: a deque append is atomic.
-        self.done.append((start_ns, self.clock(), future.exception(), ledger_index, future))
-        self.wakeup.set()
-
     def _drain(self) -> None:
-        n = min(len(self.done), _DRAIN_MAX)
+        done = self.done
+        n = min(len(done), _DRAIN_MAX)
         if not n:
             return
-        items = [self.done.popleft() for _ in range(n)]
-        ok = [(end - start) for start, end, exc, _, _ in items if exc is None]
-        errors = n - len(ok)
+        ok_lat = []
+        ok = errors = 0
+        for _ in range(n):
+            batch, first, last, count, end, error = done.popleft()
+            self.completed += count
+            if error is not None:
+                errors += count
+                if self.first_error is None:
+                    self.first_error = error
+                continue
+            ok += count
+            times = batch.times
+            if isinstance(times, int):
+                ok_lat.append(np.full(count, end - times, dtype=np.int64))
+            else:
+                lo = first - batch.base
+                ok_lat.append(end - times[lo:lo + count])
+            if self.acks is not None:
+                self.acks[batch.index].append((first, last, end))
         if errors:
             self.failed += errors
-            if self.first_error is None:
-                self.first_error = next(item[2] for item in items if item[2] is not None)
-        if self.acks is not None:
-            for _, end, exc, j, fut in items:
-                if exc is None:
-                    self.acks[j].append((fut.result(), end))
-        self.completed += n
         if self.meter is not None:
             if ok:
-                lat = np.asarray(ok, dtype=np.int64)
-                self.meter.record_many(lat, len(ok) * self.nbytes)
+                lat = np.concatenate(ok_lat) if len(ok_lat) > 1 else ok_lat[0]
+                self.meter.record_many(lat, ok * self.nbytes)
                 if self.keep is not None:
                     self.keep.append(lat)
             if errors:
@@ -117,22 +152,20 @@ class AddLoad:
 
     def _issue(self, count: int, start: int, now: int) -> None:
         """Issue ``count`` adds, round-robin over the ledgers from add number ``self.issued``,
-        one hand-over per ledger (``add_entries_async``) when the handle has it."""
+        one hand-over per ledger."""
         nh = len(self.handles)
         for j in range(min(nh, count)):
             numbers = range(self.issued + j, self.issued + count, nh)
-            handle = self.handles[numbers[0] % nh]  # the same ledger for all these numbers
+            index = numbers[0] % nh  # the same ledger for all these numbers
             if self.interval_ns:
-                times = [start + int(n * self.interval_ns) for n in numbers]
+                times = np.array([start + int(n * self.interval_ns) for n in numbers],
+                                 dtype=np.int64)
+                payloads = [self.make_payload(t) for t in times.tolist()]
             else:
-                times = [now] * len(numbers)
-            payloads = [self.make_payload(t) for t in times]
-            many = getattr(handle, "add_entries_async", None)
-            futures = many(payloads) if many else [handle.add_entry_async(p) for p in payloads]
-            on_done = self._on_done
-            index = numbers[0] % nh
-            for t, fut in zip(times, futures):
-                fut.add_done_callback(functools.partial(on_done, t, index))
+                times = now
+                payloads = [self.make_payload(now) for _ in numbers]
+            self.handles[index].add_entries_callback(
+                payloads, _Batch(self, index, times, len(payloads)))
         self.issued += count
 
     def run(self, duration_s: float | None, timeout_s: float) -> None:
@@ -151,11 +184,11 @@ class AddLoad:
             now = self.clock()
             stopping = (end is not None and now >= end) or \
                        (self.limit is not None and self.issued >= self.limit)
-            if stopping and self.issued == self.completed + len(self.done):
+            if stopping and self.issued == self.reported:
                 break
             # Issue as many as the throttle and the schedule allow, a chunk at a time.
             while not stopping:
-                room = self.throttle - (self.issued - self.completed - len(self.done))
+                room = self.throttle - (self.issued - self.reported)
                 if self.limit is not None:
                     room = min(room, self.limit - self.issued)
                 if self.interval_ns:
@@ -180,7 +213,7 @@ class AddLoad:
             self.wakeup.clear()  # before looking, so a completion after the look still wakes
             if self.done:
                 continue
-            if stopping or self.issued - self.completed >= self.throttle:
+            if stopping or self.issued - self.reported >= self.throttle:
                 self.wakeup.wait(0.05)
             elif self.interval_ns:
                 due = start + int(self.issued * self.interval_ns)
@@ -192,7 +225,7 @@ class AddLoad:
 
 
 def _client(metadata_uri: str, throttle: int, timeout_s: float):
-    """A client whose own throttle is the bench's, so add_entries_async never blocks on it."""
+    """A client whose own throttle is the bench's, so adding never blocks on it."""
     from bookie.client import BookKeeper, BookKeeperError
     try:
         return BookKeeper(metadata_uri, throttle=throttle, operationTimeout=timeout_s)
@@ -378,11 +411,11 @@ def _tail_writer(conn, metadata_uri: str, params: dict) -> None:
             load.run(params["time"], params["timeout"])
             figures = meter.finish(load.clock())
             acks = []
-            for pairs in load.acks:  # -> ack time by entry id
-                ack_ns = np.zeros(len(pairs), dtype=np.int64)
-                if pairs:
-                    ids, times = np.asarray(pairs, dtype=np.int64).T
-                    ack_ns[ids] = times
+            for ranges in load.acks:  # -> ack time by entry id
+                r = np.asarray(ranges, dtype=np.int64).reshape(-1, 3)
+                ack_ns = np.zeros(int(r[:, 1].max()) + 1 if len(r) else 0, dtype=np.int64)
+                for first, last, t in r.tolist():
+                    ack_ns[first:last + 1] = t
                 acks.append(ack_ns)
             for h in handles:
                 h.close()

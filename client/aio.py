@@ -90,22 +90,25 @@ class AsyncLedgerHandle:
 
     async def add(self, data) -> int:
         """Add one entry; its entry id once confirmed (entries confirm in order)."""
-        return await asyncio.wrap_future(await self._submit([data]))
+        return await asyncio.wrap_future(await self._hand_over(1, self.sync.add_entry_async, data))
+
+    async def add_range(self, payloads) -> range:
+        """Add several entries with one completion: the ``range`` of their consecutive entry
+        ids, once the last is confirmed (see ``LedgerHandle.add_range_async``)."""
+        payloads = list(payloads)
+        return await asyncio.wrap_future(
+            await self._hand_over(len(payloads), self.sync.add_range_async, payloads))
 
     async def add_many(self, payloads) -> list[int]:
-        futures = self.sync.add_entries_async(payloads) if self._room(len(payloads)) else \
-            await asyncio.to_thread(self.sync.add_entries_async, payloads)
-        return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futures)))
+        """Add several entries; their entry ids (a list) once all are confirmed."""
+        return list(await self.add_range(payloads))
 
-    async def _submit(self, payloads):
-        if self._room(len(payloads)):
-            return self.sync.add_entries_async(payloads)[0]
-        # throttled: wait for room on a worker thread, not on the event loop
-        return (await asyncio.to_thread(self.sync.add_entries_async, payloads))[0]
-
-    def _room(self, n: int) -> bool:
-        # BoundedSemaphore._value is the free room; a racy peek is fine, the acquire decides.
-        return self.sync._bk._throttle._value >= n
+    async def _hand_over(self, n: int, call, arg):
+        """``call(arg)`` at once when the throttle has room for ``n`` adds (a racy peek; the
+        acquire decides), else on a worker thread so the event loop never blocks."""
+        if self.sync._bk._throttle.available >= n:
+            return call(arg)
+        return await asyncio.to_thread(call, arg)
 
     async def close(self) -> None:
         await asyncio.wrap_future(self.sync.close_async())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import logging
 import random
 import threading
 import time
@@ -35,6 +36,9 @@ from bookie.client.protocol.recovery import LacQuorumOp, LongPollLacOp, Recovery
 from bookie.client.protocol.writer import LedgerWriter
 
 READ_CHUNK = 2048  # entries per read operation while iterating a range
+ADD_CHUNK = 8192  # most entries handed to the I/O thread (and throttled) at once
+
+log = logging.getLogger(__name__)
 
 
 class _OpDriver(Driver):
@@ -60,29 +64,81 @@ class _OpDriver(Driver):
         _fail(self.future, error)
 
 
-class _WriterDriver(Driver):
-    """Runs a LedgerWriter: completes add futures in entry order and the close future."""
+class _Throttle:
+    """Bounds the adds outstanding in one client; taken and given back many at a time.
 
-    def __init__(self, io, writer: LedgerWriter, throttle: threading.Semaphore,
-                 tick_s: float):
+    A ``BoundedSemaphore`` costs a lock round trip per entry on both the issuing thread and the
+    I/O thread; this counter costs one per batch handed over and one per confirmed range.
+    """
+
+    __slots__ = ("limit", "_free", "_cond", "_waiting")
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._free = limit
+        self._cond = threading.Condition(threading.Lock())
+        self._waiting = 0
+
+    @property
+    def available(self) -> int:
+        """Adds that may be handed over now without waiting (a racy peek)."""
+        return self._free
+
+    _value = available  # the name BoundedSemaphore peeks used (client/log.py)
+
+    def acquire(self, n: int, timeout_s: float) -> bool:
+        """Take ``n`` (<= limit) slots, waiting up to ``timeout_s``; False when time ran out."""
+        with self._cond:
+            if self._free >= n:
+                self._free -= n
+                return True
+            deadline = time.monotonic() + timeout_s
+            self._waiting += 1
+            try:
+                while self._free < n:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cond.wait(left)
+            finally:
+                self._waiting -= 1
+            self._free -= n
+            return True
+
+    def release(self, n: int) -> None:
+        with self._cond:
+            self._free += n
+            if self._waiting:
+                self._cond.notify_all()
+
+
+class _WriterDriver(Driver):
+    """Runs a LedgerWriter: reports confirmed / failed ranges of entries to the callbacks of
+    the batches they belong to, in entry order, and completes the close future.
+
+    ``batches`` holds ``[first, last, callback]`` per batch handed over, in entry-id order;
+    a Confirm(first, last) calls each overlapped batch's callback once with its part of the
+    range, so the cost is per range and per batch, never per entry.
+    """
+
+    def __init__(self, io, writer: LedgerWriter, throttle: _Throttle, tick_s: float):
         super().__init__(io, writer)
         self.ledger_id = writer.ledger_id
-        self.futures: collections.deque[Future] = collections.deque()
+        self.batches: collections.deque[list] = collections.deque()
         self.close_futures: list[Future] = []
         self.throttle = throttle
         self.tick_s = tick_s
         if tick_s > 0:
             io.later(tick_s, self._tick)
 
-    def add(self, payloads, futures) -> None:
+    def add(self, payloads, callback) -> None:
         try:
-            _, actions = self.op.add(payloads, time.monotonic())
+            first, actions = self.op.add(payloads, time.monotonic())
         except BookKeeperError as exc:
-            for f in futures:
-                self.throttle.release()
-                _fail(f, exc)
+            self.throttle.release(len(payloads))
+            _call(callback, -1, -1, exc)
             return
-        self.futures.extend(futures)
+        self.batches.append([first, first + len(payloads) - 1, callback])
         self.io.execute(self, actions)
 
     def close(self, future: Future) -> None:
@@ -97,16 +153,9 @@ class _WriterDriver(Driver):
     def output(self, a) -> None:
         kind = type(a)
         if kind is A.Confirm:
-            pop, release = self.futures.popleft, self.throttle.release
-            for entry_id in range(a.first, a.last + 1):
-                release()
-                f = pop()
-                if f.set_running_or_notify_cancel():
-                    f.set_result(entry_id)
+            self._complete(a.first, a.last, None)
         elif kind is A.FailAdds:
-            for _ in range(a.last - a.first + 1):
-                self.throttle.release()
-                _fail(self.futures.popleft(), a.error)
+            self._complete(a.first, a.last, a.error)
         elif kind is A.Finished:
             futures, self.close_futures = self.close_futures, []
             for f in futures:
@@ -117,12 +166,95 @@ class _WriterDriver(Driver):
             if self.op.state == "closed":
                 self.io.unregister(self)
 
+    def _complete(self, first: int, last: int, error) -> None:
+        self.throttle.release(last - first + 1)
+        batches = self.batches
+        while batches:
+            batch = batches[0]
+            lo, hi = batch[0], batch[1]
+            if lo > last:
+                break
+            if hi <= last:
+                batches.popleft()
+                _call(batch[2], lo, hi, error)
+            else:
+                batch[0] = last + 1
+                _call(batch[2], lo, last, error)
+                break
+
     def abort(self, error) -> None:
-        while self.futures:
-            self.throttle.release()
-            _fail(self.futures.popleft(), error)
+        while self.batches:
+            lo, hi, callback = self.batches.popleft()
+            self.throttle.release(hi - lo + 1)
+            _call(callback, lo, hi, error)
         for f in self.close_futures:
             _fail(f, error)
+
+
+def _call(callback, first: int, last: int, error) -> None:
+    try:
+        callback(first, last, error)
+    except Exception:  # noqa: BLE001 - a user's callback must not stop the client
+        log.exception("error in an add callback")
+
+
+class _RangeWaiter:
+    """An add callback completing one Future with ``range(first, last + 1)`` of the whole
+    batch once its last entry is confirmed, or with the first error."""
+
+    __slots__ = ("future", "count", "first", "seen")
+
+    def __init__(self, future: Future, count: int):
+        self.future, self.count, self.first, self.seen = future, count, None, 0
+
+    def __call__(self, first: int, last: int, error) -> None:
+        if error is not None:
+            _fail(self.future, error)
+            return
+        if self.first is None:
+            self.first = first
+        self.seen += last - first + 1
+        if self.seen >= self.count:
+            _resolve(self.future, range(self.first, last + 1))
+
+
+class _FirstIdWaiter:
+    """An add callback completing one Future with the entry id of a one-entry batch."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: Future):
+        self.future = future
+
+    def __call__(self, first: int, last: int, error) -> None:
+        if error is not None:
+            _fail(self.future, error)
+        else:
+            _resolve(self.future, first)
+
+
+class _EachWaiter:
+    """An add callback completing one Future per entry (the ``add_entries_async`` shape)."""
+
+    __slots__ = ("futures", "next")
+
+    def __init__(self, futures: list[Future]):
+        self.futures, self.next = futures, 0
+
+    def __call__(self, first: int, last: int, error) -> None:
+        futures, i = self.futures, self.next
+        if error is not None and first < 0:  # refused before ids were given: all the rest
+            for f in futures[i:]:
+                _fail(f, error)
+            self.next = len(futures)
+            return
+        for entry_id in range(first, last + 1):
+            if error is None:
+                _resolve(futures[i], entry_id)
+            else:
+                _fail(futures[i], error)
+            i += 1
+        self.next = i
 
 
 def _resolve(f: Future, value) -> None:
@@ -153,7 +285,7 @@ class BookKeeper:
         else:
             self._store, self._own_store = metadata, False
         self._keys: dict[int, bytes] = {}
-        self._throttle = threading.BoundedSemaphore(cfg.throttle)
+        self._throttle = _Throttle(cfg.throttle)
         self._rng = random.Random()
         self._closed = False
         self._io = IOThread(
@@ -221,7 +353,8 @@ class BookKeeper:
         dm = DigestManager(ledger_id, digest, password)
         handle = LedgerHandle(self, ledger_id, md.to_info(ledger_id, meta), meta, dm)
         writer = LedgerWriter(handle._info, version, dm.encode, rng=self._rng,
-                              explicit_lac_interval_s=self.config.explicitLacInterval / 1000.0)
+                              explicit_lac_interval_s=self.config.explicitLacInterval / 1000.0,
+                              encode_many=dm.encode_many)
         handle._meta_version = version
 
         def start():
@@ -382,6 +515,7 @@ class LedgerHandle:
         self._dm = dm
         self._writer: LedgerWriter | None = None
         self._driver: _WriterDriver | None = None
+        self._add_lock = threading.Lock()
         self._lac = info.last_entry_id
 
     def __repr__(self) -> str:
@@ -427,33 +561,78 @@ class LedgerHandle:
     def add_entry_async(self, data) -> Future:
         """Add one entry; a Future of its entry id.  Futures complete in entry order.  Blocks
         while ``throttle`` adds are outstanding in this client."""
-        return self.add_entries_async([data])[0]
+        fut: Future = Future()
+        self.add_entries_callback([data], _FirstIdWaiter(fut))
+        return fut
 
     def add_entries_async(self, payloads) -> list[Future]:
-        """Add several entries at once (one hand-over to the I/O thread); their Futures."""
-        driver = self._writer_driver()
-        payloads = [p if isinstance(p, bytes) else bytes(p) for p in payloads]
-        limit = self._bk.config.nettyMaxFrameSizeBytes - 32 - self._dm.size
-        for p in payloads:
-            if len(p) > limit:
-                raise InvalidArgumentError(
-                    f"entry of {len(p)} bytes exceeds the {limit}-byte limit "
-                    f"(nettyMaxFrameSizeBytes minus header and digest)", ledger_id=self.ledger_id)
-        futures = []
-        throttle, timeout_s = self._bk._throttle, self._bk.config.operationTimeout
-        for _ in payloads:
-            if not throttle.acquire(timeout=timeout_s):
-                raise BKTimeoutError(f"ledger {self.ledger_id}: {self._bk.config.throttle} adds "
-                                     f"outstanding for {timeout_s} s (throttle); bookies too slow "
-                                     f"or down", ledger_id=self.ledger_id)
-            futures.append(Future())
-        try:
-            self._bk._io.submit(driver.add, payloads, futures)
-        except ClientClosedError:
-            for _ in futures:
-                throttle.release()
-            raise
+        """Add several entries at once; one Future per entry (prefer ``add_range_async`` or
+        ``add_entries_callback`` for many entries: a Future per entry costs more than the
+        add itself)."""
+        futures = [Future() for _ in payloads]
+        if futures:
+            self.add_entries_callback(payloads, _EachWaiter(futures))
         return futures
+
+    def add_range_async(self, payloads) -> Future:
+        """Add several entries with one completion: a Future of ``range(first, last + 1)``, the
+        consecutive entry ids they got, set once the last of them is confirmed (so all of
+        them are: entries confirm in order).
+
+        If it fails, a prefix of the entries may have been confirmed; ``last_add_confirmed``
+        says up to where.  Blocks while the throttle is full, as ``add_entry_async``.
+        """
+        fut: Future = Future()
+        n = len(payloads)
+        if n == 0:
+            fut.set_result(range(0))
+            return fut
+        self.add_entries_callback(payloads, _RangeWaiter(fut, n))
+        return fut
+
+    def add_entries_callback(self, payloads, callback) -> None:
+        """Add several entries; ``callback(first_entry_id, last_entry_id, error)`` reports them.
+
+        The payloads get consecutive entry ids (calls on one handle are serialised).  The
+        callback runs on the client's I/O thread, once per range of entries as the range is
+        confirmed (``error`` None) or fails (``error`` a BookKeeperError), in entry order;
+        together the calls cover every entry of the batch exactly once.  If the ledger refuses
+        the batch before giving it ids (closed, failed), the one call is ``(-1, -1, error)``.
+        The callback must be quick and must not block: it delays every other answer.
+
+        Blocks while ``throttle`` adds are outstanding in this client; more payloads than the
+        throttle are handed over in parts as room frees up.
+
+        Raises:
+            InvalidArgumentError: a payload over the size limit (nothing was added).
+            BKTimeoutError: no room in the throttle for ``operationTimeout`` (the parts
+                handed over before are added and reported).
+            LedgerClosedError: a handle opened for reading.  ClientClosedError.
+        """
+        driver = self._writer_driver()
+        payloads = [p if type(p) is bytes else bytes(p) for p in payloads]
+        limit = self._bk.config.nettyMaxFrameSizeBytes - 32 - self._dm.size
+        if payloads and max(map(len, payloads)) > limit:
+            size = max(map(len, payloads))
+            raise InvalidArgumentError(
+                f"entry of {size} bytes exceeds the {limit}-byte limit "
+                f"(nettyMaxFrameSizeBytes minus header and digest)", ledger_id=self.ledger_id)
+        throttle, timeout_s = self._bk._throttle, self._bk.config.operationTimeout
+        chunk = max(1, min(ADD_CHUNK, throttle.limit))
+        submit = self._bk._io.submit
+        with self._add_lock:  # one call's parts get consecutive ids
+            for start in range(0, len(payloads), chunk):
+                part = payloads[start:start + chunk] if len(payloads) > chunk else payloads
+                if not throttle.acquire(len(part), timeout_s):
+                    raise BKTimeoutError(
+                        f"ledger {self.ledger_id}: {throttle.limit} adds outstanding for "
+                        f"{timeout_s} s (throttle); bookies too slow or down",
+                        ledger_id=self.ledger_id)
+                try:
+                    submit(driver.add, part, callback)
+                except ClientClosedError:
+                    throttle.release(len(part))
+                    raise
 
     def close(self, timeout_s: float | None = None) -> None:
         """Writer: wait for outstanding adds, then close the ledger at the last confirmed entry

@@ -26,6 +26,7 @@ Nothing here decides protocol questions; it only moves bytes and time.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import heapq
 import itertools
@@ -35,6 +36,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
+import numpy as np
 import zmq
 
 from bookie import wire
@@ -231,12 +233,15 @@ class IOThread:
             req = self._inflight.pop(rid)
             req.driver.event(_response(req.action, A.TIMEOUT))
 
-    def _send(self, driver: Driver, a) -> None:
+    def _send(self, driver: Driver, a, sizes=None) -> None:
         rid = next(self._ids)
         now = time.monotonic()
         if isinstance(a, A.SendAdd):
             kind, timeout_s = ADD, self.add_timeout_s
-            lengths, data = wire.pack_batch(a.entries)
+            if sizes is None:
+                sizes = list(map(len, a.entries))
+            lengths = np.array(sizes, dtype=wire.LENGTHS_DTYPE).tobytes()
+            data = b"".join(a.entries)
             frames = [wire.pack_header(Op.ADD, Flag.RECOVERY_ADD if a.recovery else 0, rid,
                                        driver.ledger_id),
                       self._master_key_of(driver.ledger_id), lengths, data]
@@ -273,19 +278,25 @@ class IOThread:
             self._reset_socket(a.bookie, kind)
 
     def _flush(self) -> None:
+        """Send what ``execute`` merged: per (driver, bookie, recovery) as few ADD messages as
+        the batch limits allow, cut at entry boundaries (sizes summed in C, cuts by bisect)."""
+        max_n, max_b = self._batch_entries, self._batch_bytes
         while self._outbox:
             outbox, self._outbox = self._outbox, {}
             for (driver, bookie, recovery), (ids, entries) in outbox.items():
-                start = 0
                 n = len(ids)
+                sizes = list(map(len, entries))
+                if n <= max_n and sum(sizes) <= max_b:
+                    self._send(driver, A.SendAdd(bookie, ids, entries, recovery), sizes)
+                    continue
+                ends = list(itertools.accumulate(sizes))
+                start, base = 0, 0
                 while start < n:
-                    end, size = start, 0
-                    while end < n and end - start < self._batch_entries and (
-                            end == start or size + len(entries[end]) <= self._batch_bytes):
-                        size += len(entries[end])
-                        end += 1
+                    end = bisect.bisect_right(ends, base + max_b, start, min(n, start + max_n))
+                    end = max(end, start + 1)  # an entry over max_b still goes, alone
                     self._send(driver, A.SendAdd(bookie, ids[start:end], entries[start:end],
-                                                 recovery))
+                                                 recovery), sizes[start:end])
+                    base = ends[end - 1]
                     start = end
 
     def _receive(self, sock) -> None:

@@ -4,7 +4,6 @@ counts.  (The tool end to end through the real client is in test_bench_tools.py.
 import queue
 import threading
 import time
-from concurrent.futures import Future
 
 import pytest
 
@@ -27,35 +26,31 @@ class ScriptedHandle:
         self.thread = threading.Thread(target=self._complete, daemon=True)
         self.thread.start()
 
-    def add_entries_async(self, payloads):
-        return [self.add_entry_async(p) for p in payloads]
-
-    def add_entry_async(self, data):
-        fut = Future()
-        with self.lock:
-            self.adds.append(data)
-            self.outstanding += 1
-            self.max_outstanding = max(self.max_outstanding, self.outstanding)
-            n = len(self.adds)
-        if not self.never:
-            self.q.put((time.monotonic() + self.delay_s, fut, self.fail_every and n % self.fail_every == 0))
-        return fut
+    def add_entries_callback(self, payloads, callback):
+        """The client's bulk path: consecutive ids, each reported as a range of one."""
+        for data in payloads:
+            with self.lock:
+                entry_id = len(self.adds)
+                self.adds.append(data)
+                self.outstanding += 1
+                self.max_outstanding = max(self.max_outstanding, self.outstanding)
+                n = len(self.adds)
+            if not self.never:
+                self.q.put((time.monotonic() + self.delay_s, entry_id, callback,
+                            self.fail_every and n % self.fail_every == 0))
 
     def _complete(self):
         while True:
-            due, fut, fail = self.q.get()
-            if fut is None:
+            due, entry_id, callback, fail = self.q.get()
+            if callback is None:
                 return
             time.sleep(max(due - time.monotonic(), 0))
             with self.lock:
                 self.outstanding -= 1
-            if fail:
-                fut.set_exception(RuntimeError("scripted failure"))
-            else:
-                fut.set_result(None)
+            callback(entry_id, entry_id, RuntimeError("scripted failure") if fail else None)
 
     def stop(self):
-        self.q.put((0, None, False))
+        self.q.put((0, 0, None, False))
         self.thread.join(5)
 
 

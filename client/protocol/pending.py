@@ -51,6 +51,17 @@ class PendingAdds:
         self._counts.append(0)
         return entry_id
 
+    def extend(self, datas) -> int:
+        """Record the next ``len(datas)`` entries (already formatted); returns the first id."""
+        entry_id = self.next_entry_id
+        n = len(datas)
+        self.next_entry_id += n
+        self._data.extend(datas)
+        zeros = [0] * n
+        self._masks.extend(zeros)
+        self._counts.extend(zeros)
+        return entry_id
+
     def data(self, entry_id: int):
         return self._data[self._head + entry_id - self.lac - 1]
 
@@ -89,8 +100,7 @@ class PendingAdds:
             return None
         first = self.lac + 1
         self.lac += head - start
-        for i in range(start, head):
-            self._data[i] = None  # drop the bytes of confirmed entries now
+        self._data[start:head] = [None] * (head - start)  # drop confirmed entries' bytes now
         self._head = head
         if head > 4096 and head * 2 > n:
             del self._data[:head], self._masks[:head], self._counts[:head]

@@ -29,7 +29,7 @@ Confirm / FailAdds actions come out in entry order, so futures complete in entry
 from __future__ import annotations
 
 import random
-from collections import deque
+from itertools import compress, cycle
 from typing import Callable
 
 from bookie.client.errors import (BookieError, BookKeeperError, LedgerClosedError,
@@ -48,11 +48,14 @@ _FATAL = {int(Status.FENCED), int(Status.UNAUTHORIZED), int(Status.BAD_REQUEST),
 BACKOFF_S = 0.005  # re-send delay after TOO_MANY_REQUESTS
 
 Encoder = Callable[[int, int, int, bytes], bytes]  # (entry_id, lac, length, payload) -> entry
+# (first entry_id, lac, ledger length before, payloads) -> (entries, running length of each)
+BatchEncoder = Callable[[int, int, int, list], tuple[list, list]]
 
 
 class LedgerWriter:
     def __init__(self, info: LedgerInfo, version, encode: Encoder, *,
-                 rng: random.Random | None = None, explicit_lac_interval_s: float = 0.0):
+                 rng: random.Random | None = None, explicit_lac_interval_s: float = 0.0,
+                 encode_many: BatchEncoder | None = None):
         self.info = info
         self.version = version
         self.ledger_id = info.ledger_id
@@ -63,8 +66,11 @@ class LedgerWriter:
         self.error: BookKeeperError | None = None
         self.length = info.length  # bytes of all entries handed out
         self.confirmed_length = info.length  # bytes up to and including the LAC
-        self._lengths: deque[int] = deque()  # running length of each pending entry
+        # running ledger length of each pending entry, from index _lengths_head on
+        self._lengths: list[int] = []
+        self._lengths_head = 0
         self._encode = encode
+        self._encode_many = encode_many or self._encode_each
         self._rng = rng or random.Random()
         self._to_replace: set[int] = set()  # failed positions waiting for an ensemble change
         self._changing: set[int] | None = None  # positions the in-flight change replaces
@@ -101,21 +107,29 @@ class LedgerWriter:
         """
         if self.state != WRITING:
             raise self._refusal()
-        pending, encode, lac, ledger_length = self.pending, self._encode, self.pending.lac, self.length
+        pending, lac = self.pending, self.pending.lac
         first = pending.next_entry_id
-        ids, datas = [], []
-        for payload in payloads:
-            ledger_length += len(payload)
-            entry_id = pending.next_entry_id
-            data = encode(entry_id, lac, ledger_length, payload)
-            pending.append(data)
-            self._lengths.append(ledger_length)
-            ids.append(entry_id)
-            datas.append(data)
-        self.length = ledger_length
+        datas, lengths = self._encode_many(first, lac, self.length, payloads)
+        if not datas:
+            return first, []
+        pending.extend(datas)
+        self._lengths.extend(lengths)
+        self.length = lengths[-1]
         if lac > self._lac_sent:
             self._lac_sent = lac
-        return first, self._send(ids, datas)
+        return first, self._send(first, datas)
+
+    def _encode_each(self, first: int, lac: int, length: int, payloads):
+        """encode_many for an encoder of one entry at a time."""
+        encode = self._encode
+        datas, lengths = [], []
+        entry_id = first
+        for payload in payloads:
+            length += len(payload)
+            datas.append(encode(entry_id, lac, length, payload))
+            lengths.append(length)
+            entry_id += 1
+        return datas, lengths
 
     def handle(self, event, now: float = 0.0) -> list:
         if isinstance(event, A.Tick):
@@ -144,19 +158,24 @@ class LedgerWriter:
 
     # -- add path ------------------------------------------------------------------------------
 
-    def _send(self, ids, datas) -> list:
+    def _send(self, first: int, datas: list) -> list:
+        """SendAdds of the consecutive entries ``first ..`` to every live position of their
+        write sets.  Position p holds entry e when (p - e) % E < Qw: a pattern that repeats
+        every E entries, so each bookie's share is picked with ``compress`` over a cycle."""
         e_size, qw = self.info.ensemble_size, self.info.write_quorum
+        n = len(datas)
+        ids = range(first, first + n)
         out = []
         for pos, bookie in enumerate(self.ensemble):
             if self.pending.position_failed(pos):
                 continue
-            sel_ids, sel_data = [], []
-            for entry_id, data in zip(ids, datas):
-                if (pos - entry_id) % e_size < qw:
-                    sel_ids.append(entry_id)
-                    sel_data.append(data)
+            if qw == e_size:
+                out.append(A.SendAdd(bookie, ids, datas))
+                continue
+            pattern = [(pos - e) % e_size < qw for e in range(first, first + e_size)]
+            sel_ids = list(compress(ids, cycle(pattern)))
             if sel_ids:
-                out.append(A.SendAdd(bookie, sel_ids, sel_data))
+                out.append(A.SendAdd(bookie, sel_ids, list(compress(datas, cycle(pattern)))))
         return out
 
     def _on_add_response(self, event: A.AddResponse, now: float) -> list:
@@ -174,8 +193,12 @@ class LedgerWriter:
                 return []
             self._last_confirm_at = now
             first, last = done
-            for _ in range(last - first + 1):
-                self.confirmed_length = self._lengths.popleft()
+            head = self._lengths_head + last - first + 1
+            self.confirmed_length = self._lengths[head - 1]
+            if head > 4096 and head * 2 > len(self._lengths):
+                del self._lengths[:head]
+                head = 0
+            self._lengths_head = head
             out: list = [A.Confirm(first, last)]
             if self.state == CLOSING:
                 out += self._maybe_write_close()
@@ -326,6 +349,7 @@ class LedgerWriter:
         out: list = []
         dropped = self.pending.drain()
         self._lengths.clear()
+        self._lengths_head = 0
         self.length = self.confirmed_length
         if dropped:
             out.append(A.FailAdds(dropped[0], dropped[1], error))
