@@ -77,7 +77,7 @@ KEYS: tuple[Key, ...] = (
     Key("logSizeLimit", "int", 1024 * 1024 * 1024, "An entry log is rolled when it reaches this size (bytes).", _range(4096, (1 << 32) - 1)),
     Key("entryLogFilePreallocationEnabled", "bool", True, "Preallocate the next entry log file's space when one is created."),
     Key("flushInterval", "int", 100, "Interval between checkpoints: flush entry logs, sync the index, persist LastLogMark (ms).", _range(1)),
-    Key("indexMapSizeMB", "int", 1024, "Largest size the LMDB index may grow to (MB).", _range(16)),
+    Key("indexMapSizeMB", "int", 256 * 1024, "Largest size the LMDB index may grow to (MB); the file is sparse, so a large value costs only address space (about 60 bytes per entry).", _range(16)),
     # -- workers -------------------------------------------------------------------------------
     Key("numAddWorkerThreads", "int", 1, "Add workers per ledger directory (this release runs 1).", _range(1, 1)),
     Key("numReadWorkerThreads", "int", 1, "Read workers (this release runs 1).", _range(1, 1)),
