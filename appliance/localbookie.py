@@ -99,8 +99,10 @@ class LocalBookies:
         if self.procs[i] is not None and self.procs[i].poll() is None:
             raise LocalBookieError(f"bookie {i} is already running")
         o = self.overrides(i)
-        os.makedirs(o["journalDirectory"], exist_ok=True)
-        os.makedirs(o["ledgerDirectories"], exist_ok=True)
+        for d in [o["journalDirectory"], *o["ledgerDirectories"].split(","),
+                  *o.get("indexDirectories", "").split(",")]:
+            if d:
+                os.makedirs(d, exist_ok=True)
         cmd = [sys.executable, "-m", "bookie", "run"]
         for k, v in o.items():
             cmd += ["--set", f"{k}={v}"]

@@ -66,3 +66,33 @@ def test_metrics_are_prometheus_text(ens):
         name_labels, value = line.rsplit(" ", 1)
         float(value)
         assert name_labels.startswith("bookie_")
+
+
+def test_several_ledger_directories_share_the_entry_logs(tmp_path):
+    dirs = [str(tmp_path / "disk-a"), str(tmp_path / "disk-b")]
+    with LocalBookies(1, base_dir=str(tmp_path / "e"),
+                      conf={"ledgerDirectories": ",".join(dirs), "gcWaitTime": 300,
+                            "logSizeLimit": 64 * 1024}) as ens:
+        with open_metadata(ens.metadata_uri) as store:
+            meta = LedgerMetadata(1, 1, 1, fragments=[(0, [ens.bookies[0]])])
+            ids = [store.create_ledger(meta)[0] for _ in range(4)]
+            written = {}
+            with RawBookieClient(ens.bookies[0]) as c:
+                for lid in ids:
+                    written[lid] = [make_entry(lid, i, os.urandom(900)) for i in range(150)]
+                    for k in range(0, 150, 50):
+                        assert c.add(lid, written[lid][k:k + 50], KEY) == Status.OK
+            per_dir = [len(glob.glob(os.path.join(d, "current", "*.log"))) for d in dirs]
+            assert all(n >= 2 for n in per_dir), per_dir
+            ens.stop(0)
+            ens.start(0)
+            with RawBookieClient(ens.bookies[0]) as c:
+                for lid in ids:
+                    assert c.read(lid, 0, 1000) == (Status.OK, written[lid])
+                for lid in ids[:2]:  # one ledger of each directory
+                    store.remove_ledger(lid)
+                assert _wait(lambda: all(c.read(lid, 0)[0] == Status.NO_LEDGER for lid in ids[:2]))
+                assert _wait(lambda: all(len(glob.glob(os.path.join(d, "current", "*.log"))) < n
+                                         for d, n in zip(dirs, per_dir)))
+                for lid in ids[2:]:
+                    assert c.read(lid, 0, 1000) == (Status.OK, written[lid])

@@ -33,7 +33,7 @@ from bookie.workers import records
 from bookie.workers.common import ClientServer, make_socket
 from bookie.workers.journal import lastmark_of, scan, write_lastmark
 from bookie.workers.ring import ADD_EPOCH, DURABLE, READONLY, WRITE, Ring
-from bookie.workers.storage import EntryLogWriter, Index, open_index
+from bookie.workers.storage import EntryLogs, Index, open_index
 
 MAX_MESSAGES_PER_ITERATION = 512
 
@@ -59,13 +59,14 @@ class Rejected(Exception):
 class LedgerStorage:
     """Entry log + index writes, shared by replay and the live path."""
 
-    def __init__(self, ctx, index: Index, elog: EntryLogWriter):
+    def __init__(self, ctx, index: Index, logs: EntryLogs):
         self.ctx = ctx
         self.index = index
-        self.elog = elog
+        self.logs = logs
         self.ledgers: dict[int, LedgerInfo] = {}
         self.dirty_ledgers: set[int] = set()
-        self.log_counts: dict[int, int] = collections.defaultdict(int)
+        # bytes stored per (log, ledger) since the last commit: the logs' ledger maps
+        self.log_counts: dict[int, dict[int, int]] = collections.defaultdict(lambda: collections.defaultdict(int))
         self._batches: list = []  # (ledger_id, entry_ids, log_id, offsets, lengths)
         self.entries_total = 0
 
@@ -90,19 +91,19 @@ class LedgerStorage:
     def store_batch(self, ledger_id: int, parts, size: int, data_offset: int,
                     entry_ids: np.ndarray, lengths: np.ndarray) -> None:
         """Append one ADD_BATCH record to the entry log; its index update waits for commit()."""
-        if self.elog.needs_roll(size):
-            self._flush_log_counts()  # the map of the log being closed
-            self.elog.roll()
-            self._batches.append(("current_log", self.elog.log_id))
-        start = self.elog.append(parts)
+        elog = self.logs.writer_for(ledger_id)
+        if elog.needs_roll(size):
+            elog.roll()
+            self._batches.append(("current_logs", self.logs.current_ids()))
+        start = elog.append(parts)
         offsets = start + data_offset + (np.cumsum(lengths) - lengths)
-        self._batches.append((ledger_id, entry_ids, self.elog.log_id, offsets, lengths))
-        self.log_counts[ledger_id] += int(lengths.sum())
+        self._batches.append((ledger_id, entry_ids, elog.log_id, offsets, lengths))
+        self.log_counts[elog.log_id][ledger_id] += int(lengths.sum())
         self.entries_total += len(entry_ids)
 
     def _flush_log_counts(self) -> None:
-        if self.log_counts and self.elog.log_id:
-            self._batches.append(("log_map", self.elog.log_id, dict(self.log_counts)))
+        for log_id, counts in self.log_counts.items():
+            self._batches.append(("log_map", log_id, dict(counts)))
         self.log_counts.clear()
 
     def commit(self) -> None:
@@ -112,8 +113,8 @@ class LedgerStorage:
         self._flush_log_counts()
         with self.index.env.begin(write=True) as txn:
             for item in self._batches:
-                if item[0] == "current_log":
-                    self.index.set_current_log(txn, item[1])
+                if item[0] == "current_logs":
+                    self.index.set_current_logs(txn, item[1])
                 elif item[0] == "log_map":
                     self.index.add_to_log_map(txn, item[1], item[2])
                 else:
@@ -146,7 +147,7 @@ class LedgerStorage:
 
 def checkpoint(storage: LedgerStorage, ledger_dirs: list[str], mark: int) -> None:
     storage.commit()
-    storage.elog.sync()
+    storage.logs.sync()
     storage.index.env.sync(True)
     for d in ledger_dirs:
         write_lastmark(d, mark)
@@ -194,7 +195,7 @@ class Checkpointer(threading.Thread):
                     return
                 mark, self._mark = self._mark, None
             try:
-                self.storage.elog.sync()
+                self.storage.logs.sync()
                 self.storage.index.env.sync(True)
                 for d in self.ledger_dirs:
                     write_lastmark(d, mark)
@@ -256,8 +257,8 @@ def run(ctx) -> int:
 
     env = open_index(index_dir, conf.indexMapSizeMB * 1024 * 1024)
     index = Index(env)
-    elog = EntryLogWriter(ledger_dirs[0], conf.logSizeLimit, conf.entryLogFilePreallocationEnabled)
-    storage = LedgerStorage(ctx, index, elog)
+    logs = EntryLogs(ledger_dirs, conf.logSizeLimit, conf.entryLogFilePreallocationEnabled)
+    storage = LedgerStorage(ctx, index, logs)
     replay(ctx, ring, storage, jdir, ledger_dirs)
 
     zctx = zmq.Context()
@@ -286,7 +287,7 @@ def run(ctx) -> int:
         for s in (clients, control, durable_in, wake, lac_pub):
             s.close()
         zctx.term()
-        elog.close()
+        logs.close()
         env.close()
     ctx.log("add worker stopped", entries=storage.entries_total)
     return 0

@@ -16,7 +16,7 @@ import os
 import time
 
 from bookie.appliance.layout import current_dir
-from bookie.workers.storage import Index, list_logs, log_name, open_index
+from bookie.workers.storage import Index, find_log, list_logs, open_index
 from bookie.workers.journal import fsync_dir
 
 
@@ -26,13 +26,14 @@ def select_deleted(local_ledgers, live_ledgers) -> list[int]:
     return sorted(lid for lid in local_ledgers if lid not in live)
 
 
-def select_dead_logs(log_maps: dict[int, dict[int, int]], live_local: set[int], current_log: int,
-                     on_disk: list[int]) -> list[int]:
-    """Pure: entry logs (not the current one) none of whose ledgers is still held."""
+def select_dead_logs(log_maps: dict[int, dict[int, int]], live_local: set[int],
+                     current_logs: set[int], on_disk: list[int]) -> list[int]:
+    """Pure: entry logs (none being written) none of whose ledgers is still held."""
     dead = []
+    newest_current = max(current_logs, default=0)
     for log_id in on_disk:
-        if log_id >= current_log:
-            continue
+        if log_id in current_logs or log_id > newest_current:
+            continue  # being written, or opened after the snapshot of current logs
         ledgers = log_maps.get(log_id)
         if ledgers is None:
             continue  # no map yet: its ledgers are unknown, keep it
@@ -41,7 +42,7 @@ def select_dead_logs(log_maps: dict[int, dict[int, int]], live_local: set[int], 
     return dead
 
 
-def collect(ctx, index: Index, store, ledger_dir: str) -> dict:
+def collect(ctx, index: Index, store, ledger_dirs: list[str]) -> dict:
     with index.env.begin() as txn:
         local = index.ledger_ids(txn)
     live = list(store.list_ledgers())
@@ -55,17 +56,21 @@ def collect(ctx, index: Index, store, ledger_dir: str) -> dict:
     with index.env.begin() as txn:
         remaining = set(index.ledger_ids(txn))
         maps = index.log_maps(txn)
-        current = index.current_log(txn)
-    dead = select_dead_logs(maps, remaining, current, list_logs(ledger_dir))
+        current = index.current_logs(txn)
+    on_disk = sorted(i for d in ledger_dirs for i in list_logs(d))
+    dead = select_dead_logs(maps, remaining, current, on_disk)
+    touched = set()
     for log_id in dead:
         try:
-            os.unlink(os.path.join(ledger_dir, log_name(log_id)))
+            path = find_log(ledger_dirs, log_id)
+            os.unlink(path)
+            touched.add(os.path.dirname(path))
         except FileNotFoundError:
             pass
         with index.env.begin(write=True) as txn:
             txn.delete(log_id.to_bytes(4, "big"), db=index.logs)
-    if dead:
-        fsync_dir(ledger_dir)
+    for d in touched:
+        fsync_dir(d)
     return {"deleted_ledgers": len(deleted), "deleted_logs": len(dead)}
 
 
@@ -80,7 +85,7 @@ def run(ctx) -> int:
     from bookie.appliance.metadata import MetadataError, open_metadata
 
     index_dir = current_dir(conf.index_directories[0])
-    ledger_dir = current_dir(conf.ledgerDirectories[0])
+    ledger_dirs = [current_dir(d) for d in conf.ledgerDirectories]
     env = open_index(index_dir, conf.indexMapSizeMB * 1024 * 1024)
     index = Index(env)
     store = open_metadata(conf.metadataServiceUri, timeout_s=conf.zkTimeout / 1000.0)
@@ -94,7 +99,7 @@ def run(ctx) -> int:
                 continue
             next_run = time.monotonic() + conf.gcWaitTime / 1000.0
             try:
-                result = collect(ctx, index, store, ledger_dir)
+                result = collect(ctx, index, store, ledger_dirs)
             except MetadataError as e:
                 ctx.log("gc skipped: metadata store unavailable", error=str(e))
                 continue

@@ -251,7 +251,7 @@ def run(ctx) -> int:
     index_dir = current_dir(conf.index_directories[0])
     env = open_index(index_dir, conf.indexMapSizeMB * 1024 * 1024)
     index = Index(env)
-    logs = EntryLogReader(current_dir(conf.ledgerDirectories[0]))
+    logs = EntryLogReader([current_dir(d) for d in conf.ledgerDirectories])
     ring = Ring.attach(ctx.ring_path)
     zctx = zmq.Context()
     clients = make_socket(zctx, zmq.ROUTER, linger_ms=500)

@@ -2,7 +2,9 @@
 
 Entry log format
 ----------------
-Files ``{log_id:08x}.log`` in a ledger directory; ids grow by one.  A 64-byte header, then
+Files ``{log_id:08x}.log`` in the ledger directories; ids are unique across all of them and
+grow by one.  A ledger's entries go to directory ``ledger_id % len(ledgerDirectories)`` (one
+current log per directory).  A 64-byte header, then
 ADD_BATCH records (bookie.workers.records) exactly as they went through the ring and the
 journal, then zeros when preallocated::
 
@@ -20,7 +22,7 @@ Index (LMDB environment ``index`` in the first index directory)
 ``entries``  key ledger_id u64 BE | entry_id u64 BE  ->  log_id u32 | offset u64 | length u32 (LE)
 ``ledgers``  key ledger_id u64 BE  ->  orjson {"key": hex master key, "fenced": bool, "lac": int}
 ``logs``     key log_id u32 BE     ->  orjson {ledger_id: bytes stored} (the log's ledger map)
-``meta``     b"current_log" -> u32 of the log being written (GC leaves it alone)
+``meta``     b"current_logs" -> orjson list of the logs being written (GC leaves them alone)
 
 Keys are big-endian so that LMDB's byte order is (ledger, entry) order: the last entry of a
 ledger is one cursor step back from the first key of the next ledger.
@@ -187,24 +189,23 @@ class Index:
                 out[LOG_KEY.unpack(k)[0]] = {int(a): b for a, b in orjson.loads(v).items()}
         return out
 
-    def set_current_log(self, txn, log_id: int) -> None:
-        txn.put(b"current_log", LOG_KEY.pack(log_id), db=self.meta)
+    def set_current_logs(self, txn, log_ids) -> None:
+        txn.put(b"current_logs", orjson.dumps(sorted(log_ids)), db=self.meta)
 
-    def current_log(self, txn) -> int:
-        raw = txn.get(b"current_log", db=self.meta)
-        return LOG_KEY.unpack(raw)[0] if raw else 0
+    def current_logs(self, txn) -> set[int]:
+        raw = txn.get(b"current_logs", db=self.meta)
+        return set(orjson.loads(raw)) if raw else set()
 
 
 class EntryLogWriter:
     """Appends ADD_BATCH records to the current entry log; rolls at ``size_limit``."""
 
-    def __init__(self, directory: str, size_limit: int, preallocate: bool):
+    def __init__(self, directory: str, size_limit: int, preallocate: bool, new_log_id):
         self.directory = directory
         self.size_limit = size_limit
         self.preallocate = preallocate
-        ids = list_logs(directory)
         self.log_id = 0
-        self._next = (ids[-1] + 1) if ids else 1
+        self._new_log_id = new_log_id  # ids are unique across every ledger directory
         self._fd = -1
         self.offset = 0
         self._unsynced: list[int] = []  # rolled-away logs not yet synced (closed once synced)
@@ -215,8 +216,7 @@ class EntryLogWriter:
 
     def roll(self) -> None:
         """Open the next log; the current one is synced and closed at the next sync()."""
-        log_id = self._next
-        self._next += 1
+        log_id = self._new_log_id()
         path = os.path.join(self.directory, log_name(log_id))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         head = LOG_MAGIC + struct.pack("<I", log_id)
@@ -269,11 +269,51 @@ class EntryLogWriter:
             self._fd = -1
 
 
+class EntryLogs:
+    """The entry logs of every ledger directory: one writer per directory, ledgers mapped to
+    directories by id, log ids unique across directories."""
+
+    def __init__(self, directories: list[str], size_limit: int, preallocate: bool):
+        existing = [i for d in directories for i in list_logs(d)]
+        self._next = max(existing, default=0) + 1
+        self.writers = [EntryLogWriter(d, size_limit, preallocate, self._new_log_id)
+                        for d in directories]
+
+    def _new_log_id(self) -> int:
+        log_id = self._next
+        self._next += 1
+        return log_id
+
+    def writer_for(self, ledger_id: int) -> EntryLogWriter:
+        return self.writers[ledger_id % len(self.writers)]
+
+    def current_ids(self) -> list[int]:
+        return [w.log_id for w in self.writers if w.log_id]
+
+    def sync(self) -> None:
+        for w in self.writers:
+            w.sync()
+
+    def close(self) -> None:
+        for w in self.writers:
+            w.close()
+
+
+def find_log(directories: list[str], log_id: int) -> str:
+    """Path of an entry log, whichever ledger directory holds it."""
+    name = log_name(log_id)
+    for d in directories:
+        path = os.path.join(d, name)
+        if os.path.exists(path):
+            return path
+    raise FileNotFoundError(f"entry log {name} is in none of {', '.join(directories)}")
+
+
 class EntryLogReader:
     """Reads entry bytes by location; keeps a small cache of open log files."""
 
-    def __init__(self, directory: str, max_open: int = 64):
-        self.directory = directory
+    def __init__(self, directories: list[str], max_open: int = 64):
+        self.directories = directories
         self.max_open = max_open
         self._fds: dict[int, int] = {}
 
@@ -284,7 +324,7 @@ class EntryLogReader:
                 old_id, old_fd = next(iter(self._fds.items()))
                 del self._fds[old_id]
                 os.close(old_fd)
-            fd = os.open(os.path.join(self.directory, log_name(log_id)), os.O_RDONLY)
+            fd = os.open(find_log(self.directories, log_id), os.O_RDONLY)
             self._fds[log_id] = fd
         return fd
 
