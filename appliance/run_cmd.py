@@ -16,7 +16,7 @@ def register(sub) -> None:
                + keys_help()
                + "\n\nsignals: SIGTERM/SIGINT stop cleanly; SIGUSR1 forces read-only, SIGUSR2 undoes it."
                + "\nexit status: 0 stopped on request, 1 failure, 2 configuration or directory "
-                 "layout refused, 3 corrupt journal.")
+                 "layout refused, 3 corrupt journal, 4 journal write/fdatasync failed (disk error).")
     p.add_argument("--conf", metavar="FILE", help="configuration file (key=value lines)")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                    help="override one configuration key (repeatable)")

@@ -41,6 +41,8 @@ from bookie.workers.common import log_line as log
 
 ROLES_IN_START_ORDER = ("journal", "add", "read", "gc")
 EXIT_CORRUPT = 3
+EXIT_SYNC_FAILED = 4
+FATAL_EXITS = {EXIT_CORRUPT: "found corruption", EXIT_SYNC_FAILED: "could not make the journal durable"}
 READY_TIMEOUT_S = {"journal": 120.0, "add": 3600.0, "read": 60.0, "gc": 60.0}
 
 
@@ -240,8 +242,8 @@ class Supervisor:
     def _worker_died(self, w: Worker) -> None:
         rc = w.proc.returncode
         how = f"signal {-rc}" if rc < 0 else f"exit status {rc}"
-        if rc == EXIT_CORRUPT:
-            self.request_stop(f"{w.role} worker found corruption ({how}); stopping the bookie", 3)
+        if rc in FATAL_EXITS:
+            self.request_stop(f"{w.role} worker {FATAL_EXITS[rc]} ({how}); stopping the bookie", rc)
             return
         now = time.monotonic()
         w.restarts.append(now)
@@ -413,5 +415,5 @@ def run_bookie(conf: BookieConfig) -> int:
     except WorkerStartError as e:
         log(sup.name, "start failed", reason=str(e))
         sup.shutdown()
-        return 3 if e.returncode == EXIT_CORRUPT else 1
+        return e.returncode if e.returncode in FATAL_EXITS else 1
     return sup.watch()

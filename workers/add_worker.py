@@ -351,9 +351,15 @@ class AddServer(ClientServer):
         """Stop taking requests; answer what the journal makes durable; final checkpoint."""
         self.clients.setsockopt(zmq.LINGER, 1000)
         deadline = time.monotonic() + 10
+        durable, progress_at = self.ring.get(DURABLE), time.monotonic()
         while self.pending and time.monotonic() < deadline:
             self.answer_durable()
             time.sleep(0.002)
+            now_durable = self.ring.get(DURABLE)
+            if now_durable != durable:
+                durable, progress_at = now_durable, time.monotonic()
+            elif time.monotonic() - progress_at > 1.0:
+                break  # the journal is not making progress (stopped or failed): do not wait on it
         self.storage.commit()
         self.checkpointer.stop()
         checkpoint(self.storage, self.ledger_dirs, min(self.applied, self.ring.get(DURABLE)))

@@ -23,6 +23,7 @@ from bookie.workers.journal import (CorruptJournalError, GroupCommitPolicy, Jour
 from bookie.workers.ring import BASE, DURABLE, JOURNAL_EPOCH, WRITE, Ring
 
 EXIT_CORRUPT = 3
+EXIT_SYNC_FAILED = 4  # fatal: see below
 
 
 def run(ctx) -> int:
@@ -78,7 +79,15 @@ def run(ctx) -> int:
                 more = write != last_write_seen
                 last_write_seen = write
                 if policy.should_flush(pending, now - first_seen, more):
-                    writer.append(ring.slices(writer.position, write))
+                    try:
+                        writer.append(ring.slices(writer.position, write))
+                    except OSError as e:
+                        # After a failed write or fdatasync the kernel may have dropped the
+                        # dirty pages and forgotten the error; a restarted journal would then
+                        # read the page cache and count unsynced bytes durable.  Stop instead.
+                        ctx.log("journal write failed; stopping the bookie", error=str(e),
+                                position=writer.position)
+                        return EXIT_SYNC_FAILED
                     ring.set(DURABLE, writer.position)
                     group_sizes += 1
                     first_seen = None
