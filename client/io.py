@@ -398,8 +398,11 @@ def _decode(action, status: int, frames):
         return _response(action, status)
     try:
         if isinstance(action, A.SendRead):
-            lengths, data = frames[0].buffer, frames[1].buffer
-            return A.ReadResponse(action, status, wire.split_batch(lengths, data))
+            lengths, data = frames[0].buffer, frames[1].bytes  # one copy; entries slice it
+            if len(lengths) % 4 or int(np.frombuffer(lengths, wire.LENGTHS_DTYPE).sum(
+                    dtype=np.int64)) != len(data):
+                raise wire.ProtocolError("entry lengths do not add up to the data frame")
+            return A.ReadResponse(action, status, A.RawEntries(lengths, data))
         if isinstance(action, A.SendReadLac):
             lac, last = wire.LAC_BODY.unpack(frames[0].buffer)
             return A.LacResponse(action, status, lac, last)

@@ -12,9 +12,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookie.client import (AsyncBookKeeper, BookKeeper, LedgerClosedError, LedgerFencedError)
+from bookie import wire
+from bookie.client import (AsyncBookKeeper, BookKeeper, DigestMismatchError, LedgerClosedError,
+                           LedgerFencedError)
 from bookie.client.digest import DIGEST_TYPES, DigestManager
+from bookie.client.protocol import actions as A
+from bookie.client.protocol.ledger import LedgerInfo
 from bookie.client.protocol.pending import PendingAdds
+from bookie.client.protocol.reader import Deliver, ReadOp
 from bookie.testing.client_fixtures import bookkeeper, bookkeeper_ensemble  # noqa: F401
 
 BOOKKEEPER_OPTIONS = {"bookies": 3}
@@ -68,6 +73,58 @@ def test_pending_extend_is_append_many(sizes):
     assert len(one) == len(many) and one.next_entry_id == many.next_entry_id
     for e in range(one.next_entry_id):
         assert one.data(e) == many.data(e)
+
+
+@given(st.sampled_from(DIGEST_TYPES), st.lists(st.binary(max_size=64), min_size=1, max_size=30),
+       st.data())
+def test_decode_many_of_wire_frames_matches_decode_and_flags_bad_entries(digest, payloads, data):
+    dm = DigestManager(7, digest, b"pw")
+    datas, _ = dm.encode_many(0, -1, 0, payloads)
+    bad = set()
+    if digest != "dummy":
+        bad = set(data.draw(st.lists(st.integers(0, len(datas) - 1), max_size=3)))
+        for i in bad:  # flip the last byte of the digest
+            d = bytearray(datas[i])
+            d[32 + dm.size - 1] ^= 1
+            datas[i] = bytes(d)
+    if data.draw(st.booleans()):
+        datas.append(b"short")  # shorter than header + digest
+        bad.add(len(datas) - 1)
+    out = dm.decode_many(A.RawEntries(*wire.pack_batch(datas)))
+    assert len(out) == len(datas)
+    for i, got in enumerate(out):
+        if i in bad:
+            assert isinstance(got, DigestMismatchError)
+        else:
+            assert got == dm.decode(datas[i]) and got.data == payloads[i]
+
+
+def test_read_op_moves_a_bad_entry_of_a_bulk_answer_to_the_next_replica():
+    info = LedgerInfo(ledger_id=7, ensemble_size=2, write_quorum=2, ack_quorum=2,
+                      fragments=((0, ("b0:1", "b1:1")),))
+    dm = DigestManager(7, "crc32c", b"pw")
+    datas, _ = dm.encode_many(0, -1, 0, [b"e%d" % i for i in range(6)])
+    op = ReadOp(info, 0, 5, dm.decode, decode_many=dm.decode_many)
+    asks = op.start()
+    assert {(a.bookie, a.first_entry_id, a.max_count) for a in asks} == \
+        {("b0:1", 0, 1), ("b0:1", 2, 1), ("b0:1", 4, 1), ("b1:1", 1, 1), ("b1:1", 3, 1),
+         ("b1:1", 5, 1)}
+    corrupt = bytearray(datas[2])
+    corrupt[-1] ^= 1
+    delivered, retry = [], []
+    for a in asks:
+        raw = bytes(corrupt) if a.first_entry_id == 2 else datas[a.first_entry_id]
+        for out in op.handle(A.ReadResponse(a, 0, A.RawEntries(*wire.pack_batch([raw])))):
+            if isinstance(out, Deliver):
+                delivered += [e.entry_id for e in out.entries]
+            elif isinstance(out, A.SendRead):
+                retry.append(out)
+    assert [(r.bookie, r.first_entry_id) for r in retry] == [("b1:1", 2)]
+    assert delivered == [0, 1]
+    outs = op.handle(A.ReadResponse(retry[0], 0, A.RawEntries(*wire.pack_batch([datas[2]]))))
+    assert [e.data for o in outs if isinstance(o, Deliver) for e in o.entries] == \
+        [b"e2", b"e3", b"e4", b"e5"]
+    assert op.done
 
 
 # ---- against real bookies -----------------------------------------------------------------------

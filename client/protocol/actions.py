@@ -12,7 +12,7 @@ import dataclasses
 
 from bookie.client.errors import BookKeeperError
 from bookie.client.protocol.ledger import LedgerInfo
-from bookie.wire import Status
+from bookie.wire import Status, split_batch
 
 # Pseudo statuses next to wire.Status: no answer in time, or the request could not be sent.
 TIMEOUT = -1
@@ -111,9 +111,31 @@ class AddResponse:
     status: int
 
 
+class RawEntries:
+    """The entries of a READ answer as they travel: a lengths frame (u32 little-endian, one
+    per entry) and the entries back to back.  A sequence of the formatted entries (memoryviews,
+    split on demand); a decoder that knows the layout (``DigestManager.decode_many``) takes
+    the two frames whole instead, without an object per entry."""
+
+    __slots__ = ("lengths", "data")
+
+    def __init__(self, lengths, data):
+        self.lengths, self.data = lengths, data
+
+    def __len__(self) -> int:
+        return len(self.lengths) // 4
+
+    def __iter__(self):
+        return iter(split_batch(self.lengths, self.data))
+
+    def __getitem__(self, i):
+        return split_batch(self.lengths, self.data)[i]
+
+
 @dataclasses.dataclass(slots=True)
 class ReadResponse:
-    """``entries``: the formatted entries returned (empty unless status is OK)."""
+    """``entries``: the formatted entries returned (a sequence, often ``RawEntries``; empty
+    unless status is OK)."""
     request: SendRead
     status: int
     entries: list = dataclasses.field(default_factory=list)

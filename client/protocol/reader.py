@@ -42,32 +42,66 @@ class Deliver:
 
 class ReadOp:
     def __init__(self, info: LedgerInfo, first: int, last: int,
-                 decode: Callable[[bytes], object], max_count: int = MAX_COUNT):
+                 decode: Callable[[bytes], object], max_count: int = MAX_COUNT,
+                 decode_many: Callable[[list], list] | None = None):
+        """
+        Args:
+            decode: formatted entry -> LedgerEntry; raises DigestMismatchError.
+            decode_many: optional, entries of one answer -> a list holding, per entry, the
+                LedgerEntry or the DigestMismatchError (returned, not raised).
+        """
         if first < 0 or last < first:
             raise ValueError(f"bad entry range {first}..{last}")
         self.info = info
         self.first, self.last = first, last
         self.decode = decode
+        self.decode_many = decode_many or self._decode_each
         self.max_count = max_count
         n = last - first + 1
         self._got: list = [None] * n
-        self._replicas: list[tuple[str, ...]] = []
-        for e in range(first, last + 1):
-            ens = info.ensemble_for(e)
-            self._replicas.append(tuple(ens[p] for p in
-                                        write_set(e, info.ensemble_size, info.write_quorum)))
-        self._choice = [0] * n  # index into the entry's replicas
-        self._why: list[list[str] | None] = [None] * n  # per entry: what failed where
+        # Replicas are computed per entry only when needed (start, fallback): they depend on
+        # the fragment and e % E alone, so each distinct tuple is built once.
+        self._replica_cache: dict[tuple[int, int], tuple[str, ...]] = {}
+        self._choice: dict[int, int] = {}  # entry id -> index into its replicas (0 if absent)
+        self._why: dict[int, list[str]] = {}  # entry id -> what failed where
         self._delivered = 0  # entries first .. first+_delivered-1 handed out
         self._outstanding: dict[str, set[int]] = {}  # bookie -> entry ids asked for
         self.done = False
 
+    def _fragments(self):
+        """(lo, hi, fragment first, ensemble) for each fragment overlapping first..last."""
+        frags = self.info.fragments
+        for k, (ffirst, ens) in enumerate(frags):
+            nxt = frags[k + 1][0] if k + 1 < len(frags) else self.last + 1
+            lo, hi = max(ffirst, self.first), min(nxt - 1, self.last)
+            if lo <= hi:
+                yield lo, hi, ffirst, ens
+
+    def _replicas(self, entry_id: int) -> tuple[str, ...]:
+        frags = self.info.fragments
+        k = len(frags) - 1
+        while k > 0 and frags[k][0] > entry_id:
+            k -= 1
+        e_size = self.info.ensemble_size
+        key = (k, entry_id % e_size)
+        reps = self._replica_cache.get(key)
+        if reps is None:
+            ens = frags[k][1]
+            reps = tuple(ens[p] for p in write_set(entry_id, e_size, self.info.write_quorum))
+            self._replica_cache[key] = reps
+        return reps
+
     def start(self) -> list:
+        # Entry e starts at the first replica of its write set, position e % E.
         by_bookie: dict[str, list[int]] = {}
-        for i, reps in enumerate(self._replicas):
-            by_bookie.setdefault(reps[0], []).append(self.first + i)
+        e_size = self.info.ensemble_size
+        for lo, hi, _, ens in self._fragments():
+            for p in range(min(e_size, hi - lo + 1)):
+                e0 = lo + p
+                by_bookie.setdefault(ens[e0 % e_size], []).extend(range(e0, hi + 1, e_size))
         out = []
         for bookie, ids in by_bookie.items():
+            ids.sort()
             out += self._ask(bookie, ids)
         return out
 
@@ -76,15 +110,17 @@ class ReadOp:
         bookie answers with consecutive entries only; striped ledgers leave gaps), at most
         max_count ids each, all sent at once."""
         out = []
-        asked = self._outstanding.setdefault(bookie, set())
-        i = 0
-        while i < len(ids):
+        self._outstanding.setdefault(bookie, set()).update(ids)
+        i, n, max_count = 0, len(ids), self.max_count
+        while i < n:
             lo = ids[i]
-            j = i
-            while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1 and ids[j + 1] - lo < self.max_count:
-                j += 1
+            # ids[i..j] is one run when ids[j] - ids[i] == j - i (ascending, distinct)
+            j = min(i + max_count, n) - 1
+            if ids[j] - lo != j - i:
+                j = i
+                while j + 1 < n and ids[j + 1] == ids[j] + 1 and ids[j + 1] - lo < max_count:
+                    j += 1
             out.append(A.SendRead(bookie, lo, ids[j] - lo + 1))
-            asked.update(ids[i:j + 1])
             i = j + 1
         return out
 
@@ -93,39 +129,47 @@ class ReadOp:
             return []
         req = event.request
         bookie = req.bookie
-        lo, hi = req.first_entry_id, req.first_entry_id + req.max_count - 1
+        first, got = self.first, self._got
+        lo = req.first_entry_id
+        hi = min(lo + req.max_count - 1, self.last)
         asked = self._outstanding.get(bookie, set())
-        mine = sorted(e for e in asked if lo <= e <= hi and self._got[e - self.first] is None)
+        # The entries this request stood for: cost in the request's span, never in all that
+        # is outstanding at the bookie.
+        mine = [e for e in range(max(lo, first), hi + 1)
+                if e in asked and got[e - first] is None]
         asked.difference_update(mine)
+        mine_set = set(mine)
         moved: list[int] = []  # entries to try on their next replica
         again: list[int] = []  # entries to ask this bookie for again
         if event.status == Status.OK:
             highest = lo - 1
-            for raw in event.entries:
-                try:
-                    entry = self.decode(raw)
-                except DigestMismatchError as exc:
-                    e = getattr(exc, "entry_id", None)
-                    if e is not None and e in mine:
+            for entry in self.decode_many(event.entries):
+                if isinstance(entry, DigestMismatchError):
+                    e = getattr(entry, "entry_id", None)
+                    if e is not None and e in mine_set:
                         self._note(e, f"{bookie}: digest mismatch")
                         moved.append(e)
-                        highest = max(highest, e)
+                        mine_set.discard(e)
+                        if e > highest:
+                            highest = e
                     continue
                 e = entry.entry_id
-                highest = max(highest, e)
-                if e in mine and self._got[e - self.first] is None:
-                    self._got[e - self.first] = entry
-            for e in mine:
-                if self._got[e - self.first] is not None or e in moved:
-                    continue
-                if e < highest or (not event.entries and e == lo):
-                    self._note(e, f"{bookie}: no entry")
-                    moved.append(e)
-                elif event.entries:
-                    again.append(e)
-                else:
-                    self._note(e, f"{bookie}: empty answer")
-                    moved.append(e)
+                if e > highest:
+                    highest = e
+                if e in mine_set:
+                    mine_set.discard(e)
+                    got[e - first] = entry
+            # mine_set now holds what this bookie did not return (well)
+            if mine_set:
+                for e in sorted(mine_set):
+                    if e < highest or (not event.entries and e == lo):
+                        self._note(e, f"{bookie}: no entry")
+                        moved.append(e)
+                    elif event.entries:
+                        again.append(e)
+                    else:
+                        self._note(e, f"{bookie}: empty answer")
+                        moved.append(e)
         elif event.status in (Status.NO_ENTRY, Status.NO_LEDGER):
             for e in mine:
                 if e == lo or event.status == Status.NO_LEDGER:
@@ -146,23 +190,30 @@ class ReadOp:
             out += self._ask(bookie, again)
         by_bookie: dict[str, list[int]] = {}
         for e in sorted(moved):
-            i = e - self.first
-            self._choice[i] += 1
-            if self._choice[i] >= len(self._replicas[i]):
+            choice = self._choice.get(e, 0) + 1
+            self._choice[e] = choice
+            replicas = self._replicas(e)
+            if choice >= len(replicas):
                 return self._fail(self._exhausted(e))
-            by_bookie.setdefault(self._replicas[i][self._choice[i]], []).append(e)
+            by_bookie.setdefault(replicas[choice], []).append(e)
         for b, ids in by_bookie.items():
             out += self._ask(b, ids)
         return self._deliver() + out
 
+    def _decode_each(self, raws) -> list:
+        out = []
+        for raw in raws:
+            try:
+                out.append(self.decode(raw))
+            except DigestMismatchError as exc:
+                out.append(exc)
+        return out
+
     def _note(self, entry_id: int, why: str) -> None:
-        i = entry_id - self.first
-        if self._why[i] is None:
-            self._why[i] = []
-        self._why[i].append(why)
+        self._why.setdefault(entry_id, []).append(why)
 
     def _exhausted(self, entry_id: int) -> BookKeeperError:
-        why = self._why[entry_id - self.first] or []
+        why = self._why.get(entry_id, [])
         lid = self.info.ledger_id
         detail = "; ".join(why)
         if any("digest mismatch" in w for w in why):
@@ -180,17 +231,16 @@ class ReadOp:
                            ledger_id=lid)
 
     def _deliver(self) -> list:
-        start = self._delivered
-        n = len(self._got)
+        start, got = self._delivered, self._got
+        n = len(got)
         i = start
-        while i < n and self._got[i] is not None:
+        while i < n and got[i] is not None:  # (not list.index: that calls entries' __eq__)
             i += 1
         if i == start:
             return []
         self._delivered = i
-        batch = self._got[start:i]
-        for k in range(start, i):
-            self._got[k] = True  # keep "done" without holding the entry
+        batch = got[start:i]
+        got[start:i] = [True] * (i - start)  # keep "done" without holding the entries
         out: list = [Deliver(batch)]
         if i == n:
             self.done = True
