@@ -436,8 +436,11 @@ class BookKeeper:
             info = md.to_info(ledger_id, meta)
         if info.state == CLOSED:
             return meta, version
-        # 2. fence, find the end, re-replicate (bookies, on the I/O thread)
-        last, length = self._wait(self._run_op(ledger_id, RecoveryOp(info, dm.decode)))
+        # 2. fence, find the end, re-replicate - replacing dead bookies with CAS on the
+        #    IN_RECOVERY record at ``version`` (bookies, on the I/O thread)
+        op = RecoveryOp(info, dm.decode, version)
+        last, length = self._wait(self._run_op(ledger_id, op))
+        info, version = op.info, op.version  # with the fragments recovery added
         while True:  # 3. close with CAS; a close by someone else wins (convergence)
             closed = info.replace(state=CLOSED, last_entry_id=last, length=length)
             if self._cas(ledger_id, meta, closed, version,
@@ -695,7 +698,9 @@ class LedgerHandle:
 
     def _read_op(self, first: int, last: int) -> Future:
         return self._bk._run_op(self.ledger_id, ReadOp(self.metadata, first, last,
-                                                       self._dm.decode), collect=True)
+                                                       self._dm.decode,
+                                                       decode_many=self._dm.decode_many),
+                                collect=True)
 
     def _check_range(self, first: int, last: int) -> None:
         if first < 0 or last < first:
