@@ -62,3 +62,13 @@ def test_bad_batches_are_refused(lengths, data_len, why):
 def test_lengths_frame_must_be_whole_u32s():
     with pytest.raises(ProtocolError):
         wire.batch_offsets(b"\x01\x00\x00", 1, 1024)
+
+
+@given(st.lists(st.integers(0, 2**62), min_size=1, max_size=40), st.integers(0, 2**62))
+def test_batch_ids_small_and_large_paths_agree(entry_ids, ledger):
+    entries = [wire.pack_entry(ledger, eid, -1, 0, b"", b"p" * (eid % 7)) for eid in entry_ids]
+    lengths_frame, data = wire.pack_batch(entries)
+    _, offsets = wire.batch_offsets(lengths_frame, len(data), 1 << 20)
+    ledgers, ids = wire.batch_ids(data, offsets)
+    assert list(ids) == entry_ids and list(ledgers) == [ledger] * len(entry_ids)
+    assert list(ids) == list(wire.batch_header_fields(data, offsets, 1))

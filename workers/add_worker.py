@@ -89,15 +89,17 @@ class LedgerStorage:
         return info
 
     def store_batch(self, ledger_id: int, parts, size: int, data_offset: int,
-                    entry_ids: np.ndarray, lengths: np.ndarray) -> None:
-        """Append one ADD_BATCH record to the entry log; its index update waits for commit()."""
+                    entry_ids: np.ndarray, lengths: np.ndarray, offsets: np.ndarray) -> None:
+        """Append one ADD_BATCH record to the entry log; its index update waits for commit().
+
+        ``offsets`` are the entries' offsets inside the record's data.
+        """
         elog = self.logs.writer_for(ledger_id)
         if elog.needs_roll(size):
             elog.roll()
             self._batches.append(("current_logs", self.logs.current_ids()))
         start = elog.append(parts)
-        offsets = start + data_offset + (np.cumsum(lengths) - lengths)
-        self._batches.append((ledger_id, entry_ids, elog.log_id, offsets, lengths))
+        self._batches.append((ledger_id, entry_ids, elog.log_id, offsets + (start + data_offset), lengths))
         self.log_counts[elog.log_id][ledger_id] += int(lengths.sum())
         self.entries_total += len(entry_ids)
 
@@ -130,9 +132,9 @@ class LedgerStorage:
             self.ensure_ledger(rec.ledger_id, rec.master_key)
             data = buf[pos + rec.data_offset:pos + rec.size]
             offsets = np.cumsum(rec.lengths) - rec.lengths
-            entry_ids = wire.batch_header_fields(data, offsets, 1)
+            _, entry_ids = wire.batch_ids(data, offsets)
             self.store_batch(rec.ledger_id, [buf[pos:pos + rec.size]], rec.size,
-                             rec.data_offset, entry_ids, rec.lengths)
+                             rec.data_offset, entry_ids, rec.lengths, offsets)
         elif rec.type == records.FENCE:
             info = self.ensure_ledger(rec.ledger_id, rec.master_key)
             if not info.fenced:
@@ -490,10 +492,9 @@ class AddServer(ClientServer):
         lengths_frame = body[1].buffer
         data = body[2].buffer
         lengths, offsets = wire.batch_offsets(lengths_frame, len(data), self.max_entry)
-        ledgers = wire.batch_header_fields(data, offsets, 0)
+        ledgers, entry_ids = wire.batch_ids(data, offsets)
         if (ledgers != ledger_id).any():
             raise Rejected(Status.BAD_REQUEST, "an entry of the batch belongs to another ledger")
-        entry_ids = wire.batch_header_fields(data, offsets, 1)
         if (entry_ids < 0).any():
             raise Rejected(Status.BAD_REQUEST, "negative entry id")
         recovery = bool(flags & wire.Flag.RECOVERY_ADD)
@@ -512,7 +513,7 @@ class AddServer(ClientServer):
         start = self.ring.get(WRITE)
         end = self.place(parts, size)
         self.storage.store_batch(ledger_id, self.ring.slices(start, end), size, data_offset,
-                                 entry_ids, lengths)
+                                 entry_ids, lengths, offsets)
         self.applied = end
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.ADD, Status.OK, request_id, ledger_id)],
                                     ledger_id))
