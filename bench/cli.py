@@ -152,6 +152,9 @@ def _register_reads(tools) -> None:
                    help="entries written first when this tool makes the ledger (default 100000)")
     p.add_argument("--entrysize", type=int, default=1024, metavar="BYTES",
                    help="payload bytes of the entries this tool writes (default 1024)")
+    p.add_argument("--explicit-lac", type=int, default=10, metavar="MS",
+                   help="with --listen: the writer's explicitLacInterval, how soon the bookies "
+                        "learn the LAC once adds pause or drain (default 10 ms)")
     _ledger_options(p, ensemble=1, quorum=1)
     p.add_argument("--digest", choices=DIGESTS, default="crc32", help="digest type (default crc32)")
     _common(p, 10.0)

@@ -40,6 +40,7 @@ from bookie.bench.report import NS_PER_S, Meter, latency_figures
 
 _DRAIN_MAX = 65536  # completions drained into the histogram at once (at most)
 _ISSUE_CHUNK = 256  # adds handed to the client at once (at most)
+_PACE_S = 0.001  # with --rate: shortest sleep between slices of adds
 
 
 class BenchError(RuntimeError):
@@ -216,19 +217,22 @@ class AddLoad:
             if stopping or self.issued - self.reported >= self.throttle:
                 self.wakeup.wait(0.05)
             elif self.interval_ns:
+                # Paced: sleep at least _PACE_S, so adds go out in slices of that much time
+                # (50 adds at 50,000/s) rather than one hand-over, wake-up and ADD message per
+                # add; each still counts its latency from its own intended time.
                 due = start + int(self.issued * self.interval_ns)
-                self.wakeup.wait(min(max(due - now, 0) / NS_PER_S, 0.05))
+                self.wakeup.wait(min(max((due - now) / NS_PER_S, _PACE_S), 0.05))
         self._drain()
 
     def latencies(self) -> np.ndarray:
         return np.concatenate(self.keep) if self.keep else np.zeros(0, dtype=np.int64)
 
 
-def _client(metadata_uri: str, throttle: int, timeout_s: float):
+def _client(metadata_uri: str, throttle: int, timeout_s: float, **keys):
     """A client whose own throttle is the bench's, so adding never blocks on it."""
     from bookie.client import BookKeeper, BookKeeperError
     try:
-        return BookKeeper(metadata_uri, throttle=throttle, operationTimeout=timeout_s)
+        return BookKeeper(metadata_uri, throttle=throttle, operationTimeout=timeout_s, **keys)
     except BookKeeperError as e:
         raise BenchError(f"cannot open the client on {metadata_uri}: {e}") from None
 
@@ -348,8 +352,10 @@ class TailReader:
     meter and lag histogram."""
 
     def __init__(self, rh, batch: int, meter: Meter, e2e: Histogram, lock: threading.Lock,
-                 deadline_ns: int, clock=time.monotonic_ns):
+                 deadline_ns: int, clock=time.monotonic_ns, *, window: int = 8,
+                 entry_bytes: int = 0):
         self.rh, self.batch, self.meter, self.e2e, self.lock = rh, batch, meter, e2e, lock
+        self.window, self.entry_bytes = window, entry_bytes
         self.deadline_ns = deadline_ns
         self.clock = clock
         self.read_upto = -1
@@ -370,22 +376,38 @@ class TailReader:
             self.error = e
 
     def _follow(self) -> None:
+        """Entries known to be confirmed are read with up to ``window`` reads of ``batch``
+        entries in flight, answers handled in order; once caught up, one
+        ``read_new_entries_async`` (the long poll and the read after it in one client step)
+        waits for more."""
         rh = self.rh
+        in_flight: collections.deque = collections.deque()  # (sent, future)
+        asked_upto = self.read_upto
         while self.clock() < self.deadline_ns:
-            lac = rh.wait_for_last_add_confirmed(self.read_upto, timeout_s=0.5)
-            while self.read_upto < lac:
-                first, last = self.read_upto + 1, min(lac, self.read_upto + self.batch)
-                sent = self.clock()
-                entries = rh.read_entries_async(first, last).result(30)
-                now = self.clock()
-                stamps = np.frombuffer(b"".join(e.data[:8] for e in entries), dtype="<i8")
-                with self.lock:
-                    self.meter.record(now - sent, len(entries), sum(len(e.data) for e in entries))
-                    self.e2e.record_many(np.maximum(now - stamps, 0))
-                self.reads.append((first, last, now))
-                self.read_upto = last
-            if rh.is_closed and self.read_upto >= rh.last_add_confirmed:
-                return
+            lac = rh.last_add_confirmed
+            while len(in_flight) < self.window and asked_upto < lac:
+                last = min(lac, asked_upto + self.batch)
+                in_flight.append((self.clock(), rh.read_entries_async(asked_upto + 1, last)))
+                asked_upto = last
+            if in_flight:
+                sent, fut = in_flight.popleft()
+            else:
+                if rh.is_closed and self.read_upto >= rh.last_add_confirmed:
+                    return
+                sent, fut = self.clock(), rh.read_new_entries_async(self.read_upto, 0.5,
+                                                                    self.batch)
+            entries = fut.result(30)
+            now = self.clock()
+            if not entries:
+                continue
+            first, last = entries[0].entry_id, entries[-1].entry_id
+            stamps = np.frombuffer(b"".join([e.data[:8] for e in entries]), dtype="<i8")
+            with self.lock:
+                self.meter.record(now - sent, len(entries), len(entries) * self.entry_bytes)
+                self.e2e.record_many(np.maximum(now - stamps, 0))
+            self.reads.append((first, last, now))
+            self.read_upto = last
+            asked_upto = max(asked_upto, last)
         raise BenchError(f"tailing ledger {rh.ledger_id} did not reach its end in time "
                          f"(read up to {self.read_upto})")
 
@@ -394,7 +416,8 @@ def _tail_writer(conn, metadata_uri: str, params: dict) -> None:
     """Child process: create the ledgers, wait for "go", write them at full speed for the run's
     time with each payload stamped with its issue time, close them, report."""
     try:
-        bk = _client(metadata_uri, params["throttle"], params["timeout"])
+        bk = _client(metadata_uri, params["throttle"], params["timeout"],
+                     explicitLacInterval=params.get("explicit_lac", 100))
         try:
             handles = [bk.create_ledger(params["ensemble"], params["quorum"],
                                         params["ack_quorum"], params["digest"],
@@ -452,7 +475,9 @@ def read_tail(bk, metadata_uri: str, params: dict, emit) -> dict:
         start = clock()
         meter.start(start)
         deadline = start + int((params["time"] + timeout_s) * NS_PER_S)
-        readers = [TailReader(h, params["batch"], meter, e2e, lock, deadline) for h in handles]
+        readers = [TailReader(h, params["batch"], meter, e2e, lock, deadline,
+                              window=params["window"], entry_bytes=params["entrysize"])
+                   for h in handles]
         threads = [threading.Thread(target=r.run, daemon=True) for r in readers]
         parent.send("go")
         for t in threads:

@@ -734,6 +734,54 @@ class LedgerHandle:
         self._lac = max(self._lac, lac)
         return self._lac
 
+    def read_new_entries_async(self, after_entry_id: int, timeout_s: float = 10.0,
+                               max_entries: int = READ_CHUNK) -> Future:
+        """Tailing in one step: a Future of the entries after ``after_entry_id`` that are
+        confirmed (at most ``max_entries``), long-polling the bookies until there are some.
+
+        When the LAC known here already passes ``after_entry_id`` the read starts at once;
+        otherwise the long poll and the read that follows it run back to back on the I/O
+        thread (no hop through the caller's thread in between).  The list is empty when
+        ``timeout_s`` ran out with nothing new; ``is_closed`` then tells whether more can come.
+
+        Raises (through the Future): as ``read_entries``, and BKTimeoutError.
+        """
+        if after_entry_id < -1 or max_entries < 1:
+            raise InvalidArgumentError(f"bad tail read after {after_entry_id} of {max_entries} "
+                                       f"entries", ledger_id=self.ledger_id)
+        if self.last_add_confirmed <= after_entry_id and self._writer is None:
+            self._refresh()  # a closed ledger's end, or a new fragment to poll
+        if self.last_add_confirmed > after_entry_id or self._writer is not None or \
+                self._info.state == CLOSED:
+            lac = self.last_add_confirmed
+            if lac <= after_entry_id:
+                fut: Future = Future()
+                fut.set_result([])
+                return fut
+            return self._read_op(after_entry_id + 1, min(lac, after_entry_id + max_entries))
+        outer: Future = Future()
+        poll = self._bk._run_op(self.ledger_id, LongPollLacOp(self._info, after_entry_id,
+                                                              timeout_s))
+
+        def read(done: Future) -> None:  # on the I/O thread
+            if done.exception() is not None:
+                _fail(outer, done.exception())
+            else:
+                _resolve(outer, done.result())
+
+        def polled(done: Future) -> None:  # on the I/O thread
+            try:
+                self._lac = max(self._lac, done.result())
+                if self._lac <= after_entry_id:
+                    _resolve(outer, [])
+                    return
+                last = min(self._lac, after_entry_id + max_entries)
+                self._read_op(after_entry_id + 1, last).add_done_callback(read)
+            except BaseException as exc:  # handed to the caller through the future
+                _fail(outer, exc)
+        poll.add_done_callback(polled)
+        return outer
+
     def _refresh(self) -> bool:
         """Re-read the metadata (a writer may have changed ensembles or closed); True if closed."""
         if self._info.state == CLOSED:

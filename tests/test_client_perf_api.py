@@ -241,3 +241,54 @@ def test_asyncio_add_range(bookkeeper_ensemble):
             assert await lh.add(b"w") == 255
             await lh.close()
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_explicit_lac_goes_out_while_the_last_adds_drain():
+    # Confirms keep coming after the last add: the bookies must still hear the LAC within
+    # the interval of it moving past what the adds carried, not only once confirms stop.
+    from bookie.client.protocol.writer import LedgerWriter
+    info = LedgerInfo(ledger_id=7, ensemble_size=1, write_quorum=1, ack_quorum=1,
+                      fragments=((0, ("b0:1",)),))
+    dm = DigestManager(7, "crc32c", b"pw")
+    w = LedgerWriter(info, 0, dm.encode, explicit_lac_interval_s=0.01,
+                     encode_many=dm.encode_many)
+    _, sends = w.add([b"x"] * 10, now=0.0)
+    assert w.tick(0.02) == []  # the adds carried the LAC there was (-1)
+    (send,) = sends
+    t = 0.0
+    told = []
+    for e in range(10):  # one confirm every 4 ms, never a pause of 10 ms
+        t += 0.004
+        req = A.SendAdd(send.bookie, [e], [send.entries[e]])
+        assert w.handle(A.AddResponse(req, 0), t) == [A.Confirm(e, e)]
+        told += [(t, a.lac) for a in w.tick(t) if isinstance(a, A.SendWriteLac)]
+    assert told and told[0][0] <= 0.004 + 0.01 + 0.004  # within interval + one tick of moving
+    final = [a.lac for a in w.tick(t + 0.011) if isinstance(a, A.SendWriteLac)]
+    assert max([lac for _, lac in told] + final) == 9
+    assert w.tick(t + 1.0) == []  # told once: nothing more to say
+
+
+def test_read_new_entries_async_follows_a_writer_to_its_close(bookkeeper):
+    lh = bookkeeper.create_ledger(3, 2, 2, password=PW)
+    rh = bookkeeper.open_ledger(lh.ledger_id, password=PW, recovery=False)
+    assert rh.read_new_entries_async(-1, timeout_s=0.2).result(30) == []  # nothing yet
+    got = []
+    done = threading.Event()
+
+    def tail():
+        while not done.is_set():
+            entries = rh.read_new_entries_async(len(got) - 1, timeout_s=0.5,
+                                                max_entries=7).result(30)
+            assert len(entries) <= 7
+            got.extend(e.data for e in entries)
+            if not entries and rh.is_closed and len(got) - 1 >= rh.last_add_confirmed:
+                return
+    t = threading.Thread(target=tail)
+    t.start()
+    for i in range(0, 100, 10):
+        lh.add_range_async([b"%d" % j for j in range(i, i + 10)]).result(30)
+    lh.close()
+    t.join(30)
+    done.set()
+    assert not t.is_alive()
+    assert got == [b"%d" % j for j in range(100)]

@@ -77,7 +77,7 @@ class LedgerWriter:
         self._bad_bookies: set[str] = set()  # failed for this ledger: never chosen again
         self._explicit_lac_s = explicit_lac_interval_s
         self._lac_sent = self.pending.lac  # highest LAC bookies surely know
-        self._last_confirm_at = 0.0
+        self._behind_since: float | None = None  # since when the LAC is ahead of _lac_sent
         self._handlers = {
             A.AddResponse: self._on_add_response, A.BookiesListed: self._on_bookies,
             A.MetadataWritten: self._on_metadata_written,
@@ -117,6 +117,7 @@ class LedgerWriter:
         self.length = lengths[-1]
         if lac > self._lac_sent:
             self._lac_sent = lac
+        self._behind_since = None  # these entries carry the current LAC to their bookies
         return first, self._send(first, datas)
 
     def _encode_each(self, first: int, lac: int, length: int, payloads):
@@ -148,11 +149,14 @@ class LedgerWriter:
         return self._maybe_write_close()
 
     def tick(self, now: float) -> list:
-        """Explicit LAC: when adds have paused and the bookies lag the LAC, tell them."""
+        """Explicit LAC: when the bookies have lagged the LAC for the explicit LAC interval
+        (no add carried it since it moved: adds paused, or the last ones are draining), tell
+        them, so tailing readers see every confirmed entry within about that interval."""
         if (self._explicit_lac_s <= 0 or self.state != WRITING or self.pending.lac <= self._lac_sent
-                or now - self._last_confirm_at < self._explicit_lac_s):
+                or self._behind_since is None or now - self._behind_since < self._explicit_lac_s):
             return []
         self._lac_sent = self.pending.lac
+        self._behind_since = None
         return [A.SendWriteLac(b, self._lac_sent) for p, b in enumerate(self.ensemble)
                 if not self.pending.position_failed(p)]
 
@@ -191,7 +195,8 @@ class LedgerWriter:
             done = self.pending.ack(pos, event.request.entry_ids)
             if done is None:
                 return []
-            self._last_confirm_at = now
+            if self._behind_since is None:
+                self._behind_since = now
             first, last = done
             head = self._lengths_head + last - first + 1
             self.confirmed_length = self._lengths[head - 1]
