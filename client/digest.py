@@ -40,6 +40,7 @@ import numpy as np
 
 from bookie.client.errors import DigestMismatchError, InvalidArgumentError
 from bookie.client.protocol.actions import RawEntries
+from bookie.client.protocol.reader import decode_each
 from bookie.wire import DIGEST_SIZES, ENTRY_HEADER, ENTRY_HEADER_SIZE, LENGTHS_DTYPE
 
 DIGEST_TYPES = tuple(DIGEST_SIZES)  # ("crc32", "crc32c", "mac", "dummy")
@@ -199,13 +200,7 @@ class DigestManager:
             out = self._decode_crc_frames(raws.lengths, raws.data)
             if out is not None:
                 return out
-        out = []
-        for raw in raws:
-            try:
-                out.append(self.decode(raw))
-            except DigestMismatchError as exc:
-                out.append(exc)
-        return out
+        return decode_each(self.decode, raws)
 
     def _decode_crc_frames(self, lengths_frame, data) -> list | None:
         lengths = np.frombuffer(lengths_frame, dtype=LENGTHS_DTYPE).astype(np.int64)

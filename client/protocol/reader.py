@@ -40,6 +40,17 @@ class Deliver:
     entries: list
 
 
+def decode_each(decode: Callable[[bytes], object], raws) -> list:
+    """``decode`` each formatted entry; a DigestMismatchError is returned in its place."""
+    out = []
+    for raw in raws:
+        try:
+            out.append(decode(raw))
+        except DigestMismatchError as exc:
+            out.append(exc)
+    return out
+
+
 class ReadOp:
     def __init__(self, info: LedgerInfo, first: int, last: int,
                  decode: Callable[[bytes], object], max_count: int = MAX_COUNT,
@@ -201,13 +212,7 @@ class ReadOp:
         return self._deliver() + out
 
     def _decode_each(self, raws) -> list:
-        out = []
-        for raw in raws:
-            try:
-                out.append(self.decode(raw))
-            except DigestMismatchError as exc:
-                out.append(exc)
-        return out
+        return decode_each(self.decode, raws)
 
     def _note(self, entry_id: int, why: str) -> None:
         self._why.setdefault(entry_id, []).append(why)
