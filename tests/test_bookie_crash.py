@@ -18,7 +18,8 @@ FULL_ROUNDS = 20
 @pytest.fixture(scope="module")
 def ens():
     with LocalBookies(1, conf={"metadataServiceUri": "", "flushInterval": 30,
-                               "journalMaxSizeMB": 1, "logSizeLimit": 2 * 1024 * 1024}) as e:
+                               "journalMaxSizeMB": 1, "logSizeLimit": 2 * 1024 * 1024,
+                               "workerRestartLimit": 1000}) as e:
         yield e
 
 
