@@ -68,6 +68,23 @@ class AsyncBookKeeper:
     async def delete_ledger(self, ledger_id: int) -> None:
         await asyncio.wrap_future(self._bk.delete_ledger_async(ledger_id))
 
+    # -- logs (see bookie.client.log) ------------------------------------------------------------
+
+    async def open_log(self, name: str, *args, **kwargs):
+        from bookie.client.log import open_log_async
+        return await open_log_async(self, name, *args, **kwargs)
+
+    def read_log(self, name: str, *args, **kwargs):
+        """``async for record in abk.read_log(name): ...``"""
+        from bookie.client.log import read_log_async
+        return read_log_async(self, name, *args, **kwargs)
+
+    async def list_logs(self) -> list[str]:
+        return await asyncio.to_thread(self._bk.list_logs)
+
+    async def delete_log(self, name: str) -> None:
+        await asyncio.to_thread(self._bk.delete_log, name)
+
 
 class AsyncLedgerHandle:
     """asyncio view of a ``LedgerHandle`` (``sync`` is the handle itself)."""

@@ -425,6 +425,26 @@ class BookKeeper:
         with md.translated(what="listing ledgers"):
             return list(self._store.list_ledgers())
 
+    # -- logs (ledgers to logs; see bookie.client.log) -----------------------------------------
+
+    def open_log(self, name: str, *args, **kwargs):
+        """Become the writer of log ``name``: see :func:`bookie.client.log.open_log`."""
+        from bookie.client import log
+        return log.open_log(self, name, *args, **kwargs)
+
+    def read_log(self, name: str, *args, **kwargs):
+        """Iterate over log ``name`` without fencing: see :func:`bookie.client.log.read_log`."""
+        from bookie.client import log
+        return log.read_log(self, name, *args, **kwargs)
+
+    def list_logs(self) -> list[str]:
+        from bookie.client import log
+        return log.list_logs(self)
+
+    def delete_log(self, name: str) -> None:
+        from bookie.client import log
+        log.delete_log(self, name)
+
     # -- internals -----------------------------------------------------------------------------
 
     def _recover(self, ledger_id: int, meta: LedgerMetadata, version, dm: DigestManager):
