@@ -719,7 +719,8 @@ class LedgerHandle:
     def _read_op(self, first: int, last: int) -> Future:
         return self._bk._run_op(self.ledger_id, ReadOp(self.metadata, first, last,
                                                        self._dm.decode,
-                                                       decode_many=self._dm.decode_many),
+                                                       decode_many=self._dm.decode_many,
+                                                       avoid=self._bk._io.suspect_bookies()),
                                 collect=True)
 
     def _check_range(self, first: int, last: int) -> None:

@@ -107,6 +107,9 @@ class IOThread:
         self._sockets: dict = {}  # (bookie, kind) -> socket
         self._socket_keys: dict = {}  # socket -> (bookie, kind)
         self._drivers: set[Driver] = set()
+        # bookie -> when a request to it last timed out or could not be sent; cleared by its
+        # next answer.  Reads start each entry at a replica not in here (slow-bookie avoidance).
+        self._suspects: dict[str, float] = {}
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=name + "-meta")
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._started = threading.Event()
@@ -219,6 +222,13 @@ class IOThread:
             self._poller.register(sock, zmq.POLLIN)
         return sock
 
+    SUSPECT_FOR_S = 60.0
+
+    def suspect_bookies(self) -> frozenset:
+        """Bookies that failed to answer lately (read from any thread: a snapshot)."""
+        now = time.monotonic()
+        return frozenset(b for b, t in list(self._suspects.items()) if now - t < self.SUSPECT_FOR_S)
+
     def _reset_socket(self, bookie: str, kind: int) -> None:
         """Drop the socket (and what ZeroMQ queued in it for a dead peer); every request still
         waiting on it fails now as a timeout, so one dead bookie costs one timeout, not many."""
@@ -274,6 +284,7 @@ class IOThread:
         except zmq.ZMQError as exc:
             log.debug("send to %s failed: %s", a.bookie, exc)
             del self._inflight[rid]
+            self._suspects[a.bookie] = time.monotonic()
             driver.event(_response(a, A.UNREACHABLE))
             self._reset_socket(a.bookie, kind)
 
@@ -314,6 +325,8 @@ class IOThread:
             req = self._inflight.pop(rid, None)
             if req is None:
                 continue  # answered after its timeout
+            if self._suspects and key[0] in self._suspects:
+                del self._suspects[key[0]]
             req.driver.event(_decode(req.action, status, frames[1:]))
 
     def _expire(self, now: float) -> None:
@@ -323,6 +336,7 @@ class IOThread:
             req = self._inflight.pop(rid, None)
             if req is None:
                 continue
+            self._suspects[req.key[0]] = now
             req.driver.event(_response(req.action, A.TIMEOUT))
             self._reset_socket(*req.key)
         timers = self._timers

@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 Every wanted entry starts at the first replica of its write set (the write sets rotate, so
-consecutive entries spread over the ensemble).  Entries wanted from the same bookie are asked
+consecutive entries spread over the ensemble), or at the first one not in ``avoid`` (bookies
+that failed to answer lately: they are tried last).  Entries wanted from the same bookie are asked
 for together with one READ from the lowest of them; the bookie returns the entries it holds
 from there on (at most ``max_count``, at most MAX_READ_BYTES), possibly fewer than asked:
 
@@ -54,13 +55,17 @@ def decode_each(decode: Callable[[bytes], object], raws) -> list:
 class ReadOp:
     def __init__(self, info: LedgerInfo, first: int, last: int,
                  decode: Callable[[bytes], object], max_count: int = MAX_COUNT,
-                 decode_many: Callable[[list], list] | None = None):
+                 decode_many: Callable[[list], list] | None = None,
+                 avoid: frozenset = frozenset()):
         """
         Args:
             decode: formatted entry -> LedgerEntry; raises DigestMismatchError.
             decode_many: optional, entries of one answer -> a list holding, per entry, the
                 LedgerEntry or the DigestMismatchError (returned, not raised).
+            avoid: bookies that failed lately: each entry tries them after its other replicas
+                (so one dead bookie does not cost a timeout per read).
         """
+        self.avoid = avoid
         if first < 0 or last < first:
             raise ValueError(f"bad entry range {first}..{last}")
         self.info = info
@@ -99,6 +104,8 @@ class ReadOp:
         if reps is None:
             ens = frags[k][1]
             reps = tuple(ens[p] for p in write_set(entry_id, e_size, self.info.write_quorum))
+            if self.avoid:  # stable: the write-set order among the healthy, suspects last
+                reps = tuple(sorted(reps, key=self.avoid.__contains__))
             self._replica_cache[key] = reps
         return reps
 
@@ -109,7 +116,8 @@ class ReadOp:
         for lo, hi, _, ens in self._fragments():
             for p in range(min(e_size, hi - lo + 1)):
                 e0 = lo + p
-                by_bookie.setdefault(ens[e0 % e_size], []).extend(range(e0, hi + 1, e_size))
+                first_choice = self._replicas(e0)[0] if self.avoid else ens[e0 % e_size]
+                by_bookie.setdefault(first_choice, []).extend(range(e0, hi + 1, e_size))
         out = []
         for bookie, ids in by_bookie.items():
             ids.sort()
