@@ -6,10 +6,10 @@ Two phases in one directory, one after the other, each for ``--time`` seconds:
 
 - ``journal``: the bookie's journal code as its worker runs it: a producer thread places journal
   records (ADD_BATCH records of ``--batch`` entries, bookie.workers.records) in a ring
-  (bookie.workers.ring, a file in /dev/shm) and a committer thread does what the journal worker
-  does: asks bookie.workers.journal.GroupCommitPolicy whether to write, then writes the ring's
-  bytes [durable, write) as one group with JournalWriter.append (one writev, one fdatasync) and
-  publishes the durable cursor.  A record's latency runs from when the producer offered it (its
+  (bookie.workers.ring, a file in /dev/shm) and a committer thread runs the journal worker's
+  own step, bookie.workers.journal.GroupCommitter: the GroupCommitPolicy decides, then the
+  ring's bytes [durable, write) go as one group through JournalWriter.append (one writev, one
+  fdatasync) and the durable cursor is published.  A record's latency runs from when the producer offered it (its
   intended time with ``--rate``) to the end of the fdatasync that covered it.  At most
   ``--throttle`` records wait for the journal (the ring holds exactly that many).
 - ``raw``: the disk's grouped-fdatasync bandwidth at the group size the journal phase wrote on
@@ -39,7 +39,7 @@ import numpy as np
 from bookie.bench.bookie_bench import MASTER_KEY, EntryBatcher
 from bookie.bench.report import NS_PER_S, Meter
 from bookie.workers import records
-from bookie.workers.journal import GroupCommitPolicy, JournalWriter
+from bookie.workers.journal import GroupCommitPolicy, GroupCommitter, JournalWriter
 from bookie.workers.ring import DURABLE, WRITE, Ring
 
 RING_BYTES = 64 * 1024 * 1024  # journalRingSizeMB's default
@@ -114,7 +114,6 @@ class JournalLoad:
     def __init__(self, directory: str, maker: RecordMaker, policy: GroupCommitPolicy,
                  throttle: int, rate: float | None, meter: Meter, clock=time.monotonic_ns):
         self.maker = maker
-        self.policy = policy
         self.throttle = throttle
         self.rate = rate
         self.meter = meter
@@ -127,6 +126,7 @@ class JournalLoad:
         self.ring.set(WRITE, 0)
         self.ring.set(DURABLE, 0)
         self.writer = JournalWriter(directory, 0, JOURNAL_MAX_BYTES, PREALLOC_BYTES)
+        self.committer = GroupCommitter(self.writer, self.ring, policy)
         self.offered_ns = np.zeros(throttle, dtype=np.int64)  # by record number % throttle
         self.placed = 0  # records in the ring (published through WRITE)
         self.durable = 0  # records the journal made durable
@@ -134,7 +134,6 @@ class JournalLoad:
         self.room = threading.Event()  # committer -> producer: records became durable
         self.stop = threading.Event()
         self.failure: BaseException | None = None
-        self.groups = 0
 
     # -- producer (the add worker's part) -------------------------------------------------------
 
@@ -181,34 +180,19 @@ class JournalLoad:
             self.stop.set()
 
     def _commit_loop(self) -> None:
+        """The journal worker's own step (GroupCommitter), driven by a thread."""
         size = self.maker.size
-        first_seen_ns = None
-        last_write_seen = 0
         while True:
             self.wake.clear()  # before looking, so a record placed after the look wakes us
-            write = self.ring.get(WRITE)
-            pending = write - self.writer.position
-            now = self.clock()
-            if pending > 0:
-                if first_seen_ns is None:
-                    first_seen_ns = now
-                more = write != last_write_seen
-                last_write_seen = write
-                age_s = (now - first_seen_ns) / NS_PER_S
-                if self.policy.should_flush(pending, age_s, more):
-                    self.writer.append(self.ring.slices(self.writer.position, write))
-                    self.ring.set(DURABLE, self.writer.position)
-                    done_ns = self.clock()
-                    self._completed(self.durable, write // size, done_ns)
-                    self.groups += 1
-                    first_seen_ns = None
-                    continue
-                timeout_s = self.policy.wait_s(age_s)
-            else:
+            wrote, wait_s = self.committer.step(self.clock() / NS_PER_S)
+            if wrote:
+                self._completed(self.durable, self.writer.position // size, self.clock())
+                continue
+            if wait_s is None:
                 if self.stop.is_set():
                     return
-                timeout_s = 0.05
-            self.wake.wait(timeout_s)
+                wait_s = 0.05
+            self.wake.wait(wait_s)
             self.meter.tick(self.clock(), self.placed - self.durable)
 
     def _completed(self, first: int, end: int, done_ns: int) -> None:
@@ -240,9 +224,9 @@ class JournalLoad:
         duration = figures["duration_s"]
         figures.update({
             "records": self.durable,
-            "groups": self.groups,
+            "groups": self.committer.groups,
             "syncs": self.writer.syncs,
-            "mean_group_bytes": self.writer.bytes_written / max(self.groups, 1),
+            "mean_group_bytes": self.writer.bytes_written / max(self.committer.groups, 1),
             "disk_mb_per_s": self.writer.bytes_written / duration / 1e6,
         })
         return figures

@@ -398,3 +398,45 @@ class GroupCommitPolicy:
     def wait_s(self, oldest_age_s: float) -> float:
         """How long to wait for more before the group must go."""
         return max(0.0, self.max_group_wait_s - oldest_age_s)
+
+
+class GroupCommitter:
+    """One step of the journal's loop, shared by the journal worker and ``bench journal``:
+    look at the ring's WRITE cursor and, when the policy says so, write everything from the
+    journal's position up to it as one durable group and publish DURABLE.
+
+    Invariant: DURABLE is published only after ``JournalWriter.append`` (fdatasync) returned.
+    """
+
+    def __init__(self, writer: JournalWriter, ring, policy: GroupCommitPolicy):
+        from bookie.workers.ring import WRITE
+
+        self.writer = writer
+        self.ring = ring
+        self.policy = policy
+        self.groups = 0
+        self._first_seen: float | None = None
+        self._last_write_seen = ring.get(WRITE)
+
+    def step(self, now_s: float) -> tuple[bool, float | None]:
+        """Returns (a group was written, seconds to wait for more before the next step; None
+        when nothing is queued).  Raises OSError from the write or fdatasync."""
+        from bookie.workers.ring import DURABLE, WRITE
+
+        write = self.ring.get(WRITE)
+        pending = write - self.writer.position
+        if pending <= 0:
+            return False, None
+        if self._first_seen is None:
+            self._first_seen = now_s
+        more = write != self._last_write_seen
+        self._last_write_seen = write
+        age_s = now_s - self._first_seen
+        if not self.policy.should_flush(pending, age_s, more):
+            return False, self.policy.wait_s(age_s)
+        self.writer.append(self.ring.slices(self.writer.position, write))
+        self.ring.set(DURABLE, self.writer.position)
+        self.groups += 1
+        self._first_seen = None
+        return True, 0.0
+

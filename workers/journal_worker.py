@@ -18,7 +18,8 @@ import zmq
 
 from bookie.appliance.layout import current_dir
 from bookie.workers.common import make_socket
-from bookie.workers.journal import (CorruptJournalError, GroupCommitPolicy, JournalWriter,
+from bookie.workers.journal import (CorruptJournalError, GroupCommitPolicy, GroupCommitter,
+                                    JournalWriter,
                                     delete_old_journals, journal_end, lastmark_of)
 from bookie.workers.ring import BASE, DURABLE, JOURNAL_EPOCH, WRITE, Ring
 
@@ -64,59 +65,49 @@ def run(ctx) -> int:
     ctx.log("journal ready", start=end, epoch=epoch + 1, directory=jdir)
     ctx.ready()
 
-    first_seen = None
-    last_write_seen = ring.get(WRITE)
+    committer = GroupCommitter(writer, ring, policy)
     last_housekeeping = 0.0
-    group_sizes = 0
     try:
         while True:
-            write = ring.get(WRITE)
-            pending = write - writer.position
             now = time.monotonic()
-            if pending > 0:
-                if first_seen is None:
-                    first_seen = now
-                more = write != last_write_seen
-                last_write_seen = write
-                if policy.should_flush(pending, now - first_seen, more):
-                    try:
-                        writer.append(ring.slices(writer.position, write))
-                    except OSError as e:
-                        # After a failed write or fdatasync the kernel may have dropped the
-                        # dirty pages and forgotten the error; a restarted journal would then
-                        # read the page cache and count unsynced bytes durable.  Stop instead.
-                        ctx.log("journal write failed; stopping the bookie", error=str(e),
-                                position=writer.position)
-                        return EXIT_SYNC_FAILED
-                    ring.set(DURABLE, writer.position)
-                    group_sizes += 1
-                    first_seen = None
-                    try:
-                        notify.send(b"", zmq.NOBLOCK)
-                    except zmq.Again:
-                        pass  # the add worker also polls DURABLE
-                    continue
-                timeout_ms = max(0, int(policy.wait_s(now - first_seen) * 1000))
-            else:
-                if ctx.stopping:
-                    break
-                timeout_ms = 100
-            if poller.poll(timeout_ms):
-                while True:
-                    try:
-                        wake.recv(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-            if now - last_housekeeping > 1.0:
+            if now - last_housekeeping > 1.0:  # also under sustained load, between groups
                 last_housekeeping = now
                 mark = lastmark_of(ledger_dirs)
                 deleted = delete_old_journals(jdir, mark, conf.journalMaxBackups, writer.journal_id)
                 if deleted:
                     ctx.log("deleted old journals", ids=",".join(map(str, deleted)), mark=mark)
                 ctx.write_stats({"journal_syncs_total": writer.syncs,
+                                 "journal_groups_total": committer.groups,
                                  "journal_bytes_total": writer.bytes_written,
                                  "journal_position_bytes": writer.position,
                                  "journal_file_id": writer.journal_id})
+            try:
+                wrote, wait_s = committer.step(now)
+            except OSError as e:
+                # After a failed write or fdatasync the kernel may have dropped the dirty pages
+                # and forgotten the error; a restarted journal would then read the page cache
+                # and count unsynced bytes durable.  Stop the bookie instead.
+                ctx.log("journal write failed; stopping the bookie", error=str(e),
+                        position=writer.position)
+                return EXIT_SYNC_FAILED
+            if wrote:
+                try:
+                    notify.send(b"", zmq.NOBLOCK)
+                except zmq.Again:
+                    pass  # the add worker also polls DURABLE
+                continue
+            if wait_s is None:
+                if ctx.stopping:
+                    break
+                timeout_ms = 100
+            else:
+                timeout_ms = max(0, int(wait_s * 1000))
+            if poller.poll(timeout_ms):
+                while True:
+                    try:
+                        wake.recv(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
     finally:
         writer.close()
         wake.close()
