@@ -141,3 +141,29 @@ def test_oversized_entries_and_foreign_ledger_entries_are_bad_requests(client, l
 def test_info_reports_disk_space(client):
     info = client.info()
     assert info["total_bytes"] >= info["free_bytes"] > 0 and info["writable"] is True
+
+
+def test_old_journals_are_deleted_while_adds_keep_coming(tmp_path):
+    import glob
+    import os
+
+    from bookie_load import AddLoad
+
+    with LocalBookies(1, base_dir=str(tmp_path / "e"),
+                      conf={"metadataServiceUri": "", "flushInterval": 50, "journalMaxSizeMB": 1,
+                            "journalMaxBackups": 1, "journalPreAllocSizeMB": 1}) as ens:
+        load = AddLoad(ens.bookies[0], 77, batch=100, window=16, payload_bytes=1000)
+        load.start()
+        journal_dir = os.path.join(ens.bookie_dir(0), "journal", "current")
+        try:
+            deadline = time.monotonic() + 20
+            while len(load.acked) < 30_000 and time.monotonic() < deadline:  # ~30 MB of journal
+                time.sleep(0.1)
+            names = glob.glob(os.path.join(journal_dir, "*.txn"))
+            deleted_during_load = "deleted old journals" in ens.log(0)
+        finally:
+            load.stop()
+        assert len(load.acked) >= 10_000
+        newest = max(int(os.path.basename(n)[:16], 16) for n in names)
+        assert deleted_during_load and len(names) < newest / 2, \
+            f"{len(names)} of {newest} journal files still there while adds kept coming"
