@@ -100,17 +100,24 @@ def test_fenced_ledger_refuses_adds_accepts_recovery_adds_and_stays_fenced(ens, 
         assert c.read(ledger, 0, 10)[1][1] == make_entry(ledger, 1, b"b")
 
 
-def test_sigterm_stops_quickly_and_the_restart_replays_only_a_tail(ens, client, ledger):
-    for k in range(20):
-        client.add(ledger, [make_entry(ledger, k * 50 + i, b"p" * 100) for i in range(50)], KEY)
-    t0 = time.monotonic()
-    assert ens.stop(0) == 0
-    assert time.monotonic() - t0 < 5.0
-    ens.start(0)
-    replays = [line for line in ens.log(0).splitlines() if "replay done" in line]
-    assert "records=0 " in replays[-1] + " ", replays[-1]
-    with RawBookieClient(ens.bookies[0]) as c:
-        assert len(c.read(ledger, 0, 2000)[1]) == 1000
+def test_sigterm_stops_quickly_and_the_restart_replays_only_a_tail(tmp_path):
+    # A flush interval far longer than the test: only the shutdown's own checkpoint can spare
+    # the restart its replay.
+    with LocalBookies(1, base_dir=str(tmp_path / "e"),
+                      conf={"metadataServiceUri": "", "flushInterval": 600_000}) as ens:
+        with RawBookieClient(ens.bookies[0]) as c:
+            for k in range(20):
+                c.add(5, [make_entry(5, k * 50 + i, b"p" * 100) for i in range(50)], KEY)
+        t0 = time.monotonic()
+        assert ens.stop(0) == 0
+        assert time.monotonic() - t0 < 5.0
+        ens.start(0)
+        log = ens.log(0)
+        assert "fatal" not in log and "Traceback" not in log, log[-2000:]
+        replays = [line for line in log.splitlines() if "replay done" in line]
+        assert "records=0 " in replays[-1] + " ", replays[-1]
+        with RawBookieClient(ens.bookies[0]) as c:
+            assert len(c.read(5, 0, 2000)[1]) == 1000
 
 
 def test_read_only_bookie_refuses_adds_but_serves_reads(ens, client, ledger):
@@ -156,14 +163,12 @@ def test_old_journals_are_deleted_while_adds_keep_coming(tmp_path):
         load.start()
         journal_dir = os.path.join(ens.bookie_dir(0), "journal", "current")
         try:
-            deadline = time.monotonic() + 20
-            while len(load.acked) < 30_000 and time.monotonic() < deadline:  # ~30 MB of journal
-                time.sleep(0.1)
+            time.sleep(4.0)  # several housekeeping passes while the journal rolls every ~1 MB
             names = glob.glob(os.path.join(journal_dir, "*.txn"))
             deleted_during_load = "deleted old journals" in ens.log(0)
         finally:
             load.stop()
-        assert len(load.acked) >= 10_000
+        assert len(load.acked) >= 5_000
         newest = max(int(os.path.basename(n)[:16], 16) for n in names)
         assert deleted_during_load and len(names) < newest / 2, \
             f"{len(names)} of {newest} journal files still there while adds kept coming"

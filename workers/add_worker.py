@@ -170,7 +170,7 @@ class Checkpointer(threading.Thread):
         self._mark = None
         self._cond = threading.Condition()
         self._busy = False
-        self._stop = False
+        self._stopping = False
         self.start()
 
     def busy(self) -> bool:
@@ -184,14 +184,14 @@ class Checkpointer(threading.Thread):
 
     def stop(self) -> None:
         with self._cond:
-            self._stop = True
+            self._stopping = True
             self._cond.notify()
         self.join(30)
 
     def run(self) -> None:
         while True:
             with self._cond:
-                while self._mark is None and not self._stop:
+                while self._mark is None and not self._stopping:
                     self._cond.wait()
                 if self._mark is None:
                     return
