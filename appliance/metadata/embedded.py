@@ -53,7 +53,7 @@ from bookie.appliance.metadata.errors import (
     NoSuchNodeError, NotEmptyError)
 from bookie.appliance.metadata.ledger import LedgerMetadata
 from bookie.appliance.metadata.store import (
-    LAYOUT, Cancel, MetadataStore, Watch, check_path, join)
+    LAYOUT, Cancel, MetadataStore, Watch, check_path)
 
 log = logging.getLogger(__name__)
 
@@ -437,17 +437,23 @@ class EmbeddedMetadataStore(MetadataStore):
         node = self._read(lambda txn: self._live(txn, _node_key(path)))
         return None if node is None else node[0]
 
+    def _node_at_version(self, txn, path: str, version: int | None):
+        """(key, node) of a live node whose version is ``version`` (any, when None): the CAS
+        precondition of set and delete.  Raises NoSuchNodeError, BadVersionError."""
+        key = _node_key(path)
+        node = self._live(txn, key)
+        if node is None or key == b"":
+            raise NoSuchNodeError(f"no node {path}")
+        if version is not None and node[0] != version:
+            raise BadVersionError(f"{path}: version is {node[0]}, not {version}")
+        return key, node
+
     def set(self, path: str, data: bytes, version: int | None) -> int:
         check_path(path)
         data = bytes(data)
 
         def op(txn):
-            key = _node_key(path)
-            node = self._live(txn, key)
-            if node is None or key == b"":
-                raise NoSuchNodeError(f"no node {path}")
-            if version is not None and node[0] != version:
-                raise BadVersionError(f"{path}: version is {node[0]}, not {version}")
+            key, node = self._node_at_version(txn, path, version)
             self._put_node(txn, key, node[0] + 1, node[1], data)
             return node[0] + 1
         return self._write(op)
@@ -456,12 +462,7 @@ class EmbeddedMetadataStore(MetadataStore):
         check_path(path)
 
         def op(txn):
-            key = _node_key(path)
-            node = self._live(txn, key)
-            if node is None or key == b"":
-                raise NoSuchNodeError(f"no node {path}")
-            if version is not None and node[0] != version:
-                raise BadVersionError(f"{path}: version is {node[0]}, not {version}")
+            key, node = self._node_at_version(txn, path, version)
             if self._child_names(txn, path):
                 raise NotEmptyError(f"{path} has children")
             self._del_node(txn, key)
