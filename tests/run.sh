@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's test command: set up a bare machine, then run the default suite.
-# Long crash and soak runs are opt-in:  bash tests/run.sh -m crash
+# The long crash rounds are opt-in:  bash tests/run.sh -m crash
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tests/setup.sh
