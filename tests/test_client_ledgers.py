@@ -14,10 +14,11 @@ import time
 
 import pytest
 
-from bookie.client import (AsyncBookKeeper, BookKeeper, DigestMismatchError,
+from bookie.client import (AsyncBookKeeper, DigestMismatchError,
                            InvalidArgumentError, LedgerClosedError, LedgerFencedError,
                            NoSuchLedgerError, NotEnoughBookiesError, UnauthorizedError)
 from bookie.testing.client_fixtures import bookkeeper, bookkeeper_ensemble  # noqa: F401
+from recovery_helpers import recover_concurrently
 
 BOOKKEEPER_OPTIONS = {"bookies": 5}
 PW = b"secret"
@@ -171,24 +172,8 @@ def test_two_concurrent_recoveries_converge(bookkeeper_ensemble, bookkeeper):
     lh = bookkeeper.create_ledger(3, 2, 2, password=PW)
     futures = [lh.add_entry_async(b"%d" % i) for i in range(500)]
     acked = [f.result(30) for f in futures[:200]]
-    results, errors = [], []
-
-    def recover():
-        try:
-            with BookKeeper(bookkeeper_ensemble.metadata_uri, readTimeout=2) as bk2:
-                rh = bk2.open_ledger(lh.ledger_id, password=PW)
-                results.append((rh.last_add_confirmed,
-                                [e.data for e in rh.read_entries(0, rh.last_add_confirmed)]))
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=recover) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors, errors
-    (last_a, data_a), (last_b, data_b) = results
+    (last_a, _, data_a), (last_b, _, data_b) = recover_concurrently(
+        bookkeeper_ensemble.metadata_uri, lh.ledger_id, PW, {"readTimeout": 2}, timeout_s=60)
     assert last_a == last_b >= acked[-1]
     assert data_a == data_b == [b"%d" % i for i in range(last_a + 1)]
     for f in futures:  # the writer's adds either made it into the ledger or were fenced

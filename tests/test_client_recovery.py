@@ -10,13 +10,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import pytest
 
 from bookie.client import BookKeeper
 from bookie.testing import LocalBookies
+from recovery_helpers import recover_concurrently
 from test_client_ledgers import wait_until
 
 PW = b"pw"
@@ -80,26 +80,8 @@ def test_recovery_replaces_a_dead_bookie_and_keeps_every_acknowledged_entry(ense
         victim = ens.bookies.index(last_ensemble[-1])
         ens.kill(victim)
         try:
-            results, errors = [], []
-
-            def recover():
-                try:
-                    with BookKeeper(ens.metadata_uri, CONFIG) as other:
-                        rh = other.open_ledger(ledger_id, password=PW)
-                        results.append((rh.last_add_confirmed, rh.metadata,
-                                        [e.data for e in rh.read_entries(
-                                            0, rh.last_add_confirmed)]))
-                except Exception as exc:  # noqa: BLE001 - reported below
-                    errors.append(exc)
-
-            threads = [threading.Thread(target=recover) for _ in range(2)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(90)
-            assert not errors, errors
-            assert len(results) == 2
-            (last_a, info_a, data_a), (last_b, info_b, data_b) = results
+            (last_a, info_a, data_a), (last_b, info_b, data_b) = recover_concurrently(
+                ens.metadata_uri, ledger_id, PW, CONFIG, timeout_s=90)
             assert last_a == last_b >= last_acked  # every reader agrees; nothing acked lost
             assert data_a == data_b == [b"%d" % i for i in range(last_a + 1)]
             assert info_a.state == "CLOSED"
