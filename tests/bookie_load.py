@@ -14,7 +14,7 @@ import zmq
 
 from bookie import wire
 from bookie.testing.rawclient import RawBookieClient, make_entry
-from bookie.wire import Op, Status
+from bookie.wire import Status
 
 KEY = b"crash-test-master-key"
 
