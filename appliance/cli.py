@@ -11,8 +11,7 @@ import argparse
 import importlib
 import sys
 
-# (module, attribute) of every register(subparsers) hook.  A module that is missing its hook
-# is a bug, so an import error here is loud.
+# Modules contributing a register(subparsers) hook; a missing one is a bug and fails loudly.
 _GROUPS = (
     "bookie.appliance.run_cmd",
     "bookie.appliance.localbookie",
@@ -31,13 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in _GROUPS:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:
-                continue  # a command group not built yet
-            raise
-        module.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 
