@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 
-from bookie.appliance.supervisor import free_port_pair
+from bookie.appliance.supervisor import free_port_pair, set_pdeathsig
 
 
 class LocalBookieError(RuntimeError):
@@ -109,8 +109,10 @@ class LocalBookies:
         log = open(self.log_path(i), "ab")
         self._log_offsets = getattr(self, "_log_offsets", {})
         self._log_offsets[i] = log.tell()
+        # Own session: kill(i) can SIGKILL the whole bookie at once.  PDEATHSIG: the bookies
+        # stop with the process (thread) that started them, even if it dies without cleaning up.
         self.procs[i] = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+                                         start_new_session=True, preexec_fn=set_pdeathsig)
         log.close()
         if wait:
             self.wait_serving(i)

@@ -65,7 +65,8 @@ def free_port_pair(host: str) -> int:
     raise RuntimeError("no free pair of ports found")
 
 
-def _set_pdeathsig() -> None:
+def set_pdeathsig() -> None:
+    """In a child before exec: receive SIGTERM when the parent (thread) that started it dies."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
@@ -154,7 +155,7 @@ class Supervisor:
         cmd = [sys.executable, "-m", "bookie.workers", role,
                "--conf", os.path.join(self.run_dir, "bookie.conf"),
                "--run-dir", self.run_dir, "--ready-fd", str(wfd)]
-        w.proc = subprocess.Popen(cmd, pass_fds=(wfd,), preexec_fn=_set_pdeathsig,
+        w.proc = subprocess.Popen(cmd, pass_fds=(wfd,), preexec_fn=set_pdeathsig,
                                   stdin=subprocess.DEVNULL)
         os.close(wfd)
         deadline = time.monotonic() + READY_TIMEOUT_S[role]

@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from bookie.appliance.localbookie import _children
+
 
 def _bookie_processes(base_dir):
     """pids of processes still running from this ensemble (by their command line)."""
@@ -66,3 +68,31 @@ def test_localbookie_rejects_bad_arguments():
     r = subprocess.run([sys.executable, "-m", "bookie", "localbookie", "2", "--set", "nokey"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "expected key=value" in r.stderr
+
+
+def test_bookies_stop_when_the_process_that_started_them_dies(tmp_path):
+    """A test run killed mid-way (timeout, Ctrl-\\, OOM) must not leave bookies behind."""
+    base = str(tmp_path / "orphans")
+    script = ("import sys, time\n"
+              "from bookie.testing import LocalBookies\n"
+              f"ens = LocalBookies(2, base_dir={base!r}, conf={{'metadataServiceUri': ''}})\n"
+              "ens.start_all()\n"
+              "print('up', flush=True)\n"
+              "time.sleep(600)\n")
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "up"
+        supervisors = [pid for pid in _bookie_processes(base) if pid != p.pid]
+        workers = [w for pid in supervisors for w in _children(pid)]
+        assert len(supervisors) == 2 and len(workers) == 8
+        p.kill()  # no cleanup runs in the parent
+        p.wait(10)
+        deadline = time.monotonic() + 30
+        while any(os.path.exists(f"/proc/{pid}") for pid in supervisors + workers) \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = [pid for pid in supervisors + workers if os.path.exists(f"/proc/{pid}")]
+        assert left == [], f"still running: {left}"
+    finally:
+        if p.poll() is None:
+            p.kill()
