@@ -47,6 +47,7 @@ class LocalBookies:
             self.ports.append(base_port + 2 * i if base_port else free_port_pair("127.0.0.1"))
         self.bookies = [f"127.0.0.1:{p}" for p in self.ports]
         self.procs: list[subprocess.Popen | None] = [None] * n
+        self._log_offsets: dict[int, int] = {}
         self._logs = [None] * n
 
     # -- paths -------------------------------------------------------------------------------------
@@ -107,8 +108,7 @@ class LocalBookies:
         for k, v in o.items():
             cmd += ["--set", f"{k}={v}"]
         log = open(self.log_path(i), "ab")
-        self._log_offsets = getattr(self, "_log_offsets", {})
-        self._log_offsets[i] = log.tell()
+        self._log_offsets[i] = log.tell()  # wait_serving reads this start's lines only
         # Own session: kill(i) can SIGKILL the whole bookie at once.  PDEATHSIG: the bookies
         # stop with the process (thread) that started them, even if it dies without cleaning up.
         self.procs[i] = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,

@@ -24,6 +24,7 @@ import ctypes
 import glob
 import http.server
 import os
+import select
 import shutil
 import signal
 import socket
@@ -38,6 +39,7 @@ import orjson
 from bookie.appliance.config import BookieConfig
 from bookie.appliance.layout import LayoutError, check_or_stamp
 from bookie.workers.common import log_line as log
+from bookie.workers.ring import READONLY, Ring
 
 ROLES_IN_START_ORDER = ("journal", "add", "read", "gc")
 EXIT_CORRUPT = 3
@@ -113,8 +115,6 @@ class Supervisor:
 
     # -- start -----------------------------------------------------------------------------------
     def start(self) -> None:
-        from bookie.workers.ring import Ring
-
         conf = self.conf
         cookie = check_or_stamp(conf)
         if conf.metadataServiceUri:
@@ -161,8 +161,6 @@ class Supervisor:
         deadline = time.monotonic() + READY_TIMEOUT_S[role]
         try:
             while True:
-                import select
-
                 ready, _, _ = select.select([r], [], [], 0.2)
                 if ready:
                     if os.read(r, 1) == b"R":
@@ -287,8 +285,6 @@ class Supervisor:
 
     def _apply_readonly(self) -> None:
         """Read-only while forced or while a disk is full; tell the workers and the store."""
-        from bookie.workers.ring import READONLY
-
         readonly = self.forced_readonly or self.disks_full
         if readonly == self.readonly:
             return

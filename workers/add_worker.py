@@ -11,7 +11,8 @@ Per loop iteration (everything batched; no per-entry Python work on the hot path
 3. Append the same ring bytes to the entry log and commit their index locations in one LMDB
    write transaction.
 4. Every ``flushInterval``: checkpoint = fdatasync entry logs, sync the index, then persist
-   LastLogMark = min(what was applied, DURABLE) (DESIGN invariant 3).
+   LastLogMark = min(WRITE, DURABLE) (DESIGN invariant 3): every record placed before WRITE
+   is in the entry log and, once the iteration's commit ran, in the index.
 
 Start-up: wait until the journal has made durable whatever a previous add worker placed, replay
 the journal from LastLogMark into entry log and index, checkpoint, then serve.
@@ -54,6 +55,11 @@ class Rejected(Exception):
     def __init__(self, status: Status, message: str = ""):
         super().__init__(message)
         self.status = status
+
+
+def check_key_size(key: bytes) -> None:
+    if len(key) == 0 or len(key) > wire.MAX_MASTER_KEY:
+        raise Rejected(Status.BAD_REQUEST, f"master key of {len(key)} bytes (1..{wire.MAX_MASTER_KEY})")
 
 
 class LedgerStorage:
@@ -307,8 +313,7 @@ class AddServer(ClientServer):
         self.pending: collections.deque[Pending] = collections.deque()
         self.max_entry = self.conf.nettyMaxFrameSizeBytes
         self.max_pending = self.conf.maxPendingAddRequestsPerThread
-        self.applied = ring.get(WRITE)  # everything before this is in entry log + index
-        self.last_mark = self.applied
+        self.last_mark = ring.get(WRITE)
         self.last_checkpoint = time.monotonic()
         self.last_stats = 0.0
         self.stalled: collections.deque = collections.deque()  # (socket, frames) waiting for ring room
@@ -364,7 +369,7 @@ class AddServer(ClientServer):
                 break  # the journal is not making progress (stopped or failed): do not wait on it
         self.storage.commit()
         self.checkpointer.stop()
-        checkpoint(self.storage, self.ledger_dirs, min(self.applied, self.ring.get(DURABLE)))
+        checkpoint(self.storage, self.ledger_dirs, self.mark())
 
     def checkpoint(self, now: float) -> None:
         """Start a checkpoint in the background (syncs must not stall the add path).
@@ -373,7 +378,7 @@ class AddServer(ClientServer):
         already written to the entry log and committed to the index; the thread only syncs.
         """
         self.last_checkpoint = now
-        mark = min(self.applied, self.ring.get(DURABLE))
+        mark = self.mark()
         if mark == self.last_mark or self.checkpointer.busy():
             return
         self.checkpointer.request(mark)
@@ -460,8 +465,7 @@ class AddServer(ClientServer):
             return True
 
     def check_key(self, ledger_id: int, key: bytes, create: bool) -> LedgerInfo:
-        if len(key) == 0 or len(key) > wire.MAX_MASTER_KEY:
-            raise Rejected(Status.BAD_REQUEST, "master key size")
+        check_key_size(key)
         info = self.storage.ensure_ledger(ledger_id, key) if create else self.storage.ledger(ledger_id)
         if info is None:
             raise Rejected(Status.NO_LEDGER)
@@ -474,12 +478,18 @@ class AddServer(ClientServer):
             raise Rejected(Status.BAD_REQUEST, "request larger than the journal ring")
         return self.ring.free_bytes() >= size
 
-    def place(self, parts, size: int) -> int:
-        """Copy a record into the ring and publish it; returns its logical end."""
+    def place(self, parts) -> tuple[int, int]:
+        """Copy a record into the ring and publish it; returns its logical (start, end)."""
         start = self.ring.get(WRITE)
         end = self.ring.put(start, parts)
         self.ring.set(WRITE, end)
-        return end
+        return start, end
+
+    def mark(self) -> int:
+        """LastLogMark a checkpoint may persist now.  Call after ``storage.commit()``: every
+        record placed before WRITE is then in the entry log and the index, and a mark never
+        passes what the journal made durable (the journal must never restart below it)."""
+        return min(self.ring.get(WRITE), self.ring.get(DURABLE))
 
     def handle_add(self, ident, flags, request_id, ledger_id, body) -> bool:
         if len(body) != 3:
@@ -498,8 +508,7 @@ class AddServer(ClientServer):
         if (entry_ids < 0).any():
             raise Rejected(Status.BAD_REQUEST, "negative entry id")
         recovery = bool(flags & wire.Flag.RECOVERY_ADD)
-        if len(key) == 0 or len(key) > wire.MAX_MASTER_KEY:
-            raise Rejected(Status.BAD_REQUEST, "master key size")
+        check_key_size(key)
         existing = self.storage.ledger(ledger_id)
         if existing is not None:
             if existing.master_key != key:
@@ -510,11 +519,9 @@ class AddServer(ClientServer):
         if not self.room_for(size):
             return False
         self.storage.ensure_ledger(ledger_id, key)
-        start = self.ring.get(WRITE)
-        end = self.place(parts, size)
+        start, end = self.place(parts)
         self.storage.store_batch(ledger_id, self.ring.slices(start, end), size, data_offset,
                                  entry_ids, lengths, offsets)
-        self.applied = end
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.ADD, Status.OK, request_id, ledger_id)],
                                     ledger_id))
         self.stats["add_entries_total"] += len(entry_ids)
@@ -533,8 +540,7 @@ class AddServer(ClientServer):
         rec = records.lac_record(ledger_id, lac, key)
         if not self.room_for(len(rec)):
             return False
-        end = self.place([rec], len(rec))
-        self.applied = end
+        _, end = self.place([rec])
         if lac > info.lac:
             info.lac = lac
             self.storage.dirty_ledgers.add(ledger_id)
@@ -558,8 +564,7 @@ class AddServer(ClientServer):
         rec = records.fence_record(ledger_id, key)
         if not self.room_for(len(rec)):
             return False
-        end = self.place([rec], len(rec))
-        self.applied = end
+        _, end = self.place([rec])
         if not info.fenced:
             info.fenced = True
             self.storage.dirty_ledgers.add(ledger_id)

@@ -16,6 +16,7 @@ import zmq
 
 from bookie import __version__, wire
 from bookie.appliance.config import BookieConfig
+from bookie.workers.ring import READONLY
 
 
 def log_line(name: str, event: str, **fields) -> None:
@@ -105,8 +106,6 @@ class ClientServer:
             self.reply(ident, op, status, request_id, max(ledger_id, 0))
 
     def info(self) -> bytes:
-        from bookie.workers.ring import READONLY
-
         usage = shutil.disk_usage(self.ledger_dir)
         return orjson.dumps({"bookie_id": self.ctx.conf.bookie_id, "free_bytes": usage.free,
                              "total_bytes": usage.total, "writable": not self.ring.get(READONLY),
