@@ -1,10 +1,13 @@
 """bookie: a BookKeeper-style bookie appliance and its replication client.
 
-The repository root is this package; its folders are the subpackages:
-``bookie.appliance`` (supervisor, configuration, CLI, metadata stores),
-``bookie.workers`` (journal, add, read and GC workers), ``bookie.client``
-(the replication client), ``bookie.bench`` (benchmarks) and ``bookie.testing``
-(fixtures for users' own test suites).
+The repository root is this package; its folders are the subpackages, one layer each (each
+imports only the layers below it; docs/architecture.md, "Layers"):
+
+- ``bookie.wire`` and ``bookie.metadata``: the wire protocol and the metadata stores (ground);
+- ``bookie.workers``: the bookie itself (configuration, layout, on-disk formats, the workers);
+- ``bookie.client``: the replication client;
+- ``bookie.bench`` and ``bookie.testing``: benchmarks, and harnesses for users' own test suites;
+- ``bookie.appliance``: the commands (supervisor, CLI, shell, localbookie).
 """
 
 __version__ = "0.1.0"

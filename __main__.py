@@ -1,5 +1,6 @@
+"""``python -m bookie``: the ``bookie`` command (the commands layer, bookie.appliance.cli)."""
 import sys
 
-from bookie.appliance.cli import main
+from .appliance.cli import main
 
 sys.exit(main())

@@ -1,23 +1,29 @@
 """The ``bookie`` command: run, localbookie, shell, bench.
 
 Each subcommand group lives in its own module and contributes its parser through a
-``register(subparsers)`` function; this module only assembles them and maps errors to one clear
-line on stderr and a non-zero exit status.
+``register(subparsers)`` function; this module assembles them and is the one place where the
+lower layers' errors become one clear line on stderr and an exit status.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
-# Modules contributing a register(subparsers) hook; a missing one is a bug and fails loudly.
-_GROUPS = (
-    "bookie.appliance.run_cmd",
-    "bookie.appliance.localbookie",
-    "bookie.appliance.shell",
-    "bookie.bench.cli",
-)
+from bookie import __version__
+from bookie.appliance import localbookie, run_cmd, shell
+from bookie.appliance.errors import CliError
+from bookie.bench import cli as bench_cli
+from bookie.metadata import MetadataError
+from bookie.testing.localbookies import LocalBookieError
+from bookie.workers.config import ConfigError
+from bookie.workers.layout import LayoutError
+
+_GROUPS = (run_cmd, localbookie, shell, bench_cli)
+
+# A subcommand raises the error of the layer that refused; each is one line and exit status 2.
+USAGE_ERRORS = (CliError, bench_cli.BenchOptionError, ConfigError, LayoutError, MetadataError,
+                LocalBookieError)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,12 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="bookie",
         description="A BookKeeper-style bookie appliance: run a bookie, a local ensemble, "
                     "the admin shell and the benchmarks.")
-    from bookie import __version__
     parser.add_argument("--version", action="version", version=f"bookie {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in _GROUPS:
-        importlib.import_module(name).register(sub)
+    for group in _GROUPS:
+        group.register(sub)
     return parser
 
 
@@ -41,14 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         rc = args.func(args)
     except KeyboardInterrupt:
         return 130
-    except CliError as e:
+    except USAGE_ERRORS as e:
         print(f"bookie {args.command}: {e}", file=sys.stderr)
         return 2
     return int(rc or 0)
-
-
-class CliError(Exception):
-    """An error a person can act on; printed as one line, exit status 2."""
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from bookie.appliance.config import BookieConfig, ConfigError, keys_help, parse_overrides
+from bookie.appliance.errors import CliError
+from bookie.workers.config import BookieConfig, ConfigError, keys_help, parse_overrides
 
 
 def register(sub) -> None:
@@ -24,7 +25,6 @@ def register(sub) -> None:
 
 
 def cmd_run(args) -> int:
-    from bookie.appliance.cli import CliError
     from bookie.appliance.supervisor import run_bookie
 
     try:

@@ -21,6 +21,8 @@ from typing import Any, Callable
 
 import orjson
 
+from bookie.appliance.errors import CliError
+
 ENV_URI = "BOOKIE_METADATA_URI"
 
 
@@ -80,20 +82,15 @@ def register(subparsers: Any) -> None:
 
 # -- handlers ----------------------------------------------------------------------------------
 
-def _cli_error(message: str) -> Exception:
-    from bookie.appliance.cli import CliError
-    return CliError(message)
-
-
 def _open(args: argparse.Namespace):
-    from bookie.appliance.metadata import MetadataError, open_metadata
+    from bookie.metadata import MetadataError, open_metadata
     uri = args.metadata or os.environ.get(ENV_URI)
     if not uri:
-        raise _cli_error(f"no metadata store: pass --metadata URI or set {ENV_URI}")
+        raise CliError(f"no metadata store: pass --metadata URI or set {ENV_URI}")
     try:
         return open_metadata(uri, timeout_s=args.timeout_s)
     except MetadataError as e:
-        raise _cli_error(str(e)) from None
+        raise CliError(str(e)) from None
 
 
 def _print_json(doc: Any) -> None:
@@ -101,12 +98,12 @@ def _print_json(doc: Any) -> None:
 
 
 def _with_store(args: argparse.Namespace, body: Callable) -> int:
-    from bookie.appliance.metadata import MetadataError
+    from bookie.metadata import MetadataError
     store = _open(args)
     try:
         return body(store)
     except MetadataError as e:
-        raise _cli_error(str(e)) from None
+        raise CliError(str(e)) from None
     finally:
         store.close()
 
@@ -116,7 +113,7 @@ def _metaformat(args: argparse.Namespace) -> int:
         force = args.force
         if store.has_data() and not force:
             if args.non_interactive:
-                raise _cli_error("the metadata store already holds data; add --force to wipe it")
+                raise CliError("the metadata store already holds data; add --force to wipe it")
             answer = input("The metadata store already holds data. Wipe it? (y/N) ")
             if answer.strip().lower() not in ("y", "yes"):
                 print("metaformat aborted; nothing changed", file=sys.stderr)
@@ -184,12 +181,26 @@ def _ledgermetadata(args: argparse.Namespace) -> int:
 
 
 def _bookieformat(args: argparse.Namespace) -> int:
-    from bookie.appliance.config import BookieConfig, ConfigError, parse_overrides
-    from bookie.appliance.layout import LayoutError, format_bookie
-    from bookie.appliance.metadata import MetadataError
+    from bookie.metadata import MetadataError
+    from bookie.workers.config import BookieConfig, ConfigError, parse_overrides
+    from bookie.workers.layout import LayoutError, dirs_holding_data, format_bookie
     try:
         conf = BookieConfig.load(args.conf, parse_overrides(args.set))
-        return int(format_bookie(conf, force=args.force, interactive=not args.non_interactive)
-                   or 0)
+        force = args.force
+        holding = dirs_holding_data(conf)
+        if holding and not force:
+            if args.non_interactive:
+                print(f"bookieformat: {', '.join(holding)} hold bookie data; pass --force to wipe",
+                      file=sys.stderr)
+                return 1
+            answer = input(f"Wipe bookie data in {', '.join(holding)}? [y/N] ").strip().lower()
+            if answer not in ("y", "yes"):
+                print("bookieformat: nothing changed", file=sys.stderr)
+                return 1
+            force = True
+        wiped = format_bookie(conf, force=force)
     except (ConfigError, LayoutError, MetadataError, OSError) as e:
-        raise _cli_error(str(e)) from None
+        raise CliError(str(e)) from None
+    print(f"bookieformat: wiped {len(wiped)} directories" if wiped else
+          "bookieformat: nothing to wipe")
+    return 0

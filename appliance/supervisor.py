@@ -36,9 +36,9 @@ import time
 
 import orjson
 
-from bookie.appliance.config import BookieConfig
-from bookie.appliance.layout import LayoutError, check_or_stamp
-from bookie.workers.common import log_line as log
+from bookie.workers.config import BookieConfig
+from bookie.workers.layout import LayoutError, check_or_stamp
+from bookie.workers.common import free_port_pair, log_line as log, set_pdeathsig
 from bookie.workers.ring import READONLY, Ring
 
 ROLES_IN_START_ORDER = ("journal", "add", "read", "gc")
@@ -48,32 +48,6 @@ FATAL_EXITS = {EXIT_CORRUPT: "found corruption", EXIT_SYNC_FAILED: "could not ma
 READY_TIMEOUT_S = {"journal": 120.0, "add": 3600.0, "read": 60.0, "gc": 60.0}
 
 
-
-
-def free_port_pair(host: str) -> int:
-    """A port P such that P and P+1 are both free on ``host`` right now."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind((host, 0))
-            port = s.getsockname()[1]
-        if port >= 65535:
-            continue
-        try:
-            with socket.socket() as s2:
-                s2.bind((host, port + 1))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free pair of ports found")
-
-
-def set_pdeathsig() -> None:
-    """In a child before exec: receive SIGTERM when the parent (thread) that started it dies."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def _pid_alive(pid: int) -> bool:
@@ -178,7 +152,7 @@ class Supervisor:
         self.log("worker started", role=role, pid=w.proc.pid)
 
     def _open_store(self):
-        from bookie.appliance.metadata import open_metadata
+        from bookie.metadata import open_metadata
 
         if self.store is None:
             self.store = open_metadata(self.conf.metadataServiceUri,
@@ -189,7 +163,7 @@ class Supervisor:
     def _check_cookie_in_store(self, cookie: dict) -> None:
         """The store keeps each bookie's cookie: a second bookie (or a wiped one) claiming the
         same id with another disk set is refused."""
-        from bookie.appliance.metadata import CookieNotFoundError, MetadataError
+        from bookie.metadata import CookieNotFoundError, MetadataError
 
         try:
             store = self._open_store()

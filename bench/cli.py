@@ -16,9 +16,13 @@ import shutil
 import sys
 import tempfile
 
-from bookie.appliance.cli import CliError
 
 DIGESTS = ("crc32", "crc32c", "mac", "dummy")
+
+
+class BenchOptionError(ValueError):
+    """A benchmark option that cannot run as given; the command prints it as one line, exit 2."""
+
 
 
 def register(subparsers) -> None:
@@ -33,6 +37,22 @@ def register(subparsers) -> None:
     _register_reads(tools)
     _register_journal(tools)
     _register_report(tools)
+
+
+def main(argv: list[str]) -> int:
+    """Run one ``bookie bench TOOL ...`` command line in this process (``argv`` after "bench").
+
+    Returns:
+        the tool's exit status; 2 (with one line on stderr) for an option it refuses.
+    """
+    parser = argparse.ArgumentParser(prog="bookie")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["bench", *argv])
+    try:
+        return int(args.func(args) or 0)
+    except BenchOptionError as e:
+        print(f"bookie bench: {e}", file=sys.stderr)
+        return 2
 
 
 # -- options shared by the tools ---------------------------------------------------------------
@@ -212,7 +232,7 @@ def check_positive(args, *names: str, allow_none: bool = False, allow_zero: bool
     """Each named option must be > 0 (>= 0 with allow_zero; None passes with allow_none).
 
     Raises:
-        CliError: naming the first option that is not.
+        BenchOptionError: naming the first option that is not.
     """
     for name in names:
         value = getattr(args, name)
@@ -220,17 +240,17 @@ def check_positive(args, *names: str, allow_none: bool = False, allow_zero: bool
             continue
         if value is None or value < 0 or (value == 0 and not allow_zero):
             flag = "--" + name.replace("_", "-")
-            raise CliError(f"{flag} must be {'>= 0' if allow_zero else 'positive'}, got {value}")
+            raise BenchOptionError(f"{flag} must be {'>= 0' if allow_zero else 'positive'}, got {value}")
 
 
 def check_quorum(ensemble: int, write_quorum: int, ack_quorum: int) -> None:
     """E >= Qw >= Qa >= 1, as a ledger requires.
 
     Raises:
-        CliError: the three sizes named.
+        BenchOptionError: the three sizes named.
     """
     if not ensemble >= write_quorum >= ack_quorum >= 1:
-        raise CliError(f"quorums must satisfy ensemble >= quorum >= ack-quorum >= 1, got "
+        raise BenchOptionError(f"quorums must satisfy ensemble >= quorum >= ack-quorum >= 1, got "
                        f"--ensemble {ensemble} --quorum {write_quorum} --ack-quorum {ack_quorum}")
 
 
@@ -241,13 +261,13 @@ def check_common(args) -> None:
         try:
             require_matplotlib()
         except PlotUnavailable as e:
-            raise CliError(str(e)) from None
+            raise BenchOptionError(str(e)) from None
     for name in ("json_out", "plot"):
         path = getattr(args, name)
         if path:
             parent = os.path.dirname(os.path.abspath(path))
             if not os.path.isdir(parent):
-                raise CliError(f"--{name.replace('_', '-')}: directory {parent} does not exist")
+                raise BenchOptionError(f"--{name.replace('_', '-')}: directory {parent} does not exist")
 
 
 def check_entries(args) -> None:
@@ -256,7 +276,7 @@ def check_entries(args) -> None:
     check_positive(args, "sendlimit", "rate", allow_none=True)
     from bookie import wire
     if args.entrysize + wire.ENTRY_HEADER_SIZE + wire.DIGEST_SIZES[args.digest] > 5 * 1024 * 1024:
-        raise CliError(f"--entrysize {args.entrysize} makes entries over the bookie's default "
+        raise BenchOptionError(f"--entrysize {args.entrysize} makes entries over the bookie's default "
                        f"5 MiB frame limit")
 
 
@@ -284,12 +304,12 @@ def local_bookies(count: int, data_dir: str | None):
     Yields:
         (the LocalBookies harness, the data directory it writes in)
     Raises:
-        CliError: the harness is not available in this build.
+        BenchOptionError: the harness is not available in this build.
     """
     try:
         from bookie.testing import LocalBookies
     except ImportError:
-        raise CliError("--localbookie needs bookie.testing.LocalBookies, which this build "
+        raise BenchOptionError("--localbookie needs bookie.testing.LocalBookies, which this build "
                        "lacks; start bookies yourself and pass --metadata / --bookie") from None
     made = data_dir is None
     base = tempfile.mkdtemp(prefix="bookie-bench-") if made else data_dir
@@ -324,12 +344,12 @@ def _cmd_bookie(args) -> int:
     check_positive(args, "sync_count", "sync_rate", allow_none=True)
     from bookie import wire
     if args.batch > wire.MAX_BATCH:
-        raise CliError(f"--batch must be at most {wire.MAX_BATCH} entries per ADD message")
+        raise BenchOptionError(f"--batch must be at most {wire.MAX_BATCH} entries per ADD message")
     if args.bookie is not None:
         try:
             bookie_bench.parse_bookie(args.bookie)
         except ValueError as e:
-            raise CliError(f"--bookie: {e}") from None
+            raise BenchOptionError(f"--bookie: {e}") from None
     params = params_of(args)
     emit = progress_emitter(args)
     try:
@@ -339,7 +359,7 @@ def _cmd_bookie(args) -> int:
             with local_bookies(1, args.data_dir) as (lb, base):
                 result = bookie_bench.run(params, lb.bookies[0], emit=emit, data_dir=base)
     except bookie_bench.BenchError as e:
-        raise CliError(str(e)) from None
+        raise BenchOptionError(str(e)) from None
     return finish(args, result)
 
 
@@ -351,7 +371,7 @@ def _check_client_args(args) -> None:
     if args.localbookie is not None:
         check_positive(args, "localbookie")
         if args.localbookie < args.ensemble:
-            raise CliError(f"--ensemble {args.ensemble} needs at least that many bookies, "
+            raise BenchOptionError(f"--ensemble {args.ensemble} needs at least that many bookies, "
                            f"--localbookie starts {args.localbookie}")
 
 
@@ -374,13 +394,13 @@ def _cmd_writes(args) -> int:
     if args.latency_file:
         parent = os.path.dirname(os.path.abspath(args.latency_file))
         if not os.path.isdir(parent):
-            raise CliError(f"--latency-file: directory {parent} does not exist")
+            raise BenchOptionError(f"--latency-file: directory {parent} does not exist")
     emit = progress_emitter(args)
     try:
         with _ensemble(args) as (uri, base):
             result = client_bench.run_writes(params_of(args), uri, emit=emit, data_dir=base)
     except client_bench.BenchError as e:
-        raise CliError(str(e)) from None
+        raise BenchOptionError(str(e)) from None
     return finish(args, result)
 
 
@@ -391,16 +411,16 @@ def _cmd_reads(args) -> int:
     check_positive(args, "batch", "window", "entries", "entrysize")
     check_positive(args, "listen", allow_none=True)
     if args.ledger is not None and args.metadata is None:
-        raise CliError("--ledger reads an existing ledger: give the --metadata URI of its "
+        raise BenchOptionError("--ledger reads an existing ledger: give the --metadata URI of its "
                        "ensemble (--localbookie starts empty bookies)")
     if args.listen is not None and args.entrysize < 8:
-        raise CliError("--entrysize must be at least 8 with --listen (entries carry a time)")
+        raise BenchOptionError("--entrysize must be at least 8 with --listen (entries carry a time)")
     emit = progress_emitter(args)
     try:
         with _ensemble(args) as (uri, base):
             result = client_bench.run_reads(params_of(args), uri, emit=emit, data_dir=base)
     except client_bench.BenchError as e:
-        raise CliError(str(e)) from None
+        raise BenchOptionError(str(e)) from None
     return finish(args, result)
 
 
@@ -412,9 +432,9 @@ def _cmd_journal(args) -> int:
     check_positive(args, "group_wait_ms", allow_zero=True)
     check_positive(args, "rate", allow_none=True)
     if not os.path.isdir(args.dir):
-        raise CliError(f"--dir: {args.dir} is not a directory")
+        raise BenchOptionError(f"--dir: {args.dir} is not a directory")
     if not os.access(args.dir, os.W_OK | os.X_OK):
-        raise CliError(f"--dir: {args.dir} is not writable")
+        raise BenchOptionError(f"--dir: {args.dir} is not writable")
     result = journal_bench.run(params_of(args), emit=progress_emitter(args))
     return finish(args, result)
 
@@ -423,11 +443,11 @@ def _cmd_report(args) -> int:
     from bookie.bench import report, standard
     check_positive(args, "time")
     if args.from_results and not args.results:
-        raise CliError("--from-results needs --results FILE to tabulate")
+        raise BenchOptionError("--from-results needs --results FILE to tabulate")
     if args.results and args.from_results and not os.path.isfile(args.results):
-        raise CliError(f"--results: {args.results} does not exist")
+        raise BenchOptionError(f"--results: {args.results} does not exist")
     if args.readme and not os.path.isfile(args.readme):
-        raise CliError(f"--readme: {args.readme} does not exist")
+        raise BenchOptionError(f"--readme: {args.readme} does not exist")
     scratch = tempfile.mkdtemp(prefix="bookie-bench-report-")
     try:
         results_path = args.results or os.path.join(scratch, "results.jsonl")
@@ -439,7 +459,7 @@ def _cmd_report(args) -> int:
         try:
             results = report.load_results(results_path) if os.path.exists(results_path) else []
         except ValueError as e:
-            raise CliError(str(e)) from None
+            raise BenchOptionError(str(e)) from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     table = standard.render(results)
@@ -448,7 +468,7 @@ def _cmd_report(args) -> int:
         try:
             standard.replace_in_readme(args.readme, table)
         except ValueError as e:
-            raise CliError(str(e)) from None
+            raise BenchOptionError(str(e)) from None
         print(f"results table written into {args.readme}", file=sys.stderr)
     failed = [(name, rc) for name, rc in statuses if rc]
     for name, rc in failed:

@@ -197,17 +197,17 @@ def run_all(results_path: str, time_s: float, data_dir: str, quiet: bool,
     Returns:
         (run name, exit status) of each; a failed run is reported, the others still run.
     """
-    from bookie.appliance.cli import main
+    from bookie.bench.cli import main
     statuses = []
     for i, run in enumerate(runs):
-        argv = ["bench", run.tool, *run.argv, "--time", f"{time_s:g}", "--json-out", results_path]
+        argv = [run.tool, *run.argv, "--time", f"{time_s:g}", "--json-out", results_path]
         if quiet:
             argv.append("--quiet")
         if run.tool == "journal":
             argv += ["--dir", data_dir]
         elif run.local:
             argv += ["--data-dir", os.path.join(data_dir, f"run-{i}")]
-        print(f"== {run.name}: bookie {' '.join(argv)}", file=sys.stderr, flush=True)
+        print(f"== {run.name}: bookie bench {' '.join(argv)}", file=sys.stderr, flush=True)
         with contextlib.redirect_stdout(io.StringIO()):  # the JSON line goes to the file
             rc = main(argv)
         statuses.append((run.name, rc))

@@ -17,8 +17,8 @@ import time
 from concurrent.futures import Future
 from typing import Iterator
 
-from bookie.appliance.metadata import BadVersionError as StoreBadVersion
-from bookie.appliance.metadata import LedgerMetadata, LedgerState
+from bookie.metadata import BadVersionError as StoreBadVersion
+from bookie.metadata import LedgerMetadata, LedgerState
 from bookie.client import metadata as md
 from bookie.client.config import ClientConfig
 from bookie.client.digest import (DigestManager, LedgerEntry, check_digest_type, master_key,

@@ -46,7 +46,7 @@ from typing import AsyncIterator, Iterator, NamedTuple
 
 import orjson
 
-from bookie.appliance.metadata import (BadVersionError as StoreBadVersion, NodeExistsError,
+from bookie.metadata import (BadVersionError as StoreBadVersion, NodeExistsError,
                                        NoSuchNodeError)
 from bookie.client import metadata as md
 from bookie.client.errors import (BookKeeperError, InvalidArgumentError, LedgerClosedError,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
-from bookie.appliance.metadata import (BadVersionError as StoreBadVersion, LedgerMetadata,
+from bookie.metadata import (BadVersionError as StoreBadVersion, LedgerMetadata,
                                        LedgerState, MetadataError, MetadataTimeoutError,
                                        NoSuchLedgerError as StoreNoSuchLedger, open_metadata)
 from bookie.client.errors import (BadVersionError, BKTimeoutError, MetadataStoreError,

@@ -3,9 +3,9 @@
 - :class:`LocalBookies`: N real bookies on 127.0.0.1 (context manager).
 - ``bookie.testing.zookeeper``: a real ZooKeeper server in a temp dir.
 - pytest fixtures (registered automatically through the ``pytest11`` entry point): see
-  :mod:`bookie.testing.fixtures`.
+  :mod:`bookie.testing.client_fixtures`.
 """
 
-from bookie.appliance.localbookie import LocalBookieError, LocalBookies
+from bookie.testing.localbookies import LocalBookieError, LocalBookies
 
 __all__ = ["LocalBookies", "LocalBookieError"]

@@ -65,7 +65,7 @@ def metadata_uri(request, tmp_path):
 def metadata_store(metadata_uri):
     """An open store on ``metadata_uri`` (fast watch polling and short leases for the
     embedded store), closed after the test."""
-    from bookie.appliance.metadata import open_metadata
+    from bookie.metadata import open_metadata
     store = open_metadata(metadata_uri, timeout_s=10.0, lease_ms=1000, watch_poll_s=0.02)
     yield store
     store.close()

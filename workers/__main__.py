@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-from bookie.appliance.config import BookieConfig
+from bookie.workers.config import BookieConfig
 from bookie.workers.common import WorkerContext
 
 ROLES = {

@@ -28,7 +28,7 @@ import numpy as np
 import zmq
 
 from bookie import wire
-from bookie.appliance.layout import current_dir
+from bookie.workers.layout import current_dir
 from bookie.wire import Op, Status
 from bookie.workers import records
 from bookie.workers.common import ClientServer, make_socket

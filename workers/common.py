@@ -1,21 +1,23 @@
-"""What every worker process shares: its name, its log line, its runtime paths, readiness."""
+"""What every worker process shares: its name, its log line, its runtime paths, readiness; and the
+process helpers the supervisor and the test harness use (free ports, parent-death signal)."""
 
 from __future__ import annotations
 
+import collections
+import ctypes
 import os
+import shutil
 import signal
+import socket
 import sys
 import time
-
-import collections
-import shutil
 
 import orjson
 import setproctitle
 import zmq
 
 from bookie import __version__, wire
-from bookie.appliance.config import BookieConfig
+from bookie.workers.config import BookieConfig
 from bookie.workers.ring import READONLY
 
 
@@ -110,3 +112,29 @@ class ClientServer:
         return orjson.dumps({"bookie_id": self.ctx.conf.bookie_id, "free_bytes": usage.free,
                              "total_bytes": usage.total, "writable": not self.ring.get(READONLY),
                              "version": __version__})
+
+
+def free_port_pair(host: str) -> int:
+    """A port P such that P and P+1 are both free on ``host`` right now."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port >= 65535:
+            continue
+        try:
+            with socket.socket() as s2:
+                s2.bind((host, port + 1))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free pair of ports found")
+
+
+def set_pdeathsig() -> None:
+    """In a child before exec: receive SIGTERM when the parent (thread) that started it dies."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 
-from bookie.appliance.layout import current_dir
+from bookie.workers.layout import current_dir
 from bookie.workers.storage import Index, find_log, list_logs, open_index
 from bookie.workers.journal import fsync_dir
 
@@ -82,7 +82,7 @@ def run(ctx) -> int:
         while not ctx.stopping:
             time.sleep(0.2)
         return 0
-    from bookie.appliance.metadata import MetadataError, open_metadata
+    from bookie.metadata import MetadataError, open_metadata
 
     index_dir = current_dir(conf.index_directories[0])
     ledger_dirs = [current_dir(d) for d in conf.ledgerDirectories]

@@ -16,7 +16,7 @@ import time
 
 import zmq
 
-from bookie.appliance.layout import current_dir
+from bookie.workers.layout import current_dir
 from bookie.workers.common import make_socket
 from bookie.workers.journal import (CorruptJournalError, GroupCommitPolicy, GroupCommitter,
                                     JournalWriter,

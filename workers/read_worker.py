@@ -21,7 +21,7 @@ import numpy as np
 import zmq
 
 from bookie import wire
-from bookie.appliance.layout import current_dir
+from bookie.workers.layout import current_dir
 from bookie.wire import Flag, Op, Status
 from bookie.workers.common import ClientServer, make_socket
 from bookie.workers.ring import Ring

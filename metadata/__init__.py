@@ -1,6 +1,6 @@
 """Metadata stores: ledger metadata, bookie membership and cookies, behind one interface.
 
-    from bookie.appliance.metadata import open_metadata, LedgerMetadata
+    from bookie.metadata import open_metadata, LedgerMetadata
     with open_metadata("lmdb:///var/lib/bookie/metadata") as store:
         ledger_id, version = store.create_ledger(LedgerMetadata(3, 2, 2, fragments=[(0, ensemble)]))
 
@@ -12,13 +12,13 @@ docs/metadata.md describes the node tree, the record format and the delivery del
 
 from __future__ import annotations
 
-from bookie.appliance.metadata.errors import (
+from bookie.metadata.errors import (
     BadVersionError, ConnectionLossError, CookieNotFoundError, CorruptMetadataError,
     InvalidUriError, MetadataError, MetadataTimeoutError, NodeExistsError, NoSuchLedgerError,
     NoSuchNodeError, NotEmptyError)
-from bookie.appliance.metadata.ledger import LedgerMetadata, LedgerState
-from bookie.appliance.metadata.store import BookieRegistration, MetadataStore
-from bookie.appliance.metadata.uri import MetadataUri, parse_uri
+from bookie.metadata.ledger import LedgerMetadata, LedgerState
+from bookie.metadata.store import BookieRegistration, MetadataStore
+from bookie.metadata.uri import MetadataUri, parse_uri
 
 __all__ = [
     "open_metadata", "MetadataStore", "BookieRegistration", "LedgerMetadata", "LedgerState",
@@ -51,8 +51,8 @@ def open_metadata(uri: str, timeout_s: float = 10.0, *, lease_ms: int = 5000,
     """
     parsed = parse_uri(uri)
     if parsed.scheme == "lmdb":
-        from bookie.appliance.metadata.embedded import EmbeddedMetadataStore
+        from bookie.metadata.embedded import EmbeddedMetadataStore
         return EmbeddedMetadataStore(parsed.path, timeout_s, lease_ms=lease_ms,
                                      watch_poll_s=watch_poll_s, map_size_bytes=map_size_bytes)
-    from bookie.appliance.metadata.zk import ZooKeeperMetadataStore
+    from bookie.metadata.zk import ZooKeeperMetadataStore
     return ZooKeeperMetadataStore(parsed, timeout_s, session_timeout_s=session_timeout_s)

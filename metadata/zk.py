@@ -38,13 +38,13 @@ from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
 
-from bookie.appliance.metadata.errors import (
+from bookie.metadata.errors import (
     BadVersionError, ConnectionLossError, CorruptMetadataError, MetadataError,
     MetadataTimeoutError, NodeExistsError, NoSuchLedgerError, NoSuchNodeError, NotEmptyError)
-from bookie.appliance.metadata.ledger import LedgerMetadata
-from bookie.appliance.metadata.store import (
+from bookie.metadata.ledger import LedgerMetadata
+from bookie.metadata.store import (
     LAYOUT, Cancel, Dispatcher, MetadataStore, Watch, check_path)
-from bookie.appliance.metadata.uri import MetadataUri
+from bookie.metadata.uri import MetadataUri
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bookie.appliance.metadata import (
+from bookie.metadata import (
     LedgerMetadata, MetadataError, MetadataTimeoutError, open_metadata)
 from bookie.testing.zookeeper import ZooKeeperServer, drop_connection, expire_session
 

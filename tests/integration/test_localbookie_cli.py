@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from bookie.appliance.localbookie import _children
+from bookie.testing.localbookies import _children
 
 
 def _bookie_processes(base_dir):

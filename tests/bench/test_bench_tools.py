@@ -11,7 +11,7 @@ import pytest
 from bookie.appliance.cli import main
 from bookie.testing import LocalBookies
 
-README = os.path.join(os.path.dirname(__file__), "..", "bench", "README.md")
+README = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "README.md")
 
 
 def documented_fields(tool: str) -> list[str]:

@@ -12,14 +12,14 @@ import time
 
 import pytest
 
-from bookie.appliance.metadata import LedgerMetadata, open_metadata
+from bookie.metadata import LedgerMetadata, open_metadata
 
 LEASE_MS = 500
 BOOKIE = "127.0.0.1:3181"
 
 _REGISTER = """
 import sys, time
-from bookie.appliance.metadata import open_metadata
+from bookie.metadata import open_metadata
 store = open_metadata(sys.argv[1], lease_ms=int(sys.argv[3]))
 store.register_bookie(sys.argv[2])
 print("ready", flush=True)
@@ -28,7 +28,7 @@ time.sleep(60)
 
 _WRITE_FOREVER = """
 import sys
-from bookie.appliance.metadata import LedgerMetadata, open_metadata
+from bookie.metadata import LedgerMetadata, open_metadata
 store = open_metadata(sys.argv[1])
 print("ready", flush=True)
 n = 0
@@ -153,6 +153,6 @@ def test_watch_is_delivered_within_the_poll_interval(uri):
 def test_unusable_directory_is_a_clear_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    from bookie.appliance.metadata import MetadataError
+    from bookie.metadata import MetadataError
     with pytest.raises(MetadataError, match="metadata"):
         open_metadata(f"lmdb://{blocker}/md")

@@ -31,9 +31,9 @@ from typing import Any, Callable, Iterator
 
 import orjson
 
-from bookie.appliance.metadata.errors import (
+from bookie.metadata.errors import (
     CookieNotFoundError, MetadataTimeoutError, NodeExistsError, NoSuchNodeError)
-from bookie.appliance.metadata.ledger import LedgerMetadata
+from bookie.metadata.ledger import LedgerMetadata
 
 log = logging.getLogger(__name__)
 

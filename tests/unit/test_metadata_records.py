@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bookie.appliance.metadata import (
+from bookie.metadata import (
     CorruptMetadataError, InvalidUriError, LedgerMetadata, LedgerState, open_metadata, parse_uri)
 
 BOOKIES = [f"10.0.0.{i}:3181" for i in range(1, 10)]

@@ -9,7 +9,7 @@ import multiprocessing
 import queue
 import threading
 
-from bookie.appliance.metadata import BadVersionError, LedgerMetadata, open_metadata
+from bookie.metadata import BadVersionError, LedgerMetadata, open_metadata
 
 PROCESSES = 3
 UPDATES_PER_PROCESS = 20

@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 
-from bookie.appliance.metadata.errors import CorruptMetadataError
+from bookie.metadata.errors import CorruptMetadataError
 
 FORMAT_VERSION = 1
 DIGEST_TYPES = ("crc32", "crc32c", "mac", "dummy")

@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from bookie.appliance.cli import main
-from bookie.appliance.metadata import LedgerMetadata, open_metadata
+from bookie.metadata import LedgerMetadata, open_metadata
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -75,15 +75,16 @@ def test_missing_ledger_is_one_line_error(capsys, tmp_path):
     assert rc == 2 and err.strip() == "bookie shell: ledger 42 does not exist"
 
 
-def test_bookieformat_loads_the_configuration_and_calls_format_bookie(capsys, monkeypatch,
-                                                                      tmp_path):
-    calls = []
-    monkeypatch.setattr("bookie.appliance.layout.format_bookie",
-                        lambda conf, force, interactive: calls.append(
-                            (conf.journalDirectory, force, interactive)) or 0)
+def test_bookieformat_wipes_the_configured_directories(capsys, tmp_path):
+    from bookie.workers.config import BookieConfig
+    from bookie.workers.layout import check_or_stamp
+
     (tmp_path / "j").mkdir()
     (tmp_path / "l").mkdir()
     conf = tmp_path / "bk.conf"
     conf.write_text(f"journalDirectory={tmp_path}/j\nledgerDirectories={tmp_path}/l\n")
+    check_or_stamp(BookieConfig.load(str(conf), {}))
+    assert run(capsys, "bookieformat", "--conf", str(conf), "--non-interactive")[0] == 1
+    assert (tmp_path / "j" / "current").exists()
     assert run(capsys, "bookieformat", "--conf", str(conf), "--non-interactive", "--force")[0] == 0
-    assert calls == [(f"{tmp_path}/j", True, False)]
+    assert not (tmp_path / "j" / "current").exists() and not (tmp_path / "l" / "current").exists()

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from bookie.appliance import config
-from bookie.appliance.config import BookieConfig, ConfigError
-from bookie.appliance.layout import LayoutError, check_or_stamp, format_bookie
+from bookie.workers import config
+from bookie.workers.config import BookieConfig, ConfigError
+from bookie.workers.layout import LayoutError, check_or_stamp, format_bookie
 
 
 def _conf(tmp_path, **over):
@@ -47,7 +47,7 @@ def test_unknown_keys_are_warnings_and_properties_parse(tmp_path):
 
 
 def test_docs_list_every_key_with_its_default():
-    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "configuration.md")) as f:
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "configuration.md")) as f:
         doc = f.read()
     assert config.keys_markdown() in doc
 
@@ -75,7 +75,7 @@ def test_a_lost_cookie_or_data_without_one_is_refused(tmp_path):
     os.unlink(tmp_path / "l1" / "current" / "cookie")
     with pytest.raises(LayoutError, match="l1: has no cookie"):
         check_or_stamp(conf)
-    format_bookie(conf, force=True, interactive=False)
+    format_bookie(conf, force=True)
     (tmp_path / "j" / "current").mkdir()
     (tmp_path / "j" / "current" / "0000000000000001.txn").write_bytes(b"x")
     with pytest.raises(LayoutError, match="holds bookie data but no cookie"):
@@ -85,9 +85,10 @@ def test_a_lost_cookie_or_data_without_one_is_refused(tmp_path):
 def test_bookieformat_needs_force_to_wipe(tmp_path):
     conf = _conf(tmp_path)
     check_or_stamp(conf)
-    assert format_bookie(conf, force=False, interactive=False) == 1
+    with pytest.raises(LayoutError, match="pass --force to wipe"):
+        format_bookie(conf, force=False)
     assert (tmp_path / "j" / "current").exists()
-    assert format_bookie(conf, force=True, interactive=False) == 0
+    assert str(tmp_path / "j") in format_bookie(conf, force=True)
     assert not (tmp_path / "j" / "current").exists()
 
 
@@ -116,5 +117,5 @@ def test_a_bookie_whose_disks_changed_refuses_to_start(tmp_path):
         with pytest.raises(Exception, match="metadata store holds another cookie"):
             ens.start(0)
         # bookieformat removes the stored cookie too: then the bookie starts afresh.
-        assert format_bookie(conf, force=True, interactive=False) == 0
+        assert format_bookie(conf, force=True)
         ens.start(0)

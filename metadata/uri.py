@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from bookie.appliance.metadata.errors import InvalidUriError
+from bookie.metadata.errors import InvalidUriError
 
 DEFAULT_ZK_ROOT = "/ledgers"
 _ZK_SCHEMES = {"zk": None, "zk+flat": "flat", "zk+hierarchical": "hierarchical"}

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from bookie.appliance.metadata import (
+from bookie.metadata import (
     BadVersionError, CookieNotFoundError, CorruptMetadataError, LedgerMetadata, LedgerState,
     MetadataError, NodeExistsError, NoSuchLedgerError, NoSuchNodeError, open_metadata)
-from bookie.appliance.metadata.errors import NotEmptyError
+from bookie.metadata.errors import NotEmptyError
 
 ENSEMBLE = ["10.0.0.1:3181", "10.0.0.2:3181", "10.0.0.3:3181"]
 

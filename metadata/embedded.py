@@ -48,11 +48,11 @@ from typing import Any, Callable, Iterator
 
 import lmdb
 
-from bookie.appliance.metadata.errors import (
+from bookie.metadata.errors import (
     BadVersionError, CorruptMetadataError, MetadataError, NodeExistsError, NoSuchLedgerError,
     NoSuchNodeError, NotEmptyError)
-from bookie.appliance.metadata.ledger import LedgerMetadata
-from bookie.appliance.metadata.store import (
+from bookie.metadata.ledger import LedgerMetadata
+from bookie.metadata.store import (
     LAYOUT, Cancel, MetadataStore, Watch, check_path)
 
 log = logging.getLogger(__name__)

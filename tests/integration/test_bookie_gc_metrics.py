@@ -7,8 +7,8 @@ import urllib.request
 
 import pytest
 
-from bookie.appliance.metadata import LedgerMetadata, open_metadata
-from bookie.appliance.supervisor import free_port_pair
+from bookie.metadata import LedgerMetadata, open_metadata
+from bookie.workers.common import free_port_pair
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Status

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import uuid
 
 import orjson
@@ -140,33 +139,30 @@ def check_or_stamp(conf) -> dict:
     return want
 
 
-def format_bookie(conf, force: bool = False, interactive: bool = True) -> int:
-    """Wipe the bookie's data (``bookie shell bookieformat``).
+def dirs_holding_data(conf) -> list[str]:
+    """The bookie's directories (journal, ledger, index) that hold bookie data now."""
+    return [d for d in all_dirs(conf) if os.path.exists(current_dir(d))]
 
-    Without ``force`` a bookie that holds data is left alone; interactively the user confirms.
-    Returns an exit status.
+
+def format_bookie(conf, force: bool = False) -> list[str]:
+    """Wipe the bookie's data (``bookie shell bookieformat``) and its cookie in the store.
+
+    Returns:
+        the directories wiped.
+    Raises:
+        LayoutError: a directory holds data and ``force`` is not set (nothing changed).
     """
-    dirs = all_dirs(conf)
-    holding = [d for d in dirs if os.path.exists(current_dir(d))]
+    holding = dirs_holding_data(conf)
     if holding and not force:
-        if not interactive:
-            print(f"bookieformat: {', '.join(holding)} hold bookie data; pass --force to wipe",
-                  file=sys.stderr)
-            return 1
-        answer = input(f"Wipe bookie data in {', '.join(holding)}? [y/N] ").strip().lower()
-        if answer not in ("y", "yes"):
-            print("bookieformat: nothing changed", file=sys.stderr)
-            return 1
+        raise LayoutError(f"{', '.join(holding)} hold bookie data; pass --force to wipe")
     for d in holding:
         shutil.rmtree(current_dir(d))
     if getattr(conf, "metadataServiceUri", ""):
-        from bookie.appliance.metadata import CookieNotFoundError, open_metadata
+        from bookie.metadata import CookieNotFoundError, open_metadata
 
         with open_metadata(conf.metadataServiceUri, timeout_s=conf.zkTimeout / 1000.0) as store:
             try:
                 store.remove_cookie(conf.bookie_id)
             except CookieNotFoundError:
                 pass
-    print(f"bookieformat: wiped {len(holding)} directories" if holding else
-          "bookieformat: nothing to wipe")
-    return 0
+    return holding

@@ -1,0 +1,271 @@
+"""Local ensembles: N real bookies on 127.0.0.1, for development and for test suites.
+
+``LocalBookies`` starts each bookie as its own ``bookie run`` process (supervisor + workers) in
+its own process group, with data under one base directory and an embedded LMDB metadata store
+by default.  ``bookie localbookie N`` (bookie.appliance.localbookie) is the command-line face of it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from bookie.workers.common import free_port_pair, set_pdeathsig
+
+
+class LocalBookieError(RuntimeError):
+    pass
+
+
+class LocalBookies:
+    """N bookies on 127.0.0.1.  A context manager; every wait has a timeout.
+
+    Attributes:
+        metadata_uri: the metadata store the bookies register in.
+        bookies: bookie ids ("127.0.0.1:port"), index i is bookie i.
+        base_dir: where data and logs live.
+    """
+
+    def __init__(self, n: int, metadata_uri: str | None = None, base_dir: str | None = None,
+                 base_port: int | None = None, conf: dict | None = None, start_timeout_s: float = 60.0):
+        if n < 1:
+            raise ValueError("need at least one bookie")
+        self.n = n
+        self._own_dir = base_dir is None
+        self.base_dir = os.path.abspath(base_dir or tempfile.mkdtemp(prefix="localbookie-"))
+        os.makedirs(self.base_dir, exist_ok=True)
+        self.metadata_uri = metadata_uri or f"lmdb://{os.path.join(self.base_dir, 'metadata')}"
+        self.conf = dict(conf or {})
+        self.start_timeout_s = start_timeout_s
+        self.ports = []
+        for i in range(n):
+            self.ports.append(base_port + 2 * i if base_port else free_port_pair("127.0.0.1"))
+        self.bookies = [f"127.0.0.1:{p}" for p in self.ports]
+        self.procs: list[subprocess.Popen | None] = [None] * n
+        self._log_offsets: dict[int, int] = {}
+        self._logs = [None] * n
+
+    # -- paths -------------------------------------------------------------------------------------
+    def bookie_dir(self, i: int) -> str:
+        return os.path.join(self.base_dir, f"bookie-{i}")
+
+    def log_path(self, i: int) -> str:
+        return os.path.join(self.base_dir, f"bookie-{i}.log")
+
+    def overrides(self, i: int) -> dict:
+        d = self.bookie_dir(i)
+        o = {
+            "bookiePort": str(self.ports[i]),
+            "journalDirectory": os.path.join(d, "journal"),
+            "ledgerDirectories": os.path.join(d, "ledgers"),
+            "metadataServiceUri": self.metadata_uri,
+            "journalRingSizeMB": "32",
+            "indexMapSizeMB": "256",
+            "journalPreAllocSizeMB": "4",
+            "gcWaitTime": "1000",
+            "registrationLeaseMs": "2000",
+        }
+        o.update({k: str(v) for k, v in self.conf.items()})
+        return o
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def __enter__(self) -> "LocalBookies":
+        try:
+            self.start_all()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start_all(self) -> None:
+        self._init_metadata()
+        for i in range(self.n):
+            self.start(i, wait=False)
+        for i in range(self.n):
+            self.wait_serving(i)
+
+    def _init_metadata(self) -> None:
+        if self.metadata_uri.startswith("lmdb://"):
+            os.makedirs(self.metadata_uri[len("lmdb://"):], exist_ok=True)
+
+    def start(self, i: int, wait: bool = True) -> None:
+        if self.procs[i] is not None and self.procs[i].poll() is None:
+            raise LocalBookieError(f"bookie {i} is already running")
+        o = self.overrides(i)
+        for d in [o["journalDirectory"], *o["ledgerDirectories"].split(","),
+                  *o.get("indexDirectories", "").split(",")]:
+            if d:
+                os.makedirs(d, exist_ok=True)
+        cmd = [sys.executable, "-m", "bookie", "run"]
+        for k, v in o.items():
+            cmd += ["--set", f"{k}={v}"]
+        log = open(self.log_path(i), "ab")
+        self._log_offsets[i] = log.tell()  # wait_serving reads this start's lines only
+        # Own session: kill(i) can SIGKILL the whole bookie at once.  PDEATHSIG: the bookies
+        # stop with the process (thread) that started them, even if it dies without cleaning up.
+        self.procs[i] = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                         start_new_session=True, preexec_fn=set_pdeathsig)
+        log.close()
+        if wait:
+            self.wait_serving(i)
+
+    def wait_serving(self, i: int) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        start_at = self._log_offsets.get(i, 0)
+        while time.monotonic() < deadline:
+            p = self.procs[i]
+            if p.poll() is not None:
+                raise LocalBookieError(f"bookie {i} exited with status {p.returncode}:\n{self.log(i)[-3000:]}")
+            with open(self.log_path(i), "rb") as f:
+                f.seek(start_at)
+                if b"supervisor: bookie serving" in f.read():
+                    return
+            time.sleep(0.05)
+        raise LocalBookieError(f"bookie {i} not serving after {self.start_timeout_s} s:\n{self.log(i)[-3000:]}")
+
+    def stop(self, i: int, timeout_s: float = 30.0) -> int:
+        """SIGTERM bookie i and wait; returns its exit status."""
+        p = self.procs[i]
+        if p is None or p.poll() is not None:
+            return p.returncode if p else 0
+        p.send_signal(signal.SIGTERM)
+        try:
+            return p.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill(i)
+            raise LocalBookieError(f"bookie {i} did not stop within {timeout_s} s") from None
+
+    def kill(self, i: int) -> None:
+        """SIGKILL bookie i: the supervisor and all its workers at once."""
+        p = self.procs[i]
+        if p is None:
+            return
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait(10)
+        # Workers left orphaned by the kill (none, with the process group) would hold ports.
+        self._wait_ports_free(i)
+
+    def _wait_ports_free(self, i: int, timeout_s: float = 10.0) -> None:
+        import socket
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                for port in (self.ports[i], self.ports[i] + 1):
+                    with socket.socket() as s:
+                        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                        s.bind(("127.0.0.1", port))
+                return
+            except OSError:
+                time.sleep(0.05)
+
+    def worker_pid(self, i: int, role: str) -> int:
+        """pid of bookie i's worker of ``role`` (journal, add, read, gc)."""
+        sup = self.procs[i].pid
+        want = f"bookie[{self.ports[i]}] {role}"
+        for child in _children(sup):
+            try:
+                with open(f"/proc/{child}/cmdline", "rb") as f:
+                    title = f.read().replace(b"\0", b" ").strip().decode(errors="replace")
+            except OSError:
+                continue
+            if title.startswith(want):
+                return child
+        raise LocalBookieError(f"no {role} worker found for bookie {i}")
+
+    def kill_worker(self, i: int, role: str, sig: int = signal.SIGKILL) -> int:
+        pid = self.worker_pid(i, role)
+        os.kill(pid, sig)
+        return pid
+
+    def wait_worker_restarted(self, i: int, role: str, old_pid: int, timeout_s: float = 60.0) -> int:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                pid = self.worker_pid(i, role)
+                if pid != old_pid and f"worker started role={role} pid={pid}" in self.log(i):
+                    return pid
+            except LocalBookieError:
+                pass
+            if self.procs[i].poll() is not None:
+                raise LocalBookieError(f"bookie {i} stopped instead of restarting {role}:\n{self.log(i)[-3000:]}")
+            time.sleep(0.05)
+        raise LocalBookieError(f"{role} worker of bookie {i} not restarted within {timeout_s} s")
+
+    def set_readonly(self, i: int, flag: bool = True) -> None:
+        self.procs[i].send_signal(signal.SIGUSR1 if flag else signal.SIGUSR2)
+
+    def running(self, i: int) -> bool:
+        p = self.procs[i]
+        return p is not None and p.poll() is None
+
+    def log(self, i: int) -> str:
+        try:
+            with open(self.log_path(i), "rb") as f:
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        for i in range(self.n):
+            if self.running(i):
+                self.procs[i].send_signal(signal.SIGTERM)
+        for i in range(self.n):
+            p = self.procs[i]
+            if p is None:
+                continue
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait(10)
+        if self._own_dir:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def smoke(ens: LocalBookies) -> str:
+    """Write and read back a ledger through the client; returns a one-line report."""
+    from bookie.client import BookKeeper
+
+    t0 = time.monotonic()
+    n = 100
+    ensemble = min(3, ens.n)
+    with BookKeeper(ens.metadata_uri) as bk:
+        lh = bk.create_ledger(ensemble_size=ensemble, write_quorum=min(2, ensemble),
+                              ack_quorum=min(2, ensemble), digest="crc32c", password=b"smoke")
+        futures = [lh.add_entry_async(b"smoke-%d" % i) for i in range(n)]
+        for f in futures:
+            f.result(timeout=30)
+        lh.close()
+        rh = bk.open_ledger(lh.ledger_id, digest="crc32c", password=b"smoke")
+        got = [e.data for e in rh.read_entries(0, rh.last_add_confirmed)]
+        rh.close()
+    if got != [b"smoke-%d" % i for i in range(n)]:
+        raise LocalBookieError(f"smoke check failed: read back {len(got)} entries that differ")
+    return (f"smoke: wrote and read back {n} entries of ledger {lh.ledger_id} "
+            f"(E={ensemble}) in {time.monotonic() - t0:.2f} s: ok")
