@@ -70,7 +70,7 @@ class Worker:
 class Supervisor:
     def __init__(self, conf: BookieConfig):
         self.conf = conf
-        self.name = f"bookie[{conf.bookiePort}] supervisor"
+        self.name = f"bookie[{conf.bookie_port}] supervisor"
         self.workers = {role: Worker(role) for role in ROLES_IN_START_ORDER}
         self.stopping = False
         self.stop_reason = ""
@@ -91,28 +91,28 @@ class Supervisor:
     def start(self) -> None:
         conf = self.conf
         cookie = check_or_stamp(conf)
-        if conf.metadataServiceUri:
+        if conf.metadata_uri:
             self._check_cookie_in_store(cookie)
         self._clean_stale_rings()
-        self.run_dir = tempfile.mkdtemp(prefix=f"bk{conf.bookiePort}-")
+        self.run_dir = tempfile.mkdtemp(prefix=f"bk{conf.bookie_port}-")
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else self.run_dir
-        ring_path = os.path.join(shm, f"bookie-{conf.bookiePort}-{os.getpid()}.ring")
-        self.ring = Ring.create(ring_path, conf.journalRingSizeMB * 1024 * 1024)
+        ring_path = os.path.join(shm, f"bookie-{conf.bookie_port}-{os.getpid()}.ring")
+        self.ring = Ring.create(ring_path, conf.ring_size_bytes)
         with open(os.path.join(self.run_dir, "ring.path"), "w") as f:
             f.write(ring_path)
         with open(os.path.join(self.run_dir, "bookie.conf"), "w") as f:
             f.write(conf.to_properties())
         for role in ROLES_IN_START_ORDER:
             self._start_worker(role)
-        if conf.metadataServiceUri:
+        if conf.metadata_uri:
             self._register()
-        if conf.prometheusStatsHttpPort:
+        if conf.metrics_port:
             self._start_metrics()
-        self.log("bookie serving", bookie_id=conf.bookie_id, add_port=conf.bookiePort,
-                 read_port=conf.bookiePort + 1, metadata=conf.metadataServiceUri or "none")
+        self.log("bookie serving", bookie_id=conf.bookie_id, add_port=conf.bookie_port,
+                 read_port=conf.bookie_port + 1, metadata=conf.metadata_uri or "none")
 
     def _clean_stale_rings(self) -> None:
-        for path in glob.glob(f"/dev/shm/bookie-{self.conf.bookiePort}-*.ring"):
+        for path in glob.glob(f"/dev/shm/bookie-{self.conf.bookie_port}-*.ring"):
             try:
                 pid = int(path.rsplit("-", 1)[1].split(".")[0])
             except ValueError:
@@ -155,9 +155,9 @@ class Supervisor:
         from bookie.metadata import open_metadata
 
         if self.store is None:
-            self.store = open_metadata(self.conf.metadataServiceUri,
-                                       timeout_s=self.conf.zkTimeout / 1000.0,
-                                       lease_ms=self.conf.registrationLeaseMs)
+            self.store = open_metadata(self.conf.metadata_uri,
+                                       timeout_s=self.conf.metadata_timeout_s,
+                                       lease_ms=round(self.conf.registration_lease_s * 1000))
         return self.store
 
     def _check_cookie_in_store(self, cookie: dict) -> None:
@@ -173,7 +173,7 @@ class Supervisor:
                 store.write_cookie(self.conf.bookie_id, orjson.dumps(cookie))
                 return
         except MetadataError as e:
-            raise LayoutError(f"metadata store {self.conf.metadataServiceUri}: {e}") from None
+            raise LayoutError(f"metadata store {self.conf.metadata_uri}: {e}") from None
         try:
             stored = orjson.loads(raw)
         except ValueError:
@@ -187,11 +187,11 @@ class Supervisor:
 
     def _register(self) -> None:
         self._open_store()
-        info = {"add_port": self.conf.bookiePort, "read_port": self.conf.bookiePort + 1,
+        info = {"add_port": self.conf.bookie_port, "read_port": self.conf.bookie_port + 1,
                 "host": self.conf.bookie_host, "pid": os.getpid()}
         self.registration = self.store.register_bookie(self.conf.bookie_id, readonly=self.readonly,
                                                        info=info)
-        self.log("registered", metadata=self.conf.metadataServiceUri)
+        self.log("registered", metadata=self.conf.metadata_uri)
 
     # -- watch -----------------------------------------------------------------------------------
     def watch(self) -> int:
@@ -207,7 +207,7 @@ class Supervisor:
                     break
             now = time.monotonic()
             if now >= next_disk_check and not self.stopping:
-                next_disk_check = now + self.conf.diskCheckInterval / 1000.0
+                next_disk_check = now + self.conf.disk_check_interval_s
                 self._check_disks()
         self.shutdown()
         return self.exit_code
@@ -222,7 +222,7 @@ class Supervisor:
         w.restarts.append(now)
         while w.restarts and now - w.restarts[0] > 60:
             w.restarts.popleft()
-        if len(w.restarts) > self.conf.workerRestartLimit:
+        if len(w.restarts) > self.conf.worker_restart_limit:
             self.request_stop(f"{w.role} worker died with {how} {len(w.restarts)} times in a "
                               f"minute; stopping the bookie", 1)
             return
@@ -233,7 +233,7 @@ class Supervisor:
             self.request_stop(f"restart failed: {e}", 1)
 
     def _check_disks(self) -> None:
-        dirs = [self.conf.journalDirectory, *self.conf.ledgerDirectories]
+        dirs = [self.conf.journal_dir, *self.conf.ledger_dirs]
         full = []
         for d in dirs:
             try:
@@ -241,10 +241,10 @@ class Supervisor:
             except OSError:
                 full.append(d)
                 continue
-            if u.total and (u.total - u.free) / u.total >= self.conf.diskUsageThreshold:
+            if u.total and (u.total - u.free) / u.total >= self.conf.disk_usage_threshold:
                 full.append(d)
         disks_full = bool(full)
-        if disks_full and not self.conf.readOnlyModeEnabled:
+        if disks_full and not self.conf.read_only_mode_enabled:
             self.request_stop(f"disks full ({', '.join(full)}) and readOnlyModeEnabled=false", 1)
             return
         if disks_full != self.disks_full:
@@ -347,8 +347,8 @@ class Supervisor:
             def log_message(self, *args):
                 pass
 
-        self.http = http.server.ThreadingHTTPServer((self.conf.listeningInterface,
-                                                     self.conf.prometheusStatsHttpPort), Handler)
+        self.http = http.server.ThreadingHTTPServer((self.conf.listening_interface,
+                                                     self.conf.metrics_port), Handler)
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
 
 
@@ -362,12 +362,12 @@ class WorkerStartError(RuntimeError):
 
 def run_bookie(conf: BookieConfig) -> int:
     """Run one bookie in the foreground until SIGTERM / SIGINT.  Returns the exit status."""
-    if conf.bookiePort == 0:
+    if conf.bookie_port == 0:
         values = conf.as_dict()
-        values["bookiePort"] = free_port_pair(conf.listeningInterface)
+        values["bookiePort"] = free_port_pair(conf.listening_interface)
         conf = BookieConfig(values, conf.warnings)
     for w in conf.warnings:
-        log(f"bookie[{conf.bookiePort}] supervisor", "warning", message=w)
+        log(f"bookie[{conf.bookie_port}] supervisor", "warning", message=w)
     sup = Supervisor(conf)
 
     def on_signal(signo, _frame):

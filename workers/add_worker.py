@@ -249,9 +249,9 @@ class Pending:
 
 def run(ctx) -> int:
     conf = ctx.conf
-    jdir = current_dir(conf.journalDirectory)
-    ledger_dirs = [current_dir(d) for d in conf.ledgerDirectories]
-    index_dir = current_dir(conf.index_directories[0])
+    jdir = current_dir(conf.journal_dir)
+    ledger_dirs = [current_dir(d) for d in conf.ledger_dirs]
+    index_dir = current_dir(conf.index_dirs[0])
     ring = Ring.attach(ctx.ring_path)
     ring.set(ADD_EPOCH, ring.get(ADD_EPOCH) + 1)
 
@@ -263,9 +263,9 @@ def run(ctx) -> int:
             return 1
         time.sleep(0.01)
 
-    env = open_index(index_dir, conf.indexMapSizeMB * 1024 * 1024)
+    env = open_index(index_dir, conf.index_map_size_bytes)
     index = Index(env)
-    logs = EntryLogs(ledger_dirs, conf.logSizeLimit, conf.entryLogFilePreallocationEnabled)
+    logs = EntryLogs(ledger_dirs, conf.log_size_limit_bytes, conf.entry_log_preallocation)
     storage = LedgerStorage(ctx, index, logs)
     replay(ctx, ring, storage, jdir, ledger_dirs)
 
@@ -274,7 +274,7 @@ def run(ctx) -> int:
     clients.setsockopt(zmq.ROUTER_MANDATORY, 0)
     clients.setsockopt(zmq.RCVHWM, 10_000)
     clients.setsockopt(zmq.SNDHWM, 100_000)
-    clients.bind(f"tcp://{conf.listeningInterface}:{conf.bookiePort}")
+    clients.bind(f"tcp://{conf.listening_interface}:{conf.bookie_port}")
     control = make_socket(zctx, zmq.ROUTER)
     control.bind(ctx.endpoint("add.ctl"))
     durable_in = make_socket(zctx, zmq.PULL)
@@ -286,7 +286,7 @@ def run(ctx) -> int:
     lac_pub.bind(ctx.endpoint("add.lac"))
 
     server = AddServer(ctx, ring, storage, clients, control, wake, lac_pub, ledger_dirs)
-    ctx.log("add worker ready", port=conf.bookiePort, position=ring.get(WRITE))
+    ctx.log("add worker ready", port=conf.bookie_port, position=ring.get(WRITE))
     ctx.ready()
     try:
         server.serve(durable_in)
@@ -311,8 +311,8 @@ class AddServer(ClientServer):
         self.lac_pub = lac_pub
         self.ledger_dirs = ledger_dirs
         self.pending: collections.deque[Pending] = collections.deque()
-        self.max_entry = self.conf.nettyMaxFrameSizeBytes
-        self.max_pending = self.conf.maxPendingAddRequestsPerThread
+        self.max_entry = self.conf.max_entry_size_bytes
+        self.max_pending = self.conf.max_pending_adds
         self.last_mark = ring.get(WRITE)
         self.last_checkpoint = time.monotonic()
         self.last_stats = 0.0
@@ -325,7 +325,7 @@ class AddServer(ClientServer):
         poller.register(durable_in, zmq.POLLIN)
         poller.register(self.clients, zmq.POLLIN)
         poller.register(self.control, zmq.POLLIN)
-        flush_s = self.conf.flushInterval / 1000.0
+        flush_s = self.conf.flush_interval_s
         while not self.ctx.stopping:
             timeout = 5 if self.pending else 50
             events = dict(poller.poll(timeout))

@@ -38,7 +38,7 @@ class WorkerContext:
         self.run_dir = run_dir
         self.ready_fd = ready_fd
         self.stopping = False
-        self.name = f"bookie[{conf.bookiePort}] {role}"
+        self.name = f"bookie[{conf.bookie_port}] {role}"
 
     # -- identity and logs -----------------------------------------------------------------------
     def start(self) -> None:

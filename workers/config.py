@@ -8,6 +8,12 @@ from that table, so they cannot drift from the code.
 
 Errors: a wrong type, an impossible value or a missing directory raise ``ConfigError`` whose
 message is one line naming the key.  An unknown key is returned as a warning, not an error.
+
+Inside the code a key is read through its typed accessor, named in the table (``attr``) with
+the unit in the name: the table's ``unit`` says what the operator writes, and the accessor
+converts once, here, to seconds (``*_s``) or bytes (``*_bytes``): ``conf.flush_interval_s``,
+``conf.ring_size_bytes``.  ``conf.value(name)`` gives a key's value as written, by its
+BookKeeper name, for code that lists keys (``to_properties``, the admin API).
 """
 
 from __future__ import annotations
@@ -21,6 +27,11 @@ class ConfigError(ValueError):
     """A configuration value that cannot be used; the message names the key."""
 
 
+# What an operator writes -> the factor to the accessor's unit (seconds or bytes).
+UNIT_SCALE = {"": None, "ms": 0.001, "s": 1.0, "bytes": 1, "KB": 1 << 10, "MB": 1 << 20}
+ACCESSOR_SUFFIX = {"ms": "_s", "s": "_s", "bytes": "_bytes", "KB": "_bytes", "MB": "_bytes"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Key:
     name: str
@@ -28,6 +39,20 @@ class Key:
     default: Any
     meaning: str
     check: Callable[[Any], str | None] | None = None  # returns a complaint or None
+    unit: str = ""  # what the operator writes: "", "ms", "s", "bytes", "KB", "MB"
+    attr: str = ""  # the typed accessor on BookieConfig, unit in its name
+
+    def __post_init__(self):
+        if self.unit not in UNIT_SCALE:
+            raise ValueError(f"{self.name}: unknown unit {self.unit!r}")
+        if self.unit and not self.attr.endswith(ACCESSOR_SUFFIX[self.unit]):
+            raise ValueError(f"{self.name}: accessor {self.attr!r} must end in "
+                             f"{ACCESSOR_SUFFIX[self.unit]} (unit {self.unit})")
+
+    def accessor_value(self, value: Any) -> Any:
+        """``value`` as written (this key's unit) in the accessor's unit."""
+        scale = UNIT_SCALE[self.unit]
+        return value if scale is None else value * scale
 
 
 def _range(lo=None, hi=None):
@@ -55,46 +80,46 @@ def _uri(v):
 
 KEYS: tuple[Key, ...] = (
     # -- network -------------------------------------------------------------------------------
-    Key("bookiePort", "int", 3181, "Port of the add socket; the read socket listens on bookiePort+1.", _port),
-    Key("listeningInterface", "str", "127.0.0.1", "Address both sockets bind to."),
-    Key("advertisedAddress", "str", "", "Host the bookie registers under (default: listeningInterface)."),
-    Key("nettyMaxFrameSizeBytes", "int", 5 * 1024 * 1024, "Largest entry accepted, in bytes; larger adds get BAD_REQUEST.", _range(64, 1 << 30)),
-    Key("maxPendingAddRequestsPerThread", "int", 100_000, "Adds waiting for the journal before new ones get TOO_MANY_REQUESTS.", _range(1)),
+    Key("bookiePort", "int", 3181, "Port of the add socket; the read socket listens on bookiePort+1.", _port, attr="bookie_port"),
+    Key("listeningInterface", "str", "127.0.0.1", "Address both sockets bind to.", attr="listening_interface"),
+    Key("advertisedAddress", "str", "", "Host the bookie registers under (default: listeningInterface).", attr="advertised_address"),
+    Key("nettyMaxFrameSizeBytes", "int", 5 * 1024 * 1024, "Largest entry accepted, in bytes; larger adds get BAD_REQUEST.", _range(64, 1 << 30), unit="bytes", attr="max_entry_size_bytes"),
+    Key("maxPendingAddRequestsPerThread", "int", 100_000, "Adds waiting for the journal before new ones get TOO_MANY_REQUESTS.", _range(1), attr="max_pending_adds"),
     # -- journal -------------------------------------------------------------------------------
-    Key("journalDirectory", "dir", "/tmp/bk-txn", "Directory of the write-ahead journal, ideally on its own disk."),
-    Key("journalMaxSizeMB", "int", 2048, "A journal file is rolled when it reaches this size (MB).", _range(1)),
-    Key("journalMaxBackups", "int", 5, "Old journal files (all older than the last checkpoint) kept after rolling.", _range(0)),
-    Key("journalPreAllocSizeMB", "int", 16, "Journal files grow by preallocating this much at a time (MB).", _range(1, 1024)),
-    Key("journalWriteBufferSizeKB", "int", 64, "Accepted for BookKeeper compatibility; no effect: groups are written straight from shared memory in one writev (KB).", _range(1)),
-    Key("journalAdaptiveGroupWrites", "bool", True, "Group journal force-writes (group commit): one fdatasync for many adds."),
-    Key("journalMaxGroupWaitMSec", "int", 2, "Longest an add waits to share an fdatasync with others (ms).", _range(0, 10_000)),
-    Key("journalBufferedWritesThreshold", "int", 512 * 1024, "A group is forced to disk once it holds this many bytes.", _range(1)),
-    Key("journalFlushWhenQueueEmpty", "bool", True, "Force-write as soon as no more adds are queued, without waiting for the group wait."),
-    Key("journalRingSizeMB", "int", 64, "Size of the shared-memory ring between the add and journal workers (MB).", _range(1, 4096)),
+    Key("journalDirectory", "dir", "/tmp/bk-txn", "Directory of the write-ahead journal, ideally on its own disk.", attr="journal_dir"),
+    Key("journalMaxSizeMB", "int", 2048, "A journal file is rolled when it reaches this size (MB).", _range(1), unit="MB", attr="journal_max_size_bytes"),
+    Key("journalMaxBackups", "int", 5, "Old journal files (all older than the last checkpoint) kept after rolling.", _range(0), attr="journal_max_backups"),
+    Key("journalPreAllocSizeMB", "int", 16, "Journal files grow by preallocating this much at a time (MB).", _range(1, 1024), unit="MB", attr="journal_prealloc_size_bytes"),
+    Key("journalWriteBufferSizeKB", "int", 64, "Accepted for BookKeeper compatibility; no effect: groups are written straight from shared memory in one writev (KB).", _range(1), unit="KB", attr="journal_write_buffer_size_bytes"),
+    Key("journalAdaptiveGroupWrites", "bool", True, "Group journal force-writes (group commit): one fdatasync for many adds.", attr="journal_adaptive_group_writes"),
+    Key("journalMaxGroupWaitMSec", "int", 2, "Longest an add waits to share an fdatasync with others (ms).", _range(0, 10_000), unit="ms", attr="journal_max_group_wait_s"),
+    Key("journalBufferedWritesThreshold", "int", 512 * 1024, "A group is forced to disk once it holds this many bytes.", _range(1), unit="bytes", attr="journal_buffered_writes_threshold_bytes"),
+    Key("journalFlushWhenQueueEmpty", "bool", True, "Force-write as soon as no more adds are queued, without waiting for the group wait.", attr="journal_flush_when_queue_empty"),
+    Key("journalRingSizeMB", "int", 64, "Size of the shared-memory ring between the add and journal workers (MB).", _range(1, 4096), unit="MB", attr="ring_size_bytes"),
     # -- ledger storage ------------------------------------------------------------------------
-    Key("ledgerDirectories", "dirs", "/tmp/bk-data", "Comma-separated directories for entry logs."),
-    Key("indexDirectories", "dirs", "", "Directories for the LMDB entry index (default: ledgerDirectories)."),
-    Key("logSizeLimit", "int", 1024 * 1024 * 1024, "An entry log is rolled when it reaches this size (bytes).", _range(4096, (1 << 32) - 1)),
-    Key("entryLogFilePreallocationEnabled", "bool", True, "Preallocate the next entry log file's space when one is created."),
-    Key("flushInterval", "int", 100, "Interval between checkpoints: flush entry logs, sync the index, persist LastLogMark (ms).", _range(1)),
-    Key("indexMapSizeMB", "int", 256 * 1024, "Largest size the LMDB index may grow to (MB); the file is sparse, so a large value costs only address space (about 60 bytes per entry).", _range(16)),
+    Key("ledgerDirectories", "dirs", "/tmp/bk-data", "Comma-separated directories for entry logs.", attr="ledger_dirs"),
+    Key("indexDirectories", "dirs", "", "Directories for the LMDB entry index (default: ledgerDirectories).", attr="configured_index_dirs"),
+    Key("logSizeLimit", "int", 1024 * 1024 * 1024, "An entry log is rolled when it reaches this size (bytes).", _range(4096, (1 << 32) - 1), unit="bytes", attr="log_size_limit_bytes"),
+    Key("entryLogFilePreallocationEnabled", "bool", True, "Preallocate the next entry log file's space when one is created.", attr="entry_log_preallocation"),
+    Key("flushInterval", "int", 100, "Interval between checkpoints: flush entry logs, sync the index, persist LastLogMark (ms).", _range(1), unit="ms", attr="flush_interval_s"),
+    Key("indexMapSizeMB", "int", 256 * 1024, "Largest size the LMDB index may grow to (MB); the file is sparse, so a large value costs only address space (about 60 bytes per entry).", _range(16), unit="MB", attr="index_map_size_bytes"),
     # -- workers -------------------------------------------------------------------------------
-    Key("numAddWorkerThreads", "int", 1, "Add workers per ledger directory (this release runs 1).", _range(1, 1)),
-    Key("numReadWorkerThreads", "int", 1, "Read workers (this release runs 1).", _range(1, 1)),
+    Key("numAddWorkerThreads", "int", 1, "Add workers per ledger directory (this release runs 1).", _range(1, 1), attr="num_add_workers"),
+    Key("numReadWorkerThreads", "int", 1, "Read workers (this release runs 1).", _range(1, 1), attr="num_read_workers"),
     # -- garbage collection --------------------------------------------------------------------
-    Key("gcWaitTime", "int", 60_000, "Interval between garbage collections (ms).", _range(100)),
+    Key("gcWaitTime", "int", 60_000, "Interval between garbage collections (ms).", _range(100), unit="ms", attr="gc_wait_s"),
     # -- disks and read-only mode --------------------------------------------------------------
-    Key("readOnlyModeEnabled", "bool", True, "Turn read-only (refuse adds) instead of stopping when a disk fills up."),
-    Key("diskUsageThreshold", "float", 0.95, "Fraction of a disk in use at which it counts as full.", _range(0.0, 1.0)),
-    Key("diskCheckInterval", "int", 10_000, "Interval between disk usage checks (ms).", _range(100)),
+    Key("readOnlyModeEnabled", "bool", True, "Turn read-only (refuse adds) instead of stopping when a disk fills up.", attr="read_only_mode_enabled"),
+    Key("diskUsageThreshold", "float", 0.95, "Fraction of a disk in use at which it counts as full.", _range(0.0, 1.0), attr="disk_usage_threshold"),
+    Key("diskCheckInterval", "int", 10_000, "Interval between disk usage checks (ms).", _range(100), unit="ms", attr="disk_check_interval_s"),
     # -- metadata ------------------------------------------------------------------------------
-    Key("metadataServiceUri", "str", "", "Metadata store: lmdb:///abs/path or zk://host:port/ledgers (empty: none, bookie is not registered).", _uri),
-    Key("zkTimeout", "int", 10_000, "Metadata store session / call timeout (ms).", _range(100)),
-    Key("registrationLeaseMs", "int", 5_000, "Lease of the bookie's registration in the embedded store (ms).", _range(200)),
+    Key("metadataServiceUri", "str", "", "Metadata store: lmdb:///abs/path or zk://host:port/ledgers (empty: none, bookie is not registered).", _uri, attr="metadata_uri"),
+    Key("zkTimeout", "int", 10_000, "Metadata store session / call timeout (ms).", _range(100), unit="ms", attr="metadata_timeout_s"),
+    Key("registrationLeaseMs", "int", 5_000, "Lease of the bookie's registration in the embedded store (ms).", _range(200), unit="ms", attr="registration_lease_s"),
     # -- supervision and observability ---------------------------------------------------------
-    Key("workerRestartLimit", "int", 5, "Worker restarts allowed within a minute before the bookie stops.", _range(0)),
-    Key("prometheusStatsHttpPort", "int", 0, "Port of the Prometheus /metrics endpoint (0: off).", _port),
-    Key("statsDirectory", "str", "", "Where workers write their metric files (default: journalDirectory/stats)."),
+    Key("workerRestartLimit", "int", 5, "Worker restarts allowed within a minute before the bookie stops.", _range(0), attr="worker_restart_limit"),
+    Key("prometheusStatsHttpPort", "int", 0, "Port of the Prometheus /metrics endpoint (0: off).", _port, attr="metrics_port"),
+    Key("statsDirectory", "str", "", "Where workers write their metric files (default: journalDirectory/stats).", attr="configured_stats_dir"),
 )
 
 KEY_BY_NAME = {k.name: k for k in KEYS}
@@ -149,17 +174,19 @@ def parse_properties(text: str, source: str = "<config>") -> dict[str, str]:
 
 
 class BookieConfig:
-    """A validated bookie configuration.  Attribute access by BookKeeper key name."""
+    """A validated bookie configuration.
+
+    Every key of ``KEYS`` is a typed, read-only accessor named by its ``attr`` (generated from
+    the table below the class), in seconds or bytes where the key has a unit.
+    """
 
     def __init__(self, values: dict[str, Any], warnings: list[str]):
         self._values = values
         self.warnings = warnings
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self._values[name]
-        except KeyError:
-            raise AttributeError(name) from None
+    def value(self, name: str) -> Any:
+        """A key's value as written (its own unit), by its BookKeeper name."""
+        return self._values[name]
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self._values)
@@ -167,19 +194,21 @@ class BookieConfig:
     # -- derived values ------------------------------------------------------------------------
     @property
     def bookie_host(self) -> str:
-        return self.advertisedAddress or self.listeningInterface
+        return self.advertised_address or self.listening_interface
 
     @property
     def bookie_id(self) -> str:
-        return f"{self.bookie_host}:{self.bookiePort}"
+        return f"{self.bookie_host}:{self.bookie_port}"
 
     @property
-    def index_directories(self) -> list[str]:
-        return self.indexDirectories or self.ledgerDirectories
+    def index_dirs(self) -> list[str]:
+        """Where the index lives: indexDirectories, or the ledger directories."""
+        return self.configured_index_dirs or self.ledger_dirs
 
     @property
-    def stats_directory(self) -> str:
-        return self.statsDirectory or os.path.join(self.journalDirectory, "stats")
+    def stats_dir(self) -> str:
+        """Where workers write metric files: statsDirectory, or journalDirectory/stats."""
+        return self.configured_stats_dir or os.path.join(self.journal_dir, "stats")
 
     @classmethod
     def load(cls, path: str | None = None, overrides: dict[str, str] | None = None,
@@ -216,9 +245,9 @@ class BookieConfig:
 
     def check_directories(self) -> None:
         """Every configured directory must exist and be writable (we never guess a disk)."""
-        named = [("journalDirectory", self.journalDirectory)]
-        named += [("ledgerDirectories", d) for d in self.ledgerDirectories]
-        named += [("indexDirectories", d) for d in self.indexDirectories]
+        named = [("journalDirectory", self.journal_dir)]
+        named += [("ledgerDirectories", d) for d in self.ledger_dirs]
+        named += [("indexDirectories", d) for d in self.configured_index_dirs]
         for name, d in named:
             if not os.path.isdir(d):
                 raise ConfigError(f"{name}: directory {d!r} does not exist")
@@ -237,6 +266,18 @@ class BookieConfig:
         return "\n".join(lines) + "\n"
 
 
+def _accessor(key: Key) -> property:
+    def get(self: BookieConfig) -> Any:
+        return key.accessor_value(self._values[key.name])
+    unit = f", in {ACCESSOR_SUFFIX[key.unit][1:]} ({key.name} is in {key.unit})" if key.unit else ""
+    return property(get, doc=f"{key.name}{unit}: {key.meaning}")
+
+
+for _key in KEYS:
+    setattr(BookieConfig, _key.attr, _accessor(_key))
+del _key
+
+
 def parse_overrides(items: list[str] | None) -> dict[str, str]:
     """Turn ``--set key=value`` items into a dict; a malformed item is a ConfigError."""
     out = {}
@@ -253,14 +294,15 @@ def keys_help() -> str:
     rows = []
     for key in KEYS:
         default = key.default if key.default != "" else "(empty)"
-        rows.append(f"  {key.name} ({key.type}, default {default})\n      {key.meaning}")
+        unit = f", {key.unit}" if key.unit else ""
+        rows.append(f"  {key.name} ({key.type}{unit}, default {default})\n      {key.meaning}")
     return "\n".join(rows)
 
 
 def keys_markdown() -> str:
     """The key table as Markdown, for docs/configuration.md."""
-    rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
+    rows = ["| key | type | unit | default | meaning |", "| --- | --- | --- | --- | --- |"]
     for key in KEYS:
         default = f"`{key.default}`" if key.default != "" else "(empty)"
-        rows.append(f"| `{key.name}` | {key.type} | {default} | {key.meaning} |")
+        rows.append(f"| `{key.name}` | {key.type} | {key.unit} | {default} | {key.meaning} |")
     return "\n".join(rows)

@@ -76,7 +76,7 @@ def collect(ctx, index: Index, store, ledger_dirs: list[str]) -> dict:
 
 def run(ctx) -> int:
     conf = ctx.conf
-    if not conf.metadataServiceUri:
+    if not conf.metadata_uri:
         ctx.log("gc idle: no metadata store configured")
         ctx.ready()
         while not ctx.stopping:
@@ -84,20 +84,20 @@ def run(ctx) -> int:
         return 0
     from bookie.metadata import MetadataError, open_metadata
 
-    index_dir = current_dir(conf.index_directories[0])
-    ledger_dirs = [current_dir(d) for d in conf.ledgerDirectories]
-    env = open_index(index_dir, conf.indexMapSizeMB * 1024 * 1024)
+    index_dir = current_dir(conf.index_dirs[0])
+    ledger_dirs = [current_dir(d) for d in conf.ledger_dirs]
+    env = open_index(index_dir, conf.index_map_size_bytes)
     index = Index(env)
-    store = open_metadata(conf.metadataServiceUri, timeout_s=conf.zkTimeout / 1000.0)
+    store = open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s)
     ctx.ready()
     totals = {"gc_runs_total": 0, "gc_deleted_ledgers_total": 0, "gc_deleted_logs_total": 0}
-    next_run = time.monotonic() + conf.gcWaitTime / 1000.0
+    next_run = time.monotonic() + conf.gc_wait_s
     try:
         while not ctx.stopping:
             if time.monotonic() < next_run:
                 time.sleep(0.1)
                 continue
-            next_run = time.monotonic() + conf.gcWaitTime / 1000.0
+            next_run = time.monotonic() + conf.gc_wait_s
             try:
                 result = collect(ctx, index, store, ledger_dirs)
             except MetadataError as e:

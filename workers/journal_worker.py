@@ -29,8 +29,8 @@ EXIT_SYNC_FAILED = 4  # fatal: see below
 
 def run(ctx) -> int:
     conf = ctx.conf
-    jdir = current_dir(conf.journalDirectory)
-    ledger_dirs = [current_dir(d) for d in conf.ledgerDirectories]
+    jdir = current_dir(conf.journal_dir)
+    ledger_dirs = [current_dir(d) for d in conf.ledger_dirs]
     try:
         end = journal_end(jdir)
     except CorruptJournalError as e:
@@ -48,12 +48,12 @@ def run(ctx) -> int:
                     end=end, durable=ring.get(DURABLE))
         ring.set(DURABLE, max(end, ring.get(DURABLE)))
     ring.set(JOURNAL_EPOCH, epoch + 1)
-    writer = JournalWriter(jdir, end, conf.journalMaxSizeMB * 1024 * 1024,
-                           conf.journalPreAllocSizeMB * 1024 * 1024)
-    policy = GroupCommitPolicy(conf.journalMaxGroupWaitMSec / 1000.0,
-                               conf.journalBufferedWritesThreshold,
-                               conf.journalFlushWhenQueueEmpty,
-                               conf.journalAdaptiveGroupWrites)
+    writer = JournalWriter(jdir, end, conf.journal_max_size_bytes,
+                           conf.journal_prealloc_size_bytes)
+    policy = GroupCommitPolicy(conf.journal_max_group_wait_s,
+                               conf.journal_buffered_writes_threshold_bytes,
+                               conf.journal_flush_when_queue_empty,
+                               conf.journal_adaptive_group_writes)
     zctx = zmq.Context()
     wake = make_socket(zctx, zmq.PULL)
     wake.bind(ctx.endpoint("journal.wake"))
@@ -73,7 +73,7 @@ def run(ctx) -> int:
             if now - last_housekeeping > 1.0:  # also under sustained load, between groups
                 last_housekeeping = now
                 mark = lastmark_of(ledger_dirs)
-                deleted = delete_old_journals(jdir, mark, conf.journalMaxBackups, writer.journal_id)
+                deleted = delete_old_journals(jdir, mark, conf.journal_max_backups, writer.journal_id)
                 if deleted:
                     ctx.log("deleted old journals", ids=",".join(map(str, deleted)), mark=mark)
                 ctx.write_stats({"journal_syncs_total": writer.syncs,

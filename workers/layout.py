@@ -34,7 +34,7 @@ def current_dir(directory: str) -> str:
 
 
 def all_dirs(conf) -> list[str]:
-    dirs = [conf.journalDirectory, *conf.ledgerDirectories, *conf.indexDirectories]
+    dirs = [conf.journal_dir, *conf.ledger_dirs, *conf.configured_index_dirs]
     seen, out = set(), []
     for d in dirs:
         real = os.path.realpath(d)
@@ -48,9 +48,9 @@ def expected_cookie(conf, instance_id: str) -> dict:
     return {
         "layout_version": LAYOUT_VERSION,
         "bookie_id": conf.bookie_id,
-        "journal_dir": os.path.realpath(conf.journalDirectory),
-        "ledger_dirs": [os.path.realpath(d) for d in conf.ledgerDirectories],
-        "index_dirs": [os.path.realpath(d) for d in conf.index_directories],
+        "journal_dir": os.path.realpath(conf.journal_dir),
+        "ledger_dirs": [os.path.realpath(d) for d in conf.ledger_dirs],
+        "index_dirs": [os.path.realpath(d) for d in conf.index_dirs],
         "instance_id": instance_id,
     }
 
@@ -157,10 +157,10 @@ def format_bookie(conf, force: bool = False) -> list[str]:
         raise LayoutError(f"{', '.join(holding)} hold bookie data; pass --force to wipe")
     for d in holding:
         shutil.rmtree(current_dir(d))
-    if getattr(conf, "metadataServiceUri", ""):
+    if conf.metadata_uri:
         from bookie.metadata import CookieNotFoundError, open_metadata
 
-        with open_metadata(conf.metadataServiceUri, timeout_s=conf.zkTimeout / 1000.0) as store:
+        with open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s) as store:
             try:
                 store.remove_cookie(conf.bookie_id)
             except CookieNotFoundError:

@@ -32,7 +32,7 @@ MAX_MESSAGES_PER_ITERATION = 256
 
 class ReadServer(ClientServer):
     def __init__(self, ctx, index: Index, logs: EntryLogReader, ring: Ring, clients, control, lac_sub):
-        super().__init__(ctx, clients, ring, current_dir(ctx.conf.ledgerDirectories[0]))
+        super().__init__(ctx, clients, ring, current_dir(ctx.conf.ledger_dirs[0]))
         self.index = index
         self.logs = logs
         self.control = control
@@ -248,22 +248,22 @@ class ReadServer(ClientServer):
 
 def run(ctx) -> int:
     conf = ctx.conf
-    index_dir = current_dir(conf.index_directories[0])
-    env = open_index(index_dir, conf.indexMapSizeMB * 1024 * 1024)
+    index_dir = current_dir(conf.index_dirs[0])
+    env = open_index(index_dir, conf.index_map_size_bytes)
     index = Index(env)
-    logs = EntryLogReader([current_dir(d) for d in conf.ledgerDirectories])
+    logs = EntryLogReader([current_dir(d) for d in conf.ledger_dirs])
     ring = Ring.attach(ctx.ring_path)
     zctx = zmq.Context()
     clients = make_socket(zctx, zmq.ROUTER, linger_ms=500)
     clients.setsockopt(zmq.SNDHWM, 100_000)
-    clients.bind(f"tcp://{conf.listeningInterface}:{conf.bookiePort + 1}")
+    clients.bind(f"tcp://{conf.listening_interface}:{conf.bookie_port + 1}")
     control = make_socket(zctx, zmq.DEALER)
     control.connect(ctx.endpoint("add.ctl"))
     lac_sub = make_socket(zctx, zmq.SUB)
     lac_sub.setsockopt(zmq.SUBSCRIBE, b"")
     lac_sub.connect(ctx.endpoint("add.lac"))
     server = ReadServer(ctx, index, logs, ring, clients, control, lac_sub)
-    ctx.log("read worker ready", port=conf.bookiePort + 1)
+    ctx.log("read worker ready", port=conf.bookie_port + 1)
     ctx.ready()
     try:
         server.serve()

@@ -40,7 +40,7 @@ def test_unknown_keys_are_warnings_and_properties_parse(tmp_path):
     raw = config.parse_properties(text)
     assert raw == {"bookiePort": "4000", "journalMaxBackups": "3", "noSuchKey": "1"}
     conf = _conf(tmp_path, **raw)
-    assert conf.bookiePort == 4000 and conf.journalMaxBackups == 3
+    assert conf.bookie_port == 4000 and conf.journal_max_backups == 3
     assert conf.warnings == ["unknown configuration key 'noSuchKey' ignored"]
     with pytest.raises(ConfigError, match="expected key=value"):
         config.parse_properties("justakey\n")
@@ -111,7 +111,7 @@ def test_a_bookie_whose_disks_changed_refuses_to_start(tmp_path):
         ens.stop(0)
         # Wipe the bookie's disks behind its back: the store still holds the old cookie.
         conf = BookieConfig.from_mapping(ens.overrides(0))
-        for d in (conf.journalDirectory, *conf.ledgerDirectories):
+        for d in (conf.journal_dir, *conf.ledger_dirs):
             import shutil
             shutil.rmtree(os.path.join(d, "current"))
         with pytest.raises(Exception, match="metadata store holds another cookie"):
