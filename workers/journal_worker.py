@@ -18,9 +18,9 @@ import zmq
 
 from bookie.workers.layout import current_dir
 from bookie.workers.common import make_socket
-from bookie.workers.journal import (CorruptJournalError, GroupCommitPolicy, GroupCommitter,
-                                    JournalWriter,
-                                    delete_old_journals, journal_end, lastmark_of)
+from bookie.workers.group_commit import GroupCommitPolicy, GroupCommitter
+from bookie.workers.journal import (CorruptJournalError, JournalWriter, delete_old_journals,
+                                    journal_end, lastmark_of)
 from bookie.workers.ring import BASE, DURABLE, JOURNAL_EPOCH, WRITE, Ring
 
 EXIT_CORRUPT = 3
