@@ -244,7 +244,8 @@ def scan_file(path: str):
         if found is None:
             later = _later_group(buf, mv, off, header.salt, expect)
             if later is not None:
-                what = "zeros" if not buf[off:off + GROUP_HEADER_SIZE].strip(b"\0") else "a damaged group"
+                zeros = not buf[off:off + GROUP_HEADER_SIZE].strip(b"\0")
+                what = "zeros" if zeros else "a damaged group"
                 raise CorruptJournalError(
                     f"journal {path}: {what} at offset {off} followed by a valid group at offset "
                     f"{later}: junk in the middle, not a torn tail")
