@@ -7,7 +7,7 @@ Two phases in one directory, one after the other, each for ``--time`` seconds:
 - ``journal``: the bookie's journal code as its worker runs it: a producer thread places journal
   records (ADD_BATCH records of ``--batch`` entries, bookie.workers.records) in a ring
   (bookie.workers.ring, a file in /dev/shm) and a committer thread runs the journal worker's
-  own step, bookie.workers.journal.GroupCommitter: the GroupCommitPolicy decides, then the
+  own step, bookie.workers.group_commit.GroupCommitter: the GroupCommitPolicy decides, then the
   ring's bytes [durable, write) go as one group through JournalWriter.append (one writev, one
   fdatasync) and the durable cursor is published.  A record's latency runs from when the producer offered it (its
   intended time with ``--rate``) to the end of the fdatasync that covered it.  At most
@@ -39,7 +39,8 @@ import numpy as np
 from bookie.bench.bookie_bench import MASTER_KEY, EntryBatcher
 from bookie.bench.report import NS_PER_S, Meter
 from bookie.workers import records
-from bookie.workers.journal import GroupCommitPolicy, GroupCommitter, JournalWriter
+from bookie.workers.group_commit import GroupCommitPolicy, GroupCommitter
+from bookie.workers.journal import JournalWriter
 from bookie.workers.ring import DURABLE, WRITE, Ring
 
 RING_BYTES = 64 * 1024 * 1024  # journalRingSizeMB's default

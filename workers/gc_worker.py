@@ -1,11 +1,10 @@
-"""The GC worker: scan-and-compare garbage collection.
+"""The GC worker: scan-and-compare garbage collection, every ``gcWaitTime``.
 
-Every ``gcWaitTime``: snapshot the ledgers this bookie holds (the index's ledger table), *then*
-list the ledgers in the metadata store.  A ledger held here and absent there was deleted (a
-ledger always exists in the store before its first add reaches a bookie, so taking the local
-snapshot first can never mistake a new ledger for a deleted one).  Deleted ledgers leave the
-index in short write transactions; then every entry log other than the one being written whose
-ledgers are all gone is deleted, file and map.  Compaction of partly live logs comes later.
+What to delete is decided by ``bookie.workers.gc_policy.plan`` (its module says why it is safe);
+this module only gathers the facts in the order the plan needs (the index snapshot *before* the
+metadata listing) and carries the plan out: ledgers leave the index in short write transactions,
+then dead entry logs are unlinked (their directories fsynced), then their maps are forgotten.
+Compaction of partly live logs comes later.
 
 Without a metadata store (``metadataServiceUri`` empty) nothing is ever deleted.
 """
@@ -15,63 +14,50 @@ from __future__ import annotations
 import os
 import time
 
-from bookie.workers.layout import current_dir
-from bookie.workers.storage import Index, find_log, list_logs, open_index
+import lmdb
+
+from bookie.workers import gc_policy
 from bookie.workers.journal import fsync_dir
+from bookie.workers.layout import current_dir
+from bookie.workers.storage import LOG_KEY, Index, find_log, list_logs, open_index
+
+DROP_BATCH_ENTRIES = 10_000  # entries per write transaction: keep the add worker's commits flowing
 
 
-def select_deleted(local_ledgers, live_ledgers) -> list[int]:
-    """Pure: ledgers held locally that the metadata store no longer has."""
-    live = set(live_ledgers)
-    return sorted(lid for lid in local_ledgers if lid not in live)
+def collect(index: Index, store, ledger_dirs: list[str]) -> gc_policy.GcPlan:
+    """One GC run: gather the facts, plan, carry the plan out.  Returns the plan carried out.
 
-
-def select_dead_logs(log_maps: dict[int, dict[int, int]], live_local: set[int],
-                     current_logs: set[int], on_disk: list[int]) -> list[int]:
-    """Pure: entry logs (none being written) none of whose ledgers is still held."""
-    dead = []
-    newest_current = max(current_logs, default=0)
-    for log_id in on_disk:
-        if log_id in current_logs or log_id > newest_current:
-            continue  # being written, or opened after the snapshot of current logs
-        ledgers = log_maps.get(log_id)
-        if ledgers is None:
-            continue  # no map yet: its ledgers are unknown, keep it
-        if not any(lid in live_local for lid in ledgers):
-            dead.append(log_id)
-    return dead
-
-
-def collect(ctx, index: Index, store, ledger_dirs: list[str]) -> dict:
-    with index.env.begin() as txn:
-        local = index.ledger_ids(txn)
-    live = list(store.list_ledgers())
-    deleted = select_deleted(local, live)
-    for lid in deleted:
-        while True:
-            with index.env.begin(write=True) as txn:
-                n = index.delete_ledger(txn, lid)
-            if n < 10_000:
-                break
-    with index.env.begin() as txn:
-        remaining = set(index.ledger_ids(txn))
+    Raises:
+        MetadataError: the store could not list its ledgers (nothing was deleted).
+    """
+    with index.env.begin() as txn:  # one snapshot, taken before the listing
+        held = index.ledger_ids(txn)
         maps = index.log_maps(txn)
         current = index.current_logs(txn)
-    on_disk = sorted(i for d in ledger_dirs for i in list_logs(d))
-    dead = select_dead_logs(maps, remaining, current, on_disk)
+    in_store = list(store.list_ledgers())
+    on_disk = [log_id for d in ledger_dirs for log_id in list_logs(d)]
+    plan = gc_policy.plan(held, in_store, maps, current, on_disk)
+    for ledger_id in plan.drop_ledgers:
+        while True:
+            with index.env.begin(write=True) as txn:
+                n = index.delete_ledger(txn, ledger_id, DROP_BATCH_ENTRIES)
+            if n < DROP_BATCH_ENTRIES:
+                break
     touched = set()
-    for log_id in dead:
+    for log_id in plan.delete_logs:
         try:
             path = find_log(ledger_dirs, log_id)
             os.unlink(path)
             touched.add(os.path.dirname(path))
         except FileNotFoundError:
             pass
-        with index.env.begin(write=True) as txn:
-            txn.delete(log_id.to_bytes(4, "big"), db=index.logs)
     for d in touched:
         fsync_dir(d)
-    return {"deleted_ledgers": len(deleted), "deleted_logs": len(dead)}
+    if plan.forget_maps:
+        with index.env.begin(write=True) as txn:
+            for log_id in plan.forget_maps:
+                txn.delete(LOG_KEY.pack(log_id), db=index.logs)
+    return plan
 
 
 def run(ctx) -> int:
@@ -99,15 +85,21 @@ def run(ctx) -> int:
                 continue
             next_run = time.monotonic() + conf.gc_wait_s
             try:
-                result = collect(ctx, index, store, ledger_dirs)
+                done = collect(index, store, ledger_dirs)
             except MetadataError as e:
                 ctx.log("gc skipped: metadata store unavailable", error=str(e))
                 continue
+            except (OSError, lmdb.Error) as e:
+                # A disk or index error must not kill the worker: what is left undone is
+                # planned again from the facts at the next run.
+                ctx.log("gc run failed; retrying at the next run", error=str(e))
+                continue
             totals["gc_runs_total"] += 1
-            totals["gc_deleted_ledgers_total"] += result["deleted_ledgers"]
-            totals["gc_deleted_logs_total"] += result["deleted_logs"]
-            if result["deleted_ledgers"] or result["deleted_logs"]:
-                ctx.log("gc", **result)
+            totals["gc_deleted_ledgers_total"] += len(done.drop_ledgers)
+            totals["gc_deleted_logs_total"] += len(done.delete_logs)
+            if not done.empty:
+                ctx.log("gc", deleted_ledgers=len(done.drop_ledgers),
+                        deleted_logs=len(done.delete_logs), forgotten_maps=len(done.forget_maps))
             ctx.write_stats(totals)
     finally:
         store.close()

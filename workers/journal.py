@@ -1,46 +1,77 @@
-"""The journal: on-disk format, writer, scanner (replay) and the group-commit policy.
+"""The journal: on-disk format, writer, scanner (replay) and LastLogMark.
 
-On-disk format
---------------
+When a group is written is decided by bookie.workers.group_commit.
+
+On-disk format (journal format 2)
+---------------------------------
 Files ``{journal_id:016x}.txn`` in the journal directory; ids grow by one per file.  Each file
 opens with a 64-byte header, then holds *groups* back to back, then zeros (files are
 preallocated in ``journalPreAllocSizeMB`` steps)::
 
     file header (64 bytes, little-endian)
-      0   8  magic          b"BKJRNL01"
+      0   8  magic          b"BKJRNL02"  (b"BKJRNL01" was format 1, which this code refuses)
       8   8  journal_id     u64
       16  8  start          u64 logical offset of the first group
-      24  4  header_crc     crc32 of bytes 0..24
-      28  36 zero
+      24  8  salt           u64 random, drawn when the file is created; it never leaves the file
+      32  4  header_crc     crc32 of bytes 0..32
+      36  28 zero
 
-    group header (24 bytes, little-endian)
+    group header (32 bytes, little-endian)
       0   4  magic          b"JGRP"
       4   4  body_len       u32 (> 0)
       8   8  start          u64 logical offset of the body's first byte
-      16  4  body_crc       crc32 of the body
-      20  4  header_crc     crc32 of bytes 0..20
+      16  8  salt           u64 the salt of the file the group is in
+      24  4  body_crc       crc32 of the body
+      28  4  header_crc     crc32 of bytes 0..28
     body: ``body_len`` bytes = ring bytes [start, start + body_len): whole records
     (see bookie.workers.records).
 
 Groups of one journal are contiguous in logical offsets, within a file and across files.  A
 group is written with one ``writev`` straight from the shared-memory ring and made durable by
-one ``fdatasync``; only then is anything in it acknowledged.
+one ``fdatasync``; only then is anything in it acknowledged, and only then is the next group
+written.  A new file's header is made durable (file and directory synced) before any group goes
+into it; a file is never written again once the writer has moved on (after a restart too: the
+writer always opens a new file).
+
+Why the salt: a group's body is client data, and a client can send entries whose bytes look
+exactly like groups.  A scan that met such bytes after a torn write could take them for groups
+written later, and so take a crash for damage in the middle.  A group counts only if it carries
+its file's salt, which no client ever sees: no payload can pass for a group (short of guessing
+64 random bits).  Bytes copied from elsewhere in the same file would claim an earlier logical
+offset, and only a group past the damage counts.
 
 What a crash leaves, and how a scan reads it
 --------------------------------------------
-- Zeros where a group header should be: end of written data (preallocated tail).
-- A group whose header or body check fails, with no valid group anywhere after it in the file:
-  a torn write at the tail.  Nothing in it was acknowledged; the scan stops there.
-- A group that fails its checks *followed by* a valid group, or a file whose first group does
-  not continue the previous file's logical offsets: corruption in the middle.  The scan refuses
-  with ``CorruptJournalError`` naming the file and offset; the bookie does not start.
+A crash can only tear the group being written: any part of it (its header, any page of its body)
+may be missing, or zero where the file was preallocated.  The scan walks the groups from the
+file header.  Where the next group does not check out (zeros, a bad header or body, a file cut
+short):
+
+- no whole group with this file's salt and a logical offset past this point anywhere after it:
+  a torn tail, or the end of written data.  Nothing in it was acknowledged; the scan stops.
+- such a group after it: that group was written after this one was durable, so this is damage
+  in the middle.  The scan refuses with ``CorruptJournalError`` naming the file and offset; the
+  bookie does not start.
+- a whole group with this file's salt right there but the wrong logical offset: also refused.
+
+A file whose header is unreadable and that holds nothing but zeros after it was torn while
+being created: it holds no group, and is passed over with a warning.
+
+Files before LastLogMark
+------------------------
+A file is *wholly before* a logical offset ``m`` when a later file (with a readable header)
+starts at or before ``m``.  Replay from LastLogMark reads only the files that are not wholly
+before it; those must continue each other's logical offsets exactly (else ``CorruptJournalError``:
+"not contiguous").  The files wholly before it are backups that are never replayed: damage in
+them is a warning naming the file, never a refusal to start.  A file of journal format 1 is
+refused (``JournalFormatError``) when replay needs it, and is a warning otherwise.
 
 LastLogMark
 -----------
 A logical offset, persisted in ``lastMark`` in every ledger directory (16 bytes: u64 mark, u32
 crc32, u32 zero; written to a temp file, fsynced, renamed, directory fsynced).  Everything
 before it is in synced entry logs and a synced index, so replay starts there, and journal files
-that end before it are only kept as ``journalMaxBackups`` backups.
+wholly before it are only kept as ``journalMaxBackups`` backups.
 """
 
 from __future__ import annotations
@@ -50,19 +81,29 @@ import os
 import re
 import struct
 import zlib
+from typing import NamedTuple
 
-FILE_MAGIC = b"BKJRNL01"
-FILE_HEADER = struct.Struct("<8sQQI")
+FILE_MAGIC = b"BKJRNL02"
+OLD_FILE_MAGICS = {b"BKJRNL01": 1}  # magic -> journal format this code cannot read
+FILE_HEADER = struct.Struct("<8sQQQI")
+FILE_HEADER_CRC_END = 32
 FILE_HEADER_SIZE = 64
 GROUP_MAGIC = b"JGRP"
-GROUP_HEADER = struct.Struct("<4sIQII")
-GROUP_HEADER_SIZE = GROUP_HEADER.size  # 24
+GROUP_HEADER = struct.Struct("<4sIQQII")
+GROUP_HEADER_CRC_END = 28
+GROUP_HEADER_SIZE = GROUP_HEADER.size  # 32
+_SALT = struct.Struct("<Q")
+_GROUP_SALT_AT = 16
 _NAME = re.compile(r"^([0-9a-f]{16})\.txn$")
 LASTMARK = struct.Struct("<QII")
 
 
 class CorruptJournalError(RuntimeError):
-    """Junk in the middle of a journal: the bookie must not start on it."""
+    """Damage the bookie must not start on (junk in the middle of what replay needs)."""
+
+
+class JournalFormatError(CorruptJournalError):
+    """A journal file in a format this code cannot read (written by an older release)."""
 
 
 def journal_name(journal_id: int) -> str:
@@ -87,8 +128,13 @@ def fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
-def pack_group_header(start: int, body_len: int, body_crc: int) -> bytes:
-    head = struct.pack("<4sIQI", GROUP_MAGIC, body_len, start, body_crc)
+def pack_file_header(journal_id: int, start: int, salt: int) -> bytes:
+    head = FILE_HEADER.pack(FILE_MAGIC, journal_id, start, salt, 0)[:FILE_HEADER_CRC_END]
+    return (head + struct.pack("<I", zlib.crc32(head))).ljust(FILE_HEADER_SIZE, b"\0")
+
+
+def pack_group_header(start: int, body_len: int, body_crc: int, salt: int) -> bytes:
+    head = GROUP_HEADER.pack(GROUP_MAGIC, body_len, start, salt, body_crc, 0)[:GROUP_HEADER_CRC_END]
     return head + struct.pack("<I", zlib.crc32(head))
 
 
@@ -99,7 +145,13 @@ def crc_of(parts) -> int:
     return crc
 
 
-# ---- scanning ----------------------------------------------------------------------------------
+# ---- scanning one file ---------------------------------------------------------------------------
+
+class FileHeader(NamedTuple):
+    journal_id: int
+    start: int  # logical offset of the file's first group
+    salt: int
+
 
 @dataclasses.dataclass
 class Group:
@@ -113,126 +165,253 @@ class Group:
         return self.start + len(self.body)
 
 
-def _valid_group_at(buf, off: int):
-    """The group at ``off`` if its header and body check out, else None."""
-    if off + GROUP_HEADER_SIZE > len(buf):
+def read_file_header(path: str, buf) -> FileHeader:
+    """The header of journal file ``path`` from its first bytes ``buf``.
+
+    Raises:
+        JournalFormatError: the file is in an older journal format.
+        CorruptJournalError: the header is cut short or does not check out.
+    """
+    magic = bytes(buf[:8])
+    if magic in OLD_FILE_MAGICS:
+        raise JournalFormatError(
+            f"journal {path}: journal format {OLD_FILE_MAGICS[magic]}, written by an older "
+            f"release; this bookie reads format 2 only and cannot replay it (wipe the bookie "
+            f"with 'bookie shell bookieformat --force' and let its ledgers be re-replicated)")
+    if len(buf) < FILE_HEADER_SIZE:
+        raise CorruptJournalError(f"journal {path}: file header cut short")
+    magic, journal_id, start, salt, crc = FILE_HEADER.unpack_from(buf, 0)
+    if magic != FILE_MAGIC or zlib.crc32(bytes(buf[:FILE_HEADER_CRC_END])) != crc:
+        raise CorruptJournalError(f"journal {path}: bad file header")
+    return FileHeader(journal_id, start, salt)
+
+
+def _group_at(mv: memoryview, off: int, salt: int):
+    """(start, body) of the group at ``off`` if it carries ``salt`` and checks out, else None."""
+    if off + GROUP_HEADER_SIZE > len(mv):
         return None
-    magic, body_len, start, body_crc, header_crc = GROUP_HEADER.unpack_from(buf, off)
-    if magic != GROUP_MAGIC or body_len == 0:
+    magic, body_len, start, group_salt, body_crc, header_crc = GROUP_HEADER.unpack_from(mv, off)
+    if magic != GROUP_MAGIC or group_salt != salt or body_len == 0:
         return None
-    if zlib.crc32(buf[off:off + 20]) != header_crc:
+    if zlib.crc32(mv[off:off + GROUP_HEADER_CRC_END]) != header_crc:
         return None
     body_at = off + GROUP_HEADER_SIZE
-    if body_at + body_len > len(buf):
+    if body_at + body_len > len(mv):
         return None
-    body = buf[body_at:body_at + body_len]
+    body = mv[body_at:body_at + body_len]
     if zlib.crc32(body) != body_crc:
         return None
     return start, body
 
 
-def _later_valid_group(buf, off: int) -> int | None:
-    """Offset of a valid group after ``off``, if any: proof the damage is not a torn tail."""
-    pos = off + 1
+def _later_group(buf: bytes, mv: memoryview, off: int, salt: int, after: int) -> int | None:
+    """Offset of a whole group after ``off`` with this file's salt and a logical start past
+    ``after``: proof that the writer went on past ``off``, so the damage there is no torn tail.
+
+    Only the salt makes this safe: a client's entry can hold bytes that look like a group, but
+    never the salt of the file it lands in.
+    """
+    salt_bytes = _SALT.pack(salt)
+    pos = off
     while True:
-        pos = buf.find(GROUP_MAGIC, pos)
+        pos = buf.find(GROUP_MAGIC, pos + 1)
         if pos < 0:
             return None
-        if _valid_group_at(buf, pos) is not None:
+        if buf[pos + _GROUP_SALT_AT:pos + _GROUP_SALT_AT + 8] != salt_bytes:
+            continue
+        found = _group_at(mv, pos, salt)
+        if found is not None and found[0] > after:
             return pos
-        pos += 1
-
-
-def read_file_header(path: str, buf) -> tuple[int, int]:
-    if len(buf) < FILE_HEADER_SIZE:
-        raise CorruptJournalError(f"journal {path}: file header cut short")
-    magic, journal_id, start, crc = FILE_HEADER.unpack_from(buf, 0)
-    if magic != FILE_MAGIC or zlib.crc32(bytes(buf[:24])) != crc:
-        raise CorruptJournalError(f"journal {path}: bad file header")
-    return journal_id, start
 
 
 def scan_file(path: str):
-    """Yield the valid groups of one journal file, in order; stop at the end of written data.
+    """Yield the whole groups of one journal file, in order; stop at a torn tail or at the end
+    of written data.
 
     Raises:
-        CorruptJournalError: a damaged group followed by a valid one, or a bad file header.
+        CorruptJournalError: a damaged group followed by one the writer wrote later, a group
+            that does not continue the logical offsets, or a bad file header.
+        JournalFormatError: the file is in an older journal format.
     """
     with open(path, "rb") as f:
         buf = f.read()
-    journal_id, start = read_file_header(path, buf)
+    header = read_file_header(path, buf)
     mv = memoryview(buf)
     off = FILE_HEADER_SIZE
-    expect = start
-    while off + GROUP_HEADER_SIZE <= len(buf):
-        if buf[off:off + GROUP_HEADER_SIZE] == b"\0" * GROUP_HEADER_SIZE:
-            later = _later_valid_group(buf, off)
+    expect = header.start
+    while True:
+        found = _group_at(mv, off, header.salt)
+        if found is None:
+            later = _later_group(buf, mv, off, header.salt, expect)
             if later is not None:
+                zeros = not buf[off:off + GROUP_HEADER_SIZE].strip(b"\0")
+                what = "zeros" if zeros else "a damaged group"
                 raise CorruptJournalError(
-                    f"journal {path}: zeros at offset {off} followed by a valid group at {later}")
-            return
-        found = _valid_group_at(buf, off)
-        if found is None or found[0] != expect:
-            later = _later_valid_group(buf, off)
-            if later is not None:
-                raise CorruptJournalError(
-                    f"journal {path}: damaged group at offset {off} followed by a valid group "
-                    f"at offset {later}; refusing to replay past junk in the middle")
-            return  # torn tail: never acknowledged
-        gstart, body = found
-        yield Group(journal_id, off, gstart, mv[off + GROUP_HEADER_SIZE:off + GROUP_HEADER_SIZE + len(body)])
-        expect = gstart + len(body)
+                    f"journal {path}: {what} at offset {off} followed by a valid group at offset "
+                    f"{later}: junk in the middle, not a torn tail")
+            return  # a torn tail (never acknowledged) or the end of written data
+        start, body = found
+        if start != expect:
+            raise CorruptJournalError(
+                f"journal {path}: the group at offset {off} holds logical offset {start}, "
+                f"but {expect} was expected there")
+        yield Group(header.journal_id, off, start, body)
+        expect = start + len(body)
         off += GROUP_HEADER_SIZE + len(body)
 
 
-def scan(directory: str, from_offset: int = 0):
-    """Yield every valid group whose end is past ``from_offset``, across files, in order.
+def _torn_at_creation(path: str) -> bool:
+    """True when ``path`` holds nothing but zeros after its header: a file whose header did not
+    reach the disk before a crash (no group is ever written before the header is synced)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(FILE_HEADER_SIZE)
+            while chunk := f.read(1 << 20):
+                if chunk.strip(b"\0"):
+                    return False
+    except FileNotFoundError:
+        pass
+    return True
 
-    Raises:
-        CorruptJournalError: as ``scan_file``, or a gap in logical offsets between files.
-    """
-    prev_end = None
+
+# ---- scanning a journal directory ------------------------------------------------------------------
+
+@dataclasses.dataclass
+class JournalFile:
+    journal_id: int
+    path: str
+    header: FileHeader | None  # None when unreadable: ``problem`` says why
+    problem: CorruptJournalError | None = None
+
+
+def journal_files(directory: str) -> list[JournalFile]:
+    """The journal files of ``directory`` with their headers, ascending; files deleted meanwhile
+    (only files wholly before every LastLogMark ever are) are left out."""
+    out = []
     for jid in list_journals(directory):
         path = os.path.join(directory, journal_name(jid))
         try:
             with open(path, "rb") as f:
                 head = f.read(FILE_HEADER_SIZE)
         except FileNotFoundError:
-            # Deleted by the journal worker meanwhile: only files wholly before every
-            # LastLogMark are deleted, and a replay starts at a mark, so nothing is missed.
-            prev_end = None
             continue
-        _, start = read_file_header(path, head)
-        if prev_end is not None and start != prev_end:
-            raise CorruptJournalError(
-                f"journal {path}: starts at logical offset {start}, but the previous "
-                f"journal ends at {prev_end}: the journal is not contiguous")
-        end = start
         try:
-            for g in scan_file(path):
-                end = g.end
-                if g.end > from_offset:
+            out.append(JournalFile(jid, path, read_file_header(path, head)))
+        except CorruptJournalError as e:
+            out.append(JournalFile(jid, path, None, e))
+    return out
+
+
+def first_needed(files: list[JournalFile], mark: int) -> int:
+    """Index of the first file a replay from ``mark`` reads: every file before it is wholly
+    before the mark (a later file with a readable header starts at or before it)."""
+    first = 0
+    for i, f in enumerate(files):
+        if f.header is not None and f.header.start <= mark:
+            first = i
+    return first
+
+
+@dataclasses.dataclass
+class JournalCheck:
+    end: int  # logical offset where the next group goes
+    warnings: list[str]  # damage replay does not need, one line each, naming the file
+
+
+class _Walk:
+    """Walks the groups of the files replay needs, checking that they continue each other."""
+
+    def __init__(self, files: list[JournalFile], from_offset: int):
+        self.files = files
+        self.from_offset = from_offset
+        self.end = 0
+        self.warnings: list[str] = []
+
+    def groups(self):
+        prev_end = None
+        for f in self.files:
+            if f.header is None:
+                if isinstance(f.problem, JournalFormatError) or not _torn_at_creation(f.path):
+                    raise f.problem
+                self.warnings.append(f"journal {f.path}: torn while being created (no readable "
+                                     f"header, nothing after it); it holds no group: passed over")
+                continue
+            start = f.header.start
+            if prev_end is not None and start != prev_end:
+                raise CorruptJournalError(
+                    f"journal {f.path}: starts at logical offset {start}, but the previous "
+                    f"journal ends at {prev_end}: the journal is not contiguous")
+            self.end = max(self.end, start)
+            try:
+                for g in scan_file(f.path):
+                    self.end = g.end
                     yield g
+            except FileNotFoundError:
+                # Deleted by the journal worker meanwhile: only files wholly before every
+                # LastLogMark are deleted, and a replay starts at a mark, so nothing is missed.
+                if start >= self.from_offset:
+                    raise
+                prev_end = None
+                continue
+            prev_end = self.end
+
+
+def scan(directory: str, from_offset: int = 0):
+    """Yield every whole group whose end is past ``from_offset``, across files, in order.
+
+    Files wholly before ``from_offset`` are not read (damage in them cannot stop a replay).
+
+    Raises:
+        CorruptJournalError: as ``scan_file``, or a gap in logical offsets between files.
+    """
+    files = journal_files(directory)
+    walk = _Walk(files[first_needed(files, from_offset):], from_offset)
+    for g in walk.groups():
+        if g.end > from_offset:
+            yield g
+
+
+def _backup_warnings(files: list[JournalFile], mark: int) -> list[str]:
+    """Damage in files wholly before ``mark`` (backups, never replayed), one line per file."""
+    warnings = []
+    for f in files:
+        try:
+            if f.header is None:
+                if isinstance(f.problem, JournalFormatError) or not _torn_at_creation(f.path):
+                    raise f.problem
+                continue  # torn while being created: holds nothing
+            for _ in scan_file(f.path):
+                pass
         except FileNotFoundError:
-            if start >= from_offset:
-                raise
-            prev_end = None
-            continue
-        prev_end = end
+            continue  # deleted meanwhile, as backups are
+        except CorruptJournalError as e:
+            warnings.append(f"{e}; the file is wholly before LastLogMark {mark} (a backup, "
+                            f"never replayed): ignored")
+    return warnings
 
 
-def journal_end(directory: str) -> int:
-    """Logical offset where the next group goes: end of the last valid group (0 if none)."""
-    end = 0
-    for jid in list_journals(directory):
-        path = os.path.join(directory, journal_name(jid))
-        with open(path, "rb") as f:
-            head = f.read(FILE_HEADER_SIZE)
-        _, start = read_file_header(path, head)
-        end = max(end, start)
-        for g in scan_file(path):
-            end = g.end
-    return end
+def check_journal(directory: str, mark: int) -> JournalCheck:
+    """Read the journal as a start-up must: every file replay from LastLogMark ``mark`` needs,
+    group by group, and the backups before it.
+
+    Returns:
+        where the next group goes, and warnings (damage in backups, files torn at creation).
+    Raises:
+        CorruptJournalError: damage in what replay needs (it would lose acknowledged adds).
+        JournalFormatError: replay needs a file of an older journal format.
+    """
+    files = journal_files(directory)
+    first = first_needed(files, mark)
+    warnings = _backup_warnings(files[:first], mark)
+    walk = _Walk(files[first:], mark)
+    for _ in walk.groups():
+        pass
+    return JournalCheck(walk.end, warnings + walk.warnings)
+
+
+def journal_end(directory: str, mark: int = 0) -> int:
+    """Logical offset where the next group goes: end of the last whole group (0 if none)."""
+    return check_journal(directory, mark).end
 
 
 # ---- LastLogMark ---------------------------------------------------------------------------------
@@ -284,6 +463,7 @@ class JournalWriter:
         self._fd = -1
         self._file_off = 0
         self._alloc_end = 0
+        self._salt = 0
         self.journal_id = 0
         self.syncs = 0
         self.bytes_written = 0
@@ -295,10 +475,10 @@ class JournalWriter:
         self._next_id += 1
         path = os.path.join(self.directory, journal_name(jid))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        head = FILE_HEADER.pack(FILE_MAGIC, jid, self.position, 0)
-        head = FILE_HEADER.pack(FILE_MAGIC, jid, self.position, zlib.crc32(head[:24]))
-        head = head.ljust(FILE_HEADER_SIZE, b"\0")
-        os.pwrite(fd, head, 0)
+        # A fresh salt per file: only the writer knows it, so no client payload can pass for
+        # one of this file's groups (see "Why the salt" above).
+        self._salt = _SALT.unpack(os.urandom(_SALT.size))[0]
+        os.pwrite(fd, pack_file_header(jid, self.position, self._salt), 0)
         self._alloc_end = 0
         self._fd = fd
         self._file_off = FILE_HEADER_SIZE
@@ -321,7 +501,7 @@ class JournalWriter:
         body_len = sum(len(p) for p in parts)
         if self._fd < 0 or self._file_off + GROUP_HEADER_SIZE + body_len > self.max_size:
             self._open_new()
-        header = pack_group_header(self.position, body_len, crc_of(parts))
+        header = pack_group_header(self.position, body_len, crc_of(parts), self._salt)
         end_off = self._file_off + GROUP_HEADER_SIZE + body_len
         self._preallocate(end_off)
         written = os.pwritev(self._fd, [header, *parts], self._file_off)
@@ -344,99 +524,19 @@ class JournalWriter:
 
 
 def delete_old_journals(directory: str, mark: int, keep_backups: int, current_id: int) -> list[int]:
-    """Delete journal files wholly before ``mark``, keeping ``keep_backups`` of them.
+    """Delete journal files wholly before ``mark`` (a later file starts at or before it),
+    keeping the newest ``keep_backups`` of them and never the file being written.
 
-    A file is wholly before the mark when the *next* file starts at or before the mark.
     Returns the ids deleted.
     """
-    ids = list_journals(directory)
-    starts = {}
-    for jid in ids:
-        with open(os.path.join(directory, journal_name(jid)), "rb") as f:
-            try:
-                starts[jid] = read_file_header(directory, f.read(FILE_HEADER_SIZE))[1]
-            except CorruptJournalError:
-                starts[jid] = None
-    old = [jid for i, jid in enumerate(ids[:-1])
-           if jid != current_id and starts.get(ids[i + 1]) is not None and starts[ids[i + 1]] <= mark]
+    files = journal_files(directory)
+    old = [f.journal_id for f in files[:first_needed(files, mark)] if f.journal_id != current_id]
     doomed = old[:max(0, len(old) - keep_backups)]
     for jid in doomed:
-        os.unlink(os.path.join(directory, journal_name(jid)))
+        try:
+            os.unlink(os.path.join(directory, journal_name(jid)))
+        except FileNotFoundError:
+            pass
     if doomed:
         fsync_dir(directory)
     return doomed
-
-
-# ---- group commit policy (pure) ------------------------------------------------------------------
-
-@dataclasses.dataclass
-class GroupCommitPolicy:
-    """When to force-write what is queued.  Pure: the worker loop feeds it facts.
-
-    With ``flush_when_queue_empty`` a group is written as soon as nothing more is waiting;
-    otherwise it waits for more until ``max_group_wait_s`` has passed since the oldest queued
-    byte or ``buffered_threshold`` bytes are queued.  Without adaptive group writes every
-    wake-up is written on its own.
-    """
-
-    max_group_wait_s: float
-    buffered_threshold: int
-    flush_when_queue_empty: bool
-    adaptive: bool
-
-    def should_flush(self, queued_bytes: int, oldest_age_s: float, more_waiting: bool) -> bool:
-        if queued_bytes <= 0:
-            return False
-        if not self.adaptive:
-            return True
-        if queued_bytes >= self.buffered_threshold:
-            return True
-        if oldest_age_s >= self.max_group_wait_s:
-            return True
-        return self.flush_when_queue_empty and not more_waiting
-
-    def wait_s(self, oldest_age_s: float) -> float:
-        """How long to wait for more before the group must go."""
-        return max(0.0, self.max_group_wait_s - oldest_age_s)
-
-
-class GroupCommitter:
-    """One step of the journal's loop, shared by the journal worker and ``bench journal``:
-    look at the ring's WRITE cursor and, when the policy says so, write everything from the
-    journal's position up to it as one durable group and publish DURABLE.
-
-    Invariant: DURABLE is published only after ``JournalWriter.append`` (fdatasync) returned.
-    """
-
-    def __init__(self, writer: JournalWriter, ring, policy: GroupCommitPolicy):
-        from bookie.workers.ring import WRITE
-
-        self.writer = writer
-        self.ring = ring
-        self.policy = policy
-        self.groups = 0
-        self._first_seen: float | None = None
-        self._last_write_seen = ring.get(WRITE)
-
-    def step(self, now_s: float) -> tuple[bool, float | None]:
-        """Returns (a group was written, seconds to wait for more before the next step; None
-        when nothing is queued).  Raises OSError from the write or fdatasync."""
-        from bookie.workers.ring import DURABLE, WRITE
-
-        write = self.ring.get(WRITE)
-        pending = write - self.writer.position
-        if pending <= 0:
-            return False, None
-        if self._first_seen is None:
-            self._first_seen = now_s
-        more = write != self._last_write_seen
-        self._last_write_seen = write
-        age_s = now_s - self._first_seen
-        if not self.policy.should_flush(pending, age_s, more):
-            return False, self.policy.wait_s(age_s)
-        self.writer.append(self.ring.slices(self.writer.position, write))
-        self.ring.set(DURABLE, self.writer.position)
-        self.groups += 1
-        self._first_seen = None
-        return True, 0.0
-

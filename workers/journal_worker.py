@@ -5,9 +5,12 @@ policy says so, write ring bytes [DURABLE, WRITE) as one group with one writev s
 shared memory, fdatasync, then publish DURABLE and wake the add worker.  Rolls, preallocates
 and deletes old journal files (those wholly before LastLogMark, keeping journalMaxBackups).
 
-Start-up scans the journal to find where it ends (refusing junk in the middle: exit status 3,
-which the supervisor does not retry).  On a restart while the add worker lives, the records
-between the journal's end and WRITE are still in the ring and are written first.
+Start-up reads the journal as replay will, from LastLogMark, to find where it ends: damage that
+would lose acknowledged adds (junk in the middle, a gap between files, a file of an older
+journal format) refuses with exit status 3, which the supervisor does not retry; damage only in
+backups wholly before LastLogMark, and files torn while being created, are logged as warnings.
+On a restart while the add worker lives, the records between the journal's end and WRITE are
+still in the ring and are written first.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ import zmq
 
 from bookie.workers.layout import current_dir
 from bookie.workers.common import make_socket
-from bookie.workers.journal import (CorruptJournalError, GroupCommitPolicy, GroupCommitter,
-                                    JournalWriter,
-                                    delete_old_journals, journal_end, lastmark_of)
+from bookie.workers.group_commit import GroupCommitPolicy, GroupCommitter
+from bookie.workers.journal import (CorruptJournalError, JournalFormatError, JournalWriter,
+                                    check_journal, delete_old_journals, lastmark_of)
 from bookie.workers.ring import BASE, DURABLE, JOURNAL_EPOCH, WRITE, Ring
 
 EXIT_CORRUPT = 3
@@ -32,10 +35,18 @@ def run(ctx) -> int:
     jdir = current_dir(conf.journal_dir)
     ledger_dirs = [current_dir(d) for d in conf.ledger_dirs]
     try:
-        end = journal_end(jdir)
+        # Read it as replay will (from LastLogMark), so a journal that cannot be replayed stops
+        # the bookie here, and damage replay never needs (backups) only warns.
+        check = check_journal(jdir, lastmark_of(ledger_dirs))
+    except JournalFormatError as e:
+        ctx.log("refusing to start: journal of an older format", error=str(e))
+        return EXIT_CORRUPT
     except CorruptJournalError as e:
         ctx.log("refusing to start: corrupt journal", error=str(e))
         return EXIT_CORRUPT
+    for warning in check.warnings:
+        ctx.log("warning: journal damage that replay does not need", detail=warning)
+    end = check.end
     ring = Ring.attach(ctx.ring_path)
     epoch = ring.get(JOURNAL_EPOCH)
     if epoch == 0:

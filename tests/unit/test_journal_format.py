@@ -5,7 +5,8 @@ import os
 import pytest
 
 from bookie.workers import journal, records
-from bookie.workers.journal import (CorruptJournalError, GroupCommitPolicy, JournalWriter,
+from bookie.workers.group_commit import GroupCommitPolicy
+from bookie.workers.journal import (CorruptJournalError, JournalWriter,
                                     delete_old_journals, journal_end, journal_name, list_journals,
                                     read_lastmark, scan, write_lastmark)
 

@@ -1,0 +1,190 @@
+"""Garbage collection: the pure plan (property-tested), and one GC run carried out on real entry
+logs, a real LMDB index and the embedded metadata store, all in a temp dir."""
+
+import os
+import struct
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bookie.metadata import LedgerMetadata, open_metadata
+from bookie.workers import gc_policy, records
+from bookie.workers.gc_worker import collect
+from bookie.workers.storage import EntryLogReader, EntryLogs, Index, list_logs, open_index
+
+# -- the plan ------------------------------------------------------------------------------------
+
+_ids = st.integers(1, 30)
+_facts = st.fixed_dictionaries({
+    "held": st.sets(_ids, max_size=15),
+    "in_store": st.sets(_ids, max_size=15),
+    "maps": st.dictionaries(st.integers(1, 25), st.dictionaries(_ids, st.integers(1, 999), max_size=5),
+                            max_size=12),
+    "current": st.sets(st.integers(1, 25), max_size=3),
+    "on_disk": st.sets(st.integers(1, 25), max_size=20),
+})
+
+
+def _plan(f):
+    return gc_policy.plan(f["held"], f["in_store"], f["maps"], f["current"], f["on_disk"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(_facts)
+def test_a_ledger_in_the_metadata_store_is_never_dropped(f):
+    p = _plan(f)
+    assert not set(p.drop_ledgers) & f["in_store"]
+    assert set(p.drop_ledgers) == f["held"] - f["in_store"]  # and every other held one is
+
+
+@settings(max_examples=150, deadline=None)
+@given(_facts)
+def test_a_log_is_deleted_only_when_every_ledger_in_its_map_is_gone(f):
+    p = _plan(f)
+    for log_id in set(p.delete_logs) | set(p.forget_maps):
+        assert log_id in f["maps"], "a log without a map has unknown ledgers"
+        assert not set(f["maps"][log_id]) & f["in_store"]
+    assert set(p.delete_logs) <= f["on_disk"] and set(p.delete_logs) <= set(p.forget_maps)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_facts)
+def test_the_logs_being_written_and_newer_ones_are_never_deleted(f):
+    p = _plan(f)
+    newest = max(f["current"], default=0)
+    for log_id in set(p.delete_logs) | set(p.forget_maps):
+        assert log_id not in f["current"] and log_id <= newest
+
+
+@settings(max_examples=150, deadline=None)
+@given(_facts)
+def test_every_dead_log_is_collected(f):
+    p = _plan(f)
+    newest = max(f["current"], default=0)
+    dead = {log_id for log_id, ledgers in f["maps"].items()
+            if log_id not in f["current"] and log_id <= newest and not set(ledgers) & f["in_store"]}
+    assert set(p.forget_maps) == dead
+    assert set(p.delete_logs) == dead & f["on_disk"]
+    assert p.drop_ledgers == sorted(p.drop_ledgers) and p.delete_logs == sorted(p.delete_logs)
+
+
+def test_a_ledger_created_after_the_snapshot_keeps_nothing_from_being_collected():
+    # Ledger 9 is created and written after the snapshot: it is in neither the snapshot nor its
+    # maps, only in the store; nothing changes for the others.
+    p = gc_policy.plan(held_ledgers=[1, 2], metadata_ledgers=[2, 9], log_maps={1: {1: 10}, 2: {2: 5}},
+                       current_logs=[3], logs_on_disk=[1, 2, 3, 4])
+    assert (p.drop_ledgers, p.delete_logs, p.forget_maps) == ([1], [1], [1])
+
+
+def test_no_current_logs_recorded_means_no_log_is_deleted():
+    p = gc_policy.plan([1], [], {1: {1: 10}}, current_logs=[], logs_on_disk=[1])
+    assert p.drop_ledgers == [1] and p.delete_logs == [] and p.forget_maps == []
+
+
+# -- one GC run on real files, a real index and the embedded metadata store ----------------------
+
+KEY = b"gc-key"
+MAP_SIZE_BYTES = 64 * 1024 * 1024
+
+
+def _write_ledgers(logs: EntryLogs, index: Index, payloads_by_ledger: dict) -> dict:
+    """Write each ledger's entries as the add worker would (one record per entry, ledger
+    record, log maps, current logs); returns (ledger_id, entry_id) -> payload."""
+    written = {}
+    with index.env.begin(write=True) as txn:
+        for ledger_id, payloads in payloads_by_ledger.items():
+            index.put_ledger(txn, ledger_id, {"key": KEY.hex(), "fenced": False, "lac": -1})
+            for entry_id, payload in enumerate(payloads):
+                parts, size, data_offset = records.add_batch_parts(
+                    ledger_id, KEY, struct.pack("<I", len(payload)), payload, recovery=False)
+                writer = logs.writer_for(ledger_id)
+                if writer.needs_roll(size):
+                    writer.roll()
+                start = writer.append(parts)
+                index.put_locations(txn, ledger_id, np.array([entry_id]), writer.log_id,
+                                    np.array([start + data_offset]), np.array([len(payload)]))
+                index.add_to_log_map(txn, writer.log_id, {ledger_id: len(payload)})
+                written[(ledger_id, entry_id)] = payload
+        index.set_current_logs(txn, logs.current_ids())
+    return written
+
+
+def _logs_holding(index: Index, ledger_ids) -> set[int]:
+    with index.env.begin() as txn:
+        return {log_id for log_id, m in index.log_maps(txn).items() if set(m) & set(ledger_ids)}
+
+
+def test_a_gc_run_drops_deleted_ledgers_and_dead_logs_and_keeps_every_live_entry(tmp_path):
+    dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
+    for d in dirs:
+        os.makedirs(d)
+    meta = LedgerMetadata(1, 1, 1, fragments=[(0, ["127.0.0.1:3181"])])
+    store = open_metadata(f"lmdb://{tmp_path}/metadata")
+    env = open_index(str(tmp_path), MAP_SIZE_BYTES)
+    logs = EntryLogs(dirs, size_limit=4096, preallocate=False)
+    index = Index(env)
+    try:
+        ids = [store.create_ledger(meta)[0] for _ in range(6)]
+        doomed, kept = ids[:3], ids[3:]
+        # Interleaved, so that some logs hold doomed and kept ledgers both.
+        written = _write_ledgers(logs, index, {lid: [os.urandom(700) for _ in range(12)] for lid in ids})
+        current = set(logs.current_ids())
+        shared = _logs_holding(index, doomed) & _logs_holding(index, kept)
+        only_doomed = _logs_holding(index, doomed) - _logs_holding(index, kept) - current
+        assert only_doomed
+        for lid in doomed:
+            store.remove_ledger(lid)
+
+        done = collect(index, store, dirs)
+
+        assert done.drop_ledgers == sorted(doomed)
+        assert set(done.delete_logs) == only_doomed
+        on_disk = {i for d in dirs for i in list_logs(d)}
+        assert not on_disk & only_doomed and shared | current <= on_disk
+        reader = EntryLogReader(dirs)
+        with env.begin() as txn:
+            assert sorted(index.ledger_ids(txn)) == sorted(kept)
+            assert set(index.log_maps(txn)).isdisjoint(only_doomed)
+            for (lid, eid), payload in written.items():
+                loc = index.locate(txn, lid, eid)
+                if lid in doomed:
+                    assert loc is None
+                else:
+                    assert reader.read(*loc) == payload
+        reader.close()
+        assert collect(index, store, dirs).empty  # nothing left to do
+    finally:
+        logs.close()
+        env.close()
+        store.close()
+
+
+def test_a_run_interrupted_after_unlinking_forgets_the_maps_next_time(tmp_path):
+    d = str(tmp_path / "a")
+    os.makedirs(d)
+    meta = LedgerMetadata(1, 1, 1, fragments=[(0, ["127.0.0.1:3181"])])
+    store = open_metadata(f"lmdb://{tmp_path}/metadata")
+    env = open_index(str(tmp_path), MAP_SIZE_BYTES)
+    logs = EntryLogs([d], size_limit=4096, preallocate=False)
+    index = Index(env)
+    try:
+        doomed = store.create_ledger(meta)[0]
+        kept = store.create_ledger(meta)[0]
+        _write_ledgers(logs, index, {doomed: [os.urandom(900) for _ in range(10)],
+                                     kept: [os.urandom(10)]})
+        store.remove_ledger(doomed)
+        first = collect(index, store, [d])
+        assert first.delete_logs
+        # As if the run had crashed after unlinking: the maps are back, the files are not.
+        with env.begin(write=True) as txn:
+            for log_id in first.forget_maps:
+                index.add_to_log_map(txn, log_id, {doomed: 1})
+        again = collect(index, store, [d])
+        assert again.delete_logs == [] and again.forget_maps == first.forget_maps
+        with env.begin() as txn:
+            assert set(index.log_maps(txn)).isdisjoint(first.forget_maps)
+    finally:
+        logs.close()
+        env.close()
+        store.close()
