@@ -6,8 +6,9 @@ Per loop iteration (everything batched; no per-entry Python work on the hot path
    Their index entries were committed in an earlier iteration, so an acknowledged entry is
    readable by the read worker from the moment its ack leaves (read-after-ack).
 2. Take every request waiting on the add socket and the control socket (fences from the read
-   worker).  Check each one (header, sizes, ids, master key, fenced, read-only); place each
-   accepted one once in the shared-memory ring as a record; wake the journal.
+   worker).  Check its frames here (header, sizes, ids, read-only) and ask the ledger table
+   (``bookie.workers.ledgers``: master key, fenced) whether it may go; place each accepted one
+   once in the shared-memory ring as a record, apply that record to the table; wake the journal.
 3. Append the same ring bytes to the entry log and commit their index locations in one LMDB
    write transaction.
 4. Every ``flushInterval``: checkpoint = fdatasync entry logs, sync the index, then persist
@@ -15,7 +16,8 @@ Per loop iteration (everything batched; no per-entry Python work on the hot path
    is in the entry log and, once the iteration's commit ran, in the index.
 
 Start-up: wait until the journal has made durable whatever a previous add worker placed, replay
-the journal from LastLogMark into entry log and index, checkpoint, then serve.
+the journal from LastLogMark into entry log and index (the same ``apply`` per record as the live
+path), checkpoint, then serve.
 """
 
 from __future__ import annotations
@@ -33,124 +35,11 @@ from bookie.wire import Op, Status
 from bookie.workers import records
 from bookie.workers.common import ClientServer, make_socket
 from bookie.workers.journal import lastmark_of, scan, write_lastmark
+from bookie.workers.ledgers import Rejected
 from bookie.workers.ring import ADD_EPOCH, DURABLE, READONLY, WRITE, Ring
-from bookie.workers.storage import EntryLogs, Index, open_index
+from bookie.workers.storage import EntryLogs, Index, LedgerStorage, open_index
 
 MAX_MESSAGES_PER_ITERATION = 512
-
-
-class LedgerInfo:
-    __slots__ = ("master_key", "fenced", "lac")
-
-    def __init__(self, master_key: bytes, fenced: bool = False, lac: int = -1):
-        self.master_key = master_key
-        self.fenced = fenced
-        self.lac = lac
-
-    def as_dict(self) -> dict:
-        return {"key": self.master_key.hex(), "fenced": self.fenced, "lac": self.lac}
-
-
-class Rejected(Exception):
-    def __init__(self, status: Status, message: str = ""):
-        super().__init__(message)
-        self.status = status
-
-
-def check_key_size(key: bytes) -> None:
-    if len(key) == 0 or len(key) > wire.MAX_MASTER_KEY:
-        raise Rejected(Status.BAD_REQUEST, f"master key of {len(key)} bytes (1..{wire.MAX_MASTER_KEY})")
-
-
-class LedgerStorage:
-    """Entry log + index writes, shared by replay and the live path."""
-
-    def __init__(self, ctx, index: Index, logs: EntryLogs):
-        self.ctx = ctx
-        self.index = index
-        self.logs = logs
-        self.ledgers: dict[int, LedgerInfo] = {}
-        self.dirty_ledgers: set[int] = set()
-        # bytes stored per (log, ledger) since the last commit: the logs' ledger maps
-        self.log_counts: dict[int, dict[int, int]] = collections.defaultdict(lambda: collections.defaultdict(int))
-        self._batches: list = []  # (ledger_id, entry_ids, log_id, offsets, lengths)
-        self.entries_total = 0
-
-    def ledger(self, ledger_id: int) -> LedgerInfo | None:
-        info = self.ledgers.get(ledger_id)
-        if info is None:
-            with self.index.env.begin() as txn:
-                raw = self.index.get_ledger(txn, ledger_id)
-            if raw is not None:
-                info = LedgerInfo(bytes.fromhex(raw["key"]), raw["fenced"], raw.get("lac", -1))
-                self.ledgers[ledger_id] = info
-        return info
-
-    def ensure_ledger(self, ledger_id: int, master_key: bytes) -> LedgerInfo:
-        info = self.ledger(ledger_id)
-        if info is None:
-            info = LedgerInfo(master_key)
-            self.ledgers[ledger_id] = info
-            self.dirty_ledgers.add(ledger_id)
-        return info
-
-    def store_batch(self, ledger_id: int, parts, size: int, data_offset: int,
-                    entry_ids: np.ndarray, lengths: np.ndarray, offsets: np.ndarray) -> None:
-        """Append one ADD_BATCH record to the entry log; its index update waits for commit().
-
-        ``offsets`` are the entries' offsets inside the record's data.
-        """
-        elog = self.logs.writer_for(ledger_id)
-        if elog.needs_roll(size):
-            elog.roll()
-            self._batches.append(("current_logs", self.logs.current_ids()))
-        start = elog.append(parts)
-        self._batches.append((ledger_id, entry_ids, elog.log_id, offsets + (start + data_offset), lengths))
-        self.log_counts[elog.log_id][ledger_id] += int(lengths.sum())
-        self.entries_total += len(entry_ids)
-
-    def _flush_log_counts(self) -> None:
-        for log_id, counts in self.log_counts.items():
-            self._batches.append(("log_map", log_id, dict(counts)))
-        self.log_counts.clear()
-
-    def commit(self) -> None:
-        """One LMDB write transaction for everything stored since the last commit."""
-        if not self._batches and not self.dirty_ledgers and not self.log_counts:
-            return
-        self._flush_log_counts()
-        with self.index.env.begin(write=True) as txn:
-            for item in self._batches:
-                if item[0] == "current_logs":
-                    self.index.set_current_logs(txn, item[1])
-                elif item[0] == "log_map":
-                    self.index.add_to_log_map(txn, item[1], item[2])
-                else:
-                    self.index.put_locations(txn, *item)
-            for lid in self.dirty_ledgers:
-                self.index.put_ledger(txn, lid, self.ledgers[lid].as_dict())
-        self._batches.clear()
-        self.dirty_ledgers.clear()
-
-    def apply_record(self, rec: records.Record, buf, pos: int) -> None:
-        """Apply a journal record (replay)."""
-        if rec.type == records.ADD_BATCH:
-            self.ensure_ledger(rec.ledger_id, rec.master_key)
-            data = buf[pos + rec.data_offset:pos + rec.size]
-            offsets = np.cumsum(rec.lengths) - rec.lengths
-            _, entry_ids = wire.batch_ids(data, offsets)
-            self.store_batch(rec.ledger_id, [buf[pos:pos + rec.size]], rec.size,
-                             rec.data_offset, entry_ids, rec.lengths, offsets)
-        elif rec.type == records.FENCE:
-            info = self.ensure_ledger(rec.ledger_id, rec.master_key)
-            if not info.fenced:
-                info.fenced = True
-                self.dirty_ledgers.add(rec.ledger_id)
-        elif rec.type == records.LAC:
-            info = self.ensure_ledger(rec.ledger_id, rec.master_key)
-            if rec.lac > info.lac:
-                info.lac = rec.lac
-                self.dirty_ledgers.add(rec.ledger_id)
 
 
 def checkpoint(storage: LedgerStorage, ledger_dirs: list[str], mark: int) -> None:
@@ -213,6 +102,15 @@ class Checkpointer(threading.Thread):
                 self._busy = False
 
 
+def store_replayed(storage: LedgerStorage, rec: records.Record, buf, pos: int) -> None:
+    """Store the entries of an ADD_BATCH record read back from the journal."""
+    data = buf[pos + rec.data_offset:pos + rec.size]
+    offsets = np.cumsum(rec.lengths) - rec.lengths
+    _, entry_ids = wire.batch_ids(data, offsets)
+    storage.store_batch(rec.ledger_id, [buf[pos:pos + rec.size]], rec.size,
+                        rec.data_offset, entry_ids, rec.lengths, offsets)
+
+
 def replay(ctx, ring: Ring, storage: LedgerStorage, jdir: str, ledger_dirs: list[str]) -> int:
     mark = lastmark_of(ledger_dirs)
     end = ring.get(DURABLE)
@@ -225,7 +123,8 @@ def replay(ctx, ring: Ring, storage: LedgerStorage, jdir: str, ledger_dirs: list
         for off, rec in records.iter_records(group.body):
             if group.start + off + rec.size <= mark:
                 continue
-            storage.apply_record(rec, group.body, off)
+            if storage.table.apply(rec):
+                store_replayed(storage, rec, group.body, off)
             n_records += 1
         storage.commit()
         now = time.monotonic()
@@ -266,7 +165,7 @@ def run(ctx) -> int:
     env = open_index(index_dir, conf.index_map_size_bytes)
     index = Index(env)
     logs = EntryLogs(ledger_dirs, conf.log_size_limit_bytes, conf.entry_log_preallocation)
-    storage = LedgerStorage(ctx, index, logs)
+    storage = LedgerStorage(index, logs)
     replay(ctx, ring, storage, jdir, ledger_dirs)
 
     zctx = zmq.Context()
@@ -464,15 +363,6 @@ class AddServer(ClientServer):
             self.reply(ident, op, e.status, request_id, ledger_id)
             return True
 
-    def check_key(self, ledger_id: int, key: bytes, create: bool) -> LedgerInfo:
-        check_key_size(key)
-        info = self.storage.ensure_ledger(ledger_id, key) if create else self.storage.ledger(ledger_id)
-        if info is None:
-            raise Rejected(Status.NO_LEDGER)
-        if info.master_key != key:
-            raise Rejected(Status.UNAUTHORIZED)
-        return info
-
     def room_for(self, size: int) -> bool:
         if size > self.ring.capacity:
             raise Rejected(Status.BAD_REQUEST, "request larger than the journal ring")
@@ -508,18 +398,13 @@ class AddServer(ClientServer):
         if (entry_ids < 0).any():
             raise Rejected(Status.BAD_REQUEST, "negative entry id")
         recovery = bool(flags & wire.Flag.RECOVERY_ADD)
-        check_key_size(key)
-        existing = self.storage.ledger(ledger_id)
-        if existing is not None:
-            if existing.master_key != key:
-                raise Rejected(Status.UNAUTHORIZED)
-            if existing.fenced and not recovery:
-                raise Rejected(Status.FENCED)
+        self.storage.table.check_add(ledger_id, key, recovery)
         parts, size, data_offset = records.add_batch_parts(ledger_id, key, lengths_frame, data, recovery)
         if not self.room_for(size):
             return False
-        self.storage.ensure_ledger(ledger_id, key)
         start, end = self.place(parts)
+        self.storage.table.apply(records.Record(records.ADD_BATCH, int(recovery), ledger_id, key, -1,
+                                                lengths, data_offset, size))
         self.storage.store_batch(ledger_id, self.ring.slices(start, end), size, data_offset,
                                  entry_ids, lengths, offsets)
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.ADD, Status.OK, request_id, ledger_id)],
@@ -536,14 +421,12 @@ class AddServer(ClientServer):
         (lac,) = wire.WRITE_LAC_BODY.unpack(body[1].bytes)
         if lac < -1:
             raise Rejected(Status.BAD_REQUEST, "lac out of range")
-        info = self.check_key(ledger_id, key, create=True)
+        self.storage.table.check_write_lac(ledger_id, key)
         rec = records.lac_record(ledger_id, lac, key)
         if not self.room_for(len(rec)):
             return False
         _, end = self.place([rec])
-        if lac > info.lac:
-            info.lac = lac
-            self.storage.dirty_ledgers.add(ledger_id)
+        self.storage.table.apply(records.parse(rec, 0))
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.WRITE_LAC, Status.OK, request_id, ledger_id)],
                                     ledger_id))
         return True
@@ -557,7 +440,7 @@ class AddServer(ClientServer):
         key = frames[3].bytes
         (ledger_id,) = wire.LEDGER_ID.unpack(ledger_raw)
         try:
-            info = self.check_key(ledger_id, key, create=True)
+            self.storage.table.check_fence(ledger_id, key)
         except Rejected as e:
             self.control.send_multipart([ident, b"F", ledger_raw, wire.STATUS.pack(e.status)])
             return True
@@ -565,9 +448,7 @@ class AddServer(ClientServer):
         if not self.room_for(len(rec)):
             return False
         _, end = self.place([rec])
-        if not info.fenced:
-            info.fenced = True
-            self.storage.dirty_ledgers.add(ledger_id)
+        self.storage.table.apply(records.parse(rec, 0))
         self.stats["fences_total"] += 1
         # Answer once the fence record is durable (DESIGN invariant 4).
         self.pending.append(Pending(end, [None, ident, b"F", ledger_raw, wire.STATUS.pack(Status.OK)],

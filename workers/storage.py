@@ -30,6 +30,7 @@ ledger is one cursor step back from the first key of the next ledger.
 
 from __future__ import annotations
 
+import collections
 import os
 import struct
 import threading
@@ -40,6 +41,7 @@ import numpy as np
 import orjson
 
 from bookie.workers.journal import fsync_dir
+from bookie.workers.ledgers import LedgerTable, StoredLedger
 
 LOG_MAGIC = b"BKELOG01"
 LOG_HEADER_SIZE = 64
@@ -195,6 +197,65 @@ class Index:
     def current_logs(self, txn) -> set[int]:
         raw = txn.get(b"current_logs", db=self.meta)
         return set(orjson.loads(raw)) if raw else set()
+
+
+class LedgerStorage:
+    """The add worker's writes: entries to the entry log at once, their index locations and the
+    ledger table's changes in one LMDB write transaction per ``commit``.  Replay and the live
+    path both store through it."""
+
+    def __init__(self, index: Index, logs: "EntryLogs"):
+        self.index = index
+        self.logs = logs
+        self.table = LedgerTable(self.load_ledger)
+        # bytes stored per (log, ledger) since the last commit: the logs' ledger maps
+        self.log_counts: dict[int, dict[int, int]] = collections.defaultdict(lambda: collections.defaultdict(int))
+        self._batches: list = []  # (ledger_id, entry_ids, log_id, offsets, lengths)
+        self.entries_total = 0
+
+    def load_ledger(self, ledger_id: int) -> StoredLedger | None:
+        with self.index.env.begin() as txn:
+            raw = self.index.get_ledger(txn, ledger_id)
+        return None if raw is None else StoredLedger.from_dict(raw)
+
+    def store_batch(self, ledger_id: int, parts, size: int, data_offset: int,
+                    entry_ids: np.ndarray, lengths: np.ndarray, offsets: np.ndarray) -> None:
+        """Append one ADD_BATCH record to the entry log; its index update waits for commit().
+
+        ``offsets`` are the entries' offsets inside the record's data.
+        """
+        elog = self.logs.writer_for(ledger_id)
+        if elog.needs_roll(size):
+            elog.roll()
+            self._batches.append(("current_logs", self.logs.current_ids()))
+        start = elog.append(parts)
+        self._batches.append((ledger_id, entry_ids, elog.log_id, offsets + (start + data_offset), lengths))
+        self.log_counts[elog.log_id][ledger_id] += int(lengths.sum())
+        self.entries_total += len(entry_ids)
+
+    def _flush_log_counts(self) -> None:
+        for log_id, counts in self.log_counts.items():
+            self._batches.append(("log_map", log_id, dict(counts)))
+        self.log_counts.clear()
+
+    def commit(self) -> None:
+        """One LMDB write transaction for everything stored since the last commit."""
+        table = self.table
+        if not self._batches and not table.dirty and not self.log_counts:
+            return
+        self._flush_log_counts()
+        with self.index.env.begin(write=True) as txn:
+            for item in self._batches:
+                if item[0] == "current_logs":
+                    self.index.set_current_logs(txn, item[1])
+                elif item[0] == "log_map":
+                    self.index.add_to_log_map(txn, item[1], item[2])
+                else:
+                    self.index.put_locations(txn, *item)
+            for lid in table.dirty:
+                self.index.put_ledger(txn, lid, table.ledgers[lid].as_dict())
+        self._batches.clear()
+        table.dirty.clear()
 
 
 class EntryLogWriter:

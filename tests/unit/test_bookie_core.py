@@ -1,0 +1,166 @@
+"""The bookie's ledger table (bookie.workers.ledgers): its rules one by one, and the property
+that the live add path and a journal replay from any LastLogMark build the same table."""
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from bookie.testing.rawclient import make_entry
+from bookie.wire import Status
+from bookie.workers import records
+from bookie.workers.ledgers import LedgerTable, Rejected, StoredLedger
+
+KEY = b"right-key"
+OTHER = b"other-key"
+
+
+def add_record(ledger_id: int, key: bytes, entry_id: int = 0, recovery: bool = False) -> records.Record:
+    entry = make_entry(ledger_id, entry_id, b"payload")
+    parts, _, _ = records.add_batch_parts(ledger_id, key, len(entry).to_bytes(4, "little"), entry, recovery)
+    return records.parse(b"".join(parts), 0)
+
+
+def fence_record(ledger_id: int, key: bytes) -> records.Record:
+    return records.parse(records.fence_record(ledger_id, key), 0)
+
+
+def lac_record(ledger_id: int, lac: int, key: bytes) -> records.Record:
+    return records.parse(records.lac_record(ledger_id, lac, key), 0)
+
+
+def refused(fn, *args) -> Status | None:
+    try:
+        fn(*args)
+    except Rejected as e:
+        return e.status
+    return None
+
+
+# -- the rules, one by one ------------------------------------------------------------------------
+
+def test_the_first_record_binds_the_ledger_to_its_master_key():
+    table = LedgerTable()
+    assert table.apply(add_record(1, KEY)) is True
+    assert table.get(1) == StoredLedger(KEY)
+    assert refused(table.check_add, 1, OTHER, False) == Status.UNAUTHORIZED
+    assert refused(table.check_fence, 1, OTHER) == Status.UNAUTHORIZED
+    assert refused(table.check_write_lac, 1, OTHER) == Status.UNAUTHORIZED
+    assert refused(table.check_add, 1, KEY, False) is None
+
+
+def test_a_record_with_another_key_changes_nothing():
+    table = LedgerTable()
+    table.apply(add_record(1, KEY))
+    table.dirty.clear()
+    assert table.apply(add_record(1, OTHER, entry_id=1)) is False
+    assert table.apply(fence_record(1, OTHER)) is False
+    assert table.apply(lac_record(1, 9, OTHER)) is False
+    assert table.get(1) == StoredLedger(KEY) and not table.dirty
+
+
+def test_once_fenced_a_ledger_is_never_unfenced_and_refuses_only_normal_adds():
+    table = LedgerTable()
+    table.apply(add_record(1, KEY))
+    table.apply(fence_record(1, KEY))
+    for rec in (add_record(1, KEY, 1, recovery=True), lac_record(1, 5, KEY), fence_record(1, KEY),
+                add_record(1, KEY, 2)):
+        table.apply(rec)
+        assert table.get(1).fenced
+    assert refused(table.check_add, 1, KEY, False) == Status.FENCED
+    assert refused(table.check_add, 1, KEY, True) is None
+
+
+def test_fencing_a_ledger_never_seen_creates_it_fenced():
+    table = LedgerTable()
+    assert refused(table.check_fence, 7, KEY) is None
+    assert table.apply(fence_record(7, KEY)) is False
+    assert table.get(7) == StoredLedger(KEY, fenced=True) and table.dirty == {7}
+    assert refused(table.check_add, 7, KEY, False) == Status.FENCED
+
+
+def test_the_explicit_lac_only_grows():
+    table = LedgerTable()
+    table.apply(lac_record(1, 5, KEY))
+    table.apply(lac_record(1, 3, KEY))
+    assert table.get(1).lac == 5
+    table.apply(lac_record(1, 8, KEY))
+    assert table.get(1).lac == 8
+
+
+@pytest.mark.parametrize("key", [b"", b"k" * 65])
+def test_a_master_key_of_bad_size_is_a_bad_request(key):
+    table = LedgerTable()
+    for check in (lambda: table.check_add(1, key, False), lambda: table.check_fence(1, key),
+                  lambda: table.check_write_lac(1, key)):
+        assert refused(check) == Status.BAD_REQUEST
+    assert table.get(1) is None
+
+
+def test_ledgers_not_in_memory_come_from_the_loader_once():
+    calls = []
+
+    def load(ledger_id):
+        calls.append(ledger_id)
+        return StoredLedger(KEY, fenced=True) if ledger_id == 3 else None
+
+    table = LedgerTable(load)
+    assert refused(table.check_add, 3, KEY, False) == Status.FENCED
+    assert refused(table.check_add, 3, OTHER, True) == Status.UNAUTHORIZED
+    assert table.get(4) is None
+    assert calls == [3, 4]
+
+
+# -- live path vs replay --------------------------------------------------------------------------
+
+LEDGERS = st.integers(0, 3)
+KEYS = st.sampled_from([KEY, OTHER, b"third"])
+request = st.one_of(
+    st.tuples(st.just("add"), LEDGERS, KEYS, st.booleans()),
+    st.tuples(st.just("fence"), LEDGERS, KEYS),
+    st.tuples(st.just("write_lac"), LEDGERS, KEYS, st.integers(-1, 20)),
+)
+
+
+def live_path(requests):
+    """Drive the table as the add worker does: check, place (the journal list), apply.
+
+    Returns (table, journal records, index state after each record was committed)."""
+    table = LedgerTable()
+    journal: list[records.Record] = []
+    committed = [{}]
+    for n, req in enumerate(requests):
+        op, ledger_id, key = req[:3]
+        try:
+            if op == "add":
+                table.check_add(ledger_id, key, req[3])
+                rec = add_record(ledger_id, key, n, req[3])
+            elif op == "fence":
+                table.check_fence(ledger_id, key)
+                rec = fence_record(ledger_id, key)
+            else:
+                table.check_write_lac(ledger_id, key)
+                rec = lac_record(ledger_id, req[3], key)
+        except Rejected:
+            continue
+        journal.append(rec)
+        table.apply(rec)
+        committed.append({lid: info.as_dict() for lid, info in table.ledgers.items()})
+    return table, journal, committed
+
+
+@settings(max_examples=400, deadline=None)
+@given(requests=st.lists(request, max_size=40), data=st.data())
+def test_replay_from_any_last_log_mark_rebuilds_the_live_table(requests, data):
+    live, journal, committed = live_path(requests)
+    # LastLogMark m: records before it are in the synced index.  The index may hold more (commits
+    # after the last checkpoint): any state committed at k >= m.
+    m = data.draw(st.integers(0, len(journal)), label="mark")
+    k = data.draw(st.integers(m, len(journal)), label="index state")
+    index = committed[k]
+    replayed = LedgerTable(lambda lid: StoredLedger.from_dict(index[lid]) if lid in index else None)
+    for rec in journal[m:]:
+        replayed.apply(rec)
+    after = dict(index)
+    after.update({lid: replayed.ledgers[lid].as_dict() for lid in replayed.dirty})
+    assert after == committed[-1]
+    for lid in range(4):
+        assert replayed.get(lid) == live.get(lid)

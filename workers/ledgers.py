@@ -1,0 +1,145 @@
+"""The bookie's ledger table: every per-ledger rule, one copy for the live add path and replay.
+
+Theory of operation
+-------------------
+Per ledger a bookie keeps one ``StoredLedger``: the master key the ledger is bound to, whether
+it is fenced, and the highest LAC a client wrote explicitly (WRITE_LAC).  Nothing else about a
+ledger is decided anywhere else in the bookie.
+
+State changes only through ``LedgerTable.apply(record)``, for the records of
+``bookie.workers.records`` (ADD_BATCH, FENCE, LAC).  The add worker's live path and journal
+replay are two drivers of the same step:
+
+- live:   ``check_add`` / ``check_fence`` / ``check_write_lac`` (may refuse the request, changes
+  nothing), then the add worker places the record in the journal ring, then ``apply(record)``;
+- replay: ``apply(record)`` for every journal record after LastLogMark.
+
+The rules, and the invariants they keep:
+
+1. **A ledger id is bound to its master key by its first record.**  A request with another key
+   is UNAUTHORIZED; a record with another key changes nothing.
+2. **Once fenced, never unfenced.**  No record clears ``fenced``.  A fenced ledger refuses
+   normal adds (FENCED) and accepts recovery adds.  Fencing a ledger the bookie has never seen
+   creates it, fenced.
+3. **A fence is persisted before it is acknowledged.**  The live path answers a fence (and an
+   add, and a WRITE_LAC) only once the journal has made its record durable; this module only
+   decides, the add worker's pending queue holds the answer back.
+4. **The explicit LAC only grows.**
+5. **apply is idempotent, and commutes for the records the live path lets through** (they all
+   carry the ledger's key).  So replaying the journal from any LastLogMark over an index at
+   least as new as that mark yields the table the live path built.
+
+The table is plain code: no sockets, no files.  Ledgers it does not hold in memory come from a
+``load`` function (the add worker reads the index); ``dirty`` names the ledgers whose stored
+form changed since the caller last persisted them.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from bookie import wire
+from bookie.wire import Status
+from bookie.workers import records
+
+
+class Rejected(Exception):
+    """A request the bookie refuses; ``status`` is the answer the client gets."""
+
+    def __init__(self, status: Status, message: str = ""):
+        super().__init__(message)
+        self.status = status
+
+
+def check_key_size(key: bytes) -> None:
+    """Raises Rejected(BAD_REQUEST) unless the master key is 1..MAX_MASTER_KEY bytes."""
+    if len(key) == 0 or len(key) > wire.MAX_MASTER_KEY:
+        raise Rejected(Status.BAD_REQUEST, f"master key of {len(key)} bytes (1..{wire.MAX_MASTER_KEY})")
+
+
+class StoredLedger:
+    """What this bookie knows of one ledger (the index's ``ledgers`` table holds ``as_dict``)."""
+
+    __slots__ = ("master_key", "fenced", "lac")
+
+    def __init__(self, master_key: bytes, fenced: bool = False, lac: int = -1):
+        self.master_key = master_key
+        self.fenced = fenced
+        self.lac = lac
+
+    def as_dict(self) -> dict:
+        return {"key": self.master_key.hex(), "fenced": self.fenced, "lac": self.lac}
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "StoredLedger":
+        return cls(bytes.fromhex(raw["key"]), bool(raw["fenced"]), int(raw.get("lac", -1)))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, StoredLedger) and self.as_dict() == other.as_dict()
+
+    def __repr__(self) -> str:
+        return f"StoredLedger({self.as_dict()})"
+
+
+class LedgerTable:
+    """The ledgers of one bookie and the rules over them (see the module docstring)."""
+
+    def __init__(self, load: Callable[[int], StoredLedger | None] | None = None):
+        self._load = load or (lambda ledger_id: None)
+        self.ledgers: dict[int, StoredLedger] = {}
+        self.dirty: set[int] = set()
+
+    def get(self, ledger_id: int) -> StoredLedger | None:
+        """The ledger as this bookie knows it; None when it has no record of it."""
+        info = self.ledgers.get(ledger_id)
+        if info is None:
+            info = self._load(ledger_id)
+            if info is not None:
+                self.ledgers[ledger_id] = info
+        return info
+
+    # -- the live path's decisions (change nothing) ----------------------------------------------
+    def _check_key(self, ledger_id: int, master_key: bytes) -> StoredLedger | None:
+        check_key_size(master_key)
+        info = self.get(ledger_id)
+        if info is not None and info.master_key != master_key:
+            raise Rejected(Status.UNAUTHORIZED)
+        return info
+
+    def check_add(self, ledger_id: int, master_key: bytes, recovery: bool) -> None:
+        """Raises Rejected unless an ADD_BATCH with this key (and recovery flag) may be placed."""
+        info = self._check_key(ledger_id, master_key)
+        if info is not None and info.fenced and not recovery:
+            raise Rejected(Status.FENCED)
+
+    def check_fence(self, ledger_id: int, master_key: bytes) -> None:
+        """Raises Rejected unless a FENCE with this key may be placed (an unknown ledger may)."""
+        self._check_key(ledger_id, master_key)
+
+    def check_write_lac(self, ledger_id: int, master_key: bytes) -> None:
+        """Raises Rejected unless a LAC record with this key may be placed."""
+        self._check_key(ledger_id, master_key)
+
+    # -- the one state change --------------------------------------------------------------------
+    def apply(self, rec: records.Record) -> bool:
+        """Apply one record (placed just now by the live path, or replayed from the journal).
+
+        Returns:
+            True when the record is an ADD_BATCH whose entries belong in storage.
+        """
+        info = self.get(rec.ledger_id)
+        if info is None:
+            info = StoredLedger(rec.master_key)
+            self.ledgers[rec.ledger_id] = info
+            self.dirty.add(rec.ledger_id)
+        elif info.master_key != rec.master_key:
+            return False  # rule 1: the key of the first record holds
+        if rec.type == records.FENCE:
+            if not info.fenced:
+                info.fenced = True
+                self.dirty.add(rec.ledger_id)
+        elif rec.type == records.LAC:
+            if rec.lac > info.lac:
+                info.lac = rec.lac
+                self.dirty.add(rec.ledger_id)
+        return rec.type == records.ADD_BATCH
