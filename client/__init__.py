@@ -12,14 +12,16 @@ See docs/client.md for every call.
 """
 
 from bookie.client.aio import AsyncBookKeeper, AsyncLedgerHandle
-from bookie.client.client import BookKeeper, LedgerHandle
+from bookie.client.client import BookKeeper
+from bookie.client.handle import LedgerHandle
 from bookie.client.config import ClientConfig
 from bookie.client.digest import LedgerEntry
 from bookie.client.errors import (BadVersionError, BKTimeoutError, BookieError,
                                   BookKeeperError, ClientClosedError, DigestMismatchError,
                                   InvalidArgumentError, LedgerClosedError, LedgerFencedError,
                                   LedgerRecoveryError, MetadataStoreError, NoSuchEntryError,
-                                  NoSuchLedgerError, NotEnoughBookiesError, UnauthorizedError)
+                                  NoSuchLedgerError, NoSuchRecordError, NotEnoughBookiesError,
+                                  RecordExistsError, UnauthorizedError)
 from bookie.client.log import (AsyncLogWriter, LogFencedError, LogPosition, LogRecord, LogWriter,
                                NoSuchLogError, delete_log, list_logs, open_log, open_log_async,
                                read_log, read_log_async)
@@ -31,7 +33,8 @@ __all__ = [
     "BookKeeperError", "LedgerFencedError", "LedgerClosedError", "NoSuchLedgerError",
     "NoSuchEntryError", "NotEnoughBookiesError", "BadVersionError", "DigestMismatchError",
     "UnauthorizedError", "BKTimeoutError", "BookieError", "LedgerRecoveryError",
-    "MetadataStoreError", "ClientClosedError", "InvalidArgumentError",
+    "MetadataStoreError", "ClientClosedError", "InvalidArgumentError", "NoSuchRecordError",
+    "RecordExistsError",
     "open_log", "read_log", "list_logs", "delete_log", "open_log_async", "read_log_async",
     "LogWriter", "AsyncLogWriter", "LogPosition", "LogRecord", "LogFencedError", "NoSuchLogError",
 ]

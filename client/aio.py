@@ -17,9 +17,10 @@ from __future__ import annotations
 import asyncio
 from typing import AsyncIterator
 
-from bookie.client.client import READ_CHUNK, BookKeeper, LedgerHandle
+from bookie.client.client import BookKeeper
 from bookie.client.digest import LedgerEntry
 from bookie.client.errors import BKTimeoutError
+from bookie.client.handle import READ_CHUNK, LedgerHandle, check_entry_range
 
 
 class AsyncBookKeeper:
@@ -59,11 +60,11 @@ class AsyncBookKeeper:
 
     async def create_ledger(self, *args, **kwargs) -> "AsyncLedgerHandle":
         return AsyncLedgerHandle(await asyncio.wrap_future(
-            self._bk.create_ledger_async(*args, **kwargs)))
+            self._bk.create_ledger_async(*args, **kwargs)), self._bk)
 
     async def open_ledger(self, *args, **kwargs) -> "AsyncLedgerHandle":
         return AsyncLedgerHandle(await asyncio.wrap_future(
-            self._bk.open_ledger_async(*args, **kwargs)))
+            self._bk.open_ledger_async(*args, **kwargs)), self._bk)
 
     async def delete_ledger(self, ledger_id: int) -> None:
         await asyncio.wrap_future(self._bk.delete_ledger_async(ledger_id))
@@ -87,11 +88,13 @@ class AsyncBookKeeper:
 
 
 class AsyncLedgerHandle:
-    """asyncio view of a ``LedgerHandle`` (``sync`` is the handle itself)."""
+    """asyncio view of a ``LedgerHandle`` (``sync`` is the handle itself; ``bookkeeper`` the
+    client it belongs to, whose throttle decides whether an add may block)."""
 
-    def __init__(self, handle: LedgerHandle):
+    def __init__(self, handle: LedgerHandle, bookkeeper: BookKeeper | None = None):
         self.sync = handle
         self.ledger_id = handle.ledger_id
+        self._bk = bookkeeper
 
     @property
     def last_add_confirmed(self) -> int:
@@ -123,7 +126,7 @@ class AsyncLedgerHandle:
     async def _hand_over(self, n: int, call, arg):
         """``call(arg)`` at once when the throttle has room for ``n`` adds (a racy peek; the
         acquire decides), else on a worker thread so the event loop never blocks."""
-        if self.sync._bk._throttle.available >= n:
+        if self._bk is not None and self._bk.throttle_available >= n:
             return call(arg)
         return await asyncio.to_thread(call, arg)
 
@@ -132,11 +135,11 @@ class AsyncLedgerHandle:
 
     async def read_entries(self, first: int, last: int) -> AsyncIterator[LedgerEntry]:
         """Async iterator over entries ``first`` .. ``last``, fetched in chunks."""
-        self.sync._check_range(first, last)
+        check_entry_range(self.ledger_id, self.sync.last_add_confirmed, first, last)
         lo = first
         while lo <= last:
             hi = min(last, lo + READ_CHUNK - 1)
-            for entry in await asyncio.wrap_future(self.sync._read_op(lo, hi)):
+            for entry in await asyncio.wrap_future(self.sync.read_entries_async(lo, hi)):
                 yield entry
             lo = hi + 1
 

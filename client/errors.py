@@ -98,6 +98,26 @@ class MetadataStoreError(BookKeeperError):
     code = "metadata"
 
 
+class NoSuchRecordError(BookKeeperError):
+    """No custom record at this path of the metadata store (see ``BookKeeper.read_record``)."""
+
+    code = "no_such_record"
+
+    def __init__(self, message: str, *, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+
+class RecordExistsError(BookKeeperError):
+    """A custom record exists at this path already (``BookKeeper.create_record``)."""
+
+    code = "record_exists"
+
+    def __init__(self, message: str, *, path: str | None = None):
+        super().__init__(message)
+        self.path = path
+
+
 class ClientClosedError(BookKeeperError):
     """The BookKeeper client was closed; create a new one."""
 

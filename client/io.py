@@ -22,6 +22,12 @@ timeouts, metadata results) and executes the actions it returns:
 * everything else (Confirm, FailAdds, Deliver, Finished) goes to the driver's own outputs.
 
 Nothing here decides protocol questions; it only moves bytes and time.
+
+No exception escapes the loop.  Whatever an operation's code raises unexpectedly (its state
+machine, its driver, a request it asked for that cannot be encoded) ends that operation alone:
+it is logged on the ``bookie.client`` logger, the operation's caller gets a BookKeeperError,
+and the operation is *over* - it gets no more events and sends nothing more, as after it
+finished, failed or was cancelled.  Every other operation goes on.
 """
 
 from __future__ import annotations
@@ -40,33 +46,44 @@ import numpy as np
 import zmq
 
 from bookie import wire
-from bookie.client.errors import ClientClosedError
+from bookie.client.errors import BookKeeperError, ClientClosedError
 from bookie.client.protocol import actions as A
 from bookie.wire import Flag, Op
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("bookie.client")
 
 ADD, READ = 0, 1
 
 
 class Driver:
-    """Glue between one protocol operation and the I/O thread.  Subclasses consume outputs."""
+    """Glue between one protocol operation of one ledger and the I/O thread.  Subclasses
+    consume the outputs.
 
-    def __init__(self, io: "IOThread", op):
+    ``over`` becomes true when the operation ended (finished, failed, cancelled, or failed by
+    an unexpected exception) and the I/O thread let go of it: from then on it gets no events
+    and whatever it would still send is dropped.
+    """
+
+    def __init__(self, io: "IOThread", op, ledger_id: int, master_key: bytes):
         self.io = io
         self.op = op
+        self.ledger_id = ledger_id
+        self.master_key = master_key  # sent with adds, fences and explicit LAC writes
+        self.over = False
 
     def start(self, actions) -> None:
         self.io.execute(self, actions)
 
     def event(self, event) -> None:
-        self.io.execute(self, self.op.handle(event, time.monotonic()))
+        if not self.over:
+            self.io.execute(self, self.op.handle(event, time.monotonic()))
 
     def output(self, action) -> None:  # Confirm, FailAdds, Deliver, Finished
         raise NotImplementedError
 
     def abort(self, error) -> None:
-        """The client is closing: complete whatever the caller waits for with ``error``."""
+        """The operation ends with ``error`` (the client is closing, or the operation failed
+        unexpectedly): complete whatever the caller waits for with it."""
 
 
 class _Request:
@@ -77,17 +94,15 @@ class _Request:
 
 
 class IOThread:
-    def __init__(self, master_key_of, *, add_timeout_s: float, read_timeout_s: float,
+    def __init__(self, *, add_timeout_s: float, read_timeout_s: float,
                  batch_max_entries: int, batch_max_bytes: int, list_bookies, write_metadata,
                  name: str = "bookkeeper-io"):
         """
         Args:
-            master_key_of: ledger_id -> master key bytes (sent with adds and fences).
             list_bookies: () -> writable bookie ids (runs on the metadata pool).
             write_metadata: (WriteMetadata action) -> MetadataWritten | MetadataConflict event
                 (runs on the metadata pool; may raise BookKeeperError).
         """
-        self._master_key_of = master_key_of
         self.add_timeout_s = add_timeout_s
         self.read_timeout_s = read_timeout_s
         self._batch_entries = batch_max_entries
@@ -119,10 +134,16 @@ class IOThread:
     # -- from any thread -----------------------------------------------------------------------
 
     def submit(self, fn, *args) -> None:
-        """Run ``fn(*args)`` on the I/O thread (in submission order)."""
+        """Run ``fn(*args)`` on the I/O thread (in submission order).  An exception it raises
+        is logged and goes no further."""
+        self.submit_to(None, fn, *args)
+
+    def submit_to(self, driver: Driver | None, fn, *args) -> None:
+        """Run ``fn(*args)`` on the I/O thread on behalf of ``driver``'s operation: skipped
+        once the operation is over, and an exception it raises ends that operation."""
         if self._closing:
             raise ClientClosedError("the BookKeeper client is closed")
-        self._inbox.append((fn, args))
+        self._inbox.append((driver, fn, args))
         if not self._woken:
             self._woken = True
             os.eventfd_write(self._wake_fd, 1)
@@ -158,16 +179,53 @@ class IOThread:
     def unregister(self, driver: Driver) -> None:
         self._drivers.discard(driver)
 
-    def later(self, delay_s: float, fn) -> None:
-        heapq.heappush(self._timers, (time.monotonic() + delay_s, next(self._seq), fn))
+    def end(self, driver: Driver) -> None:
+        """The operation is over: no more events reach it and nothing more of it is sent."""
+        driver.over = True
+        self._drivers.discard(driver)
+
+    def fail(self, driver: Driver, error: BookKeeperError) -> None:
+        """End ``driver``'s operation with ``error`` (its caller gets the error)."""
+        if driver.over:
+            return
+        self.end(driver)
+        try:
+            driver.abort(error)
+        except Exception:  # noqa: BLE001 - the loop must go on
+            log.exception("error while failing an operation of ledger %s", driver.ledger_id)
+
+    def later(self, delay_s: float, fn, driver: Driver | None = None) -> None:
+        """Run ``fn()`` after ``delay_s`` (for ``driver``'s operation: see ``submit_to``)."""
+        heapq.heappush(self._timers, (time.monotonic() + delay_s, next(self._seq), driver, fn))
+
+    def _guarded(self, driver: Driver | None, fn, *args) -> None:
+        """``fn(*args)``; an unexpected exception ends ``driver``'s operation (or is only
+        logged when there is none) and never reaches the loop."""
+        if driver is not None and driver.over:
+            return
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - one operation's bug must not stop the client
+            if driver is None:
+                log.exception("unexpected error in a client I/O callback")
+                return
+            log.exception("unexpected error in an operation of ledger %s (%s); failing it",
+                          driver.ledger_id, type(driver.op).__name__)
+            self.fail(driver, BookKeeperError(
+                f"ledger {driver.ledger_id}: the client failed unexpectedly ({exc!r}); this "
+                f"operation was ended (see the 'bookie.client' log)",
+                ledger_id=driver.ledger_id))
 
     def execute(self, driver: Driver, actions) -> None:
+        if driver.over:
+            return  # an operation that is over sends nothing more
         for a in actions:
             kind = type(a)
             if kind is A.SendAdd:
                 if a.delay_s > 0:
                     delayed = A.SendAdd(a.bookie, a.entry_ids, a.entries, a.recovery)
-                    self.later(a.delay_s, lambda d=driver, x=delayed: self.execute(d, [x]))
+                    self.later(a.delay_s, lambda d=driver, x=delayed: self.execute(d, [x]),
+                               driver)
                     continue
                 key = (driver, a.bookie, a.recovery)
                 box = self._outbox.get(key)
@@ -201,7 +259,7 @@ class IOThread:
 
     def _post(self, driver: Driver, event) -> None:
         try:
-            self.submit(driver.event, event)
+            self.submit_to(driver, driver.event, event)
         except ClientClosedError:
             pass
 
@@ -241,7 +299,7 @@ class IOThread:
         stale = [rid for rid, req in self._inflight.items() if req.key == (bookie, kind)]
         for rid in stale:
             req = self._inflight.pop(rid)
-            req.driver.event(_response(req.action, A.TIMEOUT))
+            self._guarded(req.driver, req.driver.event, _response(req.action, A.TIMEOUT))
 
     def _send(self, driver: Driver, a, sizes=None) -> None:
         rid = next(self._ids)
@@ -254,7 +312,7 @@ class IOThread:
             data = b"".join(a.entries)
             frames = [wire.pack_header(Op.ADD, Flag.RECOVERY_ADD if a.recovery else 0, rid,
                                        driver.ledger_id),
-                      self._master_key_of(driver.ledger_id), lengths, data]
+                      driver.master_key, lengths, data]
         elif isinstance(a, A.SendRead):
             kind, timeout_s = READ, self.read_timeout_s
             frames = [wire.pack_header(Op.READ, 0, rid, driver.ledger_id),
@@ -270,12 +328,12 @@ class IOThread:
                 timeout_s += ms / 1000.0
             if a.fence:
                 flags |= Flag.FENCE
-                frames.append(self._master_key_of(driver.ledger_id))
+                frames.append(driver.master_key)
             frames[0] = wire.pack_header(Op.READ_LAC, flags, rid, driver.ledger_id)
         else:  # SendWriteLac
             kind, timeout_s = ADD, self.add_timeout_s
             frames = [wire.pack_header(Op.WRITE_LAC, 0, rid, driver.ledger_id),
-                      self._master_key_of(driver.ledger_id), wire.WRITE_LAC_BODY.pack(a.lac)]
+                      driver.master_key, wire.WRITE_LAC_BODY.pack(a.lac)]
         deadline = now + timeout_s
         self._inflight[rid] = _Request(driver, a, (a.bookie, kind), deadline)
         heapq.heappush(self._deadlines, (deadline, rid))
@@ -291,24 +349,28 @@ class IOThread:
     def _flush(self) -> None:
         """Send what ``execute`` merged: per (driver, bookie, recovery) as few ADD messages as
         the batch limits allow, cut at entry boundaries (sizes summed in C, cuts by bisect)."""
-        max_n, max_b = self._batch_entries, self._batch_bytes
         while self._outbox:
             outbox, self._outbox = self._outbox, {}
             for (driver, bookie, recovery), (ids, entries) in outbox.items():
-                n = len(ids)
-                sizes = list(map(len, entries))
-                if n <= max_n and sum(sizes) <= max_b:
-                    self._send(driver, A.SendAdd(bookie, ids, entries, recovery), sizes)
-                    continue
-                ends = list(itertools.accumulate(sizes))
-                start, base = 0, 0
-                while start < n:
-                    end = bisect.bisect_right(ends, base + max_b, start, min(n, start + max_n))
-                    end = max(end, start + 1)  # an entry over max_b still goes, alone
-                    self._send(driver, A.SendAdd(bookie, ids[start:end], entries[start:end],
-                                                 recovery), sizes[start:end])
-                    base = ends[end - 1]
-                    start = end
+                self._guarded(driver, self._send_adds, driver, bookie, recovery, ids, entries)
+
+    def _send_adds(self, driver: Driver, bookie: str, recovery: bool, ids, entries) -> None:
+        """One driver's merged adds to one bookie, in as few messages as the limits allow."""
+        max_n, max_b = self._batch_entries, self._batch_bytes
+        n = len(ids)
+        sizes = list(map(len, entries))
+        if n <= max_n and sum(sizes) <= max_b:
+            self._send(driver, A.SendAdd(bookie, ids, entries, recovery), sizes)
+            return
+        ends = list(itertools.accumulate(sizes))
+        start, base = 0, 0
+        while start < n and not driver.over:
+            end = bisect.bisect_right(ends, base + max_b, start, min(n, start + max_n))
+            end = max(end, start + 1)  # an entry over max_b still goes, alone
+            self._send(driver, A.SendAdd(bookie, ids[start:end], entries[start:end],
+                                         recovery), sizes[start:end])
+            base = ends[end - 1]
+            start = end
 
     def _receive(self, sock) -> None:
         key = self._socket_keys.get(sock)
@@ -327,7 +389,7 @@ class IOThread:
                 continue  # answered after its timeout
             if self._suspects and key[0] in self._suspects:
                 del self._suspects[key[0]]
-            req.driver.event(_decode(req.action, status, frames[1:]))
+            self._guarded(req.driver, _deliver_answer, req, status, frames)
 
     def _expire(self, now: float) -> None:
         dl = self._deadlines
@@ -337,15 +399,41 @@ class IOThread:
             if req is None:
                 continue
             self._suspects[req.key[0]] = now
-            req.driver.event(_response(req.action, A.TIMEOUT))
+            self._guarded(req.driver, req.driver.event, _response(req.action, A.TIMEOUT))
             self._reset_socket(*req.key)
         timers = self._timers
         while timers and timers[0][0] <= now:
-            _, _, fn = heapq.heappop(timers)
-            fn()
+            _, _, driver, fn = heapq.heappop(timers)
+            self._guarded(driver, fn)
 
     def _stop(self) -> None:
         self._running = False
+
+    def _turn(self) -> None:
+        """One loop iteration: wait for sockets, the wake-up or the next deadline; take the
+        answers, run what was submitted, expire deadlines and timers, send merged adds."""
+        inbox = self._inbox
+        wait_ms = 1000
+        if self._deadlines or self._timers:
+            nxt = min(self._deadlines[0][0] if self._deadlines else float("inf"),
+                      self._timers[0][0] if self._timers else float("inf"))
+            wait_ms = max(0, min(1000, int((nxt - time.monotonic()) * 1000) + 1))
+        if inbox or self._outbox:
+            wait_ms = 0
+        for sock, _ in self._poller.poll(wait_ms):
+            if sock == self._wake_fd:
+                try:
+                    os.eventfd_read(self._wake_fd)
+                except BlockingIOError:
+                    pass
+            else:
+                self._receive(sock)
+        self._woken = False  # before draining: a later submit wakes us again
+        for _ in range(len(inbox)):
+            driver, fn, args = inbox.popleft()
+            self._guarded(driver, fn, *args)
+        self._expire(time.monotonic())
+        self._flush()
 
     def _run(self) -> None:
         self._ctx = zmq.Context()
@@ -356,30 +444,10 @@ class IOThread:
         inbox = self._inbox
         try:
             while self._running:
-                wait_ms = 1000
-                if self._deadlines or self._timers:
-                    nxt = min(self._deadlines[0][0] if self._deadlines else float("inf"),
-                              self._timers[0][0] if self._timers else float("inf"))
-                    wait_ms = max(0, min(1000, int((nxt - time.monotonic()) * 1000) + 1))
-                if inbox or self._outbox:
-                    wait_ms = 0
-                for sock, _ in self._poller.poll(wait_ms):
-                    if sock == self._wake_fd:
-                        try:
-                            os.eventfd_read(self._wake_fd)
-                        except BlockingIOError:
-                            pass
-                    else:
-                        self._receive(sock)
-                self._woken = False  # before draining: a later submit wakes us again
-                for _ in range(len(inbox)):
-                    fn, args = inbox.popleft()
-                    try:
-                        fn(*args)
-                    except Exception:  # noqa: BLE001 - one bad callback must not stop the client
-                        log.exception("error in client I/O callback")
-                self._expire(time.monotonic())
-                self._flush()
+                try:
+                    self._turn()
+                except Exception:  # noqa: BLE001 - the last line of defence: the loop goes on
+                    log.exception("unexpected error in the client's I/O loop")
         finally:
             self._closing = True
             error = ClientClosedError("the BookKeeper client was closed while this operation "
@@ -407,6 +475,10 @@ def _response(action, status: int, frames=()):
     return A.WriteLacResponse(action, status)
 
 
+def _deliver_answer(req: _Request, status: int, frames) -> None:
+    req.driver.event(_decode(req.action, status, frames[1:]))
+
+
 def _decode(action, status: int, frames):
     if status != wire.Status.OK:
         return _response(action, status)
@@ -426,8 +498,9 @@ def _decode(action, status: int, frames):
     return _response(action, status)
 
 
-def _as_client_error(exc):
-    from bookie.client.errors import BookKeeperError, MetadataStoreError
+def _as_client_error(exc: Exception) -> BookKeeperError:
+    """A metadata call's failure as the event's error (store errors arrive translated)."""
     if isinstance(exc, BookKeeperError):
         return exc
-    return MetadataStoreError(f"metadata store call failed: {exc}")
+    log.error("unexpected error in a metadata call", exc_info=exc)
+    return BookKeeperError(f"metadata call failed unexpectedly: {exc!r}")

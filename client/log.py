@@ -34,6 +34,10 @@ protocol is BookKeeper's "ledgers to logs":
 
 Positions compare in log order as long as they come from the same log: ledgers are ordered by
 their place in the list (ids grow, so plain tuple order agrees for lists made by this module).
+
+This module is a recipe: it uses only the client's public API (ledgers, and the custom records
+of ``BookKeeper.read_record`` / ``write_record`` / ... for the list), as kazoo's recipes use
+only kazoo's client.
 """
 
 from __future__ import annotations
@@ -46,11 +50,9 @@ from typing import AsyncIterator, Iterator, NamedTuple
 
 import orjson
 
-from bookie.metadata import (BadVersionError as StoreBadVersion, NodeExistsError,
-                                       NoSuchNodeError)
-from bookie.client import metadata as md
-from bookie.client.errors import (BookKeeperError, InvalidArgumentError, LedgerClosedError,
-                                  LedgerFencedError, NoSuchLedgerError)
+from bookie.client.errors import (BadVersionError, BookKeeperError, InvalidArgumentError,
+                                  LedgerClosedError, LedgerFencedError, MetadataStoreError,
+                                  NoSuchLedgerError, NoSuchRecordError, RecordExistsError)
 
 LOGS_PATH = "/logs"
 FORMAT_VERSION = 1
@@ -124,7 +126,6 @@ def decode_record(name: str, data: bytes) -> tuple[list[int], int]:
     Raises:
         MetadataStoreError: not a log record, or a format version this code does not know.
     """
-    from bookie.client.errors import MetadataStoreError
     try:
         rec = orjson.loads(data)
         version = rec["format_version"]
@@ -141,12 +142,11 @@ def decode_record(name: str, data: bytes) -> tuple[list[int], int]:
 
 def _read_record(bk, name: str):
     """(ledgers, ctime_ms, version) of the log; NoSuchLogError if there is none."""
-    with md.translated(what=f"reading log {name}"):
-        try:
-            data, version = bk.metadata_store.get(log_path(name))
-        except NoSuchNodeError:
-            raise NoSuchLogError(f"log {name} does not exist (never opened for writing, or "
-                                 f"deleted)") from None
+    try:
+        data, version = bk.read_record(log_path(name))
+    except NoSuchRecordError:
+        raise NoSuchLogError(f"log {name} does not exist (never opened for writing, or "
+                             f"deleted)") from None
     ledgers, ctime_ms = decode_record(name, data)
     return ledgers, ctime_ms, version
 
@@ -154,12 +154,10 @@ def _read_record(bk, name: str):
 def _cas_record(bk, name: str, ledgers, ctime_ms: int, version) -> int | None:
     """Write the list if the record is still at ``version``: the new version, or None when it
     changed (or vanished) since."""
-    with md.translated(what=f"writing log {name}"):
-        try:
-            return bk.metadata_store.set(log_path(name), encode_record(ledgers, ctime_ms),
-                                         version)
-        except (StoreBadVersion, NoSuchNodeError):
-            return None
+    try:
+        return bk.write_record(log_path(name), encode_record(ledgers, ctime_ms), version)
+    except (BadVersionError, NoSuchRecordError):
+        return None
 
 
 # ---- the writer ---------------------------------------------------------------------------------
@@ -192,11 +190,10 @@ def open_log(bk, name: str, ensemble_size: int = 3, write_quorum: int = 2, ack_q
     except NoSuchLogError:
         if not create:
             raise
-        with md.translated(what=f"creating log {name}"):
-            try:
-                bk.metadata_store.create(path, encode_record([]))
-            except NodeExistsError:
-                pass  # another writer created it first: go on, the CAS decides
+        try:
+            bk.create_record(path, encode_record([]))
+        except RecordExistsError:
+            pass  # another writer created it first: go on, the CAS decides
         ledgers, ctime_ms, version = _read_record(bk, name)
     # 2. fence (recover and close) the last two ledgers: the previous writer may be writing to
     #    the penultimate one while it adds the last one to the list.
@@ -219,7 +216,7 @@ def _recover_tail(bk, name: str, ledgers, digest, password) -> None:
                for lid in ledgers[-2:]]
     for lid, fut in zip(ledgers[-2:], futures):
         try:
-            bk._wait(fut)
+            bk.wait(fut)
         except NoSuchLedgerError:
             pass  # deleted under the log (e.g. by delete_log racing us): nothing to fence
 
@@ -277,15 +274,15 @@ class LogWriter:
             LogFencedError: another writer took over; this one can append no more.
             LedgerClosedError: this writer was closed.  Others as ``LedgerHandle.add_entry``.
         """
-        return self._bk._wait(self.append_async(data), timeout_s)
+        return self._bk.wait(self.append_async(data), timeout_s)
 
     def append_async(self, data) -> Future:
         """Append one entry; a Future of its ``LogPosition``.  Futures complete in log order.
 
         Blocks while an automatic roll is due and being made (see ``roll``)."""
-        if self._roll_due():
+        if self.roll_due:
             with self._roll_lock:
-                if self._roll_due():  # not rolled by another thread meanwhile
+                if self.roll_due:  # not rolled by another thread meanwhile
                     self._roll_locked()
         with self._lock:
             self._check_writable()
@@ -297,7 +294,9 @@ class LogWriter:
         inner.add_done_callback(lambda f: self._complete(out, lh.ledger_id, f))
         return out
 
-    def _roll_due(self) -> bool:
+    @property
+    def roll_due(self) -> bool:
+        """An append now would roll first (``roll_entries`` / ``roll_size_bytes`` reached)."""
         if self._closed or self._error is not None:
             return False
         return (self.roll_entries is not None and self._count >= self.roll_entries) or \
@@ -320,6 +319,11 @@ class LogWriter:
             self._error = self._error or err
             return err
         return exc
+
+    @property
+    def append_may_block(self) -> bool:
+        """An append now may block: it would roll first, or the client's throttle is full."""
+        return self.roll_due or self._bk.throttle_available < 1
 
     def _check_writable(self) -> None:
         if self._error is not None:
@@ -364,7 +368,7 @@ class LogWriter:
         with self._lock:  # appends wait here until the old ledger is settled and closed
             old = self._lh
             try:
-                self._bk._wait(old.close_async())
+                old.close()
             except BookKeeperError as exc:
                 # The list already names the new ledger; after a failed close the old one's
                 # end is unknown, so writing on would risk a gap: this writer is done.
@@ -388,7 +392,7 @@ class LogWriter:
                 return
             self._closed = True
             try:
-                self._bk._wait(self._lh.close_async())
+                self._lh.close()
             except LedgerFencedError as exc:
                 raise self._translate(exc, self._lh.ledger_id) from None
 
@@ -440,11 +444,7 @@ def _read_ledgers(bk, name, ledgers, start, digest, password) -> Iterator[LogRec
 
 def list_logs(bk) -> list[str]:
     """Names of the logs in the metadata store, sorted."""
-    with md.translated(what="listing logs"):
-        try:
-            return bk.metadata_store.children(LOGS_PATH)
-        except NoSuchNodeError:
-            return []
+    return bk.list_records(LOGS_PATH)
 
 
 def delete_log(bk, name: str) -> None:
@@ -456,13 +456,12 @@ def delete_log(bk, name: str) -> None:
     """
     while True:
         ledgers, _, version = _read_record(bk, name)
-        with md.translated(what=f"deleting log {name}"):
-            try:
-                bk.metadata_store.delete(log_path(name), version)
-            except StoreBadVersion:
-                continue  # rolled meanwhile: delete the longer list
-            except NoSuchNodeError:
-                raise NoSuchLogError(f"log {name} does not exist") from None
+        try:
+            bk.delete_record(log_path(name), version)
+        except BadVersionError:
+            continue  # rolled meanwhile: delete the longer list
+        except NoSuchRecordError:
+            raise NoSuchLogError(f"log {name} does not exist") from None
         break
     for lid in ledgers:
         try:
@@ -487,7 +486,7 @@ class AsyncLogWriter:
         self.name = writer.name
 
     async def append(self, data) -> LogPosition:
-        if self.sync._roll_due() or self.sync._bk._throttle._value < 1:
+        if self.sync.append_may_block:
             fut = await asyncio.to_thread(self.sync.append_async, data)  # may roll or throttle
         else:
             fut = self.sync.append_async(data)

@@ -24,25 +24,28 @@ import dataclasses
 import random
 from typing import Sequence
 
-OPEN = "OPEN"
-IN_RECOVERY = "IN_RECOVERY"
-CLOSED = "CLOSED"
-STATES = (OPEN, IN_RECOVERY, CLOSED)
+from bookie.metadata.ledger import LedgerState
 
 
 @dataclasses.dataclass(frozen=True)
 class LedgerInfo:
     """Protocol view of a ledger's metadata.  ``fragments`` is ((first_entry_id, ensemble), ...)
-    in increasing first_entry_id, each ensemble a tuple of E bookie ids ("host:port")."""
+    in increasing first_entry_id, each ensemble a tuple of E bookie ids ("host:port").
+    ``state`` is the metadata store's ``LedgerState`` (a state given as its name is converted,
+    so every state test can use ``is``)."""
 
     ledger_id: int
     ensemble_size: int
     write_quorum: int
     ack_quorum: int
-    state: str = OPEN
+    state: LedgerState = LedgerState.OPEN
     last_entry_id: int = -1
     length: int = 0
     fragments: tuple[tuple[int, tuple[str, ...]], ...] = ()
+
+    def __post_init__(self) -> None:
+        if type(self.state) is not LedgerState:
+            object.__setattr__(self, "state", LedgerState(self.state))
 
     def ensemble_for(self, entry_id: int) -> tuple[str, ...]:
         """The ensemble of the fragment holding ``entry_id``."""
@@ -118,9 +121,9 @@ def replace_bookies(info: LedgerInfo, ensemble: Sequence[str], failed_positions:
 
 def ensemble_change_conflict(reread: LedgerInfo) -> str:
     """After a failed CAS of an ensemble change: retry while OPEN, else the adds must fail."""
-    if reread.state == OPEN:
+    if reread.state is LedgerState.OPEN:
         return Decision.RETRY
-    if reread.state == IN_RECOVERY:
+    if reread.state is LedgerState.IN_RECOVERY:
         return Decision.FENCED
     return Decision.CLOSED_ELSEWHERE
 
@@ -128,9 +131,9 @@ def ensemble_change_conflict(reread: LedgerInfo) -> str:
 def close_decision(reread: LedgerInfo, our_last_entry_id: int) -> str:
     """A writer's close lost its CAS; decide from the re-read metadata (protocol: 'Closing a
     ledger as a writer')."""
-    if reread.state == OPEN:
+    if reread.state is LedgerState.OPEN:
         return Decision.RETRY
-    if reread.state == IN_RECOVERY:
+    if reread.state is LedgerState.IN_RECOVERY:
         return Decision.FENCED
     if reread.last_entry_id == our_last_entry_id:
         return Decision.DONE
@@ -141,9 +144,9 @@ def recovery_start(info: LedgerInfo) -> str:
     """Opening with recovery: CLOSED needs nothing; OPEN must first be CAS'd to IN_RECOVERY
     (RETRY means 'write IN_RECOVERY'); IN_RECOVERY (a crashed or concurrent recovery) goes
     straight on to fencing."""
-    if info.state == CLOSED:
+    if info.state is LedgerState.CLOSED:
         return Decision.NO_RECOVERY_NEEDED
-    if info.state == OPEN:
+    if info.state is LedgerState.OPEN:
         return Decision.RETRY
     return Decision.RECOVER
 
@@ -151,6 +154,6 @@ def recovery_start(info: LedgerInfo) -> str:
 def recovery_close_decision(reread: LedgerInfo) -> str:
     """A recovering reader's close lost its CAS.  If another client closed the ledger, take its
     last entry (this is how concurrent recoveries converge); otherwise write again."""
-    if reread.state == CLOSED:
+    if reread.state is LedgerState.CLOSED:
         return Decision.DONE
     return Decision.RETRY

@@ -8,15 +8,21 @@ that failed to answer lately: they are tried last).  Entries wanted from the sam
 for together with one READ from the lowest of them; the bookie returns the entries it holds
 from there on (at most ``max_count``, at most MAX_READ_BYTES), possibly fewer than asked:
 
-* an entry returned with a good digest is done;
-* an entry returned with a bad digest, or skipped by an answer that returned higher ids, or
-  the first entry of a NO_ENTRY answer, is missing there: it moves to its next replica;
-* entries after the last one returned are asked for again from the same bookie;
+* an entry returned intact (good digest, this ledger's id, the entry id its place in the answer
+  stands for) is done;
+* a bad copy - bad digest, another ledger's entry, or an entry id other than the one asked
+  for - is no use: that entry moves to its next replica (a corrupt replica is skipped, never
+  asked again for the same entry);
+* an entry skipped by an answer that returned higher ids, or the first entry of a NO_ENTRY
+  answer, is missing there: it moves to its next replica;
+* entries after the last one returned are asked for again from the same bookie (each such
+  READ starts past the previous one's first entry, so a bookie's answers always progress);
 * any other error or a timeout moves every entry of that request to its next replica.
 
-An entry with no replica left fails the read: DigestMismatchError if some replica returned it
-with a bad digest, NoSuchEntryError if every replica said it does not hold it, otherwise a
-timeout / bookie error naming the replicas.  Entries are handed out in order as the prefix of
+An entry with no replica left fails the read: DigestMismatchError if some replica returned a
+bad copy, NoSuchEntryError if every replica said it does not hold it, otherwise a timeout /
+bookie error naming the replicas.  Once finished (done or failed) the op asks for nothing
+more.  Entries are handed out in order as the prefix of
 the range completes (``Deliver``), so a caller can stream a long range.
 """
 
@@ -33,6 +39,8 @@ from bookie.client.protocol.quorum import write_set
 from bookie.wire import Status
 
 MAX_COUNT = 4096  # entries asked for in one READ
+# what a replica's answer said about an entry (kinds of ReadOp notes)
+_CORRUPT, _MISSING, _TIMEOUT, _FAILED = "corrupt", "missing", "timeout", "failed"
 
 
 @dataclasses.dataclass(slots=True)
@@ -79,7 +87,7 @@ class ReadOp:
         # the fragment and e % E alone, so each distinct tuple is built once.
         self._replica_cache: dict[tuple[int, int], tuple[str, ...]] = {}
         self._choice: dict[int, int] = {}  # entry id -> index into its replicas (0 if absent)
-        self._why: dict[int, list[str]] = {}  # entry id -> what failed where
+        self._why: dict[int, list[tuple[str, str]]] = {}  # entry id -> (kind, what) per replica
         self._delivered = 0  # entries first .. first+_delivered-1 handed out
         self._outstanding: dict[str, set[int]] = {}  # bookie -> entry ids asked for
         self.done = False
@@ -161,38 +169,11 @@ class ReadOp:
         moved: list[int] = []  # entries to try on their next replica
         again: list[int] = []  # entries to ask this bookie for again
         if event.status == Status.OK:
-            highest = lo - 1
-            for entry in self.decode_many(event.entries):
-                if isinstance(entry, DigestMismatchError):
-                    e = getattr(entry, "entry_id", None)
-                    if e is not None and e in mine_set:
-                        self._note(e, f"{bookie}: digest mismatch")
-                        moved.append(e)
-                        mine_set.discard(e)
-                        if e > highest:
-                            highest = e
-                    continue
-                e = entry.entry_id
-                if e > highest:
-                    highest = e
-                if e in mine_set:
-                    mine_set.discard(e)
-                    got[e - first] = entry
-            # mine_set now holds what this bookie did not return (well)
-            if mine_set:
-                for e in sorted(mine_set):
-                    if e < highest or (not event.entries and e == lo):
-                        self._note(e, f"{bookie}: no entry")
-                        moved.append(e)
-                    elif event.entries:
-                        again.append(e)
-                    else:
-                        self._note(e, f"{bookie}: empty answer")
-                        moved.append(e)
+            self._take_answer(bookie, lo, hi, event.entries, mine_set, moved, again)
         elif event.status in (Status.NO_ENTRY, Status.NO_LEDGER):
             for e in mine:
                 if e == lo or event.status == Status.NO_LEDGER:
-                    self._note(e, f"{bookie}: no entry")
+                    self._note(e, _MISSING, f"{bookie}: no entry")
                     moved.append(e)
                 else:
                     again.append(e)
@@ -201,8 +182,9 @@ class ReadOp:
                 f"bookie {bookie} refused to read ledger {self.info.ledger_id}: unauthorized",
                 ledger_id=self.info.ledger_id))
         else:
+            kind = _TIMEOUT if event.status in (A.TIMEOUT, A.UNREACHABLE) else _FAILED
             for e in mine:
-                self._note(e, f"{bookie}: {A.status_name(event.status)}")
+                self._note(e, kind, f"{bookie}: {A.status_name(event.status)}")
                 moved.append(e)
         out: list = []
         if again:
@@ -219,25 +201,69 @@ class ReadOp:
             out += self._ask(b, ids)
         return self._deliver() + out
 
+    def _take_answer(self, bookie: str, lo: int, hi: int, entries, mine_set: set,
+                     moved: list, again: list) -> None:
+        """Sort the entries of an OK answer to a READ from ``lo``: each wanted entry is got,
+        moved to its next replica, or asked for again (only entries after the answer's end).
+
+        A bookie answers with the consecutive entries it holds from ``lo``, so the i-th one
+        stands for entry lo + i.  A copy that does not check out (digest, ledger id, or an
+        entry id that was not asked for) is a bad copy of the entry whose place it takes: that
+        entry moves on.  Every entry up to the answer's end is settled here, so a bookie that
+        keeps answering badly is never asked for the same entries twice.
+        """
+        got, first = self._got, self.first
+        highest = lo + len(entries) - 1  # the entry the answer's last place stands for
+        for i, entry in enumerate(self.decode_many(entries)):
+            if isinstance(entry, DigestMismatchError):
+                claimed = getattr(entry, "entry_id", None)
+                e = claimed if claimed in mine_set else lo + i
+                if e in mine_set:
+                    self._note(e, _CORRUPT, f"{bookie}: bad copy ({entry})")
+                    moved.append(e)
+                    mine_set.discard(e)
+                continue
+            e = entry.entry_id
+            if e in mine_set and lo <= e <= hi:
+                mine_set.discard(e)
+                got[e - first] = entry
+                if e > highest:  # an answer that skips entries it does not hold
+                    highest = e
+            elif lo + i in mine_set:
+                self._note(lo + i, _CORRUPT, f"{bookie}: bad copy (entry {e} in the place of "
+                                             f"entry {lo + i})")
+                moved.append(lo + i)
+                mine_set.discard(lo + i)
+        for e in sorted(mine_set):  # what this bookie did not return (well)
+            if not entries:
+                self._note(e, _FAILED, f"{bookie}: empty answer")
+                moved.append(e)
+            elif e <= highest:
+                self._note(e, _MISSING, f"{bookie}: no entry")
+                moved.append(e)
+            else:
+                again.append(e)
+
     def _decode_each(self, raws) -> list:
         return decode_each(self.decode, raws)
 
-    def _note(self, entry_id: int, why: str) -> None:
-        self._why.setdefault(entry_id, []).append(why)
+    def _note(self, entry_id: int, kind: str, why: str) -> None:
+        self._why.setdefault(entry_id, []).append((kind, why))
 
     def _exhausted(self, entry_id: int) -> BookKeeperError:
         why = self._why.get(entry_id, [])
+        kinds = {kind for kind, _ in why}
         lid = self.info.ledger_id
-        detail = "; ".join(why)
-        if any("digest mismatch" in w for w in why):
+        detail = "; ".join(text for _, text in why)
+        if _CORRUPT in kinds:
             return DigestMismatchError(
-                f"ledger {lid} entry {entry_id}: no replica returned it with a matching digest "
+                f"ledger {lid} entry {entry_id}: no replica returned an intact copy "
                 f"({detail}); the data is corrupt or the digest type/password is wrong",
-                ledger_id=lid)
-        if all("no entry" in w for w in why):
+                ledger_id=lid, entry_id=entry_id)
+        if kinds == {_MISSING}:
             return NoSuchEntryError(f"ledger {lid} entry {entry_id} is on none of its replicas "
                                     f"({detail}); it is past the ledger's end", ledger_id=lid)
-        if any("timeout" in w for w in why):
+        if _TIMEOUT in kinds:
             return BKTimeoutError(f"ledger {lid} entry {entry_id}: no replica answered in time "
                                   f"({detail}); are its bookies up?", ledger_id=lid)
         return BookieError(f"ledger {lid} entry {entry_id}: every replica failed ({detail})",

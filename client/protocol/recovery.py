@@ -1,38 +1,47 @@
-"""Reading the last-add-confirmed (optionally fencing) and recovering a ledger.
+"""Recovering a ledger whose writer may be gone: one operation, from marking the metadata
+IN_RECOVERY to writing it CLOSED.
 
 Theory of operation
 -------------------
-``LacQuorumOp`` asks every bookie of the last fragment for its LAC (with ``fence`` it first
-fences the ledger there).  It is conclusive once ``Coverage`` says (Qw - Qa) + 1 positions of
-every write set answered; "no such ledger / entry" counts as an answer with LAC -1 (the
-bookie holds nothing, so it can confirm nothing).  The result is the highest LAC seen.  A
-plain (non-fencing) read also finishes when every bookie answered or failed, as long as one
-answered: a LAC is a lower bound and a reader may use a low one.
+``RecoveryOp`` is a reader's close of a ledger (protocol: "Closing a ledger as a reader").  Its
+metadata writes are ``WriteMetadata`` actions, as the writer's are, answered by
+MetadataWritten, MetadataConflict (with the re-read record) or MetadataFailed:
 
-``RecoveryOp`` is the reader's close of a ledger whose writer may be gone:
+1. **mark**: an OPEN ledger is CAS'd to IN_RECOVERY, so the writer's ensemble changes and its
+   close fail from then on.  A lost CAS decides again on the re-read record
+   (``ledger.recovery_start``): CLOSED - that close is the result; OPEN - write again;
+   IN_RECOVERY - another recovery marked it first: go on with the re-read record.
+2. **fence** the last fragment's ensemble (``LacQuorumOp(fence=True)``); the highest LAC ``L``
+   is then final for the old writer (no ack quorum of it can form any more).
+3. **where the writer wrote**: every read of the old writer's entries uses the fragments as
+   they were when fencing began.  Recovery writes no fragment before its close (step 6), so the
+   metadata of a ledger IN_RECOVERY always shows the writer's own ensembles - also to a
+   recovery retried after another failed half way, whose replacement bookie never held the
+   writer's entries and must not be asked for them.
+4. **read forward** from ``S = max(L, first entry of the last fragment - 1)`` (every entry up to
+   S was confirmed, since a fragment starts at the writer's first unconfirmed entry; S is read
+   for its running length only and not re-written), one entry at a time, one replica of its
+   write set after another (bookies that did not answer the fence or timed out are asked last).
+   An entry exists when a replica returns it with a good digest; it does not exist once
+   (Qw - Qa) + 1 replicas said "no entry" (a confirmed entry is missing from at most Qw - Qa of
+   them).  Each entry found after S is re-added
+   with the recovery flag to its whole write set - only now, after the fence held, so the old
+   writer cannot complete an add behind our back.
+5. **replace** a bookie whose re-add fails, as a writer would (BookKeeper's recovery does the
+   same): list the writable bookies, put one that is neither in the ensemble nor failed before
+   in its place in a fragment starting at max(S + 1, first entry of the last fragment), and
+   re-send every entry found to the bookies that joined its write set.  The fragment lives in
+   ``info`` only until the close.  An entry is re-replicated once its whole write set (under
+   ``info``) acked it; only when no bookie can take over do Qa acks suffice, and fewer fail
+   recovery with ``LedgerRecoveryError`` - nothing is written then: the ledger stays
+   IN_RECOVERY with the writer's ensembles, and a later recovery starts over from them.
+6. **close**: one CAS writes state CLOSED, the last entry found, the length and the fragments
+   recovery added.  A lost CAS re-reads: CLOSED - another recovery's close wins and is the
+   result (so concurrent recoveries converge on the first close); otherwise the same close is
+   written again at the re-read version.
 
-1. fence with ``LacQuorumOp(fence=True)``; the highest LAC ``L`` is then final for the old
-   writer (no ack quorum can form any more);
-2. start at ``S = max(L, first entry of the last fragment - 1)``: every entry up to S was
-   confirmed (a fragment starts at the writer's first unconfirmed entry), so S is read only
-   for its running length and not re-written;
-3. read forward one entry at a time from S + 1, one replica after another (bookies that did
-   not answer the fence, or timed out, are asked last), always in the fragments as they were
-   when recovery began - that is where the old writer wrote.  An entry exists when a replica
-   returns it with a good digest; it does not exist once (Qw - Qa) + 1 replicas of its write
-   set said "no entry" (a confirmed entry is missing from at most Qw - Qa of them).  Every
-   entry found is re-added with the recovery flag to its whole write set - only now, after
-   the fence held, so the old writer cannot complete an add behind our back;
-4. a bookie whose re-add fails is replaced as a writer would (BookKeeper's recovery does the
-   same): list the writable bookies, put one that is neither in the ensemble nor failed
-   before in its place in a fragment starting at max(S + 1, first entry of the last
-   fragment), CAS that onto the IN_RECOVERY metadata, and re-send every found entry to the
-   bookies that joined its write set.  A lost CAS adopts the re-read metadata (a concurrent
-   recovery's change) and goes on; if that recovery already closed the ledger, its close is
-   the result.  An entry is re-replicated once its whole write set acked it; only when no
-   bookie can take over (or without a metadata version to CAS with) Qa acks suffice, and
-   fewer fail recovery with ``LedgerRecoveryError``;
-5. report (last entry found, ledger length); the caller closes the ledger with CAS.
+The op finishes with ``(last_entry_id, length)`` of the closed ledger; ``info`` and ``version``
+are then the metadata as closed (by this op, or by another client whose close it adopted).
 """
 
 from __future__ import annotations
@@ -43,94 +52,50 @@ from typing import Callable
 from bookie.client.errors import (BookKeeperError, DigestMismatchError, LedgerRecoveryError,
                                   UnauthorizedError)
 from bookie.client.protocol import actions as A
-from bookie.client.protocol.ledger import CLOSED, IN_RECOVERY, LedgerInfo, replace_bookies
-from bookie.client.protocol.quorum import Coverage, fence_quorum, write_set
+from bookie.client.protocol.lac import NOTHING_THERE, LacQuorumOp
+from bookie.client.protocol.ledger import (Decision, LedgerInfo, LedgerState, recovery_start,
+                                           replace_bookies)
+from bookie.client.protocol.quorum import fence_quorum, write_set
 from bookie.wire import Status
-
-_NOTHING_THERE = (int(Status.NO_LEDGER), int(Status.NO_ENTRY))
 
 Decoder = Callable[[bytes], object]  # formatted entry -> LedgerEntry; raises DigestMismatchError
 
-
-class LacQuorumOp:
-    """Read (and with ``fence``, fence) the LAC from the last fragment's ensemble."""
-
-    def __init__(self, info: LedgerInfo, fence: bool):
-        self.info = info
-        self.fence = fence
-        self.ensemble = info.last_ensemble
-        self.coverage = Coverage(info.ensemble_size, info.write_quorum, info.ack_quorum)
-        self.max_lac = -1
-        self.max_last_entry_id = -1
-        self.done = False
-        self._errors: list[str] = []
-
-    def start(self) -> list:
-        return [A.SendReadLac(b, fence=self.fence) for b in self.ensemble]
-
-    def handle(self, event: A.LacResponse, now: float = 0.0) -> list:
-        if self.done or not isinstance(event, A.LacResponse):
-            return []
-        bookie = event.request.bookie
-        pos = self.ensemble.index(bookie)
-        if event.status == Status.OK or event.status in _NOTHING_THERE:
-            self.coverage.answer(pos)
-            if event.status == Status.OK:
-                self.max_lac = max(self.max_lac, event.lac)
-                self.max_last_entry_id = max(self.max_last_entry_id, event.last_entry_id)
-        elif event.status == Status.UNAUTHORIZED:
-            return self._finish(error=UnauthorizedError(
-                f"bookie {bookie} refused the master key of ledger {self.info.ledger_id}: "
-                f"wrong password", ledger_id=self.info.ledger_id))
-        else:
-            self.coverage.fail(pos)
-            self._errors.append(f"{bookie}: {A.status_name(event.status)}")
-        if self.coverage.covered:
-            return self._finish(result=self.max_lac)
-        if self.coverage.hopeless and (self.fence or not self.coverage.answered):
-            what = "fence" if self.fence else "read the last-add-confirmed of"
-            return self._finish(error=LedgerRecoveryError(
-                f"could not {what} ledger {self.info.ledger_id}: too many bookies of its last "
-                f"ensemble failed ({'; '.join(self._errors)}); need (Qw-Qa)+1="
-                f"{fence_quorum(self.info.write_quorum, self.info.ack_quorum)} answers from "
-                f"every write quorum - bring bookies back and retry",
-                ledger_id=self.info.ledger_id))
-        if not self.fence and self.coverage.all_done and self.coverage.answered:
-            return self._finish(result=self.max_lac)
-        return []
-
-    def _finish(self, result=None, error: BookKeeperError | None = None) -> list:
-        self.done = True
-        return [A.Finished(result=result, error=error)]
-
+_MARK, _CLOSE = "recovery", "close"  # purposes of this op's WriteMetadata actions
 
 
 class RecoveryOp:
-    """Fence, find the last entry, re-replicate the tail (replacing failed bookies).  Finishes
-    with (last_entry_id, length); ``info`` / ``version`` are then the metadata as this op last
-    wrote or read it (with any fragment it added)."""
+    """Mark, fence, find the last entry, re-replicate the tail (replacing failed bookies) and
+    close.  Finishes with (last_entry_id, length); ``info`` / ``version`` are then the closed
+    metadata."""
 
-    FENCING, READING, DRAINING, DONE = "fencing", "reading", "draining", "done"
+    MARKING, FENCING, READING, DRAINING, CLOSING, DONE = (
+        "marking", "fencing", "reading", "draining", "closing", "done")
 
-    def __init__(self, info: LedgerInfo, decode: Decoder, version=None,
+    def __init__(self, info: LedgerInfo, decode: Decoder, version,
                  rng: random.Random | None = None):
+        """
+        Args:
+            info: the ledger's metadata as read, at ``version`` (any state).
+            decode: checks and unpacks a formatted entry (raises DigestMismatchError).
+        """
         self.info = info  # where re-adds go (gains the fragments of ensemble changes)
-        self.version = version  # None: no ensemble change (a dead bookie then fails recovery)
-        self._read_info = info  # where the old writer wrote: reads always follow this
+        self.version = version
+        self._written = info  # where the old writer wrote: reads always follow this
         self.decode = decode
-        self.phase = self.FENCING
+        self.phase = self.MARKING
         self.fence_op = LacQuorumOp(info, fence=True)
         self.last_found = -1
         self.last_length = 0
         self._rng = rng or random.Random()
         self._anchor = -1  # S: read for its length only
-        self._entry = -1  # entry being read
+        # the entry being read: its replicas in asking order, how many were asked, what they said
+        self._entry = -1
         self._replicas: tuple[str, ...] = ()
-        self._tried = 0
+        self._asked = 0
         self._missing = 0
-        self._problems: list[str] = []  # of the entry being read
+        self._problems: list[str] = []
         self._add_problems: list[str] = []  # failed re-adds and changes
-        self._suspects: set[str] = set()  # did not answer in time: read from them last
+        self._suspects: set[str] = set()  # did not answer in time: asked last, not waited for
         # re-replication of every entry found after S (kept until the ledger is closed, since
         # an ensemble change must re-send entries to the bookie that joins)
         self._raw: dict[int, bytes] = {}
@@ -138,33 +103,80 @@ class RecoveryOp:
         self._acked: dict[int, set[str]] = {}
         self._unsettled: set[int] = set()
         self._failed: set[str] = set()  # bookies whose recovery add failed: never used again
-        self._changing = False  # an ensemble change is being listed / written
+        self._changing = False  # an ensemble change is being listed
         self._no_spare = False  # the last change found no writable bookie to take over
         self.ensemble_changes = 0
 
     def start(self) -> list:
-        return self.fence_op.start()
+        decision = recovery_start(self.info)
+        if decision == Decision.NO_RECOVERY_NEEDED:
+            return self._adopt_close(self.info, self.version)
+        if decision == Decision.RETRY:
+            return [A.WriteMetadata(self.info.replace(state=LedgerState.IN_RECOVERY),
+                                    self.version, _MARK)]
+        return self._fence(self.info, self.version)
 
     def handle(self, event, now: float = 0.0) -> list:
         if self.phase == self.DONE:
             return []
-        if isinstance(event, A.LacResponse):
-            return self._on_fenced(self.fence_op.handle(event, now))
-        if isinstance(event, A.ReadResponse):
+        kind = type(event)
+        if kind is A.LacResponse:
+            return self._on_fenced(self.fence_op.handle(event, now)) \
+                if self.phase == self.FENCING else []
+        if kind is A.ReadResponse:
             return self._on_read(event)
-        if isinstance(event, A.AddResponse):
+        if kind is A.AddResponse:
             return self._on_add(event)
-        if isinstance(event, A.BookiesListed):
+        if kind is A.BookiesListed:
             return self._on_bookies(event.writable)
-        if isinstance(event, A.MetadataWritten):
-            return self._on_metadata(event.request.info, event.version)
-        if isinstance(event, A.MetadataConflict):
+        if kind is A.MetadataWritten:
+            return self._on_written(event)
+        if kind is A.MetadataConflict:
             return self._on_conflict(event)
-        if isinstance(event, A.MetadataFailed):
+        if kind is A.MetadataFailed:
             return self._finish(error=event.error)
         return []
 
-    # -- 1. fencing ----------------------------------------------------------------------------
+    # -- 1. marking, and the metadata answers -------------------------------------------------
+
+    def _on_written(self, event: A.MetadataWritten) -> list:
+        if event.request.purpose == _MARK and self.phase == self.MARKING:
+            return self._fence(event.request.info, event.version)
+        if event.request.purpose == _CLOSE and self.phase == self.CLOSING:
+            self.info, self.version = event.request.info, event.version
+            return self._finish(result=(self.last_found, self.last_length))
+        return []
+
+    def _on_conflict(self, event: A.MetadataConflict) -> list:
+        reread, version = event.info, event.version
+        if event.request.purpose == _MARK and self.phase == self.MARKING:
+            decision = recovery_start(reread)
+            if decision == Decision.NO_RECOVERY_NEEDED:
+                return self._adopt_close(reread, version)
+            if decision == Decision.RETRY:
+                return [A.WriteMetadata(reread.replace(state=LedgerState.IN_RECOVERY), version,
+                                        _MARK)]
+            return self._fence(reread, version)  # another recovery marked it: go on
+        if event.request.purpose == _CLOSE and self.phase == self.CLOSING:
+            if reread.state is LedgerState.CLOSED:
+                return self._adopt_close(reread, version)
+            self.version = version
+            return [A.WriteMetadata(event.request.info, version, _CLOSE)]
+        return []
+
+    def _adopt_close(self, closed: LedgerInfo, version) -> list:
+        """Someone closed the ledger: that close is the result (how recoveries converge)."""
+        self.info, self.version = closed, version
+        return self._finish(result=(closed.last_entry_id, closed.length))
+
+    # -- 2. fencing ----------------------------------------------------------------------------
+
+    def _fence(self, info: LedgerInfo, version) -> list:
+        self.info = self._written = info
+        self.version = version
+        self.phase = self.FENCING
+        self.fence_op = LacQuorumOp(info, fence=True)
+        return self.fence_op.start()
 
     def _on_fenced(self, out: list) -> list:
         if not out:
@@ -175,35 +187,34 @@ class RecoveryOp:
         self.phase = self.READING
         answered = {self.fence_op.ensemble[p] for p in self.fence_op.coverage.answered}
         self._suspects = set(self.fence_op.ensemble) - answered
-        start = max(finished.result, self.info.last_fragment_first - 1)
+        start = max(finished.result, self._written.last_fragment_first - 1)
         self._anchor = start
         self.last_found = start
-        if start < 0:
-            return self._read(0)
-        return self._read(start)
+        return self._read(max(start, 0))
 
-    # -- 2./3. reading forward -----------------------------------------------------------------
+    # -- 4. reading forward --------------------------------------------------------------------
 
     def _read(self, entry_id: int) -> list:
-        info = self._read_info
-        ensemble = info.ensemble_for(entry_id)
+        """Ask the first replica of ``entry_id`` in the writer's ensemble for it."""
+        written = self._written
+        ensemble = written.ensemble_for(entry_id)
         replicas = [ensemble[p] for p in
-                    write_set(entry_id, info.ensemble_size, info.write_quorum)]
-        suspect = self._suspects | self._failed
+                    write_set(entry_id, written.ensemble_size, written.write_quorum)]
+        late = self._suspects | self._failed
         # bookies that answered so far first: a dead one costs a timeout per entry otherwise
-        self._replicas = tuple(sorted(replicas, key=lambda b: b in suspect))
+        self._replicas = tuple(sorted(replicas, key=lambda b: b in late))
         self._entry = entry_id
-        self._tried = 0
+        self._asked = 1
         self._missing = 0
         self._problems = []
         return [A.SendRead(self._replicas[0], entry_id, 1)]
 
     def _on_read(self, event: A.ReadResponse) -> list:
         req = event.request
-        if self.phase != self.READING or req.first_entry_id != self._entry:
+        if self.phase != self.READING or req.first_entry_id != self._entry \
+                or req.bookie != self._replicas[self._asked - 1]:
             return []
         entry_id = self._entry
-        self._tried += 1
         if event.status == Status.OK:
             for raw in event.entries:
                 try:
@@ -215,7 +226,7 @@ class RecoveryOp:
                     return self._found(entry, raw)
             else:
                 self._missing += 1  # answered, but not with this entry
-        elif event.status in _NOTHING_THERE:
+        elif event.status in NOTHING_THERE:
             self._missing += 1
         elif event.status == Status.UNAUTHORIZED:
             return self._finish(error=UnauthorizedError(
@@ -225,6 +236,10 @@ class RecoveryOp:
             self._problems.append(f"{req.bookie}: {A.status_name(event.status)}")
             if event.status in (A.TIMEOUT, A.UNREACHABLE):
                 self._suspects.add(req.bookie)
+        return self._next_replica_or_decide()
+
+    def _next_replica_or_decide(self) -> list:
+        entry_id = self._entry
         if self._missing >= fence_quorum(self.info.write_quorum, self.info.ack_quorum):
             if entry_id <= self._anchor:
                 return self._finish(error=LedgerRecoveryError(
@@ -232,12 +247,13 @@ class RecoveryOp:
                     f"{self._missing} of its replicas do not hold it; the ledger lost data",
                     ledger_id=self.info.ledger_id))
             return self._end_reached()
-        if self._tried >= len(self._replicas):
-            return self._finish(error=LedgerRecoveryError(
-                f"ledger {self.info.ledger_id}: cannot tell whether entry {entry_id} exists "
-                f"({'; '.join(self._problems) or 'no replica answered'}); retry opening when "
-                f"its bookies are back", ledger_id=self.info.ledger_id))
-        return [A.SendRead(self._replicas[self._tried], entry_id, 1)]
+        if self._asked < len(self._replicas):
+            self._asked += 1
+            return [A.SendRead(self._replicas[self._asked - 1], entry_id, 1)]
+        return self._finish(error=LedgerRecoveryError(
+            f"ledger {self.info.ledger_id}: cannot tell whether entry {entry_id} exists "
+            f"({'; '.join(self._problems) or 'no replica answered'}); retry opening when "
+            f"its bookies are back", ledger_id=self.info.ledger_id))
 
     def _found(self, entry, raw) -> list:
         entry_id = entry.entry_id
@@ -260,7 +276,7 @@ class RecoveryOp:
     # -- re-replication ------------------------------------------------------------------------
 
     def _write_set(self, entry_id: int) -> tuple[str, ...]:
-        """The bookies that must hold ``entry_id`` under the current metadata."""
+        """The bookies that must hold ``entry_id`` under the metadata recovery will close with."""
         info = self.info
         ensemble = info.ensemble_for(entry_id)
         return tuple(ensemble[p] for p in
@@ -277,6 +293,8 @@ class RecoveryOp:
         return out
 
     def _on_add(self, event: A.AddResponse) -> list:
+        if self.phase not in (self.READING, self.DRAINING):
+            return []
         bookie = event.request.bookie
         if event.status == Status.UNAUTHORIZED:
             return self._finish(error=UnauthorizedError(
@@ -289,6 +307,8 @@ class RecoveryOp:
                     self._acked[entry_id].add(bookie)
         elif bookie not in self._failed:
             self._failed.add(bookie)
+            if event.status in (A.TIMEOUT, A.UNREACHABLE):
+                self._suspects.add(bookie)
             self._add_problems.append(f"{bookie}: {A.status_name(event.status)}")
             out += self._want_change()
         return out + self._settle(event.request.entry_ids)
@@ -296,10 +316,10 @@ class RecoveryOp:
     def _entry_state(self, entry_id: int) -> str:
         """"done", "pending" or "failed" for one entry's re-replication.
 
-        Done once every bookie of its write set acked.  A write set bookie that failed is
-        replaced by an ensemble change when the entry lies in the last fragment; when no
-        bookie can take over (or the entry lies in an earlier fragment, made by a concurrent
-        recovery), Qa acks are enough: the same as a writer's confirmation."""
+        Done once every bookie of its write set acked.  A bookie of the write set that failed
+        is replaced by an ensemble change (every entry recovery re-adds lies in the last
+        fragment); when no bookie can take over, Qa acks are enough: the same as a writer's
+        confirmation."""
         ws = self._write_set(entry_id)
         acked = self._acked[entry_id]
         n_acked = sum(b in acked for b in ws)
@@ -307,13 +327,12 @@ class RecoveryOp:
             return "done"
         if any(b not in acked and b not in self._failed for b in ws):
             return "pending"  # an answer is still due
-        replaceable = entry_id >= self.info.last_fragment_first and self.version is not None
-        if self._changing or (replaceable and not self._no_spare):
+        if self._changing or not self._no_spare:
             return "pending"
         return "done" if n_acked >= self.info.ack_quorum else "failed"
 
     def _settle(self, entry_ids) -> list:
-        if self.phase == self.DONE:
+        if self.phase not in (self.READING, self.DRAINING):
             return []
         for entry_id in entry_ids:
             if entry_id not in self._unsettled:
@@ -330,41 +349,35 @@ class RecoveryOp:
                     f"start bookies (or bring these back) and retry opening",
                     ledger_id=self.info.ledger_id))
         if self.phase == self.DRAINING and not self._unsettled and not self._changing:
-            return self._finish(result=(self.last_found, self.last_length))
+            return self._close()
         return []
 
-    # -- ensemble changes ----------------------------------------------------------------------
+    # -- 5. ensemble changes (kept until the close) --------------------------------------------
 
     def _failed_positions(self) -> list[int]:
         return [p for p, b in enumerate(self.info.last_ensemble) if b in self._failed]
 
     def _want_change(self) -> list:
         """Start replacing the last ensemble's failed bookies, unless already doing so."""
-        if self._changing or self._no_spare or self.version is None \
-                or not self._failed_positions():
+        if self._changing or self._no_spare or not self._failed_positions():
             return []
         self._changing = True
         return [A.ListBookies()]
 
     def _on_bookies(self, writable) -> list:
-        if not self._changing:
+        if not self._changing or self.phase not in (self.READING, self.DRAINING):
             return []
-        first = max(self._anchor + 1, self.info.last_fragment_first)
+        self._changing = False
+        first = max(self._anchor + 1, self._written.last_fragment_first)
         candidates = [b for b in writable if b not in self._failed]
         new = replace_bookies(self.info, self.info.last_ensemble, self._failed_positions(),
                               candidates, first, self._rng)
         if new is None:  # nobody can take over: settle for Qa acks where there are enough
-            self._changing = False
             self._no_spare = True
             self._add_problems.append(f"no spare among {len(writable)} writable bookies")
             return self._settle(list(self._unsettled))
-        return [A.WriteMetadata(new.replace(state=IN_RECOVERY), self.version, "recovery")]
-
-    def _on_metadata(self, info: LedgerInfo, version) -> list:
-        """The metadata now is ``info`` at ``version``: re-send every found entry to the
-        bookies that joined its write set, and replace any that failed meanwhile."""
-        self.info, self.version = info, version
-        self._changing = False
+        # The fragment joins the metadata with the close; re-send what the new bookies lack.
+        self.info = new
         self.ensemble_changes += 1
         out: list = []
         for entry_id in sorted(self._raw):
@@ -375,46 +388,14 @@ class RecoveryOp:
         out += self._want_change()
         return out + self._settle(list(self._unsettled))
 
-    def _on_conflict(self, event: A.MetadataConflict) -> list:
-        reread = event.info
-        if reread.state == CLOSED:
-            # Another recovery closed the ledger: its close wins (the caller adopts it).
-            return self._finish(result=(reread.last_entry_id, reread.length))
-        self.ensemble_changes -= 1  # adopting, not changing
-        return self._on_metadata(reread, event.version)
+    # -- 6. closing ----------------------------------------------------------------------------
+
+    def _close(self) -> list:
+        self.phase = self.CLOSING
+        closed = self.info.replace(state=LedgerState.CLOSED, last_entry_id=self.last_found,
+                                   length=self.last_length)
+        return [A.WriteMetadata(closed, self.version, _CLOSE)]
 
     def _finish(self, result=None, error: BookKeeperError | None = None) -> list:
         self.phase = self.DONE
         return [A.Finished(result=result, error=error)]
-
-
-class LongPollLacOp:
-    """Wait until some bookie of the last fragment reports a LAC above ``after``.
-
-    Every bookie of the last ensemble is asked with a long poll; the first answer above
-    ``after`` finishes the op, otherwise it finishes with the highest LAC seen once every bookie
-    answered or timed out (possibly not above ``after``: the caller's wait ran out).
-    """
-
-    def __init__(self, info: LedgerInfo, after: int, timeout_s: float):
-        self.info = info
-        self.after = after
-        self.timeout_s = timeout_s
-        self.max_lac = -1
-        self.pending = set(info.last_ensemble)
-        self.done = False
-
-    def start(self) -> list:
-        return [A.SendReadLac(b, long_poll_after=self.after, timeout_s=self.timeout_s)
-                for b in self.info.last_ensemble]
-
-    def handle(self, event, now: float = 0.0) -> list:
-        if self.done or not isinstance(event, A.LacResponse):
-            return []
-        self.pending.discard(event.request.bookie)
-        if event.status == Status.OK:
-            self.max_lac = max(self.max_lac, event.lac)
-        if self.max_lac > self.after or not self.pending:
-            self.done = True
-            return [A.Finished(result=self.max_lac)]
-        return []

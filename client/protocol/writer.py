@@ -35,7 +35,7 @@ from typing import Callable
 from bookie.client.errors import (BookieError, BookKeeperError, LedgerClosedError,
                                   LedgerFencedError, NotEnoughBookiesError, UnauthorizedError)
 from bookie.client.protocol import actions as A
-from bookie.client.protocol.ledger import (CLOSED, Decision, LedgerInfo, close_decision,
+from bookie.client.protocol.ledger import (Decision, LedgerInfo, LedgerState, close_decision,
                                            ensemble_change_conflict, replace_bookies)
 from bookie.client.protocol.pending import PendingAdds
 from bookie.wire import Status
@@ -147,6 +147,14 @@ class LedgerWriter:
             return []
         self.state = CLOSING
         return self._maybe_write_close()
+
+    def abort(self, error: BookKeeperError, now: float = 0.0) -> list:
+        """End the writer for a reason outside the protocol (its ledger was deleted): every
+        pending add fails with ``error``, and later adds and the close are refused with it.
+        Nothing happens once the writer is closed or failed already."""
+        if self.state in (CLOSED_STATE, FAILED):
+            return []
+        return self._fail(error)
 
     def tick(self, now: float) -> list:
         """Explicit LAC: when the bookies have lagged the LAC for the explicit LAC interval
@@ -340,7 +348,7 @@ class LedgerWriter:
 
     def _close_request(self) -> A.WriteMetadata:
         lac = self.pending.lac
-        closed = self.info.replace(state=CLOSED, last_entry_id=lac,
+        closed = self.info.replace(state=LedgerState.CLOSED, last_entry_id=lac,
                                    length=self.confirmed_length)
         return A.WriteMetadata(closed, self.version, "close")
 

@@ -21,14 +21,14 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from bookie.client.digest import DigestManager
 from bookie.client.errors import LedgerFencedError, NotEnoughBookiesError
 from bookie.client.protocol import actions as A
-from bookie.client.protocol.ledger import (CLOSED, IN_RECOVERY, OPEN, Decision, LedgerInfo,
-                                           recovery_close_decision, recovery_start)
+from bookie.client.protocol.ledger import LedgerInfo, LedgerState
 from bookie.client.protocol.reader import Deliver, ReadOp
 from bookie.client.protocol.recovery import RecoveryOp
 from bookie.client.protocol.writer import LedgerWriter
 from bookie.wire import Status, unpack_entry_header
 
 LEDGER = 7
+CLOSED, IN_RECOVERY = LedgerState.CLOSED, LedgerState.IN_RECOVERY
 
 
 class SimBookie:
@@ -115,38 +115,23 @@ class SimCluster:
 def recover(cluster: SimCluster, digest: DigestManager, n_readers: int = 1):
     """Open-with-recovery for ``n_readers`` concurrent readers; returns each one's closed info.
 
-    Recovery replaces bookies whose re-add fails (an ensemble change on the IN_RECOVERY
-    metadata), so with a writable bookie outside the ensemble it must succeed even while
-    bookies of the ensemble are dead."""
+    Each reader is one RecoveryOp started on the metadata as read: it marks the ledger
+    IN_RECOVERY, fences, re-replicates and closes it, every metadata write a CAS it emits
+    itself.  Recovery replaces bookies whose re-add fails, so with a writable bookie outside
+    the ensemble it must succeed even while bookies of the ensemble are dead."""
     ops = []
     for _ in range(n_readers):
-        info = cluster.info
-        if recovery_start(info) == Decision.NO_RECOVERY_NEEDED:
-            ops.append(None)
-            continue
-        if info.state == OPEN:
-            assert cluster.cas(info.replace(state=IN_RECOVERY), cluster.version)
         op = RecoveryOp(cluster.info, digest.decode, version=cluster.version, rng=cluster.rng)
         ops.append(op)
         cluster.run(op, op.start())
-    live = [op for op in ops if op is not None]
-    cluster.deliver_until(lambda: all(cluster.outputs.get(op) for op in live))
+    cluster.deliver_until(lambda: all(cluster.outputs.get(op) for op in ops))
     results = []
     for op in ops:
-        if op is None:
-            results.append(cluster.info)
-            continue
         finished = cluster.outputs[op][-1]
         assert finished.error is None, finished.error
-        last, length = finished.result
-        while True:  # close with CAS; a lost CAS adopts someone else's close
-            current = cluster.info
-            if recovery_close_decision(current) == Decision.DONE:
-                break
-            if cluster.cas(current.replace(state=CLOSED, last_entry_id=last, length=length),
-                           cluster.version):
-                break
-        results.append(cluster.info)
+        assert op.info.state == CLOSED and cluster.info.state == CLOSED
+        assert finished.result == (op.info.last_entry_id, op.info.length)
+        results.append(op.info)
     return results
 
 

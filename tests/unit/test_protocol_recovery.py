@@ -13,10 +13,12 @@ from hypothesis import strategies as st
 
 from bookie.client.errors import LedgerRecoveryError
 from bookie.client.protocol import actions as A
-from bookie.client.protocol.ledger import CLOSED, IN_RECOVERY
+from bookie.client.protocol.ledger import LedgerState
 from bookie.client.protocol.quorum import write_set
 from bookie.client.protocol.recovery import RecoveryOp
 from test_protocol_model import SimCluster, new_ledger, read_all, recover
+
+CLOSED, IN_RECOVERY = LedgerState.CLOSED, LedgerState.IN_RECOVERY
 
 
 def written_ledger(shape, n_bookies, n_entries, seed):

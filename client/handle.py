@@ -1,0 +1,309 @@
+"""``LedgerHandle``: an open ledger - the writer's (from ``BookKeeper.create_ledger``) or a
+reader's (from ``BookKeeper.open_ledger``).
+
+A handle holds what it needs and nothing of the client's: the ledger's metadata as last seen,
+its digest manager and master key, the ``OpRunner`` that runs its operations on the I/O thread,
+the ``ClientStore`` it re-reads metadata from, and - for the writer - the ``WriterDriver`` its
+adds go to.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from typing import Iterator
+
+from bookie.client.digest import DigestManager, LedgerEntry
+from bookie.client.drivers import (EachWaiter, FirstIdWaiter, OpRunner, RangeWaiter,
+                                   WriterDriver, fail, resolve)
+from bookie.client.errors import InvalidArgumentError, LedgerClosedError
+from bookie.client.metadata import ClientStore
+from bookie.client.protocol.lac import LacQuorumOp, LongPollLacOp
+from bookie.client.protocol.ledger import LedgerInfo, LedgerState
+from bookie.client.protocol.reader import ReadOp
+
+READ_CHUNK = 2048  # entries per read operation while iterating a range
+
+
+def check_entry_range(ledger_id: int, last_add_confirmed: int, first: int, last: int) -> None:
+    """Raise InvalidArgumentError unless ``first``..``last`` is a readable range: not empty,
+    not negative, not past the last-add-confirmed."""
+    if first < 0 or last < first:
+        raise InvalidArgumentError(f"bad entry range {first}..{last}", ledger_id=ledger_id)
+    if last > last_add_confirmed:
+        raise InvalidArgumentError(
+            f"ledger {ledger_id}: entries up to {last} asked for, but the last add "
+            f"confirmed is {last_add_confirmed}; read_last_add_confirmed() or "
+            f"wait_for_last_add_confirmed() first", ledger_id=ledger_id)
+
+
+class LedgerHandle:
+    """An open ledger: the writer's (from create_ledger) or a reader's (from open_ledger)."""
+
+    def __init__(self, ledger_id: int, info: LedgerInfo, digest: DigestManager,
+                 master_key: bytes, runner: OpRunner, store: ClientStore,
+                 max_frame_size_bytes: int, *, writer: WriterDriver | None = None,
+                 last_add_confirmed: int | None = None):
+        """
+        Args:
+            info: the metadata as read (or as the recovery that opened the ledger closed it).
+            writer: the writer's driver (a writer's handle only).
+            last_add_confirmed: a reader's starting LAC (default: the metadata's last entry).
+        """
+        self.ledger_id = ledger_id
+        self._info = info
+        self._dm = digest
+        self._master_key = master_key
+        self._runner = runner
+        self._store = store
+        self._max_frame_size_bytes = max_frame_size_bytes
+        self._writer = writer
+        self._add_lock = threading.Lock()
+        self._lac = info.last_entry_id if last_add_confirmed is None else last_add_confirmed
+
+    def __repr__(self) -> str:
+        return (f"<LedgerHandle {self.ledger_id} {'writer' if self._writer else 'reader'} "
+                f"lac={self.last_add_confirmed}>")
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def last_add_confirmed(self) -> int:
+        """The highest entry id known to be confirmed (-1: none)."""
+        return self._writer.lac if self._writer is not None else self._lac
+
+    @property
+    def metadata(self) -> LedgerInfo:
+        return self._writer.info if self._writer is not None else self._info
+
+    @property
+    def is_closed(self) -> bool:
+        return self.metadata.state is LedgerState.CLOSED
+
+    @property
+    def length(self) -> int:
+        if self._writer is not None:
+            return self._writer.confirmed_length
+        return self.metadata.length
+
+    @property
+    def digest_type(self) -> str:
+        return self._dm.digest_type
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def add_entry(self, data, timeout_s: float | None = None) -> int:
+        """Add one entry; returns its entry id once Qa bookies stored it and every earlier
+        entry is confirmed.
+
+        Raises:
+            LedgerClosedError, LedgerFencedError, NotEnoughBookiesError, BKTimeoutError, ...
+        """
+        return self._runner.wait(self.add_entry_async(data), timeout_s)
+
+    def add_entry_async(self, data) -> Future:
+        """Add one entry; a Future of its entry id.  Futures complete in entry order.  Blocks
+        while ``throttle`` adds are outstanding in this client."""
+        fut: Future = Future()
+        self.add_entries_callback([data], FirstIdWaiter(fut))
+        return fut
+
+    def add_entries_async(self, payloads) -> list[Future]:
+        """Add several entries at once; one Future per entry (prefer ``add_range_async`` or
+        ``add_entries_callback`` for many entries: a Future per entry costs more than the
+        add itself)."""
+        futures = [Future() for _ in payloads]
+        if futures:
+            self.add_entries_callback(payloads, EachWaiter(futures))
+        return futures
+
+    def add_range_async(self, payloads) -> Future:
+        """Add several entries with one completion: a Future of ``range(first, last + 1)``, the
+        consecutive entry ids they got, set once the last of them is confirmed (so all of
+        them are: entries confirm in order).
+
+        If it fails, a prefix of the entries may have been confirmed; ``last_add_confirmed``
+        says up to where.  Blocks while the throttle is full, as ``add_entry_async``.
+        """
+        fut: Future = Future()
+        n = len(payloads)
+        if n == 0:
+            fut.set_result(range(0))
+            return fut
+        self.add_entries_callback(payloads, RangeWaiter(fut, n))
+        return fut
+
+    def add_entries_callback(self, payloads, callback) -> None:
+        """Add several entries; ``callback(first_entry_id, last_entry_id, error)`` reports them.
+
+        The payloads get consecutive entry ids (calls on one handle are serialised).  The
+        callback runs on the client's I/O thread, once per range of entries as the range is
+        confirmed (``error`` None) or fails (``error`` a BookKeeperError), in entry order;
+        together the calls cover every entry of the batch exactly once.  If the ledger refuses
+        the batch before giving it ids (closed, failed), the one call is ``(-1, -1, error)``.
+        The callback must be quick and must not block: it delays every other answer.
+
+        Blocks while ``throttle`` adds are outstanding in this client; more payloads than the
+        throttle are handed over in parts as room frees up.
+
+        Raises:
+            InvalidArgumentError: a payload over the size limit (nothing was added).
+            BKTimeoutError: no room in the throttle for ``operationTimeout`` (the parts
+                handed over before are added and reported).
+            LedgerClosedError: a handle opened for reading.  ClientClosedError.
+        """
+        writer = self._writer_driver()
+        payloads = [p if type(p) is bytes else bytes(p) for p in payloads]
+        limit = self._max_frame_size_bytes - 32 - self._dm.size
+        if payloads and max(map(len, payloads)) > limit:
+            size = max(map(len, payloads))
+            raise InvalidArgumentError(
+                f"entry of {size} bytes exceeds the {limit}-byte limit "
+                f"(nettyMaxFrameSizeBytes minus header and digest)", ledger_id=self.ledger_id)
+        with self._add_lock:  # one call's parts get consecutive ids
+            self._runner.hand_over(writer, payloads, callback)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Writer: wait for outstanding adds, then close the ledger at the last confirmed entry
+        (CAS).  Reader: nothing to do.
+
+        Raises:
+            LedgerFencedError: the ledger is being recovered by another client.
+            LedgerClosedError: another client closed it at a different entry.
+        """
+        self._runner.wait(self.close_async(), timeout_s)
+
+    def close_async(self) -> Future:
+        if self._writer is None:
+            fut: Future = Future()
+            fut.set_result(None)
+            return fut
+        return self._runner.close_writer(self._writer)
+
+    def _writer_driver(self) -> WriterDriver:
+        if self._writer is None:
+            raise LedgerClosedError(f"ledger {self.ledger_id} was opened for reading; only the "
+                                    f"handle from create_ledger can add", ledger_id=self.ledger_id)
+        return self._writer
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read_entries(self, first: int, last: int) -> Iterator[LedgerEntry]:
+        """Entries ``first`` .. ``last`` (inclusive) in order, streamed in chunks.
+
+        Raises:
+            InvalidArgumentError: a range past the last-add-confirmed (call
+                read_last_add_confirmed first when following a writer).
+            DigestMismatchError, NoSuchEntryError, BKTimeoutError: an entry failed on every
+                replica.
+        """
+        check_entry_range(self.ledger_id, self.last_add_confirmed, first, last)
+        return self._iterate(first, last)
+
+    def _iterate(self, first: int, last: int) -> Iterator[LedgerEntry]:
+        hi = min(last, first + READ_CHUNK - 1)
+        fut = self._read_op(first, hi)
+        while True:
+            entries = self._runner.wait(fut)
+            lo = hi + 1
+            if lo <= last:
+                hi = min(last, lo + READ_CHUNK - 1)
+                fut = self._read_op(lo, hi)  # prefetch while the caller consumes this chunk
+            yield from entries
+            if lo > last:
+                return
+
+    def read_entries_async(self, first: int, last: int) -> Future:
+        """A Future of the list of entries ``first`` .. ``last``."""
+        check_entry_range(self.ledger_id, self.last_add_confirmed, first, last)
+        return self._read_op(first, last)
+
+    def read_entry(self, entry_id: int) -> LedgerEntry:
+        return next(iter(self.read_entries(entry_id, entry_id)))
+
+    def _read_op(self, first: int, last: int) -> Future:
+        op = ReadOp(self.metadata, first, last, self._dm.decode,
+                    decode_many=self._dm.decode_many, avoid=self._runner.suspect_bookies())
+        return self._runner.run(op, self.ledger_id, self._master_key, collect=True)
+
+    def read_last_add_confirmed(self) -> int:
+        """Ask the bookies for the LAC (refreshing the metadata first); returns and keeps it."""
+        if self._writer is not None:
+            return self._writer.lac
+        if self._refresh():
+            return self._lac
+        lac = self._runner.wait(self._runner.run(LacQuorumOp(self._info, False),
+                                                 self.ledger_id, self._master_key))
+        self._lac = max(self._lac, lac)
+        return self._lac
+
+    def wait_for_last_add_confirmed(self, after_entry_id: int, timeout_s: float = 10.0) -> int:
+        """Long-poll until the LAC passes ``after_entry_id`` or ``timeout_s`` runs out; returns
+        the LAC known then (check it: it may still be <= after_entry_id)."""
+        if self._writer is not None or self._lac > after_entry_id:
+            return self.last_add_confirmed
+        if self._refresh():
+            return self._lac
+        op = LongPollLacOp(self._info, after_entry_id, timeout_s)
+        lac = self._runner.wait(self._runner.run(op, self.ledger_id, self._master_key),
+                                timeout_s + self._runner.io.read_timeout_s + 5)
+        self._lac = max(self._lac, lac)
+        return self._lac
+
+    def read_new_entries_async(self, after_entry_id: int, timeout_s: float = 10.0,
+                               max_entries: int = READ_CHUNK) -> Future:
+        """Tailing in one step: a Future of the entries after ``after_entry_id`` that are
+        confirmed (at most ``max_entries``), long-polling the bookies until there are some.
+
+        When the LAC known here already passes ``after_entry_id`` the read starts at once;
+        otherwise the long poll and the read that follows it run back to back on the I/O
+        thread (no hop through the caller's thread in between).  The list is empty when
+        ``timeout_s`` ran out with nothing new; ``is_closed`` then tells whether more can come.
+
+        Raises (through the Future): as ``read_entries``, and BKTimeoutError.
+        """
+        if after_entry_id < -1 or max_entries < 1:
+            raise InvalidArgumentError(f"bad tail read after {after_entry_id} of {max_entries} "
+                                       f"entries", ledger_id=self.ledger_id)
+        if self.last_add_confirmed <= after_entry_id and self._writer is None:
+            self._refresh()  # a closed ledger's end, or a new fragment to poll
+        if self.last_add_confirmed > after_entry_id or self._writer is not None or \
+                self._info.state is LedgerState.CLOSED:
+            lac = self.last_add_confirmed
+            if lac <= after_entry_id:
+                fut: Future = Future()
+                fut.set_result([])
+                return fut
+            return self._read_op(after_entry_id + 1, min(lac, after_entry_id + max_entries))
+        outer: Future = Future()
+        poll = self._runner.run(LongPollLacOp(self._info, after_entry_id, timeout_s),
+                                self.ledger_id, self._master_key)
+
+        def read(done: Future) -> None:  # on the I/O thread
+            if done.exception() is not None:
+                fail(outer, done.exception())
+            else:
+                resolve(outer, done.result())
+
+        def polled(done: Future) -> None:  # on the I/O thread
+            try:
+                self._lac = max(self._lac, done.result())
+                if self._lac <= after_entry_id:
+                    resolve(outer, [])
+                    return
+                last = min(self._lac, after_entry_id + max_entries)
+                self._read_op(after_entry_id + 1, last).add_done_callback(read)
+            except BaseException as exc:  # handed to the caller through the future
+                fail(outer, exc)
+        poll.add_done_callback(polled)
+        return outer
+
+    def _refresh(self) -> bool:
+        """Re-read the metadata (a writer may have changed ensembles or closed); True if closed."""
+        if self._info.state is LedgerState.CLOSED:
+            return True
+        self._info, _ = self._store.read_info(self.ledger_id)
+        if self._info.state is LedgerState.CLOSED:
+            self._lac = self._info.last_entry_id
+            return True
+        return False
