@@ -138,12 +138,23 @@ def replay(ctx, ring: Ring, storage: LedgerStorage, jdir: str, ledger_dirs: list
 
 
 class Pending:
+    """An answer held back until the journal has made its record durable (DESIGN invariants 1
+    and 4).  ``reply`` is the client's frames, or ``[None, *frames]`` for the read worker."""
+
     __slots__ = ("end", "reply", "ledger_id")
 
     def __init__(self, end: int, reply: list, ledger_id: int):
         self.end = end
         self.reply = reply
         self.ledger_id = ledger_id
+
+    def refuse(self, status: Status) -> None:
+        """Answer ``status`` instead of OK (the ledger turned out to be deleted)."""
+        if self.reply[0] is None:  # a fence for the read worker: its status is the last frame
+            self.reply[-1] = wire.STATUS.pack(status)
+        else:
+            _, _, op, _, _, request_id, ledger_id = wire.HEADER.unpack(self.reply[1])
+            self.reply[1] = wire.pack_header(op, status, request_id, ledger_id)
 
 
 def run(ctx) -> int:
@@ -246,7 +257,9 @@ class AddServer(ClientServer):
                     self.wake.send(b"", zmq.NOBLOCK)
                 except zmq.Again:
                     pass
-            self.storage.commit()
+            gone = self.storage.commit()
+            if gone:
+                self.refuse_pending(gone)
             now = time.monotonic()
             if now - self.last_checkpoint >= flush_s:
                 self.checkpoint(now)
@@ -309,6 +322,12 @@ class AddServer(ClientServer):
             acked_ledgers.add(p.ledger_id)
         for lid in acked_ledgers:
             self.lac_pub.send(wire.LEDGER_ID.pack(lid))
+
+    def refuse_pending(self, ledger_ids: set[int]) -> None:
+        """The GC deleted these ledgers under records placed for them: answer NO_LEDGER."""
+        for p in self.pending:
+            if p.ledger_id in ledger_ids:
+                p.refuse(Status.NO_LEDGER)
 
     def retry_stalled(self) -> bool:
         placed = False
