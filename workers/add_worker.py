@@ -451,17 +451,22 @@ class AddServer(ClientServer):
         return True
 
     def handle_control(self, frames) -> bool:
-        """Fence requests from the read worker: [ident, b"F", ledger_id, master_key]."""
-        if len(frames) != 4 or frames[1].bytes != b"F":
+        """Fence requests from the read worker: [ident, b"F", ledger_id, master_key, token].
+
+        Each is answered on its own, [ident, b"F", token, status]: fences of one ledger with
+        different keys get different answers.
+        """
+        if len(frames) != 5 or frames[1].bytes != b"F" or len(frames[2]) != wire.LEDGER_ID.size:
+            self.stats["dropped_malformed_total"] += 1
             return True
         ident = frames[0].bytes
-        ledger_raw = frames[2].bytes
+        (ledger_id,) = wire.LEDGER_ID.unpack(frames[2].bytes)
         key = frames[3].bytes
-        (ledger_id,) = wire.LEDGER_ID.unpack(ledger_raw)
+        token = frames[4].bytes
         try:
             self.storage.table.check_fence(ledger_id, key)
         except Rejected as e:
-            self.control.send_multipart([ident, b"F", ledger_raw, wire.STATUS.pack(e.status)])
+            self.control.send_multipart([ident, b"F", token, wire.STATUS.pack(e.status)])
             return True
         rec = records.fence_record(ledger_id, key)
         if not self.room_for(len(rec)):
@@ -470,6 +475,5 @@ class AddServer(ClientServer):
         self.storage.table.apply(records.parse(rec, 0))
         self.stats["fences_total"] += 1
         # Answer once the fence record is durable (DESIGN invariant 4).
-        self.pending.append(Pending(end, [None, ident, b"F", ledger_raw, wire.STATUS.pack(Status.OK)],
-                                    ledger_id))
+        self.pending.append(Pending(end, [None, ident, b"F", token, wire.STATUS.pack(Status.OK)], ledger_id))
         return True
