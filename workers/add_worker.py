@@ -381,6 +381,13 @@ class AddServer(ClientServer):
             self.stats[f"rejected_{e.status.name.lower()}_total"] += 1
             self.reply(ident, op, e.status, request_id, ledger_id)
             return True
+        except OSError:
+            raise  # a failing disk under the add path is the supervisor's to handle
+        except Exception as e:  # an input nobody foresaw must not take the add path down
+            self.stats["internal_errors_total"] += 1
+            self.ctx.log("request failed", op=Op(op).name, ledger=ledger_id, error=repr(e))
+            self.reply(ident, op, Status.BAD_REQUEST, request_id, ledger_id)
+            return True
 
     def room_for(self, size: int) -> bool:
         if size > self.ring.capacity:
