@@ -138,12 +138,23 @@ def replay(ctx, ring: Ring, storage: LedgerStorage, jdir: str, ledger_dirs: list
 
 
 class Pending:
+    """An answer held back until the journal has made its record durable (DESIGN invariants 1
+    and 4).  ``reply`` is the client's frames, or ``[None, *frames]`` for the read worker."""
+
     __slots__ = ("end", "reply", "ledger_id")
 
     def __init__(self, end: int, reply: list, ledger_id: int):
         self.end = end
         self.reply = reply
         self.ledger_id = ledger_id
+
+    def refuse(self, status: Status) -> None:
+        """Answer ``status`` instead of OK (the ledger turned out to be deleted)."""
+        if self.reply[0] is None:  # a fence for the read worker: its status is the last frame
+            self.reply[-1] = wire.STATUS.pack(status)
+        else:
+            _, _, op, _, _, request_id, ledger_id = wire.HEADER.unpack(self.reply[1])
+            self.reply[1] = wire.pack_header(op, status, request_id, ledger_id)
 
 
 def run(ctx) -> int:
@@ -246,7 +257,9 @@ class AddServer(ClientServer):
                     self.wake.send(b"", zmq.NOBLOCK)
                 except zmq.Again:
                     pass
-            self.storage.commit()
+            gone = self.storage.commit()
+            if gone:
+                self.refuse_pending(gone)
             now = time.monotonic()
             if now - self.last_checkpoint >= flush_s:
                 self.checkpoint(now)
@@ -310,6 +323,12 @@ class AddServer(ClientServer):
         for lid in acked_ledgers:
             self.lac_pub.send(wire.LEDGER_ID.pack(lid))
 
+    def refuse_pending(self, ledger_ids: set[int]) -> None:
+        """The GC deleted these ledgers under records placed for them: answer NO_LEDGER."""
+        for p in self.pending:
+            if p.ledger_id in ledger_ids:
+                p.refuse(Status.NO_LEDGER)
+
     def retry_stalled(self) -> bool:
         placed = False
         while self.stalled:
@@ -361,6 +380,13 @@ class AddServer(ClientServer):
         except (Rejected, wire.ProtocolError) as e:
             self.stats[f"rejected_{e.status.name.lower()}_total"] += 1
             self.reply(ident, op, e.status, request_id, ledger_id)
+            return True
+        except OSError:
+            raise  # a failing disk under the add path is the supervisor's to handle
+        except Exception as e:  # an input nobody foresaw must not take the add path down
+            self.stats["internal_errors_total"] += 1
+            self.ctx.log("request failed", op=Op(op).name, ledger=ledger_id, error=repr(e))
+            self.reply(ident, op, Status.BAD_REQUEST, request_id, ledger_id)
             return True
 
     def room_for(self, size: int) -> bool:
@@ -432,17 +458,22 @@ class AddServer(ClientServer):
         return True
 
     def handle_control(self, frames) -> bool:
-        """Fence requests from the read worker: [ident, b"F", ledger_id, master_key]."""
-        if len(frames) != 4 or frames[1].bytes != b"F":
+        """Fence requests from the read worker: [ident, b"F", ledger_id, master_key, token].
+
+        Each is answered on its own, [ident, b"F", token, status]: fences of one ledger with
+        different keys get different answers.
+        """
+        if len(frames) != 5 or frames[1].bytes != b"F" or len(frames[2]) != wire.LEDGER_ID.size:
+            self.stats["dropped_malformed_total"] += 1
             return True
         ident = frames[0].bytes
-        ledger_raw = frames[2].bytes
+        (ledger_id,) = wire.LEDGER_ID.unpack(frames[2].bytes)
         key = frames[3].bytes
-        (ledger_id,) = wire.LEDGER_ID.unpack(ledger_raw)
+        token = frames[4].bytes
         try:
             self.storage.table.check_fence(ledger_id, key)
         except Rejected as e:
-            self.control.send_multipart([ident, b"F", ledger_raw, wire.STATUS.pack(e.status)])
+            self.control.send_multipart([ident, b"F", token, wire.STATUS.pack(e.status)])
             return True
         rec = records.fence_record(ledger_id, key)
         if not self.room_for(len(rec)):
@@ -451,6 +482,5 @@ class AddServer(ClientServer):
         self.storage.table.apply(records.parse(rec, 0))
         self.stats["fences_total"] += 1
         # Answer once the fence record is durable (DESIGN invariant 4).
-        self.pending.append(Pending(end, [None, ident, b"F", ledger_raw, wire.STATUS.pack(Status.OK)],
-                                    ledger_id))
+        self.pending.append(Pending(end, [None, ident, b"F", token, wire.STATUS.pack(Status.OK)], ledger_id))
         return True

@@ -3,12 +3,12 @@
 Theory of operation
 -------------------
 Per ledger a bookie keeps one ``StoredLedger``: the master key the ledger is bound to, whether
-it is fenced, and the highest LAC a client wrote explicitly (WRITE_LAC).  Nothing else about a
-ledger is decided anywhere else in the bookie.
+it is fenced, the highest LAC a client wrote explicitly (WRITE_LAC), and whether the GC deleted
+it.  Nothing about a ledger is decided anywhere else in the bookie.
 
 State changes only through ``LedgerTable.apply(record)``, for the records of
-``bookie.workers.records`` (ADD_BATCH, FENCE, LAC).  The add worker's live path and journal
-replay are two drivers of the same step:
+``bookie.workers.records`` (ADD_BATCH, FENCE, LAC), and ``mark_deleted`` when the GC's tombstone
+turns up.  The add worker's live path and journal replay are two drivers of the same step:
 
 - live:   ``check_add`` / ``check_fence`` / ``check_write_lac`` (may refuse the request, changes
   nothing), then the add worker places the record in the journal ring, then ``apply(record)``;
@@ -25,7 +25,13 @@ The rules, and the invariants they keep:
    add, and a WRITE_LAC) only once the journal has made its record durable; this module only
    decides, the add worker's pending queue holds the answer back.
 4. **The explicit LAC only grows.**
-5. **apply is idempotent, and commutes for the records the live path lets through** (they all
+5. **A deleted ledger stays deleted.**  The GC deletes a ledger the metadata store no longer
+   has and leaves a tombstone in the index (ledger ids are never reused).  From then on every
+   request for it is NO_LEDGER and every record of it changes nothing and stores nothing: adds
+   that were in flight, a late fence, a journal replay.  The live path may learn of a deletion
+   only when it commits records placed on a stale view (``mark_deleted``); their entries are
+   then dropped and their answers become NO_LEDGER.
+6. **apply is idempotent, and commutes for the records the live path lets through** (they all
    carry the ledger's key).  So replaying the journal from any LastLogMark over an index at
    least as new as that mark yields the table the live path built.
 
@@ -58,14 +64,20 @@ def check_key_size(key: bytes) -> None:
 
 
 class StoredLedger:
-    """What this bookie knows of one ledger (the index's ``ledgers`` table holds ``as_dict``)."""
+    """What this bookie knows of one ledger.  The index's ``ledgers`` table holds ``as_dict`` of
+    a live ledger; a deleted one is a tombstone in the index's ``deleted`` table instead."""
 
-    __slots__ = ("master_key", "fenced", "lac")
+    __slots__ = ("master_key", "fenced", "lac", "deleted")
 
-    def __init__(self, master_key: bytes, fenced: bool = False, lac: int = -1):
+    def __init__(self, master_key: bytes, fenced: bool = False, lac: int = -1, deleted: bool = False):
         self.master_key = master_key
         self.fenced = fenced
         self.lac = lac
+        self.deleted = deleted
+
+    @classmethod
+    def tombstone(cls) -> "StoredLedger":
+        return cls(b"", deleted=True)
 
     def as_dict(self) -> dict:
         return {"key": self.master_key.hex(), "fenced": self.fenced, "lac": self.lac}
@@ -75,10 +87,12 @@ class StoredLedger:
         return cls(bytes.fromhex(raw["key"]), bool(raw["fenced"]), int(raw.get("lac", -1)))
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, StoredLedger) and self.as_dict() == other.as_dict()
+        if not isinstance(other, StoredLedger) or self.deleted != other.deleted:
+            return False
+        return self.deleted or self.as_dict() == other.as_dict()
 
     def __repr__(self) -> str:
-        return f"StoredLedger({self.as_dict()})"
+        return "StoredLedger(deleted)" if self.deleted else f"StoredLedger({self.as_dict()})"
 
 
 class LedgerTable:
@@ -102,8 +116,11 @@ class LedgerTable:
     def _check_key(self, ledger_id: int, master_key: bytes) -> StoredLedger | None:
         check_key_size(master_key)
         info = self.get(ledger_id)
-        if info is not None and info.master_key != master_key:
-            raise Rejected(Status.UNAUTHORIZED)
+        if info is not None:
+            if info.deleted:
+                raise Rejected(Status.NO_LEDGER)
+            if info.master_key != master_key:
+                raise Rejected(Status.UNAUTHORIZED)
         return info
 
     def check_add(self, ledger_id: int, master_key: bytes, recovery: bool) -> None:
@@ -132,8 +149,8 @@ class LedgerTable:
             info = StoredLedger(rec.master_key)
             self.ledgers[rec.ledger_id] = info
             self.dirty.add(rec.ledger_id)
-        elif info.master_key != rec.master_key:
-            return False  # rule 1: the key of the first record holds
+        elif info.deleted or info.master_key != rec.master_key:
+            return False  # rule 5: deleted for good; rule 1: the key of the first record holds
         if rec.type == records.FENCE:
             if not info.fenced:
                 info.fenced = True
@@ -143,3 +160,8 @@ class LedgerTable:
                 info.lac = rec.lac
                 self.dirty.add(rec.ledger_id)
         return rec.type == records.ADD_BATCH
+
+    def mark_deleted(self, ledger_id: int) -> None:
+        """The GC deleted the ledger (its tombstone is in the index): it stays deleted."""
+        self.ledgers[ledger_id] = StoredLedger.tombstone()
+        self.dirty.discard(ledger_id)

@@ -1,20 +1,32 @@
 """The read worker: owns the client-facing read socket.
 
 Serves READ (entry ranges, optionally fencing first), READ_LAC (optionally fencing, optionally
-long-polling) and INFO.  Entries are found through the LMDB index (a fresh read transaction per
-loop iteration, so whatever the add worker committed before acknowledging is visible) and read
-from the entry logs with ``pread``, merging neighbours into one read.
+long-polling) and INFO.  Entries are found through the LMDB index and read from the entry logs
+with ``pread``, merging neighbours into one read.
+
+Read-after-ack: every answer is computed in a read transaction begun after its request was
+taken off the socket (``snapshot``).  The add worker commits an entry's index location before it
+acknowledges the entry, so an entry acknowledged to anyone is visible to every request that
+arrives after the ack, however long the batch this worker is working through.  (Beginning a
+read transaction costs about a microsecond: py-lmdb reuses its reader slot.)  The batching that
+is safe stays: up to ``MAX_MESSAGES_PER_ITERATION`` requests per wake-up, neighbouring entries
+merged into one ``pread``.
 
 Fencing is a write: the request goes to the add worker over the internal control socket, which
 journals the fence and answers once it is durable; only then does this worker answer the client.
-Long polls park until the add worker publishes that the ledger moved, or until their timeout.
+Every fence request carries its own token and gets its own answer: two clients fencing one
+ledger with different keys each learn their own outcome.
+
+Long polls park until the add worker publishes that the ledger moved, or until their timeout;
+a ledger deleted meanwhile answers NO_LEDGER.  No request, however malformed or unlucky, may
+take this worker down: what escapes the checks becomes an error status and one log line.
 """
 
 from __future__ import annotations
 
-import collections
 import heapq
 import itertools
+import struct
 import time
 
 import numpy as np
@@ -28,6 +40,7 @@ from bookie.workers.ring import Ring
 from bookie.workers.storage import EntryLogReader, Index, open_index
 
 MAX_MESSAGES_PER_ITERATION = 256
+FENCE_TOKEN = struct.Struct("<Q")
 
 
 class ReadServer(ClientServer):
@@ -37,11 +50,16 @@ class ReadServer(ClientServer):
         self.logs = logs
         self.control = control
         self.lac_sub = lac_sub
-        self.fence_waits: dict[int, list] = collections.defaultdict(list)  # ledger -> parked requests
-        self.polls: dict[int, list] = collections.defaultdict(list)  # ledger -> long polls
-        self.deadlines: list = []  # heap of (deadline, seq, ledger_id, poll)
+        self.fence_waits: dict[bytes, tuple] = {}  # fence token -> the parked request
+        self.tokens = itertools.count(1)
+        self.polls: dict[int, dict[int, tuple]] = {}  # ledger -> {seq: (request, previous_lac)}
+        self.deadlines: list = []  # heap of (deadline, seq, ledger_id)
         self.seq = itertools.count()
         self.last_stats = 0.0
+
+    def snapshot(self):
+        """A read transaction begun now: it sees every index commit made before this call."""
+        return self.index.env.begin(buffers=False)
 
     def serve(self) -> None:
         poller = zmq.Poller()
@@ -53,35 +71,35 @@ class ReadServer(ClientServer):
             if self.deadlines:
                 timeout = max(0, min(timeout, int((self.deadlines[0][0] - time.monotonic()) * 1000) + 1))
             events = dict(poller.poll(timeout))
-            with self.index.env.begin(buffers=False) as txn:
-                if self.lac_sub in events:
-                    moved = set()
-                    while True:
-                        try:
-                            moved.add(wire.LEDGER_ID.unpack(self.lac_sub.recv(zmq.NOBLOCK))[0])
-                        except zmq.Again:
-                            break
-                    for lid in moved:
-                        self.wake_polls(txn, lid)
-                if self.control in events:
-                    self.take_control(txn)
-                if self.clients in events:
-                    for _ in range(MAX_MESSAGES_PER_ITERATION):
-                        try:
-                            frames = self.clients.recv_multipart(zmq.NOBLOCK)
-                        except zmq.Again:
-                            break
-                        self.handle(txn, frames)
-                self.expire_polls(txn)
+            if self.lac_sub in events:
+                moved = set()
+                while True:
+                    try:
+                        moved.add(wire.LEDGER_ID.unpack(self.lac_sub.recv(zmq.NOBLOCK))[0])
+                    except zmq.Again:
+                        break
+                for lid in moved:
+                    self.wake_polls(lid)
+            if self.control in events:
+                self.take_control()
+            if self.clients in events:
+                for _ in range(MAX_MESSAGES_PER_ITERATION):
+                    try:
+                        frames = self.clients.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    self.handle(frames)
+            self.expire_polls()
             now = time.monotonic()
             if now - self.last_stats >= 1.0:
                 self.last_stats = now
                 s = dict(self.stats)
                 s["long_polls_parked"] = sum(len(v) for v in self.polls.values())
+                s["fences_waiting"] = len(self.fence_waits)
                 self.ctx.write_stats(s)
 
     # -- requests --------------------------------------------------------------------------------
-    def handle(self, txn, frames) -> None:
+    def handle(self, frames) -> None:
         if len(frames) < 2:
             self.stats["dropped_malformed_total"] += 1
             return
@@ -94,27 +112,41 @@ class ReadServer(ClientServer):
             return
         req = (ident, op, flags, request_id, ledger_id, body)
         try:
-            if op == Op.INFO:
-                self.reply(ident, op, Status.OK, request_id, ledger_id, [self.info()])
-                return
-            if op not in (Op.READ, Op.READ_LAC):
+            if op not in (Op.READ, Op.READ_LAC, Op.INFO):
                 raise wire.ProtocolError(f"op {Op(op).name} goes to the add socket")
-            self.check_body(req)
+            if op != Op.INFO:
+                self.check_body(req)
             if flags & Flag.FENCE:
                 key = body[-1]
                 if not key or len(key) > wire.MAX_MASTER_KEY:
                     raise wire.ProtocolError("master key size")
-                self.fence_waits[ledger_id].append(req)
-                self.control.send_multipart([b"F", wire.LEDGER_ID.pack(ledger_id), key])
+                token = FENCE_TOKEN.pack(next(self.tokens))
+                self.fence_waits[token] = req
+                self.control.send_multipart([b"F", wire.LEDGER_ID.pack(ledger_id), key, token])
                 self.stats["fence_requests_total"] += 1
                 return
-            self.answer(txn, req)
+        except wire.ProtocolError as e:
+            self.stats[f"rejected_{e.status.name.lower()}_total"] += 1
+            self.reply(ident, op, e.status, request_id, ledger_id)
+            return
+        self.respond(req, self.answer)
+
+    def respond(self, req, step) -> None:
+        """Run ``step(txn, req)`` in a fresh snapshot; whatever it raises becomes an answer."""
+        ident, op, _, request_id, ledger_id, _ = req
+        try:
+            with self.snapshot() as txn:
+                step(txn, req)
         except wire.ProtocolError as e:
             self.stats[f"rejected_{e.status.name.lower()}_total"] += 1
             self.reply(ident, op, e.status, request_id, ledger_id)
         except OSError as e:
             self.ctx.log("read failed", ledger=ledger_id, error=str(e))
             self.reply(ident, op, Status.IO_ERROR, request_id, ledger_id)
+        except Exception as e:  # an input nobody foresaw must not take the read path down
+            self.stats["internal_errors_total"] += 1
+            self.ctx.log("request failed", op=Op(op).name, ledger=ledger_id, error=repr(e))
+            self.reply(ident, op, Status.BAD_REQUEST, request_id, ledger_id)
 
     def check_body(self, req) -> None:
         _, op, flags, _, _, body = req
@@ -134,6 +166,9 @@ class ReadServer(ClientServer):
 
     def answer(self, txn, req) -> None:
         ident, op, flags, request_id, ledger_id, body = req
+        if op == Op.INFO:
+            self.reply(ident, op, Status.OK, request_id, ledger_id, [self.info()])
+            return
         if op == Op.READ:
             first, max_count = wire.READ_BODY.unpack(body[0])
             if first > wire.MAX_ID or max_count == 0:
@@ -165,9 +200,9 @@ class ReadServer(ClientServer):
             previous, timeout_ms = wire.LONG_POLL_BODY.unpack(body[0])
             if lac <= previous and timeout_ms > 0:
                 deadline = time.monotonic() + min(timeout_ms, wire.MAX_LONG_POLL_MS) / 1000.0
-                poll = [req, previous, deadline, False]
-                self.polls[ledger_id].append(poll)
-                heapq.heappush(self.deadlines, (deadline, next(self.seq), ledger_id, poll))
+                seq = next(self.seq)
+                self.polls.setdefault(ledger_id, {})[seq] = (req, previous)
+                heapq.heappush(self.deadlines, (deadline, seq, ledger_id))
                 return
         self.reply(ident, op, Status.OK, request_id, ledger_id, [wire.LAC_BODY.pack(lac, last)])
         self.stats["read_lac_total"] += 1
@@ -185,65 +220,69 @@ class ReadServer(ClientServer):
         header = self.logs.read(log_id, off, wire.ENTRY_HEADER_SIZE)
         return max(lac, wire.unpack_entry_header(header)[2]), entry_id
 
+    def reply_lac(self, txn, req) -> None:
+        """Answer a parked long poll now, with the ledger's current LAC (NO_LEDGER if it is gone)."""
+        ident, op, _, request_id, ledger_id, _ = req
+        lac, last = self.lac_of(txn, ledger_id)
+        if lac is None:
+            self.reply(ident, op, Status.NO_LEDGER, request_id, ledger_id)
+        else:
+            self.reply(ident, op, Status.OK, request_id, ledger_id, [wire.LAC_BODY.pack(lac, last)])
+
     # -- fences, long polls ----------------------------------------------------------------------
-    def take_control(self, txn) -> None:
+    def take_control(self) -> None:
+        """Answers of the add worker to fence requests: [b"F", token, status]."""
         while True:
             try:
                 frames = self.control.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            if len(frames) != 3 or frames[0] != b"F":
+            if len(frames) != 3 or frames[0] != b"F" or len(frames[2]) != wire.STATUS.size:
                 continue
-            (ledger_id,) = wire.LEDGER_ID.unpack(frames[1])
+            req = self.fence_waits.pop(frames[1], None)
+            if req is None:
+                continue
             (status,) = wire.STATUS.unpack(frames[2])
-            waiting = self.fence_waits.pop(ledger_id, [])
-            for req in waiting:
-                ident, op, flags, request_id, lid, body = req
-                if status != Status.OK:
-                    self.reply(ident, op, status, request_id, lid)
-                    continue
-                try:
-                    self.answer(txn, (ident, op, flags & ~Flag.FENCE, request_id, lid, body[:-1]))
-                except wire.ProtocolError as e:
-                    self.reply(ident, op, e.status, request_id, lid)
+            ident, op, flags, request_id, ledger_id, body = req
+            if status != Status.OK:
+                self.reply(ident, op, status, request_id, ledger_id)
+                continue
+            self.respond((ident, op, flags & ~Flag.FENCE, request_id, ledger_id, body[:-1]), self.answer)
 
-    def wake_polls(self, txn, ledger_id: int) -> None:
+    def wake_polls(self, ledger_id: int) -> None:
+        """The ledger moved: answer its polls whose LAC it passed (all of them if it is gone)."""
         polls = self.polls.get(ledger_id)
         if not polls:
             return
-        lac, last = self.lac_of(txn, ledger_id)
-        still = []
-        for poll in polls:
-            req, previous, _, done = poll
-            if done:
+        try:
+            with self.snapshot() as txn:
+                lac, last = self.lac_of(txn, ledger_id)
+        except OSError as e:
+            self.ctx.log("read failed", ledger=ledger_id, error=str(e))
+            return  # the polls wait for their timeout
+        for seq, (req, previous) in list(polls.items()):
+            if lac is not None and lac <= previous:
                 continue
-            if lac is not None and lac > previous:
-                poll[3] = True
-                ident, op, _, request_id, lid, _ = req
-                self.reply(ident, op, Status.OK, request_id, lid, [wire.LAC_BODY.pack(lac, last)])
+            del polls[seq]
+            ident, op, _, request_id, lid, _ = req
+            if lac is None:
+                self.reply(ident, op, Status.NO_LEDGER, request_id, lid)
             else:
-                still.append(poll)
-        if still:
-            self.polls[ledger_id] = still
-        else:
+                self.reply(ident, op, Status.OK, request_id, lid, [wire.LAC_BODY.pack(lac, last)])
+        if not polls:
             del self.polls[ledger_id]
 
-    def expire_polls(self, txn) -> None:
+    def expire_polls(self) -> None:
         now = time.monotonic()
         while self.deadlines and self.deadlines[0][0] <= now:
-            _, _, ledger_id, poll = heapq.heappop(self.deadlines)
-            if poll[3]:
-                continue
-            poll[3] = True
-            req = poll[0]
-            ident, op, _, request_id, lid, _ = req
-            lac, last = self.lac_of(txn, ledger_id)
-            self.reply(ident, op, Status.OK, request_id, lid, [wire.LAC_BODY.pack(lac, last)])
+            _, seq, ledger_id = heapq.heappop(self.deadlines)
             polls = self.polls.get(ledger_id)
-            if polls is not None:
-                polls[:] = [p for p in polls if not p[3]]
-                if not polls:
-                    del self.polls[ledger_id]
+            if polls is None or seq not in polls:
+                continue  # answered already
+            req, _ = polls.pop(seq)
+            if not polls:
+                del self.polls[ledger_id]
+            self.respond(req, self.reply_lac)
 
 
 def run(ctx) -> int:

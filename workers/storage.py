@@ -21,6 +21,8 @@ Index (LMDB environment ``index`` in the first index directory)
 -----------------------------------------------------------------
 ``entries``  key ledger_id u64 BE | entry_id u64 BE  ->  log_id u32 | offset u64 | length u32 (LE)
 ``ledgers``  key ledger_id u64 BE  ->  orjson {"key": hex master key, "fenced": bool, "lac": int}
+``deleted``  key ledger_id u64 BE  ->  b"" (tombstone: the GC deleted the ledger; ids are never
+             reused, so it is kept for good and nothing of the ledger is stored again)
 ``logs``     key log_id u32 BE     ->  orjson {ledger_id: bytes stored} (the log's ledger map)
 ``meta``     b"current_logs" -> orjson list of the logs being written (GC leaves them alone)
 
@@ -89,6 +91,7 @@ class Index:
         self.env = env
         self.entries = env.open_db(b"entries")
         self.ledgers = env.open_db(b"ledgers")
+        self.deleted = env.open_db(b"deleted")
         self.logs = env.open_db(b"logs")
         self.meta = env.open_db(b"meta")
 
@@ -99,6 +102,9 @@ class Index:
 
     def put_ledger(self, txn, ledger_id: int, state: dict) -> None:
         txn.put(LEDGER_KEY.pack(ledger_id), orjson.dumps(state), db=self.ledgers)
+
+    def is_deleted(self, txn, ledger_id: int) -> bool:
+        return txn.get(LEDGER_KEY.pack(ledger_id), db=self.deleted) is not None
 
     def ledger_ids(self, txn) -> list[int]:
         with txn.cursor(db=self.ledgers) as cur:
@@ -159,8 +165,12 @@ class Index:
     def delete_ledger(self, txn, ledger_id: int, limit: int = 10_000) -> int:
         """Delete up to ``limit`` entries of a ledger, and its record once none are left.
 
+        The first call leaves the ledger's tombstone: from that transaction on, the add worker
+        stores nothing more of it (see bookie.workers.ledgers, rule 5).
+
         Returns how many entries were deleted (call again while it returns ``limit``).
         """
+        txn.put(LEDGER_KEY.pack(ledger_id), b"", db=self.deleted)
         n = 0
         with txn.cursor(db=self.entries) as cur:
             if cur.set_range(entry_key(ledger_id, 0)):
@@ -216,6 +226,8 @@ class LedgerStorage:
     def load_ledger(self, ledger_id: int) -> StoredLedger | None:
         with self.index.env.begin() as txn:
             raw = self.index.get_ledger(txn, ledger_id)
+            if raw is None and self.index.is_deleted(txn, ledger_id):
+                return StoredLedger.tombstone()
         return None if raw is None else StoredLedger.from_dict(raw)
 
     def store_batch(self, ledger_id: int, parts, size: int, data_offset: int,
@@ -238,24 +250,37 @@ class LedgerStorage:
             self._batches.append(("log_map", log_id, dict(counts)))
         self.log_counts.clear()
 
-    def commit(self) -> None:
-        """One LMDB write transaction for everything stored since the last commit."""
+    def commit(self) -> set[int]:
+        """One LMDB write transaction for everything stored since the last commit.
+
+        Ledgers the GC deleted meanwhile (a tombstone seen inside this very transaction, which
+        LMDB orders against the GC's) get nothing written: their entries stay unindexed and the
+        table marks them deleted.
+
+        Returns:
+            the ids of those ledgers (their pending answers must say NO_LEDGER).
+        """
         table = self.table
         if not self._batches and not table.dirty and not self.log_counts:
-            return
+            return set()
         self._flush_log_counts()
         with self.index.env.begin(write=True) as txn:
+            touched = {item[0] for item in self._batches if isinstance(item[0], int)} | table.dirty
+            gone = {lid for lid in touched if self.index.is_deleted(txn, lid)}
             for item in self._batches:
                 if item[0] == "current_logs":
                     self.index.set_current_logs(txn, item[1])
                 elif item[0] == "log_map":
                     self.index.add_to_log_map(txn, item[1], item[2])
-                else:
+                elif item[0] not in gone:
                     self.index.put_locations(txn, *item)
-            for lid in table.dirty:
+            for lid in table.dirty - gone:
                 self.index.put_ledger(txn, lid, table.ledgers[lid].as_dict())
         self._batches.clear()
         table.dirty.clear()
+        for lid in gone:
+            table.mark_deleted(lid)
+        return gone
 
 
 class EntryLogWriter:

@@ -109,6 +109,33 @@ def test_ledgers_not_in_memory_come_from_the_loader_once():
     assert calls == [3, 4]
 
 
+# -- deleted ledgers ------------------------------------------------------------------------------
+
+def test_a_deleted_ledger_refuses_every_request_with_no_ledger():
+    table = LedgerTable()
+    table.apply(add_record(1, KEY))
+    table.mark_deleted(1)
+    for check in (lambda: table.check_add(1, KEY, False), lambda: table.check_add(1, KEY, True),
+                  lambda: table.check_fence(1, KEY), lambda: table.check_write_lac(1, KEY),
+                  lambda: table.check_add(1, OTHER, False)):
+        assert refused(check) == Status.NO_LEDGER
+
+
+def test_records_of_a_deleted_ledger_change_nothing_and_store_nothing():
+    table = LedgerTable(lambda lid: StoredLedger.tombstone() if lid == 2 else None)
+    for rec in (add_record(2, KEY), fence_record(2, KEY), lac_record(2, 4, KEY)):
+        assert table.apply(rec) is False
+    assert table.get(2).deleted and not table.dirty
+
+
+def test_marking_a_ledger_deleted_drops_its_unpersisted_changes():
+    table = LedgerTable()
+    table.apply(add_record(3, KEY))
+    assert table.dirty == {3}
+    table.mark_deleted(3)
+    assert table.dirty == set() and table.get(3).deleted
+
+
 # -- live path vs replay --------------------------------------------------------------------------
 
 LEDGERS = st.integers(0, 3)
@@ -118,16 +145,51 @@ request = st.one_of(
     st.tuples(st.just("fence"), LEDGERS, KEYS),
     st.tuples(st.just("write_lac"), LEDGERS, KEYS, st.integers(-1, 20)),
 )
+# Between placing a record and committing it, the GC may delete one ledger the index holds.
+step = st.tuples(request, st.one_of(st.none(), LEDGERS))
 
 
-def live_path(requests):
-    """Drive the table as the add worker does: check, place (the journal list), apply.
+class Index:
+    """The index's two ledger tables as the model sees them: live records and tombstones."""
 
-    Returns (table, journal records, index state after each record was committed)."""
-    table = LedgerTable()
+    def __init__(self, ledgers=None, deleted=()):
+        self.ledgers: dict[int, dict] = dict(ledgers or {})
+        self.deleted: set[int] = set(deleted)
+
+    def copy(self) -> "Index":
+        return Index(self.ledgers, self.deleted)
+
+    def load(self, ledger_id: int) -> StoredLedger | None:
+        if ledger_id in self.deleted:
+            return StoredLedger.tombstone()
+        raw = self.ledgers.get(ledger_id)
+        return None if raw is None else StoredLedger.from_dict(raw)
+
+    def gc_delete(self, ledger_id: int) -> None:
+        self.ledgers.pop(ledger_id, None)
+        self.deleted.add(ledger_id)
+
+    def commit(self, table: LedgerTable, touched: set[int]) -> None:
+        """What LedgerStorage.commit does: nothing for tombstoned ledgers, which become deleted."""
+        gone = {lid for lid in touched | table.dirty if lid in self.deleted}
+        for lid in table.dirty - gone:
+            self.ledgers[lid] = table.ledgers[lid].as_dict()
+        table.dirty.clear()
+        for lid in gone:
+            table.mark_deleted(lid)
+
+
+def live_path(steps):
+    """Drive the table as the add worker does: check, place (the journal list), apply, commit.
+
+    Returns (journal records, index state after each record's commit, ledgers deleted after it).
+    """
+    index = Index()
+    table = LedgerTable(index.load)
     journal: list[records.Record] = []
-    committed = [{}]
-    for n, req in enumerate(requests):
+    states = [index.copy()]
+    deletions: list[set[int]] = [set()]  # deletions[i]: GC deletions after state i
+    for n, (req, gc_victim) in enumerate(steps):
         op, ledger_id, key = req[:3]
         try:
             if op == "add":
@@ -139,28 +201,38 @@ def live_path(requests):
             else:
                 table.check_write_lac(ledger_id, key)
                 rec = lac_record(ledger_id, req[3], key)
-        except Rejected:
+        except Rejected as e:
+            assert e.status != Status.NO_LEDGER or index.load(ledger_id).deleted
             continue
         journal.append(rec)
         table.apply(rec)
-        committed.append({lid: info.as_dict() for lid, info in table.ledgers.items()})
-    return table, journal, committed
+        if gc_victim is not None and gc_victim in index.ledgers:
+            index.gc_delete(gc_victim)
+            for later in deletions:
+                later.add(gc_victim)
+        index.commit(table, {rec.ledger_id})
+        states.append(index.copy())
+        deletions.append(set())
+    return journal, states, deletions
 
 
 @settings(max_examples=400, deadline=None)
-@given(requests=st.lists(request, max_size=40), data=st.data())
-def test_replay_from_any_last_log_mark_rebuilds_the_live_table(requests, data):
-    live, journal, committed = live_path(requests)
+@given(steps=st.lists(step, max_size=40), data=st.data())
+def test_replay_from_any_last_log_mark_rebuilds_the_live_table(steps, data):
+    journal, states, deletions = live_path(steps)
     # LastLogMark m: records before it are in the synced index.  The index may hold more (commits
     # after the last checkpoint): any state committed at k >= m.
     m = data.draw(st.integers(0, len(journal)), label="mark")
     k = data.draw(st.integers(m, len(journal)), label="index state")
-    index = committed[k]
-    replayed = LedgerTable(lambda lid: StoredLedger.from_dict(index[lid]) if lid in index else None)
+    index = states[k].copy()
+    replayed = LedgerTable(index.load)
     for rec in journal[m:]:
         replayed.apply(rec)
-    after = dict(index)
-    after.update({lid: replayed.ledgers[lid].as_dict() for lid in replayed.dirty})
-    assert after == committed[-1]
+        index.commit(replayed, {rec.ledger_id})
+    for lid in deletions[k]:  # the GC deletes again what it deleted after the index state
+        index.gc_delete(lid)
+    assert (index.ledgers, index.deleted) == (states[-1].ledgers, states[-1].deleted)
     for lid in range(4):
-        assert replayed.get(lid) == live.get(lid)
+        want = states[-1].load(lid)
+        got = replayed.get(lid)
+        assert got == want or (lid in deletions[k] and want.deleted)
