@@ -11,6 +11,10 @@ it; a killed process's write lock and reader slot are reclaimed by LMDB (robust 
 The databases and their records are specified in ``embedded_env``; ephemeral nodes belong to
 leases, the stand-in for ZooKeeper sessions, whose rules are in ``embedded_leases``.
 
+A store is opened only where one was created: ``data.mdb`` present and ``/LAYOUT`` written.
+Opening any other directory raises ``NoSuchStoreError`` and leaves the file system as it was;
+``create=True`` (``metaformat``, ``localbookie``) makes the directory and initialises it.
+
 Watches are polled: one thread per store reads every watched key in one read transaction every
 ``watch_poll_s`` (default 0.1 s) and calls back on differences, so a change is delivered within
 about one poll interval plus the time earlier callbacks take.
@@ -30,11 +34,11 @@ from typing import Any, Callable, Iterator
 import lmdb
 
 from bookie.metadata.embedded_env import (
-    ENVIRONMENTS, ID_KEY, NODE, VERSION, boot_id, children_prefix, node_key)
+    DATA_FILE, ENVIRONMENTS, ID_KEY, NODE, VERSION, boot_id, children_prefix, node_key)
 from bookie.metadata.embedded_leases import LeaseRules, next_counter
 from bookie.metadata.errors import (
     BadVersionError, CorruptMetadataError, MetadataError, NodeExistsError, NoSuchLedgerError,
-    NoSuchNodeError, NotEmptyError)
+    NoSuchNodeError, NoSuchStoreError, NotEmptyError)
 from bookie.metadata.ledger import LedgerMetadata
 from bookie.metadata.store import (
     LAYOUT, Cancel, MetadataStore, Watch, check_path)
@@ -55,7 +59,16 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def __init__(self, path: str, timeout_s: float = 10.0, *, lease_ms: int = 5000,
                  watch_poll_s: float = 0.1, map_size_bytes: int = 1 << 30,
-                 clock_ns: Callable[[], int] = time.monotonic_ns):
+                 clock_ns: Callable[[], int] = time.monotonic_ns, create: bool = False):
+        """Open the store in directory ``path``.
+
+        Args:
+            create: make the directory and initialise the store if there is none; without it,
+                a directory holding no initialised store is refused and left untouched.
+        Raises:
+            NoSuchStoreError: no store at ``path`` and ``create`` is False.
+            MetadataError: the directory or the environment cannot be used.
+        """
         super().__init__(timeout_s)
         if lease_ms < 50:
             raise ValueError(f"lease_ms must be >= 50, got {lease_ms}")
@@ -67,12 +80,24 @@ class EmbeddedMetadataStore(MetadataStore):
         self._pid = -1
         self._dbs: dict = {}
         self._closed = False
-        try:
-            os.makedirs(path, exist_ok=True)
-        except OSError as e:
-            raise MetadataError(f"cannot create the metadata directory {path}: {e}") from None
+        if not create and not os.path.isfile(os.path.join(path, DATA_FILE)):
+            # Checked before LMDB opens anything: opening would create the file.
+            raise NoSuchStoreError(f"lmdb://{path}", "no metadata store in that directory")
+        if create:
+            try:
+                os.makedirs(path, exist_ok=True)
+            except OSError as e:
+                raise MetadataError(f"cannot create the metadata directory {path}: {e}") from None
         self._reset_process_state()
         self._environment()  # fail now, not on first use, if the directory is unusable
+        try:
+            if create:
+                self._initialise()
+            elif self.exists(LAYOUT) is None:
+                raise NoSuchStoreError(f"lmdb://{path}", "the store there was never initialised")
+        except BaseException:
+            self.close()
+            raise
 
     # -- process-local state -----------------------------------------------------------------
 

@@ -10,6 +10,9 @@ Named databases of the environment (``data.mdb`` in the directory of the URI):
     ledgers  >Q ledger id (big-endian, so keys sort by id) -> <q version> record
     meta     "next_ledger_id", "next_lease_id" -> <Q>;  "seq" + parent key -> <Q>
 
+A store exists at a directory once ``data.mdb`` is there and the ``/LAYOUT`` node is in
+``nodes`` (written by ``metaformat``, or by ``open_metadata(..., create=True)``).
+
 Handles: LMDB allows one open environment per file per process, and a handle must never cross
 ``fork()``; ``Environments`` keeps that rule for every store of the process.
 """

@@ -62,7 +62,10 @@ def wait_for(predicate, timeout_s: float, what: str) -> float:
 
 @pytest.fixture
 def uri(tmp_path):
-    return f"lmdb://{tmp_path}/md"
+    """An initialised, empty embedded store."""
+    uri = f"lmdb://{tmp_path}/md"
+    open_metadata(uri, create=True).close()
+    return uri
 
 
 def test_bookie_killed_with_sigkill_drops_out_within_the_lease(uri):
@@ -155,4 +158,4 @@ def test_unusable_directory_is_a_clear_error(tmp_path):
     blocker.write_text("not a directory")
     from bookie.metadata import MetadataError
     with pytest.raises(MetadataError, match="metadata"):
-        open_metadata(f"lmdb://{blocker}/md")
+        open_metadata(f"lmdb://{blocker}/md", create=True)
