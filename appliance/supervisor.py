@@ -45,7 +45,7 @@ import time
 import orjson
 
 from bookie.workers.config import KEYS, BookieConfig
-from bookie.workers.dirlock import DirectoryLock
+from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
 from bookie.workers.layout import LayoutError, all_dirs, check_or_stamp, remembered_port
 from bookie.workers.common import free_port_pair, log_line as log, set_pdeathsig
 from bookie.workers.ring import READONLY, Ring
@@ -467,9 +467,16 @@ def run_bookie(conf: BookieConfig) -> int:
     0 stopped on request; 2 refused to start (one log line, nothing registered or created);
     1 start or run failed; 3, 4 a worker's fatal status (``FATAL_EXITS``)."""
     name = f"bookie[{conf.bookie_port or 'new'}] supervisor"
+    purpose = "start a second bookie on it"
     try:
-        lock = DirectoryLock.acquire(all_dirs(conf), purpose="start a second bookie on it",
-                                     wait_for_dead_holder_s=DEAD_HOLDER_WAIT_S)
+        try:
+            lock = DirectoryLock.acquire(all_dirs(conf), purpose=purpose)
+        except DirectoryInUseError as e:
+            if not e.holder_dead:
+                raise
+            log(name, "waiting for the directory lock", directory=e.directory, held_by=e.holder)
+            lock = DirectoryLock.acquire(all_dirs(conf), purpose=purpose,
+                                         wait_for_dead_holder_s=DEAD_HOLDER_WAIT_S)
     except LayoutError as e:
         log(name, "refusing to start", reason=str(e))
         return EXIT_REFUSED

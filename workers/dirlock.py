@@ -39,8 +39,11 @@ RUNTIME_KEYS = ("run_dir", "ring")
 class DirectoryInUseError(LayoutError):
     """A directory is held by another bookie (or its workers); the message names its pid."""
 
-    def __init__(self, message: str, holder_dead: bool):
-        super().__init__(message)
+    def __init__(self, directory: str, holder: str, holder_dead: bool, purpose: str):
+        super().__init__(f"{directory} is in use by {holder}; refusing to {purpose} (stop that "
+                         f"bookie first)")
+        self.directory = directory
+        self.holder = holder  # in words, naming the pid
         self.holder_dead = holder_dead  # the holder's supervisor is gone; its workers are not
 
 
@@ -128,8 +131,7 @@ class DirectoryLock:
                     if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                         raise LayoutError(f"{path}: cannot lock: {e.strerror}") from None
                     holder, dead = _holder(_read_record(fd))
-                    raise DirectoryInUseError(f"{d} is in use by {holder}; refusing to {purpose} "
-                                              f"(stop that bookie first)", dead) from None
+                    raise DirectoryInUseError(d, holder, dead, purpose) from None
                 previous = previous or _read_record(fd)
             lock = cls(list(dirs), fds, previous)
             lock._write()

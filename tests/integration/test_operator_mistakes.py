@@ -188,6 +188,30 @@ def test_the_directory_lock_is_held_while_any_process_that_inherited_it_lives(tm
     DirectoryLock.acquire(dirs).release()  # the last holder is gone: free
 
 
+_SUPERVISOR_KILLED_WHILE_ITS_WORKER_STOPS = """
+import subprocess, sys
+from bookie.workers.dirlock import DirectoryLock
+lock = DirectoryLock.acquire(sys.argv[1:])
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"], pass_fds=lock.fds,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print("locked", flush=True)
+"""
+
+
+def test_a_start_waits_for_the_workers_of_a_killed_bookie_to_stop(tmp_path):
+    from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
+
+    supervisor = subprocess.run([sys.executable, "-c", _SUPERVISOR_KILLED_WHILE_ITS_WORKER_STOPS,
+                                 str(tmp_path)], capture_output=True, text=True, timeout=30)
+    assert supervisor.stdout.strip() == "locked", supervisor.stderr
+    with pytest.raises(DirectoryInUseError, match="which died") as held:
+        DirectoryLock.acquire([str(tmp_path)])
+    assert held.value.holder_dead
+    started = time.monotonic()
+    DirectoryLock.acquire([str(tmp_path)], wait_for_dead_holder_s=20).release()
+    assert time.monotonic() - started < 20
+
+
 def test_a_successor_finds_only_what_a_killed_bookie_made(tmp_path):
     from bookie.workers.dirlock import DirectoryLock
 
