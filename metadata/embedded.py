@@ -34,7 +34,8 @@ from typing import Any, Callable, Iterator
 import lmdb
 
 from bookie.metadata.embedded_env import (
-    DATA_FILE, ENVIRONMENTS, ID_KEY, NODE, VERSION, boot_id, children_prefix, node_key)
+    DATA_FILE, ENVIRONMENTS, ID_KEY, NODE, VERSION, NotAStoreError, boot_id, children_prefix,
+    node_key)
 from bookie.metadata.embedded_leases import LeaseRules, next_counter
 from bookie.metadata.errors import (
     BadVersionError, CorruptMetadataError, MetadataError, NodeExistsError, NoSuchLedgerError,
@@ -89,7 +90,11 @@ class EmbeddedMetadataStore(MetadataStore):
             except OSError as e:
                 raise MetadataError(f"cannot create the metadata directory {path}: {e}") from None
         self._reset_process_state()
-        self._environment()  # fail now, not on first use, if the directory is unusable
+        try:
+            self._environment(create)  # fail now, not on first use, if it is unusable
+        except NotAStoreError:
+            raise NoSuchStoreError(f"lmdb://{path}", "the LMDB environment in that directory "
+                                   "is not a metadata store") from None
         try:
             if create:
                 self._initialise()
@@ -112,7 +117,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._registrations = []
         self._registrations_lock = threading.Lock()
 
-    def _environment(self) -> None:
+    def _environment(self, create: bool = True) -> None:
         """Take this process's share of the environment (again after a fork)."""
         if self._closed:
             raise MetadataError("metadata store is closed")
@@ -120,7 +125,7 @@ class EmbeddedMetadataStore(MetadataStore):
             if self._pid != -1:
                 # A forked child: the parent's threads, lease and watches are not ours.
                 self._reset_process_state()
-            ENVIRONMENTS.acquire(self.path, self._map_size)
+            ENVIRONMENTS.acquire(self.path, self._map_size, create)
             self._pid = os.getpid()
 
     def _run(self, fn: Callable[[lmdb.Transaction], Any], write: bool) -> Any:

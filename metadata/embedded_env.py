@@ -63,6 +63,11 @@ def boot_id() -> bytes:
         return bytes(16)
 
 
+class NotAStoreError(MetadataError):
+    """The LMDB environment at a path lacks the store's databases (another program's, or a
+    store never initialised); nothing was written to it."""
+
+
 class Environments:
     """The process's open LMDB environments, one per directory, and the fork rule for them.
 
@@ -87,9 +92,12 @@ class Environments:
         self._forking = False
         self._entries: dict[str, list] = {}   # realpath -> [env or None, dbs, store count, map size]
 
-    def acquire(self, path: str, map_size: int) -> None:
+    def acquire(self, path: str, map_size: int, create: bool = True) -> None:
         """Take a share of the environment at ``path``, opening it if this process has none.
 
+        Args:
+            create: make the store's databases if the environment lacks them; without it, such
+                an environment is refused (``NotAStoreError``) and left as it was.
         Raises:
             MetadataError: LMDB cannot open it (the share is not taken).
         """
@@ -97,7 +105,7 @@ class Environments:
             key = os.path.realpath(path)
             entry = self._entries.setdefault(key, [None, None, 0, map_size])
             try:
-                self._open(path, entry)
+                self._open(path, entry, create)
             except MetadataError:
                 if entry[2] == 0:
                     del self._entries[key]
@@ -118,7 +126,9 @@ class Environments:
                     entry[0].close()
 
     @staticmethod
-    def _open(path: str, entry: list) -> None:
+    def _open(path: str, entry: list, create: bool = True) -> None:
+        # After the first open (a reopen after fork), the databases exist: ``create`` changes
+        # nothing then.
         if entry[0] is not None:
             return
         try:
@@ -126,9 +136,14 @@ class Environments:
                             lock=True, sync=True, metasync=True)
         except lmdb.Error as e:
             raise MetadataError(f"cannot open the metadata store at {path}: {e}") from None
+        try:
+            dbs = {name: env.open_db(name.encode(), create=create) for name in DATABASES}
+        except lmdb.NotFoundError:
+            env.close()
+            raise NotAStoreError(f"{path}: the LMDB environment there holds no metadata "
+                                 f"store") from None
         env.reader_check()  # free the reader slots of processes that died
-        entry[0] = env
-        entry[1] = {name: env.open_db(name.encode()) for name in DATABASES}
+        entry[0], entry[1] = env, dbs
 
     @contextlib.contextmanager
     def transaction(self, path: str, write: bool) -> Iterator[tuple[lmdb.Transaction, dict]]:

@@ -159,3 +159,18 @@ def test_unusable_directory_is_a_clear_error(tmp_path):
     from bookie.metadata import MetadataError
     with pytest.raises(MetadataError, match="metadata"):
         open_metadata(f"lmdb://{blocker}/md", create=True)
+
+
+def test_another_programs_lmdb_environment_is_refused_and_left_as_it_was(tmp_path):
+    import lmdb
+    from bookie.metadata import NoSuchStoreError
+
+    other = tmp_path / "index"  # e.g. a bookie's entry index, named by mistake
+    env = lmdb.open(str(other), map_size=1 << 20)
+    with env.begin(write=True) as txn:
+        txn.put(b"key", b"value")
+    env.close()
+    before = (other / "data.mdb").read_bytes()
+    with pytest.raises(NoSuchStoreError, match="not a metadata store"):
+        open_metadata(f"lmdb://{other}")
+    assert (other / "data.mdb").read_bytes() == before
