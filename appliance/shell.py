@@ -89,13 +89,17 @@ def register(subparsers: Any) -> None:
 
 # -- handlers ----------------------------------------------------------------------------------
 
-def _open(args: argparse.Namespace, create: bool = False):
-    from bookie.metadata import MetadataError, open_metadata
+def _uri(args: argparse.Namespace) -> str:
     uri = args.metadata or os.environ.get(ENV_URI)
     if not uri:
         raise CliError(f"no metadata store: pass --metadata URI or set {ENV_URI}")
+    return uri
+
+
+def _open(args: argparse.Namespace, create: bool = False):
+    from bookie.metadata import MetadataError, open_metadata
     try:
-        return open_metadata(uri, timeout_s=args.timeout_s, create=create)
+        return open_metadata(_uri(args), timeout_s=args.timeout_s, create=create)
     except MetadataError as e:
         raise CliError(str(e)) from None
 
@@ -115,9 +119,29 @@ def _with_store(args: argparse.Namespace, body: Callable, create: bool = False) 
         store.close()
 
 
+def _store_exists(args: argparse.Namespace) -> bool:
+    """Whether the URI names an initialised store now (opened and closed again)."""
+    from bookie.metadata import MetadataError, NoSuchStoreError, open_metadata
+    try:
+        open_metadata(_uri(args), timeout_s=args.timeout_s).close()
+    except NoSuchStoreError:
+        return False
+    except MetadataError as e:
+        raise CliError(str(e)) from None
+    return True
+
+
 def _metaformat(args: argparse.Namespace) -> int:
+    existed = _store_exists(args)
+
     def body(store) -> int:
         force = args.force or args.force_while_bookies_registered
+        if not existed and not force and store.has_data():
+            # Data without a layout record: a store made before stores had to be created
+            # (a bookie made it).  Initialised now, keeping the data; only --force wipes it.
+            print("metadata store initialised; the data it already held is kept (--force "
+                  "wipes it)")
+            return 0
         if store.has_data() and not force:
             if args.non_interactive:
                 raise CliError("the metadata store already holds data; add --force to wipe it")

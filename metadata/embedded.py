@@ -93,6 +93,10 @@ class EmbeddedMetadataStore(MetadataStore):
         try:
             self._environment(create)  # fail now, not on first use, if it is unusable
         except NotAStoreError:
+            if create:  # never written into: it is someone else's data
+                raise MetadataError(f"lmdb://{path}: the LMDB environment in that directory "
+                                    f"holds no metadata store but other data; choose another "
+                                    f"directory") from None
             raise NoSuchStoreError(f"lmdb://{path}", "the LMDB environment in that directory "
                                    "is not a metadata store") from None
         try:

@@ -64,8 +64,9 @@ def boot_id() -> bytes:
 
 
 class NotAStoreError(MetadataError):
-    """The LMDB environment at a path lacks the store's databases (another program's, or a
-    store never initialised); nothing was written to it."""
+    """The LMDB environment at a path is another program's (its main database holds more than
+    the store's databases), or lacks the store's databases when they may not be created;
+    nothing was written to it."""
 
 
 class Environments:
@@ -97,7 +98,8 @@ class Environments:
 
         Args:
             create: make the store's databases if the environment lacks them; without it, such
-                an environment is refused (``NotAStoreError``) and left as it was.
+                an environment is refused (``NotAStoreError``) and left as it was.  Another
+                program's environment is refused either way.
         Raises:
             MetadataError: LMDB cannot open it (the share is not taken).
         """
@@ -137,6 +139,11 @@ class Environments:
         except lmdb.Error as e:
             raise MetadataError(f"cannot open the metadata store at {path}: {e}") from None
         try:
+            with env.begin() as txn:  # the main database names the named ones, and holds no more
+                foreign = any(key.decode(errors="replace") not in DATABASES
+                              for key in txn.cursor().iternext(values=False))
+            if foreign:
+                raise lmdb.NotFoundError("another program's environment")
             dbs = {name: env.open_db(name.encode(), create=create) for name in DATABASES}
         except lmdb.NotFoundError:
             env.close()

@@ -163,7 +163,7 @@ def test_unusable_directory_is_a_clear_error(tmp_path):
 
 def test_another_programs_lmdb_environment_is_refused_and_left_as_it_was(tmp_path):
     import lmdb
-    from bookie.metadata import NoSuchStoreError
+    from bookie.metadata import MetadataError, NoSuchStoreError
 
     other = tmp_path / "index"  # e.g. a bookie's entry index, named by mistake
     env = lmdb.open(str(other), map_size=1 << 20)
@@ -173,4 +173,6 @@ def test_another_programs_lmdb_environment_is_refused_and_left_as_it_was(tmp_pat
     before = (other / "data.mdb").read_bytes()
     with pytest.raises(NoSuchStoreError, match="not a metadata store"):
         open_metadata(f"lmdb://{other}")
+    with pytest.raises(MetadataError, match="holds no metadata store"):
+        open_metadata(f"lmdb://{other}", create=True)  # not even metaformat writes into it
     assert (other / "data.mdb").read_bytes() == before

@@ -301,6 +301,25 @@ def test_the_shell_the_client_and_the_benchmarks_refuse_a_uri_that_names_no_stor
     assert bookie("shell", "listbookies", "--metadata", uri).returncode == 0
 
 
+def test_metaformat_of_a_store_without_a_layout_record_keeps_its_data(tmp_path):
+    """A store a bookie made before stores had to be created has data but no layout record:
+    refused as never initialised, and metaformat (the hint) must not lose its data."""
+    from bookie.metadata import LedgerMetadata, NoSuchStoreError
+
+    uri = f"lmdb://{tmp_path}/metadata"
+    with open_metadata(uri, create=True) as store:
+        ledger_id, _ = store.create_ledger(LedgerMetadata(1, 1, 1))
+        store.write_cookie("127.0.0.1:3181", b"cookie")
+        store.delete("/LAYOUT")
+    with pytest.raises(NoSuchStoreError):
+        open_metadata(uri)
+    r = bookie("shell", "metaformat", "--metadata", uri, "--non-interactive")
+    assert r.returncode == 0 and "kept" in r.stdout, r.stderr
+    with open_metadata(uri) as store:
+        assert store.read_ledger(ledger_id)[1] == 0
+        assert store.read_cookie("127.0.0.1:3181")[0] == b"cookie"
+
+
 # -- 12: ports in use --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("taken", ["bookiePort", "read port", "prometheusStatsHttpPort"])
