@@ -88,7 +88,11 @@ def check_ports_free(conf: BookieConfig) -> None:
     host = conf.listening_interface
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     busy = []
+    seen: dict[int, str] = {}
     for key, port, what in listening_ports(conf):
+        if port in seen:
+            raise StartRefused(f"{key}={port} is also {seen[port]}: each port serves one thing")
+        seen[port] = key
         if not 0 < port <= 65535:
             raise StartRefused(f"{key}={port} is not a TCP port (bookiePort must leave room "
                                f"for the read port)")

@@ -349,6 +349,17 @@ def test_a_port_in_use_is_one_line_and_exit_2_before_anything_is_created(tmp_pat
     assert runtime_leftovers(port) == []
 
 
+def test_one_port_configured_for_two_things_is_refused_in_one_line(tmp_path):
+    from bookie.workers.common import free_port_pair
+
+    port = free_port_pair("127.0.0.1")
+    o = bookie_overrides(tmp_path, bookiePort=port, prometheusStatsHttpPort=port + 1)
+    r = bookie("run", *sets(o))
+    assert r.returncode == 2
+    assert f"prometheusStatsHttpPort={port + 1} is also bookiePort+1" in one_line(r.stderr)
+    assert runtime_leftovers(port) == []
+
+
 # -- 13: kills leave nothing that grows; restarts come back as the same bookie -----------------
 
 def test_sigkilled_bookies_leave_nothing_that_grows(tmp_path):
