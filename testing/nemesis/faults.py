@@ -13,7 +13,6 @@ from __future__ import annotations
 import collections
 import os
 import signal
-import time
 
 from bookie.testing.localbookies import LocalBookieError
 from bookie.testing.nemesis.schedule import Fault
@@ -122,13 +121,16 @@ class Nemesis:
         return lambda: self._cont(pid)
 
     def _expire_bookie(self, i: int):
-        """SIGSTOP the supervisor (it holds the ZooKeeper session) past the session timeout."""
+        """SIGSTOP the supervisor (it holds the ZooKeeper session) past the session timeout
+        (``min_duration_s`` makes the runner keep it stopped that long)."""
         pid = self._pid(i, "supervisor")
         os.kill(pid, signal.SIGSTOP)
         self.paused_pids.add(pid)
-        time.sleep(self.zk_session_s * 1.5)
-        self._cont(pid)
-        return None
+        return lambda: self._cont(pid)
+
+    def min_duration_s(self, kind: str) -> float:
+        """The least time a fault of ``kind`` must last to do what it says."""
+        return self.zk_session_s * 1.5 if kind == "expire_bookie" else 0.0
 
     def _readonly(self, i: int):
         self._alive(i)

@@ -66,6 +66,7 @@ class Summary:
     lacs_checked: int = 0
     client_errors: int = 0
     violations: list[tuple[int, Violation]] = field(default_factory=list)
+    incidents: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
 
@@ -104,6 +105,9 @@ class Summary:
             lines.append("    by kind: " + ", ".join(f"{k}={n}" for k, n in sorted(by_kind.items())))
         for round_no, v in self.violations[:20]:
             lines.append(f"    round {round_no}: {v}")
+        lines.append(f"  incidents (bookie crashes and tracebacks; not safety violations): "
+                     f"{len(self.incidents)}")
+        lines += [f"    {line}" for line in self.incidents[:20]]
         lines += [f"  note: {n}" for n in self.notes[:20]]
         if not self.ok:
             lines.append(f"  FAILED: replay with: {o.replay_command()}")
@@ -201,6 +205,8 @@ def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesi
     nemesis.workload = workload
     faults = make_schedule(opts.seed, round_no, opts.round_s, kinds, opts.bookies, opts.writers,
                            disk.count if disk else 0)
+    log_offsets = [os.path.getsize(bookies.log_path(i)) if os.path.exists(bookies.log_path(i))
+                   else 0 for i in range(bookies.n)]
     workload.start()
     t0 = time.monotonic()
     active: list[tuple[float, object]] = []
@@ -216,7 +222,8 @@ def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesi
                 summary.notes.append(f"round {round_no}: could not inject {fault.describe()}: {exc}")
                 heal = None
             if heal is not None:
-                active.append((fault.at_s + fault.duration_s, heal))
+                duration_s = max(fault.duration_s, nemesis.min_duration_s(fault.kind))
+                active.append((fault.at_s + duration_s, heal))
         for item in [a for a in active if a[0] <= now_s]:
             active.remove(item)
             try:
@@ -228,6 +235,7 @@ def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesi
     killed = workload.stop()
     if killed:
         log(f"round {round_no}: clients that did not stop in time: {', '.join(killed)}")
+    summary.incidents += [f"round {round_no}: {line}" for line in _incidents(bookies, log_offsets)]
     events = load_history(directory)
     summary.client_errors += sum(1 for ev in events if ev["ev"] == "error")
     ledger_ids = sorted({ev["l"] for ev in events if ev["ev"] in ("create", "ack")})
@@ -236,6 +244,30 @@ def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesi
     if not report.violations:
         _cleanup(bookies.metadata_uri, ledger_ids, workload.log_name)
     return report
+
+
+def _incidents(bookies, offsets: list[int]) -> list[str]:
+    """What the bookies' logs show since ``offsets``: tracebacks (their last line), fatal
+    errors, one-line exits (``bookie run: ...``) and stops not asked for."""
+    found = []
+    for i in range(bookies.n):
+        try:
+            with open(bookies.log_path(i), "rb") as f:
+                f.seek(offsets[i])
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            continue
+        in_traceback = False
+        for n, line in enumerate(lines):
+            if line.startswith("Traceback"):
+                in_traceback = True
+            elif in_traceback and line and not line.startswith((" ", "During", "The above")):
+                found.append(f"bookie {i}: traceback: {line[:200]}")
+                in_traceback = False
+            elif line.startswith("bookie run:") or " fatal " in line or \
+                    ("stopping reason=" in line and "SIGTERM" not in line):
+                found.append(f"bookie {i}: {line[:200]}")
+    return found
 
 
 def _final_state(metadata_uri: str, ledger_ids: list[int], log_name: str, log):
