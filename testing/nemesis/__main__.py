@@ -30,6 +30,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    "packet loss and slow links (needs root, ip, nft, tc)")
     p.add_argument("--dir", default=None, help="keep everything under this directory")
     p.add_argument("--keep", action="store_true", help="keep logs and histories after a pass")
+    p.add_argument("--print-schedule", type=int, metavar="ROUNDS", default=None,
+                   help="print the faults of the first ROUNDS rounds for these options and exit")
     args = p.parse_args(argv)
     if args.bookies < 3:
         p.error("--bookies must be at least 3")
@@ -45,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     opts = Options(seed=seed, time_s=args.time_s, round_s=args.round_s, bookies=args.bookies,
                    metadata=args.metadata, writers=args.writers, disk=args.disk,
                    network=args.network, base_dir=args.dir, keep=args.keep)
+    if args.print_schedule is not None:
+        from bookie.testing.nemesis.runner import round_schedule
+        for round_no in range(args.print_schedule):
+            print(f"round {round_no}:")
+            for fault in round_schedule(opts, round_no):
+                print(f"  {fault.describe()}")
+        return 0
     print(f"nemesis: seed {seed}; replay with: {opts.replay_command()}", flush=True)
     network = None
     if args.network:

@@ -140,12 +140,9 @@ def run(opts: Options, log=None, network=None) -> Summary:
         with bookies:
             nemesis = Nemesis(bookies, zookeeper=zookeeper, disk=disk, network=network,
                               zk_session_s=BOOKIE_CONF["zkTimeout"] / 1000.0, log=log)
-            kinds = enabled_kinds(zookeeper=zookeeper is not None, disk=disk is not None,
-                                  network=network is not None)
             round_no = 0
             while round_no == 0 or time.monotonic() - started + opts.round_s <= opts.time_s:
-                report = _round(opts, round_no, base_dir, bookies, nemesis, kinds, disk, network,
-                                summary, log)
+                report = _round(opts, round_no, base_dir, bookies, nemesis, network, summary, log)
                 summary.add(round_no, report)
                 log(f"round {round_no}: acked {report.acked}, checked {report.checked}, "
                     f"lost {report.lost}, violations {len(report.violations)}")
@@ -167,6 +164,21 @@ def run(opts: Options, log=None, network=None) -> Summary:
         elif summary.violations:
             summary.notes.append(f"histories kept under {base_dir}")
     return summary
+
+
+DISK_BOOKIES = 2  # bookies with tmpfs journal and ledger disks (--disk)
+
+
+def schedule_kinds(opts: Options) -> tuple[str, ...]:
+    """The fault kinds of a run: from the options alone (a fault the machine cannot inject,
+    like a full disk where nothing can be mounted, is drawn and skipped), so a seed replays."""
+    return enabled_kinds(zookeeper=opts.metadata == "zk", disk=opts.disk, network=opts.network)
+
+
+def round_schedule(opts: Options, round_no: int):
+    """Round ``round_no``'s faults: a function of the options and the seed only."""
+    return make_schedule(opts.seed, round_no, opts.round_s, schedule_kinds(opts), opts.bookies,
+                         opts.writers, min(DISK_BOOKIES, opts.bookies) if opts.disk else 0)
 
 
 def _start_zookeeper(network):
@@ -191,20 +203,19 @@ def _mount_disks(bookies, summary: Summary):
     if why_not:
         summary.notes.append(f"disk faults off: {why_not}")
         return None
-    faults = disk_mod.DiskFaults(bookies, count=min(2, bookies.n))
+    faults = disk_mod.DiskFaults(bookies, count=min(DISK_BOOKIES, bookies.n))
     faults.mount()
     return faults
 
 
-def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesis, kinds,
-           disk, network, summary: Summary, log) -> RoundReport:
+def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesis,
+           network, summary: Summary, log) -> RoundReport:
     directory = os.path.join(base_dir, f"round-{round_no}")
     os.makedirs(directory, exist_ok=True)
     workload = Workload(directory, bookies.metadata_uri, opts.seed, round_no, opts.writers,
                         opts.bookies, prefix=network.client_prefix if network else None)
     nemesis.workload = workload
-    faults = make_schedule(opts.seed, round_no, opts.round_s, kinds, opts.bookies, opts.writers,
-                           disk.count if disk else 0)
+    faults = round_schedule(opts, round_no)
     log_offsets = [os.path.getsize(bookies.log_path(i)) if os.path.exists(bookies.log_path(i))
                    else 0 for i in range(bookies.n)]
     workload.start()
