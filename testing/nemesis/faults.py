@@ -28,17 +28,19 @@ class Nemesis:
         disk: a ``DiskFaults`` or None.
         network: a ``Network`` or None.
         zk_session_s: the bookies' ZooKeeper session timeout (``expire_bookie`` pauses longer).
+        client_session_s: the clients' session timeout (``expire_client`` pauses longer).
         log: ``log(line)`` for what the nemesis does.
     """
 
     def __init__(self, bookies, zookeeper=None, disk=None, network=None,
-                 zk_session_s: float = 4.0, log=print):
+                 zk_session_s: float = 4.0, client_session_s: float = 6.0, log=print):
         self.bookies = bookies
         self.workload = None
         self.zookeeper = zookeeper
         self.disk = disk
         self.network = network
         self.zk_session_s = zk_session_s
+        self.client_session_s = client_session_s
         self.log = log
         self.injected = collections.Counter()
         self.skipped = collections.Counter()
@@ -128,9 +130,20 @@ class Nemesis:
         self.paused_pids.add(pid)
         return lambda: self._cont(pid)
 
+    def _expire_client(self, slot: int):
+        """SIGSTOP a writer past its ZooKeeper session timeout (``min_duration_s``)."""
+        if self.zookeeper is None:
+            raise _Skip("no ZooKeeper")
+        self.workload.pause_writer(slot)
+        return self.workload.resume_all
+
     def min_duration_s(self, kind: str) -> float:
         """The least time a fault of ``kind`` must last to do what it says."""
-        return self.zk_session_s * 1.5 if kind == "expire_bookie" else 0.0
+        if kind == "expire_bookie":
+            return self.zk_session_s * 1.5
+        if kind == "expire_client":
+            return self.client_session_s * 1.5
+        return 0.0
 
     def _readonly(self, i: int):
         self._alive(i)

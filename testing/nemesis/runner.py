@@ -139,7 +139,8 @@ def run(opts: Options, log=None, network=None) -> Summary:
             disk = _mount_disks(bookies, summary)
         with bookies:
             nemesis = Nemesis(bookies, zookeeper=zookeeper, disk=disk, network=network,
-                              zk_session_s=BOOKIE_CONF["zkTimeout"] / 1000.0, log=log)
+                              zk_session_s=BOOKIE_CONF["zkTimeout"] / 1000.0,
+                              client_session_s=CLIENT_CONFIG["zkTimeout"] / 1000.0, log=log)
             round_no = 0
             while round_no == 0 or time.monotonic() - started + opts.round_s <= opts.time_s:
                 report = _round(opts, round_no, base_dir, bookies, nemesis, network, summary, log)

@@ -17,13 +17,15 @@ Fault kinds (``KINDS``; which are drawn depends on the run's options, ``enabled_
                        supervisor restarts it)
 ``pause_role``         SIGSTOP one process of a bookie (supervisor or a worker)
 ``readonly``           flip a bookie read-only; back to writable when it ends
-``kill_client``        SIGKILL a writer process; a new one takes its slot when it ends
+``kill_client``        SIGKILL a writer process (slot ``writers`` is the log writer); a new
+                       one takes its slot when it ends
 ``pause_client``       SIGSTOP a writer process
 ``recover_race``       two clients recover a writer's current ledger at the same time
 ``log_takeover``       another client opens the log, fencing its writer
 ``zk_restart``         stop ZooKeeper; start it again (same data) when the fault ends
 ``zk_pause``           SIGSTOP ZooKeeper (sessions time out meanwhile)
 ``expire_bookie``      SIGSTOP a bookie's supervisor past its ZooKeeper session timeout
+``expire_client``      SIGSTOP a writer process past its ZooKeeper session timeout
 ``disk_full``          fill the tmpfs under a bookie's journal or ledger directory
 ``partition``          cut the network: a bookie from everyone, clients from some bookies,
                        a bookie from ZooKeeper, or a random split (both ways or one way)
@@ -41,7 +43,7 @@ from dataclasses import dataclass
 ROLES = ("supervisor", "journal", "add", "read", "gc")
 PROCESS_KINDS = ("kill_bookie", "restart_bookie", "pause_bookie", "kill_role", "pause_role",
                  "readonly", "kill_client", "pause_client", "recover_race", "log_takeover")
-ZK_KINDS = ("zk_restart", "zk_pause", "expire_bookie")
+ZK_KINDS = ("zk_restart", "zk_pause", "expire_bookie", "expire_client")
 DISK_KINDS = ("disk_full",)
 NET_KINDS = ("partition", "lossy", "slow")
 KINDS = PROCESS_KINDS + ZK_KINDS + DISK_KINDS + NET_KINDS
@@ -106,7 +108,9 @@ def _target(rng: random.Random, kind: str, bookies: int, writers: int,
     bookie = rng.randrange(bookies)
     if kind in ("kill_role", "pause_role"):
         return bookie, rng.choice(ROLES)
-    if kind in ("kill_client", "pause_client", "recover_race"):
+    if kind == "kill_client":
+        return (rng.randrange(writers + 1),)  # the last slot is the log writer
+    if kind in ("pause_client", "expire_client", "recover_race"):
         return (rng.randrange(writers),) if writers else None
     if kind == "disk_full":
         if not disk_bookies:

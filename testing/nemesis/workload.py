@@ -53,7 +53,7 @@ class Workload:
         self.procs: dict[str, subprocess.Popen] = {}
         self.writer_names: list[str] = []
         self.paused: set[str] = set()
-        self._generation = [0] * writers
+        self._generation = [0] * (writers + 1)
         self._extra = 0
 
     def history_path(self, name: str) -> str:
@@ -79,11 +79,17 @@ class Workload:
         self._spawn(f"{name}t", "tailer", follow=self.history_path(name), seed=slot)
         self.writer_names[slot] = name
 
+    def _start_log_writer(self) -> None:
+        gen = self._generation[self.n_writers]
+        name = f"r{self.round_no}log" + (f"g{gen}" if gen else "")
+        self._spawn(name, "log_writer", log=self.log_name)
+        self.writer_names[self.n_writers] = name
+
     def start(self) -> None:
-        self.writer_names = [""] * self.n_writers
+        self.writer_names = [""] * (self.n_writers + 1)  # the last slot: the log writer
         for slot in range(self.n_writers):
             self._start_writer(slot)
-        self._spawn(f"r{self.round_no}log", "log_writer", log=self.log_name)
+        self._start_log_writer()
         self._spawn(f"r{self.round_no}logread", "log_reader", log=self.log_name)
 
     # -- faults ----------------------------------------------------------------------------------
@@ -91,7 +97,8 @@ class Workload:
         return self.procs[self.writer_names[slot]]
 
     def kill_writer(self, slot: int) -> None:
-        """SIGKILL writer ``slot`` (its tailer keeps reading the ledgers it left)."""
+        """SIGKILL writer ``slot`` (its tailer keeps reading the ledgers it left); slot
+        ``writers`` is the log writer."""
         p = self.writer_proc(slot)
         if p.poll() is None:
             p.kill()
@@ -100,6 +107,10 @@ class Workload:
     def restart_writer(self, slot: int) -> None:
         """A new writer process in ``slot`` if the old one is gone (its tailer is replaced too)."""
         if self.writer_proc(slot).poll() is None:
+            return
+        if slot == self.n_writers:
+            self._generation[slot] += 1
+            self._start_log_writer()  # its open_log takes the log over from the dead one
             return
         old_tailer = self.procs.get(f"{self.writer_names[slot]}t")
         if old_tailer is not None and old_tailer.poll() is None:
