@@ -232,14 +232,23 @@ class Nemesis:
         self.bookies.start(i, wait=False)
         self._starting.add(i)
 
-    def settle(self) -> None:
-        """Wait for bookies started by heals; a bookie that cannot start is logged."""
+    def settle(self, attempts: int = 3) -> None:
+        """Wait for bookies started by heals.  A bookie that exits while starting (say it
+        found ZooKeeper down, which a bookie refuses to start without) is started again, up to
+        ``attempts`` times; one that still cannot start is logged."""
         for i in sorted(self._starting):
-            try:
-                self.bookies.wait_serving(i)
-            except LocalBookieError as exc:
-                self.bookie_exits.append(f"bookie {i} did not come back: {str(exc)[:2000]}")
-                self.log(f"nemesis: bookie {i} did not come back")
+            for attempt in range(attempts):
+                try:
+                    self.bookies.wait_serving(i)
+                    break
+                except LocalBookieError as exc:
+                    self.log(f"nemesis: bookie {i} did not come back (try {attempt + 1})")
+                    if attempt + 1 == attempts or self.bookies.running(i):
+                        self.bookie_exits.append(f"bookie {i} did not come back: "
+                                                 f"{str(exc)[-600:]}")
+                        break
+                    self.bookies._wait_ports_free(i)
+                    self.bookies.start(i, wait=False)
         self._starting.clear()
 
     def heal_all(self, heals: list) -> None:

@@ -251,7 +251,7 @@ def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesi
     events = load_history(directory)
     summary.client_errors += sum(1 for ev in events if ev["ev"] == "error")
     ledger_ids = sorted({ev["l"] for ev in events if ev["ev"] in ("create", "ack")})
-    ledgers, logs = _final_state(bookies.metadata_uri, ledger_ids, workload.log_name, log)
+    ledgers, logs = final_state(bookies.metadata_uri, ledger_ids, workload.log_name, log)
     report = check_round(events, ledgers, logs)
     if not report.violations:
         _cleanup(bookies.metadata_uri, ledger_ids, workload.log_name)
@@ -282,7 +282,7 @@ def _incidents(bookies, offsets: list[int]) -> list[str]:
     return found
 
 
-def _final_state(metadata_uri: str, ledger_ids: list[int], log_name: str, log):
+def final_state(metadata_uri: str, ledger_ids: list[int], log_name: str, log):
     """Recover every ledger and the log of the round; read them back whole."""
     from bookie.client import BookKeeper, NoSuchLogError, open_log, read_log
     from bookie.testing.nemesis.client_proc import DIGEST, PASSWORD

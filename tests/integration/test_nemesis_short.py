@@ -93,3 +93,45 @@ def test_a_partition_cuts_the_namespaces_apart_one_way_or_both_and_heals():
             server.kill()
             server.wait(10)
         net.teardown()
+
+
+def test_the_harness_reports_acknowledged_entries_that_a_short_close_dropped(tmp_path):
+    """End to end, the checker has teeth: real writer processes, real bookies, then the
+    ledger's metadata rewritten to close 10 entries short (what a recovery that closes short
+    would leave): the round's check must count those entries lost."""
+    import dataclasses
+
+    from bookie.metadata import LedgerState, open_metadata
+    from bookie.testing import LocalBookies
+    from bookie.testing.nemesis.checker import check_round
+    from bookie.testing.nemesis.history import load_history
+    from bookie.testing.nemesis.runner import final_state
+    from bookie.testing.nemesis.workload import Workload
+
+    with LocalBookies(3, base_dir=str(tmp_path / "cluster")) as bookies:
+        directory = tmp_path / "round"
+        directory.mkdir()
+        workload = Workload(str(directory), bookies.metadata_uri, seed=1, round_no=0,
+                            writers=1, bookies=3)
+        workload.start()
+        deadline = time.monotonic() + 90
+        while sum(ev["n"] for ev in load_history(str(directory)) if ev["ev"] == "ack") < 50:
+            assert time.monotonic() < deadline, "the writer acknowledged too little in 90 s"
+            time.sleep(0.5)
+        workload.stop()
+        events = load_history(str(directory))
+        acked = {}
+        for e in events:
+            if e["ev"] == "ack":
+                acked[e["l"]] = max(acked.get(e["l"], -1), e["e"] + e["n"] - 1)
+        ledger_id = max(acked, key=acked.get)
+        with open_metadata(bookies.metadata_uri) as store:
+            meta, version = store.read_ledger(ledger_id)
+            short = dataclasses.replace(meta, state=LedgerState.CLOSED,
+                                        last_entry_id=acked[ledger_id] - 10)
+            store.write_ledger(ledger_id, short, version)
+        ledgers, logs = final_state(bookies.metadata_uri, sorted(acked), workload.log_name, print)
+        report = check_round(events, ledgers, logs)
+    kinds = {v.kind for v in report.violations}
+    assert {"closed_below_ack", "lost"} <= kinds
+    assert report.lost >= 10
