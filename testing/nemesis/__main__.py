@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
                    metadata=args.metadata, writers=args.writers, disk=args.disk,
                    network=args.network, base_dir=args.dir, keep=args.keep)
     if args.print_schedule is not None:
+        import signal
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the listing quietly
         from bookie.testing.nemesis.runner import round_schedule
         for round_no in range(args.print_schedule):
             print(f"round {round_no}:")

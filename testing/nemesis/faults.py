@@ -194,6 +194,17 @@ class Nemesis:
             raise _Skip("no network namespaces")
         return self.network.partition(shape, way, nodes)
 
+    def _partitioned_recovery(self, slot: int, *cut):
+        """The writers lose bookies ``cut`` while two recoveries (in a namespace that still
+        reaches every bookie) fence and close writer ``slot``'s ledger."""
+        if self.network is None:
+            raise _Skip("no network namespaces")
+        if self.workload.current_ledger(slot) is None:
+            raise _Skip(f"writer {slot} has no ledger yet")
+        heal = self.network.partition("clients_from_bookies", "both", cut)
+        self.workload.recover_race(slot)
+        return heal
+
     def _lossy(self, i: int, percent: int):
         if self.network is None:
             raise _Skip("no network namespaces")
@@ -245,7 +256,7 @@ class Nemesis:
                     self.log(f"nemesis: bookie {i} did not come back (try {attempt + 1})")
                     if attempt + 1 == attempts or self.bookies.running(i):
                         self.bookie_exits.append(f"bookie {i} did not come back: "
-                                                 f"{str(exc)[-600:]}")
+                                                 f"{str(exc).splitlines()[0]}")
                         break
                     self.bookies._wait_ports_free(i)
                     self.bookies.start(i, wait=False)

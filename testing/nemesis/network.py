@@ -53,12 +53,29 @@ def _run(*cmd: str, stdin: str | None = None, check: bool = True) -> subprocess.
     return done
 
 
+def remove_stale_namespaces() -> list[str]:
+    """Delete the namespaces of runs whose process is gone (``nem<pid>-*``, left by a run that
+    was SIGKILLed before its teardown); returns their names."""
+    removed = []
+    try:
+        names = os.listdir("/run/netns")
+    except OSError:
+        return removed
+    for name in names:
+        head = name.split("-", 1)[0]
+        if head.startswith("nem") and head[3:].isdigit() and \
+                not os.path.exists(f"/proc/{int(head[3:])}"):
+            _run("ip", "netns", "del", name, check=False)
+            removed.append(name)
+    return removed
+
+
 class Network:
     """The namespaces of one run (``bookies`` bookies; ZooKeeper's when ``with_zookeeper``)."""
 
     def __init__(self, bookies: int, with_zookeeper: bool = True, prefix: str | None = None):
         self.n_bookies = bookies
-        self.prefix = prefix or f"nem{os.getpid() % 100000}"
+        self.prefix = prefix or f"nem{os.getpid()}"
         self.nodes: dict[str, str] = {"ctl": f"{SUBNET}.1"}  # node -> address
         if with_zookeeper:
             self.nodes["zk"] = f"{SUBNET}.2"
@@ -83,6 +100,7 @@ class Network:
         for tool in ("ip", "nft", "tc"):
             if shutil.which(tool) is None:
                 raise NetworkError(f"{tool} not found (tests/setup.sh installs iproute2 and nftables)")
+        remove_stale_namespaces()
         hub = self.ns("hub")
         self._add_ns(hub)
         _run("ip", "-n", hub, "link", "add", "br0", "type", "bridge")

@@ -93,7 +93,8 @@ class Summary:
             f"disk faults {'on' if o.disk else 'off'}, network faults {'on' if o.network else 'off'}",
             f"  rounds: {self.rounds} in {self.elapsed_s:.0f} s",
             f"  faults injected: {sum(self.faults.values())} ({faults})",
-            f"  faults skipped (target not there): {sum(self.skipped.values())} ({skipped})",
+            f"  faults skipped (target not there, or round over): "
+            f"{sum(self.skipped.values())} ({skipped})",
             f"  entries acknowledged: {self.acked}, checked: {self.checked}, lost: {self.lost}, "
             f"unverified: {self.unverified}",
             f"  reads checked: {self.reads_checked}, LAC readings checked: {self.lacs_checked}, "
@@ -220,6 +221,8 @@ def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesi
     log_offsets = [os.path.getsize(bookies.log_path(i)) if os.path.exists(bookies.log_path(i))
                    else 0 for i in range(bookies.n)]
     workload.start()
+    if not workload.wait_writing():
+        log(f"round {round_no}: some writers had not created a ledger after 30 s; faults start")
     t0 = time.monotonic()
     active: list[tuple[float, object]] = []
     next_fault = 0
@@ -243,6 +246,9 @@ def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesi
             except Exception as exc:  # noqa: BLE001
                 log(f"nemesis: heal failed: {exc}")
         time.sleep(0.05)
+    for fault in faults[next_fault:]:  # a slow injection (a bookie's stop) ate their time
+        nemesis.skipped[fault.kind] += 1
+        log(f"nemesis: skip {fault.describe()}: the round ended first")
     nemesis.heal_all([heal for _, heal in active])
     killed = workload.stop()
     if killed:

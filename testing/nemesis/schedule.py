@@ -29,6 +29,8 @@ Fault kinds (``KINDS``; which are drawn depends on the run's options, ``enabled_
 ``disk_full``          fill the tmpfs under a bookie's journal or ledger directory
 ``partition``          cut the network: a bookie from everyone, clients from some bookies,
                        a bookie from ZooKeeper, or a random split (both ways or one way)
+``partitioned_recovery``  cut the writers off from some bookies (both ways) and recover a
+                       writer's ledger from clients that still reach every bookie
 ``lossy``              drop a share of the packets between a node and everyone else
 ``slow``               rate-limit a node's outgoing link (queueing delay, no netem needed)
 =====================  =================================================================
@@ -45,7 +47,7 @@ PROCESS_KINDS = ("kill_bookie", "restart_bookie", "pause_bookie", "kill_role", "
                  "readonly", "kill_client", "pause_client", "recover_race", "log_takeover")
 ZK_KINDS = ("zk_restart", "zk_pause", "expire_bookie", "expire_client")
 DISK_KINDS = ("disk_full",)
-NET_KINDS = ("partition", "lossy", "slow")
+NET_KINDS = ("partition", "partitioned_recovery", "lossy", "slow")
 KINDS = PROCESS_KINDS + ZK_KINDS + DISK_KINDS + NET_KINDS
 
 
@@ -126,6 +128,11 @@ def _target(rng: random.Random, kind: str, bookies: int, writers: int,
             return shape, way, *cut
         side = sorted(rng.sample(range(bookies), rng.randint(1, bookies - 1 or 1)))
         return shape, way, *side
+    if kind == "partitioned_recovery":
+        if not writers:
+            return None
+        cut = sorted(rng.sample(range(bookies), rng.randint(1, max(1, bookies // 2))))
+        return rng.randrange(writers), *cut
     if kind == "lossy":
         return bookie, rng.choice((10, 30, 60))
     if kind == "slow":

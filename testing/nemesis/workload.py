@@ -92,6 +92,17 @@ class Workload:
         self._start_log_writer()
         self._spawn(f"r{self.round_no}logread", "log_reader", log=self.log_name)
 
+    def wait_writing(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every writer has created its first ledger (client processes take seconds
+        to start on a loaded machine, and the faults are meant for a running workload).
+        Returns False if ``timeout_s`` passed first."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if all(self.current_ledger(slot) is not None for slot in range(self.n_writers)):
+                return True
+            time.sleep(0.1)
+        return False
+
     # -- faults ----------------------------------------------------------------------------------
     def writer_proc(self, slot: int) -> subprocess.Popen:
         return self.procs[self.writer_names[slot]]

@@ -2,7 +2,11 @@
 
 Each test runs ``python -m bookie.testing.nemesis`` as a process of its own (network
 namespaces are entered by that process alone), with a fixed seed so that CI replays the same
-fault schedule; ``BOOKIE_NEMESIS_SEED`` picks another.  On a violation the test fails with the
+fault schedule; ``BOOKIE_NEMESIS_SEED`` picks another.  The seeds were picked for the mix of
+faults their ten-second round draws (``--print-schedule 1`` lists it): seed 17 on the embedded
+store restarts a bookie, races two recoveries, pauses a worker and a writer and fills a disk;
+seed 9 on ZooKeeper partitions the network twice, recovers a ledger behind a partition,
+pauses ZooKeeper, restarts a bookie, pauses a writer and drops packets.  On a violation the test fails with the
 harness's summary, which names the seed and the command that replays it.
 """
 
@@ -16,13 +20,14 @@ import time
 
 import pytest
 
-SEED = int(os.environ.get("BOOKIE_NEMESIS_SEED", "20261122"))
+SEED = os.environ.get("BOOKIE_NEMESIS_SEED")
 
 
-def run_nemesis(*args: str, timeout_s: float) -> str:
-    cmd = [sys.executable, "-m", "bookie.testing.nemesis", "--seed", str(SEED), *args]
+def run_nemesis(seed: int, *args: str, timeout_s: float) -> str:
+    cmd = [sys.executable, "-m", "bookie.testing.nemesis", "--seed", SEED or str(seed), *args]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     out = done.stdout + done.stderr
+    print(out[-4000:])
     assert done.returncode == 0, f"{' '.join(cmd)} exited {done.returncode}:\n{out[-12000:]}"
     return out
 
@@ -38,15 +43,15 @@ def can_netns() -> bool:
 
 def test_acknowledged_entries_survive_process_faults_and_full_disks_on_the_embedded_store():
     extra = ["--disk"] if can_mount() else []
-    out = run_nemesis("--time", "12", "--round", "12", "--bookies", "4", "--metadata", "lmdb",
-                      *extra, timeout_s=240)
+    out = run_nemesis(17, "--time", "10", "--round", "10", "--bookies", "4",
+                      "--metadata", "lmdb", *extra, timeout_s=240)
     assert "violations: 0" in out
     assert "lost: 0" in out
 
 
 @pytest.mark.skipif(not can_netns(), reason="needs root with ip, nft and tc (tests/setup.sh)")
 def test_acknowledged_entries_survive_zookeeper_and_network_faults():
-    out = run_nemesis("--time", "12", "--round", "12", "--bookies", "4", "--metadata", "zk",
+    out = run_nemesis(9, "--time", "10", "--round", "10", "--bookies", "4", "--metadata", "zk",
                       "--network", timeout_s=300)
     assert "violations: 0" in out
     assert "lost: 0" in out
