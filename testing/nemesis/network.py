@@ -209,14 +209,16 @@ class Network:
         return lambda: self._drop_table(touched, table)
 
     def lossy(self, i: int, percent: int):
+        """Bookie i drops ``percent`` % of what crosses its veth (its own loopback, between
+        its workers, is left alone; so is the runner)."""
         table = f"nemesis_f{next(self._ids)}"
         node = f"b{i}"
         ctl = self.nodes["ctl"]
         self._nft(node, table, [
-            f"chain cut_out {{ type filter hook output priority 0; ip daddr != {ctl} "
-            f"numgen random mod 100 < {percent} drop; }}",
-            f"chain cut_in {{ type filter hook input priority 0; ip saddr != {ctl} "
-            f"numgen random mod 100 < {percent} drop; }}"])
+            f"chain cut_out {{ type filter hook output priority 0; oifname \"eth0\" "
+            f"ip daddr != {ctl} numgen random mod 100 < {percent} drop; }}",
+            f"chain cut_in {{ type filter hook input priority 0; iifname \"eth0\" "
+            f"ip saddr != {ctl} numgen random mod 100 < {percent} drop; }}"])
         return lambda: self._drop_table([node], table)
 
     def slow(self, i: int, kbit: int):
