@@ -253,7 +253,8 @@ def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesi
     killed = workload.stop()
     if killed:
         log(f"round {round_no}: clients that did not stop in time: {', '.join(killed)}")
-    summary.incidents += [f"round {round_no}: {line}" for line in _incidents(bookies, log_offsets)]
+    summary.incidents += [f"round {round_no}: {line}" for line in
+                          _incidents(bookies, log_offsets) + _client_incidents(directory)]
     events = load_history(directory)
     summary.client_errors += sum(1 for ev in events if ev["ev"] == "error")
     ledger_ids = sorted({ev["l"] for ev in events if ev["ev"] in ("create", "ack")})
@@ -275,16 +276,34 @@ def _incidents(bookies, offsets: list[int]) -> list[str]:
                 lines = f.read().decode(errors="replace").splitlines()
         except OSError:
             continue
-        in_traceback = False
-        for n, line in enumerate(lines):
-            if line.startswith("Traceback"):
-                in_traceback = True
-            elif in_traceback and line and not line.startswith((" ", "During", "The above")):
-                found.append(f"bookie {i}: traceback: {line[:200]}")
-                in_traceback = False
-            elif line.startswith("bookie run:") or " fatal " in line or \
+        found += [f"bookie {i}: traceback: {line}" for line in _tracebacks(lines)]
+        for line in lines:
+            if line.startswith("bookie run:") or " fatal " in line or \
                     ("stopping reason=" in line and "SIGTERM" not in line):
                 found.append(f"bookie {i}: {line[:200]}")
+    return found
+
+
+def _tracebacks(lines: list[str]) -> list[str]:
+    """The last line (the exception) of every traceback in ``lines``."""
+    found, inside = [], False
+    for line in lines:
+        if line.startswith("Traceback") or line.startswith("Exception in thread"):
+            inside = True
+        elif inside and line and not line.startswith((" ", "During", "The above", "Traceback")):
+            found.append(line[:200])
+            inside = False
+    return found
+
+
+def _client_incidents(directory: str) -> list[str]:
+    """Tracebacks client processes printed (a dead I/O thread says so on stderr)."""
+    found = []
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".out"):
+            with open(os.path.join(directory, name), errors="replace") as f:
+                found += [f"client {name[:-4]}: traceback: {line}"
+                          for line in _tracebacks(f.read().splitlines())]
     return found
 
 
