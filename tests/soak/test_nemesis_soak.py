@@ -16,9 +16,10 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.soak
-
 SOAK_S = float(os.environ.get("BOOKIE_SOAK_SECONDS", "600"))
+
+# The suite's default per-test timeout is far shorter than a soak.
+pytestmark = [pytest.mark.soak, pytest.mark.timeout(SOAK_S * 2 + 900)]
 
 
 def soak(*args: str) -> None:
