@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import os
 import signal
+import threading
 
 from bookie.testing.localbookies import LocalBookieError
 from bookie.testing.nemesis.schedule import Fault
@@ -47,6 +48,8 @@ class Nemesis:
         self.paused_pids: set[int] = set()
         self.bookie_exits: list[str] = []
         self._starting: set[int] = set()
+        self._restarts: list[threading.Thread] = []
+        self._restarting: set[int] = set()  # being stopped and started by a thread
 
     # -- one fault -------------------------------------------------------------------------------
     def inject(self, fault: Fault):
@@ -62,6 +65,8 @@ class Nemesis:
         return heal
 
     def _alive(self, i: int) -> None:
+        if i in self._restarting:
+            raise _Skip(f"bookie {i} is restarting")
         if i in self._starting and self._serving(i):
             self._starting.discard(i)
         if not self.bookies.running(i) or i in self._starting:
@@ -83,13 +88,25 @@ class Nemesis:
         return lambda: self._start(i)
 
     def _restart_bookie(self, i: int):
+        """SIGTERM bookie ``i`` and start it again, in a thread of its own (a clean stop takes
+        seconds, and the schedule goes on meanwhile); the bookie counts as starting until
+        then, so no other fault picks it."""
         self._alive(i)
         self._cont_group(i)
-        try:
-            self.bookies.stop(i)
-        except LocalBookieError as exc:
-            self.log(f"nemesis: {exc}")
-        self._start(i)
+        self._restarting.add(i)
+
+        def restart() -> None:
+            try:
+                self.bookies.stop(i)
+            except LocalBookieError as exc:
+                self.log(f"nemesis: {exc}")
+            try:
+                self._start(i)
+            finally:
+                self._restarting.discard(i)
+        thread = threading.Thread(target=restart, name=f"restart-bookie-{i}", daemon=True)
+        thread.start()
+        self._restarts.append(thread)
         return None
 
     def _pause_bookie(self, i: int):
@@ -264,6 +281,9 @@ class Nemesis:
 
     def heal_all(self, heals: list) -> None:
         """Run the pending heals, then bring every part of the cluster back."""
+        for thread in self._restarts:
+            thread.join(60.0)
+        self._restarts.clear()
         if self.network is not None:
             self.network.heal()
         for pid in list(self.paused_pids):
