@@ -168,7 +168,10 @@ class AddPipeline:
             return None
         if status not in (wire.Status.OK, wire.Status.TOO_MANY_REQUESTS):
             name = wire.Status(status).name if status in wire.Status._value2member_map_ else status
-            raise BenchError(f"the bookie answered {name} to an ADD of ledger {send.ledger_id}")
+            hint = (" (its GC dropped the made-up ledger, which the metadata store does not know: "
+                    "run against a bookie whose gcWaitTime is longer than the run)"
+                    if name == "NO_LEDGER" else "")
+            raise BenchError(f"the bookie answered {name} to an ADD of ledger {send.ledger_id}{hint}")
         if status == wire.Status.OK:
             last = send.first_entry_id + send.count - 1
             if last > self.ledgers.acked_upto[send.ledger_id]:

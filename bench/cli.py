@@ -298,8 +298,8 @@ def progress_emitter(args):
 
 
 @contextlib.contextmanager
-def local_bookies(count: int, data_dir: str | None):
-    """Start ``count`` local bookies for one run.
+def local_bookies(count: int, data_dir: str | None, conf: dict | None = None):
+    """Start ``count`` local bookies for one run (``conf``: bookie configuration overrides).
 
     Yields:
         (the LocalBookies harness, the data directory it writes in)
@@ -316,7 +316,7 @@ def local_bookies(count: int, data_dir: str | None):
     if not made:
         os.makedirs(base, exist_ok=True)
     try:
-        with LocalBookies(count, base_dir=base) as lb:
+        with LocalBookies(count, base_dir=base, conf=conf) as lb:
             yield lb, base
     finally:
         if made:
@@ -356,7 +356,11 @@ def _cmd_bookie(args) -> int:
         if args.bookie is not None:
             result = bookie_bench.run(params, args.bookie, emit=emit)
         else:
-            with local_bookies(1, args.data_dir) as (lb, base):
+            # The raw-wire bench makes its ledgers up on the spot: the metadata store does not know
+            # them, so the bookie's GC would rightly drop them (and refuse their later adds).
+            # Keep the GC out of the run.
+            with local_bookies(1, args.data_dir, conf={"gcWaitTime": str(7 * 24 * 3600 * 1000)}
+                               ) as (lb, base):
                 result = bookie_bench.run(params, lb.bookies[0], emit=emit, data_dir=base)
     except bookie_bench.BenchError as e:
         raise BenchOptionError(str(e)) from None
