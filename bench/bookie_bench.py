@@ -2,7 +2,9 @@
 
 Theory of operation
 -------------------
-Two phases against the bookie's add socket, through one ZeroMQ DEALER:
+Two phases against the bookie's add socket, through one ZeroMQ DEALER (with ``--localbookie``
+a ``disk`` phase first: 4 KiB pwrite + fdatasync of a preallocated file in the bookie's data
+directory, as the journal writes its preallocated files: the floor a lone add stands on):
 
 - ``sync``: one ADD of one entry at a time, the next sent when the previous is answered: the
   latency of a lone add (journal fdatasync included).  ``--sync-rate R`` paces it at R adds/s and
@@ -305,6 +307,34 @@ def run_phase(conn: BookieConnection, batcher: EntryBatcher, meter: Meter, pipe:
     return figures
 
 
+DISK_BLOCK = 4096
+
+
+def disk_baseline(directory: str, count: int = 400) -> dict:
+    """Latency of ``count`` 4 KiB pwrite + fdatasync at consecutive offsets of a file written
+    in full first (no block allocation in the timed part, as in the journal's preallocated
+    files); the file is removed after."""
+    path = os.path.join(directory, f"disk-baseline-{os.getpid()}")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        block = os.urandom(DISK_BLOCK)
+        os.write(fd, block * count)
+        os.fsync(fd)
+        lat = np.empty(count)
+        for i in range(count):
+            t0 = time.perf_counter_ns()
+            os.pwrite(fd, block, i * DISK_BLOCK)
+            os.fdatasync(fd)
+            lat[i] = time.perf_counter_ns() - t0
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    lat /= 1e6
+    return {"unit": "syncs", "ops": count,
+            "latency_ms": {"p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99)),
+                           "max": float(lat.max()), "mean": float(lat.mean()), "count": count}}
+
+
 def run(params: dict, bookie: str, *, emit=None, data_dir: str | None = None) -> dict:
     """The whole ``bench bookie`` run against ``bookie`` ("host:port").
 
@@ -328,6 +358,11 @@ def run(params: dict, bookie: str, *, emit=None, data_dir: str | None = None) ->
         ledgers = Ledgers.new(params["ledgers"])
         phases = {}
         clock = time.monotonic_ns
+        if params["sync_time"] > 0 and data_dir is not None:
+            phases["disk"] = disk_baseline(data_dir)
+            if emit:
+                emit(f"  disk: 4 KiB write+fdatasync p50 {phases['disk']['latency_ms']['p50']:.3f} ms"
+                     f"  p99 {phases['disk']['latency_ms']['p99']:.3f} ms")
         if params["sync_time"] > 0:
             rate = params["sync_rate"]
             pipe = AddPipeline(ledgers, 1, 1, params["sync_count"], rate, clock(),
