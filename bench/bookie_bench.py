@@ -310,29 +310,31 @@ def run_phase(conn: BookieConnection, batcher: EntryBatcher, meter: Meter, pipe:
 DISK_BLOCK = 4096
 
 
-def disk_baseline(directory: str, count: int = 400) -> dict:
-    """Latency of ``count`` 4 KiB pwrite + fdatasync at consecutive offsets of a file written
-    in full first (no block allocation in the timed part, as in the journal's preallocated
-    files); the file is removed after."""
+def disk_baseline(directory: str, count: int = 400, emit=None) -> dict:
+    """Latency of ``count`` 4 KiB pwrite + fdatasync at consecutive offsets of a file
+    preallocated with posix_fallocate, as the journal writes its files; the file is removed
+    after.  Returns the phase's figures (``Meter``)."""
     path = os.path.join(directory, f"disk-baseline-{os.getpid()}")
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    meter = Meter("disk", unit="syncs", emit=emit)
     try:
         block = os.urandom(DISK_BLOCK)
-        os.write(fd, block * count)
-        os.fsync(fd)
-        lat = np.empty(count)
+        try:
+            os.posix_fallocate(fd, 0, DISK_BLOCK * count)
+        except OSError:
+            pass  # as the journal: the file grows with each write
+        meter.start(time.monotonic_ns())
         for i in range(count):
-            t0 = time.perf_counter_ns()
+            t0 = time.monotonic_ns()
             os.pwrite(fd, block, i * DISK_BLOCK)
             os.fdatasync(fd)
-            lat[i] = time.perf_counter_ns() - t0
+            now = time.monotonic_ns()
+            meter.record(now - t0, 1, DISK_BLOCK)
+            meter.tick(now)
+        return meter.finish(time.monotonic_ns())
     finally:
         os.close(fd)
         os.unlink(path)
-    lat /= 1e6
-    return {"unit": "syncs", "ops": count,
-            "latency_ms": {"p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99)),
-                           "max": float(lat.max()), "mean": float(lat.mean()), "count": count}}
 
 
 def run(params: dict, bookie: str, *, emit=None, data_dir: str | None = None) -> dict:
@@ -359,10 +361,7 @@ def run(params: dict, bookie: str, *, emit=None, data_dir: str | None = None) ->
         phases = {}
         clock = time.monotonic_ns
         if params["sync_time"] > 0 and data_dir is not None:
-            phases["disk"] = disk_baseline(data_dir)
-            if emit:
-                emit(f"  disk: 4 KiB write+fdatasync p50 {phases['disk']['latency_ms']['p50']:.3f} ms"
-                     f"  p99 {phases['disk']['latency_ms']['p99']:.3f} ms")
+            phases["disk"] = disk_baseline(data_dir, emit=emit)
         if params["sync_time"] > 0:
             rate = params["sync_rate"]
             pipe = AddPipeline(ledgers, 1, 1, params["sync_count"], rate, clock(),
