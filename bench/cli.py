@@ -297,9 +297,12 @@ def progress_emitter(args):
     return emit
 
 
+BENCH_GC_WAIT_MS = 24 * 3600 * 1000
+
+
 @contextlib.contextmanager
-def local_bookies(count: int, data_dir: str | None, conf: dict | None = None):
-    """Start ``count`` local bookies for one run (``conf``: bookie configuration overrides).
+def local_bookies(count: int, data_dir: str | None):
+    """Start ``count`` local bookies for one run.
 
     Yields:
         (the LocalBookies harness, the data directory it writes in)
@@ -316,7 +319,9 @@ def local_bookies(count: int, data_dir: str | None, conf: dict | None = None):
     if not made:
         os.makedirs(base, exist_ok=True)
     try:
-        with LocalBookies(count, base_dir=base, conf=conf) as lb:
+        # No GC during a run: ``bench bookie`` writes ledgers the metadata store never heard
+        # of, which the GC (every second in LocalBookies) would delete under it.
+        with LocalBookies(count, base_dir=base, conf={"gcWaitTime": BENCH_GC_WAIT_MS}) as lb:
             yield lb, base
     finally:
         if made:
@@ -356,11 +361,7 @@ def _cmd_bookie(args) -> int:
         if args.bookie is not None:
             result = bookie_bench.run(params, args.bookie, emit=emit)
         else:
-            # The raw-wire bench makes its ledgers up on the spot: the metadata store does not know
-            # them, so the bookie's GC would rightly drop them (and refuse their later adds).
-            # Keep the GC out of the run.
-            with local_bookies(1, args.data_dir, conf={"gcWaitTime": str(7 * 24 * 3600 * 1000)}
-                               ) as (lb, base):
+            with local_bookies(1, args.data_dir) as (lb, base):
                 result = bookie_bench.run(params, lb.bookies[0], emit=emit, data_dir=base)
     except bookie_bench.BenchError as e:
         raise BenchOptionError(str(e)) from None

@@ -315,8 +315,8 @@ class IOThread:
                       driver.master_key, lengths, data]
         elif isinstance(a, A.SendRead):
             kind, timeout_s = READ, self.read_timeout_s
-            frames = [wire.pack_header(Op.READ, 0, rid, driver.ledger_id),
-                      wire.READ_BODY.pack(a.first_entry_id, min(a.max_count, wire.MAX_BATCH))]
+            flags, body = wire.read_request(a.first_entry_id, a.max_count, a.stride)
+            frames = [wire.pack_header(Op.READ, flags, rid, driver.ledger_id), body]
         elif isinstance(a, A.SendReadLac):
             kind, timeout_s = READ, self.read_timeout_s
             flags = 0
