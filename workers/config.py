@@ -334,11 +334,17 @@ class BookieConfig:
         return "\n".join(lines) + "\n"
 
 
+def nearest_key(name: str) -> str | None:
+    """The known key ``name`` most likely misspells (same letters in another case, or a close
+    spelling), or None when no key is close enough to be worth suggesting."""
+    by_lower = {k.lower(): k for k in KEY_BY_NAME}
+    return by_lower.get(name.lower()) or next(
+        iter(difflib.get_close_matches(name, KEY_BY_NAME, n=1, cutoff=0.75)), None)
+
+
 def unknown_key_warning(name: str) -> str:
     """The warning for a key not in ``KEYS``, naming the nearest known key if one is close."""
-    by_lower = {k.lower(): k for k in KEY_BY_NAME}
-    near = by_lower.get(name.lower()) or next(
-        iter(difflib.get_close_matches(name, KEY_BY_NAME, n=1, cutoff=0.75)), None)
+    near = nearest_key(name)
     hint = f" (did you mean {near!r}?)" if near else ""
     return f"unknown configuration key {name!r} ignored{hint}"
 
