@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 dpkg -s zookeeper >/dev/null 2>&1 || need_apt+=(zookeeper)
 command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
+# systemd-analyze checks the appliance's unit file (no running systemd needed).
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -178,6 +178,46 @@ def ports_free(*ports) -> bool:
     return True
 
 
+# What the unit's ProtectSystem=strict, ReadWritePaths=/var/lib/bookie, PrivateTmp and
+# ProtectHome do to the file system, made with a private mount namespace where no systemd runs:
+# the bookie can then write only /var/lib/bookie, a fresh /tmp and the API trees (/dev/shm).
+# An emulation, not systemd itself: other mounts of the host stay as they are.
+FILE_SYSTEM_SANDBOX = """set -e
+mount --bind /var/lib/bookie /var/lib/bookie
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+for home in /home /root; do mount -t tmpfs -o mode=0755 tmpfs "$home"; done
+mount -o remount,bind,ro /
+exec "$@"
+"""
+
+
+def can_emulate_the_file_system_sandbox() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                        "mount -o remount,bind,ro / && ! test -w /etc"],
+                       capture_output=True, timeout=30)
+    return r.returncode == 0
+
+
+def bookie_supervisor(ancestor: int) -> int | None:
+    """The pid of the ``bookie run`` process below ``ancestor`` (runuser, perhaps under sh)."""
+    queue = [ancestor]
+    while queue:
+        pid = queue.pop()
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            # The interpreter running the script; runuser's own command line names it too.
+            if argv[1:3] == [b"/opt/bookie/bin/bookie", b"run"]:
+                return pid
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                queue += [int(child) for child in f.read().split()]
+        except OSError:
+            continue
+    return None
+
+
 def owner_and_mode(path: str) -> tuple[str, int]:
     st = os.stat(path)
     return pwd.getpwuid(st.st_uid).pw_name, stat.S_IMODE(st.st_mode)
@@ -248,11 +288,14 @@ def test_the_package_installs_serves_a_client_and_purges_its_data(machine_for_th
         pytest.skip(f"ports {conf.bookie_port}, {conf.bookie_port + 1} or {conf.metrics_port} are "
                     f"in use here: the installed configuration cannot start")
     log_path = "/tmp/bookie-package-test.log"
+    argv = ["runuser", "-u", "bookie", "--", *exec_start]
+    if can_emulate_the_file_system_sandbox():
+        argv = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                FILE_SYSTEM_SANDBOX, "sandbox", *argv]
     with open(log_path, "wb") as log:
-        print(f"$ runuser -u bookie -- {shlex.join(exec_start)}")
-        runuser = subprocess.Popen(["runuser", "-u", "bookie", "--", *exec_start], stdout=log,
-                                   stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
-                                   preexec_fn=lambda: os.umask(0o077))
+        print(f"$ {shlex.join(argv)}")
+        runuser = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                   start_new_session=True, preexec_fn=lambda: os.umask(0o077))
     try:
         deadline = time.monotonic() + 120
         while b"supervisor: bookie serving" not in open(log_path, "rb").read():
@@ -270,10 +313,9 @@ def test_the_package_installs_serves_a_client_and_purges_its_data(machine_for_th
                    "--metadata", conf.metadata_uri]).stdout.split() == [conf.bookie_id]
     finally:
         # SIGTERM to the supervisor (runuser's child), as systemd's KillMode=mixed does.
-        children = open(f"/proc/{runuser.pid}/task/{runuser.pid}/children").read().split() \
-            if runuser.poll() is None else []
-        for pid in children:
-            os.kill(int(pid), signal.SIGTERM)
+        supervisor = bookie_supervisor(runuser.pid)
+        if supervisor is not None:
+            os.kill(supervisor, signal.SIGTERM)
         try:
             status = runuser.wait(60)
         except subprocess.TimeoutExpired:
