@@ -32,6 +32,7 @@ Theory of operation:
 
 from __future__ import annotations
 
+import difflib
 import time
 from typing import Any, Iterator
 
@@ -40,6 +41,8 @@ import pytest
 from bookie.client import BookKeeper
 from bookie.client.config import ClientConfig
 from bookie.client.errors import InvalidArgumentError
+from bookie.metadata import open_metadata
+from bookie.testing.localbookies import LocalBookieError, LocalBookies
 from bookie.workers.config import KEY_BY_NAME, BookieConfig, ConfigError, nearest_key
 
 DEFAULT_BOOKIES = 3
@@ -109,7 +112,6 @@ def ensemble_options(opts: dict[str, Any]) -> tuple:
 
 
 def _nearest(name: str, known) -> str:
-    import difflib
     near = difflib.get_close_matches(name, list(known), n=1, cutoff=0.7)
     return f" (did you mean {near[0]!r}?)" if near else ""
 
@@ -175,8 +177,6 @@ def restore(ensemble, timeout_s: float = RESTORE_TIMEOUT_S) -> None:
         bookie.testing.LocalBookieError: a bookie did not start again;
         TimeoutError: a bookie is still not listed as writable after ``timeout_s``.
     """
-    from bookie.metadata import open_metadata
-
     for i in range(ensemble.n):
         if not ensemble.running(i):
             ensemble.start(i)
@@ -209,9 +209,7 @@ def log_tails(ensemble) -> str:
     return "\n".join(parts)
 
 
-def _start(opts: dict[str, Any]):
-    from bookie.testing import LocalBookieError, LocalBookies
-
+def _start(opts: dict[str, Any]) -> LocalBookies:
     try:
         return LocalBookies(opts["bookies"], conf=opts["bookie_config"]).__enter__()
     except LocalBookieError as e:
@@ -245,7 +243,11 @@ def bookkeeper_ensemble(request) -> Iterator:
         ensemble = request.getfixturevalue("bookkeeper_module_ensemble")
         # Undone before the next test rather than after this one: no restart after a module's
         # last test, whose bookies are about to stop anyway.
-        restore(ensemble)
+        try:
+            restore(ensemble)
+        except (LocalBookieError, TimeoutError) as e:
+            pytest.fail(f"bookkeeper_ensemble: the module's bookies could not be restored "
+                        f"after an earlier test: {e}", pytrace=False)
         yield ensemble
     else:
         ensemble = _start(opts)
