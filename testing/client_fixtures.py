@@ -177,9 +177,11 @@ def restore(ensemble, timeout_s: float = RESTORE_TIMEOUT_S) -> None:
         bookie.testing.LocalBookieError: a bookie did not start again;
         TimeoutError: a bookie is still not listed as writable after ``timeout_s``.
     """
-    for i in range(ensemble.n):
-        if not ensemble.running(i):
-            ensemble.start(i)
+    stopped = [i for i in range(ensemble.n) if not ensemble.running(i)]
+    for i in stopped:  # all at once: each start waits out its old registration lease
+        ensemble.start(i, wait=False)
+    for i in stopped:
+        ensemble.wait_serving(i)
     deadline = time.monotonic() + timeout_s
     with open_metadata(ensemble.metadata_uri) as store:
         for bookie_id in store.list_bookies(readonly=True):
