@@ -47,7 +47,7 @@ from bookie.workers.config import KEY_BY_NAME, BookieConfig, ConfigError, neares
 
 DEFAULT_BOOKIES = 3
 # Quick failure detection suits tests: a killed bookie is noticed in about two seconds.
-TEST_CLIENT_CONFIG = {"addEntryTimeout": 2.0, "readTimeout": 2.0, "operationTimeout": 60.0}
+TEST_CONFIG = {"addEntryTimeout": 2.0, "readTimeout": 2.0, "operationTimeout": 60.0}
 # What each option means; "config" is the first name of "client_config", still accepted.
 OPTIONS = {
     "bookies": "how many bookies (default 3)",
@@ -80,7 +80,7 @@ def merge_options(layers: list[tuple[str, Any]]) -> dict[str, Any]:
         FixtureOptionError: the first unknown option, bad value or unknown key.
     """
     opts: dict[str, Any] = {"bookies": DEFAULT_BOOKIES, "bookie_config": {},
-                            "client_config": dict(TEST_CLIENT_CONFIG)}
+                            "client_config": dict(TEST_CONFIG)}
     for where, layer in layers:
         if not isinstance(layer, dict):
             raise FixtureOptionError(f"{where}: expected a dict of options, got {layer!r}")
