@@ -186,3 +186,37 @@ def test_a_failing_test_reports_the_bookie_log_tails(pytester):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*bookie logs*", "--- bookie 0 (127.0.0.1:*) ---",
                                  "*supervisor: bookie serving*"])
+
+
+# -- the option rules alone (pure: no bookies) -------------------------------------------------
+
+def test_later_option_layers_win_and_dicts_merge_key_by_key():
+    from bookie.testing.client_fixtures import TEST_CONFIG, ensemble_options, merge_options
+
+    opts = merge_options([
+        ("module", {"bookies": 4, "bookie_config": {"flushInterval": 50, "gcWaitTime": 1000},
+                    "config": {"readTimeout": 1}}),
+        ("function", {"bookie_config": {"gcWaitTime": 2000}}),
+    ])
+    assert opts["bookies"] == 4
+    assert opts["bookie_config"] == {"flushInterval": 50, "gcWaitTime": 2000}
+    assert opts["client_config"] == {**TEST_CONFIG, "readTimeout": 1}
+    # Client settings alone never call for other bookies; bookie settings do.
+    same = merge_options([("m", {"bookies": 4, "bookie_config": {"flushInterval": 50,
+                                                                  "gcWaitTime": 2000}})])
+    assert ensemble_options(opts) == ensemble_options(same)
+    assert ensemble_options(opts) != ensemble_options(merge_options([("m", {"bookies": 4})]))
+
+
+@pytest.mark.parametrize("layer, words", [
+    ({"config": {}, "client_config": {}}, "give client_config or config, not both"),
+    ({"bookies": True}, "bookies must be an integer >= 1, got True"),
+    ({"bookie_config": ["flushInterval"]}, "bookie_config must be a dict"),
+    ({"bookie_config": {"zkServers": "zk1:2181"}}, "zkServers is set by the harness"),
+])
+def test_options_that_cannot_be_honoured_are_named(layer, words):
+    from bookie.testing.client_fixtures import FixtureOptionError, merge_options
+
+    with pytest.raises(FixtureOptionError) as e:
+        merge_options([("where", layer)])
+    assert str(e.value).startswith("where: ") and words in str(e.value)
