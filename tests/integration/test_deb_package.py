@@ -19,6 +19,7 @@ import signal
 import socket
 import stat
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -106,7 +107,11 @@ def test_the_unit_is_sandboxed_as_the_appliance_needs(unit):
             "ProtectHome": "yes", "CapabilityBoundingSet": "", "UMask": "0077",
             "PrivateDevices": "yes", "LimitNOFILE": "65536", "LimitMEMLOCK": "0"}
     assert {k: unit.get(k, [None])[-1] for k in want} == want
-    assert set(unit["RestrictAddressFamilies"][0].split()) == {"AF_INET", "AF_INET6", "AF_UNIX"}
+    # What libzmq needs, learnt under systemd: netlink to list interfaces when it binds, and
+    # the right to set its I/O threads' scheduling parameters (@resources); it aborts without.
+    assert set(unit["RestrictAddressFamilies"][0].split()) == {"AF_INET", "AF_INET6", "AF_UNIX",
+                                                                "AF_NETLINK"}
+    assert not any("@resources" in value for value in unit["SystemCallFilter"])
     # Not ProcSubset=pid: the embedded store reads /proc/sys/kernel/random/boot_id.
     assert "ProcSubset" not in unit
 
@@ -218,6 +223,41 @@ def bookie_supervisor(ancestor: int) -> int | None:
     return None
 
 
+# A real systemd, booted by systemd-nspawn on this host's own root (read-only, /var a fresh
+# tmpfs, /var/lib/bookie bound in), with bookie.service as its only goal: the unit's sandbox
+# (seccomp filter, private users, private /dev with /dev/shm, address families) applied by
+# systemd itself. / is bound without its submounts first: nspawn needs an unpopulated /dev.
+CONTAINER = """set -e
+mount --bind / "$1"
+exec systemd-nspawn --quiet --register=no --keep-unit --link-journal=no --console=pipe \
+    --private-network --machine="$2" -D "$1" --volatile=state --bind=/var/lib/bookie \
+    -b -- systemd.unit=bookie.service
+"""
+
+
+def container_init(nspawn_pid: int) -> int | None:
+    """The pid (on this host) of the container's systemd below ``nspawn_pid``."""
+    queue = [nspawn_pid]
+    while queue:
+        pid = queue.pop()
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if argv[0].endswith(b"/systemd") and b"systemd.unit=bookie.service" in argv:
+                return pid
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                queue += [int(child) for child in f.read().split()]
+        except OSError:
+            continue
+    return None
+
+
+def in_container(init_pid: int, script: str, timeout_s: float = 60, check: bool = True):
+    """Run ``script`` (sh) as root inside the container of ``init_pid``."""
+    return sh(["nsenter", "-t", str(init_pid), "-m", "-u", "-i", "-n", "-p", "--",
+               "sh", "-c", script], timeout_s=timeout_s, check=check)
+
+
 def owner_and_mode(path: str) -> tuple[str, int]:
     st = os.stat(path)
     return pwd.getpwuid(st.st_uid).pw_name, stat.S_IMODE(st.st_mode)
@@ -324,6 +364,8 @@ def test_the_package_installs_serves_a_client_and_purges_its_data(machine_for_th
     assert status == 0, open(log_path).read()
     assert "bookie stopped" in open(log_path).read()
 
+    under_systemd_in_a_container(conf)
+
     # Reinstall (the upgrade path): the data, the store and the instance stay.
     instance = sh(["runuser", "-u", "bookie", "--", "bookie", "shell", "listledgers",
                    "--metadata", conf.metadata_uri]).stdout.split()
@@ -343,3 +385,74 @@ def test_the_package_installs_serves_a_client_and_purges_its_data(machine_for_th
     sh([*APT, "purge", "bookie"], env=APT_ENV)
     assert installed_state() == ""
     assert not os.path.exists(DATA) and not os.path.exists("/etc/bookie")
+
+
+def under_systemd_in_a_container(conf: BookieConfig) -> None:
+    """The installed unit under a real systemd: it serves a client, a SIGKILL of its main
+    process is restarted, ``systemctl stop`` stops it cleanly and removes its ring."""
+    if shutil.which("systemd-nspawn") is None or shutil.which("nsenter") is None:
+        print("(no systemd-nspawn: apt-get install systemd-container to run the unit under "
+              "systemd too)")
+        return
+    root = tempfile.mkdtemp(prefix="bookie-nspawn-")
+    log_path = os.path.join(root + ".log")
+    argv = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", CONTAINER,
+            "container", root, f"bookie-test-{os.getpid()}"]
+    print(f"$ {shlex.join(argv)}")
+    with open(log_path, "wb") as log:
+        nspawn = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                  start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        init = None
+        while init is None:
+            assert nspawn.poll() is None, open(log_path).read()
+            assert time.monotonic() < deadline, "the container's systemd did not start"
+            init = container_init(nspawn.pid)
+            time.sleep(0.5)
+        while True:
+            r = in_container(init, "journalctl -u bookie --no-pager -q", check=False)
+            if "bookie serving" in r.stdout:
+                break
+            assert time.monotonic() < deadline, (f"bookie.service did not serve under systemd:"
+                                                 f"\n{r.stdout[-3000:]}")
+            time.sleep(2)
+        # Clients of the embedded store read the boot id from /proc as the bookie does; nspawn
+        # shows the container a boot id of its own, the unit's fresh /proc the kernel's: the
+        # client joins the service's mount namespace to see what the service sees.
+        smoke = in_container(init, 'cd / && nsenter -t "$(systemctl show -p MainPID --value '
+                                   'bookie)" -m -- runuser -u bookie -- /opt/bookie/bin/python '
+                                   f'-c {shlex.quote(SMOKE)}', timeout_s=120)
+        assert "wrote and read back 10 entries" in smoke.stdout
+        state = in_container(init, "systemctl show -p ActiveState -p NRestarts bookie; "
+                                   "ls -l /dev/shm").stdout
+        assert "ActiveState=active" in state and "NRestarts=0" in state
+        assert f"bookie-{conf.bookie_port}-" in state  # the ring, in the private /dev's /dev/shm
+        # A crash is restarted (Restart=on-failure), once serving again.
+        in_container(init, "systemctl kill -s SIGKILL bookie")
+        while "NRestarts=1" not in in_container(init, "systemctl show -p NRestarts bookie",
+                                                  check=False).stdout:
+            assert time.monotonic() < deadline + 60, "a killed bookie was not restarted"
+            time.sleep(2)
+        while in_container(init, "journalctl -u bookie --no-pager -q | grep -c 'bookie "
+                                 "serving'", check=False).stdout.strip() != "2":
+            assert time.monotonic() < deadline + 120, "the restarted bookie did not serve"
+            time.sleep(2)
+        # A clean stop: SIGTERM, status 0, the ring removed.
+        stopped = in_container(init, "systemctl stop bookie; systemctl show -p Result "
+                                     "-p ActiveState bookie; ls /dev/shm", timeout_s=120).stdout
+        assert "Result=success" in stopped and "ActiveState=inactive" in stopped
+        assert "bookie-" not in stopped.split("ActiveState=inactive", 1)[1]
+    finally:
+        # nspawn halts the container on the first SIGTERM and stops at once on the second.
+        for _ in range(2):
+            if nspawn.poll() is None:
+                nspawn.send_signal(signal.SIGTERM)
+                try:
+                    nspawn.wait(30)
+                except subprocess.TimeoutExpired:
+                    pass
+        if nspawn.poll() is None:
+            os.killpg(nspawn.pid, signal.SIGKILL)
+            nspawn.wait(10)
+        os.rmdir(root)
