@@ -3,8 +3,11 @@
 The default suite checks the unit and the example configuration in seconds (systemd-analyze
 works on a unit file without a running systemd). The whole round, opt-in with ``-m package``
 (it builds the package, minutes with PyPI, and needs root): build, ``apt-get install``, run the
-installed unit's ExecStart as the ``bookie`` user with the installed configuration, a smoke
-write/read through the installed client, reinstall, remove (data kept), purge (data gone).
+installed unit's ExecStart as the ``bookie`` user with the installed configuration (inside an
+emulation of the unit's file-system sandbox), a smoke write/read through the installed client;
+where systemd-nspawn is installed, the unit under a real systemd in a container (serve, restart
+after SIGKILL, clean stop); reinstall, remove (data kept), purge (data gone).
+``BOOKIE_DEB=path/bookie_<version>_<arch>.deb`` skips the build.
 """
 
 from __future__ import annotations
