@@ -375,7 +375,7 @@ def test_the_package_installs_serves_a_client_and_purges_its_data(machine_for_th
     r = sh([*APT, "install", "--reinstall", os.path.abspath(deb)], env=APT_ENV)
     assert "metadata formatted" not in r.stdout
     assert sh(["runuser", "-u", "bookie", "--", "bookie", "shell", "listledgers", "--metadata",
-               conf.metadata_uri]).stdout.split() == instance == ["0"]
+               conf.metadata_uri]).stdout.split() == instance and "0" in instance
 
     # Remove: the program goes, the data and the configuration stay.
     sh([*APT, "remove", "bookie"], env=APT_ENV)
