@@ -332,7 +332,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             raise HttpError(413, f"request body over {MAX_BODY_BYTES} bytes")
         body = self.rfile.read(length)
         if len(body) < length:
-            raise ConnectionError("client closed the connection before sending its body")
+            self.close_connection = True
+            raise HttpError(400, "request body shorter than its Content-Length")
         return body
 
     def _send(self, response: Response, extra: dict | None = None) -> None:
@@ -349,20 +350,23 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         """http.server's own refusals (bad request line, headers too long) as JSON too."""
         body = orjson.dumps({"error": message or self.responses.get(code, ("error",))[0]})
         self.close_connection = True
+        if self.request_version == "HTTP/0.9":  # a request line it could not read: answer 1.0
+            self.request_version = "HTTP/1.0"
         try:
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Connection", "close")
             self.end_headers()
-            if self.command != "HEAD" and code >= 200 and code not in (204, 304):
+            if getattr(self, "command", None) != "HEAD" and code >= 200 and code not in (204, 304):
                 self.wfile.write(body)
         except OSError:
             pass
 
     def log_request(self, code="-", size="-"):
-        self.server.log("admin request", level="debug", method=self.command,
-                        path=(self.path or "")[:200], status=code)
+        # Also called for requests http.server refused before it parsed a path or a command.
+        self.server.log("admin request", level="debug", method=getattr(self, "command", None) or "-",
+                        path=(getattr(self, "path", None) or "-")[:200], status=int(code))
 
     def log_error(self, format, *args):  # noqa: A002 - http.server's signature
         self.server.log("admin connection closed", level="debug", reason=(format % args)[:200])
