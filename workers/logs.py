@@ -90,6 +90,17 @@ def logfmt_key(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.\-]", "_", key) or "_"
 
 
+# Keys every line has; a field of the same name is written with a ``_`` appended.  (A logfmt
+# line names its process, not a role: ``role=add`` there is the field, as grep expects it.)
+RESERVED = {"logfmt": ("ts", "level", "process", "event"),
+            "json": ("ts", "level", "process", "role", "bookie_port", "event")}
+
+
+def field_name(key: str, fmt: str = "logfmt") -> str:
+    """A field's key as written in ``fmt``."""
+    return f"{key}_" if key in RESERVED[fmt] else key
+
+
 def format_line(process: str, event: str, level: str, fields: dict, fmt: str,
                 now: float | None = None) -> str:
     """One log line (no newline) in ``fmt`` ("logfmt" or "json")."""
@@ -102,11 +113,9 @@ def format_line(process: str, event: str, level: str, fields: dict, fmt: str,
             record["bookie_port"] = int(m.group(1))
         record["event"] = event
         for k, v in fields.items():
-            if k in record:
-                k = f"{k}_"
-            record[k] = v if isinstance(v, (str, int, float, bool)) or v is None else str(v)
+            record[field_name(k, "json")] = v if isinstance(v, (str, int, float, bool)) or v is None else str(v)
         return orjson.dumps(record).decode()
-    extra = " ".join(f"{logfmt_key(k)}={logfmt_value(v)}" for k, v in fields.items())
+    extra = " ".join(f"{logfmt_key(field_name(k))}={logfmt_value(v)}" for k, v in fields.items())
     return f"{ts} {level} {process}: {event}{' ' + extra if extra else ''}"
 
 
