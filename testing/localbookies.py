@@ -2,7 +2,10 @@
 
 ``LocalBookies`` starts each bookie as its own ``bookie run`` process (supervisor + workers) in
 its own process group, with data under one base directory and an embedded LMDB metadata store
-by default.  ``bookie localbookie N`` (bookie.appliance.localbookie) is the command-line face of it.
+by default.  It creates the metadata store if there is none (one of the few things that may).
+Started again on a base directory that holds bookies, each bookie comes back on the port in its
+cookie, with its data.  ``bookie localbookie N`` (bookie.appliance.localbookie) is the
+command-line face of it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import tempfile
 import time
 
 from bookie.workers.common import free_port_pair, set_pdeathsig
+from bookie.workers.layout import remembered_port
 
 
 class LocalBookieError(RuntimeError):
@@ -48,7 +52,10 @@ class LocalBookies:
         self.http_ports = [free_port_pair("127.0.0.1") for _ in range(n)] if admin_http else []
         self.ports = []
         for i in range(n):
-            self.ports.append(base_port + 2 * i if base_port else free_port_pair("127.0.0.1"))
+            # Started again on its directories, a bookie keeps its port: its id is in its cookie.
+            remembered = remembered_port([os.path.join(self.bookie_dir(i), "journal")])
+            self.ports.append(base_port + 2 * i if base_port else
+                              remembered or free_port_pair("127.0.0.1"))
         self.bookies = [f"127.0.0.1:{p}" for p in self.ports]
         self.procs: list[subprocess.Popen | None] = [None] * n
         self._log_offsets: dict[int, int] = {}
@@ -106,8 +113,15 @@ class LocalBookies:
             self.wait_serving(i)
 
     def _init_metadata(self) -> None:
-        if self.metadata_uri.startswith("lmdb://"):
-            os.makedirs(self.metadata_uri[len("lmdb://"):], exist_ok=True)
+        """Create the metadata store if there is none yet (bookies and clients never do)."""
+        uri = self.conf.get("metadataServiceUri", self.metadata_uri)
+        if not uri:
+            return
+        from bookie.metadata import MetadataError, open_metadata
+        try:
+            open_metadata(uri, timeout_s=self.start_timeout_s, create=True).close()
+        except MetadataError as e:
+            raise LocalBookieError(f"metadata store {uri}: {e}") from None
 
     def start(self, i: int, wait: bool = True) -> None:
         if self.procs[i] is not None and self.procs[i].poll() is None:
