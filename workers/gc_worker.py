@@ -104,6 +104,7 @@ def run(ctx) -> int:
     from bookie.metadata import MetadataError, open_metadata
 
     store = open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s)
+    ctx.log("gc worker ready", every_s=conf.gc_wait_s)
     ctx.ready()
     totals = {"gc_runs_total": 0, "gc_deleted_ledgers_total": 0, "gc_deleted_logs_total": 0}
     ctx.write_stats({**totals, **count_holdings(index, ledger_dirs)})
