@@ -124,7 +124,7 @@ KEYS: tuple[Key, ...] = (
     Key("httpServerMaxConnections", "int", 32, "Connections the admin API serves at once (one thread each); one more is answered 503 and closed.", _range(1, 1024), attr="http_server_max_connections"),
     Key("httpServerIdleTimeoutMs", "int", 10_000, "An admin API connection that sends nothing for this long is closed (ms).", _range(100, 600_000), unit="ms", attr="http_server_idle_timeout_s"),
     Key("httpServerHost", "str", "127.0.0.1", "Address the HTTP admin API binds to; it changes state (read-only, GC), so keep it on loopback or a management network.", attr="http_server_host"),
-    Key("statsDirectory", "str", "", "Where workers write their metric files (default: journalDirectory/stats).", attr="configured_stats_dir"),
+    Key("statsDirectory", "str", "", "Accepted so older configuration files load; no effect: the workers' metric files live in the bookie's run directory (docs/metrics.md).", attr="configured_stats_dir"),
 )
 
 KEY_BY_NAME = {k.name: k for k in KEYS}
