@@ -33,10 +33,15 @@ class LocalBookies:
         metadata_uri: the metadata store the bookies register in.
         bookies: bookie ids ("127.0.0.1:port"), index i is bookie i.
         base_dir: where data and logs live.
+
+    ``hosts`` (one address per bookie, default 127.0.0.1) and ``command_prefix`` (one argv
+    prefix per bookie, e.g. ``["ip", "netns", "exec", "ns0"]``) run each bookie on an address
+    of its own, inside a network namespace (the fault-injection harness's network faults).
     """
 
     def __init__(self, n: int, metadata_uri: str | None = None, base_dir: str | None = None,
                  base_port: int | None = None, conf: dict | None = None, start_timeout_s: float = 60.0,
+                 hosts: list[str] | None = None, command_prefix: list[list[str]] | None = None,
                  log_format: str | None = None, admin_http: bool = False):
         if n < 1:
             raise ValueError("need at least one bookie")
@@ -56,7 +61,11 @@ class LocalBookies:
             remembered = remembered_port([os.path.join(self.bookie_dir(i), "journal")])
             self.ports.append(base_port + 2 * i if base_port else
                               remembered or free_port_pair("127.0.0.1"))
-        self.bookies = [f"127.0.0.1:{p}" for p in self.ports]
+        self.hosts = list(hosts or ["127.0.0.1"] * n)
+        self.command_prefix = [list(p) for p in (command_prefix or [[]] * n)]
+        if len(self.hosts) != n or len(self.command_prefix) != n:
+            raise ValueError("hosts and command_prefix need one item per bookie")
+        self.bookies = [f"{h}:{p}" for h, p in zip(self.hosts, self.ports)]
         self.procs: list[subprocess.Popen | None] = [None] * n
         self._log_offsets: dict[int, int] = {}
         self._logs = [None] * n
@@ -81,6 +90,8 @@ class LocalBookies:
             "gcWaitTime": "1000",
             "registrationLeaseMs": "2000",
         }
+        if self.hosts[i] != "127.0.0.1":
+            o["listeningInterface"] = self.hosts[i]
         if self.http_ports:
             o["httpServerEnabled"] = "true"
             o["httpServerPort"] = str(self.http_ports[i])
@@ -131,7 +142,7 @@ class LocalBookies:
                   *o.get("indexDirectories", "").split(",")]:
             if d:
                 os.makedirs(d, exist_ok=True)
-        cmd = [sys.executable, "-m", "bookie", "run"]
+        cmd = [*self.command_prefix[i], sys.executable, "-m", "bookie", "run"]
         if self.log_format:
             cmd += ["--log-format", self.log_format]
         for k, v in o.items():
@@ -189,6 +200,8 @@ class LocalBookies:
     def _wait_ports_free(self, i: int, timeout_s: float = 10.0) -> None:
         import socket
 
+        if self.command_prefix[i]:
+            return  # its ports are in another network namespace: nothing here can hold them
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
