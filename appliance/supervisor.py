@@ -205,10 +205,17 @@ class Supervisor:
         w.proc = subprocess.Popen(cmd, pass_fds=(wfd, *self.lock.fds), preexec_fn=set_pdeathsig,
                                   stdin=subprocess.DEVNULL, env=self.metrics.worker_env())
         os.close(wfd)
-        deadline = time.monotonic() + READY_TIMEOUT_S[role]
+        started_at = time.monotonic()
+        deadline = started_at + READY_TIMEOUT_S[role]
+        next_note = started_at + 10.0  # a long start (a replay) says it is still going
         try:
             while True:
                 ready, _, _ = select.select([r], [], [], 0.2)
+                if not ready and time.monotonic() >= next_note:
+                    next_note += 10.0
+                    self.log("waiting for worker to start", role=role, pid=w.proc.pid,
+                             seconds=round(time.monotonic() - started_at),
+                             gives_up_after_s=round(READY_TIMEOUT_S[role]))
                 if ready:
                     if os.read(r, 1) == b"R":
                         break
@@ -222,7 +229,8 @@ class Supervisor:
                     raise WorkerStartError(role, None)
         finally:
             os.close(r)
-        self.log("worker started", role=role, pid=w.proc.pid)
+        self.log("worker started", role=role, pid=w.proc.pid,
+                 seconds=f"{time.monotonic() - started_at:.2f}")
 
     def _open_store(self):
         """The metadata store, opened once.  Raises ``StartRefused`` if the URI names no store
