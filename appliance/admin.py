@@ -22,6 +22,7 @@ import http.server
 import os
 import shutil
 import socket
+import sys
 import threading
 import urllib.parse
 
@@ -207,7 +208,7 @@ def list_bookies(api: AdminApi, req: Request) -> Response:
 
 def list_ledgers(api: AdminApi, req: Request) -> Response:
     with_meta = req.bool_param("print_metadata")
-    page = req.int_param("page", 1, 1 << 31, default=0) if req.param("page") is not None else 0
+    page = req.int_param("page", 1, 1 << 31) if req.param("page") is not None else None
 
     def body(store):
         ids = sorted(store.list_ledgers())
@@ -386,6 +387,7 @@ class AdminHttpServer(http.server.ThreadingHTTPServer):
         self.log = log
         self.idle_timeout_s = idle_timeout_s
         self._slots = threading.BoundedSemaphore(max_connections)
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         super().__init__(address, _Handler)
         self.thread = None
 
@@ -421,8 +423,7 @@ class AdminHttpServer(http.server.ThreadingHTTPServer):
         self.shutdown_request(request)
 
     def handle_error(self, request, client_address):
-        import sys
-
+        """What escaped a connection's thread: one line, never a traceback on stderr."""
         exc = sys.exc_info()[1]
         self.log("admin connection failed", error=f"{type(exc).__name__}: {exc}")
 
@@ -438,6 +439,4 @@ class AdminHttpServer(http.server.ThreadingHTTPServer):
 
 def start_server(host: str, port: int, api: AdminApi, routes: dict, log, **limits) -> AdminHttpServer:
     """Bind and serve in a daemon thread.  Raises OSError when the port cannot be bound."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    cls = type("AdminHttpServer", (AdminHttpServer,), {"address_family": family})
-    return cls((host, port), api, routes, log, **limits).start()
+    return AdminHttpServer((host, port), api, routes, log, **limits).start()
