@@ -16,6 +16,7 @@ from bookie.appliance.errors import CliError
 from bookie.bench import cli as bench_cli
 from bookie.metadata import MetadataError
 from bookie.testing.localbookies import LocalBookieError
+from bookie.workers import logs
 from bookie.workers.config import ConfigError
 from bookie.workers.layout import LayoutError
 
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    logs.install_logging()  # the client's records (bookie.client) as the bookie's log lines
     try:
         rc = args.func(args)
     except KeyboardInterrupt:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from bookie.appliance.errors import CliError
+from bookie.workers import logs
 from bookie.workers.config import BookieConfig, ConfigError, keys_help, parse_overrides
 
 
@@ -26,6 +28,11 @@ def register(sub) -> None:
     p.add_argument("--conf", metavar="FILE", help="configuration file (key=value lines)")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                    help="override one configuration key (repeatable)")
+    p.add_argument("--log-format", choices=logs.FORMATS, default=None,
+                   help="log lines as logfmt (default; time level process: event key=value ...) "
+                        "or one JSON object per line, for log shippers; the workers write the same")
+    p.add_argument("--log-level", choices=tuple(logs.LEVELS), default=None,
+                   help="lowest level written (default info; debug adds tracebacks)")
     p.set_defaults(func=cmd_run)
 
 
@@ -36,4 +43,9 @@ def cmd_run(args) -> int:
         conf = BookieConfig.load(args.conf, parse_overrides(args.set))
     except ConfigError as e:
         raise CliError(str(e)) from None
+    # The workers inherit the environment: one format for every process of the bookie.
+    if args.log_format:
+        os.environ[logs.FORMAT_ENV] = args.log_format
+    if args.log_level:
+        os.environ[logs.LEVEL_ENV] = args.log_level
     return run_bookie(conf)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import collections
 import errno
-import http.server
 import os
 import select
 import shutil
@@ -44,6 +43,7 @@ import time
 
 import orjson
 
+from bookie.appliance.exposition import BookieRegistry
 from bookie.workers.config import KEYS, BookieConfig
 from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
 from bookie.workers.layout import LayoutError, all_dirs, check_or_stamp, remembered_port
@@ -74,6 +74,8 @@ def listening_ports(conf: BookieConfig) -> list[tuple[str, int, str]]:
              ("bookiePort+1", conf.bookie_port + 1, "the read port")]
     for key in KEYS:
         if key.name.endswith("Port") and key.name != "bookiePort" and key.type == "int":
+            if key.name == "httpServerPort" and not conf.http_server_enabled:
+                continue  # the admin API is off: its port (default 8080) is not ours
             port = conf.value(key.name)
             if port:
                 ports.append((key.name, port, ""))
@@ -114,7 +116,8 @@ class Worker:
     def __init__(self, role: str):
         self.role = role
         self.proc: subprocess.Popen | None = None
-        self.restarts: collections.deque[float] = collections.deque()
+        self.restarts: collections.deque[float] = collections.deque()  # the last minute's
+        self.restarts_total = 0
 
 
 class Supervisor:
@@ -133,7 +136,10 @@ class Supervisor:
         self.readonly = False  # what the workers and the store are told
         self.forced_readonly = False
         self.disks_full = False
-        self.http = None
+        self.http = None  # /metrics on prometheusStatsHttpPort
+        self.admin_http = None  # the admin API on httpServerPort
+        self.metrics = None  # exposition.BookieRegistry of this run
+        self._readonly_lock = threading.RLock()  # the admin API's threads, signals, the loop
         self.started = False  # something was created that shutdown must undo
 
     def log(self, event: str, **fields) -> None:
@@ -157,6 +163,7 @@ class Supervisor:
             self._check_cookie_in_store(cookie)
         self.started = True
         self.run_dir = tempfile.mkdtemp(prefix=f"bk{conf.bookie_port}-")
+        self.metrics = BookieRegistry(self, self.run_dir)
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else self.run_dir
         ring_path = os.path.join(shm, f"bookie-{conf.bookie_port}-{os.getpid()}.ring")
         self.lock.set_runtime(self.run_dir, ring_path)  # before the ring exists: no leak if killed
@@ -169,8 +176,7 @@ class Supervisor:
             self._start_worker(role)
         if conf.metadata_uri:
             self._register()
-        if conf.metrics_port:
-            self._start_metrics()
+        self._start_http()
         self.log("bookie serving", bookie_id=conf.bookie_id, add_port=conf.bookie_port,
                  read_port=conf.bookie_port + 1, metadata=conf.metadata_uri or "none")
 
@@ -197,12 +203,19 @@ class Supervisor:
         # The lock's descriptors go to every worker: the directories stay locked while any
         # process of this bookie lives (workers/dirlock.py).
         w.proc = subprocess.Popen(cmd, pass_fds=(wfd, *self.lock.fds), preexec_fn=set_pdeathsig,
-                                  stdin=subprocess.DEVNULL)
+                                  stdin=subprocess.DEVNULL, env=self.metrics.worker_env())
         os.close(wfd)
-        deadline = time.monotonic() + READY_TIMEOUT_S[role]
+        started_at = time.monotonic()
+        deadline = started_at + READY_TIMEOUT_S[role]
+        next_note = started_at + 10.0  # a long start (a replay) says it is still going
         try:
             while True:
                 ready, _, _ = select.select([r], [], [], 0.2)
+                if not ready and time.monotonic() >= next_note:
+                    next_note += 10.0
+                    self.log("waiting for worker to start", role=role, pid=w.proc.pid,
+                             seconds=round(time.monotonic() - started_at),
+                             gives_up_after_s=round(READY_TIMEOUT_S[role]))
                 if ready:
                     if os.read(r, 1) == b"R":
                         break
@@ -216,7 +229,8 @@ class Supervisor:
                     raise WorkerStartError(role, None)
         finally:
             os.close(r)
-        self.log("worker started", role=role, pid=w.proc.pid)
+        self.log("worker started", role=role, pid=w.proc.pid,
+                 seconds=f"{time.monotonic() - started_at:.2f}")
 
     def _open_store(self):
         """The metadata store, opened once.  Raises ``StartRefused`` if the URI names no store
@@ -295,6 +309,7 @@ class Supervisor:
     def _worker_died(self, w: Worker) -> None:
         rc = w.proc.returncode
         how = f"signal {-rc}" if rc < 0 else f"exit status {rc}"
+        self.metrics.worker_gone(w.proc.pid)
         if rc in FATAL_EXITS:
             self.request_stop(f"{w.role} worker {FATAL_EXITS[rc]} ({how}); stopping the bookie", rc)
             return
@@ -307,6 +322,7 @@ class Supervisor:
                               f"minute; stopping the bookie", 1)
             return
         self.log("worker died; restarting it", role=w.role, pid=w.proc.pid, cause=how)
+        w.restarts_total += 1
         try:
             self._start_worker(w.role)
         except WorkerStartError as e:
@@ -333,12 +349,18 @@ class Supervisor:
             self._apply_readonly()
 
     def set_readonly(self, flag: bool) -> None:
-        """Force read-only mode, or lift the force (operators: SIGUSR1 / SIGUSR2; tests)."""
-        self.forced_readonly = flag
-        self._apply_readonly()
+        """Force read-only mode, or lift the force (operators: SIGUSR1 / SIGUSR2, the admin
+        API's PUT /api/v1/bookie/state/readonly; tests).  Safe from any thread."""
+        with self._readonly_lock:
+            self.forced_readonly = flag
+            self._apply_readonly()
 
     def _apply_readonly(self) -> None:
         """Read-only while forced or while a disk is full; tell the workers and the store."""
+        with self._readonly_lock:
+            self._apply_readonly_locked()
+
+    def _apply_readonly_locked(self) -> None:
         readonly = self.forced_readonly or self.disks_full
         if readonly == self.readonly:
             return
@@ -382,8 +404,9 @@ class Supervisor:
                 self.store.close()
             except Exception:  # noqa: BLE001
                 pass
-        if self.http is not None:
-            self.http.shutdown()
+        for server in (self.http, self.admin_http):
+            if server is not None:
+                server.stop()
         if self.ring is not None:
             path = self.ring.path
             self.ring.close()
@@ -401,43 +424,27 @@ class Supervisor:
         if self.started:
             self.log("bookie stopped", reason=self.stop_reason)
 
-    # -- metrics ---------------------------------------------------------------------------------
-    def metrics_text(self) -> str:
-        lines = [f'bookie_up{{bookie="{self.conf.bookie_id}"}} 1',
-                 f'bookie_readonly{{bookie="{self.conf.bookie_id}"}} {int(self.readonly)}']
-        for role, w in self.workers.items():
-            lines.append(f'bookie_worker_restarts{{role="{role}"}} {len(w.restarts)}')
-            try:
-                with open(os.path.join(self.run_dir, f"stats.{role}.json"), "rb") as f:
-                    stats = orjson.loads(f.read())
-            except (OSError, ValueError):
-                continue
-            for k, v in sorted(stats.items()):
-                if isinstance(v, (int, float)):
-                    lines.append(f'bookie_{k}{{role="{role}"}} {v}')
-        return "\n".join(lines) + "\n"
+    # -- HTTP: admin API and /metrics (bookie.appliance.admin) -----------------------------------
+    def _start_http(self) -> None:
+        from bookie.appliance import admin
 
-    def _start_metrics(self) -> None:
-        sup = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - http.server's name
-                if self.path != "/metrics":
-                    self.send_error(404)
-                    return
-                body = sup.metrics_text().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.http = http.server.ThreadingHTTPServer((self.conf.listening_interface,
-                                                     self.conf.metrics_port), Handler)
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        conf = self.conf
+        api = admin.AdminApi(self, self.metrics)
+        limits = {"max_connections": conf.http_server_max_connections,
+                  "idle_timeout_s": conf.http_server_idle_timeout_s}
+        try:
+            if conf.metrics_port:
+                self.http = admin.start_server(conf.listening_interface, conf.metrics_port, api,
+                                               admin.METRICS_ROUTES, self.log, **limits)
+            if conf.http_server_enabled:
+                self.admin_http = admin.start_server(conf.http_server_host, conf.http_server_port,
+                                                     api, admin.ROUTES, self.log, **limits)
+        except OSError as e:
+            raise StartRefused(f"cannot serve HTTP (prometheusStatsHttpPort={conf.metrics_port}, "
+                               f"httpServerHost={conf.http_server_host}, httpServerPort="
+                               f"{conf.http_server_port}): {e.strerror}") from None
+        if self.admin_http is not None:
+            self.log("admin api serving", host=conf.http_server_host, port=self.admin_http.port)
 
 
 class WorkerStartError(RuntimeError):

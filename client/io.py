@@ -256,6 +256,7 @@ class IOThread:
             event = self._write_metadata(action)
         except Exception as exc:  # noqa: BLE001 - handed to the state machine
             event = A.MetadataFailed(action, _as_client_error(exc))
+        _log_metadata_write(driver, action, event)
         self._post(driver, event)
 
     def _post(self, driver: Driver, event) -> None:
@@ -330,6 +331,8 @@ class IOThread:
             if a.fence:
                 flags |= Flag.FENCE
                 frames.append(driver.master_key)
+                log.info("fencing ledger", extra={"fields": {"ledger_id": driver.ledger_id,
+                                                             "bookie": a.bookie}})
             frames[0] = wire.pack_header(Op.READ_LAC, flags, rid, driver.ledger_id)
         else:  # SendWriteLac
             kind, timeout_s = ADD, self.add_timeout_s
@@ -464,6 +467,35 @@ class IOThread:
                 sock.close(0)
             self._ctx.term()
             os.close(self._wake_fd)
+
+
+def _log_metadata_write(driver, action, event) -> None:
+    """Ensemble changes, recoveries and closes, as operators read them (``bookie.client``;
+    bookie.workers.logs.LineFormatter renders ``fields`` as key=value)."""
+    info = action.info
+    fields = {"ledger_id": info.ledger_id, "purpose": action.purpose}
+    if isinstance(event, A.MetadataFailed):
+        log.warning("ledger metadata write failed", extra={"fields": {**fields, "error": str(event.error)}})
+        return
+    if isinstance(event, A.MetadataConflict):
+        log.info("ledger metadata changed meanwhile; retrying", extra={"fields": fields})
+        return
+    recovering = type(driver.op).__name__ == "RecoveryOp"
+    if action.purpose == "ensemble":
+        first_entry_id, ensemble = info.fragments[-1]
+        previous = info.fragments[-2][1] if len(info.fragments) > 1 else ()
+        replaced = [f"{old}->{new}" for old, new in zip(previous, ensemble) if old != new]
+        log.warning("ensemble changed", extra={"fields": {
+            "ledger_id": info.ledger_id, "from_entry_id": first_entry_id,
+            "replaced": ",".join(replaced), "ensemble": ",".join(ensemble)}})
+    elif action.purpose == "recovery":
+        log.info("ledger recovery started", extra={"fields": {"ledger_id": info.ledger_id}})
+    elif recovering:
+        log.info("ledger recovered and closed", extra={"fields": {
+            "ledger_id": info.ledger_id, "last_entry_id": info.last_entry_id, "length": info.length}})
+    else:
+        log.debug("ledger closed", extra={"fields": {
+            "ledger_id": info.ledger_id, "last_entry_id": info.last_entry_id}})
 
 
 def _response(action, status: int, frames=()):

@@ -41,7 +41,8 @@ class LocalBookies:
 
     def __init__(self, n: int, metadata_uri: str | None = None, base_dir: str | None = None,
                  base_port: int | None = None, conf: dict | None = None, start_timeout_s: float = 60.0,
-                 hosts: list[str] | None = None, command_prefix: list[list[str]] | None = None):
+                 hosts: list[str] | None = None, command_prefix: list[list[str]] | None = None,
+                 log_format: str | None = None, admin_http: bool = False):
         if n < 1:
             raise ValueError("need at least one bookie")
         self.n = n
@@ -51,6 +52,9 @@ class LocalBookies:
         self.metadata_uri = metadata_uri or f"lmdb://{os.path.join(self.base_dir, 'metadata')}"
         self.conf = dict(conf or {})
         self.start_timeout_s = start_timeout_s
+        self.log_format = log_format  # None: the bookie's default (logfmt); or "json"
+        # admin_http: each bookie serves the HTTP admin API on a port of its own (admin_url(i)).
+        self.http_ports = [free_port_pair("127.0.0.1") for _ in range(n)] if admin_http else []
         self.ports = []
         for i in range(n):
             # Started again on its directories, a bookie keeps its port: its id is in its cookie.
@@ -88,8 +92,17 @@ class LocalBookies:
         }
         if self.hosts[i] != "127.0.0.1":
             o["listeningInterface"] = self.hosts[i]
+        if self.http_ports:
+            o["httpServerEnabled"] = "true"
+            o["httpServerPort"] = str(self.http_ports[i])
         o.update({k: str(v) for k, v in self.conf.items()})
         return o
+
+    def admin_url(self, i: int) -> str:
+        """Base URL of bookie i's HTTP admin API (needs ``admin_http=True``)."""
+        if not self.http_ports:
+            raise LocalBookieError("start LocalBookies with admin_http=True for the admin API")
+        return f"http://127.0.0.1:{self.http_ports[i]}"
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def __enter__(self) -> "LocalBookies":
@@ -130,6 +143,8 @@ class LocalBookies:
             if d:
                 os.makedirs(d, exist_ok=True)
         cmd = [*self.command_prefix[i], sys.executable, "-m", "bookie", "run"]
+        if self.log_format:
+            cmd += ["--log-format", self.log_format]
         for k, v in o.items():
             cmd += ["--set", f"{k}={v}"]
         log = open(self.log_path(i), "ab")
@@ -151,7 +166,8 @@ class LocalBookies:
                 raise LocalBookieError(f"bookie {i} exited with status {p.returncode}:\n{self.log(i)[-3000:]}")
             with open(self.log_path(i), "rb") as f:
                 f.seek(start_at)
-                if b"supervisor: bookie serving" in f.read():
+                text = f.read()
+                if b"supervisor: bookie serving" in text or b'"event":"bookie serving"' in text:
                     return
             time.sleep(0.05)
         raise LocalBookieError(f"bookie {i} not serving after {self.start_timeout_s} s:\n{self.log(i)[-3000:]}")

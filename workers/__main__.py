@@ -34,9 +34,9 @@ def main(argv=None) -> int:
     module = importlib.import_module(ROLES[args.role])
     try:
         return int(module.run(ctx) or 0)
-    except Exception as e:  # one line for the log, then the traceback for the developer
-        ctx.log("fatal", error=f"{type(e).__name__}: {e}")
-        raise
+    except Exception as e:  # one line for the log; the traceback at debug level
+        ctx.log_exception("fatal", e)
+        return 1
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from bookie.workers.ring import ADD_EPOCH, DURABLE, READONLY, WRITE, Doorbell, R
 from bookie.workers.storage import EntryLogs, Index, LedgerStorage, open_index
 
 MAX_MESSAGES_PER_ITERATION = 512
+FENCE_OP = -1  # a fence journaled for the read worker (bookie_requests_total{op="FENCE"})
 
 
 def checkpoint(storage: LedgerStorage, ledger_dirs: list[str], mark: int) -> None:
@@ -61,6 +62,7 @@ class Checkpointer(threading.Thread):
     def __init__(self, ctx, storage: "LedgerStorage", ledger_dirs: list[str]):
         super().__init__(name="checkpoint", daemon=True)
         self.ctx = ctx
+        self.latency = ctx.metrics.histogram("bookie_checkpoint_seconds")
         self.storage = storage
         self.ledger_dirs = ledger_dirs
         self._mark = None
@@ -93,10 +95,12 @@ class Checkpointer(threading.Thread):
                     return
                 mark, self._mark = self._mark, None
             try:
+                t0 = time.perf_counter()
                 self.storage.logs.sync()
                 self.storage.index.env.sync(True)
                 for d in self.ledger_dirs:
                     write_lastmark(d, mark)
+                self.latency.observe_locked(time.perf_counter() - t0)
             except OSError as e:
                 self.ctx.log("checkpoint failed", error=str(e))
             finally:
@@ -116,6 +120,7 @@ def replay(ctx, ring: Ring, storage: LedgerStorage, jdir: str, ledger_dirs: list
     mark = lastmark_of(ledger_dirs)
     end = ring.get(DURABLE)
     t0 = time.monotonic()
+    ctx.log("replaying journal", at=mark, to=end, bytes=end - mark, percent="0.0")
     n_records = 0
     last_report = t0
     for group in scan(jdir, mark):
@@ -131,7 +136,10 @@ def replay(ctx, ring: Ring, storage: LedgerStorage, jdir: str, ledger_dirs: list
         now = time.monotonic()
         if now - last_report > 2.0:
             last_report = now
-            ctx.log("replaying journal", at=group.end, to=end, records=n_records)
+            done = group.end - mark
+            ctx.log("replaying journal", at=group.end, to=end, records=n_records,
+                    percent=f"{100.0 * done / max(1, end - mark):.1f}",
+                    mb_per_s=f"{done / max(1e-9, now - t0) / 1e6:.1f}")
     checkpoint(storage, ledger_dirs, end)
     ctx.log("replay done", from_mark=mark, to=end, records=n_records,
             seconds=f"{time.monotonic() - t0:.2f}")
@@ -142,15 +150,19 @@ class Pending:
     """An answer held back until the journal has made its record durable (DESIGN invariants 1
     and 4).  ``reply`` is the client's frames, or ``[None, *frames]`` for the read worker."""
 
-    __slots__ = ("end", "reply", "ledger_id")
+    __slots__ = ("end", "reply", "ledger_id", "op", "status", "taken_at")
 
-    def __init__(self, end: int, reply: list, ledger_id: int):
+    def __init__(self, end: int, reply: list, ledger_id: int, op: int = Op.ADD, taken_at: float = 0.0):
         self.end = end
         self.reply = reply
         self.ledger_id = ledger_id
+        self.op = op
+        self.status = Status.OK
+        self.taken_at = taken_at  # time.monotonic() when the request was taken off its socket
 
     def refuse(self, status: Status) -> None:
         """Answer ``status`` instead of OK (the ledger turned out to be deleted)."""
+        self.status = status
         if self.reply[0] is None:  # a fence for the read worker: its status is the last frame
             self.reply[-1] = wire.STATUS.pack(status)
         else:
@@ -224,8 +236,10 @@ class AddServer(ClientServer):
         self.last_mark = ring.get(WRITE)
         self.last_checkpoint = time.monotonic()
         self.last_stats = 0.0
-        self.stalled: collections.deque = collections.deque()  # (socket, frames) waiting for ring room
+        self.stalled: collections.deque = collections.deque()  # (socket, frames, internal, taken_at) waiting for ring room
         self.checkpointer = Checkpointer(ctx, storage, ledger_dirs)
+        self.add_latency = ctx.metrics.histogram("bookie_add_entry_seconds")
+        self.taken_at = 0.0  # when the message being handled was taken off its socket
 
     # -- the loop --------------------------------------------------------------------------------
     def serve(self, durable_in) -> None:
@@ -302,8 +316,12 @@ class AddServer(ClientServer):
         durable = self.ring.get(DURABLE)
         acked_ledgers = set()
         pending = self.pending
+        now = time.monotonic()
         while pending and pending[0].end <= durable:
             p = pending.popleft()
+            self.count(p.op, p.status)
+            if p.op == Op.ADD:
+                self.add_latency.observe(now - p.taken_at)
             sock = self.control if p.reply[0] is None else self.clients
             frames = p.reply[1:] if p.reply[0] is None else p.reply
             try:
@@ -323,7 +341,7 @@ class AddServer(ClientServer):
     def retry_stalled(self) -> bool:
         placed = False
         while self.stalled:
-            sock, frames, internal = self.stalled[0]
+            sock, frames, internal, self.taken_at = self.stalled[0]
             if not self.handle(sock, frames, internal, retry=True):
                 break
             self.stalled.popleft()
@@ -337,8 +355,9 @@ class AddServer(ClientServer):
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
+            self.taken_at = time.monotonic()
             if not self.handle(sock, frames, internal, retry=False):
-                self.stalled.append((sock, frames, internal))
+                self.stalled.append((sock, frames, internal, self.taken_at))
                 break
             placed = True
         return placed
@@ -425,7 +444,7 @@ class AddServer(ClientServer):
         self.storage.store_batch(ledger_id, self.ring.slices(start, end), size, data_offset,
                                  entry_ids, lengths, offsets)
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.ADD, Status.OK, request_id, ledger_id)],
-                                    ledger_id))
+                                    ledger_id, Op.ADD, self.taken_at))
         self.stats["add_entries_total"] += len(entry_ids)
         self.stats["add_bytes_total"] += len(data)
         self.stats["add_requests_total"] += 1
@@ -445,7 +464,7 @@ class AddServer(ClientServer):
         _, end = self.place([rec])
         self.storage.table.apply(records.parse(rec, 0))
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.WRITE_LAC, Status.OK, request_id, ledger_id)],
-                                    ledger_id))
+                                    ledger_id, Op.WRITE_LAC, self.taken_at))
         return True
 
     def handle_control(self, frames) -> bool:
@@ -464,6 +483,7 @@ class AddServer(ClientServer):
         try:
             self.storage.table.check_fence(ledger_id, key)
         except Rejected as e:
+            self.count(FENCE_OP, e.status)
             self.control.send_multipart([ident, b"F", token, wire.STATUS.pack(e.status)])
             return True
         rec = records.fence_record(ledger_id, key)
@@ -473,5 +493,6 @@ class AddServer(ClientServer):
         self.storage.table.apply(records.parse(rec, 0))
         self.stats["fences_total"] += 1
         # Answer once the fence record is durable (DESIGN invariant 4).
-        self.pending.append(Pending(end, [None, ident, b"F", token, wire.STATUS.pack(Status.OK)], ledger_id))
+        self.pending.append(Pending(end, [None, ident, b"F", token, wire.STATUS.pack(Status.OK)], ledger_id,
+                                    FENCE_OP, self.taken_at))
         return True

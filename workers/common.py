@@ -9,24 +9,22 @@ import os
 import shutil
 import signal
 import socket
-import sys
-import time
 
 import orjson
 import setproctitle
 import zmq
 
 from bookie import __version__, wire
+from bookie.workers import logs
 from bookie.workers.config import BookieConfig
+from bookie.workers.metrics import Metrics
 from bookie.workers.ring import READONLY
 
 
-def log_line(name: str, event: str, **fields) -> None:
-    """One line per event on stderr (journald keeps it under systemd)."""
-    extra = " ".join(f"{k}={v}" for k, v in fields.items())
-    sys.stderr.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {name}: {event}"
-                     f"{' ' + extra if extra else ''}\n")
-    sys.stderr.flush()
+def log_line(name: str, event: str, level: str | None = None, **fields) -> None:
+    """One line per event on stderr (journald keeps it under systemd); format and level rules
+    in ``bookie.workers.logs``."""
+    logs.emit(name, event, level, **fields)
 
 
 class WorkerContext:
@@ -39,6 +37,8 @@ class WorkerContext:
         self.ready_fd = ready_fd
         self.stopping = False
         self.name = f"bookie[{conf.bookie_port}] {role}"
+        self.metrics = Metrics()
+        self._unmapped: set[str] = set()
 
     # -- identity and logs -----------------------------------------------------------------------
     def start(self) -> None:
@@ -49,8 +49,12 @@ class WorkerContext:
     def _on_term(self, _signo, _frame) -> None:
         self.stopping = True
 
-    def log(self, event: str, **fields) -> None:
-        log_line(self.name, event, **fields)
+    def log(self, event: str, level: str | None = None, **fields) -> None:
+        log_line(self.name, event, level, **fields)
+
+    def log_exception(self, event: str, exc: BaseException, **fields) -> None:
+        """The error as one line; its traceback at debug level."""
+        logs.emit_exception(self.name, event, exc, **fields)
 
     def ready(self) -> None:
         """Tell the supervisor this worker serves (one byte on the inherited pipe)."""
@@ -69,12 +73,19 @@ class WorkerContext:
             return f.read().strip()
 
     def write_stats(self, stats: dict) -> None:
-        """Publish this worker's counters for the supervisor's /metrics (atomic rename)."""
-        path = os.path.join(self.run_dir, f"stats.{self.role}.json")
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(orjson.dumps(stats))
-        os.replace(tmp, path)
+        """Publish this worker's figures to the bookie's metrics (bookie.workers.metrics maps
+        each key to its metric) and flush what the hot paths counted locally."""
+        for key in self.metrics.publish(stats):
+            if key not in self._unmapped:
+                self._unmapped.add(key)
+                self.log("stat not in the metrics table; not exported", level="warning", key=key)
+        self.metrics.flush()
+
+
+# Label values of bookie_requests_total: a fixed set, whatever a client sends.
+OP_NAMES = {int(op): op.name for op in wire.Op}
+OP_NAMES[-1] = "FENCE"  # fences the read worker hands to the add worker
+STATUS_NAMES = {int(st): st.name for st in wire.Status}
 
 
 def make_socket(ctx, kind, linger_ms: int = 0):
@@ -92,8 +103,14 @@ class ClientServer:
         self.ring = ring
         self.ledger_dir = ledger_dir
         self.stats = collections.Counter()
+        self.requests = ctx.metrics.counter("bookie_requests_total")
+
+    def count(self, op, status) -> None:
+        """One answer, for bookie_requests_total{op, status} (counted locally, cheap)."""
+        self.requests.inc(OP_NAMES.get(op, "UNKNOWN"), STATUS_NAMES.get(status, "UNKNOWN"))
 
     def reply(self, ident, op, status, request_id, ledger_id, body=()) -> None:
+        self.count(op, status)
         try:
             self.clients.send_multipart([ident, wire.pack_header(op, status, request_id, ledger_id), *body],
                                         zmq.NOBLOCK)

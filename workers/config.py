@@ -165,8 +165,13 @@ KEYS: tuple[Key, ...] = (
     Key("registrationLeaseMs", "int", 5_000, "Lease of the bookie's registration in the embedded store (ms).", _range(200), unit="ms", attr="registration_lease_s"),
     # -- supervision and observability ---------------------------------------------------------
     Key("workerRestartLimit", "int", 5, "Worker restarts allowed within a minute before the bookie stops.", _range(0), attr="worker_restart_limit"),
-    Key("prometheusStatsHttpPort", "int", 0, "Port of the Prometheus /metrics endpoint (0: off).", _port, attr="metrics_port"),
-    Key("statsDirectory", "str", "", "Where workers write their metric files (default: journalDirectory/stats).", attr="configured_stats_dir"),
+    Key("prometheusStatsHttpPort", "int", 0, "Port of the Prometheus /metrics endpoint (0: off); serves the same registry as the admin API's /metrics.", _port, attr="metrics_port"),
+    Key("httpServerEnabled", "bool", False, "Serve the HTTP admin API (BookKeeper's /api/v1/... paths, /heartbeat, /metrics); docs/admin.md.", attr="http_server_enabled"),
+    Key("httpServerPort", "int", 8080, "Port of the HTTP admin API (0 picks a free one, logged at start-up).", _port, attr="http_server_port"),
+    Key("httpServerMaxConnections", "int", 32, "Connections the admin API serves at once (one thread each); one more is answered 503 and closed.", _range(1, 1024), attr="http_server_max_connections"),
+    Key("httpServerIdleTimeoutMs", "int", 10_000, "An admin API connection that sends nothing for this long is closed (ms).", _range(100, 600_000), unit="ms", attr="http_server_idle_timeout_s"),
+    Key("httpServerHost", "str", "127.0.0.1", "Address the HTTP admin API binds to; it changes state (read-only, GC), so keep it on loopback or a management network.", attr="http_server_host"),
+    Key("statsDirectory", "str", "", "Accepted so older configuration files load; no effect: the workers' metric files live in the bookie's run directory (docs/metrics.md).", attr="configured_stats_dir"),
 )
 
 KEY_BY_NAME = {k.name: k for k in KEYS}

@@ -1,4 +1,6 @@
-"""The GC worker: scan-and-compare garbage collection, every ``gcWaitTime``.
+"""The GC worker: scan-and-compare garbage collection, every ``gcWaitTime``, and at once when
+the supervisor asks (the admin API's ``PUT /api/v1/bookie/gc`` creates ``gc.request`` in the run
+dir; the worker looks for it every 100 ms, the same tick it sleeps on anyway).
 
 What to delete is decided by ``bookie.workers.gc_policy.plan`` (its module says why it is safe);
 this module only gathers the facts in the order the plan needs (the index snapshot *before* the
@@ -6,7 +8,8 @@ metadata listing) and carries the plan out: ledgers leave the index in short wri
 then dead entry logs are unlinked (their directories fsynced), then their maps are forgotten.
 Compaction of partly live logs comes later.
 
-Without a metadata store (``metadataServiceUri`` empty) nothing is ever deleted.
+Without a metadata store (``metadataServiceUri`` empty) nothing is ever deleted; the worker only
+counts what the bookie holds (the ``bookie_ledgers`` and ``bookie_entry_logs`` gauges).
 """
 
 from __future__ import annotations
@@ -60,30 +63,60 @@ def collect(index: Index, store, ledger_dirs: list[str]) -> gc_policy.GcPlan:
     return plan
 
 
+GC_REQUEST_FILE = "gc.request"  # in the run dir: the supervisor asks for a pass now (PUT /api/v1/bookie/gc)
+
+
+def requested(ctx) -> bool:
+    """True (once) when the supervisor asked for a GC pass now: it creates GC_REQUEST_FILE."""
+    try:
+        os.unlink(os.path.join(ctx.run_dir, GC_REQUEST_FILE))
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def count_holdings(index: Index, ledger_dirs: list[str]) -> dict:
+    """The ledgers and entry logs this bookie holds (gauges bookie_ledgers, bookie_entry_logs)."""
+    with index.env.begin() as txn:
+        ledgers = len(index.ledger_ids(txn))
+    return {"ledgers": ledgers, "entry_logs": sum(len(list_logs(d)) for d in ledger_dirs)}
+
+
 def run(ctx) -> int:
     conf = ctx.conf
-    if not conf.metadata_uri:
-        ctx.log("gc idle: no metadata store configured")
-        ctx.ready()
-        while not ctx.stopping:
-            time.sleep(0.2)
-        return 0
-    from bookie.metadata import MetadataError, open_metadata
-
     index_dir = current_dir(conf.index_dirs[0])
     ledger_dirs = [current_dir(d) for d in conf.ledger_dirs]
     env = open_index(index_dir, conf.index_map_size_bytes)
     index = Index(env)
+    if not conf.metadata_uri:
+        ctx.log("gc idle: no metadata store configured")
+        ctx.ready()
+        next_count = 0.0
+        try:
+            while not ctx.stopping:
+                if requested(ctx) or time.monotonic() >= next_count:
+                    next_count = time.monotonic() + conf.gc_wait_s
+                    ctx.write_stats(count_holdings(index, ledger_dirs))
+                time.sleep(0.1)
+        finally:
+            env.close()
+        return 0
+    from bookie.metadata import MetadataError, open_metadata
+
     store = open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s)
+    ctx.log("gc worker ready", every_s=conf.gc_wait_s)
     ctx.ready()
     totals = {"gc_runs_total": 0, "gc_deleted_ledgers_total": 0, "gc_deleted_logs_total": 0}
+    ctx.write_stats({**totals, **count_holdings(index, ledger_dirs)})
     next_run = time.monotonic() + conf.gc_wait_s
     try:
         while not ctx.stopping:
-            if time.monotonic() < next_run:
+            forced = requested(ctx)
+            if not forced and time.monotonic() < next_run:
                 time.sleep(0.1)
                 continue
             next_run = time.monotonic() + conf.gc_wait_s
+            started = time.monotonic()
             try:
                 done = collect(index, store, ledger_dirs)
             except MetadataError as e:
@@ -97,10 +130,11 @@ def run(ctx) -> int:
             totals["gc_runs_total"] += 1
             totals["gc_deleted_ledgers_total"] += len(done.drop_ledgers)
             totals["gc_deleted_logs_total"] += len(done.delete_logs)
-            if not done.empty:
-                ctx.log("gc", deleted_ledgers=len(done.drop_ledgers),
-                        deleted_logs=len(done.delete_logs), forgotten_maps=len(done.forget_maps))
-            ctx.write_stats(totals)
+            if not done.empty or forced:
+                ctx.log("gc", deleted_ledgers=len(done.drop_ledgers), deleted_logs=len(done.delete_logs),
+                        forgotten_maps=len(done.forget_maps), requested=forced,
+                        seconds=f"{time.monotonic() - started:.3f}")
+            ctx.write_stats({**totals, **count_holdings(index, ledger_dirs)})
     finally:
         store.close()
         env.close()

@@ -9,6 +9,7 @@ and ``bench journal``: it reads the ring's cursors, asks the policy, writes one 
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from bookie.workers.journal import JournalWriter
 from bookie.workers.ring import DURABLE, WRITE
@@ -58,6 +59,8 @@ class GroupCommitter:
         self.ring = ring
         self.policy = policy
         self.groups = 0
+        self.last_group_s = 0.0  # write + fdatasync of the last group (metrics)
+        self.last_group_bytes = 0
         self._first_seen: float | None = None
 
     def step(self, now_s: float) -> tuple[bool, float | None]:
@@ -77,7 +80,10 @@ class GroupCommitter:
         # fdatasync runs: what arrives meanwhile is the next group.
         if not self.policy.should_flush(pending, age_s, more_waiting=False):
             return False, self.policy.wait_s(age_s)
+        started = time.perf_counter()
         self.writer.append(self.ring.slices(self.writer.position, write))
+        self.last_group_s = time.perf_counter() - started
+        self.last_group_bytes = pending
         self.ring.set(DURABLE, self.writer.position)
         self.groups += 1
         self._first_seen = None

@@ -80,6 +80,7 @@ import dataclasses
 import os
 import re
 import struct
+import time
 import zlib
 from typing import NamedTuple
 
@@ -467,6 +468,7 @@ class JournalWriter:
         self.journal_id = 0
         self.syncs = 0
         self.bytes_written = 0
+        self.last_sync_s = 0.0  # duration of the last group's fdatasync (metrics)
 
     def _open_new(self) -> None:
         if self._fd >= 0:
@@ -510,7 +512,9 @@ class JournalWriter:
             data = b"".join([header, *(bytes(p) for p in parts)])
             while written < len(data):
                 written += os.pwrite(self._fd, data[written:], self._file_off + written)
+        synced_at = time.perf_counter()
         os.fdatasync(self._fd)
+        self.last_sync_s = time.perf_counter() - synced_at
         self.syncs += 1
         self.bytes_written += body_len
         self._file_off = end_off

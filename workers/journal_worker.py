@@ -33,6 +33,8 @@ def run(ctx) -> int:
     conf = ctx.conf
     jdir = current_dir(conf.journal_dir)
     ledger_dirs = [current_dir(d) for d in conf.ledger_dirs]
+    checked_at = time.monotonic()
+    ctx.log("checking journal", directory=jdir)
     try:
         # Read it as replay will (from LastLogMark), so a journal that cannot be replayed stops
         # the bookie here, and damage replay never needs (backups) only warns.
@@ -45,6 +47,7 @@ def run(ctx) -> int:
         return EXIT_CORRUPT
     for warning in check.warnings:
         ctx.log("warning: journal damage that replay does not need", detail=warning)
+    ctx.log("journal checked", end=check.end, seconds=f"{time.monotonic() - checked_at:.2f}")
     end = check.end
     ring = Ring.attach(ctx.ring_path)
     epoch = ring.get(JOURNAL_EPOCH)
@@ -72,6 +75,9 @@ def run(ctx) -> int:
     ctx.ready()
 
     committer = GroupCommitter(writer, ring, policy)
+    force_write = ctx.metrics.histogram("bookie_journal_force_write_seconds")
+    sync_latency = ctx.metrics.histogram("bookie_journal_sync_seconds")
+    group_size = ctx.metrics.histogram("bookie_journal_group_bytes")
     last_housekeeping = 0.0
     try:
         while True:
@@ -97,6 +103,9 @@ def run(ctx) -> int:
                         position=writer.position)
                 return EXIT_SYNC_FAILED
             if wrote:
+                force_write.observe(committer.last_group_s)
+                sync_latency.observe(writer.last_sync_s)
+                group_size.observe(committer.last_group_bytes)
                 notify.ring()  # the add worker also looks at DURABLE on its poll timeout
                 continue
             if wait_s is None:

@@ -56,6 +56,7 @@ class ReadServer(ClientServer):
         self.deadlines: list = []  # heap of (deadline, seq, ledger_id)
         self.seq = itertools.count()
         self.last_stats = 0.0
+        self.read_latency = ctx.metrics.histogram("bookie_read_entry_seconds")
 
     def snapshot(self):
         """A read transaction begun now: it sees every index commit made before this call."""
@@ -111,6 +112,7 @@ class ReadServer(ClientServer):
             self.reject_raw(ident, head, e.status)
             return
         req = (ident, op, flags, request_id, ledger_id, body)
+        taken_at = time.monotonic()
         try:
             if op not in (Op.READ, Op.READ_LAC, Op.INFO):
                 raise wire.ProtocolError(f"op {Op(op).name} goes to the add socket")
@@ -130,6 +132,8 @@ class ReadServer(ClientServer):
             self.reply(ident, op, e.status, request_id, ledger_id)
             return
         self.respond(req, self.answer)
+        if op == Op.READ or (op == Op.READ_LAC and not flags & Flag.LONG_POLL):
+            self.read_latency.observe(time.monotonic() - taken_at)
 
     def respond(self, req, step) -> None:
         """Run ``step(txn, req)`` in a fresh snapshot; whatever it raises becomes an answer."""
@@ -191,6 +195,7 @@ class ReadServer(ClientServer):
             lengths = np.fromiter((len(e) for e in entries), dtype=wire.LENGTHS_DTYPE, count=len(entries))
             self.reply(ident, op, Status.OK, request_id, ledger_id, [lengths.tobytes(), b"".join(entries)])
             self.stats["read_entries_total"] += len(entries)
+            self.stats["read_bytes_total"] += total
             self.stats["read_requests_total"] += 1
             return
         # READ_LAC

@@ -1,4 +1,4 @@
-"""Garbage collection against the metadata store, and the Prometheus endpoint."""
+"""Garbage collection against the metadata store, and the Prometheus endpoint (docs/metrics.md)."""
 
 import glob
 import os
@@ -6,12 +6,14 @@ import time
 import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bookie.metadata import LedgerMetadata, open_metadata
 from bookie.workers.common import free_port_pair
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Status
+from bookie.workers import metrics
 
 KEY = b"gc-master-key"
 
@@ -19,7 +21,7 @@ KEY = b"gc-master-key"
 @pytest.fixture(scope="module")
 def ens():
     metrics_port = free_port_pair("127.0.0.1")
-    with LocalBookies(1, conf={"gcWaitTime": 300, "logSizeLimit": 64 * 1024,
+    with LocalBookies(1, conf={"gcWaitTime": 300, "logSizeLimit": 64 * 1024, "flushInterval": 50,
                                "prometheusStatsHttpPort": metrics_port}) as e:
         e.metrics_port = metrics_port
         yield e
@@ -51,21 +53,109 @@ def test_deleted_ledgers_leave_the_bookie_and_dead_entry_logs_go(ens):
         assert c.read(kept, 0) == (Status.OK, [make_entry(kept, 0, b"keep me")])
 
 
-def test_metrics_are_prometheus_text(ens):
+def _scrape(ens) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{ens.metrics_port}/metrics", timeout=5) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        return r.read().decode()
+
+
+def _families(ens) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(_scrape(ens))}
+
+
+def _value(families, family, sample_name, **labels) -> float:
+    for s in families[family].samples if family in families else ():
+        if s.name == sample_name and all(s.labels.get(k) == v for k, v in labels.items()):
+            return s.value
+    return 0.0
+
+
+def _settled(ens) -> dict:
+    """The metrics once the earlier tests' requests are all counted (two equal scrapes 1.2 s apart)."""
+    def key(f):
+        return (_value(f, "bookie_add_entry_seconds", "bookie_add_entry_seconds_count"),
+                _value(f, "bookie_read_entry_seconds", "bookie_read_entry_seconds_count"))
+    last = _families(ens)
+    for _ in range(20):
+        time.sleep(1.2)
+        now = _families(ens)
+        if key(now) == key(last):
+            return now
+        last = now
+    return last
+
+
+def _ledger_in_store(ens) -> int:
+    with open_metadata(ens.metadata_uri) as store:
+        return store.create_ledger(LedgerMetadata(1, 1, 1, fragments=[(0, [ens.bookies[0]])]))[0]
+
+
+def test_every_metric_has_help_and_type_and_is_in_the_table(ens):
+    text = _scrape(ens)
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    documented = {s.name for s in metrics.SPECS}
+    for name, family in families.items():
+        assert family.documentation, f"{name} has no HELP"
+        assert family.type in ("counter", "gauge", "histogram"), (name, family.type)
+        full = name + "_total" if family.type == "counter" else name  # the parser drops _total
+        assert f"# HELP {full} " in text and f"# TYPE {full} {family.type}" in text
+        assert full in documented, f"{full} is not in bookie.workers.metrics.SPECS (docs/metrics.md)"
+    for expected in ("bookie_readonly", "bookie_ring_capacity_bytes", "bookie_disk_used_bytes",
+                     "bookie_ledgers", "bookie_worker_up", "bookie_info"):
+        assert expected in families, expected
+    assert _value(families, "bookie_ring_capacity_bytes", "bookie_ring_capacity_bytes") == 32 << 20
+    assert _value(families, "bookie_worker_up", "bookie_worker_up", role="journal") == 1
+
+
+def test_histograms_and_counters_move_after_adds_and_reads(ens):
+    hist = ("bookie_add_entry_seconds", "bookie_read_entry_seconds",
+            "bookie_journal_force_write_seconds", "bookie_journal_sync_seconds",
+            "bookie_checkpoint_seconds")
+    before = _settled(ens)  # workers flush what they counted once a second
+    lid = _ledger_in_store(ens)  # the GC (every 300 ms here) drops ledgers the store lacks
     with RawBookieClient(ens.bookies[0]) as c:
-        assert c.add(10**9, [make_entry(10**9, 0, b"m")], KEY) == Status.OK
+        for i in range(20):
+            assert c.add(lid, [make_entry(lid, i, b"m" * 100)], KEY) == Status.OK
+            assert c.read(lid, i)[0] == Status.OK
+        assert c.read(10**12, 0)[0] == Status.NO_LEDGER
 
-    def scrape():
-        with urllib.request.urlopen(f"http://127.0.0.1:{ens.metrics_port}/metrics", timeout=5) as r:
-            return r.read().decode()
+    def moved():
+        now = _families(ens)
+        return (all(_value(now, h, h + "_count") > _value(before, h, h + "_count") for h in hist)
+                and _value(now, "bookie_requests", "bookie_requests_total", op="READ", status="NO_LEDGER")
+                and _value(now, "bookie_add_entry_seconds", "bookie_add_entry_seconds_count")
+                >= _value(before, "bookie_add_entry_seconds", "bookie_add_entry_seconds_count") + 20
+                and _value(now, "bookie_add_entries", "bookie_add_entries_total")
+                >= _value(before, "bookie_add_entries", "bookie_add_entries_total") + 20)
 
-    assert _wait(lambda: 'bookie_add_entries_total{role="add"}' in scrape())
-    text = scrape()
-    assert "bookie_up" in text and 'bookie_journal_syncs_total{role="journal"}' in text
-    for line in text.splitlines():
-        name_labels, value = line.rsplit(" ", 1)
-        float(value)
-        assert name_labels.startswith("bookie_")
+    assert _wait(moved), _scrape(ens)
+    after = _families(ens)
+    for h in hist:
+        count = _value(after, h, h + "_count")
+        assert _value(after, h, h + "_bucket", le="+Inf") == count
+        assert _value(after, h, h + "_sum") > _value(before, h, h + "_sum")
+    assert (_value(after, "bookie_add_entry_seconds", "bookie_add_entry_seconds_count")
+            - _value(before, "bookie_add_entry_seconds", "bookie_add_entry_seconds_count")) == 20
+    ok_adds = _value(after, "bookie_requests", "bookie_requests_total", op="ADD", status="OK")
+    assert ok_adds - _value(before, "bookie_requests", "bookie_requests_total", op="ADD", status="OK") == 20
+    assert _value(after, "bookie_requests", "bookie_requests_total", op="READ", status="NO_LEDGER") >= 1
+    assert (_value(after, "bookie_add_entries", "bookie_add_entries_total")
+            - _value(before, "bookie_add_entries", "bookie_add_entries_total")) == 20
+    assert _value(after, "bookie_read_bytes", "bookie_read_bytes_total") > 0
+
+
+def test_counters_survive_a_worker_restart(ens):
+    lid = _ledger_in_store(ens)
+    with RawBookieClient(ens.bookies[0]) as c:
+        assert c.add(lid, [make_entry(lid, 0, b"r")], KEY) == Status.OK
+    assert _wait(lambda: _value(_families(ens), "bookie_requests", "bookie_requests_total",
+                                op="ADD", status="OK") > 0)
+    before = _value(_families(ens), "bookie_requests", "bookie_requests_total", op="ADD", status="OK")
+    old = ens.kill_worker(0, "add")
+    ens.wait_worker_restarted(0, "add", old)
+    after = _families(ens)
+    assert _value(after, "bookie_requests", "bookie_requests_total", op="ADD", status="OK") >= before
+    assert _value(after, "bookie_worker_restarts", "bookie_worker_restarts_total", role="add") >= 1
 
 
 def test_several_ledger_directories_share_the_entry_logs(tmp_path):

@@ -414,7 +414,7 @@ def test_a_bookie_with_port_0_comes_back_on_the_port_its_directories_remember(tm
         bookie_id = first.wait_serving()
     finally:
         assert first.stop() == 0
-    assert "reason=signal SIGTERM" in first.log()
+    assert 'reason="signal SIGTERM"' in first.log()  # logfmt quotes a value with a space
     again = RunningBookie(o, tmp_path / "bookie.log")
     try:
         assert again.wait_serving() == bookie_id

@@ -1,0 +1,442 @@
+"""The bookie's HTTP admin API (BookKeeper's paths) and its /metrics endpoint.
+
+Routes are a table, ``ROUTES``: path -> {method: handler}.  A handler takes the ``AdminApi``
+(the supervisor's view) and the ``Request`` and returns a ``Response``, or raises ``HttpError``
+with a status and a message; every answer but /metrics is JSON.  What the server promises:
+
+- an unknown path is 404, a known path with another method 405 (with ``Allow``), bad JSON or a
+  missing / malformed parameter 400, a body over ``MAX_BODY_BYTES`` 413; the body of every error
+  is ``{"error": "<one line>"}``;
+- no request, however malformed, produces a traceback or stops the server: what a handler
+  raises unexpectedly is a 500 with one log line;
+- each connection is served by a thread of its own, at most ``max_connections`` at a time (one
+  more is answered 503 at once and closed), and a connection that sends nothing for
+  ``idle_timeout_s`` is closed, so a half-open client costs a thread only that long.
+
+docs/admin.md lists every path with an example.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import shutil
+import socket
+import sys
+import threading
+import urllib.parse
+
+import orjson
+
+from bookie.workers.config import KEYS
+from bookie.workers.gc_worker import GC_REQUEST_FILE
+
+MAX_BODY_BYTES = 64 * 1024
+LEDGERS_PER_PAGE = 1000
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class Request:
+    def __init__(self, method: str, path: str, query: dict[str, list[str]], body: bytes):
+        self.method = method
+        self.path = path
+        self.query = query
+        self.body = body
+
+    def param(self, name: str, default: str | None = None) -> str | None:
+        values = self.query.get(name)
+        if not values:
+            return default
+        if len(values) > 1:
+            raise HttpError(400, f"parameter {name} given {len(values)} times")
+        return values[0]
+
+    def int_param(self, name: str, lo: int, hi: int, default: int | None = None) -> int:
+        raw = self.param(name)
+        if raw is None:
+            if default is None:
+                raise HttpError(400, f"missing parameter {name}")
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise HttpError(400, f"parameter {name}: {raw[:40]!r} is not an integer") from None
+        if not lo <= value <= hi:
+            raise HttpError(400, f"parameter {name}: {value} is out of range ({lo}..{hi})")
+        return value
+
+    def bool_param(self, name: str) -> bool:
+        raw = (self.param(name) or "false").lower()
+        if raw not in ("true", "false", "1", "0"):
+            raise HttpError(400, f"parameter {name}: expected true or false, got {raw[:20]!r}")
+        return raw in ("true", "1")
+
+    def json(self) -> dict:
+        if not self.body.strip():
+            raise HttpError(400, "expected a JSON object in the request body")
+        try:
+            value = orjson.loads(self.body)
+        except orjson.JSONDecodeError as e:
+            raise HttpError(400, f"request body is not JSON: {e}") from None
+        if not isinstance(value, dict):
+            raise HttpError(400, "expected a JSON object in the request body")
+        return value
+
+
+class Response:
+    def __init__(self, body, status: int = 200, content_type: str = "application/json"):
+        self.status = status
+        self.content_type = content_type
+        self.body = body if isinstance(body, bytes) else orjson.dumps(body)
+
+
+class AdminApi:
+    """What the routes read and change: the supervisor (state, store, workers) and the registry.
+
+    The supervisor's own loop runs on another thread: the routes only read its plain fields,
+    and change it through its thread-safe ``set_readonly`` and the GC request file.
+    """
+
+    def __init__(self, sup, registry):
+        self.sup = sup
+        self.registry = registry
+        self._store_lock = threading.Lock()
+
+    def store(self):
+        if not self.sup.conf.metadata_uri or self.sup.store is None:
+            raise HttpError(409, "this bookie has no metadata store (metadataServiceUri is empty)")
+        return self.sup.store
+
+    def with_store(self, fn):
+        from bookie.metadata import MetadataError, NoSuchLedgerError
+
+        store = self.store()
+        try:
+            with self._store_lock:
+                return fn(store)
+        except NoSuchLedgerError as e:
+            raise HttpError(404, str(e) or "no such ledger") from None
+        except MetadataError as e:
+            raise HttpError(503, f"metadata store: {e}") from None
+
+
+# ---- the routes ----------------------------------------------------------------------------------
+
+def heartbeat(api: AdminApi, req: Request) -> Response:
+    return Response({"status": "OK"})
+
+
+def metrics(api: AdminApi, req: Request) -> Response:
+    from bookie.appliance.exposition import CONTENT_TYPE
+
+    return Response(api.registry.text(), content_type=CONTENT_TYPE)
+
+
+def server_config(api: AdminApi, req: Request) -> Response:
+    conf = api.sup.conf
+    return Response({key.name: conf.value(key.name) for key in KEYS})
+
+
+def bookie_info(api: AdminApi, req: Request) -> Response:
+    free = total = 0
+    seen = set()
+    for d in api.sup.conf.ledger_dirs:  # each filesystem once
+        try:
+            dev = os.stat(d).st_dev
+            if dev in seen:
+                continue
+            seen.add(dev)
+            usage = shutil.disk_usage(d)
+        except OSError as e:
+            raise HttpError(503, f"ledger directory {d}: {e.strerror}") from None
+        free += usage.free
+        total += usage.total
+    return Response({"freeSpace": free, "totalSpace": total})
+
+
+def bookie_state(api: AdminApi, req: Request) -> Response:
+    sup = api.sup
+    return Response({"running": not sup.stopping, "readOnly": sup.readonly,
+                     "shuttingDown": sup.stopping, "availableForHighPriorityWrites": not sup.readonly,
+                     "forcedReadOnly": sup.forced_readonly, "disksFull": sup.disks_full})
+
+
+def get_readonly(api: AdminApi, req: Request) -> Response:
+    return Response({"readOnly": api.sup.readonly})
+
+
+def put_readonly(api: AdminApi, req: Request) -> Response:
+    body = req.json()
+    flag = body.get("readOnly")
+    if not isinstance(flag, bool):
+        raise HttpError(400, 'expected {"readOnly": true} or {"readOnly": false}')
+    api.sup.set_readonly(flag)
+    return Response({"readOnly": api.sup.readonly, "forcedReadOnly": api.sup.forced_readonly,
+                     "disksFull": api.sup.disks_full})
+
+
+def trigger_gc(api: AdminApi, req: Request) -> Response:
+    if req.body.strip():
+        req.json()  # a body is optional, but if there is one it must be JSON
+    if not api.sup.conf.metadata_uri:
+        raise HttpError(409, "this bookie has no metadata store: its GC never deletes anything")
+    run_dir = api.sup.run_dir
+    with open(os.path.join(run_dir, GC_REQUEST_FILE), "w"):
+        pass  # the GC worker starts a pass within 100 ms and removes the file
+    return Response({"gcRequested": True})
+
+
+def list_bookies(api: AdminApi, req: Request) -> Response:
+    kind = req.param("type", "rw")
+    if kind not in ("rw", "ro"):
+        raise HttpError(400, f"parameter type: expected rw or ro, got {kind[:20]!r}")
+    hostnames = req.bool_param("print_hostnames")
+
+    def body(store):
+        out = {}
+        for bookie_id in store.list_bookies(readonly=kind == "ro"):
+            out[bookie_id] = bookie_id.rsplit(":", 1)[0] if hostnames else None
+        return out
+    return Response(api.with_store(body))
+
+
+def list_ledgers(api: AdminApi, req: Request) -> Response:
+    with_meta = req.bool_param("print_metadata")
+    page = req.int_param("page", 1, 1 << 31) if req.param("page") is not None else None
+
+    def body(store):
+        ids = sorted(store.list_ledgers())
+        if page:
+            ids = ids[(page - 1) * LEDGERS_PER_PAGE:page * LEDGERS_PER_PAGE]
+        out = {}
+        for lid in ids:
+            if with_meta:
+                try:
+                    meta, _ = store.read_ledger(lid)
+                    out[str(lid)] = meta.to_dict()
+                except KeyError:  # removed between the listing and the read
+                    continue
+            else:
+                out[str(lid)] = None
+        return out
+    return Response(api.with_store(body))
+
+
+def ledger_metadata(api: AdminApi, req: Request) -> Response:
+    ledger_id = req.int_param("ledger_id", 0, (1 << 63) - 1)
+
+    def body(store):
+        meta, version = store.read_ledger(ledger_id)
+        return {str(ledger_id): {"version": version, **meta.to_dict()}}
+    return Response(api.with_store(body))
+
+
+ROUTES = {
+    "/heartbeat": {"GET": heartbeat},
+    "/metrics": {"GET": metrics},
+    "/api/v1/config/server_config": {"GET": server_config},
+    "/api/v1/bookie/info": {"GET": bookie_info},
+    "/api/v1/bookie/state": {"GET": bookie_state},
+    "/api/v1/bookie/state/readonly": {"GET": get_readonly, "PUT": put_readonly},
+    "/api/v1/bookie/gc": {"PUT": trigger_gc},
+    "/api/v1/bookie/list_bookies": {"GET": list_bookies},
+    "/api/v1/ledger/list": {"GET": list_ledgers},
+    "/api/v1/ledger/metadata": {"GET": ledger_metadata},
+}
+METRICS_ROUTES = {"/metrics": ROUTES["/metrics"]}  # prometheusStatsHttpPort serves only this
+
+
+# ---- the server ----------------------------------------------------------------------------------
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: "AdminHttpServer"
+    server_version = "bookie-admin"
+    sys_version = ""
+
+    def setup(self):
+        self.timeout = self.server.idle_timeout_s  # applies to every read of this connection
+        super().setup()
+
+    def do_GET(self):  # noqa: N802 - http.server's names
+        self._dispatch("GET")
+
+    def do_PUT(self):  # noqa: N802
+        self._dispatch("PUT")
+
+    def do_POST(self):  # noqa: N802
+        self._dispatch("POST")
+
+    def do_DELETE(self):  # noqa: N802
+        self._dispatch("DELETE")
+
+    def do_HEAD(self):  # noqa: N802
+        self._dispatch("HEAD")
+
+    def _dispatch(self, method: str) -> None:
+        try:
+            response = self._answer(method)
+        except HttpError as e:
+            response = Response({"error": e.message}, e.status)
+            if e.status == 405:
+                allowed = ", ".join(sorted(self.server.routes[self._path()]))
+                self._send(response, extra={"Allow": allowed})
+                return
+        except (TimeoutError, ConnectionError):
+            self.close_connection = True
+            return
+        except Exception as e:  # noqa: BLE001 - a bug must cost one answer, not the server
+            self.server.log("admin request failed", method=method, path=self.path[:200],
+                            error=f"{type(e).__name__}: {e}")
+            response = Response({"error": "internal error; see the bookie's log"}, 500)
+        self._send(response)
+
+    def _path(self) -> str:
+        path = urllib.parse.urlsplit(self.path).path
+        return path.rstrip("/") or "/"
+
+    def _answer(self, method: str) -> Response:
+        split = urllib.parse.urlsplit(self.path)
+        path = self._path()
+        methods = self.server.routes.get(path)
+        if methods is None:
+            raise HttpError(404, f"no such path: {path[:200]}")
+        handler = methods.get(method)
+        if handler is None:
+            raise HttpError(405, f"{method} not allowed on {path}")
+        try:
+            query = urllib.parse.parse_qs(split.query, keep_blank_values=True, strict_parsing=False,
+                                          max_num_fields=50)
+        except ValueError as e:
+            raise HttpError(400, f"bad query string: {e}") from None
+        return handler(self.server.api, Request(method, path, query, self._body()))
+
+    def _body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding"):
+            raise HttpError(411, "send the body with a Content-Length")
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            return b""
+        try:
+            length = int(raw)
+        except ValueError:
+            raise HttpError(400, "Content-Length is not a number") from None
+        if length < 0:
+            raise HttpError(400, "Content-Length is negative")
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            raise HttpError(413, f"request body over {MAX_BODY_BYTES} bytes")
+        body = self.rfile.read(length)
+        if len(body) < length:
+            self.close_connection = True
+            raise HttpError(400, "request body shorter than its Content-Length")
+        return body
+
+    def _send(self, response: Response, extra: dict | None = None) -> None:
+        self.send_response(response.status)
+        self.send_header("Content-Type", response.content_type)
+        self.send_header("Content-Length", str(len(response.body)))
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(response.body)
+
+    def send_error(self, code, message=None, explain=None):
+        """http.server's own refusals (bad request line, headers too long) as JSON too."""
+        body = orjson.dumps({"error": message or self.responses.get(code, ("error",))[0]})
+        self.close_connection = True
+        if self.request_version == "HTTP/0.9":  # a request line it could not read: answer 1.0
+            self.request_version = "HTTP/1.0"
+        try:
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            if getattr(self, "command", None) != "HEAD" and code >= 200 and code not in (204, 304):
+                self.wfile.write(body)
+        except OSError:
+            pass
+
+    def log_request(self, code="-", size="-"):
+        # Also called for requests http.server refused before it parsed a path or a command.
+        self.server.log("admin request", level="debug", method=getattr(self, "command", None) or "-",
+                        path=(getattr(self, "path", None) or "-")[:200], status=int(code))
+
+    def log_error(self, format, *args):  # noqa: A002 - http.server's signature
+        self.server.log("admin connection closed", level="debug", reason=(format % args)[:200])
+
+
+class AdminHttpServer(http.server.ThreadingHTTPServer):
+    """One thread per connection, at most ``max_connections``; idle connections time out."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 64
+
+    def __init__(self, address, api: AdminApi, routes: dict, log, max_connections: int = 32,
+                 idle_timeout_s: float = 10.0):
+        self.api = api
+        self.routes = routes
+        self.log = log
+        self.idle_timeout_s = idle_timeout_s
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        super().__init__(address, _Handler)
+        self.thread = None
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]
+
+    def process_request(self, request, client_address):
+        if not self._slots.acquire(blocking=False):
+            self._refuse_busy(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def _refuse_busy(self, request) -> None:
+        body = orjson.dumps({"error": "too many connections; try again"})
+        try:
+            request.settimeout(1.0)
+            request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                            b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n"
+                            + body)
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def handle_error(self, request, client_address):
+        """What escaped a connection's thread: one line, never a traceback on stderr."""
+        exc = sys.exc_info()[1]
+        self.log("admin connection failed", error=f"{type(exc).__name__}: {exc}")
+
+    def start(self) -> "AdminHttpServer":
+        self.thread = threading.Thread(target=self.serve_forever, name="admin-http", daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+def start_server(host: str, port: int, api: AdminApi, routes: dict, log, **limits) -> AdminHttpServer:
+    """Bind and serve in a daemon thread.  Raises OSError when the port cannot be bound."""
+    return AdminHttpServer((host, port), api, routes, log, **limits).start()
