@@ -48,7 +48,7 @@ from bookie.workers.config import KEYS, BookieConfig
 from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
 from bookie.workers.layout import LayoutError, all_dirs, check_or_stamp, remembered_port
 from bookie.workers.common import free_port_pair, log_line as log, set_pdeathsig
-from bookie.workers.ring import READONLY, Ring
+from bookie.workers.ring import NO_ROOM, READONLY, Ring
 
 ROLES_IN_START_ORDER = ("journal", "add", "read", "gc")
 EXIT_REFUSED = 2
@@ -136,6 +136,7 @@ class Supervisor:
         self.readonly = False  # what the workers and the store are told
         self.forced_readonly = False
         self.disks_full = False
+        self.no_room = False  # the add worker found no room on a ledger disk (ring NO_ROOM)
         self.http = None
         self.started = False  # something was created that shutdown must undo
 
@@ -350,6 +351,9 @@ class Supervisor:
         flag, self.signalled_readonly = self.signalled_readonly, None
         if flag is not None:
             self.set_readonly(flag)
+        if self.ring is not None and bool(self.ring.get(NO_ROOM)) != self.no_room:
+            self.no_room = not self.no_room
+            self._apply_readonly()
 
     def set_readonly(self, flag: bool) -> None:
         """Force read-only mode, or lift the force (operators: SIGUSR1 / SIGUSR2; tests)."""
@@ -358,7 +362,7 @@ class Supervisor:
 
     def _apply_readonly(self) -> None:
         """Read-only while forced or while a disk is full; tell the workers and the store."""
-        readonly = self.forced_readonly or self.disks_full
+        readonly = self.forced_readonly or self.disks_full or self.no_room
         if readonly == self.readonly:
             return
         self.readonly = readonly
@@ -366,7 +370,7 @@ class Supervisor:
         if self.registrar is not None:
             self.registrar.want_readonly = readonly  # its thread moves the registration
         self.log("bookie is now read-only" if readonly else "bookie is writable again",
-                 forced=self.forced_readonly, disks_full=self.disks_full)
+                 forced=self.forced_readonly, disks_full=self.disks_full, no_room=self.no_room)
 
     def request_stop(self, reason: str, code: int = 0) -> None:
         if not self.stop_reason:  # a signal handler may have set ``stopping`` alone

@@ -133,3 +133,72 @@ def test_gc_deletes_nothing_when_the_store_lists_no_ledgers(zk, zk_store_uri, tm
         assert _wait(lambda: "gc refused to delete" in ens.log(0)), ens.log(0)[-3000:]
         time.sleep(1.0)  # several more runs
         assert c.read(lid, 0) == (Status.OK, [make_entry(lid, 0, b"precious")])
+
+
+@pytest.fixture
+def small_ledger_disk(tmp_path):
+    mnt = tmp_path / "small-ledger-disk"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], check=True)
+    yield str(mnt)
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _fill(directory: str, leave_bytes: int) -> str:
+    """Fill the filesystem of ``directory`` up to ``leave_bytes`` free; returns the filler."""
+    path = os.path.join(directory, "filler")
+    free = os.statvfs(directory).f_bavail * os.statvfs(directory).f_frsize
+    with open(path, "wb") as f:
+        chunk = b"\0" * (1 << 20)
+        left = max(0, free - leave_bytes)
+        while left > 0:
+            left -= f.write(chunk[:min(len(chunk), left)])
+    return path
+
+
+def test_a_full_ledger_disk_turns_the_bookie_read_only_until_there_is_room(
+        tmp_path, small_ledger_disk):
+    """ENOSPC in the entry log / index commit / checkpoint (the supervisor's usage threshold set
+    out of the way): adds are refused READ_ONLY, reads
+    go on, no worker dies; with room again the bookie takes adds; every acknowledged entry is
+    readable, before and after a restart.  (Before: the add worker died with lmdb.DiskError or
+    ENOSPC in write_lastmark, its restart's replay failed the same way, and the bookie stopped.)"""
+    from bookie.testing.rawclient import BookieTimeout
+    ens = LocalBookies(1, base_dir=str(tmp_path / "e"),
+                       conf={"metadataServiceUri": "", "ledgerDirectories": small_ledger_disk,
+                             "indexMapSizeMB": 64, "logSizeLimit": 256 * 1024,
+                             "flushInterval": 100, "diskUsageThreshold": 1.0})
+    with ens:
+        filler = _fill(small_ledger_disk, 1 << 20)
+        acked, refused = [], None
+        with RawBookieClient(ens.bookies[0], timeout_s=3) as c:
+            for k in range(2000):
+                batch = [make_entry(1, k * 20 + i, os.urandom(1000)) for i in range(20)]
+                try:
+                    status = c.add(1, batch, b"k")
+                except BookieTimeout:
+                    continue  # the add that met the full disk: held, answered later
+                if status != Status.OK:
+                    refused = status
+                    break
+                acked += batch
+            assert refused == Status.READ_ONLY, ens.log(0)[-3000:]
+            assert acked
+            assert _wait(lambda: c.info()["writable"] is False), ens.log(0)[-3000:]
+            assert c.read(1, 0) == (Status.OK, [acked[0]])
+            assert ens.running(0)
+            os.unlink(filler)
+            fresh = [make_entry(2, 0, b"after")]
+            assert _wait(lambda: c.add(2, fresh, b"k") == Status.OK, timeout_s=30), ens.log(0)[-3000:]
+            assert _wait(lambda: c.info()["writable"] is True)
+            for n, entry in enumerate(acked):
+                assert c.read(1, n) == (Status.OK, [entry]), n
+        log = ens.log(0)
+        assert "no room on the ledger disks; read-only" in log
+        assert "worker died" not in log and "Traceback" not in log, log[-3000:]
+        assert ens.stop(0) == 0
+        ens.start(0)
+        with RawBookieClient(ens.bookies[0]) as c:
+            for n, entry in enumerate(acked):
+                assert c.read(1, n) == (Status.OK, [entry]), n
+            assert c.read(2, 0) == (Status.OK, fresh)
