@@ -48,7 +48,7 @@ from bookie.workers.config import KEYS, BookieConfig
 from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
 from bookie.workers.layout import LayoutError, all_dirs, check_or_stamp, remembered_port
 from bookie.workers.common import free_port_pair, log_line as log, set_pdeathsig
-from bookie.workers.ring import READONLY, Ring
+from bookie.workers.ring import NO_ROOM, READONLY, Ring
 
 ROLES_IN_START_ORDER = ("journal", "add", "read", "gc")
 EXIT_REFUSED = 2
@@ -132,10 +132,14 @@ class Supervisor:
         self.ring = None
         self.run_dir = ""
         self.registration = None
+        self.registrar = None
         self.store = None
+        self.signalled_readonly = None  # set by SIGUSR1 / SIGUSR2, applied by the watch loop
+        self.signalled_stop = ""  # set by SIGTERM / SIGINT, applied by the watch loop
         self.readonly = False  # what the workers and the store are told
         self.forced_readonly = False
         self.disks_full = False
+        self.no_room = False  # the add worker found no room on a ledger disk (ring NO_ROOM)
         self.http = None  # /metrics on prometheusStatsHttpPort
         self.admin_http = None  # the admin API on httpServerPort
         self.metrics = None  # exposition.BookieRegistry of this run
@@ -286,12 +290,18 @@ class Supervisor:
         except MetadataError as e:
             raise WorkerStartError.other(f"registering in {self.conf.metadata_uri}: {e}") from None
         self.log("registered", metadata=self.conf.metadata_uri)
+        # From now on only the registrar's thread calls the store (appliance/registrar.py).
+        from bookie.appliance.registrar import Registrar
+        self.registrar = Registrar(self.registration, self.log)
 
     # -- watch -----------------------------------------------------------------------------------
     def watch(self) -> int:
         next_disk_check = 0.0
         while not self.stopping:
             time.sleep(0.05)
+            self._take_signals()
+            if self.stopping:
+                break
             for role in ROLES_IN_START_ORDER:
                 w = self.workers[role]
                 if w.proc is None or w.proc.poll() is None:
@@ -303,6 +313,7 @@ class Supervisor:
             if now >= next_disk_check and not self.stopping:
                 next_disk_check = now + self.conf.disk_check_interval_s
                 self._check_disks()
+        self._take_signals()
         self.shutdown()
         return self.exit_code
 
@@ -348,6 +359,18 @@ class Supervisor:
             self.log("disks full" if disks_full else "disks have room again", full=",".join(full) or "-")
             self._apply_readonly()
 
+    def _take_signals(self) -> None:
+        """Act on what the signal handlers noted (they only store attributes: a handler that
+        logged, or waited on anything, could block or deadlock the thread it interrupted)."""
+        if self.signalled_stop:
+            self.request_stop(self.signalled_stop)
+        flag, self.signalled_readonly = self.signalled_readonly, None
+        if flag is not None:
+            self.set_readonly(flag)
+        if self.ring is not None and bool(self.ring.get(NO_ROOM)) != self.no_room:
+            self.no_room = not self.no_room
+            self._apply_readonly()
+
     def set_readonly(self, flag: bool) -> None:
         """Force read-only mode, or lift the force (operators: SIGUSR1 / SIGUSR2, the admin
         API's PUT /api/v1/bookie/state/readonly; tests).  Safe from any thread."""
@@ -361,18 +384,18 @@ class Supervisor:
             self._apply_readonly_locked()
 
     def _apply_readonly_locked(self) -> None:
-        readonly = self.forced_readonly or self.disks_full
+        readonly = self.forced_readonly or self.disks_full or self.no_room
         if readonly == self.readonly:
             return
         self.readonly = readonly
         self.ring.set(READONLY, 1 if readonly else 0)
-        if self.registration is not None:
-            self.registration.set_readonly(readonly)
+        if self.registrar is not None:
+            self.registrar.want_readonly = readonly  # its thread moves the registration
         self.log("bookie is now read-only" if readonly else "bookie is writable again",
-                 forced=self.forced_readonly, disks_full=self.disks_full)
+                 forced=self.forced_readonly, disks_full=self.disks_full, no_room=self.no_room)
 
     def request_stop(self, reason: str, code: int = 0) -> None:
-        if not self.stopping:
+        if not self.stop_reason:  # a signal handler may have set ``stopping`` alone
             self.stopping = True
             self.stop_reason = reason
             self.exit_code = code
@@ -382,6 +405,8 @@ class Supervisor:
     def shutdown(self) -> None:
         """Stop in order (module docstring), remove what the bookie made, release the
         directories.  Logs ``bookie stopped`` with the reason if anything had been started."""
+        if self.registrar is not None:
+            self.registrar.stop()
         if self.registration is not None:
             try:
                 self.registration.close()
@@ -502,18 +527,24 @@ def run_bookie(conf: BookieConfig) -> int:
     sup = Supervisor(conf, lock)
 
     def on_signal(signo, _frame):
-        sup.request_stop(f"signal {signal.Signals(signo).name}")
+        # Attribute stores only (Supervisor._take_signals); ``stopping`` also ends a start.
+        sup.signalled_stop = f"signal {signal.Signals(signo).name}"
+        sup.stopping = True
+
+    def on_readonly(signo, _frame):
+        sup.signalled_readonly = signo == signal.SIGUSR1
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGUSR1, lambda *_: sup.set_readonly(True))
-    signal.signal(signal.SIGUSR2, lambda *_: sup.set_readonly(False))
+    signal.signal(signal.SIGUSR1, on_readonly)
+    signal.signal(signal.SIGUSR2, on_readonly)
     try:
         sup.start()
     except (StartRefused, LayoutError) as e:
         return _start_ended(sup, "refusing to start", str(e), "start refused", EXIT_REFUSED)
     except WorkerStartError as e:
         if sup.stopping and sup.exit_code == 0:  # a signal asked us to stop while starting
+            sup.request_stop(sup.signalled_stop or "signal")
             sup.shutdown()
             return 0
         code = e.returncode if e.returncode in FATAL_EXITS else 1

@@ -166,7 +166,13 @@ class BookieRegistration:
                 return
             old = self.path
             self.readonly = flag
-            self._store._move_ephemeral(old, self.path, self._data())
+            try:
+                self._store._move_ephemeral(old, self.path, self._data())
+            except BaseException:
+                # Not moved, or not known to be: say so, so that the caller's retry moves it
+                # (a move that did happen is finished by the retry's two-step path).
+                self.readonly = not flag
+                raise
 
     def close(self) -> None:
         """Unregister now (idempotent)."""

@@ -37,7 +37,8 @@ from bookie.workers import records
 from bookie.workers.common import ClientServer, make_socket
 from bookie.workers.journal import lastmark_of, scan, write_lastmark
 from bookie.workers.ledgers import Rejected
-from bookie.workers.ring import ADD_EPOCH, DURABLE, READONLY, WRITE, Doorbell, Ring
+from bookie.workers.noroom import RETRY_S, Held, no_room
+from bookie.workers.ring import ADD_EPOCH, DURABLE, NO_ROOM, READONLY, WRITE, Doorbell, Ring
 from bookie.workers.storage import EntryLogs, Index, LedgerStorage, open_index
 
 MAX_MESSAGES_PER_ITERATION = 512
@@ -69,6 +70,8 @@ class Checkpointer(threading.Thread):
         self._cond = threading.Condition()
         self._busy = False
         self._stopping = False
+        self.failed = False  # the last checkpoint failed: retry it even if the mark is the same
+        self.no_room = False  # ... for want of space
         self.start()
 
     def busy(self) -> bool:
@@ -101,8 +104,13 @@ class Checkpointer(threading.Thread):
                 for d in self.ledger_dirs:
                     write_lastmark(d, mark)
                 self.latency.observe_locked(time.perf_counter() - t0)
-            except OSError as e:
-                self.ctx.log("checkpoint failed", error=str(e))
+                if self.failed:
+                    self.ctx.log("checkpoint succeeded again", mark=mark)
+                self.failed = self.no_room = False
+            except Exception as e:  # noqa: BLE001 - retried at the next flush; never kills the thread
+                if not self.failed:
+                    self.ctx.log("checkpoint failed; retrying", error=f"{type(e).__name__}: {e}")
+                self.failed, self.no_room = True, no_room(e)
             finally:
                 self._busy = False
 
@@ -189,9 +197,18 @@ def run(ctx) -> int:
     env = open_index(index_dir, conf.index_map_size_bytes)
     index = Index(env)
     logs = EntryLogs(ledger_dirs, conf.log_size_limit_bytes, conf.entry_log_preallocation)
-    storage = LedgerStorage(index, logs)
-    replay(ctx, ring, storage, jdir, ledger_dirs)
+    while True:
+        storage = LedgerStorage(index, logs)  # a fresh table for each attempt
+        try:
+            replay(ctx, ring, storage, jdir, ledger_dirs)
+            break
+        except Exception as e:  # noqa: BLE001 - only want of space is waited out
+            if not no_room(e) or ctx.stopping:
+                raise
+            ctx.log("no room on the ledger disks to replay the journal; retrying", error=str(e))
+            time.sleep(RETRY_S)
 
+    ring.set(NO_ROOM, 0)  # a predecessor may have died with no room; this one starts writable
     zctx = zmq.Context()
     clients = make_socket(zctx, zmq.ROUTER, linger_ms=1000)
     clients.setsockopt(zmq.ROUTER_MANDATORY, 0)
@@ -240,6 +257,10 @@ class AddServer(ClientServer):
         self.checkpointer = Checkpointer(ctx, storage, ledger_dirs)
         self.add_latency = ctx.metrics.histogram("bookie_add_entry_seconds")
         self.taken_at = 0.0  # when the message being handled was taken off its socket
+        self.safe_to = ring.get(WRITE)  # end of what is in the entry log and index (noroom.py)
+        self.held: collections.deque[Held] = collections.deque()
+        self.full = False  # no room for our writes: read-only until a retry succeeds
+        self.next_retry = 0.0
 
     # -- the loop --------------------------------------------------------------------------------
     def serve(self, durable_in) -> None:
@@ -262,9 +283,7 @@ class AddServer(ClientServer):
                     placed |= self.take(self.clients, internal=False)
             if placed:
                 self.wake.ring()
-            gone = self.storage.commit()
-            if gone:
-                self.refuse_pending(gone)
+            self.commit()
             now = time.monotonic()
             if now - self.last_checkpoint >= flush_s:
                 self.checkpoint(now)
@@ -284,9 +303,15 @@ class AddServer(ClientServer):
                 durable, progress_at = now_durable, time.monotonic()
             elif time.monotonic() - progress_at > 1.0:
                 break  # the journal is not making progress (stopped or failed): do not wait on it
-        self.storage.commit()
+        self.commit(final=True)
         self.checkpointer.stop()
-        checkpoint(self.storage, self.ledger_dirs, self.mark())
+        try:
+            if not self.full:
+                checkpoint(self.storage, self.ledger_dirs, self.mark())
+        except Exception as e:  # noqa: BLE001 - replay from the older LastLogMark redoes it
+            if not no_room(e):
+                raise
+            self.ctx.log("final checkpoint failed: no room", error=str(e))
 
     def checkpoint(self, now: float) -> None:
         """Start a checkpoint in the background (syncs must not stall the add path).
@@ -296,7 +321,7 @@ class AddServer(ClientServer):
         """
         self.last_checkpoint = now
         mark = self.mark()
-        if mark == self.last_mark or self.checkpointer.busy():
+        if (mark == self.last_mark and not self.checkpointer.failed) or self.checkpointer.busy():
             return
         self.checkpointer.request(mark)
         self.last_mark = mark
@@ -313,7 +338,7 @@ class AddServer(ClientServer):
     def answer_durable(self) -> None:
         if not self.pending:
             return
-        durable = self.ring.get(DURABLE)
+        durable = min(self.ring.get(DURABLE), self.safe_to)
         acked_ledgers = set()
         pending = self.pending
         now = time.monotonic()
@@ -415,12 +440,60 @@ class AddServer(ClientServer):
         """LastLogMark a checkpoint may persist now.  Call after ``storage.commit()``: every
         record placed before WRITE is then in the entry log and the index, and a mark never
         passes what the journal made durable (the journal must never restart below it)."""
-        return min(self.ring.get(WRITE), self.ring.get(DURABLE))
+        return min(self.safe_to, self.ring.get(DURABLE))
+
+    # -- no room on the ledger disks (workers/noroom.py) -----------------------------------------
+    def commit(self, final: bool = False) -> None:
+        """Commit the index; on want of space turn read-only, and retry while read-only."""
+        now = time.monotonic()
+        if self.full and not final and now < self.next_retry:
+            return
+        self.next_retry = now + RETRY_S
+        try:
+            while self.held:
+                self.held[0].store(self.storage)
+                self.held.popleft()
+            gone = self.storage.commit()
+        except Exception as e:  # noqa: BLE001 - only want of space is survived
+            if not no_room(e):
+                raise
+            self.turn_full(e)
+            return
+        if gone:
+            self.refuse_pending(gone)
+        self.safe_to = self.ring.get(WRITE)
+        if self.checkpointer.no_room:
+            self.turn_full(None)
+        elif self.full and not self.checkpointer.failed:
+            self.full = False
+            self.ring.set(NO_ROOM, 0)
+            self.ctx.log("ledger disks have room again; taking adds", position=self.safe_to)
+
+    def turn_full(self, e) -> None:
+        if not self.full:
+            self.full = True
+            self.ring.set(NO_ROOM, 1)
+            self.ctx.log("no room on the ledger disks; read-only until there is",
+                         error=str(e) if e else "checkpoint failed")
+
+    def store(self, ledger_id, start, end, size, data_offset, entry_ids, lengths, offsets) -> None:
+        """Write a placed record to the entry log, or hold it while there is no room."""
+        slices = self.ring.slices(start, end)
+        if not self.held:
+            try:
+                self.storage.store_batch(ledger_id, slices, size, data_offset, entry_ids,
+                                         lengths, offsets)
+                return
+            except Exception as e:  # noqa: BLE001 - only want of space is survived
+                if not no_room(e):
+                    raise
+                self.turn_full(e)
+        self.held.append(Held(ledger_id, slices, size, data_offset, entry_ids, lengths, offsets))
 
     def handle_add(self, ident, flags, request_id, ledger_id, body) -> bool:
         if len(body) != 3:
             raise Rejected(Status.BAD_REQUEST, "ADD takes master key, lengths and data frames")
-        if self.ring.get(READONLY):
+        if self.ring.get(READONLY) or self.full:
             raise Rejected(Status.READ_ONLY)
         if len(self.pending) >= self.max_pending:
             raise Rejected(Status.TOO_MANY_REQUESTS)
@@ -441,8 +514,7 @@ class AddServer(ClientServer):
         start, end = self.place(parts)
         self.storage.table.apply(records.Record(records.ADD_BATCH, int(recovery), ledger_id, key, -1,
                                                 lengths, data_offset, size))
-        self.storage.store_batch(ledger_id, self.ring.slices(start, end), size, data_offset,
-                                 entry_ids, lengths, offsets)
+        self.store(ledger_id, start, end, size, data_offset, entry_ids, lengths, offsets)
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.ADD, Status.OK, request_id, ledger_id)],
                                     ledger_id, Op.ADD, self.taken_at))
         self.stats["add_entries_total"] += len(entry_ids)

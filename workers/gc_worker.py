@@ -10,6 +10,12 @@ Compaction of partly live logs comes later.
 
 Without a metadata store (``metadataServiceUri`` empty) nothing is ever deleted; the worker only
 counts what the bookie holds (the ``bookie_ledgers`` and ``bookie_entry_logs`` gauges).
+
+A metadata outage never stops the worker: it becomes ready without the store, opens it (and
+lists the ledgers) at each run, and a run the store could not answer is skipped with one log
+line, tried again at the next one.  A listing with no ledgers at all while this bookie holds
+some deletes nothing (``EmptyListingRefused``): a store answering an empty list by mistake (a
+wrong root, a wiped or restored-empty store) must not take every ledger of every bookie with it.
 """
 
 from __future__ import annotations
@@ -27,6 +33,10 @@ from bookie.workers.storage import LOG_KEY, Index, find_log, list_logs, open_ind
 DROP_BATCH_ENTRIES = 10_000  # entries per write transaction: keep the add worker's commits flowing
 
 
+class EmptyListingRefused(Exception):
+    """The store listed no ledgers while this bookie holds some: nothing was deleted."""
+
+
 def collect(index: Index, store, ledger_dirs: list[str]) -> gc_policy.GcPlan:
     """One GC run: gather the facts, plan, carry the plan out.  Returns the plan carried out.
 
@@ -38,6 +48,10 @@ def collect(index: Index, store, ledger_dirs: list[str]) -> gc_policy.GcPlan:
         maps = index.log_maps(txn)
         current = index.current_logs(txn)
     in_store = list(store.list_ledgers())
+    if not in_store and held:
+        raise EmptyListingRefused(
+            f"the metadata store lists no ledgers but this bookie holds {len(held)}; deleting "
+            f"nothing (a store answering an empty list by mistake must not empty the bookie)")
     on_disk = [log_id for d in ledger_dirs for log_id in list_logs(d)]
     plan = gc_policy.plan(held, in_store, maps, current, on_disk)
     for ledger_id in plan.drop_ledgers:
@@ -103,9 +117,10 @@ def run(ctx) -> int:
         return 0
     from bookie.metadata import MetadataError, open_metadata
 
-    store = open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s)
+    store = None
     ctx.log("gc worker ready", every_s=conf.gc_wait_s)
-    ctx.ready()
+    ctx.ready()  # the store is opened by the runs: an outage must not stop the bookie starting
+    last_problem = ""
     totals = {"gc_runs_total": 0, "gc_deleted_ledgers_total": 0, "gc_deleted_logs_total": 0}
     ctx.write_stats({**totals, **count_holdings(index, ledger_dirs)})
     next_run = time.monotonic() + conf.gc_wait_s
@@ -117,16 +132,28 @@ def run(ctx) -> int:
                 continue
             next_run = time.monotonic() + conf.gc_wait_s
             started = time.monotonic()
+            problem = error = ""
             try:
+                if store is None:
+                    store = open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s)
                 done = collect(index, store, ledger_dirs)
             except MetadataError as e:
-                ctx.log("gc skipped: metadata store unavailable", error=str(e))
-                continue
+                problem = "gc skipped: metadata store unavailable; retrying at the next run"
+                error = f"{type(e).__name__}: {e}"
+            except EmptyListingRefused as e:
+                problem, error = "gc refused to delete", str(e)
             except (OSError, lmdb.Error) as e:
                 # A disk or index error must not kill the worker: what is left undone is
                 # planned again from the facts at the next run.
-                ctx.log("gc run failed; retrying at the next run", error=str(e))
+                problem, error = "gc run failed; retrying at the next run", str(e)
+            if problem:
+                if problem != last_problem or forced:  # one line per change of state
+                    ctx.log(problem, error=error)
+                last_problem = problem
                 continue
+            if last_problem:
+                ctx.log("gc runs again")
+                last_problem = ""
             totals["gc_runs_total"] += 1
             totals["gc_deleted_ledgers_total"] += len(done.drop_ledgers)
             totals["gc_deleted_logs_total"] += len(done.delete_logs)
@@ -136,6 +163,7 @@ def run(ctx) -> int:
                         seconds=f"{time.monotonic() - started:.3f}")
             ctx.write_stats({**totals, **count_holdings(index, ledger_dirs)})
     finally:
-        store.close()
+        if store is not None:
+            store.close()
         env.close()
     return 0

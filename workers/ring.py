@@ -17,6 +17,8 @@ Control words (u64, native endianness, plain stores; one writer each)::
     BASE      logical offset the ring started at this boot    (writer: journal worker at start)
     READONLY  1 when the bookie must refuse adds               (writer: supervisor)
     JOURNAL_EPOCH / ADD_EPOCH  bumped by each start of that worker (for logs and tests)
+    NO_ROOM   1 while the ledger disks had no room for the add worker's writes (writer: add
+              worker; the supervisor turns the bookie read-only while it is set)
 
 Publication order: write the data, then store the cursor; a reader loads the cursor first,
 then reads the data up to it.  Each worker then rings the other's ``Doorbell`` (a named pipe
@@ -35,7 +37,7 @@ import numpy as np
 PAGE = 4096
 DATA_OFFSET = PAGE
 
-WRITE, DURABLE, BASE, READONLY, JOURNAL_EPOCH, ADD_EPOCH = range(6)
+WRITE, DURABLE, BASE, READONLY, JOURNAL_EPOCH, ADD_EPOCH, NO_ROOM = range(7)
 
 
 class Ring:
