@@ -117,11 +117,15 @@ def test_put_gc_runs_a_pass_now_and_drops_a_deleted_ledger(ens):
     with open_metadata(ens.metadata_uri) as store, RawBookieClient(ens.bookies[0]) as c:
         doomed, _ = store.create_ledger(LedgerMetadata(1, 1, 1, fragments=[(0, [ens.bookies[0]])]))
         assert c.add(doomed, [make_entry(doomed, 0, b"doomed")], KEY) == Status.OK
+        # A live ledger stays in the store: GC refuses to act on a listing with no ledger at all.
+        keeper, _ = store.create_ledger(LedgerMetadata(1, 1, 1, fragments=[(0, [ens.bookies[0]])]))
+        assert c.add(keeper, [make_entry(keeper, 0, b"kept")], KEY) == Status.OK
         store.remove_ledger(doomed)
         runs_before = sample(scrape(ens), "bookie_gc_runs", "bookie_gc_runs_total")
         assert c.read(doomed, 0)[0] == Status.OK  # no pass has run since the removal
         assert call_json(ens, "PUT", "/api/v1/bookie/gc") == (200, {"gcRequested": True})
         assert wait(lambda: c.read(doomed, 0)[0] == Status.NO_LEDGER)
+        assert c.read(keeper, 0)[0] == Status.OK
     assert wait(lambda: sample(scrape(ens), "bookie_gc_runs", "bookie_gc_runs_total") > runs_before)
     assert call_json(ens, "PUT", "/api/v1/bookie/gc", b"{}")[0] == 200
 
