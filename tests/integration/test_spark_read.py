@@ -16,6 +16,11 @@ from bookie.client import BookKeeper
 pytest.importorskip("pyspark")
 
 PW = "pw"
+
+
+@pytest.fixture(scope="module")
+def spark(spark_session):
+    return spark_session
 CONFIG = {"addEntryTimeout": 2.0, "readTimeout": 2.0, "operationTimeout": 60.0}
 
 
@@ -68,6 +73,90 @@ def test_closed_replicated_ledger_reads_whole_and_by_ranges(spark, spark_bookies
     assert rows(ranged) == expected(lid, 1234, 2000)
 
 
-@pytest.fixture(scope="module")
-def spark(spark_session):
-    return spark_session
+def test_open_ledger_is_read_to_the_lac_seen_when_planning_while_its_writer_adds(
+        spark, spark_bookies, bk):
+    lh = write_ledger(bk, 500, close=False)
+    lid = lh.ledger_id
+    stop = threading.Event()
+
+    def keep_adding():
+        i = 500
+        while not stop.is_set():
+            lh.add_range_async([payload(lid, e) for e in range(i, i + 50)]).result(60)
+            i += 50
+            time.sleep(0.01)
+
+    writer = threading.Thread(target=keep_adding, daemon=True)
+    writer.start()
+    try:
+        got = rows(reader(spark, spark_bookies, ledgers=lid))
+    finally:
+        stop.set()
+        writer.join(60)
+    assert len(got) >= 500 and got == expected(lid, 0, len(got) - 1)
+    # never fenced: the writer adds on and closes normally
+    assert lh.add_entry(payload(lid, lh.last_add_confirmed + 1)) == lh.last_add_confirmed
+    lh.close()
+
+
+def test_log_is_read_in_read_log_order_across_empty_ledgers_and_into_the_open_tail(
+        spark, spark_bookies, bk):
+    writer = bk.open_log("orders-read", password=PW.encode())
+    written = []
+    for step in (120, 0, 0, 75, 30):  # two empty ledgers in the middle; 30 in the open tail
+        for _ in range(step):
+            pos = writer.append(b"order-%d" % len(written))
+            written.append((pos.ledger_id, pos.entry_id, b"order-%d" % len(written)))
+        if step != 30:
+            writer.roll()
+    assert len(writer.ledgers) == 5
+    want = [(r.ledger_id, r.entry_id, r.data) for r in bk.read_log("orders-read",
+                                                                    password=PW.encode())]
+    assert want == written
+    df = reader(spark, spark_bookies, log="orders-read", maxEntriesPerPartition=50)
+    got = df.collect()
+    assert sorted((r.ledger_id, r.entry_id, bytes(r.payload)) for r in got) == want
+    assert {r.log for r in got} == {"orders-read"}
+    # a start inside the log, on the first entry of a ledger after the empty ones
+    third = writer.ledgers[3]
+    tail = reader(spark, spark_bookies, log="orders-read",
+                  startingOffsets=json.dumps({"logs": {"orders-read": [third, 0]}}))
+    assert sorted((r.ledger_id, r.entry_id, bytes(r.payload)) for r in tail.collect()) == \
+        [w for w in want if w[0] >= third]
+    writer.close()
+
+
+def test_fail_on_data_loss_names_a_deleted_ledger_or_skips_it(spark, spark_bookies, bk):
+    kept, gone = write_ledger(bk, 40), write_ledger(bk, 40)
+    bk.delete_ledger(gone.ledger_id)
+    ledgers = f"{kept.ledger_id},{gone.ledger_id}"
+    with pytest.raises(Exception, match=f"ledger {gone.ledger_id} was deleted"):
+        reader(spark, spark_bookies, ledgers=ledgers).collect()
+    got = rows(reader(spark, spark_bookies, ledgers=ledgers, failOnDataLoss="false"))
+    assert got == expected(kept.ledger_id, 0, 39)
+
+
+@pytest.mark.parametrize("options, named", [
+    ({}, "exactly one of the options ledgers, log, logPattern"),
+    ({"ledgers": "1,x"}, "option ledgers"),
+    ({"ledgers": "1", "log": "a"}, "exactly one of the options"),
+    ({"ledgers": "1", "startingOffsets": "soon"}, "option startingOffsets"),
+    ({"ledgers": "1", "bookkeeper.noSuchKey": "1"}, "option bookkeeper.noSuchKey"),
+])
+def test_a_bad_option_fails_with_an_error_naming_it(spark, spark_bookies, options, named):
+    with pytest.raises(Exception, match=named):
+        reader(spark, spark_bookies, **options).collect()
+
+
+def test_a_bookie_killed_during_a_read_loses_nothing(spark, spark_bookies, bk):
+    lh = write_ledger(bk, 6000)
+    df = reader(spark, spark_bookies, ledgers=lh.ledger_id, maxEntriesPerPartition=1000,
+                readBatchEntries=200)
+    victim = spark_bookies.bookies.index(lh.metadata.fragments[0][1][0])
+    killer = threading.Timer(1.0, spark_bookies.kill, args=(victim,))
+    killer.start()
+    try:
+        assert rows(df) == expected(lh.ledger_id, 0, 5999)
+    finally:
+        killer.join()
+        spark_bookies.start(victim)
