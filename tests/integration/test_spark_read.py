@@ -141,6 +141,28 @@ def test_fail_on_data_loss_names_a_deleted_ledger_or_skips_it(spark, spark_booki
     assert got == expected(kept.ledger_id, 0, 39)
 
 
+def test_fail_on_data_loss_names_a_log_position_that_left_the_list(spark, spark_bookies, bk):
+    writer = bk.open_log("lossy", password=PW.encode())
+    first = writer.ledger_id
+    for i in range(10):
+        writer.append(b"a%d" % i)
+    writer.roll()
+    second = writer.ledger_id
+    for i in range(5):
+        writer.append(b"b%d" % i)
+    writer.close()
+    start = json.dumps({"logs": {"lossy": [first - 1000, 3]}})  # a ledger never in the list
+    with pytest.raises(Exception, match=f"log lossy: position \\[{first - 1000}, 3\\]"):
+        reader(spark, spark_bookies, log="lossy", startingOffsets=start).collect()
+    got = reader(spark, spark_bookies, log="lossy", startingOffsets=start,
+                 failOnDataLoss="false", includeMetadata="true").collect()
+    # skipped to the next ledger of the list, read from its first entry
+    assert sorted((r.ledger_id, r.entry_id) for r in got) == \
+        [(first, e) for e in range(10)] + [(second, e) for e in range(5)]
+    assert {tuple(sorted(r.ledger_custom.items())) for r in got} == {(("log", "lossy"),)}
+    assert all(r.ledger_ctime_ms > 0 for r in got)
+
+
 @pytest.mark.parametrize("options, named", [
     ({}, "exactly one of the options ledgers, log, logPattern"),
     ({"ledgers": "1,x"}, "option ledgers"),
