@@ -6,6 +6,7 @@ Every check compares what Spark returns with what was written, entry by entry.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 
@@ -176,14 +177,44 @@ def test_a_bad_option_fails_with_an_error_naming_it(spark, spark_bookies, option
 
 
 def test_a_bookie_killed_during_a_read_loses_nothing(spark, spark_bookies, bk):
-    lh = write_ledger(bk, 6000)
+    n = 12000
+    lh = write_ledger(bk, n)
     df = reader(spark, spark_bookies, ledgers=lh.ledger_id, maxEntriesPerPartition=1000,
-                readBatchEntries=200)
+                readBatchEntries=100)
     victim = spark_bookies.bookies.index(lh.metadata.fragments[0][1][0])
-    killer = threading.Timer(1.0, spark_bookies.kill, args=(victim,))
+    killed_at = []
+
+    def kill():
+        spark_bookies.kill(victim)
+        killed_at.append(time.monotonic())
+
+    killer = threading.Timer(0.5, kill)
     killer.start()
     try:
-        assert rows(df) == expected(lh.ledger_id, 0, 5999)
+        got = rows(df)
+        done_at = time.monotonic()
     finally:
         killer.join()
         spark_bookies.start(victim)
+    assert got == expected(lh.ledger_id, 0, n - 1)
+    assert killed_at and killed_at[0] < done_at  # the bookie died while the query read
+
+
+def kill_first_attempt(entry_id):
+    """Kill the Python worker of each partition's first attempt (Spark retries the task)."""
+    import os
+    from pyspark import TaskContext
+    if TaskContext.get().attemptNumber() == 0 and entry_id % 500 == 250:
+        os._exit(1)
+    return entry_id
+
+
+def test_a_retried_task_reads_exactly_the_same_entries(spark, spark_bookies, bk):
+    from pyspark import cloudpickle
+    from pyspark.sql.functions import col, udf
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
+    lh = write_ledger(bk, 1500)
+    df = reader(spark, spark_bookies, ledgers=lh.ledger_id, maxEntriesPerPartition=500)
+    checked = df.select("payload", "log", "ledger_id",
+                        udf(kill_first_attempt, "bigint")(col("entry_id")).alias("entry_id"))
+    assert rows(checked) == expected(lh.ledger_id, 0, 1499)
