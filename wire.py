@@ -31,6 +31,10 @@ Ops and their frames (request -> response)::
                    (+ master_key frame when flag FENCE is set).  Returns the consecutive
                    entries the bookie holds from first_entry_id on, at most max_count of them
                    and at most MAX_READ_BYTES in all; NO_ENTRY when it has not even the first.
+                   With flag STRIDE the body is [u64 first_entry_id | u32 max_count |
+                   u32 stride] (stride 1..MAX_STRIDE) and the answer holds entries first,
+                   first + stride, first + 2*stride, ... up to the first one the bookie does
+                   not hold: one request reads a striped ledger's share on one replica.
     READ_LAC (3)   [hdr] -> [hdr, i64 lac | i64 last_entry_id]
                    (+ master_key frame with flag FENCE; + [u64 previous_lac | u32 timeout_ms]
                    body with flag LONG_POLL, answered once lac > previous_lac or at timeout).
@@ -72,6 +76,7 @@ ENTRY_HEADER = struct.Struct(">qqqq")
 ENTRY_HEADER_SIZE = ENTRY_HEADER.size  # 32
 
 READ_BODY = struct.Struct("<QI")  # first_entry_id, max_count
+READ_STRIDE_BODY = struct.Struct("<QII")  # first_entry_id, max_count, stride (READ with STRIDE)
 LAC_BODY = struct.Struct("<qq")  # lac, last_entry_id
 LONG_POLL_BODY = struct.Struct("<qI")  # previous_lac, timeout_ms
 WRITE_LAC_BODY = struct.Struct("<q")
@@ -83,6 +88,7 @@ MAX_MASTER_KEY = 64  # bytes
 MAX_READ_BYTES = 4 * 1024 * 1024  # one READ response carries at most this much entry data
 MAX_LONG_POLL_MS = 60_000
 MAX_ID = (1 << 63) - 1
+MAX_STRIDE = 1024  # READ with STRIDE: every stride-th entry (an ensemble size) at most
 
 # Sizes of the digest field per digest type (BookKeeper: CRC32 and CRC32C are carried as 8
 # bytes, the keyed MAC is an HMAC-SHA1 of 20 bytes, "dummy" carries none).
@@ -102,6 +108,7 @@ class Flag(enum.IntFlag):
     RECOVERY_ADD = 1  # ADD: allowed into a fenced ledger
     FENCE = 2  # READ / READ_LAC: fence the ledger (persisted) before answering
     LONG_POLL = 4  # READ_LAC: wait for the LAC to pass previous_lac
+    STRIDE = 8  # READ: every stride-th entry from first_entry_id (a striped ledger's replica)
 
 
 class Status(enum.IntEnum):
@@ -120,7 +127,7 @@ class Status(enum.IntEnum):
 
 
 KNOWN_OPS = frozenset(int(o) for o in Op)
-_FLAG_MASK = int(Flag.RECOVERY_ADD | Flag.FENCE | Flag.LONG_POLL)
+_FLAG_MASK = int(Flag.RECOVERY_ADD | Flag.FENCE | Flag.LONG_POLL | Flag.STRIDE)
 
 
 class ProtocolError(ValueError):
@@ -159,7 +166,7 @@ def unpack_header(frame) -> tuple[int, int, int, int]:
 
 _ALLOWED_FLAGS = {
     int(Op.ADD): int(Flag.RECOVERY_ADD),
-    int(Op.READ): int(Flag.FENCE),
+    int(Op.READ): int(Flag.FENCE | Flag.STRIDE),
     int(Op.READ_LAC): int(Flag.FENCE | Flag.LONG_POLL),
 }
 
@@ -169,6 +176,37 @@ def check_request_flags(op: int, flags: int) -> None:
         raise ProtocolError(f"unknown flag bits {flags:#x}")
     if flags & ~_ALLOWED_FLAGS.get(op, 0):
         raise ProtocolError(f"flags {flags:#x} not valid for op {Op(op).name}")
+
+
+def read_request(first_entry_id: int, max_count: int, stride: int = 1) -> tuple[int, bytes]:
+    """(flags, body frame) of a READ of ``max_count`` entries from ``first_entry_id``, every
+    ``stride``-th one (stride 1: consecutive entries, the plain READ body)."""
+    max_count = min(max_count, MAX_BATCH)
+    if stride == 1:
+        return 0, READ_BODY.pack(first_entry_id, max_count)
+    return int(Flag.STRIDE), READ_STRIDE_BODY.pack(first_entry_id, max_count, stride)
+
+
+def unpack_read_body(flags: int, body) -> tuple[int, int, int]:
+    """(first_entry_id, max_count, stride) of a READ body frame.
+
+    Raises:
+        ProtocolError: wrong size for the flags, entry id out of range, zero count, stride
+        outside 1..MAX_STRIDE.
+    """
+    if flags & Flag.STRIDE:
+        if len(body) != READ_STRIDE_BODY.size:
+            raise ProtocolError("READ with STRIDE body is first_entry_id u64 | max_count u32 | stride u32")
+        first, max_count, stride = READ_STRIDE_BODY.unpack(body)
+        if not 1 <= stride <= MAX_STRIDE:
+            raise ProtocolError(f"stride {stride} outside 1..{MAX_STRIDE}")
+    else:
+        if len(body) != READ_BODY.size:
+            raise ProtocolError("READ body is first_entry_id u64 | max_count u32")
+        (first, max_count), stride = READ_BODY.unpack(body), 1
+    if first > MAX_ID or max_count == 0:
+        raise ProtocolError("entry id out of range or zero count")
+    return first, max_count, stride
 
 
 def pack_entry(ledger_id: int, entry_id: int, lac: int, length: int, digest: bytes,

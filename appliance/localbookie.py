@@ -19,10 +19,13 @@ def register(sub) -> None:
                                    "addresses, check them with a smoke write/read, and keep "
                                    "serving until Ctrl-C or SIGTERM.")
     p.add_argument("n", type=int, metavar="N", help="number of bookies (1..64)")
-    p.add_argument("--dir", help="data directory (default: a temp dir, removed on exit)")
+    p.add_argument("--dir", help="data directory (default: a temp dir, removed on exit); started "
+                                 "again on it, the same bookies come back on their ports with "
+                                 "their data")
     p.add_argument("--base-port", type=int, help="first port; bookie i uses BASE+2i and BASE+2i+1 "
                                                  "(default: free ports)")
-    p.add_argument("--metadata", metavar="URI", help="metadata store (default: lmdb://DIR/metadata)")
+    p.add_argument("--metadata", metavar="URI", help="metadata store, created if there is none "
+                                                     "(default: lmdb://DIR/metadata)")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                    help="bookie configuration override for every bookie (repeatable)")
     p.add_argument("--no-smoke", action="store_true", help="skip the smoke write/read")

@@ -16,8 +16,13 @@ def register(sub) -> None:
         epilog="configuration keys (file: key=value per line; --set key=value overrides):\n"
                + keys_help()
                + "\n\nsignals: SIGTERM/SIGINT stop cleanly; SIGUSR1 forces read-only, SIGUSR2 undoes it."
-               + "\nexit status: 0 stopped on request, 1 failure, 2 configuration or directory "
-                 "layout refused, 3 corrupt journal, 4 journal write/fdatasync failed (disk error).")
+               + "\nexit status: 0 stopped on request; 1 failure; 2 refused to start, in one line "
+                 "saying why, with nothing left registered or running (bad configuration, "
+                 "directory layout or cookie, directories in use by another bookie, a port in "
+                 "use, no metadata store at metadataServiceUri, its bookie id registered by "
+                 "another live process); 3 corrupt journal; 4 journal write/fdatasync failed "
+                 "(disk error)."
+               + "\nbookiePort=0: the port the directories were stamped with, else a free one.")
     p.add_argument("--conf", metavar="FILE", help="configuration file (key=value lines)")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                    help="override one configuration key (repeatable)")

@@ -1,13 +1,15 @@
 """``bookie shell``: administration of the cluster metadata and of a bookie's disks.
 
-    bookie shell metaformat [--non-interactive] [--force]   initialise (or wipe) the metadata
+    bookie shell metaformat [--non-interactive] [--force]   create and initialise (or wipe) the
+                  [--force-while-bookies-registered]         metadata store
     bookie shell bookieformat [--conf FILE] [--non-interactive] [--force]   a bookie's directories
     bookie shell listbookies [--readonly]                    registered bookies
     bookie shell listledgers                                 every ledger id
     bookie shell ledgermetadata LEDGER_ID                    one ledger's metadata
 
 The metadata commands take ``--metadata URI`` (default: $BOOKIE_METADATA_URI) and print
-human-readable text, or one JSON document with ``--json``.
+human-readable text, or one JSON document with ``--json``.  Only ``metaformat`` creates a store;
+the others refuse a URI that names none (a typo must not look like an empty cluster).
 """
 
 from __future__ import annotations
@@ -54,11 +56,15 @@ def register(subparsers: Any) -> None:
         parser.set_defaults(func=_quiet_kazoo(handler))
         return parser
 
-    p = metadata_command("metaformat", "Initialise the cluster metadata; with --force wipe "
-                         "what is there first.", _metaformat)
+    p = metadata_command("metaformat", "Create and initialise the cluster metadata store; with "
+                         "--force wipe what is there first.", _metaformat)
     p.add_argument("--non-interactive", action="store_true",
                    help="never ask: abort if metadata exists, unless --force")
-    p.add_argument("--force", action="store_true", help="wipe existing metadata")
+    p.add_argument("--force", action="store_true",
+                   help="wipe existing metadata (refused while bookies are registered)")
+    p.add_argument("--force-while-bookies-registered", action="store_true",
+                   help="wipe even while bookies are registered (running): their ledgers and "
+                        "cookies go, and they must be reformatted; implies --force")
 
     p = metadata_command("listbookies", "List the bookies registered as available.", _listbookies)
     p.add_argument("--readonly", action="store_true", help="list read-only bookies instead")
@@ -70,7 +76,8 @@ def register(subparsers: Any) -> None:
 
     p = commands.add_parser("bookieformat", help="Format this bookie's journal and ledger "
                             "directories (and its cookie).",
-                            description="Format this bookie's journal and ledger directories.")
+                            description="Format this bookie's journal and ledger directories "
+                                        "(refused while a bookie runs on them).")
     p.add_argument("--conf", metavar="FILE", default=None, help="bookie configuration file")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                    help="override one configuration key (repeatable)")
@@ -82,13 +89,17 @@ def register(subparsers: Any) -> None:
 
 # -- handlers ----------------------------------------------------------------------------------
 
-def _open(args: argparse.Namespace):
-    from bookie.metadata import MetadataError, open_metadata
+def _uri(args: argparse.Namespace) -> str:
     uri = args.metadata or os.environ.get(ENV_URI)
     if not uri:
         raise CliError(f"no metadata store: pass --metadata URI or set {ENV_URI}")
+    return uri
+
+
+def _open(args: argparse.Namespace, create: bool = False):
+    from bookie.metadata import MetadataError, open_metadata
     try:
-        return open_metadata(uri, timeout_s=args.timeout_s)
+        return open_metadata(_uri(args), timeout_s=args.timeout_s, create=create)
     except MetadataError as e:
         raise CliError(str(e)) from None
 
@@ -97,9 +108,9 @@ def _print_json(doc: Any) -> None:
     sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
-def _with_store(args: argparse.Namespace, body: Callable) -> int:
+def _with_store(args: argparse.Namespace, body: Callable, create: bool = False) -> int:
     from bookie.metadata import MetadataError
-    store = _open(args)
+    store = _open(args, create=create)
     try:
         return body(store)
     except MetadataError as e:
@@ -108,24 +119,56 @@ def _with_store(args: argparse.Namespace, body: Callable) -> int:
         store.close()
 
 
+def _store_exists(args: argparse.Namespace) -> bool:
+    """Whether the URI names an initialised store now (opened and closed again)."""
+    from bookie.metadata import MetadataError, NoSuchStoreError, open_metadata
+    try:
+        open_metadata(_uri(args), timeout_s=args.timeout_s).close()
+    except NoSuchStoreError:
+        return False
+    except MetadataError as e:
+        raise CliError(str(e)) from None
+    return True
+
+
 def _metaformat(args: argparse.Namespace) -> int:
+    existed = _store_exists(args)
+
     def body(store) -> int:
-        force = args.force
+        force = args.force or args.force_while_bookies_registered
+        if not existed and not force and store.has_data():
+            # Data without a layout record: a store made before stores had to be created
+            # (a bookie made it).  Initialised now, keeping the data; only --force wipes it.
+            print("metadata store initialised; the data it already held is kept (--force "
+                  "wipes it)")
+            return 0
         if store.has_data() and not force:
             if args.non_interactive:
                 raise CliError("the metadata store already holds data; add --force to wipe it")
+            _refuse_while_registered(store, args)
             answer = input("The metadata store already holds data. Wipe it? (y/N) ")
             if answer.strip().lower() not in ("y", "yes"):
                 print("metaformat aborted; nothing changed", file=sys.stderr)
                 return 1
             force = True
+        if force:
+            _refuse_while_registered(store, args)
         store.format(force=force)
         if args.json:
             _print_json({"formatted": True, "instance_id": store.instance_id()})
         else:
             print(f"metadata formatted (instance {store.instance_id()})")
         return 0
-    return _with_store(args, body)
+    return _with_store(args, body, create=True)  # the one shell command that makes a store
+
+
+def _refuse_while_registered(store, args: argparse.Namespace) -> None:
+    """Wiping under running bookies takes their cookies and ledgers from under them: only
+    when told so explicitly."""
+    registered = store.list_bookies() + store.list_bookies(readonly=True)
+    if registered and not args.force_while_bookies_registered:
+        raise CliError(f"bookies are registered (running) in this store: {', '.join(registered)}; "
+                       f"stop them first, or add --force-while-bookies-registered to wipe anyway")
 
 
 def _listbookies(args: argparse.Namespace) -> int:
@@ -183,9 +226,11 @@ def _ledgermetadata(args: argparse.Namespace) -> int:
 def _bookieformat(args: argparse.Namespace) -> int:
     from bookie.metadata import MetadataError
     from bookie.workers.config import BookieConfig, ConfigError, parse_overrides
-    from bookie.workers.layout import LayoutError, dirs_holding_data, format_bookie
+    from bookie.workers.layout import (
+        LayoutError, check_not_in_use, dirs_holding_data, format_bookie)
     try:
         conf = BookieConfig.load(args.conf, parse_overrides(args.set))
+        check_not_in_use(conf, purpose="format it")  # before asking; format_bookie checks again
         force = args.force
         holding = dirs_holding_data(conf)
         if holding and not force:

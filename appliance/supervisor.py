@@ -1,15 +1,24 @@
 """The supervisor: one per bookie.  Starts, watches, restarts and stops the workers.
 
-Start order: check the directory layout and cookies; create the shared-memory ring; start the
-journal worker (it finds the journal's end) and wait until it is ready; start the add worker (it
-replays the journal from LastLogMark) and wait; start the read and GC workers; register the
-bookie in the metadata store.  Stop order (SIGTERM / SIGINT): unregister; stop read and GC; stop
-the add worker (it answers what is durable and checkpoints); stop the journal (it writes what is
-left); unlink the ring.
+Start order: lock the bookie's directories (``workers/dirlock.py``: a second bookie on them is
+refused, naming the pid that holds them); resolve ``bookiePort=0`` (the port the directories
+were stamped with, else a free one); check that every listening port is free; remove what a
+predecessor killed without stopping left behind (run directory, ring); check the directory
+layout and cookies, and the cookie in the metadata store (which must exist); create the
+shared-memory ring; start the journal worker (it finds the journal's end) and wait until it is
+ready; start the add worker (it replays the journal from LastLogMark) and wait; start the read
+and GC workers; register the bookie in the metadata store.  Every refusal up to the layout
+check is one log line and exit status 2, before anything is registered or created.
+
+Stop order (SIGTERM / SIGINT): unregister; stop read and GC; stop the add worker (it answers
+what is durable and checkpoints); stop the journal (it writes what is left); unlink the ring;
+release the directories.
 
 Workers are started with fork+exec (``python -m bookie.workers ROLE``), so no LMDB environment,
 ZeroMQ context or thread of the supervisor ever crosses into a worker.  Each worker gets
-``PR_SET_PDEATHSIG`` so that it stops when the supervisor is gone.
+``PR_SET_PDEATHSIG`` so that it stops when the supervisor is gone, and inherits the descriptors
+of the directory lock, so the directories stay locked until the last process of the bookie is
+gone, whether it stopped cleanly or was killed.
 
 A worker that dies is restarted (the add worker first waits until the journal has written what
 it left in the ring, then replays; the journal continues from the end of its files), at most
@@ -20,8 +29,7 @@ status 3), the bookie stops cleanly and says why.
 from __future__ import annotations
 
 import collections
-import ctypes
-import glob
+import errno
 import http.server
 import os
 import select
@@ -36,28 +44,70 @@ import time
 
 import orjson
 
-from bookie.workers.config import BookieConfig
-from bookie.workers.layout import LayoutError, check_or_stamp
+from bookie.workers.config import KEYS, BookieConfig
+from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
+from bookie.workers.layout import LayoutError, all_dirs, check_or_stamp, remembered_port
 from bookie.workers.common import free_port_pair, log_line as log, set_pdeathsig
 from bookie.workers.ring import READONLY, Ring
 
 ROLES_IN_START_ORDER = ("journal", "add", "read", "gc")
+EXIT_REFUSED = 2
 EXIT_CORRUPT = 3
 EXIT_SYNC_FAILED = 4
 FATAL_EXITS = {EXIT_CORRUPT: "found corruption", EXIT_SYNC_FAILED: "could not make the journal durable"}
 READY_TIMEOUT_S = {"journal": 120.0, "add": 3600.0, "read": 60.0, "gc": 60.0}
+# A predecessor killed with SIGKILL leaves its workers stopping (PDEATHSIG) with the directories
+# still locked; a new start waits this long for them before it refuses.
+DEAD_HOLDER_WAIT_S = 30.0
 
 
+class StartRefused(Exception):
+    """The bookie must not start as configured (a port in use, no metadata store, its id
+    registered by another live process); one line, exit status 2."""
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def listening_ports(conf: BookieConfig) -> list[tuple[str, int, str]]:
+    """Every TCP port the bookie will listen on: ``(key, port, what)``, the configuration key
+    that names it, the port, and what listens there.  The add port, the read port
+    (bookiePort + 1), and every other ``*Port`` key that is set (metrics, an admin port)."""
+    ports = [("bookiePort", conf.bookie_port, "the add port"),
+             ("bookiePort+1", conf.bookie_port + 1, "the read port")]
+    for key in KEYS:
+        if key.name.endswith("Port") and key.name != "bookiePort" and key.type == "int":
+            port = conf.value(key.name)
+            if port:
+                ports.append((key.name, port, ""))
+    return ports
+
+
+def check_ports_free(conf: BookieConfig) -> None:
+    """Raise ``StartRefused`` naming each key whose port something else listens on now.
+
+    A probe binds each port as ZeroMQ and http.server do (SO_REUSEADDR, so a port left in
+    TIME_WAIT by our own last run counts as free) and lets it go again."""
+    host = conf.listening_interface
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    busy = []
+    seen: dict[int, str] = {}
+    for key, port, what in listening_ports(conf):
+        if port in seen:
+            raise StartRefused(f"{key}={port} is also {seen[port]}: each port serves one thing")
+        seen[port] = key
+        if not 0 < port <= 65535:
+            raise StartRefused(f"{key}={port} is not a TCP port (bookiePort must leave room "
+                               f"for the read port)")
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError as e:
+                if e.errno == errno.EADDRNOTAVAIL:
+                    raise StartRefused(f"listeningInterface={host} is not an address of this "
+                                       f"host") from None
+                busy.append(f"{key}={port}" + (f" ({what})" if what else ""))
+    if busy:
+        raise StartRefused(f"port in use on {host}: {', '.join(busy)}; stop what listens there "
+                           f"or configure another port")
 
 
 class Worker:
@@ -68,8 +118,9 @@ class Worker:
 
 
 class Supervisor:
-    def __init__(self, conf: BookieConfig):
+    def __init__(self, conf: BookieConfig, lock: DirectoryLock):
         self.conf = conf
+        self.lock = lock  # held (with the workers) until shutdown
         self.name = f"bookie[{conf.bookie_port}] supervisor"
         self.workers = {role: Worker(role) for role in ROLES_IN_START_ORDER}
         self.stopping = False
@@ -83,20 +134,32 @@ class Supervisor:
         self.forced_readonly = False
         self.disks_full = False
         self.http = None
+        self.started = False  # something was created that shutdown must undo
 
     def log(self, event: str, **fields) -> None:
         log(self.name, event, **fields)
 
     # -- start -----------------------------------------------------------------------------------
     def start(self) -> None:
+        """Start the bookie (module docstring: start order).
+
+        Raises:
+            StartRefused, LayoutError: refused before anything was created or registered.
+            WorkerStartError: a worker did not become ready.
+        """
         conf = self.conf
+        check_ports_free(conf)
+        if conf.metadata_uri:
+            self._open_store()  # a URI naming no store is refused before the disks are stamped
+        self._remove_leftovers()
         cookie = check_or_stamp(conf)
         if conf.metadata_uri:
             self._check_cookie_in_store(cookie)
-        self._clean_stale_rings()
+        self.started = True
         self.run_dir = tempfile.mkdtemp(prefix=f"bk{conf.bookie_port}-")
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else self.run_dir
         ring_path = os.path.join(shm, f"bookie-{conf.bookie_port}-{os.getpid()}.ring")
+        self.lock.set_runtime(self.run_dir, ring_path)  # before the ring exists: no leak if killed
         self.ring = Ring.create(ring_path, conf.ring_size_bytes)
         with open(os.path.join(self.run_dir, "ring.path"), "w") as f:
             f.write(ring_path)
@@ -111,17 +174,19 @@ class Supervisor:
         self.log("bookie serving", bookie_id=conf.bookie_id, add_port=conf.bookie_port,
                  read_port=conf.bookie_port + 1, metadata=conf.metadata_uri or "none")
 
-    def _clean_stale_rings(self) -> None:
-        for path in glob.glob(f"/dev/shm/bookie-{self.conf.bookie_port}-*.ring"):
+    def _remove_leftovers(self) -> None:
+        """Remove the run directory and ring of a predecessor on these directories that was
+        killed without stopping (we hold its lock now, so none of its processes is left)."""
+        for path in self.lock.leftovers():
             try:
-                pid = int(path.rsplit("-", 1)[1].split(".")[0])
-            except ValueError:
-                continue
-            if not _pid_alive(pid):
-                try:
+                if os.path.isdir(path):
+                    shutil.rmtree(path)
+                else:
                     os.unlink(path)
-                except OSError:
-                    pass
+            except OSError as e:
+                self.log("could not remove what a killed bookie left", path=path, error=e.strerror)
+                continue
+            self.log("removed what a killed bookie left", path=path)
 
     def _start_worker(self, role: str) -> None:
         w = self.workers[role]
@@ -129,7 +194,9 @@ class Supervisor:
         cmd = [sys.executable, "-m", "bookie.workers", role,
                "--conf", os.path.join(self.run_dir, "bookie.conf"),
                "--run-dir", self.run_dir, "--ready-fd", str(wfd)]
-        w.proc = subprocess.Popen(cmd, pass_fds=(wfd,), preexec_fn=set_pdeathsig,
+        # The lock's descriptors go to every worker: the directories stay locked while any
+        # process of this bookie lives (workers/dirlock.py).
+        w.proc = subprocess.Popen(cmd, pass_fds=(wfd, *self.lock.fds), preexec_fn=set_pdeathsig,
                                   stdin=subprocess.DEVNULL)
         os.close(wfd)
         deadline = time.monotonic() + READY_TIMEOUT_S[role]
@@ -152,12 +219,19 @@ class Supervisor:
         self.log("worker started", role=role, pid=w.proc.pid)
 
     def _open_store(self):
-        from bookie.metadata import open_metadata
+        """The metadata store, opened once.  Raises ``StartRefused`` if the URI names no store
+        (it is never created here), ``LayoutError`` if it cannot be used."""
+        from bookie.metadata import MetadataError, NoSuchStoreError, open_metadata
 
         if self.store is None:
-            self.store = open_metadata(self.conf.metadata_uri,
-                                       timeout_s=self.conf.metadata_timeout_s,
-                                       lease_ms=round(self.conf.registration_lease_s * 1000))
+            try:
+                self.store = open_metadata(self.conf.metadata_uri,
+                                           timeout_s=self.conf.metadata_timeout_s,
+                                           lease_ms=round(self.conf.registration_lease_s * 1000))
+            except NoSuchStoreError as e:
+                raise StartRefused(f"metadataServiceUri: {e}") from None
+            except MetadataError as e:
+                raise LayoutError(f"metadata store {self.conf.metadata_uri}: {e}") from None
         return self.store
 
     def _check_cookie_in_store(self, cookie: dict) -> None:
@@ -165,8 +239,8 @@ class Supervisor:
         same id with another disk set is refused."""
         from bookie.metadata import CookieNotFoundError, MetadataError
 
+        store = self._open_store()
         try:
-            store = self._open_store()
             try:
                 raw, _version = store.read_cookie(self.conf.bookie_id)
             except CookieNotFoundError:
@@ -186,11 +260,17 @@ class Supervisor:
                               f"cookie and re-replicate (bookieformat)")
 
     def _register(self) -> None:
-        self._open_store()
+        from bookie.metadata import MetadataError, NodeExistsError
+
         info = {"add_port": self.conf.bookie_port, "read_port": self.conf.bookie_port + 1,
                 "host": self.conf.bookie_host, "pid": os.getpid()}
-        self.registration = self.store.register_bookie(self.conf.bookie_id, readonly=self.readonly,
-                                                       info=info)
+        try:
+            self.registration = self._open_store().register_bookie(
+                self.conf.bookie_id, readonly=self.readonly, info=info)
+        except NodeExistsError as e:
+            raise StartRefused(str(e)) from None
+        except MetadataError as e:
+            raise WorkerStartError.other(f"registering in {self.conf.metadata_uri}: {e}") from None
         self.log("registered", metadata=self.conf.metadata_uri)
 
     # -- watch -----------------------------------------------------------------------------------
@@ -278,6 +358,8 @@ class Supervisor:
 
     # -- stop ------------------------------------------------------------------------------------
     def shutdown(self) -> None:
+        """Stop in order (module docstring), remove what the bookie made, release the
+        directories.  Logs ``bookie stopped`` with the reason if anything had been started."""
         if self.registration is not None:
             try:
                 self.registration.close()
@@ -311,7 +393,13 @@ class Supervisor:
                 pass
         if self.run_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
-        self.log("bookie stopped", reason=self.stop_reason or "requested")
+        try:
+            self.lock.set_runtime()  # nothing left for a successor to remove
+        except OSError as e:
+            self.log("could not update the directory lock", error=e.strerror)
+        self.lock.release()
+        if self.started:
+            self.log("bookie stopped", reason=self.stop_reason)
 
     # -- metrics ---------------------------------------------------------------------------------
     def metrics_text(self) -> str:
@@ -353,22 +441,58 @@ class Supervisor:
 
 
 class WorkerStartError(RuntimeError):
-    def __init__(self, role: str, returncode):
+    """The bookie could not be started (a worker not ready, the registration failed); exit
+    status 1, or the worker's own fatal status."""
+
+    def __init__(self, role: str, returncode, message: str | None = None):
         how = "timed out" if returncode is None else f"exited with status {returncode}"
-        super().__init__(f"{role} worker did not become ready ({how}); see its log lines above")
+        super().__init__(message or f"{role} worker did not become ready ({how}); see its log "
+                                    f"lines above")
         self.role = role
         self.returncode = returncode
 
+    @classmethod
+    def other(cls, message: str) -> "WorkerStartError":
+        return cls("", None, message)
+
+
+def _with_port(conf: BookieConfig) -> BookieConfig:
+    """``conf`` with ``bookiePort=0`` resolved: the port the directories were stamped with
+    (the same bookie again), else a free pair of ports (a new bookie)."""
+    if conf.bookie_port != 0:
+        return conf
+    values = conf.as_dict()
+    values["bookiePort"] = remembered_port(all_dirs(conf)) or free_port_pair(conf.listening_interface)
+    return BookieConfig(values, conf.warnings)
+
 
 def run_bookie(conf: BookieConfig) -> int:
-    """Run one bookie in the foreground until SIGTERM / SIGINT.  Returns the exit status."""
-    if conf.bookie_port == 0:
-        values = conf.as_dict()
-        values["bookiePort"] = free_port_pair(conf.listening_interface)
-        conf = BookieConfig(values, conf.warnings)
+    """Run one bookie in the foreground until SIGTERM / SIGINT.  Returns the exit status:
+    0 stopped on request; 2 refused to start (one log line, nothing registered or created);
+    1 start or run failed; 3, 4 a worker's fatal status (``FATAL_EXITS``)."""
+    name = f"bookie[{conf.bookie_port or 'new'}] supervisor"
+    purpose = "start a second bookie on it"
+    try:
+        try:
+            lock = DirectoryLock.acquire(all_dirs(conf), purpose=purpose)
+        except DirectoryInUseError as e:
+            if not e.holder_dead:
+                raise
+            log(name, "waiting for the directory lock", directory=e.directory, held_by=e.holder)
+            lock = DirectoryLock.acquire(all_dirs(conf), purpose=purpose,
+                                         wait_for_dead_holder_s=DEAD_HOLDER_WAIT_S)
+    except LayoutError as e:
+        log(name, "refusing to start", reason=str(e))
+        return EXIT_REFUSED
+    try:
+        conf = _with_port(conf)
+    except (LayoutError, RuntimeError) as e:
+        lock.release()
+        log(name, "refusing to start", reason=str(e))
+        return EXIT_REFUSED
     for w in conf.warnings:
         log(f"bookie[{conf.bookie_port}] supervisor", "warning", message=w)
-    sup = Supervisor(conf)
+    sup = Supervisor(conf, lock)
 
     def on_signal(signo, _frame):
         sup.request_stop(f"signal {signal.Signals(signo).name}")
@@ -379,12 +503,25 @@ def run_bookie(conf: BookieConfig) -> int:
     signal.signal(signal.SIGUSR2, lambda *_: sup.set_readonly(False))
     try:
         sup.start()
-    except LayoutError as e:
-        log(sup.name, "refusing to start", reason=str(e))
-        sup.shutdown()
-        return 2
+    except (StartRefused, LayoutError) as e:
+        return _start_ended(sup, "refusing to start", str(e), "start refused", EXIT_REFUSED)
     except WorkerStartError as e:
-        log(sup.name, "start failed", reason=str(e))
-        sup.shutdown()
-        return e.returncode if e.returncode in FATAL_EXITS else 1
+        if sup.stopping and sup.exit_code == 0:  # a signal asked us to stop while starting
+            sup.shutdown()
+            return 0
+        code = e.returncode if e.returncode in FATAL_EXITS else 1
+        return _start_ended(sup, "start failed", str(e), "start failed", code)
+    except OSError as e:  # a disk or /dev/shm that cannot take the ring or the run directory
+        return _start_ended(sup, "start failed", f"{e.filename or ''}: {e.strerror}".lstrip(": "),
+                            "start failed", 1)
+    except Exception as e:  # noqa: BLE001 - whatever it is, one line, and undo what was made
+        return _start_ended(sup, "start failed", f"{type(e).__name__}: {e}", "start failed", 1)
     return sup.watch()
+
+
+def _start_ended(sup: Supervisor, event: str, reason: str, stop_reason: str, code: int) -> int:
+    """Say in one line why the start ended, undo what it made, and return the exit status."""
+    sup.log(event, reason=reason)
+    sup.stop_reason = stop_reason
+    sup.shutdown()
+    return code

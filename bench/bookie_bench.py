@@ -2,7 +2,9 @@
 
 Theory of operation
 -------------------
-Two phases against the bookie's add socket, through one ZeroMQ DEALER:
+Two phases against the bookie's add socket, through one ZeroMQ DEALER (with ``--localbookie``
+a ``disk`` phase first: 4 KiB pwrite + fdatasync of a preallocated file in the bookie's data
+directory, as the journal writes its preallocated files: the floor a lone add stands on):
 
 - ``sync``: one ADD of one entry at a time, the next sent when the previous is answered: the
   latency of a lone add (journal fdatasync included).  ``--sync-rate R`` paces it at R adds/s and
@@ -168,7 +170,10 @@ class AddPipeline:
             return None
         if status not in (wire.Status.OK, wire.Status.TOO_MANY_REQUESTS):
             name = wire.Status(status).name if status in wire.Status._value2member_map_ else status
-            raise BenchError(f"the bookie answered {name} to an ADD of ledger {send.ledger_id}")
+            hint = (" (its GC dropped the made-up ledger, which the metadata store does not know: "
+                    "run against a bookie whose gcWaitTime is longer than the run)"
+                    if name == "NO_LEDGER" else "")
+            raise BenchError(f"the bookie answered {name} to an ADD of ledger {send.ledger_id}{hint}")
         if status == wire.Status.OK:
             last = send.first_entry_id + send.count - 1
             if last > self.ledgers.acked_upto[send.ledger_id]:
@@ -305,6 +310,36 @@ def run_phase(conn: BookieConnection, batcher: EntryBatcher, meter: Meter, pipe:
     return figures
 
 
+DISK_BLOCK = 4096
+
+
+def disk_baseline(directory: str, count: int = 400, emit=None) -> dict:
+    """Latency of ``count`` 4 KiB pwrite + fdatasync at consecutive offsets of a file
+    preallocated with posix_fallocate, as the journal writes its files; the file is removed
+    after.  Returns the phase's figures (``Meter``)."""
+    path = os.path.join(directory, f"disk-baseline-{os.getpid()}")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    meter = Meter("disk", unit="syncs", emit=emit)
+    try:
+        block = os.urandom(DISK_BLOCK)
+        try:
+            os.posix_fallocate(fd, 0, DISK_BLOCK * count)
+        except OSError:
+            pass  # as the journal: the file grows with each write
+        meter.start(time.monotonic_ns())
+        for i in range(count):
+            t0 = time.monotonic_ns()
+            os.pwrite(fd, block, i * DISK_BLOCK)
+            os.fdatasync(fd)
+            now = time.monotonic_ns()
+            meter.record(now - t0, 1, DISK_BLOCK)
+            meter.tick(now)
+        return meter.finish(time.monotonic_ns())
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
 def run(params: dict, bookie: str, *, emit=None, data_dir: str | None = None) -> dict:
     """The whole ``bench bookie`` run against ``bookie`` ("host:port").
 
@@ -328,6 +363,8 @@ def run(params: dict, bookie: str, *, emit=None, data_dir: str | None = None) ->
         ledgers = Ledgers.new(params["ledgers"])
         phases = {}
         clock = time.monotonic_ns
+        if params["sync_time"] > 0 and data_dir is not None:
+            phases["disk"] = disk_baseline(data_dir, emit=emit)
         if params["sync_time"] > 0:
             rate = params["sync_rate"]
             pipe = AddPipeline(ledgers, 1, 1, params["sync_count"], rate, clock(),

@@ -337,6 +337,9 @@ def progress_emitter(args):
     return emit
 
 
+BENCH_GC_WAIT_MS = 24 * 3600 * 1000
+
+
 @contextlib.contextmanager
 def local_bookies(count: int, data_dir: str | None):
     """Start ``count`` local bookies for one run.
@@ -356,7 +359,9 @@ def local_bookies(count: int, data_dir: str | None):
     if not made:
         os.makedirs(base, exist_ok=True)
     try:
-        with LocalBookies(count, base_dir=base) as lb:
+        # No GC during a run: ``bench bookie`` writes ledgers the metadata store never heard
+        # of, which the GC (every second in LocalBookies) would delete under it.
+        with LocalBookies(count, base_dir=base, conf={"gcWaitTime": BENCH_GC_WAIT_MS}) as lb:
             yield lb, base
     finally:
         if made:

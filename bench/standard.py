@@ -48,6 +48,12 @@ def _phase(name: str, *path: str):
     return get
 
 
+def _ratio(a, b):
+    def get(result: dict) -> float:
+        return a(result) / b(result)
+    return get
+
+
 def _rate(phase: str) -> Figure:
     return Figure("adds/s", _phase(phase, "ops_per_s"), None, True, "/s")
 
@@ -57,10 +63,32 @@ STANDARD: tuple[Run, ...] = (
         ("--localbookie", "--sync-time", "2"), {"rate": None},
         (Figure("pipelined adds/s", _phase("pipelined", "ops_per_s"), 100_000, True, "/s"),
          Figure("pipelined p99", _phase("pipelined", "latency_ms", "p99"), None, False, "ms"),
-         Figure("lone add p50", _phase("sync", "latency_ms", "p50"), None, False, "ms"))),
+         Figure("disk 4 KiB write+fdatasync p50", _phase("disk", "latency_ms", "p50"), None, False, "ms"),
+         Figure("lone add p50", _phase("sync", "latency_ms", "p50"), None, False, "ms"),
+         Figure("lone add p50 / disk p50", _ratio(_phase("sync", "latency_ms", "p50"),
+                                                  _phase("disk", "latency_ms", "p50")), 3.0, False, ""),
+         Figure("lone add p99", _phase("sync", "latency_ms", "p99"), 1.5, False, "ms"))),
+    Run("client, 1 bookie, E=Qw=Qa=1, one add at a time", "writes",
+        ("--localbookie", "1", "--ensemble", "1", "--quorum", "1", "--ack-quorum", "1",
+         "--throttle", "1"),
+        {"ensemble": 1, "rate": None, "throttle": 1},
+        (Figure("p50", _phase("writes", "latency_ms", "p50"), None, False, "ms"),
+         Figure("p99", _phase("writes", "latency_ms", "p99"), 1.5, False, "ms"))),
+    Run("client, 1 bookie, E=Qw=Qa=1, 256 in flight", "writes",
+        ("--localbookie", "1", "--ensemble", "1", "--quorum", "1", "--ack-quorum", "1",
+         "--throttle", "256"),
+        {"ensemble": 1, "rate": None, "throttle": 256},
+        (Figure("adds/s", _phase("writes", "ops_per_s"), 130_000, True, "/s"),
+         Figure("p99", _phase("writes", "latency_ms", "p99"), 5.0, False, "ms"))),
+    Run("client, 3 bookies, E=3 Qw=2 Qa=2, 256 in flight", "writes",
+        ("--localbookie", "3", "--ensemble", "3", "--quorum", "2", "--ack-quorum", "2",
+         "--throttle", "256"),
+        {"ensemble": 3, "rate": None, "throttle": 256},
+        (Figure("adds/s", _phase("writes", "ops_per_s"), 60_000, True, "/s"),
+         Figure("p99", _phase("writes", "latency_ms", "p99"), 10.0, False, "ms"))),
     Run("client, 1 bookie, E=Qw=Qa=1", "writes",
         ("--localbookie", "1", "--ensemble", "1", "--quorum", "1", "--ack-quorum", "1"),
-        {"ensemble": 1, "rate": None},
+        {"ensemble": 1, "rate": None, "throttle": 10000},
         (Figure("adds/s", _phase("writes", "ops_per_s"), 100_000, True, "/s"),
          Figure("p99", _phase("writes", "latency_ms", "p99"), None, False, "ms"))),
     Run("client, 1 bookie, E=Qw=Qa=1, --rate 50000", "writes",
@@ -71,7 +99,7 @@ STANDARD: tuple[Run, ...] = (
          Figure("p99", _phase("writes", "latency_ms", "p99"), 10.0, False, "ms"))),
     Run("client, 3 bookies, E=3 Qw=2 Qa=2", "writes",
         ("--localbookie", "3", "--ensemble", "3", "--quorum", "2", "--ack-quorum", "2"),
-        {"ensemble": 3, "rate": None},
+        {"ensemble": 3, "rate": None, "throttle": 10000},
         (Figure("adds/s", _phase("writes", "ops_per_s"), 40_000, True, "/s"),
          Figure("p99", _phase("writes", "latency_ms", "p99"), None, False, "ms"))),
     Run("client, 3 bookies, E=3 Qw=2 Qa=2, --rate 20000", "writes",
@@ -81,8 +109,18 @@ STANDARD: tuple[Run, ...] = (
         (Figure("adds/s", _phase("writes", "ops_per_s"), 20_000 * 0.99, True, "/s"),
          Figure("p99", _phase("writes", "latency_ms", "p99"), 20.0, False, "ms"))),
     Run("reads of a closed ledger, 1 bookie", "reads",
-        ("--localbookie", "1", "--entries", "200000"), {"listen": None},
+        ("--localbookie", "1", "--entries", "200000"), {"listen": None, "ensemble": 1},
         (Figure("entries/s", _phase("sequential", "ops_per_s"), 150_000, True, "/s"),
+         Figure("p99 per read", _phase("sequential", "latency_ms", "p99"), None, False, "ms"))),
+    Run("reads of a closed ledger, 3 bookies, E=3 Qw=2 (striped READ)", "reads",
+        ("--localbookie", "3", "--ensemble", "3", "--quorum", "2", "--entries", "200000"),
+        {"listen": None, "ensemble": 3, "quorum": 2},
+        (Figure("entries/s", _phase("sequential", "ops_per_s"), 250_000, True, "/s"),
+         Figure("p99 per read", _phase("sequential", "latency_ms", "p99"), None, False, "ms"))),
+    Run("reads of a closed ledger, 3 bookies, E=3 Qw=3 (striped READ)", "reads",
+        ("--localbookie", "3", "--ensemble", "3", "--quorum", "3", "--entries", "200000"),
+        {"listen": None, "ensemble": 3, "quorum": 3},
+        (Figure("entries/s", _phase("sequential", "ops_per_s"), 250_000, True, "/s"),
          Figure("p99 per read", _phase("sequential", "latency_ms", "p99"), None, False, "ms"))),
     Run("tailing reads of a full-speed writer, 1 bookie", "reads",
         ("--localbookie", "1", "--listen", "1"), {"listen": 1},

@@ -312,7 +312,7 @@ class OpRunner:
             driver = OpDriver(self.io, op, ledger_id, master_key, fut, collect)
             self.io.register(driver)
             fut.add_done_callback(lambda f: f.cancelled() and self._cancel(driver))
-            driver.start(op.start())
+            self.io.run_for(driver, lambda: driver.start(op.start()))
         self.io.submit(start)
         return fut
 

@@ -198,9 +198,10 @@ class IOThread:
         """Run ``fn()`` after ``delay_s`` (for ``driver``'s operation: see ``submit_to``)."""
         heapq.heappush(self._timers, (time.monotonic() + delay_s, next(self._seq), driver, fn))
 
-    def _guarded(self, driver: Driver | None, fn, *args) -> None:
-        """``fn(*args)``; an unexpected exception ends ``driver``'s operation (or is only
-        logged when there is none) and never reaches the loop."""
+    def run_for(self, driver: Driver | None, fn, *args) -> None:
+        """On the I/O thread: ``fn(*args)`` for ``driver``'s operation (skipped once it is
+        over); an unexpected exception ends that operation (or is only logged when there is
+        none) and never reaches the loop."""
         if driver is not None and driver.over:
             return
         try:
@@ -299,7 +300,7 @@ class IOThread:
         stale = [rid for rid, req in self._inflight.items() if req.key == (bookie, kind)]
         for rid in stale:
             req = self._inflight.pop(rid)
-            self._guarded(req.driver, req.driver.event, _response(req.action, A.TIMEOUT))
+            self.run_for(req.driver, req.driver.event, _response(req.action, A.TIMEOUT))
 
     def _send(self, driver: Driver, a, sizes=None) -> None:
         rid = next(self._ids)
@@ -315,8 +316,8 @@ class IOThread:
                       driver.master_key, lengths, data]
         elif isinstance(a, A.SendRead):
             kind, timeout_s = READ, self.read_timeout_s
-            frames = [wire.pack_header(Op.READ, 0, rid, driver.ledger_id),
-                      wire.READ_BODY.pack(a.first_entry_id, min(a.max_count, wire.MAX_BATCH))]
+            flags, body = wire.read_request(a.first_entry_id, a.max_count, a.stride)
+            frames = [wire.pack_header(Op.READ, flags, rid, driver.ledger_id), body]
         elif isinstance(a, A.SendReadLac):
             kind, timeout_s = READ, self.read_timeout_s
             flags = 0
@@ -352,7 +353,7 @@ class IOThread:
         while self._outbox:
             outbox, self._outbox = self._outbox, {}
             for (driver, bookie, recovery), (ids, entries) in outbox.items():
-                self._guarded(driver, self._send_adds, driver, bookie, recovery, ids, entries)
+                self.run_for(driver, self._send_adds, driver, bookie, recovery, ids, entries)
 
     def _send_adds(self, driver: Driver, bookie: str, recovery: bool, ids, entries) -> None:
         """One driver's merged adds to one bookie, in as few messages as the limits allow."""
@@ -389,7 +390,7 @@ class IOThread:
                 continue  # answered after its timeout
             if self._suspects and key[0] in self._suspects:
                 del self._suspects[key[0]]
-            self._guarded(req.driver, _deliver_answer, req, status, frames)
+            self.run_for(req.driver, _deliver_answer, req, status, frames)
 
     def _expire(self, now: float) -> None:
         dl = self._deadlines
@@ -399,12 +400,12 @@ class IOThread:
             if req is None:
                 continue
             self._suspects[req.key[0]] = now
-            self._guarded(req.driver, req.driver.event, _response(req.action, A.TIMEOUT))
+            self.run_for(req.driver, req.driver.event, _response(req.action, A.TIMEOUT))
             self._reset_socket(*req.key)
         timers = self._timers
         while timers and timers[0][0] <= now:
             _, _, driver, fn = heapq.heappop(timers)
-            self._guarded(driver, fn)
+            self.run_for(driver, fn)
 
     def _stop(self) -> None:
         self._running = False
@@ -431,7 +432,7 @@ class IOThread:
         self._woken = False  # before draining: a later submit wakes us again
         for _ in range(len(inbox)):
             driver, fn, args = inbox.popleft()
-            self._guarded(driver, fn, *args)
+            self.run_for(driver, fn, *args)
         self._expire(time.monotonic())
         self._flush()
 

@@ -6,7 +6,7 @@
 
 ``open_metadata`` picks the backend from the URI (see ``uri.py``): ZooKeeper through kazoo for
 clusters (``zk://``, ``zk+flat://``, ``zk+hierarchical://``), or the embedded LMDB store for one
-host (``lmdb:///abs/path``).  Both pass one contract test suite (tests/test_metadata_contract.py);
+host (``lmdb:///abs/path``).  Both pass one contract test suite (tests/contract/test_metadata_contract.py);
 docs/metadata.md describes the node tree, the record format and the delivery delay of watches.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from bookie.metadata.errors import (
     BadVersionError, ConnectionLossError, CookieNotFoundError, CorruptMetadataError,
     InvalidUriError, MetadataError, MetadataTimeoutError, NodeExistsError, NoSuchLedgerError,
-    NoSuchNodeError, NotEmptyError)
+    NoSuchNodeError, NoSuchStoreError, NotEmptyError)
 from bookie.metadata.ledger import LedgerMetadata, LedgerState
 from bookie.metadata.store import BookieRegistration, MetadataStore
 from bookie.metadata.uri import MetadataUri, parse_uri
@@ -25,14 +25,19 @@ __all__ = [
     "MetadataUri", "parse_uri",
     "MetadataError", "BadVersionError", "NoSuchLedgerError", "NoSuchNodeError",
     "CookieNotFoundError", "NodeExistsError", "NotEmptyError", "MetadataTimeoutError",
-    "ConnectionLossError", "CorruptMetadataError", "InvalidUriError",
+    "ConnectionLossError", "CorruptMetadataError", "InvalidUriError", "NoSuchStoreError",
 ]
 
 
 def open_metadata(uri: str, timeout_s: float = 10.0, *, lease_ms: int = 5000,
                   watch_poll_s: float = 0.1, session_timeout_s: float | None = None,
-                  map_size_bytes: int = 1 << 30) -> MetadataStore:
-    """Open the metadata store the URI names.
+                  map_size_bytes: int = 1 << 30, create: bool = False) -> MetadataStore:
+    """Open the metadata store the URI names; it must exist unless ``create`` is given.
+
+    A URI that names no initialised store is refused, and nothing is made there: a typo in a
+    path or a root must not start a new, empty cluster.  Only the commands that make stores
+    (``bookie shell metaformat``, ``bookie localbookie`` and the test harnesses) pass
+    ``create=True``; bookies, clients, the shell's other commands and the benchmarks never do.
 
     Args:
         uri: ``zk://host:port[,host:port...][/root]`` (also ``zk+flat://``,
@@ -43,9 +48,12 @@ def open_metadata(uri: str, timeout_s: float = 10.0, *, lease_ms: int = 5000,
         watch_poll_s: embedded store: poll interval of watches (the bound on their delay).
         session_timeout_s: ZooKeeper session timeout (default: ``timeout_s``).
         map_size_bytes: embedded store: largest size of the LMDB file.
+        create: initialise the store if there is none (an existing one is kept as it is).
 
     Raises:
         InvalidUriError: the URI is malformed.
+        NoSuchStoreError: no initialised store there, and ``create`` is False; the message
+            says how to create one (``bookie shell metaformat --metadata URI``).
         MetadataTimeoutError: the ZooKeeper servers cannot be reached within ``timeout_s``.
         MetadataError: the store cannot be opened (directory not usable, layout mismatch).
     """
@@ -53,6 +61,8 @@ def open_metadata(uri: str, timeout_s: float = 10.0, *, lease_ms: int = 5000,
     if parsed.scheme == "lmdb":
         from bookie.metadata.embedded import EmbeddedMetadataStore
         return EmbeddedMetadataStore(parsed.path, timeout_s, lease_ms=lease_ms,
-                                     watch_poll_s=watch_poll_s, map_size_bytes=map_size_bytes)
+                                     watch_poll_s=watch_poll_s, map_size_bytes=map_size_bytes,
+                                     create=create)
     from bookie.metadata.zk import ZooKeeperMetadataStore
-    return ZooKeeperMetadataStore(parsed, timeout_s, session_timeout_s=session_timeout_s)
+    return ZooKeeperMetadataStore(parsed, timeout_s, session_timeout_s=session_timeout_s,
+                                  create=create)

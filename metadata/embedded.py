@@ -8,24 +8,12 @@ meta page), so a process killed at any instant leaves either the whole transacti
 it; a killed process's write lock and reader slot are reclaimed by LMDB (robust mutexes,
 ``reader_check`` on open).
 
-Named databases of the environment (``data.mdb`` in the directory of the URI):
+The databases and their records are specified in ``embedded_env``; ephemeral nodes belong to
+leases, the stand-in for ZooKeeper sessions, whose rules are in ``embedded_leases``.
 
-    nodes    node key -> <q version><Q lease id, 0 = persistent> data
-             node key = parent path ("" for the root) + NUL + name, so the children of a node
-             are one contiguous key range, without its grandchildren
-    owned    <Q lease id> + node key -> ""            the ephemeral nodes of each lease
-    leases   <Q lease id> -> <16s boot id><q deadline, CLOCK_MONOTONIC ns>
-    ledgers  >Q ledger id (big-endian, so keys sort by id) -> <q version> record
-    meta     "next_ledger_id", "next_lease_id" -> <Q>;  "seq" + parent key -> <Q>
-
-Leases stand in for ZooKeeper sessions.  A store takes a lease when it first creates an
-ephemeral node and renews it from a thread every lease/4.  A lease is alive while the host's
-boot id matches and the monotonic clock is before its deadline: readers compare on every read,
-so the nodes of a dead process vanish for everyone when its lease runs out, even if nobody
-cleans up.  Writers (lease renewals, creates that meet an expired node) delete expired leases
-and their nodes.  If a store finds its own lease expired (it was stopped for longer than the
-lease), its ephemeral nodes are gone, as with an expired ZooKeeper session; it takes a new lease
-and re-registers its bookies.
+A store is opened only where one was created: ``data.mdb`` present and ``/LAYOUT`` written.
+Opening any other directory raises ``NoSuchStoreError`` and leaves the file system as it was;
+``create=True`` (``metaformat``, ``localbookie``) makes the directory and initialises it.
 
 Watches are polled: one thread per store reads every watched key in one read transaction every
 ``watch_poll_s`` (default 0.1 s) and calls back on differences, so a change is delivered within
@@ -37,146 +25,28 @@ child never touches the parent's handle, threads, lease or watches).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import struct
 import threading
 import time
-import uuid
 from typing import Any, Callable, Iterator
 
 import lmdb
 
+from bookie.metadata.embedded_env import (
+    DATA_FILE, ENVIRONMENTS, ID_KEY, NODE, VERSION, NotAStoreError, boot_id, children_prefix,
+    node_key)
+from bookie.metadata.embedded_leases import LeaseRules, next_counter
 from bookie.metadata.errors import (
     BadVersionError, CorruptMetadataError, MetadataError, NodeExistsError, NoSuchLedgerError,
-    NoSuchNodeError, NotEmptyError)
+    NoSuchNodeError, NoSuchStoreError, NotEmptyError)
 from bookie.metadata.ledger import LedgerMetadata
 from bookie.metadata.store import (
     LAYOUT, Cancel, MetadataStore, Watch, check_path)
 
 log = logging.getLogger(__name__)
 
-_NODE = struct.Struct("<qQ")
-_LEASE = struct.Struct("<16sq")
-_U64 = struct.Struct("<Q")
-_LEDGER_KEY = struct.Struct(">Q")
-_VERSION = struct.Struct("<q")
 _RANGE_CHUNK = 1000
-
-
-def _boot_id() -> bytes:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return uuid.UUID(f.read().strip()).bytes
-    except (OSError, ValueError):
-        return bytes(16)
-
-
-class _Environments:
-    """The process's open LMDB environments, one per directory, and the fork rule for them.
-
-    LMDB allows one open environment per file per process (py-lmdb refuses a second), so every
-    store of a process on the same directory shares one handle, counted by ``acquire`` /
-    ``release``.  A handle must never cross ``fork()``, and closing an inherited one in the child
-    is not safe either: it frees reader slots that the parent still uses.  So just before any
-    fork, once no transaction of ours is in progress (new ones wait), every environment is
-    closed in the parent; parent and child reopen lazily on their next transaction.
-    """
-
-    def __init__(self) -> None:
-        self._reset()
-        if hasattr(os, "register_at_fork"):
-            os.register_at_fork(before=self._before_fork, after_in_parent=self._after_fork,
-                                after_in_child=self._reset)
-
-    def _reset(self) -> None:
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-        self._active = 0           # transactions in progress
-        self._forking = False
-        self._entries: dict[str, list] = {}   # realpath -> [env or None, dbs, store count, map size]
-
-    def acquire(self, path: str, map_size: int) -> None:
-        with self._lock:
-            entry = self._entries.setdefault(os.path.realpath(path), [None, None, 0, map_size])
-            entry[2] += 1
-            self._open(path, entry)
-
-    def release(self, path: str) -> None:
-        with self._lock:
-            key = os.path.realpath(path)
-            entry = self._entries.get(key)
-            if entry is None:
-                return
-            entry[2] -= 1
-            if entry[2] <= 0:
-                del self._entries[key]
-                if entry[0] is not None:
-                    entry[0].close()
-
-    @staticmethod
-    def _open(path: str, entry: list) -> None:
-        if entry[0] is not None:
-            return
-        try:
-            env = lmdb.open(path, subdir=True, map_size=entry[3], max_dbs=8, max_readers=1024,
-                            lock=True, sync=True, metasync=True)
-        except lmdb.Error as e:
-            raise MetadataError(f"cannot open the metadata store at {path}: {e}") from None
-        env.reader_check()  # free the reader slots of processes that died
-        entry[0] = env
-        entry[1] = {name: env.open_db(name.encode())
-                    for name in ("nodes", "owned", "leases", "ledgers", "meta")}
-
-    @contextlib.contextmanager
-    def transaction(self, path: str, write: bool) -> Iterator[tuple[lmdb.Transaction, dict]]:
-        with self._lock:
-            while self._forking:
-                self._idle.wait()
-            entry = self._entries.get(os.path.realpath(path))
-            if entry is None:
-                raise MetadataError("metadata store is closed")
-            self._open(path, entry)
-            env, dbs = entry[0], entry[1]
-            self._active += 1
-        try:
-            with env.begin(write=write) as txn:
-                yield txn, dbs
-        finally:
-            with self._lock:
-                self._active -= 1
-                if self._active == 0:
-                    self._idle.notify_all()
-
-    def _before_fork(self) -> None:
-        self._lock.acquire()  # held across the fork; released in the parent, reset in the child
-        self._forking = True
-        while self._active:
-            self._idle.wait()
-        for entry in self._entries.values():
-            if entry[0] is not None:
-                entry[0].close()
-                entry[0] = entry[1] = None
-
-    def _after_fork(self) -> None:
-        self._forking = False
-        self._idle.notify_all()
-        self._lock.release()
-
-
-_ENVIRONMENTS = _Environments()
-
-
-def _node_key(path: str) -> bytes:
-    if path == "/":
-        return b""
-    parent, _, name = path.rpartition("/")
-    return parent.encode() + b"\x00" + name.encode()
-
-
-def _children_prefix(path: str) -> bytes:
-    return (b"" if path == "/" else path.encode()) + b"\x00"
 
 
 def _ancestors(path: str) -> list[str]:
@@ -190,7 +60,16 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def __init__(self, path: str, timeout_s: float = 10.0, *, lease_ms: int = 5000,
                  watch_poll_s: float = 0.1, map_size_bytes: int = 1 << 30,
-                 clock_ns: Callable[[], int] = time.monotonic_ns):
+                 clock_ns: Callable[[], int] = time.monotonic_ns, create: bool = False):
+        """Open the store in directory ``path``.
+
+        Args:
+            create: make the directory and initialise the store if there is none; without it,
+                a directory holding no initialised store is refused and left untouched.
+        Raises:
+            NoSuchStoreError: no store at ``path`` and ``create`` is False.
+            MetadataError: the directory or the environment cannot be used.
+        """
         super().__init__(timeout_s)
         if lease_ms < 50:
             raise ValueError(f"lease_ms must be >= 50, got {lease_ms}")
@@ -198,17 +77,36 @@ class EmbeddedMetadataStore(MetadataStore):
         self.lease_ms = int(lease_ms)
         self.watch_poll_s = float(watch_poll_s)
         self._map_size = int(map_size_bytes)
-        self._clock_ns = clock_ns
-        self._boot = _boot_id()
+        self._leases = LeaseRules(boot_id(), self.lease_ms, clock_ns)
         self._pid = -1
         self._dbs: dict = {}
         self._closed = False
-        try:
-            os.makedirs(path, exist_ok=True)
-        except OSError as e:
-            raise MetadataError(f"cannot create the metadata directory {path}: {e}") from None
+        if not create and not os.path.isfile(os.path.join(path, DATA_FILE)):
+            # Checked before LMDB opens anything: opening would create the file.
+            raise NoSuchStoreError(f"lmdb://{path}", "no metadata store in that directory")
+        if create:
+            try:
+                os.makedirs(path, exist_ok=True)
+            except OSError as e:
+                raise MetadataError(f"cannot create the metadata directory {path}: {e}") from None
         self._reset_process_state()
-        self._environment()  # fail now, not on first use, if the directory is unusable
+        try:
+            self._environment(create)  # fail now, not on first use, if it is unusable
+        except NotAStoreError:
+            if create:  # never written into: it is someone else's data
+                raise MetadataError(f"lmdb://{path}: the LMDB environment in that directory "
+                                    f"holds no metadata store but other data; choose another "
+                                    f"directory") from None
+            raise NoSuchStoreError(f"lmdb://{path}", "the LMDB environment in that directory "
+                                   "is not a metadata store") from None
+        try:
+            if create:
+                self._initialise()
+            elif self.exists(LAYOUT) is None:
+                raise NoSuchStoreError(f"lmdb://{path}", "the store there was never initialised")
+        except BaseException:
+            self.close()
+            raise
 
     # -- process-local state -----------------------------------------------------------------
 
@@ -223,7 +121,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._registrations = []
         self._registrations_lock = threading.Lock()
 
-    def _environment(self) -> None:
+    def _environment(self, create: bool = True) -> None:
         """Take this process's share of the environment (again after a fork)."""
         if self._closed:
             raise MetadataError("metadata store is closed")
@@ -231,13 +129,13 @@ class EmbeddedMetadataStore(MetadataStore):
             if self._pid != -1:
                 # A forked child: the parent's threads, lease and watches are not ours.
                 self._reset_process_state()
-            _ENVIRONMENTS.acquire(self.path, self._map_size)
+            ENVIRONMENTS.acquire(self.path, self._map_size, create)
             self._pid = os.getpid()
 
     def _run(self, fn: Callable[[lmdb.Transaction], Any], write: bool) -> Any:
         self._environment()
         try:
-            with _ENVIRONMENTS.transaction(self.path, write) as (txn, dbs):
+            with ENVIRONMENTS.transaction(self.path, write) as (txn, dbs):
                 self._dbs = dbs  # the same handles for every thread until the next fork
                 return fn(txn)
         except lmdb.MapFullError:
@@ -252,58 +150,14 @@ class EmbeddedMetadataStore(MetadataStore):
     def _read(self, fn: Callable[[lmdb.Transaction], Any]) -> Any:
         return self._run(fn, write=False)
 
-    # -- leases ------------------------------------------------------------------------------
-
-    def _lease_alive(self, txn: lmdb.Transaction, lease_id: int) -> bool:
-        if lease_id == 0:
-            return True
-        raw = txn.get(_LEDGER_KEY.pack(lease_id), db=self._dbs["leases"])
-        if raw is None:
-            return False
-        boot, deadline_ns = _LEASE.unpack(raw)
-        return boot == self._boot and self._clock_ns() < deadline_ns
-
-    def _put_lease(self, txn: lmdb.Transaction, lease_id: int) -> None:
-        deadline = self._clock_ns() + self.lease_ms * 1_000_000
-        txn.put(_LEDGER_KEY.pack(lease_id), _LEASE.pack(self._boot, deadline),
-                db=self._dbs["leases"])
-
-    def _drop_lease(self, txn: lmdb.Transaction, lease_id: int) -> None:
-        """Delete a lease and every ephemeral node it still owns."""
-        owned, nodes = self._dbs["owned"], self._dbs["nodes"]
-        prefix = _LEDGER_KEY.pack(lease_id)
-        cursor = txn.cursor(db=owned)
-        doomed = []
-        if cursor.set_range(prefix):
-            for key in cursor.iternext(values=False):
-                if not key.startswith(prefix):
-                    break
-                doomed.append(key)
-        for key in doomed:
-            txn.delete(key, db=owned)
-            node_key = key[len(prefix):]
-            raw = txn.get(node_key, db=nodes)
-            if raw is not None and _NODE.unpack_from(raw)[1] == lease_id:
-                txn.delete(node_key, db=nodes)
-        txn.delete(prefix, db=self._dbs["leases"])
-
-    def _reap_expired(self, txn: lmdb.Transaction) -> None:
-        expired = [_LEDGER_KEY.unpack(key)[0]
-                   for key in txn.cursor(db=self._dbs["leases"]).iternext(values=False)
-                   if not self._lease_alive(txn, _LEDGER_KEY.unpack(key)[0])]
-        for lease_id in expired:
-            self._drop_lease(txn, lease_id)
+    # -- the lease (this process's session) --------------------------------------------------
 
     def _session(self) -> int:
         """This process's lease id, taking a lease (and starting its renewal) if needed."""
         self._environment()
         with self._session_lock:
             if self._lease_id == 0:
-                def take(txn):
-                    lease_id = self._next(txn, b"next_lease_id", start=1)
-                    self._put_lease(txn, lease_id)
-                    return lease_id
-                self._lease_id = self._write(take)
+                self._lease_id = self._write(lambda txn: self._leases.take(txn, self._dbs))
                 if self._renewer is None:
                     self._renewer = threading.Thread(target=self._renew_loop, daemon=True,
                                                      name=f"metadata-lease[{os.getpid()}]")
@@ -327,27 +181,9 @@ class EmbeddedMetadataStore(MetadataStore):
         with self._session_lock:
             if self._lease_id == 0:
                 return False
-
-            def renew(txn):
-                lost = not self._lease_alive(txn, self._lease_id)
-                if lost:
-                    self._drop_lease(txn, self._lease_id)
-                    self._lease_id = self._next(txn, b"next_lease_id", start=1)
-                self._put_lease(txn, self._lease_id)
-                self._reap_expired(txn)
-                return lost
-            previous = self._lease_id
-            try:
-                return self._write(renew)
-            except BaseException:
-                self._lease_id = previous
-                raise
-
-    def _next(self, txn: lmdb.Transaction, key: bytes, start: int = 0) -> int:
-        raw = txn.get(key, db=self._dbs["meta"])
-        value = _U64.unpack(raw)[0] if raw is not None else start
-        txn.put(key, _U64.pack(value + 1), db=self._dbs["meta"])
-        return value
+            self._lease_id, lost = self._write(
+                lambda txn: self._leases.renew(txn, self._dbs, self._lease_id))
+            return lost
 
     # -- node helpers (inside a transaction) -------------------------------------------------
 
@@ -358,28 +194,28 @@ class EmbeddedMetadataStore(MetadataStore):
         raw = txn.get(key, db=self._dbs["nodes"])
         if raw is None:
             return None
-        version, lease_id = _NODE.unpack_from(raw)
-        if lease_id and not self._lease_alive(txn, lease_id):
+        version, lease_id = NODE.unpack_from(raw)
+        if lease_id and not self._leases.alive(txn, self._dbs, lease_id):
             return None
-        return version, lease_id, bytes(raw[_NODE.size:])
+        return version, lease_id, bytes(raw[NODE.size:])
 
     def _put_node(self, txn: lmdb.Transaction, key: bytes, version: int, lease_id: int,
                   data: bytes) -> None:
-        txn.put(key, _NODE.pack(version, lease_id) + data, db=self._dbs["nodes"])
+        txn.put(key, NODE.pack(version, lease_id) + data, db=self._dbs["nodes"])
         if lease_id:
-            txn.put(_LEDGER_KEY.pack(lease_id) + key, b"", db=self._dbs["owned"])
+            txn.put(ID_KEY.pack(lease_id) + key, b"", db=self._dbs["owned"])
 
     def _del_node(self, txn: lmdb.Transaction, key: bytes) -> None:
         raw = txn.get(key, db=self._dbs["nodes"])
         if raw is None:
             return
-        lease_id = _NODE.unpack_from(raw)[1]
+        lease_id = NODE.unpack_from(raw)[1]
         if lease_id:
-            txn.delete(_LEDGER_KEY.pack(lease_id) + key, db=self._dbs["owned"])
+            txn.delete(ID_KEY.pack(lease_id) + key, db=self._dbs["owned"])
         txn.delete(key, db=self._dbs["nodes"])
 
     def _child_names(self, txn: lmdb.Transaction, path: str) -> list[str]:
-        prefix = _children_prefix(path)
+        prefix = children_prefix(path)
         names = []
         cursor = txn.cursor(db=self._dbs["nodes"])
         if cursor.set_range(prefix):
@@ -392,7 +228,7 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def _make_parents(self, txn: lmdb.Transaction, path: str) -> None:
         for ancestor in _ancestors(path):
-            key = _node_key(ancestor)
+            key = node_key(ancestor)
             node = self._live(txn, key)
             if node is None:
                 self._del_node(txn, key)  # an expired ephemeral, if anything
@@ -416,8 +252,8 @@ class EmbeddedMetadataStore(MetadataStore):
             final = path
             if sequential:
                 parent = path.rpartition("/")[0] or "/"
-                final = path + "%010d" % self._next(txn, b"seq" + _children_prefix(parent))
-            key = _node_key(final)
+                final = path + "%010d" % next_counter(txn, self._dbs, b"seq" + children_prefix(parent))
+            key = node_key(final)
             if self._live(txn, key) is not None:
                 raise NodeExistsError(f"node {final} already exists")
             self._del_node(txn, key)
@@ -427,20 +263,20 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def get(self, path: str) -> tuple[bytes, int]:
         check_path(path)
-        node = self._read(lambda txn: self._live(txn, _node_key(path)))
+        node = self._read(lambda txn: self._live(txn, node_key(path)))
         if node is None:
             raise NoSuchNodeError(f"no node {path}")
         return node[2], node[0]
 
     def exists(self, path: str) -> int | None:
         check_path(path)
-        node = self._read(lambda txn: self._live(txn, _node_key(path)))
+        node = self._read(lambda txn: self._live(txn, node_key(path)))
         return None if node is None else node[0]
 
     def _node_at_version(self, txn, path: str, version: int | None):
         """(key, node) of a live node whose version is ``version`` (any, when None): the CAS
         precondition of set and delete.  Raises NoSuchNodeError, BadVersionError."""
-        key = _node_key(path)
+        key = node_key(path)
         node = self._live(txn, key)
         if node is None or key == b"":
             raise NoSuchNodeError(f"no node {path}")
@@ -472,7 +308,7 @@ class EmbeddedMetadataStore(MetadataStore):
         check_path(path)
 
         def op(txn):
-            if self._live(txn, _node_key(path)) is None:
+            if self._live(txn, node_key(path)) is None:
                 raise NoSuchNodeError(f"no node {path}")
             return sorted(self._child_names(txn, path))
         return self._read(op)
@@ -483,7 +319,7 @@ class EmbeddedMetadataStore(MetadataStore):
         lease_id = self._session()
 
         def op(txn):
-            key = _node_key(path)
+            key = node_key(path)
             node = self._live(txn, key)
             if node is not None and node[1] != lease_id:
                 return False
@@ -497,13 +333,13 @@ class EmbeddedMetadataStore(MetadataStore):
         lease_id = self._session()
 
         def op(txn):
-            new_key = _node_key(new)
+            new_key = node_key(new)
             node = self._live(txn, new_key)
             if node is not None and node[1] != lease_id:
                 raise NodeExistsError(f"node {new} is held by another session")
-            old_node = self._live(txn, _node_key(old))
+            old_node = self._live(txn, node_key(old))
             if old_node is not None and old_node[1] == lease_id:
-                self._del_node(txn, _node_key(old))
+                self._del_node(txn, node_key(old))
             self._make_parents(txn, new)
             self._del_node(txn, new_key)
             self._put_node(txn, new_key, 0, lease_id, data)
@@ -517,7 +353,7 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def _write_layout(self) -> None:
         def op(txn):
-            key = _node_key(LAYOUT)
+            key = node_key(LAYOUT)
             if self._live(txn, key) is None:
                 self._put_node(txn, key, 0, 0, b'{"layout":"lmdb","format_version":1}')
         self._write(op)
@@ -529,14 +365,14 @@ class EmbeddedMetadataStore(MetadataStore):
         if isinstance(ledger_id, bool) or not isinstance(ledger_id, int) \
                 or not 0 <= ledger_id < 1 << 63:
             raise NoSuchLedgerError(ledger_id)
-        return _LEDGER_KEY.pack(ledger_id)
+        return ID_KEY.pack(ledger_id)
 
     def create_ledger(self, meta: LedgerMetadata) -> tuple[int, int]:
         record = meta.to_bytes()
 
         def op(txn):
-            ledger_id = self._next(txn, b"next_ledger_id")
-            txn.put(_LEDGER_KEY.pack(ledger_id), _VERSION.pack(0) + record,
+            ledger_id = next_counter(txn, self._dbs, b"next_ledger_id")
+            txn.put(ID_KEY.pack(ledger_id), VERSION.pack(0) + record,
                     db=self._dbs["ledgers"])
             return ledger_id
         return self._write(op), 0
@@ -545,7 +381,7 @@ class EmbeddedMetadataStore(MetadataStore):
         raw = txn.get(self._ledger_key(ledger_id), db=self._dbs["ledgers"])
         if raw is None:
             return None
-        return _VERSION.unpack_from(raw)[0], bytes(raw[_VERSION.size:])
+        return VERSION.unpack_from(raw)[0], bytes(raw[VERSION.size:])
 
     def read_ledger(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
         record = self._read(lambda txn: self._ledger_record(txn, ledger_id))
@@ -562,7 +398,7 @@ class EmbeddedMetadataStore(MetadataStore):
                 raise NoSuchLedgerError(ledger_id)
             if record[0] != version:
                 raise BadVersionError(f"ledger {ledger_id}: version is {record[0]}, not {version}")
-            txn.put(_LEDGER_KEY.pack(ledger_id), _VERSION.pack(version + 1) + data,
+            txn.put(ID_KEY.pack(ledger_id), VERSION.pack(version + 1) + data,
                     db=self._dbs["ledgers"])
             return version + 1
         return self._write(op)
@@ -574,14 +410,14 @@ class EmbeddedMetadataStore(MetadataStore):
                 raise NoSuchLedgerError(ledger_id)
             if version is not None and record[0] != version:
                 raise BadVersionError(f"ledger {ledger_id}: version is {record[0]}, not {version}")
-            txn.delete(_LEDGER_KEY.pack(ledger_id), db=self._dbs["ledgers"])
+            txn.delete(ID_KEY.pack(ledger_id), db=self._dbs["ledgers"])
         self._write(op)
 
     def _write_raw_ledger(self, ledger_id: int, data: bytes) -> None:
         def op(txn):
             record = self._ledger_record(txn, ledger_id)
             version = record[0] + 1 if record else 0
-            txn.put(_LEDGER_KEY.pack(ledger_id), _VERSION.pack(version) + bytes(data),
+            txn.put(ID_KEY.pack(ledger_id), VERSION.pack(version) + bytes(data),
                     db=self._dbs["ledgers"])
         self._write(op)
 
@@ -593,9 +429,9 @@ class EmbeddedMetadataStore(MetadataStore):
             def chunk(txn, start=after + 1):
                 cursor = txn.cursor(db=self._dbs["ledgers"])
                 ids: list[int] = []
-                if cursor.set_range(_LEDGER_KEY.pack(start)):
+                if cursor.set_range(ID_KEY.pack(start)):
                     for key in cursor.iternext(values=False):
-                        ids.append(_LEDGER_KEY.unpack(key)[0])
+                        ids.append(ID_KEY.unpack(key)[0])
                         if len(ids) == _RANGE_CHUNK:
                             break
                 return ids
@@ -651,7 +487,7 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def watch_node(self, path: str, callback: Callable[[bytes | None, int], None]) -> Cancel:
         check_path(path)
-        key = _node_key(path)
+        key = node_key(path)
 
         def probe(txn):
             node = self._live(txn, key)
@@ -697,8 +533,8 @@ class EmbeddedMetadataStore(MetadataStore):
                 if self._lease_id:
                     lease_id, self._lease_id = self._lease_id, 0
                     try:
-                        self._write(lambda txn: self._drop_lease(txn, lease_id))
+                        self._write(lambda txn: self._leases.drop(txn, self._dbs, lease_id))
                     except MetadataError as e:
                         log.warning("dropping metadata lease on close: %s", e)
-            _ENVIRONMENTS.release(self.path)
+            ENVIRONMENTS.release(self.path)
         self._closed = True

@@ -3,7 +3,7 @@
 Every error a store raises is a ``MetadataError``; callers that only want "it did not work" catch
 that.  The subclasses are the outcomes a caller acts on differently: a version conflict (re-read
 and retry), a missing ledger or node, a node that already exists, a timeout, a bad URI, a record
-that cannot be decoded.
+that cannot be decoded, a URI that names no store.
 """
 
 from __future__ import annotations
@@ -11,6 +11,18 @@ from __future__ import annotations
 
 class MetadataError(Exception):
     """Base of every error raised by a metadata store."""
+
+
+class NoSuchStoreError(MetadataError):
+    """The URI names no initialised metadata store (a typo, or a store never formatted).
+
+    Opening it would have made a new, empty cluster; only ``metaformat`` and ``localbookie``
+    create stores.  The message says how to create one."""
+
+    def __init__(self, uri: str, reason: str):
+        super().__init__(f"{uri}: {reason}; if it is the right one, create it with "
+                         f"'bookie shell metaformat --metadata {uri}'")
+        self.uri = uri
 
 
 class InvalidUriError(MetadataError, ValueError):

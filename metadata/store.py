@@ -27,6 +27,7 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from typing import Any, Callable, Iterator
 
 import orjson
@@ -359,13 +360,18 @@ class MetadataStore(abc.ABC):
                 raise NodeExistsError("the metadata store already holds data; format with force "
                                       "to wipe it")
             self._wipe()
+        self._initialise()
+
+    def _initialise(self) -> None:
+        """Write what makes this an initialised store (layout marker, skeleton nodes, instance
+        id), keeping whatever is there already; safe to repeat and to race with another
+        process doing the same.  ``open_metadata`` refuses a store without the layout marker."""
         self._write_layout()
         for path in SKELETON:
             try:
                 self.create(path)
             except NodeExistsError:
                 pass
-        import uuid
         try:
             self.create(INSTANCEID, str(uuid.uuid4()).encode())
         except NodeExistsError:

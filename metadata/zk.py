@@ -40,7 +40,8 @@ from kazoo.retry import KazooRetry
 
 from bookie.metadata.errors import (
     BadVersionError, ConnectionLossError, CorruptMetadataError, MetadataError,
-    MetadataTimeoutError, NodeExistsError, NoSuchLedgerError, NoSuchNodeError, NotEmptyError)
+    MetadataTimeoutError, NodeExistsError, NoSuchLedgerError, NoSuchNodeError, NoSuchStoreError,
+    NotEmptyError)
 from bookie.metadata.ledger import LedgerMetadata
 from bookie.metadata.store import (
     LAYOUT, Cancel, Dispatcher, MetadataStore, Watch, check_path)
@@ -77,7 +78,16 @@ class ZooKeeperMetadataStore(MetadataStore):
     """The metadata store in a ZooKeeper ensemble (see the module docstring)."""
 
     def __init__(self, uri: MetadataUri, timeout_s: float = 10.0, *,
-                 session_timeout_s: float | None = None):
+                 session_timeout_s: float | None = None, create: bool = False):
+        """Connect and check the root.
+
+        Args:
+            create: initialise the root (layout from the URI, default hierarchical) if it holds
+                no store; without it, a root never formatted is refused and left untouched.
+        Raises:
+            NoSuchStoreError: the root holds no ``LAYOUT`` record and ``create`` is False.
+            MetadataTimeoutError: ZooKeeper cannot be reached within ``timeout_s``.
+        """
         super().__init__(timeout_s)
         self.uri = uri
         self.root = uri.root
@@ -88,7 +98,9 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._client_obj: KazooClient | None = None
         self._zk()  # connect now: an unreachable server is an error at open, within timeout_s
         try:
-            self.layout = self._resolve_layout(uri.layout)
+            self.layout = self._resolve_layout(uri.layout, create)
+            if create:
+                self._initialise()
         except BaseException:
             self.close()  # do not leave a connected client behind a failed open
             raise
@@ -394,11 +406,15 @@ class ZooKeeperMetadataStore(MetadataStore):
         except NodeExistsError:
             pass
 
-    def _resolve_layout(self, requested: str | None) -> str:
+    def _resolve_layout(self, requested: str | None, create: bool) -> str:
         """The layout stored in {root}/LAYOUT; written (from the URI, default hierarchical) if
-        absent.  A URI that insists on another layout than the stored one is an error."""
+        absent and ``create``, refused (``NoSuchStoreError``) if absent otherwise.  A URI that
+        insists on another layout than the stored one is an error."""
         found = self._stat(self._abs(LAYOUT))
         if found is None:
+            if not create:
+                raise NoSuchStoreError(self.uri.text, f"ZooKeeper at {self.hosts} holds no "
+                                       f"metadata store under {self.root} (no {LAYOUT} record)")
             self.layout = requested or "hierarchical"
             self._write_layout()
             found = self._stat(self._abs(LAYOUT))

@@ -2,7 +2,10 @@
 
 ``LocalBookies`` starts each bookie as its own ``bookie run`` process (supervisor + workers) in
 its own process group, with data under one base directory and an embedded LMDB metadata store
-by default.  ``bookie localbookie N`` (bookie.appliance.localbookie) is the command-line face of it.
+by default.  It creates the metadata store if there is none (one of the few things that may).
+Started again on a base directory that holds bookies, each bookie comes back on the port in its
+cookie, with its data.  ``bookie localbookie N`` (bookie.appliance.localbookie) is the
+command-line face of it.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import tempfile
 import time
 
 from bookie.workers.common import free_port_pair, set_pdeathsig
+from bookie.workers.layout import remembered_port
 
 
 class LocalBookieError(RuntimeError):
@@ -29,10 +33,15 @@ class LocalBookies:
         metadata_uri: the metadata store the bookies register in.
         bookies: bookie ids ("127.0.0.1:port"), index i is bookie i.
         base_dir: where data and logs live.
+
+    ``hosts`` (one address per bookie, default 127.0.0.1) and ``command_prefix`` (one argv
+    prefix per bookie, e.g. ``["ip", "netns", "exec", "ns0"]``) run each bookie on an address
+    of its own, inside a network namespace (the fault-injection harness's network faults).
     """
 
     def __init__(self, n: int, metadata_uri: str | None = None, base_dir: str | None = None,
-                 base_port: int | None = None, conf: dict | None = None, start_timeout_s: float = 60.0):
+                 base_port: int | None = None, conf: dict | None = None, start_timeout_s: float = 60.0,
+                 hosts: list[str] | None = None, command_prefix: list[list[str]] | None = None):
         if n < 1:
             raise ValueError("need at least one bookie")
         self.n = n
@@ -44,8 +53,15 @@ class LocalBookies:
         self.start_timeout_s = start_timeout_s
         self.ports = []
         for i in range(n):
-            self.ports.append(base_port + 2 * i if base_port else free_port_pair("127.0.0.1"))
-        self.bookies = [f"127.0.0.1:{p}" for p in self.ports]
+            # Started again on its directories, a bookie keeps its port: its id is in its cookie.
+            remembered = remembered_port([os.path.join(self.bookie_dir(i), "journal")])
+            self.ports.append(base_port + 2 * i if base_port else
+                              remembered or free_port_pair("127.0.0.1"))
+        self.hosts = list(hosts or ["127.0.0.1"] * n)
+        self.command_prefix = [list(p) for p in (command_prefix or [[]] * n)]
+        if len(self.hosts) != n or len(self.command_prefix) != n:
+            raise ValueError("hosts and command_prefix need one item per bookie")
+        self.bookies = [f"{h}:{p}" for h, p in zip(self.hosts, self.ports)]
         self.procs: list[subprocess.Popen | None] = [None] * n
         self._log_offsets: dict[int, int] = {}
         self._logs = [None] * n
@@ -70,6 +86,8 @@ class LocalBookies:
             "gcWaitTime": "1000",
             "registrationLeaseMs": "2000",
         }
+        if self.hosts[i] != "127.0.0.1":
+            o["listeningInterface"] = self.hosts[i]
         o.update({k: str(v) for k, v in self.conf.items()})
         return o
 
@@ -93,8 +111,15 @@ class LocalBookies:
             self.wait_serving(i)
 
     def _init_metadata(self) -> None:
-        if self.metadata_uri.startswith("lmdb://"):
-            os.makedirs(self.metadata_uri[len("lmdb://"):], exist_ok=True)
+        """Create the metadata store if there is none yet (bookies and clients never do)."""
+        uri = self.conf.get("metadataServiceUri", self.metadata_uri)
+        if not uri:
+            return
+        from bookie.metadata import MetadataError, open_metadata
+        try:
+            open_metadata(uri, timeout_s=self.start_timeout_s, create=True).close()
+        except MetadataError as e:
+            raise LocalBookieError(f"metadata store {uri}: {e}") from None
 
     def start(self, i: int, wait: bool = True) -> None:
         if self.procs[i] is not None and self.procs[i].poll() is None:
@@ -104,7 +129,7 @@ class LocalBookies:
                   *o.get("indexDirectories", "").split(",")]:
             if d:
                 os.makedirs(d, exist_ok=True)
-        cmd = [sys.executable, "-m", "bookie", "run"]
+        cmd = [*self.command_prefix[i], sys.executable, "-m", "bookie", "run"]
         for k, v in o.items():
             cmd += ["--set", f"{k}={v}"]
         log = open(self.log_path(i), "ab")
@@ -159,6 +184,8 @@ class LocalBookies:
     def _wait_ports_free(self, i: int, timeout_s: float = 10.0) -> None:
         import socket
 
+        if self.command_prefix[i]:
+            return  # its ports are in another network namespace: nothing here can hold them
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:

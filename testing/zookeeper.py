@@ -2,7 +2,7 @@
 
     from bookie.testing.zookeeper import ZooKeeperServer
     with ZooKeeperServer() as zk:                  # starts, waits for "imok", stops and cleans up
-        store = open_metadata(zk.uri("/mytest"))   # zk://127.0.0.1:PORT/mytest
+        store = open_metadata(zk.uri("/mytest"), create=True)   # zk://127.0.0.1:PORT/mytest
 
 The server runs standalone (``ZooKeeperServerMain``) with a generated ``zoo.cfg`` (short tick,
 admin HTTP server off, four-letter words ``ruok``/``srvr`` on) and logs to ``zookeeper.log`` in

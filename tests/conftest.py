@@ -24,7 +24,8 @@ def _failed(request) -> bool:
 
 # -- ZooKeeper and metadata stores ------------------------------------------------------------
 # One real ZooKeeper server (Debian's package) per test session; each test gets its own root
-# ("chroot") in it, so tests never see each other's nodes.
+# ("chroot") in it, so tests never see each other's nodes.  A store is opened only where one was
+# created: the URI fixtures below create theirs, except ``uncreated_metadata_uri``.
 
 @pytest.fixture(scope="session")
 def zookeeper_server():
@@ -46,19 +47,33 @@ def zk_root(zookeeper_server, request):
               f"{zookeeper_server.log_tail(4096)}")
 
 
+def _create_store(uri: str) -> str:
+    """Initialise the store at ``uri`` (as ``bookie shell metaformat`` does) and return the URI:
+    bookies, clients and the shell refuse a URI that names no store."""
+    from bookie.metadata import open_metadata
+    open_metadata(uri, timeout_s=10.0, create=True).close()
+    return uri
+
+
 @pytest.fixture
 def zk_uri(zookeeper_server, zk_root):
-    """zk://127.0.0.1:PORT/<fresh root> (hierarchical layout)."""
-    return zookeeper_server.uri(zk_root)
+    """zk://127.0.0.1:PORT/<fresh root> of an empty, initialised store (hierarchical layout)."""
+    return _create_store(zookeeper_server.uri(zk_root))
 
 
 @pytest.fixture(params=["lmdb", "zk", "zk+flat"])
-def metadata_uri(request, tmp_path):
-    """A URI of an empty metadata store, once per backend (and ZooKeeper layout)."""
+def uncreated_metadata_uri(request, tmp_path):
+    """A URI that names no store yet, once per backend (and ZooKeeper layout)."""
     if request.param == "lmdb":
         return f"lmdb://{tmp_path}/metadata"
     server = request.getfixturevalue("zookeeper_server")
     return server.uri(request.getfixturevalue("zk_root"), scheme=request.param)
+
+
+@pytest.fixture
+def metadata_uri(uncreated_metadata_uri):
+    """A URI of an empty, initialised metadata store, once per backend (and ZooKeeper layout)."""
+    return _create_store(uncreated_metadata_uri)
 
 
 @pytest.fixture

@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 need_apt=()
 dpkg -s zookeeper >/dev/null 2>&1 || need_apt+=(zookeeper)
 command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
+# The fault-injection harness's network faults (bookie.testing.nemesis): namespaces, nftables, tc.
+{ command -v ip && command -v tc; } >/dev/null 2>&1 || need_apt+=(iproute2)
+command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

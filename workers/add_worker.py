@@ -23,6 +23,7 @@ path), checkpoint, then serve.
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
 
@@ -36,7 +37,7 @@ from bookie.workers import records
 from bookie.workers.common import ClientServer, make_socket
 from bookie.workers.journal import lastmark_of, scan, write_lastmark
 from bookie.workers.ledgers import Rejected
-from bookie.workers.ring import ADD_EPOCH, DURABLE, READONLY, WRITE, Ring
+from bookie.workers.ring import ADD_EPOCH, DURABLE, READONLY, WRITE, Doorbell, Ring
 from bookie.workers.storage import EntryLogs, Index, LedgerStorage, open_index
 
 MAX_MESSAGES_PER_ITERATION = 512
@@ -187,11 +188,8 @@ def run(ctx) -> int:
     clients.bind(f"tcp://{conf.listening_interface}:{conf.bookie_port}")
     control = make_socket(zctx, zmq.ROUTER)
     control.bind(ctx.endpoint("add.ctl"))
-    durable_in = make_socket(zctx, zmq.PULL)
-    durable_in.bind(ctx.endpoint("add.durable"))
-    wake = make_socket(zctx, zmq.PUSH)
-    wake.setsockopt(zmq.SNDHWM, 16)
-    wake.connect(ctx.endpoint("journal.wake"))
+    durable_in = Doorbell(os.path.join(ctx.run_dir, "add.bell"))  # rung by the journal after each group
+    wake = Doorbell(os.path.join(ctx.run_dir, "journal.bell"))  # rung here after placing records
     lac_pub = make_socket(zctx, zmq.PUB)
     lac_pub.bind(ctx.endpoint("add.lac"))
 
@@ -232,19 +230,15 @@ class AddServer(ClientServer):
     # -- the loop --------------------------------------------------------------------------------
     def serve(self, durable_in) -> None:
         poller = zmq.Poller()
-        poller.register(durable_in, zmq.POLLIN)
+        poller.register(durable_in.fileno(), zmq.POLLIN)
         poller.register(self.clients, zmq.POLLIN)
         poller.register(self.control, zmq.POLLIN)
         flush_s = self.conf.flush_interval_s
         while not self.ctx.stopping:
             timeout = 5 if self.pending else 50
             events = dict(poller.poll(timeout))
-            if durable_in in events:
-                while True:
-                    try:
-                        durable_in.recv(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
+            if durable_in.fileno() in events:
+                durable_in.drain()
             self.answer_durable()
             placed = self.retry_stalled()
             if not self.stalled:
@@ -253,10 +247,7 @@ class AddServer(ClientServer):
                 if self.clients in events:
                     placed |= self.take(self.clients, internal=False)
             if placed:
-                try:
-                    self.wake.send(b"", zmq.NOBLOCK)
-                except zmq.Again:
-                    pass
+                self.wake.ring()
             gone = self.storage.commit()
             if gone:
                 self.refuse_pending(gone)

@@ -59,7 +59,6 @@ class GroupCommitter:
         self.policy = policy
         self.groups = 0
         self._first_seen: float | None = None
-        self._last_write_seen = ring.get(WRITE)
 
     def step(self, now_s: float) -> tuple[bool, float | None]:
         """Returns (a group was written, seconds to wait for more before the next step; None
@@ -70,10 +69,13 @@ class GroupCommitter:
             return False, None
         if self._first_seen is None:
             self._first_seen = now_s
-        more = write != self._last_write_seen
-        self._last_write_seen = write
         age_s = now_s - self._first_seen
-        if not self.policy.should_flush(pending, age_s, more):
+        # The journal takes everything up to WRITE in one group, so once WRITE is read nothing
+        # queued is left behind: the queue is empty.  (WRITE having moved since the last look
+        # only says adds came, not that more are coming; waiting on it cost an idle journal the
+        # whole group wait before its first fdatasync.)  Groups form by themselves while an
+        # fdatasync runs: what arrives meanwhile is the next group.
+        if not self.policy.should_flush(pending, age_s, more_waiting=False):
             return False, self.policy.wait_s(age_s)
         self.writer.append(self.ring.slices(self.writer.position, write))
         self.ring.set(DURABLE, self.writer.position)

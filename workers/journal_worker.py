@@ -2,7 +2,7 @@
 
 Loop: see how far the add worker has placed records in the ring (WRITE); when the group-commit
 policy says so, write ring bytes [DURABLE, WRITE) as one group with one writev straight from
-shared memory, fdatasync, then publish DURABLE and wake the add worker.  Rolls, preallocates
+shared memory, fdatasync, then publish DURABLE and ring the add worker's doorbell.  Rolls, preallocates
 and deletes old journal files (those wholly before LastLogMark, keeping journalMaxBackups).
 
 Start-up reads the journal as replay will, from LastLogMark, to find where it ends: damage that
@@ -15,16 +15,15 @@ still in the ring and are written first.
 
 from __future__ import annotations
 
+import os
+import select
 import time
 
-import zmq
-
 from bookie.workers.layout import current_dir
-from bookie.workers.common import make_socket
 from bookie.workers.group_commit import GroupCommitPolicy, GroupCommitter
 from bookie.workers.journal import (CorruptJournalError, JournalFormatError, JournalWriter,
                                     check_journal, delete_old_journals, lastmark_of)
-from bookie.workers.ring import BASE, DURABLE, JOURNAL_EPOCH, WRITE, Ring
+from bookie.workers.ring import BASE, DURABLE, JOURNAL_EPOCH, WRITE, Doorbell, Ring
 
 EXIT_CORRUPT = 3
 EXIT_SYNC_FAILED = 4  # fatal: see below
@@ -65,14 +64,10 @@ def run(ctx) -> int:
                                conf.journal_buffered_writes_threshold_bytes,
                                conf.journal_flush_when_queue_empty,
                                conf.journal_adaptive_group_writes)
-    zctx = zmq.Context()
-    wake = make_socket(zctx, zmq.PULL)
-    wake.bind(ctx.endpoint("journal.wake"))
-    notify = make_socket(zctx, zmq.PUSH)
-    notify.setsockopt(zmq.SNDHWM, 16)
-    notify.connect(ctx.endpoint("add.durable"))
-    poller = zmq.Poller()
-    poller.register(wake, zmq.POLLIN)
+    wake = Doorbell(os.path.join(ctx.run_dir, "journal.bell"))  # rung by the add worker after placing
+    notify = Doorbell(os.path.join(ctx.run_dir, "add.bell"))  # rung here after publishing DURABLE
+    poller = select.poll()
+    poller.register(wake.fileno(), select.POLLIN)
     ctx.log("journal ready", start=end, epoch=epoch + 1, directory=jdir)
     ctx.ready()
 
@@ -102,10 +97,7 @@ def run(ctx) -> int:
                         position=writer.position)
                 return EXIT_SYNC_FAILED
             if wrote:
-                try:
-                    notify.send(b"", zmq.NOBLOCK)
-                except zmq.Again:
-                    pass  # the add worker also polls DURABLE
+                notify.ring()  # the add worker also looks at DURABLE on its poll timeout
                 continue
             if wait_s is None:
                 if ctx.stopping:
@@ -114,15 +106,10 @@ def run(ctx) -> int:
             else:
                 timeout_ms = max(0, int(wait_s * 1000))
             if poller.poll(timeout_ms):
-                while True:
-                    try:
-                        wake.recv(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
+                wake.drain()
     finally:
         writer.close()
         wake.close()
         notify.close()
-        zctx.term()
     ctx.log("journal stopped", position=writer.position, syncs=writer.syncs)
     return 0

@@ -12,6 +12,9 @@ directory's cookie must equal the expected one: a directory that lost its cookie
 another disk set, or a changed configuration is refused with a message saying which directory
 and what differs (BookKeeper's "missing disks or directories" rule).  To start over after a real
 disk change: ``bookie shell bookieformat --force`` wipes the bookie's directories.
+
+Beside ``current/`` each directory holds ``bookie.lock``, locked while a bookie runs on it
+(``dirlock.py``); ``bookieformat`` refuses the directories of a running bookie.
 """
 
 from __future__ import annotations
@@ -144,25 +147,66 @@ def dirs_holding_data(conf) -> list[str]:
     return [d for d in all_dirs(conf) if os.path.exists(current_dir(d))]
 
 
+def remembered_port(dirs: list[str]) -> int | None:
+    """The port a bookie's directories were stamped with (the port of the cookie's bookie id),
+    or None before the first start.  A bookie configured with ``bookiePort=0`` (or a local
+    ensemble started again on its directories) comes back on it, so a restart is the same
+    bookie, with the same cookie, not a new one."""
+    for d in dirs:
+        cookie = _read_json(os.path.join(current_dir(d), "cookie"))
+        if isinstance(cookie, dict):
+            _, _, port = str(cookie.get("bookie_id", "")).rpartition(":")
+            if port.isdigit() and 0 < int(port) < 65536:
+                return int(port)
+    return None
+
+
 def format_bookie(conf, force: bool = False) -> list[str]:
     """Wipe the bookie's data (``bookie shell bookieformat``) and its cookie in the store.
+
+    Holds the directory lock (``dirlock``) while it works: the directories of a running bookie
+    are refused, and no bookie can start on them half-wiped.  The metadata store is opened
+    before anything is wiped, so a store that cannot be used changes nothing.
 
     Returns:
         the directories wiped.
     Raises:
-        LayoutError: a directory holds data and ``force`` is not set (nothing changed).
+        LayoutError: a directory holds data and ``force`` is not set, or a bookie runs on the
+            directories (``DirectoryInUseError``, naming its pid); nothing changed.
+        MetadataError: the configured metadata store cannot be opened; nothing changed.
     """
-    holding = dirs_holding_data(conf)
-    if holding and not force:
-        raise LayoutError(f"{', '.join(holding)} hold bookie data; pass --force to wipe")
-    for d in holding:
-        shutil.rmtree(current_dir(d))
-    if conf.metadata_uri:
-        from bookie.metadata import CookieNotFoundError, open_metadata
+    from bookie.workers.dirlock import DirectoryLock
 
-        with open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s) as store:
+    lock = DirectoryLock.acquire(all_dirs(conf), purpose="format it")
+    store = None
+    try:
+        holding = dirs_holding_data(conf)
+        if holding and not force:
+            raise LayoutError(f"{', '.join(holding)} hold bookie data; pass --force to wipe")
+        bookie_id = conf.bookie_id
+        if conf.bookie_port == 0:  # the id the bookie ran under is in its cookie
+            port = remembered_port(all_dirs(conf))
+            bookie_id = f"{conf.bookie_host}:{port}" if port else None
+        if conf.metadata_uri:
+            from bookie.metadata import open_metadata
+            store = open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s)
+        for d in holding:
+            shutil.rmtree(current_dir(d))
+        if store is not None and bookie_id is not None:
+            from bookie.metadata import CookieNotFoundError
             try:
-                store.remove_cookie(conf.bookie_id)
+                store.remove_cookie(bookie_id)
             except CookieNotFoundError:
                 pass
-    return holding
+        return holding
+    finally:
+        if store is not None:
+            store.close()
+        lock.release()
+
+
+def check_not_in_use(conf, purpose: str) -> None:
+    """Raise ``DirectoryInUseError`` (naming the pid) if a bookie holds the directories now."""
+    from bookie.workers.dirlock import DirectoryLock
+
+    DirectoryLock.acquire(all_dirs(conf), purpose=purpose).release()

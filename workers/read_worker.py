@@ -1,6 +1,6 @@
 """The read worker: owns the client-facing read socket.
 
-Serves READ (entry ranges, optionally fencing first), READ_LAC (optionally fencing, optionally
+Serves READ (entry ranges, or every stride-th entry of one with STRIDE; optionally fencing first), READ_LAC (optionally fencing, optionally
 long-polling) and INFO.  Entries are found through the LMDB index and read from the entry logs
 with ``pread``, merging neighbours into one read.
 
@@ -153,8 +153,8 @@ class ReadServer(ClientServer):
         want = 0
         if op == Op.READ:
             want = 1
-            if len(body) >= 1 and len(body[0]) != wire.READ_BODY.size:
-                raise wire.ProtocolError("READ body is first_entry_id u64 | max_count u32")
+            if len(body) >= 1:
+                wire.unpack_read_body(flags, body[0])
         elif flags & Flag.LONG_POLL:
             want = 1
             if len(body) >= 1 and len(body[0]) != wire.LONG_POLL_BODY.size:
@@ -170,10 +170,12 @@ class ReadServer(ClientServer):
             self.reply(ident, op, Status.OK, request_id, ledger_id, [self.info()])
             return
         if op == Op.READ:
-            first, max_count = wire.READ_BODY.unpack(body[0])
-            if first > wire.MAX_ID or max_count == 0:
-                raise wire.ProtocolError("entry id out of range or zero count")
-            locs = self.index.locate_range(txn, ledger_id, first, min(max_count, wire.MAX_BATCH))
+            first, max_count, stride = wire.unpack_read_body(flags, body[0])
+            max_count = min(max_count, wire.MAX_BATCH)
+            if stride == 1:
+                locs = self.index.locate_range(txn, ledger_id, first, max_count)
+            else:
+                locs = self.index.locate_strided(txn, ledger_id, first, max_count, stride)
             if not locs:
                 status = Status.NO_ENTRY if self.index.get_ledger(txn, ledger_id) is not None else Status.NO_LEDGER
                 self.reply(ident, op, status, request_id, ledger_id)

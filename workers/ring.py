@@ -19,7 +19,9 @@ Control words (u64, native endianness, plain stores; one writer each)::
     JOURNAL_EPOCH / ADD_EPOCH  bumped by each start of that worker (for logs and tests)
 
 Publication order: write the data, then store the cursor; a reader loads the cursor first,
-then reads the data up to it.  The add worker never writes over bytes the journal has not made
+then reads the data up to it.  Each worker then rings the other's ``Doorbell`` (a named pipe
+in the bookie's run directory): a wake-up only, never a carrier of facts, so a lost or extra
+ring costs at most a poll timeout or a spurious look at the cursors.  The add worker never writes over bytes the journal has not made
 durable: a record may be placed only while ``WRITE + size - DURABLE <= capacity``.
 """
 
@@ -114,3 +116,40 @@ class Ring:
             self._mm.close()
         except BufferError:
             pass
+
+
+class Doorbell:
+    """A wake-up from one worker to another of the same bookie, without ZeroMQ.
+
+    A named pipe (FIFO) at ``path``, opened read-write and non-blocking by both sides (so
+    neither open waits for the other, and either side may restart on its own).  The ringer
+    writes one byte; the rung polls ``fileno()`` and ``drain``s.  A full pipe already holds a
+    wake-up, so ``ring`` never blocks.  A ZeroMQ PUSH/PULL pair over ipc costs two more thread
+    hand-offs per wake-up (each side's I/O thread); on the lone-add path there are two wake-ups.
+    """
+
+    def __init__(self, path: str):
+        try:
+            os.mkfifo(path, 0o600)
+        except FileExistsError:
+            pass
+        self.fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def ring(self) -> None:
+        try:
+            os.write(self.fd, b"\0")
+        except BlockingIOError:
+            pass
+
+    def drain(self) -> None:
+        try:
+            while os.read(self.fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        os.close(self.fd)

@@ -54,8 +54,11 @@ LEDGER_KEY = struct.Struct(">Q")
 LOG_KEY = struct.Struct(">I")
 
 
+_ENTRY_KEY = struct.Struct(">QQ")
+
+
 def entry_key(ledger_id: int, entry_id: int) -> bytes:
-    return struct.pack(">QQ", ledger_id, entry_id)
+    return _ENTRY_KEY.pack(ledger_id, entry_id)
 
 
 def log_name(log_id: int) -> str:
@@ -146,6 +149,18 @@ class Index:
                 expect += 1
                 if len(out) >= max_count:
                     break
+        return out
+
+    def locate_strided(self, txn, ledger_id: int, first: int, max_count: int, stride: int):
+        """Locations of entries first, first + stride, ... (stops at the first one missing)."""
+        out = []
+        get, db, unpack, pack = txn.get, self.entries, LOC.unpack, _ENTRY_KEY.pack
+        last = min(first + (max_count - 1) * stride, (1 << 63) - 1)
+        for eid in range(first, last + 1, stride):
+            v = get(pack(ledger_id, eid), db=db)
+            if v is None:
+                break
+            out.append(unpack(v))
         return out
 
     def last_entry(self, txn, ledger_id: int):

@@ -46,10 +46,12 @@ class SendAdd:
 
 @dataclasses.dataclass(slots=True)
 class SendRead:
-    """READ up to ``max_count`` entries from ``first_entry_id`` on ``bookie``."""
+    """READ up to ``max_count`` entries from ``first_entry_id`` on ``bookie``, every
+    ``stride``-th one (1: consecutive entries)."""
     bookie: str
     first_entry_id: int
     max_count: int
+    stride: int = 1
 
 
 @dataclasses.dataclass(slots=True)

@@ -5,8 +5,11 @@ Theory of operation
 Every wanted entry starts at the first replica of its write set (the write sets rotate, so
 consecutive entries spread over the ensemble), or at the first one not in ``avoid`` (bookies
 that failed to answer lately: they are tried last).  Entries wanted from the same bookie are asked
-for together with one READ from the lowest of them; the bookie returns the entries it holds
-from there on (at most ``max_count``, at most MAX_READ_BYTES), possibly fewer than asked:
+for together: the ids of one write-set position of a fragment are every E-th entry, so each
+arithmetic run of ids (consecutive with E = 1, every E-th with a striped ensemble) is one READ
+from its lowest id, with flag STRIDE when the step is not 1.  The bookie returns the entries it
+holds of that run (at most ``max_count``, at most MAX_READ_BYTES), possibly fewer than asked; the
+i-th entry of an answer stands for ``first + i * stride``:
 
 * an entry returned intact (good digest, this ledger's id, the entry id its place in the answer
   stands for) is done;
@@ -36,7 +39,7 @@ from bookie.client.errors import (BKTimeoutError, BookieError, BookKeeperError,
 from bookie.client.protocol import actions as A
 from bookie.client.protocol.ledger import LedgerInfo
 from bookie.client.protocol.quorum import write_set
-from bookie.wire import Status
+from bookie.wire import MAX_STRIDE, Status
 
 MAX_COUNT = 4096  # entries asked for in one READ
 # what a replica's answer said about an entry (kinds of ReadOp notes)
@@ -118,36 +121,36 @@ class ReadOp:
         return reps
 
     def start(self) -> list:
-        # Entry e starts at the first replica of its write set, position e % E.
-        by_bookie: dict[str, list[int]] = {}
+        # Entry e starts at the first replica of its write set, position e % E: every E-th
+        # entry of a fragment goes to one bookie, as one striped run.
         e_size = self.info.ensemble_size
+        out = []
         for lo, hi, _, ens in self._fragments():
             for p in range(min(e_size, hi - lo + 1)):
                 e0 = lo + p
                 first_choice = self._replicas(e0)[0] if self.avoid else ens[e0 % e_size]
-                by_bookie.setdefault(first_choice, []).extend(range(e0, hi + 1, e_size))
-        out = []
-        for bookie, ids in by_bookie.items():
-            ids.sort()
-            out += self._ask(bookie, ids)
+                out += self._ask(first_choice, list(range(e0, hi + 1, e_size)))
         return out
 
     def _ask(self, bookie: str, ids: list[int]) -> list:
-        """READs for ``ids`` (ascending) from ``bookie``: one per run of consecutive ids (a
-        bookie answers with consecutive entries only; striped ledgers leave gaps), at most
-        max_count ids each, all sent at once."""
+        """READs for ``ids`` (ascending) from ``bookie``: one per arithmetic run of ids (a
+        bookie answers a READ with every stride-th entry from its first), at most max_count
+        ids each, all sent at once."""
         out = []
         self._outstanding.setdefault(bookie, set()).update(ids)
         i, n, max_count = 0, len(ids), self.max_count
         while i < n:
             lo = ids[i]
-            # ids[i..j] is one run when ids[j] - ids[i] == j - i (ascending, distinct)
+            step = ids[i + 1] - lo if i + 1 < n else 1
+            if step > MAX_STRIDE:
+                step = 1
+            # ids[i..j] is one run when ids[j] - ids[i] == (j - i) * step (ascending, distinct)
             j = min(i + max_count, n) - 1
-            if ids[j] - lo != j - i:
+            if ids[j] - lo != (j - i) * step:
                 j = i
-                while j + 1 < n and ids[j + 1] == ids[j] + 1 and ids[j + 1] - lo < max_count:
+                while j + 1 < n and ids[j + 1] == ids[j] + step and j + 1 - i < max_count:
                     j += 1
-            out.append(A.SendRead(bookie, lo, ids[j] - lo + 1))
+            out.append(A.SendRead(bookie, lo, j - i + 1, step))
             i = j + 1
         return out
 
@@ -157,19 +160,19 @@ class ReadOp:
         req = event.request
         bookie = req.bookie
         first, got = self.first, self._got
-        lo = req.first_entry_id
-        hi = min(lo + req.max_count - 1, self.last)
+        lo, stride = req.first_entry_id, req.stride
+        hi = min(lo + (req.max_count - 1) * stride, self.last)
         asked = self._outstanding.get(bookie, set())
         # The entries this request stood for: cost in the request's span, never in all that
         # is outstanding at the bookie.
-        mine = [e for e in range(max(lo, first), hi + 1)
-                if e in asked and got[e - first] is None]
+        mine = [e for e in range(lo, hi + 1, stride)
+                if e >= first and e in asked and got[e - first] is None]
         asked.difference_update(mine)
         mine_set = set(mine)
         moved: list[int] = []  # entries to try on their next replica
         again: list[int] = []  # entries to ask this bookie for again
         if event.status == Status.OK:
-            self._take_answer(bookie, lo, hi, event.entries, mine_set, moved, again)
+            self._take_answer(bookie, lo, hi, stride, event.entries, mine_set, moved, again)
         elif event.status in (Status.NO_ENTRY, Status.NO_LEDGER):
             for e in mine:
                 if e == lo or event.status == Status.NO_LEDGER:
@@ -201,23 +204,24 @@ class ReadOp:
             out += self._ask(b, ids)
         return self._deliver() + out
 
-    def _take_answer(self, bookie: str, lo: int, hi: int, entries, mine_set: set,
+    def _take_answer(self, bookie: str, lo: int, hi: int, stride: int, entries, mine_set: set,
                      moved: list, again: list) -> None:
         """Sort the entries of an OK answer to a READ from ``lo``: each wanted entry is got,
         moved to its next replica, or asked for again (only entries after the answer's end).
 
-        A bookie answers with the consecutive entries it holds from ``lo``, so the i-th one
-        stands for entry lo + i.  A copy that does not check out (digest, ledger id, or an
+        A bookie answers with the entries it holds of the run from ``lo``, so the i-th one
+        stands for entry lo + i * stride.  A copy that does not check out (digest, ledger id, or an
         entry id that was not asked for) is a bad copy of the entry whose place it takes: that
         entry moves on.  Every entry up to the answer's end is settled here, so a bookie that
         keeps answering badly is never asked for the same entries twice.
         """
         got, first = self._got, self.first
-        highest = lo + len(entries) - 1  # the entry the answer's last place stands for
+        highest = lo + (len(entries) - 1) * stride  # the entry the answer's last place stands for
         for i, entry in enumerate(self.decode_many(entries)):
+            place = lo + i * stride
             if isinstance(entry, DigestMismatchError):
                 claimed = getattr(entry, "entry_id", None)
-                e = claimed if claimed in mine_set else lo + i
+                e = claimed if claimed in mine_set else place
                 if e in mine_set:
                     self._note(e, _CORRUPT, f"{bookie}: bad copy ({entry})")
                     moved.append(e)
@@ -229,11 +233,11 @@ class ReadOp:
                 got[e - first] = entry
                 if e > highest:  # an answer that skips entries it does not hold
                     highest = e
-            elif lo + i in mine_set:
-                self._note(lo + i, _CORRUPT, f"{bookie}: bad copy (entry {e} in the place of "
-                                             f"entry {lo + i})")
-                moved.append(lo + i)
-                mine_set.discard(lo + i)
+            elif place in mine_set:
+                self._note(place, _CORRUPT, f"{bookie}: bad copy (entry {e} in the place of "
+                                            f"entry {place})")
+                moved.append(place)
+                mine_set.discard(place)
         for e in sorted(mine_set):  # what this bookie did not return (well)
             if not entries:
                 self._note(e, _FAILED, f"{bookie}: empty answer")

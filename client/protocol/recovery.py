@@ -21,10 +21,13 @@ MetadataWritten, MetadataConflict (with the re-read record) or MetadataFailed:
 4. **read forward** from ``S = max(L, first entry of the last fragment - 1)`` (every entry up to
    S was confirmed, since a fragment starts at the writer's first unconfirmed entry; S is read
    for its running length only and not re-written), one entry at a time, one replica of its
-   write set after another (bookies that did not answer the fence or timed out are asked last).
-   An entry exists when a replica returns it with a good digest; it does not exist once
-   (Qw - Qa) + 1 replicas said "no entry" (a confirmed entry is missing from at most Qw - Qa of
-   them).  Each entry found after S is re-added
+   write set after another (bookies that had not answered the fence when it held, or failed,
+   are asked last).  An entry exists when a replica returns it with a good digest and the
+   right ledger and entry id; an answer that does not match is a bad copy, never evidence of
+   absence.  It does not exist once (Qw - Qa) + 1 replicas said "no entry" (a confirmed entry
+   is missing from at most Qw - Qa of them) and every other replica said so too or is
+   unreachable (timed out), so recovery never ends below an entry that a bookie it can reach
+   holds.  Each entry found after S is re-added
    with the recovery flag to its whole write set - only now, after the fence held, so the old
    writer cannot complete an add behind our back.
 5. **replace** a bookie whose re-add fails, as a writer would (BookKeeper's recovery does the
@@ -95,7 +98,8 @@ class RecoveryOp:
         self._missing = 0
         self._problems: list[str] = []
         self._add_problems: list[str] = []  # failed re-adds and changes
-        self._suspects: set[str] = set()  # did not answer in time: asked last, not waited for
+        self._late: set[str] = set()  # had not answered the fence when it held: asked last
+        self._unreachable: set[str] = set()  # timed out or unreachable: not waited for
         # re-replication of every entry found after S (kept until the ledger is closed, since
         # an ensemble change must re-send entries to the bookie that joins)
         self._raw: dict[int, bytes] = {}
@@ -121,8 +125,10 @@ class RecoveryOp:
             return []
         kind = type(event)
         if kind is A.LacResponse:
-            return self._on_fenced(self.fence_op.handle(event, now)) \
-                if self.phase == self.FENCING else []
+            if self.phase == self.FENCING:
+                return self._on_fenced(self.fence_op.handle(event, now))
+            self._late_fence_answer(event)
+            return []
         if kind is A.ReadResponse:
             return self._on_read(event)
         if kind is A.AddResponse:
@@ -186,11 +192,20 @@ class RecoveryOp:
             return self._finish(error=finished.error)
         self.phase = self.READING
         answered = {self.fence_op.ensemble[p] for p in self.fence_op.coverage.answered}
-        self._suspects = set(self.fence_op.ensemble) - answered
+        self._late = set(self.fence_op.ensemble) - answered
+        self._unreachable = {self.fence_op.ensemble[p] for p in self.fence_op.coverage.failed}
         start = max(finished.result, self._written.last_fragment_first - 1)
         self._anchor = start
         self.last_found = start
         return self._read(max(start, 0))
+
+    def _late_fence_answer(self, event: A.LacResponse) -> None:
+        """A bookie answered the fence after it held: it is reachable, or known not to be."""
+        bookie = event.request.bookie
+        if event.status in (A.TIMEOUT, A.UNREACHABLE):
+            self._unreachable.add(bookie)
+        else:
+            self._late.discard(bookie)
 
     # -- 4. reading forward --------------------------------------------------------------------
 
@@ -200,7 +215,7 @@ class RecoveryOp:
         ensemble = written.ensemble_for(entry_id)
         replicas = [ensemble[p] for p in
                     write_set(entry_id, written.ensemble_size, written.write_quorum)]
-        late = self._suspects | self._failed
+        late = self._late | self._unreachable | self._failed
         # bookies that answered so far first: a dead one costs a timeout per entry otherwise
         self._replicas = tuple(sorted(replicas, key=lambda b: b in late))
         self._entry = entry_id
@@ -216,16 +231,9 @@ class RecoveryOp:
             return []
         entry_id = self._entry
         if event.status == Status.OK:
-            for raw in event.entries:
-                try:
-                    entry = self.decode(raw)
-                except DigestMismatchError as exc:
-                    self._problems.append(f"{req.bookie}: {exc}")
-                    break
-                if entry.entry_id == entry_id:
-                    return self._found(entry, raw)
-            else:
-                self._missing += 1  # answered, but not with this entry
+            found = self._check_copy(req.bookie, entry_id, event.entries)
+            if found is not None:
+                return self._found(*found)
         elif event.status in NOTHING_THERE:
             self._missing += 1
         elif event.status == Status.UNAUTHORIZED:
@@ -235,12 +243,31 @@ class RecoveryOp:
         else:
             self._problems.append(f"{req.bookie}: {A.status_name(event.status)}")
             if event.status in (A.TIMEOUT, A.UNREACHABLE):
-                self._suspects.add(req.bookie)
+                self._unreachable.add(req.bookie)
         return self._next_replica_or_decide()
+
+    def _check_copy(self, bookie: str, entry_id: int, entries):
+        """(entry, raw) when the answer's first entry is a good copy of ``entry_id``; else the
+        problem is noted (a bad copy is no evidence that the entry does not exist)."""
+        if not len(entries):
+            self._problems.append(f"{bookie}: an empty answer")
+            return None
+        raw = entries[0]
+        try:
+            entry = self.decode(raw)
+        except DigestMismatchError as exc:
+            self._problems.append(f"{bookie}: bad copy ({exc})")
+            return None
+        if entry.entry_id != entry_id:
+            self._problems.append(f"{bookie}: bad copy (returned entry {entry.entry_id})")
+            return None
+        return entry, raw
 
     def _next_replica_or_decide(self) -> list:
         entry_id = self._entry
-        if self._missing >= fence_quorum(self.info.write_quorum, self.info.ack_quorum):
+        waiting = [b for b in self._replicas[self._asked:] if b not in self._unreachable]
+        enough = self._missing >= fence_quorum(self.info.write_quorum, self.info.ack_quorum)
+        if enough and not waiting:
             if entry_id <= self._anchor:
                 return self._finish(error=LedgerRecoveryError(
                     f"ledger {self.info.ledger_id}: entry {entry_id} was confirmed but "
@@ -308,7 +335,7 @@ class RecoveryOp:
         elif bookie not in self._failed:
             self._failed.add(bookie)
             if event.status in (A.TIMEOUT, A.UNREACHABLE):
-                self._suspects.add(bookie)
+                self._unreachable.add(bookie)
             self._add_problems.append(f"{bookie}: {A.status_name(event.status)}")
             out += self._want_change()
         return out + self._settle(event.request.entry_ids)

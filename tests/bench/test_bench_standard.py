@@ -19,8 +19,9 @@ def phase(ops_per_s: float, p99_ms: float, **extra) -> dict:
     return fig
 
 
-def writes_result(ensemble, rate, ops_per_s, p99_ms):
-    return build_result("writes", {"ensemble": ensemble, "rate": rate, "time": 1.0},
+def writes_result(ensemble, rate, ops_per_s, p99_ms, throttle=10000):
+    return build_result("writes", {"ensemble": ensemble, "rate": rate, "time": 1.0,
+                                   "throttle": throttle},
                         {"writes": phase(ops_per_s, p99_ms)})
 
 
@@ -53,6 +54,21 @@ def test_table_takes_the_latest_matching_result_and_names_missing_runs():
     assert "| | p99 | 25.00 ms | < 20.00 ms | missed: 25% over | |" in table
     assert "| journal alone vs raw fdatasync | | not run | | | |" in table
     assert table.startswith("Measured ") and "Python" in table
+
+
+def test_256_in_flight_rows_take_only_their_own_results():
+    table = standard.render([writes_result(1, None, 150_000, 4.0, throttle=256),
+                             writes_result(1, None, 160_000, 30.0)])
+    assert "| client, 1 bookie, E=Qw=Qa=1, 256 in flight | adds/s | 150,000/s | >= 130,000/s | met |" in table
+    assert "| client, 1 bookie, E=Qw=Qa=1 | adds/s | 160,000/s |" in table
+
+
+def test_lone_add_is_judged_against_the_disk_beside_it():
+    result = build_result("bookie", {"rate": None, "time": 1.0},
+                          {"disk": phase(4000, 0.3), "sync": phase(1000, 0.6),
+                           "pipelined": phase(150_000, 4.0)})
+    table = standard.render([result])
+    assert "| | lone add p50 / disk p50 | 2.00 | < 3.00 | met | |" in table
 
 
 def test_table_goes_between_the_readme_markers(tmp_path):

@@ -6,6 +6,7 @@ the hierarchical layout and ZooKeeper with the flat layout, each empty and priva
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -13,7 +14,8 @@ import pytest
 
 from bookie.metadata import (
     BadVersionError, CookieNotFoundError, CorruptMetadataError, LedgerMetadata, LedgerState,
-    MetadataError, NodeExistsError, NoSuchLedgerError, NoSuchNodeError, open_metadata)
+    MetadataError, NodeExistsError, NoSuchLedgerError, NoSuchNodeError, NoSuchStoreError,
+    open_metadata)
 from bookie.metadata.errors import NotEmptyError
 
 ENSEMBLE = ["10.0.0.1:3181", "10.0.0.2:3181", "10.0.0.3:3181"]
@@ -52,6 +54,45 @@ class Recorder:
     def last(self):
         with self._lock:
             return self.calls[-1] if self.calls else None
+
+
+# -- opening ----------------------------------------------------------------------------------
+
+def _something_is_there(uri: str, request) -> bool:
+    """Whether anything at all exists where the URI points (a directory, a ZooKeeper node)."""
+    if uri.startswith("lmdb://"):
+        return os.path.exists(uri[len("lmdb://"):])
+    from kazoo.client import KazooClient
+    client = KazooClient(hosts=request.getfixturevalue("zookeeper_server").hosts)
+    client.start(timeout=10)
+    try:
+        return client.exists("/" + uri.split("/", 3)[3]) is not None
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_a_uri_naming_no_store_is_refused_with_how_to_create_one(uncreated_metadata_uri, request):
+    uri = uncreated_metadata_uri
+    with pytest.raises(NoSuchStoreError) as refused:
+        open_metadata(uri, timeout_s=10.0)
+    assert f"bookie shell metaformat --metadata {uri}" in str(refused.value)
+    assert "\n" not in str(refused.value)
+    assert not _something_is_there(uri, request)  # a typo must not make a new, empty cluster
+
+
+def test_create_initialises_a_store_once_and_keeps_an_existing_one(uncreated_metadata_uri):
+    uri = uncreated_metadata_uri
+    with open_metadata(uri, timeout_s=10.0, create=True) as store:
+        instance = store.instance_id()
+        assert instance and not store.has_data()
+        ledger_id, _ = store.create_ledger(meta())
+    with open_metadata(uri, timeout_s=10.0, create=True) as store:
+        assert store.instance_id() == instance
+        assert list(store.list_ledgers()) == [ledger_id]
+    with open_metadata(uri, timeout_s=10.0) as store:
+        assert store.instance_id() == instance
+        assert store.read_ledger(ledger_id)[1] == 0
 
 
 # -- ledgers ----------------------------------------------------------------------------------

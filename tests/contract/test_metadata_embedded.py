@@ -62,7 +62,10 @@ def wait_for(predicate, timeout_s: float, what: str) -> float:
 
 @pytest.fixture
 def uri(tmp_path):
-    return f"lmdb://{tmp_path}/md"
+    """An initialised, empty embedded store."""
+    uri = f"lmdb://{tmp_path}/md"
+    open_metadata(uri, create=True).close()
+    return uri
 
 
 def test_bookie_killed_with_sigkill_drops_out_within_the_lease(uri):
@@ -155,4 +158,21 @@ def test_unusable_directory_is_a_clear_error(tmp_path):
     blocker.write_text("not a directory")
     from bookie.metadata import MetadataError
     with pytest.raises(MetadataError, match="metadata"):
-        open_metadata(f"lmdb://{blocker}/md")
+        open_metadata(f"lmdb://{blocker}/md", create=True)
+
+
+def test_another_programs_lmdb_environment_is_refused_and_left_as_it_was(tmp_path):
+    import lmdb
+    from bookie.metadata import MetadataError, NoSuchStoreError
+
+    other = tmp_path / "index"  # e.g. a bookie's entry index, named by mistake
+    env = lmdb.open(str(other), map_size=1 << 20)
+    with env.begin(write=True) as txn:
+        txn.put(b"key", b"value")
+    env.close()
+    before = (other / "data.mdb").read_bytes()
+    with pytest.raises(NoSuchStoreError, match="not a metadata store"):
+        open_metadata(f"lmdb://{other}")
+    with pytest.raises(MetadataError, match="holds no metadata store"):
+        open_metadata(f"lmdb://{other}", create=True)  # not even metaformat writes into it
+    assert (other / "data.mdb").read_bytes() == before

@@ -65,7 +65,7 @@ def test_unreachable_server_is_a_timeout_error_not_a_hang():
 
 def test_calls_fail_clearly_within_their_timeout_when_the_server_is_gone():
     with ZooKeeperServer() as server:
-        store = open_metadata(server.uri("/gone"), timeout_s=1.0)
+        store = open_metadata(server.uri("/gone"), timeout_s=1.0, create=True)
         ledger_id, _ = store.create_ledger(LedgerMetadata(1, 1, 1))
         server.stop()
         started = time.monotonic()
@@ -88,7 +88,7 @@ def test_hierarchical_layout_stores_ledgers_as_bookkeeper_does(zk_uri):
 
 
 def test_flat_layout_stores_ledgers_under_the_root(zookeeper_server, zk_root):
-    with open_metadata(zookeeper_server.uri(zk_root, scheme="zk+flat")) as store:
+    with open_metadata(zookeeper_server.uri(zk_root, scheme="zk+flat"), create=True) as store:
         ledger_id, _ = store.create_ledger(LedgerMetadata(1, 1, 1))
         assert store.client.exists(f"{store.root}/L{ledger_id:010d}")
     # A plain zk:// URI follows the layout the root already has...

@@ -106,15 +106,16 @@ def test_read_op_moves_a_bad_entry_of_a_bulk_answer_to_the_next_replica():
     datas, _ = dm.encode_many(0, -1, 0, [b"e%d" % i for i in range(6)])
     op = ReadOp(info, 0, 5, dm.decode, decode_many=dm.decode_many)
     asks = op.start()
-    assert {(a.bookie, a.first_entry_id, a.max_count) for a in asks} == \
-        {("b0:1", 0, 1), ("b0:1", 2, 1), ("b0:1", 4, 1), ("b1:1", 1, 1), ("b1:1", 3, 1),
-         ("b1:1", 5, 1)}
+    # one striped READ per bookie: every other entry
+    assert {(a.bookie, a.first_entry_id, a.max_count, a.stride) for a in asks} == \
+        {("b0:1", 0, 3, 2), ("b1:1", 1, 3, 2)}
     corrupt = bytearray(datas[2])
     corrupt[-1] ^= 1
     delivered, retry = [], []
     for a in asks:
-        raw = bytes(corrupt) if a.first_entry_id == 2 else datas[a.first_entry_id]
-        for out in op.handle(A.ReadResponse(a, 0, A.RawEntries(*wire.pack_batch([raw])))):
+        ids = range(a.first_entry_id, a.first_entry_id + a.max_count * a.stride, a.stride)
+        raws = [bytes(corrupt) if e == 2 else datas[e] for e in ids]
+        for out in op.handle(A.ReadResponse(a, 0, A.RawEntries(*wire.pack_batch(raws)))):
             if isinstance(out, Deliver):
                 delivered += [e.entry_id for e in out.entries]
             elif isinstance(out, A.SendRead):

@@ -50,7 +50,7 @@ def test_metaformat_then_lists_and_ledger_metadata(capsys, uri):
 
 def test_interactive_metaformat_asks_before_wiping(capsys, monkeypatch, tmp_path):
     uri = f"lmdb://{tmp_path}/md"
-    with open_metadata(uri) as store:
+    with open_metadata(uri, create=True) as store:
         store.create_ledger(LedgerMetadata(1, 1, 1))
     monkeypatch.setattr("builtins.input", lambda prompt: "n")
     assert run(capsys, "metaformat", "--metadata", uri)[0] == 1
@@ -67,10 +67,14 @@ def test_uri_comes_from_the_environment_or_is_a_clear_error(capsys, monkeypatch,
     rc, _, err = run(capsys, "listledgers", "--metadata", "zk://nohostport")
     assert rc == 2 and "host:port" in err and len(err.strip().splitlines()) == 1
     monkeypatch.setenv("BOOKIE_METADATA_URI", f"lmdb://{tmp_path}/md")
+    rc, _, err = run(capsys, "listledgers")  # names no store yet: refused, and not created
+    assert rc == 2 and f"metaformat --metadata lmdb://{tmp_path}/md" in err
+    assert run(capsys, "metaformat", "--non-interactive")[0] == 0
     assert run(capsys, "listledgers") == (0, "", "")
 
 
 def test_missing_ledger_is_one_line_error(capsys, tmp_path):
+    open_metadata(f"lmdb://{tmp_path}/md", create=True).close()
     rc, _, err = run(capsys, "ledgermetadata", "42", "--metadata", f"lmdb://{tmp_path}/md")
     assert rc == 2 and err.strip() == "bookie shell: ledger 42 does not exist"
 

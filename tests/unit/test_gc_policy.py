@@ -120,7 +120,7 @@ def test_a_gc_run_drops_deleted_ledgers_and_dead_logs_and_keeps_every_live_entry
     for d in dirs:
         os.makedirs(d)
     meta = LedgerMetadata(1, 1, 1, fragments=[(0, ["127.0.0.1:3181"])])
-    store = open_metadata(f"lmdb://{tmp_path}/metadata")
+    store = open_metadata(f"lmdb://{tmp_path}/metadata", create=True)
     env = open_index(str(tmp_path), MAP_SIZE_BYTES)
     logs = EntryLogs(dirs, size_limit=4096, preallocate=False)
     index = Index(env)
@@ -164,7 +164,7 @@ def test_a_run_interrupted_after_unlinking_forgets_the_maps_next_time(tmp_path):
     d = str(tmp_path / "a")
     os.makedirs(d)
     meta = LedgerMetadata(1, 1, 1, fragments=[(0, ["127.0.0.1:3181"])])
-    store = open_metadata(f"lmdb://{tmp_path}/metadata")
+    store = open_metadata(f"lmdb://{tmp_path}/metadata", create=True)
     env = open_index(str(tmp_path), MAP_SIZE_BYTES)
     logs = EntryLogs([d], size_limit=4096, preallocate=False)
     index = Index(env)

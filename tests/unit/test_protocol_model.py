@@ -106,8 +106,9 @@ class SimCluster:
                 return A.ReadResponse(a, A.TIMEOUT)
             if a.first_entry_id not in bookie.entries:
                 return A.ReadResponse(a, Status.NO_ENTRY)
-            got = [bookie.entries[e] for e in sorted(bookie.entries)
-                   if a.first_entry_id <= e < a.first_entry_id + a.max_count]
+            got = [bookie.entries[e] for e in range(a.first_entry_id, a.first_entry_id +
+                                                    a.max_count * a.stride, a.stride)
+                   if e in bookie.entries]
             return A.ReadResponse(a, Status.OK, got)
         raise AssertionError(a)
 

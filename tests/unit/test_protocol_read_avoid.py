@@ -23,7 +23,7 @@ def test_reads_start_on_a_healthy_replica_whenever_an_entry_has_one(shape, last,
     sends = [a for a in op.start() if isinstance(a, A.SendRead)]
     asked = {}
     for s in sends:
-        for eid in range(s.first_entry_id, s.first_entry_id + s.max_count):
+        for eid in range(s.first_entry_id, s.first_entry_id + s.max_count * s.stride, s.stride):
             asked.setdefault(eid, s.bookie)
     for eid in range(last + 1):
         replicas = [names[p] for p in write_set(eid, e, w)]
@@ -34,5 +34,9 @@ def test_reads_start_on_a_healthy_replica_whenever_an_entry_has_one(shape, last,
 def test_without_suspects_entries_start_at_their_write_set_head():
     info, names = _info(3, 2)
     op = ReadOp(info, 0, 5, decode=lambda raw: raw)
-    starts = {s.first_entry_id: s.bookie for s in op.start()}
+    starts = {e: s.bookie for s in op.start()
+              for e in range(s.first_entry_id, s.first_entry_id + s.max_count * s.stride, s.stride)}
     assert starts == {0: names[0], 1: names[1], 2: names[2], 3: names[0], 4: names[1], 5: names[2]}
+    # one striped READ per bookie: every third entry
+    assert sorted((s.bookie, s.first_entry_id, s.max_count, s.stride) for s in op.start()) == [
+        (names[0], 0, 2, 3), (names[1], 1, 2, 3), (names[2], 2, 2, 3)]

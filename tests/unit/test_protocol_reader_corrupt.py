@@ -3,8 +3,8 @@
 A copy whose digest, ledger id or entry id does not match moves its entry to the next replica:
 the read succeeds whenever some replica of each entry holds an intact copy, never asks a
 replica twice for an entry it answered badly, and - finished or failed - asks for nothing more.
-The replicas answer as bookies do: the consecutive entries they hold from the first one asked
-for, or NO_ENTRY.
+The replicas answer as bookies do: the entries they hold of the run asked for (consecutive, or
+every stride-th one with STRIDE) from its first one, or NO_ENTRY.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class Replicas:
         entry_id = a.first_entry_id
         while entry_id in copies and len(out) < a.max_count:
             out.append(copies[entry_id])
-            entry_id += 1
+            entry_id += a.stride
         if not out:
             return A.ReadResponse(a, Status.NO_ENTRY)
         return A.ReadResponse(a, Status.OK, out)
@@ -77,7 +77,8 @@ class Replicas:
     def asked_for(self, bookie: str, entry_id: int) -> int:
         """READs to ``bookie`` whose range covered ``entry_id``."""
         return sum(1 for r in self.reads if r.bookie == bookie and
-                   r.first_entry_id <= entry_id < r.first_entry_id + r.max_count)
+                   entry_id in range(r.first_entry_id, r.first_entry_id + r.max_count * r.stride,
+                                     r.stride))
 
 
 def ledger(e: int, w: int) -> tuple[LedgerInfo, tuple[str, ...]]:

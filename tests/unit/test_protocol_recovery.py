@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from bookie.client.errors import LedgerRecoveryError
 from bookie.client.protocol import actions as A
-from bookie.client.protocol.ledger import LedgerState
+from bookie.metadata import LedgerState
 from bookie.client.protocol.quorum import write_set
 from bookie.client.protocol.recovery import RecoveryOp
 from test_protocol_model import SimCluster, new_ledger, read_all, recover
@@ -159,3 +159,42 @@ def test_a_recovery_closed_by_another_client_meanwhile_adopts_that_close():
                        cluster.version)
     done = finish(cluster, op)
     assert done.error is None and done.result == (4, 10)
+
+
+def test_recovery_never_ends_below_an_entry_a_reachable_replica_holds():
+    """Qw=3, Qa=2: the last entry is on one bookie only, slow to answer the fence (so asked
+    last).  Two replicas saying "no entry" would be enough by the protocol, but the third is
+    reachable and holds the entry: recovery keeps it."""
+    cluster, digest, _ = written_ledger((3, 3, 2), 3, 6, 11)
+    slow = cluster.info.last_ensemble[-1]
+    for bookie in cluster.info.last_ensemble[:-1]:
+        del cluster.bookies[bookie].entries[5]
+    op = start_recovery(cluster, digest)
+
+    def slow_fence(item):
+        return isinstance(item[1], A.SendReadLac) and item[1].bookie == slow
+    for _ in range(1000):  # answers in the order asked, the slow bookie's fence answer last
+        if cluster.outputs.get(op):
+            break
+        order = sorted(range(len(cluster.queue)), key=lambda i: slow_fence(cluster.queue[i]))
+        cluster.deliver(order[0])
+    done = cluster.outputs[op][-1]
+    assert done.error is None and done.result[0] == 5
+    assert cluster.info.last_entry_id == 5
+
+
+def test_a_good_copy_of_another_entry_is_not_taken_for_absence():
+    """The replica asked first for the last acknowledged entry answers with an intact copy of
+    another entry; recovery asks the next replica instead of ending the ledger before it."""
+    cluster, digest, _ = written_ledger((3, 2, 2), 3, 6, 12)
+    first = cluster.info.last_ensemble[write_set(5, 3, 2)[0]]
+    held = cluster.bookies[first].entries
+    held[5] = held[min(held)]  # the bookie returns an earlier entry's bytes for entry 5
+    op = start_recovery(cluster, digest)
+    for _ in range(1000):  # newest first: that bookie answers the fence early, is asked first
+        if cluster.outputs.get(op):
+            break
+        cluster.deliver(len(cluster.queue) - 1)
+    done = cluster.outputs[op][-1]
+    assert done.error is None and done.result[0] == 5
+    assert [x.data for x in read_all(cluster, digest, 5)] == [b"e%d" % i for i in range(6)]

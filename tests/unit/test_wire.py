@@ -72,3 +72,34 @@ def test_batch_ids_small_and_large_paths_agree(entry_ids, ledger):
     ledgers, ids = wire.batch_ids(data, offsets)
     assert list(ids) == entry_ids and list(ledgers) == [ledger] * len(entry_ids)
     assert list(ids) == list(wire.batch_header_fields(data, offsets, 1))
+
+
+@given(first=st.integers(0, 2**63 - 1), count=st.integers(1, 2**32 - 1),
+       stride=st.integers(1, wire.MAX_STRIDE))
+def test_read_bodies_round_trip_plain_and_striped(first, count, stride):
+    flags, body = wire.read_request(first, count, stride)
+    assert bool(flags & wire.Flag.STRIDE) == (stride != 1)
+    wire.check_request_flags(Op.READ, flags)
+    assert wire.unpack_read_body(flags, body) == (first, min(count, wire.MAX_BATCH), stride)
+
+
+@pytest.mark.parametrize("flags, body", [
+    (wire.Flag.STRIDE, wire.READ_BODY.pack(0, 1)),  # plain body with STRIDE
+    (0, wire.READ_STRIDE_BODY.pack(0, 1, 3)),  # striped body without it
+    (wire.Flag.STRIDE, wire.READ_STRIDE_BODY.pack(0, 1, 0)),
+    (wire.Flag.STRIDE, wire.READ_STRIDE_BODY.pack(0, 1, wire.MAX_STRIDE + 1)),
+    (wire.Flag.STRIDE, wire.READ_STRIDE_BODY.pack(0, 0, 3)),
+    (wire.Flag.STRIDE, wire.READ_STRIDE_BODY.pack(2**63, 1, 3)),
+    (wire.Flag.STRIDE, b""),
+])
+def test_malformed_read_bodies_are_refused(flags, body):
+    with pytest.raises(ProtocolError) as e:
+        wire.unpack_read_body(flags, body)
+    assert e.value.status == Status.BAD_REQUEST
+
+
+def test_stride_is_a_read_flag_only():
+    wire.check_request_flags(Op.READ, wire.Flag.STRIDE | wire.Flag.FENCE)
+    for op in (Op.ADD, Op.READ_LAC, Op.WRITE_LAC):
+        with pytest.raises(ProtocolError):
+            wire.check_request_flags(op, wire.Flag.STRIDE)

@@ -1,0 +1,323 @@
+"""One client process of the workload: ``python -m bookie.testing.nemesis.client_proc SPEC``.
+
+SPEC is a JSON object: ``role`` (``writer``, ``tailer``, ``log_writer``, ``log_reader``,
+``recover``), ``name`` (the process's name in the history), ``history`` (its JSON-lines file),
+``metadata`` (URI), ``config`` (client keys), and the role's own keys (below).  Each role
+records every operation it invokes and how it completes (``history.py``) and runs until
+SIGTERM (then it finishes what is in flight, for at most ``drain_s``) or until its work is done.
+Clients run as processes of their own so that the nemesis can SIGKILL or SIGSTOP them, and
+start them inside a network namespace.
+
+- ``writer``: ``mode`` ``sync`` (``add_entry``), ``async`` (``add_entry_async``, a window of
+  ``window`` adds) or ``bulk`` (``add_range_async`` of 1..``batch`` payloads); ``quorum``
+  [E, Qw, Qa].  Writes one ledger until an add fails, then starts a new ledger; with
+  ``close_at_end`` it closes its ledger on SIGTERM.
+- ``tailer``: follows the writer whose history file is ``follow``: tails its newest ledger
+  with ``read_new_entries_async`` and ``read_last_add_confirmed`` (``recovery=False``), and now
+  and then reads a random confirmed range with ``read_entries``.
+- ``log_writer``: ``open_log(log)`` and appends (``append`` / ``append_async``); when fenced
+  or failed it opens the log again (a takeover back); ``max_appends`` makes it a one-shot
+  writer (the nemesis's log takeover).
+- ``log_reader``: ``read_log(log)`` from the start, over and over.
+- ``recover``: ``open_ledger(ledger, recovery=True)`` once (the nemesis's concurrent recovery).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+import time
+
+from bookie.testing.nemesis.history import HistoryWriter, read_events
+from bookie.testing.nemesis.payload import fingerprint, make_payload, parse_payload
+
+PASSWORD = b"nemesis"
+DIGEST = "crc32c"
+OP_TIMEOUT_S = 30.0
+
+
+class _Stop:
+    """Set by SIGTERM: the process finishes what is in flight and exits."""
+    requested = False
+
+
+def _on_term(signum, frame) -> None:
+    _Stop.requested = True
+
+
+def _err(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+# -- writer -----------------------------------------------------------------------------------
+
+def run_writer(bk, spec: dict, hist: HistoryWriter) -> None:
+    rng = random.Random(spec.get("seed", 0))
+    e, qw, qa = spec.get("quorum", (3, 2, 2))
+    mode = spec.get("mode", "sync")
+    pace_s = spec.get("pace_s", 0.005)
+    generation = 0
+    lh = None
+    while not _Stop.requested:
+        writer = f"{spec['name']}.{generation}"
+        generation += 1
+        try:
+            lh = bk.create_ledger(e, qw, qa, digest=DIGEST, password=PASSWORD)
+        except Exception as exc:  # noqa: BLE001 - every failure is part of the history
+            hist.record("error", msg=f"create_ledger: {_err(exc)}")
+            lh = None
+            time.sleep(0.5)
+            continue
+        hist.record("create", l=lh.ledger_id, w=writer)
+        ok = {"sync": _write_sync, "async": _write_async, "bulk": _write_bulk}[mode](
+            lh, writer, hist, rng, pace_s, spec)
+        if not ok:
+            time.sleep(0.2)
+    if lh is not None and spec.get("close_at_end"):
+        try:
+            lh.close(timeout_s=spec.get("drain_s", 10.0))
+            hist.record("close", l=lh.ledger_id, last=lh.last_add_confirmed)
+        except Exception as exc:  # noqa: BLE001
+            hist.record("error", msg=f"close {lh.ledger_id}: {_err(exc)}")
+
+
+def _write_sync(lh, writer, hist, rng, pace_s, spec) -> bool:
+    seq = 0
+    while not _Stop.requested:
+        hist.record("add", l=lh.ledger_id, w=writer, s=seq, n=1)
+        t0 = time.monotonic()
+        try:
+            entry_id = lh.add_entry(make_payload(writer, seq), timeout_s=OP_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001
+            hist.record("fail", l=lh.ledger_id, w=writer, s=seq, n=1, err=_err(exc), t0=t0)
+            return False
+        hist.record("ack", l=lh.ledger_id, w=writer, s=seq, n=1, e=entry_id, t0=t0)
+        seq += 1
+        time.sleep(pace_s)
+    return True
+
+
+def _write_async(lh, writer, hist, rng, pace_s, spec) -> bool:
+    window = spec.get("window", 16)
+    pending = []  # (seq, t0, future), in entry order
+    seq = 0
+    ok = True
+    while pending or (ok and not _Stop.requested):
+        while ok and not _Stop.requested and len(pending) < window:
+            hist.record("add", l=lh.ledger_id, w=writer, s=seq, n=1)
+            t0 = time.monotonic()
+            try:
+                pending.append((seq, t0, lh.add_entry_async(make_payload(writer, seq))))
+            except Exception as exc:  # noqa: BLE001
+                hist.record("fail", l=lh.ledger_id, w=writer, s=seq, n=1, err=_err(exc), t0=t0)
+                ok = False
+            seq += 1
+        if not pending:
+            break
+        s, t0, future = pending.pop(0)
+        try:
+            entry_id = future.result(OP_TIMEOUT_S)
+            hist.record("ack", l=lh.ledger_id, w=writer, s=s, n=1, e=entry_id, t0=t0)
+        except Exception as exc:  # noqa: BLE001
+            hist.record("fail", l=lh.ledger_id, w=writer, s=s, n=1, err=_err(exc), t0=t0)
+            ok = False
+        time.sleep(pace_s / 4)
+    return ok
+
+
+def _write_bulk(lh, writer, hist, rng, pace_s, spec) -> bool:
+    seq = 0
+    batch = spec.get("batch", 32)
+    while not _Stop.requested:
+        n = rng.randint(1, batch)
+        hist.record("add", l=lh.ledger_id, w=writer, s=seq, n=n)
+        t0 = time.monotonic()
+        try:
+            ids = lh.add_range_async([make_payload(writer, seq + i) for i in range(n)]) \
+                .result(OP_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001
+            hist.record("fail", l=lh.ledger_id, w=writer, s=seq, n=n, err=_err(exc), t0=t0)
+            return False
+        if len(ids) != n:
+            hist.record("error", msg=f"add_range_async of {n} payloads returned {ids}")
+        hist.record("ack", l=lh.ledger_id, w=writer, s=seq, n=n, e=ids.start, t0=t0)
+        seq += n
+        time.sleep(pace_s * 2)
+    return True
+
+
+# -- tailer -----------------------------------------------------------------------------------
+
+def _newest_ledger(path: str) -> int | None:
+    created = [ev["l"] for ev in read_events(path) if ev["ev"] == "create"]
+    return created[-1] if created else None
+
+
+def run_tailer(bk, spec: dict, hist: HistoryWriter) -> None:
+    rng = random.Random(spec.get("seed", 0))
+    handle_no = 0
+    rh = None
+    next_entry = 0
+    last_switch_check = 0.0
+    while not _Stop.requested:
+        now = time.monotonic()
+        if rh is None or now - last_switch_check > 1.0:
+            last_switch_check = now
+            newest = _newest_ledger(spec["follow"])
+            if newest is None:
+                time.sleep(0.2)
+                continue
+            if rh is None or newest != rh.ledger_id:
+                try:
+                    rh = bk.open_ledger(newest, digest=DIGEST, password=PASSWORD, recovery=False)
+                except Exception as exc:  # noqa: BLE001
+                    hist.record("error", msg=f"open_ledger {newest} (no recovery): {_err(exc)}")
+                    rh = None
+                    time.sleep(0.5)
+                    continue
+                handle_no += 1
+                next_entry = 0
+        try:
+            next_entry = _tail_step(rh, handle_no, next_entry, hist, rng)
+        except Exception as exc:  # noqa: BLE001
+            hist.record("error", msg=f"tail {rh.ledger_id}: {_err(exc)}")
+            time.sleep(0.3)
+
+
+def _record_reads(rh, handle_no, entries, hist) -> None:
+    lac = rh.last_add_confirmed
+    for entry in entries:
+        ident = parse_payload(entry.data)
+        hist.record("read", l=rh.ledger_id, h=handle_no, e=entry.entry_id, lac=lac,
+                    d=fingerprint(entry.data), id=f"{ident[0]}:{ident[1]}" if ident else None)
+
+
+def _tail_step(rh, handle_no, next_entry, hist, rng) -> int:
+    t0 = time.monotonic()
+    lac = rh.read_last_add_confirmed()
+    hist.record("lac", l=rh.ledger_id, h=handle_no, v=lac, t0=t0)
+    entries = rh.read_new_entries_async(next_entry - 1, timeout_s=1.0, max_entries=256) \
+        .result(OP_TIMEOUT_S)
+    _record_reads(rh, handle_no, entries, hist)
+    if entries:
+        next_entry = entries[-1].entry_id + 1
+    lac = rh.last_add_confirmed
+    if lac >= 0 and rng.random() < 0.2:
+        first = rng.randint(0, lac)
+        last = min(lac, first + rng.randint(0, 64))
+        _record_reads(rh, handle_no, rh.read_entries_async(first, last).result(OP_TIMEOUT_S), hist)
+    return next_entry
+
+
+# -- logs -------------------------------------------------------------------------------------
+
+def run_log_writer(bk, spec: dict, hist: HistoryWriter) -> None:
+    from bookie.client import open_log
+    name = spec["log"]
+    max_appends = spec.get("max_appends")
+    pace_s = spec.get("pace_s", 0.005)
+    window = spec.get("window", 8)
+    generation = 0
+    while not _Stop.requested:
+        writer = f"{spec['name']}.{generation}"
+        generation += 1
+        try:
+            log = open_log(bk, name, 3, 2, 2, digest=DIGEST, password=PASSWORD,
+                           roll_entries=spec.get("roll_entries", 40))
+        except Exception as exc:  # noqa: BLE001
+            hist.record("error", msg=f"open_log {name}: {_err(exc)}")
+            time.sleep(0.5)
+            continue
+        hist.record("log_open", log=name, w=writer)
+        seq, pending, ok = 0, [], True
+        while pending or (ok and not _Stop.requested and (max_appends is None or seq < max_appends)):
+            while ok and not _Stop.requested and len(pending) < window and \
+                    (max_appends is None or seq < max_appends):
+                hist.record("append", log=name, w=writer, s=seq)
+                t0 = time.monotonic()
+                try:
+                    pending.append((seq, t0, log.append_async(make_payload(writer, seq))))
+                except Exception as exc:  # noqa: BLE001
+                    hist.record("log_fail", log=name, w=writer, s=seq, err=_err(exc), t0=t0)
+                    ok = False
+                seq += 1
+            if not pending:
+                break
+            s, t0, future = pending.pop(0)
+            try:
+                pos = future.result(OP_TIMEOUT_S)
+                hist.record("log_ack", log=name, w=writer, s=s, l=pos.ledger_id, e=pos.entry_id,
+                            t0=t0)
+            except Exception as exc:  # noqa: BLE001
+                hist.record("log_fail", log=name, w=writer, s=s, err=_err(exc), t0=t0)
+                ok = False
+            time.sleep(pace_s)
+        if max_appends is not None and ok:
+            try:
+                log.close()
+            except Exception as exc:  # noqa: BLE001
+                hist.record("error", msg=f"close log {name}: {_err(exc)}")
+            return
+        time.sleep(0.5 if not _Stop.requested else 0)
+
+
+def run_log_reader(bk, spec: dict, hist: HistoryWriter) -> None:
+    from bookie.client import read_log
+    while not _Stop.requested:
+        t0 = time.monotonic()
+        try:
+            recs = []
+            for rec in read_log(bk, spec["log"], digest=DIGEST, password=PASSWORD):
+                ident = parse_payload(rec.data)
+                recs.append([rec.ledger_id, rec.entry_id,
+                             f"{ident[0]}:{ident[1]}" if ident else None])
+            hist.record("log_read", log=spec["log"], recs=recs, t0=t0)
+        except Exception as exc:  # noqa: BLE001
+            hist.record("error", msg=f"read_log {spec['log']}: {_err(exc)}")
+        time.sleep(1.0)
+
+
+# -- recovery ---------------------------------------------------------------------------------
+
+def run_recover(bk, spec: dict, hist: HistoryWriter) -> None:
+    t0 = time.monotonic()
+    try:
+        rh = bk.open_ledger(spec["ledger"], digest=DIGEST, password=PASSWORD, recovery=True)
+        hist.record("recover", l=spec["ledger"], last=rh.last_add_confirmed, t0=t0)
+    except Exception as exc:  # noqa: BLE001
+        hist.record("error", msg=f"recover {spec['ledger']}: {_err(exc)}", t0=t0)
+
+
+ROLES = {"writer": run_writer, "tailer": run_tailer, "log_writer": run_log_writer,
+         "log_reader": run_log_reader, "recover": run_recover}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m bookie.testing.nemesis.client_proc SPEC_JSON", file=sys.stderr)
+        return 2
+    try:
+        spec = json.loads(argv[0])
+        role = ROLES[spec["role"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        print(f"client_proc: bad spec: {exc}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _on_term)
+    from bookie.client import BookKeeper
+    hist = HistoryWriter(spec["history"], spec["name"])
+    hist.record("start", pid=os.getpid(), role=spec["role"])
+    try:
+        with BookKeeper(spec["metadata"], spec.get("config") or {}) as bk:
+            role(bk, spec, hist)
+    except Exception as exc:  # noqa: BLE001 - the history says why the process ended
+        hist.record("error", msg=f"{spec['role']} ended: {_err(exc)}")
+    hist.record("exit")
+    hist.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,365 @@
+"""Runs the nemesis: a cluster, rounds of workload under seeded faults, a check after each.
+
+One round: start the workload (``workload.Workload``); inject the round's faults at their
+times and heal each when it ends (``faults.Nemesis``); at the end heal everything, stop the
+clients, recover every ledger and the log the round wrote (from a client of the runner, on the
+healed cluster), read them back and check the history against them (``checker``).  The rounds
+go on until ``time_s`` has passed (at least one); the summary adds them up.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from bookie.testing.localbookies import LocalBookies
+from bookie.testing.nemesis.checker import FinalLedger, FinalLog, RoundReport, Violation, check_round
+from bookie.testing.nemesis.faults import Nemesis
+from bookie.testing.nemesis.history import load_history
+from bookie.testing.nemesis.schedule import enabled_kinds, make_schedule
+from bookie.testing.nemesis.workload import CLIENT_CONFIG, Workload
+
+# Bookies under the nemesis: quick failure detection, small files (tmpfs disks), many restarts.
+BOOKIE_CONF = {"gcWaitTime": 2000, "diskCheckInterval": 1000, "workerRestartLimit": 1000,
+               "zkTimeout": 4000, "journalMaxSizeMB": 8, "journalMaxBackups": 2,
+               "logSizeLimit": 8 << 20, "journalPreAllocSizeMB": 1}
+RECOVERY_ATTEMPTS = 3
+
+
+@dataclass
+class Options:
+    """What one run does.  The same options and seed give the same fault schedule."""
+    seed: int
+    time_s: float = 60.0
+    round_s: float = 15.0
+    bookies: int = 5
+    metadata: str = "lmdb"  # or "zk"
+    writers: int = 3
+    disk: bool = False
+    network: bool = False
+    base_dir: str | None = None
+    keep: bool = False
+
+    def replay_command(self) -> str:
+        cmd = (f"python -m bookie.testing.nemesis --seed {self.seed} --time {self.time_s:g} "
+               f"--round {self.round_s:g} --bookies {self.bookies} --metadata {self.metadata} "
+               f"--writers {self.writers}")
+        return cmd + (" --disk" if self.disk else "") + (" --network" if self.network else "")
+
+
+@dataclass
+class Summary:
+    options: Options
+    rounds: int = 0
+    faults: collections.Counter = field(default_factory=collections.Counter)
+    skipped: collections.Counter = field(default_factory=collections.Counter)
+    acked: int = 0
+    checked: int = 0
+    lost: int = 0
+    unverified: int = 0
+    reads_checked: int = 0
+    lacs_checked: int = 0
+    client_errors: int = 0
+    violations: list[tuple[int, Violation]] = field(default_factory=list)
+    incidents: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and self.rounds > 0
+
+    def add(self, round_no: int, report: RoundReport) -> None:
+        self.rounds += 1
+        self.acked += report.acked
+        self.checked += report.checked
+        self.lost += report.lost
+        self.unverified += report.unverified
+        self.reads_checked += report.reads_checked
+        self.lacs_checked += report.lacs_checked
+        self.violations += [(round_no, v) for v in report.violations]
+
+    def text(self) -> str:
+        o = self.options
+        faults = ", ".join(f"{k}={v}" for k, v in sorted(self.faults.items())) or "none"
+        skipped = ", ".join(f"{k}={v}" for k, v in sorted(self.skipped.items())) or "none"
+        lines = [
+            f"nemesis: seed {o.seed}, {o.bookies} bookies, metadata {o.metadata}, "
+            f"disk faults {'on' if o.disk else 'off'}, network faults {'on' if o.network else 'off'}",
+            f"  rounds: {self.rounds} in {self.elapsed_s:.0f} s",
+            f"  faults injected: {sum(self.faults.values())} ({faults})",
+            f"  faults skipped (target not there, or round over): "
+            f"{sum(self.skipped.values())} ({skipped})",
+            f"  entries acknowledged: {self.acked}, checked: {self.checked}, lost: {self.lost}, "
+            f"unverified: {self.unverified}",
+            f"  reads checked: {self.reads_checked}, LAC readings checked: {self.lacs_checked}, "
+            f"client errors recorded: {self.client_errors}",
+            f"  violations: {len(self.violations)}",
+        ]
+        by_kind = collections.Counter(v.kind for _, v in self.violations)
+        if by_kind:
+            lines.append("    by kind: " + ", ".join(f"{k}={n}" for k, n in sorted(by_kind.items())))
+        for round_no, v in self.violations[:20]:
+            lines.append(f"    round {round_no}: {v}")
+        lines.append(f"  incidents (bookie crashes and tracebacks; not safety violations): "
+                     f"{len(self.incidents)}")
+        lines += [f"    {line}" for line in self.incidents[:20]]
+        lines += [f"  note: {n}" for n in self.notes[:20]]
+        if not self.ok:
+            lines.append(f"  FAILED: replay with: {o.replay_command()}")
+        return "\n".join(lines)
+
+
+def run(opts: Options, log=None, network=None) -> Summary:
+    """Run the nemesis as ``opts`` say; returns the summary (``ok`` false on any violation).
+
+    ``network`` is a ready ``network.Network`` when network faults are on (the caller runs in
+    its control namespace)."""
+    log = log or (lambda line: print(line, flush=True))
+    base_dir = opts.base_dir or tempfile.mkdtemp(prefix="bookie-nemesis-")
+    os.makedirs(base_dir, exist_ok=True)
+    summary = Summary(opts)
+    started = time.monotonic()
+    zookeeper = None
+    disk = None
+    try:
+        metadata_uri = None
+        if opts.metadata == "zk":
+            zookeeper = _start_zookeeper(network)
+            metadata_uri = _format_zk_root(zookeeper)
+        bookies = LocalBookies(opts.bookies, metadata_uri=metadata_uri,
+                               base_dir=os.path.join(base_dir, "cluster"), conf=BOOKIE_CONF,
+                               hosts=network.bookie_hosts() if network else None,
+                               command_prefix=network.bookie_prefixes() if network else None)
+        if opts.disk:
+            disk = _mount_disks(bookies, summary)
+        with bookies:
+            nemesis = Nemesis(bookies, zookeeper=zookeeper, disk=disk, network=network,
+                              zk_session_s=BOOKIE_CONF["zkTimeout"] / 1000.0,
+                              client_session_s=CLIENT_CONFIG["zkTimeout"] / 1000.0, log=log)
+            round_no = 0
+            while round_no == 0 or time.monotonic() - started + opts.round_s <= opts.time_s:
+                report = _round(opts, round_no, base_dir, bookies, nemesis, network, summary, log)
+                summary.add(round_no, report)
+                log(f"round {round_no}: acked {report.acked}, checked {report.checked}, "
+                    f"lost {report.lost}, violations {len(report.violations)}")
+                round_no += 1
+            summary.faults = nemesis.injected
+            summary.skipped = nemesis.skipped
+            summary.notes += nemesis.bookie_exits
+            if summary.violations or opts.keep:
+                summary.notes.append(f"bookie logs kept under {bookies.base_dir}")
+                bookies._own_dir = False
+    finally:
+        if zookeeper is not None:
+            zookeeper.stop()
+        if disk is not None:
+            disk.unmount()
+        summary.elapsed_s = time.monotonic() - started
+        if not opts.keep and not summary.violations and opts.base_dir is None:
+            shutil.rmtree(base_dir, ignore_errors=True)
+        elif summary.violations:
+            summary.notes.append(f"histories kept under {base_dir}")
+    return summary
+
+
+DISK_BOOKIES = 2  # bookies with tmpfs journal and ledger disks (--disk)
+
+
+def schedule_kinds(opts: Options) -> tuple[str, ...]:
+    """The fault kinds of a run: from the options alone (a fault the machine cannot inject,
+    like a full disk where nothing can be mounted, is drawn and skipped), so a seed replays."""
+    return enabled_kinds(zookeeper=opts.metadata == "zk", disk=opts.disk, network=opts.network)
+
+
+def round_schedule(opts: Options, round_no: int):
+    """Round ``round_no``'s faults: a function of the options and the seed only."""
+    return make_schedule(opts.seed, round_no, opts.round_s, schedule_kinds(opts), opts.bookies,
+                         opts.writers, min(DISK_BOOKIES, opts.bookies) if opts.disk else 0)
+
+
+def _start_zookeeper(network):
+    from bookie.testing.nemesis.zkserver import RestartableZooKeeper
+    if network is not None:
+        return RestartableZooKeeper(host=network.zk_host(), prefix=network.zk_prefix()).start()
+    return RestartableZooKeeper().start()
+
+
+def _format_zk_root(zookeeper) -> str:
+    """A fresh root in ``zookeeper``, formatted through the store API; returns its URI."""
+    from bookie.metadata import open_metadata
+    uri = zookeeper.uri(zookeeper.chroot("/nemesis"))
+    with open_metadata(uri, timeout_s=20.0) as store:
+        store.format()
+    return uri
+
+
+def _mount_disks(bookies, summary: Summary):
+    from bookie.testing.nemesis import disk as disk_mod
+    why_not = disk_mod.available()
+    if why_not:
+        summary.notes.append(f"disk faults off: {why_not}")
+        return None
+    faults = disk_mod.DiskFaults(bookies, count=min(DISK_BOOKIES, bookies.n))
+    faults.mount()
+    return faults
+
+
+def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesis,
+           network, summary: Summary, log) -> RoundReport:
+    directory = os.path.join(base_dir, f"round-{round_no}")
+    os.makedirs(directory, exist_ok=True)
+    workload = Workload(directory, bookies.metadata_uri, opts.seed, round_no, opts.writers,
+                        opts.bookies, prefix=network.client_prefix if network else None)
+    nemesis.workload = workload
+    faults = round_schedule(opts, round_no)
+    log_offsets = [os.path.getsize(bookies.log_path(i)) if os.path.exists(bookies.log_path(i))
+                   else 0 for i in range(bookies.n)]
+    workload.start()
+    if not workload.wait_writing():
+        log(f"round {round_no}: some writers had not created a ledger after 30 s; faults start")
+    t0 = time.monotonic()
+    active: list[tuple[float, object]] = []
+    next_fault = 0
+    while time.monotonic() - t0 < opts.round_s:
+        now_s = time.monotonic() - t0
+        while next_fault < len(faults) and faults[next_fault].at_s <= now_s:
+            fault = faults[next_fault]
+            next_fault += 1
+            try:
+                heal = nemesis.inject(fault)
+            except Exception as exc:  # noqa: BLE001 - a harness problem, not the system's
+                summary.notes.append(f"round {round_no}: could not inject {fault.describe()}: {exc}")
+                heal = None
+            if heal is not None:
+                duration_s = max(fault.duration_s, nemesis.min_duration_s(fault.kind))
+                active.append((fault.at_s + duration_s, heal))
+        for item in [a for a in active if a[0] <= now_s]:
+            active.remove(item)
+            try:
+                item[1]()
+            except Exception as exc:  # noqa: BLE001
+                log(f"nemesis: heal failed: {exc}")
+        time.sleep(0.05)
+    for fault in faults[next_fault:]:  # a slow injection (a bookie's stop) ate their time
+        nemesis.skipped[fault.kind] += 1
+        log(f"nemesis: skip {fault.describe()}: the round ended first")
+    nemesis.heal_all([heal for _, heal in active])
+    killed = workload.stop()
+    if killed:
+        log(f"round {round_no}: clients that did not stop in time: {', '.join(killed)}")
+    summary.incidents += [f"round {round_no}: {line}" for line in
+                          _incidents(bookies, log_offsets) + _client_incidents(directory)]
+    events = load_history(directory)
+    summary.client_errors += sum(1 for ev in events if ev["ev"] == "error")
+    ledger_ids = sorted({ev["l"] for ev in events if ev["ev"] in ("create", "ack")})
+    ledgers, logs = final_state(bookies.metadata_uri, ledger_ids, workload.log_name, log)
+    report = check_round(events, ledgers, logs)
+    if not report.violations:
+        _cleanup(bookies.metadata_uri, ledger_ids, workload.log_name)
+    return report
+
+
+def _incidents(bookies, offsets: list[int]) -> list[str]:
+    """What the bookies' logs show since ``offsets``: tracebacks (their last line), fatal
+    errors, one-line exits (``bookie run: ...``) and stops not asked for."""
+    found = []
+    for i in range(bookies.n):
+        try:
+            with open(bookies.log_path(i), "rb") as f:
+                f.seek(offsets[i])
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            continue
+        found += [f"bookie {i}: traceback: {line}" for line in _tracebacks(lines)]
+        for line in lines:
+            if line.startswith("bookie run:") or " fatal " in line or \
+                    ("stopping reason=" in line and "SIGTERM" not in line):
+                found.append(f"bookie {i}: {line[:200]}")
+    return found
+
+
+def _tracebacks(lines: list[str]) -> list[str]:
+    """The last line (the exception) of every traceback in ``lines``."""
+    found, inside = [], False
+    for line in lines:
+        if line.startswith("Traceback") or line.startswith("Exception in thread"):
+            inside = True
+        elif inside and line and not line.startswith((" ", "During", "The above", "Traceback")):
+            found.append(line[:200])
+            inside = False
+    return found
+
+
+def _client_incidents(directory: str) -> list[str]:
+    """Tracebacks client processes printed (a dead I/O thread says so on stderr)."""
+    found = []
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".out"):
+            with open(os.path.join(directory, name), errors="replace") as f:
+                found += [f"client {name[:-4]}: traceback: {line}"
+                          for line in _tracebacks(f.read().splitlines())]
+    return found
+
+
+def final_state(metadata_uri: str, ledger_ids: list[int], log_name: str, log):
+    """Recover every ledger and the log of the round; read them back whole."""
+    from bookie.client import BookKeeper, NoSuchLogError, open_log, read_log
+    from bookie.testing.nemesis.client_proc import DIGEST, PASSWORD
+    ledgers: dict[int, FinalLedger] = {}
+    logs: dict[str, FinalLog] = {}
+    config = dict(CLIENT_CONFIG, operationTimeout=60.0)
+    with BookKeeper(metadata_uri, config) as bk:
+        for ledger_id in ledger_ids:
+            ledgers[ledger_id] = _recover_ledger(bk, ledger_id, DIGEST, PASSWORD, log)
+        try:
+            writer = open_log(bk, log_name, 3, 2, 2, digest=DIGEST, password=PASSWORD, create=False)
+            writer.close()
+            records = [(r.ledger_id, r.entry_id, bytes(r.data))
+                       for r in read_log(bk, log_name, digest=DIGEST, password=PASSWORD)]
+            logs[log_name] = FinalLog(log_name, records)
+        except NoSuchLogError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - reported as a violation by the checker
+            logs[log_name] = FinalLog(log_name, None, f"{type(exc).__name__}: {exc}")
+    return ledgers, logs
+
+
+def _recover_ledger(bk, ledger_id: int, digest: str, password: bytes, log) -> FinalLedger:
+    error = None
+    for attempt in range(RECOVERY_ATTEMPTS):
+        try:
+            rh = bk.open_ledger(ledger_id, digest=digest, password=password, recovery=True)
+            last = rh.last_add_confirmed
+            entries = {}
+            if last >= 0:
+                entries = {e.entry_id: bytes(e.data) for e in rh.read_entries(0, last)}
+            return FinalLedger(ledger_id, last, entries)
+        except Exception as exc:  # noqa: BLE001
+            error = f"{type(exc).__name__}: {exc}"
+            log(f"recovery of ledger {ledger_id} failed (attempt {attempt + 1}): {error}")
+            time.sleep(2.0)
+    return FinalLedger(ledger_id, None, error=error)
+
+
+def _cleanup(metadata_uri: str, ledger_ids: list[int], log_name: str) -> None:
+    """Delete what the round wrote (the bookies' GC reclaims the space)."""
+    from bookie.client import BookKeeper
+    try:
+        with BookKeeper(metadata_uri, CLIENT_CONFIG) as bk:
+            try:
+                bk.delete_log(log_name)
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+            for ledger_id in ledger_ids:
+                try:
+                    bk.delete_ledger(ledger_id)
+                except Exception:  # noqa: BLE001
+                    pass
+    except Exception as exc:  # noqa: BLE001
+        print(f"nemesis: cleanup failed: {exc}", file=sys.stderr)

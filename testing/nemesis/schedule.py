@@ -1,0 +1,142 @@
+"""The fault schedule: a pure function of (seed, round, options), so a failing seed replays.
+
+``make_schedule`` draws every fault of a round - when, what, against which target, for how
+long - from ``random.Random(f"{seed}:{round_no}")`` alone: no clock, no process state.  The
+runner maps a target (a bookie index, a worker role, a client slot) onto whatever process
+holds it at that moment.  Faults may overlap (at most ``max_active`` at once); each one ends
+(is healed) at ``at_s + duration_s``, and every fault left is healed when the round ends.
+
+Fault kinds (``KINDS``; which are drawn depends on the run's options, ``enabled_kinds``):
+
+=====================  =================================================================
+``kill_bookie``        SIGKILL a bookie (supervisor and workers); restart it when it ends
+``restart_bookie``     SIGTERM a bookie and start it again at once
+``pause_bookie``       SIGSTOP a bookie's process group; SIGCONT when it ends
+``kill_role``          SIGKILL one process of a bookie: its supervisor (the bookie is
+                       restarted when the fault ends) or a journal/add/read/gc worker (its
+                       supervisor restarts it)
+``pause_role``         SIGSTOP one process of a bookie (supervisor or a worker)
+``readonly``           flip a bookie read-only; back to writable when it ends
+``kill_client``        SIGKILL a writer process (slot ``writers`` is the log writer); a new
+                       one takes its slot when it ends
+``pause_client``       SIGSTOP a writer process
+``recover_race``       two clients recover a writer's current ledger at the same time
+``log_takeover``       another client opens the log, fencing its writer
+``zk_restart``         stop ZooKeeper; start it again (same data) when the fault ends
+``zk_pause``           SIGSTOP ZooKeeper (sessions time out meanwhile)
+``expire_bookie``      SIGSTOP a bookie's supervisor past its ZooKeeper session timeout
+``expire_client``      SIGSTOP a writer process past its ZooKeeper session timeout
+``disk_full``          fill the tmpfs under a bookie's journal or ledger directory
+``partition``          cut the network: a bookie from everyone, clients from some bookies,
+                       a bookie from ZooKeeper, or a random split (both ways or one way)
+``partitioned_recovery``  cut the writers off from some bookies (both ways) and recover a
+                       writer's ledger from clients that still reach every bookie
+``lossy``              drop a share of the packets between a node and everyone else
+``slow``               rate-limit a node's outgoing link (queueing delay, no netem needed)
+=====================  =================================================================
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+ROLES = ("supervisor", "journal", "add", "read", "gc")
+PROCESS_KINDS = ("kill_bookie", "restart_bookie", "pause_bookie", "kill_role", "pause_role",
+                 "readonly", "kill_client", "pause_client", "recover_race", "log_takeover")
+ZK_KINDS = ("zk_restart", "zk_pause", "expire_bookie", "expire_client")
+DISK_KINDS = ("disk_full",)
+NET_KINDS = ("partition", "partitioned_recovery", "lossy", "slow")
+KINDS = PROCESS_KINDS + ZK_KINDS + DISK_KINDS + NET_KINDS
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault: starts ``at_s`` seconds into the round, healed ``duration_s`` later.
+
+    ``target`` is a tuple whose shape depends on ``kind`` (see ``_target``)."""
+    at_s: float
+    kind: str
+    target: tuple
+    duration_s: float
+
+    def describe(self) -> str:
+        return (f"t+{self.at_s:5.2f}s {self.kind}{list(self.target)} "
+                f"for {self.duration_s:.2f}s")
+
+
+def enabled_kinds(*, zookeeper: bool, disk: bool, network: bool) -> tuple[str, ...]:
+    """The fault kinds a run with these capabilities draws from, in a fixed order."""
+    kinds = list(PROCESS_KINDS)
+    if zookeeper:
+        kinds += ZK_KINDS
+    if disk:
+        kinds += DISK_KINDS
+    if network:
+        kinds += NET_KINDS
+    return tuple(kinds)
+
+
+def make_schedule(seed: int, round_no: int, round_s: float, kinds: tuple[str, ...],
+                  bookies: int, writers: int, disk_bookies: int = 0, *,
+                  mean_gap_s: float = 1.5, max_active: int = 2) -> list[Fault]:
+    """Every fault of round ``round_no``, by start time; the same arguments give the same list.
+
+    Faults start in [0.5 s, round_s - 2 s) and end before round_s - 1 s, leaving the end of
+    the round quiet; at most ``max_active`` overlap."""
+    if not kinds:
+        return []
+    rng = random.Random(f"{seed}:{round_no}")
+    faults: list[Fault] = []
+    at_s = 0.5 + rng.uniform(0, mean_gap_s)
+    end_by = round_s - 1.0
+    while at_s < round_s - 2.0:
+        kind = rng.choice(kinds)
+        target = _target(rng, kind, bookies, writers, disk_bookies)
+        start_s = round(at_s, 3)
+        # Floored to the millisecond, so that start + duration never passes end_by.
+        duration_s = math.floor(min(rng.uniform(0.5, 4.0), end_by - start_s) * 1000) / 1000
+        active = [f for f in faults if f.at_s + f.duration_s > start_s]
+        if target is not None and len(active) < max_active:
+            faults.append(Fault(start_s, kind, target, duration_s))
+        at_s += rng.expovariate(1.0 / mean_gap_s)
+    return faults
+
+
+def _target(rng: random.Random, kind: str, bookies: int, writers: int,
+            disk_bookies: int) -> tuple | None:
+    """The target of one fault of ``kind``, or None if this run has nothing it could hit."""
+    bookie = rng.randrange(bookies)
+    if kind in ("kill_role", "pause_role"):
+        return bookie, rng.choice(ROLES)
+    if kind == "kill_client":
+        return (rng.randrange(writers + 1),)  # the last slot is the log writer
+    if kind in ("pause_client", "expire_client", "recover_race"):
+        return (rng.randrange(writers),) if writers else None
+    if kind == "disk_full":
+        if not disk_bookies:
+            return None
+        return rng.randrange(disk_bookies), rng.choice(("journal", "ledgers"))
+    if kind == "partition":
+        shape = rng.choice(("isolate_bookie", "clients_from_bookies", "bookie_from_zk", "split"))
+        way = rng.choice(("both", "inbound", "outbound"))
+        if shape == "isolate_bookie" or shape == "bookie_from_zk":
+            return shape, way, bookie
+        if shape == "clients_from_bookies":
+            cut = sorted(rng.sample(range(bookies), rng.randint(1, max(1, bookies // 2))))
+            return shape, way, *cut
+        side = sorted(rng.sample(range(bookies), rng.randint(1, bookies - 1 or 1)))
+        return shape, way, *side
+    if kind == "partitioned_recovery":
+        if not writers:
+            return None
+        cut = sorted(rng.sample(range(bookies), rng.randint(1, max(1, bookies // 2))))
+        return rng.randrange(writers), *cut
+    if kind == "lossy":
+        return bookie, rng.choice((10, 30, 60))
+    if kind == "slow":
+        return bookie, rng.choice((64, 256, 1024))  # kbit/s
+    if kind in ("log_takeover", "zk_restart", "zk_pause"):
+        return ()
+    return (bookie,)

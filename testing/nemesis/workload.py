@@ -1,0 +1,182 @@
+"""The workload of one round: client processes (``client_proc``) started, signalled and reaped.
+
+Slots: writer ``i`` (modes sync, async, bulk in turn, each with a tailer following it), one log
+writer and one log reader.  A killed writer's slot gets a new process (a new generation) when
+the fault ends; concurrent recoveries and log takeovers are short-lived extra processes.
+Every process writes its own history file in the round's directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+from bookie.testing.nemesis.history import read_events
+from bookie.workers.common import set_pdeathsig
+
+WRITER_MODES = ("sync", "async", "bulk")
+# (ensemble, write quorum, ack quorum): Qw > Qa exercises fencing's (Qw - Qa) + 1 rule.
+QUORUMS = ((3, 2, 2), (3, 3, 2), (2, 2, 2), (3, 2, 1), (2, 2, 1))
+CLIENT_CONFIG = {"addEntryTimeout": 2.0, "readTimeout": 2.0, "operationTimeout": 30.0,
+                 "zkTimeout": 6000, "explicitLacInterval": 50}
+
+
+class Workload:
+    """The client processes of one round.
+
+    Args:
+        directory: the round's directory (history files go there).
+        metadata_uri: the store every client opens.
+        seed, round_no: what the writers' quorums and modes are drawn from.
+        writers: number of writer slots.
+        bookies: number of bookies (quorums keep one bookie spare when they can).
+        prefix: ``prefix(name)`` -> argv prefix to start a client process with (a network
+            namespace), or None.
+    """
+
+    def __init__(self, directory: str, metadata_uri: str, seed: int, round_no: int,
+                 writers: int, bookies: int, prefix=None):
+        self.directory = directory
+        self.metadata_uri = metadata_uri
+        self.round_no = round_no
+        self.n_writers = writers
+        self.prefix = prefix or (lambda name: [])
+        rng = random.Random(f"workload:{seed}:{round_no}")
+        fits = [q for q in QUORUMS if q[0] <= max(2, bookies - 1)] or [QUORUMS[-1]]
+        self.quorums = [rng.choice(fits) for _ in range(writers)]
+        self.log_name = f"nemesis-r{round_no}"
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.writer_names: list[str] = []
+        self.paused: set[str] = set()
+        self._generation = [0] * (writers + 1)
+        self._extra = 0
+
+    def history_path(self, name: str) -> str:
+        return os.path.join(self.directory, f"{name}.jsonl")
+
+    def _spawn(self, name: str, role: str, **spec) -> None:
+        spec.update(role=role, name=name, history=self.history_path(name),
+                    metadata=self.metadata_uri, config=CLIENT_CONFIG)
+        cmd = [*self.prefix(name), sys.executable, "-m", "bookie.testing.nemesis.client_proc",
+               json.dumps(spec)]
+        with open(os.path.join(self.directory, f"{name}.out"), "ab") as out:
+            self.procs[name] = subprocess.Popen(cmd, stdout=out, stderr=out,
+                                                stdin=subprocess.DEVNULL, preexec_fn=set_pdeathsig)
+
+    def _writer_name(self, slot: int) -> str:
+        return f"r{self.round_no}w{slot}g{self._generation[slot]}"
+
+    def _start_writer(self, slot: int) -> None:
+        name = self._writer_name(slot)
+        self._spawn(name, "writer", mode=WRITER_MODES[slot % len(WRITER_MODES)],
+                    quorum=self.quorums[slot], seed=self.round_no * 100 + slot,
+                    close_at_end=slot % 2 == 0)
+        self._spawn(f"{name}t", "tailer", follow=self.history_path(name), seed=slot)
+        self.writer_names[slot] = name
+
+    def _start_log_writer(self) -> None:
+        gen = self._generation[self.n_writers]
+        name = f"r{self.round_no}log" + (f"g{gen}" if gen else "")
+        self._spawn(name, "log_writer", log=self.log_name)
+        self.writer_names[self.n_writers] = name
+
+    def start(self) -> None:
+        self.writer_names = [""] * (self.n_writers + 1)  # the last slot: the log writer
+        for slot in range(self.n_writers):
+            self._start_writer(slot)
+        self._start_log_writer()
+        self._spawn(f"r{self.round_no}logread", "log_reader", log=self.log_name)
+
+    def wait_writing(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every writer has created its first ledger (client processes take seconds
+        to start on a loaded machine, and the faults are meant for a running workload).
+        Returns False if ``timeout_s`` passed first."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if all(self.current_ledger(slot) is not None for slot in range(self.n_writers)):
+                return True
+            time.sleep(0.1)
+        return False
+
+    # -- faults ----------------------------------------------------------------------------------
+    def writer_proc(self, slot: int) -> subprocess.Popen:
+        return self.procs[self.writer_names[slot]]
+
+    def kill_writer(self, slot: int) -> None:
+        """SIGKILL writer ``slot`` (its tailer keeps reading the ledgers it left); slot
+        ``writers`` is the log writer."""
+        p = self.writer_proc(slot)
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+
+    def restart_writer(self, slot: int) -> None:
+        """A new writer process in ``slot`` if the old one is gone (its tailer is replaced too)."""
+        if self.writer_proc(slot).poll() is None:
+            return
+        if slot == self.n_writers:
+            self._generation[slot] += 1
+            self._start_log_writer()  # its open_log takes the log over from the dead one
+            return
+        old_tailer = self.procs.get(f"{self.writer_names[slot]}t")
+        if old_tailer is not None and old_tailer.poll() is None:
+            old_tailer.terminate()
+        self._generation[slot] += 1
+        self._start_writer(slot)
+
+    def pause_writer(self, slot: int) -> None:
+        name = self.writer_names[slot]
+        if self.procs[name].poll() is None:
+            os.kill(self.procs[name].pid, signal.SIGSTOP)
+            self.paused.add(name)
+
+    def resume_all(self) -> None:
+        for name in list(self.paused):
+            if self.procs[name].poll() is None:
+                os.kill(self.procs[name].pid, signal.SIGCONT)
+            self.paused.discard(name)
+
+    def current_ledger(self, slot: int) -> int | None:
+        created = [ev["l"] for ev in read_events(self.history_path(self.writer_names[slot]))
+                   if ev["ev"] == "create"]
+        return created[-1] if created else None
+
+    def recover_race(self, slot: int) -> int | None:
+        """Two processes recover writer ``slot``'s current ledger at once; returns the ledger."""
+        ledger_id = self.current_ledger(slot)
+        if ledger_id is None:
+            return None
+        for _ in range(2):
+            self._extra += 1
+            self._spawn(f"r{self.round_no}rec{self._extra}", "recover", ledger=ledger_id)
+        return ledger_id
+
+    def log_takeover(self) -> None:
+        """A one-shot writer opens the log (fencing its writer), appends a few entries, closes."""
+        self._extra += 1
+        self._spawn(f"r{self.round_no}take{self._extra}", "log_writer", log=self.log_name,
+                    max_appends=5)
+
+    # -- end of round ----------------------------------------------------------------------------
+    def stop(self, drain_s: float = 15.0) -> list[str]:
+        """SIGTERM every client, wait up to ``drain_s`` for them to finish, SIGKILL the rest.
+        Returns the names of those that had to be killed."""
+        self.resume_all()
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        deadline = time.monotonic() + drain_s
+        killed = []
+        for name, p in self.procs.items():
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+                killed.append(name)
+        return killed
