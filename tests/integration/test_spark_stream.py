@@ -134,3 +134,38 @@ def test_available_now_reads_what_was_there_at_start_and_stops(
     lh.close()
     empty.close()
     assert os.path.isdir(tmp_path / "cp" / "offsets")
+
+
+@pytest.mark.spark_slow
+def test_log_pattern_stream_picks_up_new_logs_and_fails_when_a_position_leaves_the_list(
+        spark, spark_bookies, bk, tmp_path):
+    from bookie.client.log import encode_record
+
+    def filled(name, count):
+        with bk.open_log(name, password=PW.encode()) as writer:
+            for i in range(count):
+                writer.append(b"%s-%d" % (name.encode(), i))
+            return writer.ledgers
+
+    filled("pat-a", 20)
+    sink = Batches()
+    query = (stream(spark, spark_bookies, logPattern="pat-.*", startingOffsets="earliest")
+             .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(processingTime="500 milliseconds").start())
+    try:
+        wait_for(lambda: len(sink.rows()) == 20, what="log pat-a")
+        filled("pat-b", 10)  # matched at a later trigger, read from its start
+        wait_for(lambda: len(sink.rows()) == 30, what="log pat-b")
+        # pat-a's list loses the ledger the stream's position is in (truncated by hand)
+        ledgers, version = bk.log_ledgers("pat-a")
+        replacement = bk.create_ledger(3, 2, 2, password=PW.encode())
+        replacement.close()
+        bk.write_record("/logs/pat-a", encode_record([replacement.ledger_id]), version)
+        with pytest.raises(Exception, match=f"log pat-a: position \\[{ledgers[0]}, 20\\]"):
+            query.awaitTermination(120)
+            raise AssertionError("the query did not fail")
+    finally:
+        query.stop()
+    assert len(sink.rows()) == 30  # each entry once
+    assert {d for _, _, d in sink.rows()} == {b"pat-a-%d" % i for i in range(20)} | \
+        {b"pat-b-%d" % i for i in range(10)}
