@@ -21,7 +21,7 @@ from bookie.spark.clients import client_for
 from bookie.spark.options import ReadOptions
 from bookie.spark.plan import Span, data_loss
 
-IN_FLIGHT = 4  # chunk reads outstanding per task
+IN_FLIGHT = 8  # chunk reads outstanding per task (as `bookie bench reads --window`)
 LOST = (NoSuchEntryError, DigestMismatchError)
 
 BASE_FIELDS = [pa.field("payload", pa.binary()), pa.field("log", pa.string()),
