@@ -11,6 +11,8 @@ command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 # The fault-injection harness's network faults (bookie.testing.nemesis): namespaces, nftables, tc.
 { command -v ip && command -v tc; } >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
+# systemd-analyze checks the appliance's unit file (no running systemd needed).
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -6,8 +6,16 @@ key=value`` on the command line overrides the file.  Every key has a type, a def
 and a meaning (``KEYS`` below); docs/configuration.md and ``bookie run --help`` are generated
 from that table, so they cannot drift from the code.
 
-Errors: a wrong type, an impossible value or a missing directory raise ``ConfigError`` whose
-message is one line naming the key.  An unknown key is returned as a warning, not an error.
+Errors: a wrong type, an impossible value, a missing directory or a file where a directory
+belongs raise ``ConfigError`` whose message is one line naming the key.  An unknown key is
+returned as a warning, not an error, naming the nearest known key when there is one ("did you
+mean"): a misspelt key silently falling back to its default is how a journal ends up in /tmp.
+
+The metadata store is ``metadataServiceUri``, or, as older BookKeeper configurations say it,
+``zkServers`` (hosts separated by ``,`` or ``;``) under ``zkLedgersRootPath``; the ``metadata_uri``
+accessor resolves the two into one URI (``metadataServiceUri`` wins when both are set, as in
+BookKeeper).  BookKeeper's own URIs separate ZooKeeper hosts with ``;``
+(``zk+hierarchical://zk1:2181;zk2:2181/ledgers``); that is accepted and normalised to ``,``.
 
 Inside the code a key is read through its typed accessor, named in the table (``attr``) with
 the unit in the name: the table's ``unit`` says what the operator writes, and the accessor
@@ -19,8 +27,12 @@ BookKeeper name, for code that lists keys (``to_properties``, the admin API).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from typing import Any, Callable
+
+from bookie.metadata.errors import InvalidUriError
+from bookie.metadata.uri import parse_uri
 
 
 class ConfigError(ValueError):
@@ -78,6 +90,39 @@ def _uri(v):
     return None
 
 
+def _zk_root(v):
+    return None if v.startswith("/") and v.strip("/") else "must be an absolute ZooKeeper path such as /ledgers"
+
+
+def zk_hosts(text: str) -> str:
+    """ZooKeeper hosts as the metadata URI wants them: ``host:port`` joined by ``,``.
+
+    BookKeeper writes ``,`` in ``zkServers`` and ``;`` inside a metadata service URI (where ``,``
+    is awkward); either separator, and spaces around hosts, are accepted here.
+    """
+    return ",".join(h.strip() for h in text.replace(";", ",").split(",") if h.strip())
+
+
+def normalise_uri(uri: str) -> str:
+    """A metadata URI with BookKeeper's ``;`` between ZooKeeper hosts rewritten to ``,``."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep or not scheme.lower().startswith("zk"):
+        return uri
+    hosts, slash, root = rest.partition("/")
+    return f"{scheme}://{zk_hosts(hosts)}{slash}{root}"
+
+
+def resolve_metadata_uri(values: dict[str, Any]) -> str:
+    """The metadata store a configuration names: ``metadataServiceUri``, else ``zkServers`` under
+    ``zkLedgersRootPath`` (``zk://`` keeps the layout the root was formatted with), else "" (none).
+    """
+    if values["metadataServiceUri"]:
+        return normalise_uri(values["metadataServiceUri"])
+    if values["zkServers"]:
+        return f"zk://{zk_hosts(values['zkServers'])}{values['zkLedgersRootPath']}"
+    return ""
+
+
 KEYS: tuple[Key, ...] = (
     # -- network -------------------------------------------------------------------------------
     Key("bookiePort", "int", 3181, "Port of the add socket; the read socket listens on bookiePort+1.", _port, attr="bookie_port"),
@@ -113,7 +158,9 @@ KEYS: tuple[Key, ...] = (
     Key("diskUsageThreshold", "float", 0.95, "Fraction of a disk in use at which it counts as full.", _range(0.0, 1.0), attr="disk_usage_threshold"),
     Key("diskCheckInterval", "int", 10_000, "Interval between disk usage checks (ms).", _range(100), unit="ms", attr="disk_check_interval_s"),
     # -- metadata ------------------------------------------------------------------------------
-    Key("metadataServiceUri", "str", "", "Metadata store: lmdb:///abs/path or zk://host:port/ledgers (empty: none, bookie is not registered).", _uri, attr="metadata_uri"),
+    Key("metadataServiceUri", "str", "", "Metadata store: lmdb:///abs/path or zk://host:port[,host:port]/ledgers (BookKeeper's `;` between hosts is accepted). Empty: zkServers, or no store at all (the bookie is not registered).", _uri, attr="configured_metadata_uri"),
+    Key("zkServers", "str", "", "ZooKeeper servers (host:port, separated by `,` or `;`) of the metadata store, BookKeeper's older alternative to metadataServiceUri; used only when metadataServiceUri is empty.", attr="zk_servers"),
+    Key("zkLedgersRootPath", "str", "/ledgers", "ZooKeeper path under which zkServers keeps the metadata.", _zk_root, attr="zk_ledgers_root_path"),
     Key("zkTimeout", "int", 10_000, "Metadata store session / call timeout (ms).", _range(100), unit="ms", attr="metadata_timeout_s"),
     Key("registrationLeaseMs", "int", 5_000, "Lease of the bookie's registration in the embedded store (ms).", _range(200), unit="ms", attr="registration_lease_s"),
     # -- supervision and observability ---------------------------------------------------------
@@ -201,6 +248,11 @@ class BookieConfig:
         return f"{self.bookie_host}:{self.bookie_port}"
 
     @property
+    def metadata_uri(self) -> str:
+        """The metadata store's URI ("" for none): see ``resolve_metadata_uri``."""
+        return resolve_metadata_uri(self._values)
+
+    @property
     def index_dirs(self) -> list[str]:
         """Where the index lives: indexDirectories, or the ledger directories."""
         return self.configured_index_dirs or self.ledger_dirs
@@ -230,7 +282,8 @@ class BookieConfig:
 
     @classmethod
     def from_mapping(cls, raw: dict[str, Any], check_dirs: bool = True) -> "BookieConfig":
-        warnings = [f"unknown configuration key {k!r} ignored" for k in raw if k not in KEY_BY_NAME]
+        """Type and validate ``raw`` (key -> value as written); see ``load``."""
+        warnings = [unknown_key_warning(k) for k in raw if k not in KEY_BY_NAME]
         values = {}
         for key in KEYS:
             values[key.name] = _convert(key, raw[key.name]) if key.name in raw else (
@@ -238,21 +291,36 @@ class BookieConfig:
                 ([] if key.type == "dirs" else key.default))
         if not values["ledgerDirectories"]:
             raise ConfigError("ledgerDirectories: at least one directory is required")
+        warnings += _check_metadata_keys(values, raw)
         conf = cls(values, warnings)
         if check_dirs:
             conf.check_directories()
         return conf
 
     def check_directories(self) -> None:
-        """Every configured directory must exist and be writable (we never guess a disk)."""
+        """Every configured directory must exist, be a directory and be writable (we never
+        guess a disk); a path that must become a directory must not already be a file.
+
+        Raises:
+            ConfigError: one line naming the key and the path.
+        """
         named = [("journalDirectory", self.journal_dir)]
         named += [("ledgerDirectories", d) for d in self.ledger_dirs]
         named += [("indexDirectories", d) for d in self.configured_index_dirs]
         for name, d in named:
+            if os.path.exists(d) and not os.path.isdir(d):
+                raise ConfigError(f"{name}: {d!r} is a file, not a directory")
             if not os.path.isdir(d):
                 raise ConfigError(f"{name}: directory {d!r} does not exist")
             if not os.access(d, os.W_OK | os.X_OK):
                 raise ConfigError(f"{name}: directory {d!r} is not writable")
+        # Created on demand, so they need not exist yet; but a file there can never work.
+        created = [("statsDirectory", self.configured_stats_dir)]
+        if self.metadata_uri.startswith("lmdb://"):
+            created.append(("metadataServiceUri", parse_uri(self.metadata_uri).path))
+        for name, d in created:
+            if d and os.path.exists(d) and not os.path.isdir(d):
+                raise ConfigError(f"{name}: {d!r} is a file, not a directory")
 
     def to_properties(self) -> str:
         lines = []
@@ -264,6 +332,43 @@ class BookieConfig:
                 v = "true" if v else "false"
             lines.append(f"{key.name}={v}")
         return "\n".join(lines) + "\n"
+
+
+def nearest_key(name: str) -> str | None:
+    """The known key ``name`` most likely misspells (same letters in another case, or a close
+    spelling), or None when no key is close enough to be worth suggesting."""
+    by_lower = {k.lower(): k for k in KEY_BY_NAME}
+    return by_lower.get(name.lower()) or next(
+        iter(difflib.get_close_matches(name, KEY_BY_NAME, n=1, cutoff=0.75)), None)
+
+
+def unknown_key_warning(name: str) -> str:
+    """The warning for a key not in ``KEYS``, naming the nearest known key if one is close."""
+    near = nearest_key(name)
+    hint = f" (did you mean {near!r}?)" if near else ""
+    return f"unknown configuration key {name!r} ignored{hint}"
+
+
+def _check_metadata_keys(values: dict[str, Any], raw: dict[str, Any]) -> list[str]:
+    """Check the metadata store the configuration resolves to; return warnings for keys that
+    are set but play no part.
+
+    Raises:
+        ConfigError: the resolved URI is not usable, naming the key it came from.
+    """
+    warnings = []
+    source = "metadataServiceUri" if values["metadataServiceUri"] else "zkServers"
+    if values["metadataServiceUri"] and (values["zkServers"] or "zkLedgersRootPath" in raw):
+        warnings.append("zkServers and zkLedgersRootPath ignored: metadataServiceUri is set")
+    elif not values["zkServers"] and "zkLedgersRootPath" in raw:
+        warnings.append("zkLedgersRootPath ignored: neither zkServers nor metadataServiceUri is set")
+    uri = resolve_metadata_uri(values)
+    if uri:
+        try:
+            parse_uri(uri)
+        except InvalidUriError as e:
+            raise ConfigError(f"{source}: {e}") from None
+    return warnings
 
 
 def _accessor(key: Key) -> property:

@@ -194,7 +194,7 @@ def _format_zk_root(zookeeper) -> str:
     """A fresh root in ``zookeeper``, formatted through the store API; returns its URI."""
     from bookie.metadata import open_metadata
     uri = zookeeper.uri(zookeeper.chroot("/nemesis"))
-    with open_metadata(uri, timeout_s=20.0) as store:
+    with open_metadata(uri, timeout_s=20.0, create=True) as store:
         store.format()
     return uri
 

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Build the appliance's Debian package from this checkout:
+#
+#   bash systemd/build-deb.sh            ->  dist/bookie_<version>_<arch>.deb
+#
+# What goes in it:
+#   /opt/bookie                      a virtual environment of Debian's python3.11 holding the
+#                                    product and its dependencies (from PyPI, at build time)
+#   /usr/bin/bookie                  -> /opt/bookie/bin/bookie
+#   /etc/bookie/bookie.conf          conffile, from systemd/bookie.conf.example
+#   /lib/systemd/system/bookie.service
+#   /usr/share/doc/bookie/           README.md and docs/*.md
+# and the maintainer scripts in systemd/debian/ (bookie user, /var/lib/bookie/{journal,ledgers},
+# the embedded metadata store; remove keeps the data, purge deletes it).
+#
+# Why Debian's interpreter and not whatever python3 is first on PATH: the environment's
+# extension modules (numpy, pyzmq, lmdb, orjson, crc32c) are built for one CPython minor
+# version, and the target must have exactly that one. /usr/bin/python3.11 is bookworm's
+# python3; the package depends on python3.11 by name. BOOKIE_DEB_PYTHON overrides it (an
+# interpreter at the same path must then exist on every target).
+#
+# Needs: dpkg-deb, python3.11 with its venv module (python3.11-venv), and PyPI.
+set -euo pipefail
+
+src=$(cd "$(dirname "$0")/.." && pwd)
+python=${BOOKIE_DEB_PYTHON:-/usr/bin/python3.11}
+prefix=/opt/bookie
+
+die() { echo "build-deb: $*" >&2; exit 1; }
+
+command -v dpkg-deb >/dev/null || die "dpkg-deb not found (apt-get install dpkg)"
+[ -x "$python" ] || die "$python not found (apt-get install python3.11)"
+"$python" -c 'import ensurepip, venv' 2>/dev/null \
+    || die "$python has no venv module (apt-get install python3.11-venv)"
+# Debian's package of that interpreter with its whole standard library (pythonX.Y, not the
+# pythonX.Y-minimal that holds the binary).
+python_package=python$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+dpkg -s "$python_package" >/dev/null 2>&1 \
+    || die "$python is not Debian's $python_package (apt-get install $python_package)"
+
+version=$(sed -n 's/^version *= *"\([^"]*\)".*/\1/p' "$src/pyproject.toml" | head -n 1)
+[ -n "$version" ] || die "no version in pyproject.toml"
+arch=$(dpkg --print-architecture)
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/bookie-deb.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+root=$work/root
+venv=$root$prefix
+
+echo "build-deb: bookie $version ($arch) with $python ($python_package)"
+
+# The source, copied: pip builds in the tree it is given, and this checkout stays clean.
+mkdir -p "$work/src"
+tar -C "$src" --exclude=./.git --exclude=./dist --exclude=./build --exclude='*.egg-info' \
+    --exclude=__pycache__ --exclude=./.venv -cf - . | tar -C "$work/src" -xf -
+
+# The environment, built where it will not live, then moved: scripts' first lines and the
+# activate scripts name the build path, rewritten below to /opt/bookie.
+"$python" -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
+    "$work/src"
+# pip and setuptools are build tools: the appliance does not need them at run time.
+"$venv/bin/python" -m pip uninstall --quiet --yes pip setuptools >/dev/null
+rm -f "$venv"/bin/pip* "$venv"/bin/easy_install*
+grep -rlI --null -- "$venv" "$venv/bin" "$venv/pyvenv.cfg" \
+    | xargs -0 -r sed -i "s#$venv#$prefix#g"
+# PEP 610's record of where the product was installed from names the build directory.
+for record in "$venv"/lib/python*/site-packages/bookie-*.dist-info; do
+    rm -f "$record/direct_url.json"
+    sed -i '/direct_url\.json/d' "$record/RECORD"
+done
+# Bytecode now, recorded under its final path (tracebacks name /opt/bookie/...): the service
+# cannot write next to its modules (ProtectSystem=strict), so nothing is compiled at run time.
+"$venv/bin/python" -m compileall -q -j 0 -s "$root" -p / "$venv/lib" >/dev/null
+if grep -rlI -- "$work" "$venv/bin" "$venv/pyvenv.cfg"; then
+    die "the build path is still named in the files above"
+fi
+
+install -d "$root/usr/bin" "$root/etc/bookie" "$root/lib/systemd/system" \
+    "$root/usr/share/doc/bookie"
+ln -s "$prefix/bin/bookie" "$root/usr/bin/bookie"
+install -m 0644 "$src/systemd/bookie.conf.example" "$root/etc/bookie/bookie.conf"
+install -m 0644 "$src/systemd/bookie.service" "$root/lib/systemd/system/bookie.service"
+install -m 0644 "$src/README.md" "$src"/docs/*.md "$root/usr/share/doc/bookie/"
+
+install -d -m 0755 "$root/DEBIAN"
+install -m 0644 "$src/systemd/debian/conffiles" "$root/DEBIAN/conffiles"
+install -m 0755 "$src/systemd/debian/postinst" "$src/systemd/debian/prerm" \
+    "$src/systemd/debian/postrm" "$root/DEBIAN/"
+installed_kb=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
+sed -e "s/@VERSION@/$version/" -e "s/@ARCH@/$arch/" -e "s/@PYTHON_PACKAGE@/$python_package/" \
+    -e "s/@INSTALLED_SIZE@/$installed_kb/" "$src/systemd/debian/control.in" \
+    > "$root/DEBIAN/control"
+
+mkdir -p "$src/dist"
+deb=$src/dist/bookie_${version}_${arch}.deb
+dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
+echo "build-deb: $deb ($(du -h "$deb" | cut -f1))"
