@@ -37,6 +37,7 @@ def register(subparsers) -> None:
     _register_reads(tools)
     _register_journal(tools)
     _register_report(tools)
+    _register_spark(tools)
 
 
 def main(argv: list[str]) -> int:
@@ -179,6 +180,45 @@ def _register_reads(tools) -> None:
     p.add_argument("--digest", choices=DIGESTS, default="crc32", help="digest type (default crc32)")
     _common(p, 10.0)
     p.set_defaults(func=_cmd_reads)
+
+
+def _register_spark(tools) -> None:
+    p = tools.add_parser("spark", help="the Spark source (a DataFrame count of a ledger) and "
+                                       "sink next to the raw client's read rate (needs "
+                                       "bookie[spark])")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--metadata", metavar="URI", help="metadata service of a running ensemble")
+    _local(p, where, many=True)
+    p.add_argument("--entries", type=int, default=100000, metavar="N",
+                   help="entries written, read, counted and sunk (default 100000)")
+    p.add_argument("--entrysize", type=int, default=1024, metavar="BYTES",
+                   help="payload bytes per entry (default 1024)")
+    p.add_argument("--ensemble", type=int, default=3, metavar="E", help="ensemble (default 3)")
+    p.add_argument("--quorum", type=int, default=2, metavar="QW",
+                   help="write and ack quorum (default 2)")
+    p.add_argument("--batch", type=int, default=1000, metavar="N",
+                   help="raw client: entries per read (default 1000)")
+    p.add_argument("--window", type=int, default=8, metavar="N",
+                   help="raw client: reads in flight (default 8)")
+    p.add_argument("--cores", type=int, default=2, metavar="N",
+                   help="local Spark cores, local[N] (default 2)")
+    p.add_argument("--repeat", type=int, default=2, metavar="N",
+                   help="warm counts after the cold one (default 2)")
+    p.set_defaults(func=_cmd_spark)
+
+
+def _cmd_spark(args) -> int:
+    from bookie.bench import spark_bench
+    check_positive(args, "entries", "entrysize", "ensemble", "quorum", "batch", "window",
+                   "cores")
+    check_quorum(args.ensemble, args.quorum, args.quorum)
+    emit = None if getattr(args, "quiet", False) else \
+        (lambda line: print(line, file=sys.stderr, flush=True))
+    with _ensemble(args) as (uri, _):
+        result = spark_bench.run(params_of(args, drop=("func", "command", "bench_tool")),
+                                 uri, emit=emit)
+    spark_bench.print_result(result)
+    return 0
 
 
 def _register_journal(tools) -> None:

@@ -23,8 +23,8 @@ from bookie.client.errors import (BadVersionError, BKTimeoutError, BookieError,
                                   NoSuchLedgerError, NoSuchRecordError, NotEnoughBookiesError,
                                   RecordExistsError, UnauthorizedError)
 from bookie.client.log import (AsyncLogWriter, LogFencedError, LogPosition, LogRecord, LogWriter,
-                               NoSuchLogError, delete_log, list_logs, open_log, open_log_async,
-                               read_log, read_log_async)
+                               NoSuchLogError, create_log, delete_log, link_ledgers, list_logs,
+                               log_ledgers, open_log, open_log_async, read_log, read_log_async)
 from bookie.client.protocol.ledger import LedgerInfo
 
 __all__ = [
@@ -36,5 +36,6 @@ __all__ = [
     "MetadataStoreError", "ClientClosedError", "InvalidArgumentError", "NoSuchRecordError",
     "RecordExistsError",
     "open_log", "read_log", "list_logs", "delete_log", "open_log_async", "read_log_async",
+    "create_log", "log_ledgers", "link_ledgers",
     "LogWriter", "AsyncLogWriter", "LogPosition", "LogRecord", "LogFencedError", "NoSuchLogError",
 ]

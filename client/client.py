@@ -206,6 +206,34 @@ class BookKeeper:
     def list_ledgers(self) -> list[int]:
         return self._store.list_ledgers()
 
+    def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        """The ledger's stored record as it is now: quorums, state, last entry, length,
+        digest type, ``ctime_ms``, fragments and the ``custom`` fields given at creation.
+        A copy: changing it changes nothing.
+
+        Raises:
+            NoSuchLedgerError.
+        """
+        self._check_open()
+        return self._store.read_ledger(ledger_id)[0]
+
+    def find_ledgers(self, custom: dict) -> list[int]:
+        """Ids (ascending) of the ledgers whose ``custom`` fields include every key/value pair
+        of ``custom`` - the tags a recipe gave ``create_ledger``.  Reads every ledger's record
+        (O(ledgers) store calls): for sweepers and tools, not for hot paths.  A ledger deleted
+        while the listing runs is left out."""
+        self._check_open()
+        want = {str(k): str(v) for k, v in custom.items()}
+        found = []
+        for ledger_id in sorted(self._store.list_ledgers()):
+            try:
+                meta, _ = self._store.read_ledger(ledger_id)
+            except NoSuchLedgerError:
+                continue
+            if all(meta.custom.get(k) == v for k, v in want.items()):
+                found.append(ledger_id)
+        return found
+
     # -- custom records (for recipes such as logs) ---------------------------------------------
 
     def read_record(self, path: str) -> tuple[bytes, int]:
@@ -261,6 +289,22 @@ class BookKeeper:
     def delete_log(self, name: str) -> None:
         from bookie.client import log
         log.delete_log(self, name)
+
+    def create_log(self, name: str) -> bool:
+        """Create an empty log: see :func:`bookie.client.log.create_log`."""
+        from bookie.client import log
+        return log.create_log(self, name)
+
+    def log_ledgers(self, name: str) -> tuple[list[int], int]:
+        """The log's ledger list and version: see :func:`bookie.client.log.log_ledgers`."""
+        from bookie.client import log
+        return log.log_ledgers(self, name)
+
+    def link_ledgers(self, name: str, ledger_ids, version: int) -> int:
+        """Append closed ledgers to a log with one CAS: see
+        :func:`bookie.client.log.link_ledgers`."""
+        from bookie.client import log
+        return log.link_ledgers(self, name, ledger_ids, version)
 
     # -- internals -----------------------------------------------------------------------------
 

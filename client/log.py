@@ -58,7 +58,8 @@ LOGS_PATH = "/logs"
 FORMAT_VERSION = 1
 MAX_NAME_LENGTH = 200
 
-__all__ = ["open_log", "read_log", "list_logs", "delete_log", "LogWriter", "LogPosition",
+__all__ = ["open_log", "read_log", "list_logs", "delete_log", "create_log", "log_ledgers",
+           "link_ledgers", "LogWriter", "LogPosition",
            "LogRecord", "LogFencedError", "NoSuchLogError", "AsyncLogWriter", "open_log_async",
            "read_log_async", "encode_record", "decode_record"]
 
@@ -468,6 +469,64 @@ def delete_log(bk, name: str) -> None:
             bk.delete_ledger(lid)
         except NoSuchLedgerError:
             pass
+
+
+# ---- linking ledgers written elsewhere (bulk writers such as the Spark sink) -------------------
+
+def create_log(bk, name: str) -> bool:
+    """Create log ``name`` with no ledger, if there is none; True if this call created it."""
+    try:
+        bk.create_record(log_path(name), encode_record([]))
+        return True
+    except RecordExistsError:
+        return False
+
+
+def log_ledgers(bk, name: str) -> tuple[list[int], int]:
+    """``(ledger ids in log order, version)`` of the log's list; pass the version to
+    ``link_ledgers``.
+
+    Raises:
+        NoSuchLogError.
+    """
+    ledgers, _, version = _read_record(bk, name)
+    return ledgers, version
+
+
+def link_ledgers(bk, name: str, ledger_ids, version: int) -> int:
+    """Append ``ledger_ids`` (in that order) to the log's list with one CAS, if the list is
+    still at ``version`` (from ``log_ledgers``); returns the new version.
+
+    Each ledger must be closed and not in the list yet, and the log's last ledger must be
+    closed too: a log never holds a ledger after one that is still being written, so readers
+    keep seeing a prefix.  (Recover a dead writer's ledger with ``open_ledger`` first.)  A log
+    writer still active on the log loses its next roll's CAS and is fenced: link only logs
+    that have no writer, or that the linking process writes itself.
+
+    Raises:
+        BadVersionError: the list changed (or the log was deleted) since ``version``; nothing
+            was linked.
+        InvalidArgumentError: a ledger is open, already listed, or the log's tail is open.
+        NoSuchLogError, NoSuchLedgerError.
+    """
+    ledger_ids = [int(x) for x in ledger_ids]
+    ledgers, ctime_ms, current = _read_record(bk, name)
+    if current != version:
+        raise BadVersionError(f"log {name}: the ledger list is at version {current}, not "
+                              f"{version}; nothing was linked")
+    if len(set(ledger_ids)) != len(ledger_ids) or set(ledger_ids) & set(ledgers):
+        raise InvalidArgumentError(f"log {name}: ledgers {ledger_ids} repeat one another or "
+                                   f"one already in the log")
+    for lid in ledgers[-1:] + ledger_ids:
+        state = bk.ledger_metadata(lid).state
+        if state != "CLOSED":
+            raise InvalidArgumentError(f"log {name}: ledger {lid} is {state}, not closed; "
+                                       f"only closed ledgers are linked, after a closed tail")
+    try:
+        return bk.write_record(log_path(name), encode_record(ledgers + ledger_ids, ctime_ms),
+                               version)
+    except NoSuchRecordError:
+        raise BadVersionError(f"log {name} was deleted; nothing was linked") from None
 
 
 # ---- asyncio ------------------------------------------------------------------------------------

@@ -84,3 +84,48 @@ def metadata_store(metadata_uri):
     store = open_metadata(metadata_uri, timeout_s=10.0, lease_ms=1000, watch_poll_s=0.02)
     yield store
     store.close()
+
+
+# -- Spark ------------------------------------------------------------------------------------
+# One local Spark session and one set of bookies for every Spark test of the session: Spark
+# starts in 7-11 s, so the tests share it.  local[2,4]: two cores, and a failed task is retried
+# (up to 4 attempts), as on a cluster; plain local[N] never retries.
+
+@pytest.fixture(scope="session")
+def spark_session(tmp_path_factory):
+    """A SparkSession (local[2,4]) with the bookie format registered."""
+    pytest.importorskip("pyspark")
+    import os
+    import sys
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must import this venv's bookie
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+    from bookie.spark import register
+    spark = (SparkSession.builder.master("local[2,4]").appName("bookie-tests")
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.sql.execution.arrow.maxRecordsPerBatch", "200")
+             .config("spark.sql.streaming.stopTimeout", "30s")
+             .config("spark.local.dir", str(tmp_path_factory.mktemp("spark-local")))
+             .config("spark.driver.extraJavaOptions", "-Dlog4j2.level=WARN")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    yield spark
+    spark.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_bookies(request):
+    """Three LocalBookies (embedded metadata store) shared by the Spark tests; prints their
+    log tails if any test failed."""
+    from bookie.testing import LocalBookies
+    with LocalBookies(3) as bookies:
+        failed_before = request.session.testsfailed
+        yield bookies
+        if request.session.testsfailed > failed_before:
+            for i in range(bookies.n):
+                try:
+                    print(f"--- bookie {i} log tail ---\n{bookies.log(i)[-3000:]}")
+                except Exception as exc:  # noqa: BLE001 - best effort diagnostics
+                    print(f"(no log for bookie {i}: {exc})")

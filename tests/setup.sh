@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Test setup for a bare machine: Debian's ZooKeeper server (the real one the metadata tests start
-# on 127.0.0.1) and this package with its test extras.  Idempotent: quick when all is present.
+# on 127.0.0.1), a Java runtime for ZooKeeper and Spark (installed only if `java` is missing),
+# and this package with its test and spark extras.  Idempotent: quick when all is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,4 +20,6 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+# The spark extra (pyspark, pyarrow) for the Spark source and sink tests; they need a JRE too
+# (java above), which Spark starts itself.
+python3 -m pip install -q --disable-pip-version-check -e '.[test,spark]'

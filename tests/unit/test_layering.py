@@ -20,7 +20,7 @@ PACKAGE = "bookie"  # the repository root is this import package
 
 GROUND, BOOKIE, CLIENT, TOOLS, COMMANDS = range(5)
 LAYER_NAMES = {GROUND: "ground (metadata/, wire.py)", BOOKIE: "bookie (workers/)",
-               CLIENT: "client (client/)", TOOLS: "tools (bench/, testing/)",
+               CLIENT: "client (client/)", TOOLS: "tools (bench/, testing/, spark/)",
                COMMANDS: "commands (appliance/)"}
 
 # What each top-level name of the package is.  A new folder or root module must be given a layer
@@ -32,6 +32,7 @@ LAYER_OF = {
     "client": CLIENT,
     "bench": TOOLS,
     "testing": TOOLS,
+    "spark": TOOLS,
     "appliance": COMMANDS,
     "__main__": COMMANDS,
     "__init__": COMMANDS,

@@ -1,0 +1,121 @@
+"""``bookie bench spark``: the Spark source and sink next to the raw client, in one run.
+
+1. writes ``--entries`` entries of ``--entrysize`` bytes to a fresh ledger (``--ensemble`` /
+   ``--quorum``) and closes it;
+2. reads it whole with the raw client in this process (``--window`` reads of ``--batch``
+   entries in flight) - the reference rate;
+3. counts it with ``spark.read.format("bookie")`` on a local Spark (``--cores``), once cold
+   (JVM, Python workers and clients starting) and ``--repeat`` times warm;
+4. appends the same number of rows with ``df.write.format("bookie")`` to a fresh log.
+
+Prints progress and a summary on stderr and one JSON line on stdout.  Needs the ``spark`` extra.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from collections import deque
+
+from bookie.client import BookKeeper
+
+
+def _say(emit, line: str) -> None:
+    if emit:
+        emit(line)
+
+
+def raw_read_rate(bk: BookKeeper, ledger_id: int, password: bytes, batch: int,
+                  window: int) -> tuple[int, float]:
+    """(entries, seconds) to read the ledger whole with ``window`` reads in flight."""
+    rh = bk.open_ledger(ledger_id, password=password, recovery=False)
+    last = rh.last_add_confirmed
+    start = time.perf_counter()
+    inflight: deque = deque()
+    first = count = 0
+    while first <= last or inflight:
+        while first <= last and len(inflight) < window:
+            inflight.append(rh.read_entries_async(first, min(last, first + batch - 1)))
+            first += batch
+        count += len(bk.wait(inflight.popleft()))
+    return count, time.perf_counter() - start
+
+
+def run(params: dict, uri: str, emit=None) -> dict:
+    """Run the benchmark against the bookies registered at ``uri``; the result dict."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from bookie.spark import register
+    password = b"bench"
+    n, size = params["entries"], params["entrysize"]
+    result = {"tool": "spark", "host": socket.gethostname(), "params": params,
+              "load_before": os.getloadavg()}
+    with BookKeeper(uri) as bk:
+        _say(emit, f"writing {n} entries of {size} B (E={params['ensemble']} "
+                   f"Qw={params['quorum']})")
+        lh = bk.create_ledger(params["ensemble"], params["quorum"], params["quorum"],
+                              password=password)
+        body = os.urandom(size)
+        for first in range(0, n, 5000):
+            lh.add_range_async([body] * min(5000, n - first)).result(300)
+        lh.close()
+        count, secs = raw_read_rate(bk, lh.ledger_id, password, params["batch"],
+                                    params["window"])
+        result["raw_read"] = {"entries": count, "seconds": secs, "rate": count / secs}
+        _say(emit, f"raw client read: {count / secs:,.0f} entries/s")
+
+        spark = (SparkSession.builder.master(f"local[{params['cores']}]")
+                 .appName("bookie-bench-spark").config("spark.ui.enabled", "false")
+                 .getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+        try:
+            df = (spark.read.format("bookie").option("metadataServiceUri", uri)
+                  .option("password", password.decode()).option("ledgers", lh.ledger_id)
+                  .option("minPartitions", params["cores"] * 2).load())
+            runs = []
+            for i in range(1 + params["repeat"]):
+                start = time.perf_counter()
+                got = df.count()
+                secs = time.perf_counter() - start
+                assert got == n, f"count {got} != {n}"
+                runs.append(secs)
+                _say(emit, f"spark count {'cold' if i == 0 else 'warm'}: {n / secs:,.0f} "
+                           f"entries/s ({secs:.2f} s)")
+            best = min(runs[1:]) if len(runs) > 1 else runs[0]
+            result["spark_count"] = {"seconds": runs, "rate_cold": n / runs[0],
+                                     "rate_warm": n / best}
+            result["spark_vs_raw"] = (n / best) / result["raw_read"]["rate"]
+
+            rows = spark.range(0, n, numPartitions=params["cores"] * 2).selectExpr(
+                f"cast(repeat('x', {size}) as binary) as payload")
+            log_name = f"bench-spark-sink-{int(time.time())}"
+            start = time.perf_counter()
+            (rows.write.format("bookie").option("metadataServiceUri", uri)
+             .option("password", password.decode()).option("log", log_name)
+             .option("ensembleSize", params["ensemble"])
+             .option("writeQuorumSize", params["quorum"])
+             .option("ackQuorumSize", params["quorum"]).mode("append").save())
+            secs = time.perf_counter() - start
+            result["spark_sink"] = {"entries": n, "seconds": secs, "rate": n / secs}
+            _say(emit, f"spark sink: {n / secs:,.0f} entries/s ({secs:.2f} s)")
+            bk.delete_log(log_name)
+        finally:
+            spark.stop()
+        bk.delete_ledger(lh.ledger_id)
+    result["load_after"] = os.getloadavg()
+    return result
+
+
+def print_result(result: dict) -> None:
+    raw, count = result["raw_read"]["rate"], result["spark_count"]["rate_warm"]
+    print(f"raw client read {raw:,.0f}/s; spark count {count:,.0f}/s warm "
+          f"({result['spark_vs_raw']:.2f}x raw), {result['spark_count']['rate_cold']:,.0f}/s "
+          f"cold; spark sink {result['spark_sink']['rate']:,.0f}/s; load "
+          f"{result['load_before'][0]:.1f} -> {result['load_after'][0]:.1f}", file=sys.stderr)
+    print(json.dumps(result))

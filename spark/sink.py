@@ -1,0 +1,262 @@
+"""The sink: appending a DataFrame's ``payload`` column to a log, exactly once.
+
+Theory of operation
+-------------------
+* **Tasks** (``write_task``): each task attempt creates its own ledger, tagged in the ledger's
+  custom metadata with the sink id, batch id, partition and attempt (``TAG_*``), adds the
+  partition's payloads in order, closes the ledger and returns its id in the commit message.
+  Nothing is in the log yet: a failed or retried attempt leaves at most an unlinked ledger.
+* **Commit** (driver, ``commit_batch``): read the log's list and its version; if a ledger of the
+  list's tail already carries this (sink, batch) tag, the batch is in the log - a replayed
+  commit (after a restart, or a re-run batch write) - and the new ledgers are deleted instead.
+  Otherwise the batch's ledgers, in partition order, are linked onto the list with one CAS
+  (``BookKeeper.link_ledgers``); a lost CAS re-reads and re-checks.  So each batch enters the
+  log once, whole, and in order.
+* **Abort** deletes the attempt ledgers named by the messages (never one that is in the list).
+* **Sweeping** (``sweep``): an attempt killed mid-write never reports its ledger; any ledger with
+  this sink's tag that is not in the list and older than a grace period is deleted.  Commits
+  sweep every ``SWEEP_EVERY`` batches (batch writes: every commit).
+
+The log's last ledger must be closed before linking (a log never holds a ledger after one still
+being written); a dead log writer's ledger is recovered first, which fences that writer: the sink
+is the log's writer while it commits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid
+
+import pyarrow as pa
+from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
+                                    WriterCommitMessage)
+
+from bookie.client import BadVersionError, BookKeeperError, NoSuchLedgerError
+from bookie.spark.clients import client_for
+from bookie.spark.options import SinkOptions
+
+log = logging.getLogger("bookie.spark")
+
+TAG_SINK, TAG_BATCH = "spark.sink", "spark.batch"
+TAG_PARTITION, TAG_ATTEMPT, TAG_LOG = "spark.partition", "spark.attempt", "spark.log"
+SWEEP_EVERY = 10
+TAIL_SCAN = 1000  # ledgers of the list's tail searched for a batch's tag
+CAS_TRIES = 20
+IN_FLIGHT = 4  # add_range calls outstanding per task
+
+
+@dataclasses.dataclass
+class SinkMessage(WriterCommitMessage):
+    """What a task attempt reports: its ledger (None: the partition was empty)."""
+    sink_id: str
+    batch_id: int
+    partition: int
+    attempt: int
+    ledger_id: int | None
+    entries: int
+
+
+class BookieBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("bookie")``: one batch, idempotent for a given sinkId and batchId."""
+
+    def __init__(self, so: SinkOptions):
+        self.so = so
+        # Without a sinkId each write is its own batch: exactly once within the job (task
+        # retries), but a re-run of the job appends again.
+        self.sink_id = so.sink_id or f"batch-{uuid.uuid4().hex}"
+
+    def write(self, iterator) -> SinkMessage:
+        return write_task(self.so, self.sink_id, self.so.batch_id, iterator)
+
+    def commit(self, messages) -> None:
+        commit_batch(self.so, self.sink_id, self.so.batch_id, messages, sweep_now=True)
+
+    def abort(self, messages) -> None:
+        abort_batch(self.so, messages)
+
+
+class BookieStreamWriter(DataSourceStreamArrowWriter):
+    """``writeStream.format("bookie")``: each micro-batch enters the log once."""
+
+    def __init__(self, so: SinkOptions):
+        self.so = so
+
+    def write(self, iterator) -> SinkMessage:
+        from pyspark import TaskContext
+        ctx = TaskContext.get()
+        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
+        sink_id = self.so.sink_id or ctx.getLocalProperty("sql.streaming.queryId")
+        return write_task(self.so, sink_id, batch_id, iterator)
+
+    def commit(self, messages, batchId: int) -> None:
+        ids = {m.sink_id for m in messages if m is not None}
+        if not ids:
+            return  # no task reported: nothing was written
+        (sink_id,) = ids
+        commit_batch(self.so, sink_id, batchId, messages,
+                     sweep_now=batchId % SWEEP_EVERY == 0)
+
+    def abort(self, messages, batchId: int) -> None:
+        abort_batch(self.so, messages)
+
+
+# -- tasks -------------------------------------------------------------------------------------
+
+def _payloads(batch: pa.RecordBatch) -> list:
+    column = batch.column(batch.schema.get_field_index("payload"))
+    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+        return [None if v is None else v.encode() for v in column.to_pylist()]
+    return column.to_pylist()
+
+
+def write_task(so: SinkOptions, sink_id: str, batch_id: int, iterator) -> SinkMessage:
+    """Write one partition into a new ledger of this attempt; its commit message."""
+    from pyspark import TaskContext
+    ctx = TaskContext.get()
+    partition, attempt = ctx.partitionId(), ctx.attemptNumber()
+    bk = client_for(so.conn)
+    lh = None
+    entries = 0
+    pending = []
+    try:
+        for batch in iterator:
+            payloads = _payloads(batch)
+            if not payloads:
+                continue
+            if any(p is None for p in payloads):
+                raise ValueError(f"sink for log {so.log}: a payload is null (partition "
+                                 f"{partition})")
+            if lh is None:
+                lh = bk.create_ledger(*so.quorums, digest=so.conn.digest,
+                                      password=so.conn.password, custom={
+                                          TAG_SINK: sink_id, TAG_BATCH: str(batch_id),
+                                          TAG_PARTITION: str(partition),
+                                          TAG_ATTEMPT: str(attempt), TAG_LOG: so.log})
+            pending.append(lh.add_range_async(payloads))
+            entries += len(payloads)
+            while len(pending) > IN_FLIGHT:
+                bk.wait(pending.pop(0))
+        for fut in pending:
+            bk.wait(fut)
+        if lh is not None:
+            lh.close()
+    except BaseException:
+        if lh is not None:
+            _delete_quietly(bk, lh.ledger_id)
+        raise
+    return SinkMessage(sink_id, batch_id, partition, attempt,
+                       None if lh is None else lh.ledger_id, entries)
+
+
+# -- the driver --------------------------------------------------------------------------------
+
+def commit_batch(so: SinkOptions, sink_id: str, batch_id: int, messages,
+                 sweep_now: bool = False) -> list[int]:
+    """Link the batch's ledgers onto the log, unless the batch is there already.
+
+    Returns:
+        The ledgers linked ([] for a replayed commit or an empty batch).
+    """
+    bk = client_for(so.conn)
+    msgs = sorted((m for m in messages if m is not None and m.ledger_id is not None),
+                  key=lambda m: m.partition)
+    new = [m.ledger_id for m in msgs]
+    if so.create_log:
+        bk.create_log(so.log)
+    for _ in range(CAS_TRIES):
+        ledgers, version = bk.log_ledgers(so.log)
+        if batch_in_log(bk, ledgers, sink_id, batch_id):
+            log.info("sink %s batch %d is in log %s already: replayed commit, adds nothing",
+                     sink_id, batch_id, so.log)
+            for lid in set(new) - set(ledgers):
+                _delete_quietly(bk, lid)
+            new = []
+            break
+        if not new:
+            break
+        if ledgers:
+            _close_tail(bk, so, ledgers[-1])
+        try:
+            bk.link_ledgers(so.log, new, version)
+            break
+        except BadVersionError:
+            continue  # the list moved: re-read, re-check
+    else:
+        raise RuntimeError(f"sink {sink_id}: could not link batch {batch_id} onto log {so.log} "
+                           f"in {CAS_TRIES} tries (the list keeps changing)")
+    if sweep_now:
+        sweep(bk, so.log, sink_id, so.sweep_grace_s)
+    return new
+
+
+def batch_in_log(bk, ledgers: list[int], sink_id: str, batch_id: int) -> bool:
+    """True if a ledger near the list's tail carries this sink's tag for ``batch_id`` or a
+    later batch (batches of one sink enter the log in order)."""
+    for lid in reversed(ledgers[-TAIL_SCAN:]):
+        try:
+            custom = bk.ledger_metadata(lid).custom
+        except NoSuchLedgerError:
+            continue
+        if custom.get(TAG_SINK) != sink_id:
+            continue
+        return int(custom.get(TAG_BATCH, -1)) >= batch_id
+    return False
+
+
+def _close_tail(bk, so: SinkOptions, ledger_id: int) -> None:
+    """Recover the list's last ledger if a writer left it open (fencing that writer)."""
+    try:
+        if str(bk.ledger_metadata(ledger_id).state) != "CLOSED":
+            bk.open_ledger(ledger_id, digest=so.conn.digest, password=so.conn.password,
+                           recovery=True)
+    except NoSuchLedgerError:
+        pass
+
+
+def abort_batch(so: SinkOptions, messages) -> None:
+    """Delete the attempts' ledgers that are not in the log."""
+    bk = client_for(so.conn)
+    try:
+        listed = set(bk.log_ledgers(so.log)[0])
+    except BookKeeperError:
+        listed = set()
+    for m in messages or ():
+        if m is not None and m.ledger_id is not None and m.ledger_id not in listed:
+            _delete_quietly(bk, m.ledger_id)
+
+
+def sweep(bk, log_name: str, sink_id: str, grace_s: float, now_s: float | None = None) -> list:
+    """Delete ledgers tagged with ``sink_id`` for ``log_name`` that are not in the log's list
+    and were created more than ``grace_s`` ago (attempts killed mid-write, or aborted ones
+    whose abort never ran).  Returns the ids deleted."""
+    now_ms = (time.time() if now_s is None else now_s) * 1000
+    tagged = bk.find_ledgers({TAG_SINK: sink_id, TAG_LOG: log_name})
+    if not tagged:
+        return []
+    listed = set(bk.log_ledgers(log_name)[0])
+    gone = []
+    for lid in tagged:
+        if lid in listed:
+            continue
+        try:
+            if bk.ledger_metadata(lid).ctime_ms > now_ms - grace_s * 1000:
+                continue  # maybe a live attempt of the batch being written
+        except NoSuchLedgerError:
+            continue
+        if _delete_quietly(bk, lid):
+            gone.append(lid)
+    if gone:
+        log.info("sink %s: swept %d unlinked ledgers of log %s: %s", sink_id, len(gone),
+                 log_name, gone)
+    return gone
+
+
+def _delete_quietly(bk, ledger_id: int) -> bool:
+    try:
+        bk.delete_ledger(ledger_id)
+        return True
+    except BookKeeperError as exc:
+        log.warning("could not delete unlinked ledger %d: %s", ledger_id, exc)
+        return False
