@@ -23,6 +23,7 @@ from bookie.client.errors import (BadVersionError, BKTimeoutError, BookieError,
                                   NoSuchLedgerError, NoSuchRecordError, NotEnoughBookiesError,
                                   RecordExistsError, UnauthorizedError)
 from bookie.client.log import (AsyncLogWriter, LogFencedError, LogPosition, LogRecord, LogWriter,
+                               LogWriterFailedError,
                                NoSuchLogError, create_log, delete_log, link_ledgers, list_logs,
                                log_ledgers, open_log, open_log_async, read_log, read_log_async)
 from bookie.client.protocol.ledger import LedgerInfo
@@ -37,5 +38,6 @@ __all__ = [
     "RecordExistsError",
     "open_log", "read_log", "list_logs", "delete_log", "open_log_async", "read_log_async",
     "create_log", "log_ledgers", "link_ledgers",
-    "LogWriter", "AsyncLogWriter", "LogPosition", "LogRecord", "LogFencedError", "NoSuchLogError",
+    "LogWriter", "AsyncLogWriter", "LogPosition", "LogRecord", "LogFencedError",
+    "LogWriterFailedError", "NoSuchLogError",
 ]

@@ -60,7 +60,7 @@ MAX_NAME_LENGTH = 200
 
 __all__ = ["open_log", "read_log", "list_logs", "delete_log", "create_log", "log_ledgers",
            "link_ledgers", "LogWriter", "LogPosition",
-           "LogRecord", "LogFencedError", "NoSuchLogError", "AsyncLogWriter", "open_log_async",
+           "LogRecord", "LogFencedError", "LogWriterFailedError", "NoSuchLogError", "AsyncLogWriter", "open_log_async",
            "read_log_async", "encode_record", "decode_record"]
 
 
@@ -75,6 +75,14 @@ class LogFencedError(LedgerFencedError):
     def __init__(self, message: str, *, log_name: str, ledger_id: int | None = None):
         super().__init__(message, ledger_id=ledger_id)
         self.log_name = log_name
+
+
+class LogWriterFailedError(LogFencedError):
+    """An earlier append of this writer failed, so it appends no more (else the log could hold
+    a gap).  Open the log again: the new writer recovers the tail, so an append that failed
+    may or may not be there."""
+
+    code = "log_writer_failed"
 
 
 class NoSuchLogError(BookKeeperError):
@@ -304,13 +312,23 @@ class LogWriter:
             (self.roll_size_bytes is not None and self._bytes >= self.roll_size_bytes)
 
     def _complete(self, out: Future, ledger_id: int, inner: Future) -> None:
+        exc = inner.exception()
+        if exc is not None:
+            # A failed append ends this writer: a later append may only be acknowledged if
+            # every earlier one was, or the log would hold a gap (the next ledger would carry
+            # appends made after one that never reached the log).
+            exc = self._translate(exc, ledger_id)
+            if self._error is None:
+                self._error = LogWriterFailedError(
+                    f"log {self.name}: an append to ledger {ledger_id} failed ({exc}); this "
+                    f"writer can append no more (open the log again to go on)",
+                    log_name=self.name, ledger_id=ledger_id)
         if not out.set_running_or_notify_cancel():
             return
-        exc = inner.exception()
         if exc is None:
             out.set_result(LogPosition(ledger_id, inner.result()))
         else:
-            out.set_exception(self._translate(exc, ledger_id))
+            out.set_exception(exc)
 
     def _translate(self, exc: BaseException, ledger_id: int) -> BaseException:
         if isinstance(exc, LedgerFencedError) and not isinstance(exc, LogFencedError):
@@ -375,6 +393,15 @@ class LogWriter:
                 # end is unknown, so writing on would risk a gap: this writer is done.
                 self._error = self._error or self._translate(exc, old.ledger_id)
                 raise self._error from None
+            if self._error is None and old.last_add_confirmed != self._count - 1:
+                # An append handed to the old ledger is not in it: none after it may go on.
+                self._error = LogWriterFailedError(
+                    f"log {self.name}: ledger {old.ledger_id} closed at entry "
+                    f"{old.last_add_confirmed} of {self._count} appended; this writer can "
+                    f"append no more (open the log again to go on)", log_name=self.name,
+                    ledger_id=old.ledger_id)
+            if self._error is not None:
+                raise self._error
             self._lh = new
             self._count = self._bytes = 0
         return new.ledger_id

@@ -218,8 +218,10 @@ def test_a_dropped_ledger_does_not_come_back_when_the_journal_is_replayed(tmp_pa
                       conf={"gcWaitTime": 1000, "flushInterval": 600_000}) as e, \
             open_metadata(e.metadata_uri) as s:
         ledger = new_ledger(e, s)
+        keeper = new_ledger(e, s)  # GC refuses to act on a listing with no ledger at all
         with RawBookieClient(e.bookies[0]) as c:
             assert c.add(ledger, [make_entry(ledger, i, b"gone") for i in range(10)], KEY) == Status.OK
+            assert c.add(keeper, [make_entry(keeper, 0, b"kept")], KEY) == Status.OK
             assert c.write_lac(ledger, 9, KEY) == Status.OK
             s.remove_ledger(ledger)
             assert wait_for(lambda: c.read(ledger, 0)[0] == Status.NO_LEDGER)
@@ -228,6 +230,7 @@ def test_a_dropped_ledger_does_not_come_back_when_the_journal_is_replayed(tmp_pa
         with RawBookieClient(e.bookies[0]) as c:
             assert c.read(ledger, 0, 100) == (Status.NO_LEDGER, [])
             assert c.read_lac(ledger)[0] == Status.NO_LEDGER
+            assert c.read(keeper, 0)[0] == Status.OK
         assert "replay done" in e.log(0)
 
 
