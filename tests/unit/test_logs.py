@@ -76,6 +76,9 @@ def test_python_logging_records_become_the_same_lines(capsys, monkeypatch):
     handler = logging.StreamHandler()
     handler.setFormatter(logs.LineFormatter())
     logger.addHandler(handler)
+    # Only this handler: an in-process CLI run earlier in the session may have put its own on
+    # the "bookie" logger, which would print the record a second time.
+    monkeypatch.setattr(logger, "propagate", False)
     try:
         logger.warning("ensemble changed", extra={"fields": {"ledger_id": 5, "failed": "127.0.0.1:3181"}})
     finally:
