@@ -41,6 +41,12 @@ def can_netns() -> bool:
     return os.geteuid() == 0 and all(shutil.which(tool) for tool in ("ip", "nft", "tc"))
 
 
+@pytest.fixture
+def netns_tools():
+    """Root with ip, nft and tc, which tests/setup.sh installs: missing, these fail, not skip."""
+    assert can_netns(), "network faults need root with ip, nft and tc: run tests/setup.sh"
+
+
 def test_acknowledged_entries_survive_process_faults_and_full_disks_on_the_embedded_store():
     extra = ["--disk"] if can_mount() else []
     out = run_nemesis(17, "--time", "10", "--round", "10", "--bookies", "4",
@@ -49,7 +55,7 @@ def test_acknowledged_entries_survive_process_faults_and_full_disks_on_the_embed
     assert "lost: 0" in out
 
 
-@pytest.mark.skipif(not can_netns(), reason="needs root with ip, nft and tc (tests/setup.sh)")
+@pytest.mark.usefixtures("netns_tools")
 def test_acknowledged_entries_survive_zookeeper_and_network_faults():
     out = run_nemesis(9, "--time", "10", "--round", "10", "--bookies", "4", "--metadata", "zk",
                       "--network", timeout_s=300)
@@ -68,7 +74,7 @@ def _connects(net, src: str, dst: str, port: int) -> bool:
     return done.returncode == 0
 
 
-@pytest.mark.skipif(not can_netns(), reason="needs root with ip, nft and tc (tests/setup.sh)")
+@pytest.mark.usefixtures("netns_tools")
 def test_a_partition_cuts_the_namespaces_apart_one_way_or_both_and_heals():
     from bookie.testing.nemesis.network import Network
     net = Network(2, with_zookeeper=False, prefix=f"nemt{os.getpid() % 10000}")
