@@ -94,7 +94,7 @@ def metadata_store(metadata_uri):
 @pytest.fixture(scope="session")
 def spark_session(tmp_path_factory):
     """A SparkSession (local[2,4]) with the bookie format registered."""
-    pytest.importorskip("pyspark")
+    import pyspark  # noqa: E402,F401  (tests/setup.sh installs the spark extra)
     import os
     import sys
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers must import this venv's bookie

@@ -275,15 +275,13 @@ def owner_and_mode(path: str) -> tuple[str, int]:
 def machine_for_the_package():
     """This machine, checked fit for a package round and held for it alone; the package is
     purged afterwards, whatever happened."""
-    if os.geteuid() != 0:
-        pytest.skip("installing a package needs root")
+    assert os.geteuid() == 0, "installing a package needs root"
     for tool in ("dpkg-deb", "apt-get", "runuser", "systemd-analyze"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} missing")
+        assert shutil.which(tool), f"{tool} missing: run tests/setup.sh"
     with open("/run/lock/bookie-package-test.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if installed_state():
-            pytest.skip(f"a bookie package is already installed here ({installed_state()}): "
+            pytest.fail(f"a bookie package is already installed here ({installed_state()}): "
                         f"this round would replace and purge it")
         try:
             yield
@@ -333,7 +331,7 @@ def test_the_package_installs_serves_a_client_and_purges_its_data(machine_for_th
         exec_start = shlex.split(unit_settings(f.read())["ExecStart"][0])
     conf = BookieConfig.load("/etc/bookie/bookie.conf")
     if not ports_free(conf.bookie_port, conf.bookie_port + 1, conf.metrics_port):
-        pytest.skip(f"ports {conf.bookie_port}, {conf.bookie_port + 1} or {conf.metrics_port} are "
+        pytest.fail(f"ports {conf.bookie_port}, {conf.bookie_port + 1} or {conf.metrics_port} are "
                     f"in use here: the installed configuration cannot start")
     log_path = "/tmp/bookie-package-test.log"
     argv = ["runuser", "-u", "bookie", "--", *exec_start]

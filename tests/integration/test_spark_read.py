@@ -14,7 +14,7 @@ import pytest
 
 from bookie.client import BookKeeper
 
-pytest.importorskip("pyspark")
+import pyspark  # noqa: E402,F401  (tests/setup.sh installs the spark extra)
 
 PW = "pw"
 

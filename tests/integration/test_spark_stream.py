@@ -12,7 +12,7 @@ import pytest
 
 from bookie.client import BookKeeper
 
-pytest.importorskip("pyspark")
+import pyspark  # noqa: E402,F401  (tests/setup.sh installs the spark extra)
 
 PW = "pw"
 CONFIG = {"addEntryTimeout": 2.0, "readTimeout": 2.0, "operationTimeout": 60.0}

@@ -37,6 +37,6 @@ def test_soak_embedded_store_with_process_and_disk_faults():
     soak("--bookies", "5", "--metadata", "lmdb", "--disk")
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("nft"), reason="needs root and nft")
 def test_soak_zookeeper_with_network_faults():
+    assert os.geteuid() == 0 and shutil.which("nft"), "needs root and nft: run tests/setup.sh as root"
     soak("--bookies", "5", "--metadata", "zk", "--network", "--disk")
