@@ -17,6 +17,19 @@ def pytest_runtest_makereport(item, call):
     setattr(item, f"rep_{report.when}", report)
 
 
+@pytest.fixture(autouse=True)
+def _restore_bookie_logger():
+    # A CLI run in-process (``bookie.appliance.cli.main``) installs the log-line handler on the
+    # ``bookie`` logger and stops propagation, as a real process should; put the logger back
+    # after each test so later tests' ``caplog`` still sees the client's records.
+    import logging
+    logger = logging.getLogger("bookie")
+    saved = (list(logger.handlers), logger.propagate, logger.level)
+    yield
+    logger.handlers[:] = saved[0]
+    logger.propagate, logger.level = saved[1], saved[2]
+
+
 def _failed(request) -> bool:
     report = getattr(request.node, "rep_call", None)
     return report is not None and report.failed

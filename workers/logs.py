@@ -206,12 +206,28 @@ class LineFormatter(logging.Formatter):
                            self.fmt_name or current_format(), now=record.created)
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is emitted, not the stream it was
+    when the handler was made (a caller may have replaced or closed that one since)."""
+
+    def __init__(self):
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value):
+        pass
+
+
 def install_logging(logger_name: str = "bookie") -> None:
     """Send ``logger_name``'s records (the client's among them) to stderr as log lines."""
     logger = logging.getLogger(logger_name)
     if any(isinstance(h.formatter, LineFormatter) for h in logger.handlers):
         return
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(LineFormatter())
     logger.addHandler(handler)
     logger.setLevel({10: logging.DEBUG, 20: logging.INFO, 30: logging.WARNING}.get(current_level(), logging.ERROR))

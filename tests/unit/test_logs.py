@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sys
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -86,3 +87,22 @@ def test_python_logging_records_become_the_same_lines(capsys, monkeypatch):
     got = json.loads(capsys.readouterr().err)
     assert got["event"] == "ensemble changed" and got["level"] == "warning"
     assert got["process"] == "bookie.client.test" and got["ledger_id"] == 5
+
+
+def test_installed_logging_writes_to_the_current_stderr_not_a_closed_one(monkeypatch):
+    # A CLI run in-process installs the handler while sys.stderr is one stream; records logged
+    # after that stream is replaced (and closed) must reach the current one, not raise.
+    import io
+    first = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    logs.install_logging("bookie.test_install")
+    first.close()
+    second = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", second)
+    logger = logging.getLogger("bookie.test_install")
+    try:
+        logger.error("ledger recovered and closed")
+    finally:
+        logger.handlers.clear()
+    assert "Logging error" not in second.getvalue()
+    assert logs.parse_line(second.getvalue().strip())["event"] == "ledger recovered and closed"
