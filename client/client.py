@@ -52,7 +52,8 @@ class BookKeeper:
             add_timeout_s=cfg.addEntryTimeout, read_timeout_s=cfg.readTimeout,
             batch_max_entries=cfg.addBatchMaxEntries, batch_max_bytes=cfg.addBatchMaxBytes,
             list_bookies=self._store.list_writable, write_metadata=self._store.write_metadata)
-        self._runner = OpRunner(self._io, self._throttle, cfg.operationTimeout)
+        self._runner = OpRunner(self._io, self._throttle, cfg.operationTimeout,
+                                cfg.speculativeReadTimeout / 1000.0)
         # the writers this client runs, by ledger id: deleting one's ledger ends it
         self._writers: weakref.WeakValueDictionary[int, WriterDriver] = \
             weakref.WeakValueDictionary()

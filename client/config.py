@@ -19,6 +19,11 @@ class ClientConfig:
     zkTimeout: int = 10_000  # ms: longest a metadata store call may take (and ZK session timeout)
     throttle: int = 5_000  # most adds outstanding per client; add_entry_async blocks beyond it
     readTimeout: float = 5.0  # s without an answer before a read/LAC/fence request fails over
+    # ms without an answer before a READ is also asked of the entries' next replica (0: never).
+    # BookKeeper's default is 2000; 500 here: a stopped replica costs a reader half a second
+    # once (later reads start elsewhere), while a healthy read slower than that - seen only
+    # on an overloaded host - costs one duplicate READ.
+    speculativeReadTimeout: int = 500
     addEntryTimeout: float = 5.0  # s without an answer before a bookie counts as failed for adds
     explicitLacInterval: int = 100  # ms: idle writer tells bookies its LAC after this (0: never)
     nettyMaxFrameSizeBytes: int = 5 * 1024 * 1024  # largest entry the client sends
@@ -60,6 +65,7 @@ class ClientConfig:
         need(self.zkTimeout > 0, "zkTimeout", "must be > 0 ms")
         need(self.throttle >= 1, "throttle", "must be >= 1")
         need(self.readTimeout > 0, "readTimeout", "must be > 0 s")
+        need(self.speculativeReadTimeout >= 0, "speculativeReadTimeout", "must be >= 0 ms")
         need(self.addEntryTimeout > 0, "addEntryTimeout", "must be > 0 s")
         need(self.explicitLacInterval >= 0, "explicitLacInterval", "must be >= 0 ms")
         need(self.nettyMaxFrameSizeBytes >= 64, "nettyMaxFrameSizeBytes", "must be >= 64")

@@ -166,13 +166,30 @@ class EachWaiter:
 # ---- drivers ------------------------------------------------------------------------------------
 
 class OpDriver(Driver):
-    """Runs one finite operation; its Future gets the result (or the entries it delivered)."""
+    """Runs one finite operation; its Future gets the result (or the entries it delivered).
+
+    An operation with a ``tick_s`` above 0 (a read with speculative reads) starts with the time
+    and gets a Tick every ``tick_s`` until it is over."""
 
     def __init__(self, io: IOThread, op, ledger_id: int, master_key: bytes, future: Future,
                  collect: bool):
         super().__init__(io, op, ledger_id, master_key)
         self.future = future
         self.entries: list | None = [] if collect else None
+        self.tick_s = getattr(op, "tick_s", 0.0)
+
+    def begin(self) -> None:
+        if self.tick_s > 0:
+            self.start(self.op.start(time.monotonic()))
+            if not self.over:
+                self.io.later(self.tick_s, self._tick, self)
+        else:
+            self.start(self.op.start())
+
+    def _tick(self) -> None:
+        self.event(A.Tick())
+        if not self.over:
+            self.io.later(self.tick_s, self._tick, self)
 
     def output(self, a) -> None:
         if isinstance(a, Deliver):
@@ -294,12 +311,17 @@ class OpRunner:
 
     Args:
         operation_timeout_s: how long ``wait`` waits by default (``operationTimeout``).
+        speculative_read_timeout_s: ``speculativeReadTimeout`` in seconds, for the reads that
+            ledger handles start (0: none).
     """
 
-    def __init__(self, io: IOThread, throttle: Throttle, operation_timeout_s: float):
+    def __init__(self, io: IOThread, throttle: Throttle, operation_timeout_s: float,
+                 speculative_read_timeout_s: float = 0.0):
         self.io = io
         self.throttle = throttle
         self.operation_timeout_s = operation_timeout_s
+        # speculativeReadTimeout: a READ unanswered this long is asked of the next replica
+        self.speculative_read_timeout_s = speculative_read_timeout_s
 
     def run(self, op, ledger_id: int, master_key: bytes, collect: bool = False) -> Future:
         """Start ``op``; a Future of its result (with ``collect``, of the entries it delivered).
@@ -312,7 +334,7 @@ class OpRunner:
             driver = OpDriver(self.io, op, ledger_id, master_key, fut, collect)
             self.io.register(driver)
             fut.add_done_callback(lambda f: f.cancelled() and self._cancel(driver))
-            self.io.run_for(driver, lambda: driver.start(op.start()))
+            self.io.run_for(driver, driver.begin)
         self.io.submit(start)
         return fut
 

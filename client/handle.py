@@ -223,7 +223,8 @@ class LedgerHandle:
 
     def _read_op(self, first: int, last: int) -> Future:
         op = ReadOp(self.metadata, first, last, self._dm.decode,
-                    decode_many=self._dm.decode_many, avoid=self._runner.suspect_bookies())
+                    decode_many=self._dm.decode_many, avoid=self._runner.suspect_bookies(),
+                    speculative_timeout_s=self._runner.speculative_read_timeout_s)
         return self._runner.run(op, self.ledger_id, self._master_key, collect=True)
 
     def read_last_add_confirmed(self) -> int:

@@ -19,6 +19,8 @@ timeouts, metadata results) and executes the actions it returns:
   iteration and leave as few ADD messages as the batch limits allow (pipelining);
 * ``ListBookies`` / ``WriteMetadata`` run on a small thread pool (store calls block) and come
   back as events through ``submit``;
+* ``Suspect`` marks a bookie as failing lately (as a timeout does): later reads start their
+  entries elsewhere until it answers again;
 * everything else (Confirm, FailAdds, Deliver, Finished) goes to the driver's own outputs.
 
 Nothing here decides protocol questions; it only moves bytes and time.
@@ -237,6 +239,8 @@ class IOThread:
                     box[1].extend(a.entries)
             elif kind is A.SendRead or kind is A.SendReadLac or kind is A.SendWriteLac:
                 self._send(driver, a)
+            elif kind is A.Suspect:
+                self._suspects[a.bookie] = time.monotonic()
             elif kind is A.ListBookies:
                 self._pool.submit(self._run_list, driver)
             elif kind is A.WriteMetadata:

@@ -71,6 +71,13 @@ class SendWriteLac:
 
 
 @dataclasses.dataclass(slots=True)
+class Suspect:
+    """``bookie`` left a request unanswered for long (a speculative read went elsewhere): later
+    reads should start on other replicas until it answers again."""
+    bookie: str
+
+
+@dataclasses.dataclass(slots=True)
 class Confirm:
     """Entries ``first``..``last`` are acknowledged to the caller, in this order."""
     first: int
@@ -184,4 +191,4 @@ class MetadataFailed:
 
 @dataclasses.dataclass(slots=True)
 class Tick:
-    """Time passed (drives explicit LAC writes)."""
+    """Time passed (drives explicit LAC writes and speculative reads)."""

@@ -22,6 +22,15 @@ i-th entry of an answer stands for ``first + i * stride``:
   READ starts past the previous one's first entry, so a bookie's answers always progress);
 * any other error or a timeout moves every entry of that request to its next replica.
 
+Speculative reads (``speculative_timeout_s`` > 0, BookKeeper's ``speculativeReadTimeout``): a
+READ that a bookie has not answered that long after it was sent - the bookie is stopped, dead or
+swamped - does not wait for the read timeout.  On the next ``Tick`` its entries still wanted are
+asked of their next replica, and the op says ``Suspect(bookie)`` so that later reads start
+elsewhere (the I/O thread forgets the suspicion at the bookie's next answer).  The first request
+stays in flight: if its answer still comes, the intact entries it brings are taken (whichever
+copy arrives first wins), and whatever else it says about them is ignored, since they have
+moved on already.  An entry whose replicas are all asked waits for them.
+
 An entry with no replica left fails the read: DigestMismatchError if some replica returned a
 bad copy, NoSuchEntryError if every replica said it does not hold it, otherwise a timeout /
 bookie error naming the replicas.  Once finished (done or failed) the op asks for nothing
@@ -67,7 +76,7 @@ class ReadOp:
     def __init__(self, info: LedgerInfo, first: int, last: int,
                  decode: Callable[[bytes], object], max_count: int = MAX_COUNT,
                  decode_many: Callable[[list], list] | None = None,
-                 avoid: frozenset = frozenset()):
+                 avoid: frozenset = frozenset(), speculative_timeout_s: float = 0.0):
         """
         Args:
             decode: formatted entry -> LedgerEntry; raises DigestMismatchError.
@@ -75,6 +84,8 @@ class ReadOp:
                 LedgerEntry or the DigestMismatchError (returned, not raised).
             avoid: bookies that failed lately: each entry tries them after its other replicas
                 (so one dead bookie does not cost a timeout per read).
+            speculative_timeout_s: a READ unanswered this long moves its entries to their next
+                replica at the next Tick (0: never; only a failure or timeout moves them).
         """
         self.avoid = avoid
         if first < 0 or last < first:
@@ -93,6 +104,14 @@ class ReadOp:
         self._why: dict[int, list[tuple[str, str]]] = {}  # entry id -> (kind, what) per replica
         self._delivered = 0  # entries first .. first+_delivered-1 handed out
         self._outstanding: dict[str, set[int]] = {}  # bookie -> entry ids asked for
+        self.speculative_timeout_s = speculative_timeout_s
+        # how often the driver should Tick this op (0: no ticks wanted)
+        self.tick_s = speculative_timeout_s / 4
+        self._now = 0.0  # the latest time seen (start or handle)
+        self._sent: dict[int, tuple[float, A.SendRead]] = {}  # id(READ) -> (sent at, READ)
+        # bookie -> entries asked of it that moved on speculatively (its late answer may bring them)
+        self._speculated: dict[str, set[int]] = {}
+        self._parked: set[int] = set()  # entries out of replicas, waiting for a late answer
         self.done = False
 
     def _fragments(self):
@@ -120,7 +139,8 @@ class ReadOp:
             self._replica_cache[key] = reps
         return reps
 
-    def start(self) -> list:
+    def start(self, now: float = 0.0) -> list:
+        self._now = now
         # Entry e starts at the first replica of its write set, position e % E: every E-th
         # entry of a fragment goes to one bookie, as one striped run.
         e_size = self.info.ensemble_size
@@ -152,12 +172,21 @@ class ReadOp:
                     j += 1
             out.append(A.SendRead(bookie, lo, j - i + 1, step))
             i = j + 1
+        if self.speculative_timeout_s > 0:
+            now, sent = self._now, self._sent
+            for a in out:
+                sent[id(a)] = (now, a)
         return out
 
     def handle(self, event, now: float = 0.0) -> list:
-        if self.done or not isinstance(event, A.ReadResponse):
+        if self.done:
             return []
+        self._now = now
+        if not isinstance(event, A.ReadResponse):
+            return self._speculate(now) if isinstance(event, A.Tick) else []
         req = event.request
+        if self._sent:
+            self._sent.pop(id(req), None)
         bookie = req.bookie
         first, got = self.first, self._got
         lo, stride = req.first_entry_id, req.stride
@@ -171,8 +200,18 @@ class ReadOp:
         mine_set = set(mine)
         moved: list[int] = []  # entries to try on their next replica
         again: list[int] = []  # entries to ask this bookie for again
+        late = self._speculated.get(bookie)
+        gone: set = set()
+        if late:  # a late answer: it may bring intact copies of entries that moved on meanwhile
+            gone = {e for e in range(lo, hi + 1, stride) if e in late}
+            late.difference_update(gone)
+            gone = {e for e in gone if got[e - first] is None}
         if event.status == Status.OK:
-            self._take_answer(bookie, lo, hi, stride, event.entries, mine_set, moved, again)
+            self._take_answer(bookie, lo, hi, stride, event.entries,
+                              mine_set | gone if gone else mine_set, moved, again)
+            if gone:  # what it says of those beyond an intact copy is moot: they moved on
+                moved = [e for e in moved if e not in gone]
+                again = [e for e in again if e not in gone]
         elif event.status in (Status.NO_ENTRY, Status.NO_LEDGER):
             for e in mine:
                 if e == lo or event.status == Status.NO_LEDGER:
@@ -189,6 +228,10 @@ class ReadOp:
             for e in mine:
                 self._note(e, kind, f"{bookie}: {A.status_name(event.status)}")
                 moved.append(e)
+        if gone and self._parked:  # entries that had only this late answer left to wait for
+            for e in sorted(gone & self._parked):
+                if got[e - first] is None and not self._still_asked(e):
+                    return self._fail(self._exhausted(e))
         out: list = []
         if again:
             out += self._ask(bookie, again)
@@ -198,11 +241,59 @@ class ReadOp:
             self._choice[e] = choice
             replicas = self._replicas(e)
             if choice >= len(replicas):
+                if self._speculated and self._still_asked(e):
+                    self._parked.add(e)  # a replica left behind speculatively may still answer
+                    continue
                 return self._fail(self._exhausted(e))
             by_bookie.setdefault(replicas[choice], []).append(e)
         for b, ids in by_bookie.items():
             out += self._ask(b, ids)
         return self._deliver() + out
+
+    def _still_asked(self, entry_id: int) -> bool:
+        """Whether a READ left behind speculatively may still bring ``entry_id``."""
+        return any(entry_id in s for s in self._speculated.values())
+
+    def _speculate(self, now: float) -> list:
+        """READs unanswered for ``speculative_timeout_s``: their entries still wanted go to
+        their next replica (those with none left keep waiting), and their bookies are
+        suspects."""
+        timeout_s = self.speculative_timeout_s
+        if not self._sent or timeout_s <= 0:
+            return []
+        due = [k for k, (sent, _) in self._sent.items() if now - sent >= timeout_s]
+        if not due:
+            return []
+        first, got = self.first, self._got
+        by_bookie: dict[str, list[int]] = {}
+        suspects: list[str] = []
+        for k in due:
+            _, req = self._sent.pop(k)
+            bookie, lo, stride = req.bookie, req.first_entry_id, req.stride
+            hi = min(lo + (req.max_count - 1) * stride, self.last)
+            asked = self._outstanding.get(bookie, set())
+            late = self._speculated.setdefault(bookie, set())
+            wanted = False
+            for e in range(lo, hi + 1, stride):
+                if e not in asked or got[e - first] is not None:
+                    continue
+                wanted = True
+                choice = self._choice.get(e, 0) + 1
+                replicas = self._replicas(e)
+                if choice >= len(replicas):
+                    continue  # no other replica: wait for this one
+                self._choice[e] = choice
+                asked.discard(e)
+                late.add(e)
+                self._note(e, _TIMEOUT, f"{bookie}: no answer in "
+                                        f"{timeout_s * 1000:g} ms (read speculatively elsewhere)")
+                by_bookie.setdefault(replicas[choice], []).append(e)
+            if wanted and bookie not in suspects:
+                suspects.append(bookie)
+        out: list = [A.Suspect(b) for b in suspects]
+        for b, ids in by_bookie.items():
+            out += self._ask(b, sorted(ids))
+        return out
 
     def _take_answer(self, bookie: str, lo: int, hi: int, stride: int, entries, mine_set: set,
                      moved: list, again: list) -> None:

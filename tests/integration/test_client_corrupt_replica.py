@@ -166,7 +166,9 @@ def test_a_read_whose_caller_gave_up_sends_nothing_more(ensemble, written):
         ensemble.kill(i)
     fakes = [ForgedBookie(b, lambda first: None) for b in silent]  # they never answer
     try:
-        config = dict(CONFIG, readTimeout=5.0, operationTimeout=1.5)
+        # no speculative read: only the read timeout (after the caller gave up) could move
+        # the read on to the second replica
+        config = dict(CONFIG, readTimeout=5.0, operationTimeout=1.5, speculativeReadTimeout=0)
         with BookKeeper(ensemble.metadata_uri, config) as bk:
             rh = bk.open_ledger(ledger_id, digest="crc32c", password=PW, recovery=False)
             started = time.monotonic()

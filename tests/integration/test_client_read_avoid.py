@@ -7,8 +7,10 @@ from bookie.testing import LocalBookies
 
 
 def test_reads_after_a_bookie_died_do_not_wait_on_it_again():
+    # speculativeReadTimeout=0: the read timeout alone marks the dead bookie here (speculative
+    # reads, which do it sooner, are test_client_read_speculative's)
     with LocalBookies(3) as ens, BookKeeper(ens.metadata_uri, readTimeout=1.0,
-                                            addEntryTimeout=2.0) as bk:
+                                            addEntryTimeout=2.0, speculativeReadTimeout=0) as bk:
         lh = bk.create_ledger(ensemble_size=3, write_quorum=2, ack_quorum=2, password=b"pw")
         payloads = [b"entry %d" % i for i in range(600)]
         lh.add_range_async(payloads).result(30)
