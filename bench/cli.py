@@ -173,6 +173,10 @@ def _register_reads(tools) -> None:
                    help="entries written first when this tool makes the ledger (default 100000)")
     p.add_argument("--entrysize", type=int, default=1024, metavar="BYTES",
                    help="payload bytes of the entries this tool writes (default 1024)")
+    p.add_argument("--lose-replica-at", type=int, default=None, metavar="N",
+                   help="after the healthy read, read the ledger again and SIGSTOP one bookie of "
+                        "its ensemble once N entries are read (needs --localbookie and a write "
+                        "quorum of 2 or more); phase lost_replica beside sequential")
     p.add_argument("--explicit-lac", type=int, default=10, metavar="MS",
                    help="with --listen: the writer's explicitLacInterval, how soon the bookies "
                         "learn the LAC once adds pause or drain (default 10 ms)")
@@ -460,13 +464,40 @@ def _cmd_reads(args) -> int:
                        "ensemble (--localbookie starts empty bookies)")
     if args.listen is not None and args.entrysize < 8:
         raise BenchOptionError("--entrysize must be at least 8 with --listen (entries carry a time)")
+    if args.lose_replica_at is not None:
+        check_positive(args, "lose_replica_at", allow_zero=True)
+        if args.listen is not None or args.ledger is not None or args.localbookie is None:
+            raise BenchOptionError("--lose-replica-at stops a bookie this tool starts: it needs "
+                                   "--localbookie and no --listen or --ledger")
+        if args.quorum < 2:
+            raise BenchOptionError(f"--lose-replica-at needs a write quorum of 2 or more (a "
+                                   f"replica to read on from), got --quorum {args.quorum}")
+        if args.lose_replica_at >= args.entries:
+            raise BenchOptionError(f"--lose-replica-at {args.lose_replica_at} must be below "
+                                   f"--entries {args.entries}")
     emit = progress_emitter(args)
     try:
-        with _ensemble(args) as (uri, base):
-            result = client_bench.run_reads(params_of(args), uri, emit=emit, data_dir=base)
+        if args.lose_replica_at is not None:
+            with local_bookies(args.localbookie, args.data_dir) as (lb, base):
+                result = client_bench.run_reads(params_of(args), lb.metadata_uri, emit=emit,
+                                                data_dir=base, pause_bookie=_pauser(lb))
+        else:
+            with _ensemble(args) as (uri, base):
+                result = client_bench.run_reads(params_of(args), uri, emit=emit, data_dir=base)
     except client_bench.BenchError as e:
         raise BenchOptionError(str(e)) from None
     return finish(args, result)
+
+
+def _pauser(lb):
+    """bookie id -> SIGSTOP that local bookie (all its processes); returns what resumes it."""
+    import signal
+
+    def pause(bookie_id: str):
+        pgid = lb.procs[lb.bookies.index(bookie_id)].pid
+        os.killpg(pgid, signal.SIGSTOP)
+        return lambda: os.killpg(pgid, signal.SIGCONT)
+    return pause
 
 
 def _cmd_journal(args) -> int:

@@ -313,9 +313,11 @@ def _write_ledger(bk, params: dict, count: int, timeout_s: float) -> int:
 
 
 def read_sequential(rh, batch: int, window: int, duration_s: float, timeout_s: float,
-                    meter: Meter, clock=time.monotonic_ns) -> dict:
+                    meter: Meter, clock=time.monotonic_ns, *, at_entries: int | None = None,
+                    on_reach=None) -> dict:
     """Read ``rh`` from entry 0 to its last-add-confirmed, ``batch`` entries per call and
-    ``window`` calls in flight, or until ``duration_s`` is spent."""
+    ``window`` calls in flight, or until ``duration_s`` is spent.  ``on_reach()`` is called
+    once, as soon as ``at_entries`` entries have been read."""
     last = rh.read_last_add_confirmed()
     if last < 0:
         raise BenchError(f"ledger {rh.ledger_id} has no entries to read")
@@ -324,6 +326,10 @@ def read_sequential(rh, batch: int, window: int, duration_s: float, timeout_s: f
     end = start + int(duration_s * NS_PER_S)
     in_flight: collections.deque = collections.deque()
     next_entry = 0
+    read = 0
+    if on_reach is not None and at_entries is not None and at_entries <= 0:
+        on_reach()
+        on_reach = None
     while True:
         now = clock()
         while len(in_flight) < window and next_entry <= last and now < end:
@@ -339,6 +345,10 @@ def read_sequential(rh, batch: int, window: int, duration_s: float, timeout_s: f
             raise BenchError(f"a read of ledger {rh.ledger_id} took over {timeout_s:g} s") from None
         now = clock()
         meter.record(now - sent, len(entries), sum(len(e.data) for e in entries))
+        read += len(entries)
+        if on_reach is not None and read >= at_entries:
+            on_reach()
+            on_reach = None
         if now >= meter.next_tick_ns:
             meter.tick(now, sum(1 for _ in in_flight))
     figures = meter.finish(clock())
@@ -530,14 +540,46 @@ def _receive(conn, timeout_s: float, what: str):
     return kind, value
 
 
-def run_reads(params: dict, metadata_uri: str, *, emit=None, data_dir: str | None = None) -> dict:
-    """The whole ``bench reads`` run.  Returns the result dict (see bench/README.md)."""
+def read_losing_a_replica(rh, params: dict, pause_bookie, emit) -> tuple[dict, str]:
+    """``read_sequential`` again, SIGSTOPping (``pause_bookie``) the first bookie of the ledger's
+    ensemble once ``lose_replica_at`` entries are read; it is resumed after the phase.
+
+    Returns:
+        the phase's figures and the bookie stopped.
+    """
+    victim = rh.metadata.fragments[0][1][0]
+    resume = []
+
+    def lose() -> None:
+        resume.append(pause_bookie(victim))
+        if emit is not None:
+            emit(f"[lost_replica] bookie {victim} stopped (SIGSTOP) after "
+                 f"{params['lose_replica_at']} entries")
+    try:
+        figures = read_sequential(rh, params["batch"], params["window"], params["time"],
+                                  params["timeout"], Meter("lost_replica", unit="entries",
+                                                           emit=emit),
+                                  at_entries=params["lose_replica_at"], on_reach=lose)
+    finally:
+        for r in resume:
+            r()
+    return figures, victim
+
+
+def run_reads(params: dict, metadata_uri: str, *, emit=None, data_dir: str | None = None,
+              pause_bookie=None) -> dict:
+    """The whole ``bench reads`` run.  Returns the result dict (see bench/README.md).
+
+    Args:
+        pause_bookie: with ``lose_replica_at``: bookie id -> stop it; returns what resumes it.
+    """
     from bookie.bench.report import build_result, host_info, now_iso
     started = now_iso()
     host = host_info(data_dir)
     params = dict(params, ack_quorum=params["ack_quorum"] or params["quorum"],
                   metadata=metadata_uri)
     bk = _client(metadata_uri, params["throttle"], params["timeout"])
+    figures: dict = {}
     try:
         if params["listen"]:
             phases, ledger_ids = read_tail(bk, metadata_uri, params, emit)
@@ -550,7 +592,13 @@ def run_reads(params: dict, metadata_uri: str, *, emit=None, data_dir: str | Non
                 rh, params["batch"], params["window"], params["time"], params["timeout"],
                 Meter("sequential", unit="entries", emit=emit))}
             ledger_ids = [ledger_id]
+            if params.get("lose_replica_at") is not None:
+                lost, victim = read_losing_a_replica(rh, params, pause_bookie, emit)
+                phases["lost_replica"] = lost
+                figures["lost_bookie"] = victim
+                healthy = phases["sequential"]["ops_per_s"]
+                figures["lost_replica_ratio"] = lost["ops_per_s"] / healthy if healthy else 0.0
     finally:
         bk.close()
     return build_result("reads", params, phases, host=host, started=started,
-                        figures={"ledgers": ledger_ids})
+                        figures={"ledgers": ledger_ids, **figures})

@@ -11,6 +11,7 @@ import pytest
 from bookie.appliance.cli import main
 from bookie.testing import LocalBookies
 
+LOST = ("phases.lost_replica", "figures.lost_replica_ratio", "figures.lost_bookie")
 README = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "README.md")
 
 
@@ -119,7 +120,7 @@ def test_bench_reads_of_a_closed_ledger(capsys, three_bookies):
                                "--ensemble", "1", "--quorum", "1", "--entries", "3000",
                                "--batch", "500", "--time", "5")
     assert rc == 0
-    assert_documented_fields(result, absent=("phases.tail", "phases.writer"))
+    assert_documented_fields(result, absent=("phases.tail", "phases.writer", *LOST))
     seq = result["phases"]["sequential"]
     assert seq["ops"] == 3000 and seq["last_entry_id"] == 2999 and seq["bytes"] == 3000 * 1024
     assert seq["latency_ms"]["count"] == 3000
@@ -135,12 +136,24 @@ def test_bench_reads_tailing_a_writer(capsys, three_bookies):
                                "--listen", "2", "--ensemble", "2", "--quorum", "2",
                                "--time", "1", "--throttle", "200")
     assert rc == 0
-    assert_documented_fields(result, absent=("phases.sequential",))
+    assert_documented_fields(result, absent=("phases.sequential", *LOST))
     tail = result["phases"]["tail"]
     assert tail["ops"] == tail["written"] == result["phases"]["writer"]["ops"] > 0
     assert tail["lag_ms"]["count"] == tail["e2e_ms"]["count"] == tail["ops"]
     assert tail["lag_ms"]["p50"] <= tail["e2e_ms"]["p50"]
     assert len(result["figures"]["ledgers"]) == 2
+
+
+def test_bench_reads_losing_a_replica_mid_read(capsys):
+    rc, result, err = run_tool(capsys, "reads", "--localbookie", "3", "--ensemble", "3",
+                               "--quorum", "2", "--entries", "6000", "--batch", "500",
+                               "--lose-replica-at", "2000", "--time", "30")
+    assert rc == 0
+    assert_documented_fields(result, absent=("phases.tail", "phases.writer"))
+    lost = result["phases"]["lost_replica"]
+    assert lost["ops"] == result["phases"]["sequential"]["ops"] == 6000 and lost["errors"] == 0
+    assert result["figures"]["lost_replica_ratio"] > 0
+    assert "stopped (SIGSTOP) after 2000 entries" in err
 
 
 def test_bench_journal_end_to_end(capsys, tmp_path):
@@ -178,6 +191,12 @@ def test_bench_journal_end_to_end(capsys, tmp_path):
     (["writes", "--metadata", "lmdb:///x", "--latency-file", "/nonexistent/l.txt"],
      "--latency-file: directory /nonexistent does not exist"),
     (["reads", "--localbookie", "1", "--ledger", "3"], "--ledger reads an existing ledger"),
+    (["reads", "--metadata", "lmdb:///x", "--lose-replica-at", "5"],
+     "--lose-replica-at stops a bookie this tool starts"),
+    (["reads", "--localbookie", "3", "--ensemble", "3", "--lose-replica-at", "5"],
+     "--lose-replica-at needs a write quorum of 2 or more"),
+    (["reads", "--localbookie", "2", "--ensemble", "2", "--quorum", "2", "--entries", "10",
+      "--lose-replica-at", "10"], "--lose-replica-at 10 must be below --entries 10"),
     (["reads", "--metadata", "lmdb:///x", "--listen", "1", "--entrysize", "4"],
      "--entrysize must be at least 8 with --listen"),
 ])
