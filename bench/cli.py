@@ -173,6 +173,9 @@ def _register_reads(tools) -> None:
                    help="entries written first when this tool makes the ledger (default 100000)")
     p.add_argument("--entrysize", type=int, default=1024, metavar="BYTES",
                    help="payload bytes of the entries this tool writes (default 1024)")
+    p.add_argument("--rate", type=float, default=None, metavar="PER_S",
+                   help="with --listen: the writer offers this many adds/s over its ledgers "
+                        "(default: as fast as --throttle allows)")
     p.add_argument("--lose-replica-at", type=int, default=None, metavar="N",
                    help="after the healthy read, read the ledger again and SIGSTOP one bookie of "
                         "its ensemble once N entries are read (needs --localbookie and a write "
@@ -464,6 +467,10 @@ def _cmd_reads(args) -> int:
                        "ensemble (--localbookie starts empty bookies)")
     if args.listen is not None and args.entrysize < 8:
         raise BenchOptionError("--entrysize must be at least 8 with --listen (entries carry a time)")
+    if args.rate is not None:
+        check_positive(args, "rate")
+        if args.listen is None:
+            raise BenchOptionError("--rate paces the tailed writer: it needs --listen")
     if args.lose_replica_at is not None:
         check_positive(args, "lose_replica_at", allow_zero=True)
         if args.listen is not None or args.ledger is not None or args.localbookie is None:

@@ -17,7 +17,8 @@ reads (BenchReadThroughputLatency):
   ``read_entries`` call; every entry gets its call's latency.  Without ``--ledger`` the tool
   first writes ``--entries`` entries to a fresh ledger and closes it.
 - tail (``--listen N``): a writer in a child process (its own client, its own core) writes N
-  fresh ledgers at full speed (``--throttle`` outstanding) for ``--time`` seconds, each payload
+  fresh ledgers at full speed (``--throttle`` outstanding; or ``--rate`` adds/s, paced) for
+  ``--time`` seconds, each payload
   starting with the monotonic time its add was issued (CLOCK_MONOTONIC is one clock for the
   whole host).  The reader opens them without recovery and follows each one's last-add-confirmed
   with long polls, reading what became readable.  ``lag_ms`` of an entry is from its add being
@@ -439,8 +440,8 @@ def _tail_writer(conn, metadata_uri: str, params: dict) -> None:
             filler = payload_bytes(max(params["entrysize"] - 8, 0))
             meter = Meter("writer", unit="adds")
             load = AddLoad(handles, lambda t: t.to_bytes(8, "little") + filler,
-                           params["throttle"], None, None, meter, nbytes=8 + len(filler),
-                           track_acks=True)
+                           params["throttle"], params.get("rate"), None, meter,
+                           nbytes=8 + len(filler), track_acks=True)
             load.run(params["time"], params["timeout"])
             figures = meter.finish(load.clock())
             acks = []

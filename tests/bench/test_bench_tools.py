@@ -134,7 +134,7 @@ def test_bench_reads_of_a_closed_ledger(capsys, three_bookies):
 def test_bench_reads_tailing_a_writer(capsys, three_bookies):
     rc, result, err = run_tool(capsys, "reads", "--metadata", three_bookies.metadata_uri,
                                "--listen", "2", "--ensemble", "2", "--quorum", "2",
-                               "--time", "1", "--throttle", "200")
+                               "--time", "1", "--throttle", "200", "--rate", "4000")
     assert rc == 0
     assert_documented_fields(result, absent=("phases.sequential", *LOST))
     tail = result["phases"]["tail"]
@@ -191,6 +191,8 @@ def test_bench_journal_end_to_end(capsys, tmp_path):
     (["writes", "--metadata", "lmdb:///x", "--latency-file", "/nonexistent/l.txt"],
      "--latency-file: directory /nonexistent does not exist"),
     (["reads", "--localbookie", "1", "--ledger", "3"], "--ledger reads an existing ledger"),
+    (["reads", "--metadata", "lmdb:///x", "--rate", "5"],
+     "--rate paces the tailed writer: it needs --listen"),
     (["reads", "--metadata", "lmdb:///x", "--lose-replica-at", "5"],
      "--lose-replica-at stops a bookie this tool starts"),
     (["reads", "--localbookie", "3", "--ensemble", "3", "--lose-replica-at", "5"],
