@@ -175,7 +175,20 @@ class AddLoad:
         last_progress = start
         seen_completed = 0
         while True:
+            # Figures first: the completions that woke this thread go into the histogram
+            # before the next adds are handed over, so that this bookkeeping never holds the
+            # GIL while the client's I/O thread has an add to send.  (Done after the hand-over,
+            # it was in every add's latency: one add at a time measured 0.7 ms more than the
+            # client takes.)
+            self._drain()
             now = self.clock()
+            if self.completed != seen_completed:
+                seen_completed, last_progress = self.completed, now
+            elif now - last_progress > timeout_s * NS_PER_S:
+                raise BenchError(f"no add completed within {timeout_s:g} s "
+                                 f"({self.issued - self.completed} outstanding)")
+            if self.meter is not None and now >= self.meter.next_tick_ns:
+                self.meter.tick(now, self.issued - self.completed)
             stopping = (end is not None and now >= end) or \
                        (self.limit is not None and self.issued >= self.limit)
             if stopping and self.issued == self.reported:
@@ -193,15 +206,6 @@ class AddLoad:
                 now = self.clock()
                 if end is not None and now >= end:
                     break
-            self._drain()
-            now = self.clock()
-            if self.completed != seen_completed:
-                seen_completed, last_progress = self.completed, now
-            elif now - last_progress > timeout_s * NS_PER_S:
-                raise BenchError(f"no add completed within {timeout_s:g} s "
-                                 f"({self.issued - self.completed} outstanding)")
-            if self.meter is not None and now >= self.meter.next_tick_ns:
-                self.meter.tick(now, self.issued - self.completed)
             # Sleep only when there is nothing to do: the window is full, the run is draining,
             # or (paced) the next add is not due yet.  A completion wakes us at once.
             self.wakeup.clear()  # before looking, so a completion after the look still wakes
