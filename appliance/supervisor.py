@@ -47,6 +47,7 @@ from bookie.appliance.exposition import BookieRegistry
 from bookie.workers.config import KEYS, BookieConfig
 from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
 from bookie.workers.layout import LayoutError, all_dirs, check_or_stamp, remembered_port
+from bookie.workers.rebuild import check_index
 from bookie.workers.common import free_port_pair, log_line as log, set_pdeathsig
 from bookie.workers.ring import NO_ROOM, READONLY, Ring
 
@@ -165,6 +166,9 @@ class Supervisor:
         cookie = check_or_stamp(conf)
         if conf.metadata_uri:
             self._check_cookie_in_store(cookie)
+        index_problem = check_index(conf)  # the index against the entry logs (workers/rebuild.py)
+        if index_problem:
+            raise StartRefused(index_problem)
         self.started = True
         self.run_dir = tempfile.mkdtemp(prefix=f"bk{conf.bookie_port}-")
         self.metrics = BookieRegistry(self, self.run_dir)

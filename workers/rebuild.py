@@ -1,0 +1,472 @@
+"""The index is a cache of the entry logs: checked at start-up, rebuilt on demand, verified.
+
+Theory of operation
+-------------------
+Everything the LMDB index holds can be found again on the bookie's disks:
+
+- **entry locations**: every ADD_BATCH record in an entry log names its ledger and holds its
+  entries whole (each entry starts with its ledger and entry id), so a scan of the logs finds
+  every entry and where it lies.  The same (ledger, entry) may lie in two logs: compaction
+  copies live entries into a new log and deletes the old one only after the index points at the
+  copy, so a crash in between leaves both (identical bytes).  A rebuild takes the copy in the
+  log with the higher id, as the live index did; neither a rebuild nor a check calls that
+  corruption.
+- **ledger records** (master key, fenced, explicit LAC): every record carries its ledger's
+  master key; FENCE and LAC records are in the journal only.  A rebuild applies, through the
+  one ledger table of ``bookie.workers.ledgers``, the entry logs' records and then every record
+  of every journal file still on disk (backups included).  A fence the journal no longer holds
+  is restored when the ledger has a recovery add anywhere in the logs (recovery only follows a
+  fence, and a ledger under recovery must refuse its old writer anyway), or when the old index
+  can still be read and says so: what the old index holds is merged in only where it adds
+  protection (fenced, a higher explicit LAC, deletion tombstones).
+- **ledger maps** (bytes per ledger in each log, the GC's input): counted from the entries the
+  rebuilt index points at, so a log whose entries were all copied elsewhere gets an empty map.
+- **LastLogMark** is not the index's: it stays.  The start that follows replays the journal
+  from it as always, which stores again whatever the entry logs lost after the mark.
+
+The check at start-up (``check_index``) is cheap: one cursor step per ledger and a few bytes of
+each ledger's last entry, not a scan.  It refuses (one line naming the fix) when the index is
+missing while entry logs hold data, cannot be opened, points at a log that is missing, past
+the end of a log, or at bytes that are not the entry it names.  (BookKeeper refuses a missing
+index too, rather than rebuilding behind the operator's back: a rebuilt index can lose a fence
+that only the old one held.)
+
+A rebuild writes a new environment beside the old one (``index.rebuild``), syncs it, then
+swaps it in by rename; a crash during the rebuild leaves the old index as it was.  It holds
+the bookie's directory lock throughout, so no bookie runs on the directories meanwhile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import struct
+import time
+import zlib
+from collections import defaultdict
+from collections.abc import Callable
+
+import crc32c
+import lmdb
+import numpy as np
+
+from bookie import wire
+from bookie.workers import records
+from bookie.workers.inspect import EntryLogFile, InspectError, iter_journal, log_paths
+from bookie.workers.journal import fsync_dir
+from bookie.workers.layout import all_dirs, current_dir
+from bookie.workers.ledgers import LedgerTable, StoredLedger
+from bookie.workers.storage import LEDGER_KEY, LOC, Index, log_name
+
+REBUILD_HINT = "bookie shell rebuild-index --conf FILE"
+_IDS = struct.Struct(">qq")
+_U64 = struct.Struct(">Q")
+
+
+def index_path(conf) -> str:
+    return os.path.join(current_dir(conf.index_dirs[0]), "index")
+
+
+def ledger_dirs_of(conf) -> list[str]:
+    return [current_dir(d) for d in conf.ledger_dirs]
+
+
+def open_readonly(path: str, map_size: int) -> lmdb.Environment:
+    """Open an index for reading only; safe beside a running bookie (LMDB readers never block
+    its writer)."""
+    return lmdb.open(path, map_size=map_size, max_dbs=8, readonly=True, lock=True,
+                     max_readers=64, subdir=True, create=False)
+
+
+class IndexUnreadable(Exception):
+    """The index is missing or cannot be opened; the message says which."""
+
+
+def open_index_readonly(conf) -> tuple[lmdb.Environment, Index]:
+    """The bookie's index, read-only.
+
+    Raises:
+        IndexUnreadable: no index, or LMDB cannot open it (the message names the path).
+    """
+    path = index_path(conf)
+    if not os.path.exists(os.path.join(path, "data.mdb")):
+        raise IndexUnreadable(f"the index {path} does not exist")
+    try:
+        env = open_readonly(path, conf.index_map_size_bytes)
+    except lmdb.Error as e:
+        raise IndexUnreadable(f"the index {path} cannot be opened: {e}") from None
+    try:
+        return env, Index(env)
+    except lmdb.Error as e:
+        env.close()
+        raise IndexUnreadable(f"the index {path} is incomplete or damaged: {e}") from None
+
+
+# ---- the check at start-up ------------------------------------------------------------------------
+
+def check_index(conf) -> str | None:
+    """Check the index against the entry logs' tails and the logs' maps (fast: no scan).
+
+    Returns:
+        None when they agree, else one line saying what disagrees and naming the fix.
+    """
+    problem = _index_problem(conf)
+    if problem is None:
+        return None
+    return f"{problem}; the index is a cache of the entry logs: rebuild it with '{REBUILD_HINT}'"
+
+
+def _index_problem(conf) -> str | None:
+    logs = dict(log_paths(ledger_dirs_of(conf)))
+    try:
+        env, index = open_index_readonly(conf)
+    except IndexUnreadable as e:
+        if "does not exist" in str(e) and not logs:
+            return None  # a new bookie: the add worker creates the index
+        if "does not exist" in str(e):
+            return f"{e}, but {len(logs)} entry logs hold data"
+        return str(e)
+    files: dict[int, int] = {}
+    try:
+        with env.begin(buffers=False) as txn:
+            return _tails_problem(index, txn, logs, files) or _maps_problem(index, txn, logs)
+    except lmdb.Error as e:
+        return f"the index {index_path(conf)} is damaged: {e}"
+    finally:
+        for fd in files.values():
+            os.close(fd)
+        env.close()
+
+
+def _located_entry_problem(ledger_id: int, entry_id: int, loc, logs: dict[int, str],
+                           files: dict[int, int]) -> str | None:
+    log_id, offset, length = loc
+    path = logs.get(log_id)
+    if path is None:
+        return f"ledger {ledger_id} entry {entry_id} is indexed in entry log {log_name(log_id)}, which is missing"
+    fd = files.get(log_id)
+    if fd is None:
+        fd = files[log_id] = os.open(path, os.O_RDONLY)
+    size = os.fstat(fd).st_size
+    if offset + length > size or length < wire.ENTRY_HEADER_SIZE:
+        return (f"ledger {ledger_id} entry {entry_id} is indexed at {log_name(log_id)} offset "
+                f"{offset} (+{length} bytes), past the end of that {size}-byte file")
+    head = os.pread(fd, 16, offset)
+    if _IDS.unpack(head) != (ledger_id, entry_id):
+        got = _IDS.unpack(head)
+        return (f"ledger {ledger_id} entry {entry_id} is indexed at {log_name(log_id)} offset "
+                f"{offset}, but ledger {got[0]} entry {got[1]} lies there")
+    return None
+
+
+def _tails_problem(index: Index, txn, logs: dict[int, str], files: dict[int, int]) -> str | None:
+    """Every ledger's last indexed entry lies where the index says, and is that entry."""
+    for ledger_id in index.ledger_ids(txn):
+        last = index.last_entry(txn, ledger_id)
+        if last is not None:
+            problem = _located_entry_problem(ledger_id, last[0], last[1], logs, files)
+            if problem:
+                return problem
+    return None
+
+
+def _maps_problem(index: Index, txn, logs: dict[int, str]) -> str | None:
+    """A ledger map of a missing log is a GC or compaction leftover only when no live ledger of
+    it still has its first or last entry indexed in that log."""
+    for log_id, ledgers in index.log_maps(txn).items():
+        if log_id in logs:
+            continue
+        for ledger_id in ledgers:
+            if index.get_ledger(txn, ledger_id) is None:
+                continue  # deleted (or never recorded): the map is the GC's leftover
+            ends = [index.locate(txn, ledger_id, 0), index.last_entry(txn, ledger_id)]
+            for loc in ends:
+                if loc is not None and (loc[0] if len(loc) == 3 else loc[1][0]) == log_id:
+                    return (f"the index maps ledger {ledger_id} to entry log {log_name(log_id)}, "
+                            f"which is missing")
+    return None
+
+
+# ---- rebuild ----------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class RebuildReport:
+    index: str = ""
+    logs: int = 0
+    entries: int = 0
+    ledgers: int = 0
+    fenced: int = 0
+    deleted: int = 0
+    journal_records: int = 0
+    salvaged_from_old_index: bool = False
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+
+
+Progress = Callable[[str, int, int, int], None]  # (phase, done, total, entries)
+
+
+def rebuild_index(conf, progress: Progress | None = None) -> RebuildReport:
+    """Rebuild the bookie's index from its entry logs and journal (see the module docstring).
+
+    Raises:
+        DirectoryInUseError: a bookie runs on these directories (nothing was changed).
+        OSError: a disk error; the old index is left in place.
+    """
+    from bookie.workers.dirlock import DirectoryLock
+
+    lock = DirectoryLock.acquire(all_dirs(conf), purpose="rebuild its index")
+    try:
+        return _rebuild(conf, progress or (lambda *a: None))
+    finally:
+        lock.release()
+
+
+def _salvage(conf, report: RebuildReport) -> tuple[dict[int, StoredLedger], set[int]]:
+    """Ledger records and tombstones the old index still yields (nothing if it is unreadable)."""
+    try:
+        env, index = open_index_readonly(conf)
+    except IndexUnreadable:
+        return {}, set()
+    try:
+        with env.begin() as txn:
+            held = {}
+            for ledger_id in index.ledger_ids(txn):
+                raw = index.get_ledger(txn, ledger_id)
+                held[ledger_id] = StoredLedger.from_dict(raw)
+            with txn.cursor(db=index.deleted) as cur:
+                gone = {LEDGER_KEY.unpack(k)[0] for k in cur.iternext(values=False)}
+        report.salvaged_from_old_index = True
+        return held, gone
+    except Exception as e:  # noqa: BLE001 - a damaged index may fail in any way; it is optional
+        report.warnings.append(f"the old index yields no ledger records ({type(e).__name__}: {e})")
+        return {}, set()
+    finally:
+        env.close()
+
+
+def _rebuild(conf, progress: Progress) -> RebuildReport:
+    t0 = time.monotonic()
+    final = index_path(conf)
+    report = RebuildReport(index=final)
+    old_records, tombstones = _salvage(conf, report)
+    work = final + ".rebuild"
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    env = lmdb.open(work, map_size=conf.index_map_size_bytes, max_dbs=8, sync=False,
+                    metasync=False, max_readers=64, lock=True)
+    try:
+        index = Index(env)
+        table = LedgerTable()
+        for ledger_id in tombstones:
+            table.mark_deleted(ledger_id)
+        recovered = _index_logs(conf, index, table, report, progress)
+        _apply_journal(conf, table, report, progress)
+        _write_ledgers(index, table, old_records, tombstones, recovered, report)
+        _write_maps(index, report, progress)
+        env.sync(True)
+    finally:
+        env.close()
+    old = final + ".old"
+    shutil.rmtree(old, ignore_errors=True)
+    if os.path.exists(final):
+        os.rename(final, old)
+    os.rename(work, final)
+    fsync_dir(os.path.dirname(final))
+    shutil.rmtree(old, ignore_errors=True)
+    report.seconds = time.monotonic() - t0
+    return report
+
+
+def _index_logs(conf, index: Index, table: LedgerTable, report: RebuildReport,
+                progress: Progress) -> set[int]:
+    """Put the location of every entry of every log (ascending log id: a later copy wins).
+
+    Returns:
+        the ledgers that have a recovery add in some log.
+    """
+    logs = log_paths(ledger_dirs_of(conf))
+    recovered: set[int] = set()
+    last_note = 0.0
+    for n, (log_id, path) in enumerate(logs):
+        try:
+            elog = EntryLogFile(path)
+        except InspectError as e:
+            report.warnings.append(f"{e}: skipped")
+            continue
+        with elog, index.env.begin(write=True) as txn:
+            if elog.log_id != log_id:
+                report.warnings.append(f"{path}: its header says log id {elog.log_id}: skipped")
+                continue
+            for pos, rec in elog.records():
+                if not table.apply(rec):
+                    if not table.get(rec.ledger_id).deleted:
+                        report.warnings.append(f"{path} offset {pos}: ledger {rec.ledger_id} with "
+                                               f"another master key than its first record: skipped")
+                    continue
+                if rec.flags & records.FLAG_RECOVERY:
+                    recovered.add(rec.ledger_id)
+                data_at = pos + rec.data_offset
+                offsets = np.cumsum(rec.lengths) - rec.lengths
+                _, entry_ids = wire.batch_ids(elog.buf[data_at:pos + rec.size], offsets)
+                index.put_locations(txn, rec.ledger_id, entry_ids, log_id, offsets + data_at,
+                                    rec.lengths)
+                report.entries += len(entry_ids)
+                now = time.monotonic()
+                if now - last_note >= 1.0:
+                    last_note = now
+                    progress("entry logs", n, len(logs), report.entries)
+            if elog.scan.damaged:
+                report.warnings.append(f"{path}: {elog.scan.stop}; what follows it is not indexed")
+        report.logs += 1
+    progress("entry logs", len(logs), len(logs), report.entries)
+    return recovered
+
+
+def _apply_journal(conf, table: LedgerTable, report: RebuildReport, progress: Progress) -> None:
+    """Fences, explicit LACs and master keys from every journal record still on disk."""
+    journal = current_dir(conf.journal_dir)
+    last_note = 0.0
+    for jrec in iter_journal(journal, report.warnings):
+        table.apply(jrec.record)
+        report.journal_records += 1
+        now = time.monotonic()
+        if now - last_note >= 1.0:
+            last_note = now
+            progress("journal", report.journal_records, 0, report.entries)
+
+
+def _write_ledgers(index: Index, table: LedgerTable, old_records: dict[int, StoredLedger],
+                   tombstones: set[int], recovered: set[int], report: RebuildReport) -> None:
+    for ledger_id, old in old_records.items():
+        if table.get(ledger_id) is None and ledger_id not in tombstones:
+            table.ledgers[ledger_id] = StoredLedger(old.master_key, old.fenced, old.lac)
+    with index.env.begin(write=True) as txn:
+        for ledger_id, info in sorted(table.ledgers.items()):
+            if info.deleted:
+                txn.put(LEDGER_KEY.pack(ledger_id), b"", db=index.deleted)
+                report.deleted += 1
+                continue
+            old = old_records.get(ledger_id)
+            if old is not None and old.master_key == info.master_key:
+                info.fenced = info.fenced or old.fenced
+                info.lac = max(info.lac, old.lac)
+            info.fenced = info.fenced or ledger_id in recovered
+            index.put_ledger(txn, ledger_id, info.as_dict())
+            report.ledgers += 1
+            report.fenced += info.fenced
+        index.set_current_logs(txn, [])
+
+
+def _write_maps(index: Index, report: RebuildReport, progress: Progress) -> None:
+    """Each log's ledger map from the locations the rebuilt index holds (live bytes)."""
+    maps: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    with index.env.begin() as txn, txn.cursor(db=index.entries) as cur:
+        for k, v in cur:
+            log_id, _, length = LOC.unpack(v)
+            maps[log_id][LEDGER_KEY.unpack(k[:8])[0]] += length
+    logs = set(maps)
+    with index.env.begin(write=True) as txn:
+        for log_id in sorted(logs):
+            index.add_to_log_map(txn, log_id, dict(maps[log_id]))
+    progress("ledger maps", len(logs), len(logs), report.entries)
+
+
+# ---- local consistency check ---------------------------------------------------------------------
+
+def digest_kind(entry: bytes) -> str | None:
+    """"crc32" or "crc32c" when the entry's digest is that CRC of its header and payload, else
+    None (a MAC or no digest, which a bookie cannot check, or damage)."""
+    if len(entry) < wire.ENTRY_HEADER_SIZE + 8:
+        return None
+    (stored,) = _U64.unpack_from(entry, wire.ENTRY_HEADER_SIZE)
+    header, payload = entry[:wire.ENTRY_HEADER_SIZE], entry[wire.ENTRY_HEADER_SIZE + 8:]
+    if crc32c.crc32c(payload, crc32c.crc32c(header)) == stored:
+        return "crc32c"
+    if zlib.crc32(payload, zlib.crc32(header)) == stored:
+        return "crc32"
+    return None
+
+
+@dataclasses.dataclass
+class ConsistencyReport:
+    entries: int = 0
+    ledgers: int = 0
+    digests_checked: int = 0
+    digests_unknown: int = 0  # entries of ledgers with a MAC or no digest
+    problems: list[str] = dataclasses.field(default_factory=list)
+    problem_count: int = 0
+
+    MAX_LISTED = 100
+
+    def problem(self, line: str) -> None:
+        self.problem_count += 1
+        if len(self.problems) < self.MAX_LISTED:
+            self.problems.append(line)
+
+
+def consistency_check(conf, ledger_id: int | None = None,
+                      progress: Progress | None = None) -> ConsistencyReport:
+    """Every indexed entry is present in its entry log, is the entry it is indexed as, and (for
+    ledgers with a CRC digest) passes its digest.  Read-only; may run beside a live bookie.
+
+    Raises:
+        IndexUnreadable: no index, or it cannot be opened.
+    """
+    progress = progress or (lambda *a: None)
+    logs = dict(log_paths(ledger_dirs_of(conf)))
+    env, index = open_index_readonly(conf)
+    report = ConsistencyReport()
+    files: dict[int, int] = {}
+    last_note = 0.0
+    try:
+        with env.begin() as txn:
+            ledgers = [ledger_id] if ledger_id is not None else index.ledger_ids(txn)
+            for lid in ledgers:
+                report.ledgers += 1
+                _check_ledger(index, txn, lid, logs, files, report)
+                now = time.monotonic()
+                if now - last_note >= 1.0:
+                    last_note = now
+                    progress("ledgers", report.ledgers, len(ledgers), report.entries)
+    finally:
+        for fd in files.values():
+            os.close(fd)
+        env.close()
+    return report
+
+
+def _check_ledger(index: Index, txn, ledger_id: int, logs: dict[int, str], files: dict[int, int],
+                  report: ConsistencyReport) -> None:
+    kind = None
+    unknown: list[int] = []
+    with txn.cursor(db=index.entries) as cur:
+        if not cur.set_range(LEDGER_KEY.pack(ledger_id) + b"\0" * 8):
+            return
+        for k, v in cur:
+            lid, entry_id = _IDS.unpack(k)
+            if lid != ledger_id:
+                break
+            report.entries += 1
+            loc = LOC.unpack(v)
+            problem = _located_entry_problem(ledger_id, entry_id, loc, logs, files)
+            if problem:
+                report.problem(problem)
+                continue
+            entry = os.pread(files[loc[0]], loc[2], loc[1])
+            got = digest_kind(entry)
+            if got is None:
+                unknown.append(entry_id)
+            elif kind is None or got == kind:
+                kind = got
+                report.digests_checked += 1
+            else:
+                report.problem(f"ledger {ledger_id} entry {entry_id}: {got} digest where the "
+                               f"ledger's other entries have {kind}")
+    if kind is None:
+        report.digests_unknown += len(unknown)  # a MAC (needs the password) or no digest
+        return
+    for entry_id in unknown:
+        report.problem(f"ledger {ledger_id} entry {entry_id}: digest mismatch (the ledger's "
+                       f"other entries pass {kind})")
