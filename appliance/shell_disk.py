@@ -146,7 +146,7 @@ def _rebuild_index(args: argparse.Namespace) -> int:
     for w in report.warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(f"index rebuilt at {report.index}: {report.entries} entries from {report.logs} entry "
-          f"logs, {report.ledgers} ledgers ({report.fenced} fenced, {report.deleted} deleted), "
+          f"logs ({report.copies} found twice: the later copy counts), {report.ledgers} ledgers ({report.fenced} fenced, {report.deleted} deleted), "
           f"{report.journal_records} journal records, in {report.seconds:.1f} s")
     return 0
 

@@ -194,7 +194,8 @@ def _maps_problem(index: Index, txn, logs: dict[int, str]) -> str | None:
 class RebuildReport:
     index: str = ""
     logs: int = 0
-    entries: int = 0
+    entries: int = 0  # (ledger, entry) pairs the rebuilt index holds
+    copies: int = 0  # entries found in more than one place (a recovery add, a compaction copy)
     ledgers: int = 0
     fenced: int = 0
     deleted: int = 0
@@ -362,10 +363,13 @@ def _write_ledgers(index: Index, table: LedgerTable, old_records: dict[int, Stor
 def _write_maps(index: Index, report: RebuildReport, progress: Progress) -> None:
     """Each log's ledger map from the locations the rebuilt index holds (live bytes)."""
     maps: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    found, report.entries = report.entries, 0
     with index.env.begin() as txn, txn.cursor(db=index.entries) as cur:
         for k, v in cur:
             log_id, _, length = LOC.unpack(v)
             maps[log_id][LEDGER_KEY.unpack(k[:8])[0]] += length
+            report.entries += 1
+    report.copies = found - report.entries
     logs = set(maps)
     with index.env.begin(write=True) as txn:
         for log_id in sorted(logs):
