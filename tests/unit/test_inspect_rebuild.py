@@ -1,0 +1,165 @@
+"""Entry-log walks, the index check and the rebuild, on real files and real LMDB (no bookie
+process): entries stored through the add worker's own storage path (``LedgerStorage``) over two
+ledger directories and many small logs; the rebuilt index equals the live one."""
+
+import os
+import random
+
+import numpy as np
+import pytest
+
+from bookie import wire
+from bookie.testing.rawclient import make_entry
+from bookie.workers import records
+from bookie.workers.config import BookieConfig
+from bookie.workers.inspect import EntryLogFile, InspectError, log_paths
+from bookie.workers.rebuild import (check_index, consistency_check, index_path, ledger_dirs_of,
+                                    open_index_readonly, rebuild_index)
+from bookie.workers.storage import EntryLogs, Index, LedgerStorage, log_name, open_index
+
+KEY = b"k" * 20
+
+
+@pytest.fixture
+def conf(tmp_path):
+    for d in ("j", "l1", "l2"):
+        os.makedirs(tmp_path / d / "current")
+    return BookieConfig.from_mapping({
+        "journalDirectory": str(tmp_path / "j"),
+        "ledgerDirectories": f"{tmp_path / 'l1'},{tmp_path / 'l2'}",
+        "logSizeLimit": "8192", "indexMapSizeMB": "64", "bookiePort": "3999"})
+
+
+def store(conf, batches, fence=(), recovery=()):
+    """Store (ledger_id, [entries]) batches as the add worker does; fence some ledgers."""
+    dirs = ledger_dirs_of(conf)
+    env = open_index(os.path.dirname(index_path(conf)), conf.index_map_size_bytes)
+    logs = EntryLogs(dirs, conf.log_size_limit_bytes, False)
+    storage = LedgerStorage(Index(env), logs)
+    for ledger_id, entries in batches:
+        lengths = np.array([len(e) for e in entries], dtype=np.int64)
+        lengths_frame = lengths.astype(wire.LENGTHS_DTYPE).tobytes()
+        data = b"".join(entries)
+        rec_recovery = ledger_id in recovery
+        parts, size, data_offset = records.add_batch_parts(ledger_id, KEY, lengths_frame, data,
+                                                           rec_recovery)
+        storage.table.apply(records.Record(records.ADD_BATCH, int(rec_recovery), ledger_id, KEY,
+                                           -1, lengths, data_offset, size))
+        offsets = np.cumsum(lengths) - lengths
+        _, entry_ids = wire.batch_ids(data, offsets)
+        storage.store_batch(ledger_id, parts, size, data_offset, entry_ids, lengths, offsets)
+        storage.commit()
+    for ledger_id in fence:
+        storage.table.apply(records.parse(records.fence_record(ledger_id, KEY), 0))
+    storage.commit()
+    logs.close()
+    env.close()
+
+
+def snapshot(conf):
+    env, index = open_index_readonly(conf)
+    with env.begin() as txn:
+        entries = dict(txn.cursor(db=index.entries))
+        ledgers = {lid: index.get_ledger(txn, lid) for lid in index.ledger_ids(txn)}
+        maps = index.log_maps(txn)
+    env.close()
+    return entries, ledgers, {k: v for k, v in maps.items() if v}
+
+
+def some_batches(rng, n_ledgers=5, n_batches=60):
+    next_id = {}
+    out = []
+    for _ in range(n_batches):
+        lid = rng.randrange(1, n_ledgers + 1)
+        first = next_id.get(lid, 0)
+        k = rng.randrange(1, 6)
+        out.append((lid, [make_entry(lid, first + i, rng.randbytes(rng.randrange(0, 900)))
+                          for i in range(k)]))
+        next_id[lid] = first + k
+    return out
+
+
+def test_the_rebuilt_index_equals_the_live_one_and_keeps_what_the_old_one_adds(conf):
+    store(conf, some_batches(random.Random(3)), fence=[2])
+    assert check_index(conf) is None
+    live = snapshot(conf)
+    report = rebuild_index(conf)
+    assert report.salvaged_from_old_index and report.fenced == 1
+    assert snapshot(conf) == live
+    assert len(log_paths(ledger_dirs_of(conf))) > 4 and check_index(conf) is None
+
+
+def test_without_the_old_index_a_recovery_add_restores_the_fence(conf):
+    store(conf, some_batches(random.Random(4)), fence=[2, 3], recovery=[3])
+    entries, ledgers, maps = snapshot(conf)
+    os.rename(index_path(conf), index_path(conf) + ".lost")
+    problem = check_index(conf)
+    assert "does not exist" in problem and "bookie shell rebuild-index --conf FILE" in problem
+    rebuild_index(conf)
+    got_entries, got_ledgers, got_maps = snapshot(conf)
+    assert got_entries == entries and got_maps == maps
+    # the fence of ledger 2 was in the journal only (none here); ledger 3 had a recovery add
+    assert {lid: (s["key"], s["fenced"]) for lid, s in got_ledgers.items()} == \
+        {lid: (s["key"], s["fenced"] and lid == 3) for lid, s in ledgers.items()}
+
+
+def test_an_entry_in_two_logs_is_a_copy_not_corruption_and_the_higher_log_wins(conf):
+    first = [make_entry(1, i, b"x" * 300) for i in range(10)]
+    filler = [(1, [make_entry(1, 10 + i, b"y" * 2000)]) for i in range(8)]  # rolls the log
+    store(conf, [(1, first), *filler, (1, first)])
+    before = snapshot(conf)[0]
+    rebuild_index(conf)
+    entries, _, maps = snapshot(conf)
+    assert entries == before  # the index pointed at the later copy, and so does the rebuild
+    env, index = open_index_readonly(conf)
+    with env.begin() as txn:
+        assert index.locate(txn, 1, 0)[0] == max(log_id for log_id, _ in log_paths(ledger_dirs_of(conf))
+                                                 if index.log_maps(txn).get(log_id))
+    env.close()
+    assert check_index(conf) is None
+    report = consistency_check(conf)
+    assert report.problem_count == 0 and report.entries == 18
+
+
+def test_the_check_names_a_missing_log_and_passes_a_gc_leftover(conf):
+    store(conf, some_batches(random.Random(5), n_ledgers=2, n_batches=20))
+    env, index = open_index_readonly(conf)
+    with env.begin() as txn:
+        log_id, _ = index.last_entry(txn, 1)[1][0], None
+    env.close()
+    path = dict(log_paths(ledger_dirs_of(conf)))[log_id]
+    os.rename(path, path + ".away")
+    assert f"{log_name(log_id)}, which is missing" in check_index(conf)
+    os.rename(path + ".away", path)
+    # A map of a log the GC unlinked, whose ledgers are all deleted, is a leftover, not damage.
+    env = open_index(os.path.dirname(index_path(conf)), conf.index_map_size_bytes)
+    index = Index(env)
+    with env.begin(write=True) as txn:
+        index.add_to_log_map(txn, 0xABCD, {777: 100})
+    env.close()
+    assert check_index(conf) is None
+
+
+def test_a_log_scan_stops_at_zeros_and_reports_junk_and_a_foreign_file(conf, tmp_path):
+    store(conf, some_batches(random.Random(6), n_ledgers=1, n_batches=3))
+    (log_id, path), = log_paths(ledger_dirs_of(conf))[:1]
+    with EntryLogFile(path) as elog:
+        entries = [e for pos, rec in elog.records() for e in elog.entries(rec, pos)]
+        assert elog.scan.stop == "end of file" and not elog.scan.damaged
+        end = elog.scan.end
+    assert [e.entry_id for e in entries] == list(range(len(entries)))
+    with open(path, "ab") as f:
+        f.write(b"\0" * 64)
+    with EntryLogFile(path) as elog:
+        list(elog.records())
+        assert elog.scan.stop == "zeros" and elog.scan.end == end
+    with open(path, "r+b") as f:
+        f.seek(end)
+        f.write(b"\x07" * 16)
+    with EntryLogFile(path) as elog:
+        list(elog.records())
+        assert elog.scan.damaged and f"offset {end}" in elog.scan.stop
+    other = tmp_path / "not-a-log"
+    other.write_bytes(b"hello" * 20)
+    with pytest.raises(InspectError, match="not an entry log"):
+        EntryLogFile(str(other))
