@@ -18,6 +18,7 @@ directories; the others read and may run beside a running bookie.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from typing import Any
@@ -399,6 +400,7 @@ def _ledger_via_client(args: argparse.Namespace) -> list[dict]:
     from bookie.client import BookKeeper
     from bookie.client.errors import BookKeeperError
     from bookie.metadata import MetadataError, open_metadata
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # our one line, not its reconnects
     try:
         store = open_metadata(args.metadata)
         try:
