@@ -262,10 +262,11 @@ def _rebuild(conf, progress: Progress) -> RebuildReport:
         table = LedgerTable()
         for ledger_id in tombstones:
             table.mark_deleted(ledger_id)
-        recovered = _index_logs(conf, index, table, report, progress)
+        recovered, whole = _index_logs(conf, index, table, report, progress)
         _apply_journal(conf, table, report, progress)
         _write_ledgers(index, table, old_records, tombstones, recovered, report)
-        _write_maps(index, report, progress)
+        _write_maps(index, whole, report, progress)
+        _write_current_logs(conf, index)
         env.sync(True)
     finally:
         env.close()
@@ -281,14 +282,15 @@ def _rebuild(conf, progress: Progress) -> RebuildReport:
 
 
 def _index_logs(conf, index: Index, table: LedgerTable, report: RebuildReport,
-                progress: Progress) -> set[int]:
+                progress: Progress) -> tuple[set[int], set[int]]:
     """Put the location of every entry of every log (ascending log id: a later copy wins).
 
     Returns:
-        the ledgers that have a recovery add in some log.
+        the ledgers that have a recovery add in some log, and the logs read to their end.
     """
     logs = log_paths(ledger_dirs_of(conf))
     recovered: set[int] = set()
+    whole: set[int] = set()
     last_note = 0.0
     for n, (log_id, path) in enumerate(logs):
         try:
@@ -320,9 +322,11 @@ def _index_logs(conf, index: Index, table: LedgerTable, report: RebuildReport,
                     progress("entry logs", n, len(logs), report.entries)
             if elog.scan.damaged:
                 report.warnings.append(f"{path}: {elog.scan.stop}; what follows it is not indexed")
+            else:
+                whole.add(log_id)
         report.logs += 1
     progress("entry logs", len(logs), len(logs), report.entries)
-    return recovered
+    return recovered, whole
 
 
 def _apply_journal(conf, table: LedgerTable, report: RebuildReport, progress: Progress) -> None:
@@ -357,11 +361,23 @@ def _write_ledgers(index: Index, table: LedgerTable, old_records: dict[int, Stor
             index.put_ledger(txn, ledger_id, info.as_dict())
             report.ledgers += 1
             report.fenced += info.fenced
-        index.set_current_logs(txn, [])
 
 
-def _write_maps(index: Index, report: RebuildReport, progress: Progress) -> None:
-    """Each log's ledger map from the locations the rebuilt index holds (live bytes)."""
+def _write_current_logs(conf, index: Index) -> None:
+    """The newest log of each ledger directory, as the live index names the logs being written:
+    the GC leaves those (and any newer) alone until the next start rolls new ones."""
+    newest = {}
+    for log_id, path in log_paths(ledger_dirs_of(conf)):
+        newest[os.path.dirname(path)] = log_id
+    with index.env.begin(write=True) as txn:
+        index.set_current_logs(txn, newest.values())
+
+
+def _write_maps(index: Index, whole: set[int], report: RebuildReport, progress: Progress) -> None:
+    """Each log's ledger map from the locations the rebuilt index holds (live bytes).  A log
+    read to its end whose entries all lie elsewhere too gets an empty map: the GC may delete
+    it.  A damaged log keeps no map unless some entry lives in it (what follows the damage is
+    unknown, so the GC must keep it)."""
     maps: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     found, report.entries = report.entries, 0
     with index.env.begin() as txn, txn.cursor(db=index.entries) as cur:
@@ -370,10 +386,10 @@ def _write_maps(index: Index, report: RebuildReport, progress: Progress) -> None
             maps[log_id][LEDGER_KEY.unpack(k[:8])[0]] += length
             report.entries += 1
     report.copies = found - report.entries
-    logs = set(maps)
+    logs = set(maps) | whole
     with index.env.begin(write=True) as txn:
         for log_id in sorted(logs):
-            index.add_to_log_map(txn, log_id, dict(maps[log_id]))
+            index.add_to_log_map(txn, log_id, dict(maps.get(log_id, {})))
     progress("ledger maps", len(logs), len(logs), report.entries)
 
 

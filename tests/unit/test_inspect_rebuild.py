@@ -104,7 +104,7 @@ def test_without_the_old_index_a_recovery_add_restores_the_fence(conf):
 
 
 def test_an_entry_in_two_logs_is_a_copy_not_corruption_and_the_higher_log_wins(conf):
-    first = [make_entry(1, i, b"x" * 300) for i in range(10)]
+    first = [make_entry(1, i, b"x" * 700) for i in range(10)]  # alone in its log
     filler = [(1, [make_entry(1, 10 + i, b"y" * 2000)]) for i in range(8)]  # rolls the log
     store(conf, [(1, first), *filler, (1, first)])
     before = snapshot(conf)[0]
@@ -113,8 +113,14 @@ def test_an_entry_in_two_logs_is_a_copy_not_corruption_and_the_higher_log_wins(c
     assert entries == before  # the index pointed at the later copy, and so does the rebuild
     env, index = open_index_readonly(conf)
     with env.begin() as txn:
-        assert index.locate(txn, 1, 0)[0] == max(log_id for log_id, _ in log_paths(ledger_dirs_of(conf))
-                                                 if index.log_maps(txn).get(log_id))
+        maps = index.log_maps(txn)
+        copy_in = index.locate(txn, 1, 0)[0]
+        dirs = ledger_dirs_of(conf)
+        first_log = min(log_id for log_id, path in log_paths(dirs) if path.startswith(dirs[1]))
+        assert copy_in > first_log and all(index.locate(txn, 1, i)[0] == copy_in for i in range(10))
+        # the first copy's log holds nothing live: an empty map, so the GC may delete it
+        assert maps[first_log] == {}
+        assert index.current_logs(txn) == {max(log_id for log_id, _ in log_paths(dirs))}
     env.close()
     assert check_index(conf) is None
     report = consistency_check(conf)
