@@ -57,7 +57,7 @@ from bookie.workers.inspect import EntryLogFile, InspectError, iter_journal, log
 from bookie.workers.journal import fsync_dir
 from bookie.workers.layout import all_dirs, current_dir
 from bookie.workers.ledgers import LedgerTable, StoredLedger
-from bookie.workers.storage import LEDGER_KEY, LOC, Index, log_name
+from bookie.workers.storage import LEDGER_KEY, LOC, EntryLogReader, Index, log_name
 
 REBUILD_HINT = "bookie shell rebuild-index --conf FILE"
 _IDS = struct.Struct(">qq")
@@ -291,6 +291,16 @@ def _index_logs(conf, index: Index, table: LedgerTable, report: RebuildReport,
     logs = log_paths(ledger_dirs_of(conf))
     recovered: set[int] = set()
     whole: set[int] = set()
+    earlier = EntryLogReader(ledger_dirs_of(conf))
+    try:
+        _index_each_log(logs, index, table, report, progress, recovered, whole, earlier)
+    finally:
+        earlier.close()
+    progress("entry logs", len(logs), len(logs), report.entries)
+    return recovered, whole
+
+
+def _index_each_log(logs, index, table, report, progress, recovered, whole, earlier) -> None:
     last_note = 0.0
     for n, (log_id, path) in enumerate(logs):
         try:
@@ -310,12 +320,7 @@ def _index_logs(conf, index: Index, table: LedgerTable, report: RebuildReport,
                     continue
                 if rec.flags & records.FLAG_RECOVERY:
                     recovered.add(rec.ledger_id)
-                data_at = pos + rec.data_offset
-                offsets = np.cumsum(rec.lengths) - rec.lengths
-                _, entry_ids = wire.batch_ids(elog.buf[data_at:pos + rec.size], offsets)
-                index.put_locations(txn, rec.ledger_id, entry_ids, log_id, offsets + data_at,
-                                    rec.lengths)
-                report.entries += len(entry_ids)
+                _put_record(index, txn, elog, pos, rec, earlier, report)
                 now = time.monotonic()
                 if now - last_note >= 1.0:
                     last_note = now
@@ -325,8 +330,43 @@ def _index_logs(conf, index: Index, table: LedgerTable, report: RebuildReport,
             else:
                 whole.add(log_id)
         report.logs += 1
-    progress("entry logs", len(logs), len(logs), report.entries)
-    return recovered, whole
+
+
+def _put_record(index: Index, txn, elog: EntryLogFile, pos: int, rec, earlier: EntryLogReader,
+                report: RebuildReport) -> None:
+    """Index the entries of one ADD_BATCH record.
+
+    An entry that does not name the record's ledger (bytes that never reached the disk) is not
+    indexed.  An entry already indexed from a lower log is a copy: the later one counts, as on
+    the live path, unless its bytes differ and only the earlier passes its CRC digest (a copy
+    torn by a power loss must not replace a whole one).
+    """
+    data_at = pos + rec.data_offset
+    offsets = np.cumsum(rec.lengths) - rec.lengths
+    ledger_ids, entry_ids = wire.batch_ids(elog.buf[data_at:pos + rec.size], offsets)
+    keep = ledger_ids == rec.ledger_id
+    if not keep.all():
+        report.warnings.append(f"{elog.path} offset {pos}: {int((~keep).sum())} entries do not "
+                               f"name ledger {rec.ledger_id}: not indexed")
+    for i in np.flatnonzero(keep).tolist():
+        old = index.locate(txn, rec.ledger_id, int(entry_ids[i]))
+        if old is None:
+            continue
+        report.copies += 1
+        start = data_at + int(offsets[i])
+        new = elog.read(start, int(rec.lengths[i]))
+        try:
+            was = bytes(earlier.read(*old))
+        except OSError:
+            continue
+        if was != new and digest_kind(new) is None and digest_kind(was) is not None:
+            keep[i] = False
+            report.warnings.append(f"ledger {rec.ledger_id} entry {int(entry_ids[i])}: the copy "
+                                   f"in {log_name(elog.log_id)} fails its digest; the one in "
+                                   f"{log_name(old[0])} is kept")
+    index.put_locations(txn, rec.ledger_id, entry_ids[keep], elog.log_id,
+                        (offsets + data_at)[keep], rec.lengths[keep])
+    report.entries += int(keep.sum())
 
 
 def _apply_journal(conf, table: LedgerTable, report: RebuildReport, progress: Progress) -> None:
@@ -379,13 +419,12 @@ def _write_maps(index: Index, whole: set[int], report: RebuildReport, progress: 
     it.  A damaged log keeps no map unless some entry lives in it (what follows the damage is
     unknown, so the GC must keep it)."""
     maps: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    found, report.entries = report.entries, 0
+    report.entries = 0
     with index.env.begin() as txn, txn.cursor(db=index.entries) as cur:
         for k, v in cur:
             log_id, _, length = LOC.unpack(v)
             maps[log_id][LEDGER_KEY.unpack(k[:8])[0]] += length
             report.entries += 1
-    report.copies = found - report.entries
     logs = set(maps) | whole
     with index.env.begin(write=True) as txn:
         for log_id in sorted(logs):

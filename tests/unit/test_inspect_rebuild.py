@@ -169,3 +169,20 @@ def test_a_log_scan_stops_at_zeros_and_reports_junk_and_a_foreign_file(conf, tmp
     other.write_bytes(b"hello" * 20)
     with pytest.raises(InspectError, match="not an entry log"):
         EntryLogFile(str(other))
+
+
+def test_a_copy_that_fails_its_digest_does_not_replace_a_whole_one(conf):
+    from bookie.client.digest import DigestManager
+    dm = DigestManager(1, "crc32c", b"pw")
+    good = [dm.encode(i, i - 1, 0, b"p" * 700) for i in range(10)]
+    torn = [e[:-100] + b"\0" * 100 for e in good]  # a copy whose last page never hit the disk
+    filler = [(1, [dm.encode(10 + i, 9, 0, b"y" * 2000)]) for i in range(8)]
+    store(conf, [(1, good), *filler, (1, torn)])
+    report = rebuild_index(conf)
+    assert report.copies == 10 and sum("fails its digest" in w for w in report.warnings) == 10
+    assert consistency_check(conf).problem_count == 0
+    env, index = open_index_readonly(conf)
+    with env.begin() as txn:
+        first_log = index.locate(txn, 1, 0)[0]
+        assert first_log == min(log_id for log_id, p in log_paths(ledger_dirs_of(conf)))
+    env.close()
