@@ -153,7 +153,8 @@ def _rebuild_index(args: argparse.Namespace) -> int:
 
 
 def _consistency(args: argparse.Namespace) -> int:
-    from bookie.workers.rebuild import IndexUnreadable, consistency_check
+    from bookie.workers.inspect import IndexUnreadable
+    from bookie.workers.rebuild import consistency_check
     conf = _conf(args)
     progress = _Progress("localconsistencycheck")
     try:
@@ -243,7 +244,7 @@ def _log_path(args: argparse.Namespace) -> str:
         if not os.path.exists(args.log):
             raise CliError(f"{args.log}: no such file")
         return args.log
-    from bookie.workers.rebuild import ledger_dirs_of
+    from bookie.workers.inspect import ledger_dirs_of
     log_id = _int_id(args.log, "entry log")
     try:
         return find_log(ledger_dirs_of(_conf(args)), log_id)
@@ -295,7 +296,7 @@ def _readlog(args: argparse.Namespace) -> int:
 
 def _lastmark(args: argparse.Namespace) -> int:
     from bookie.workers.journal import read_lastmark
-    from bookie.workers.rebuild import ledger_dirs_of
+    from bookie.workers.inspect import ledger_dirs_of
     marks = {d: read_lastmark(d) for d in ledger_dirs_of(_conf(args))}
     if args.json:
         _print_json({"lastmarks": marks, "replay_from": min(marks.values())})
@@ -308,7 +309,7 @@ def _lastmark(args: argparse.Namespace) -> int:
 def _listfiles(args: argparse.Namespace) -> int:
     from bookie.workers.inspect import log_paths
     from bookie.workers.journal import journal_name, list_journals
-    from bookie.workers.rebuild import index_path, ledger_dirs_of
+    from bookie.workers.inspect import index_path, ledger_dirs_of
     conf = _conf(args)
     every = not (args.journal or args.entrylog or args.index)
     doc: dict[str, list] = {}
@@ -364,7 +365,7 @@ def _readledger(args: argparse.Namespace) -> int:
 
 
 def _ledger_local(args: argparse.Namespace) -> list[dict]:
-    from bookie.workers.rebuild import IndexUnreadable, digest_kind, ledger_dirs_of, open_index_readonly
+    from bookie.workers.inspect import IndexUnreadable, digest_kind, ledger_dirs_of, open_index_readonly
     from bookie.workers.storage import EntryLogReader
     conf = _conf(args)
     try:

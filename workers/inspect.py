@@ -1,4 +1,6 @@
-"""Read-only walks over a bookie's files: entry logs record by record, journals record by record.
+"""Read-only walks over a bookie's files: entry logs record by record, journals record by record,
+the index opened read-only (in a child process where damage could crash the reader), and the
+CRC digests a bookie can check without a ledger's password.
 
 Nothing here writes; every function may run beside a live bookie (the files it reads are only
 ever appended to, and a torn tail reads as the end of data).  The formats are specified where
@@ -19,17 +21,24 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import os
+import signal
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
+import crc32c
+import lmdb
 import numpy as np
+import orjson
 
 from bookie import wire
 from bookie.workers import records
-from bookie.workers.journal import (
-    CorruptJournalError, journal_files, scan_file)
-from bookie.workers.storage import LOG_HEADER_SIZE, LOG_MAGIC, list_logs, log_name
+from bookie.workers.journal import CorruptJournalError, journal_files, scan_file
+from bookie.workers.layout import current_dir
+from bookie.workers.storage import LOG_HEADER_SIZE, LOG_MAGIC, Index, list_logs, log_name
+
+_U64 = struct.Struct(">Q")
 
 
 class InspectError(ValueError):
@@ -204,3 +213,101 @@ def iter_journal(directory: str, warnings: list[str], journal_id: int | None = N
             warnings.append(f"journal {jf.path}: deleted while being read (a backup)")
         except (CorruptJournalError, records.RecordError) as e:
             warnings.append(str(e))
+
+
+# ---- the index, read-only --------------------------------------------------------------------
+
+def index_path(conf) -> str:
+    return os.path.join(current_dir(conf.index_dirs[0]), "index")
+
+
+def ledger_dirs_of(conf) -> list[str]:
+    return [current_dir(d) for d in conf.ledger_dirs]
+
+
+def open_readonly(path: str, map_size: int) -> lmdb.Environment:
+    """Open an index for reading only; safe beside a running bookie (LMDB readers never block
+    its writer)."""
+    return lmdb.open(path, map_size=map_size, max_dbs=8, readonly=True, lock=True,
+                     max_readers=64, subdir=True, create=False)
+
+
+class IndexUnreadable(Exception):
+    """The index is missing or cannot be opened; the message says which."""
+
+
+def open_index_readonly(conf) -> tuple[lmdb.Environment, Index]:
+    """The bookie's index, read-only.
+
+    Raises:
+        IndexUnreadable: no index, or LMDB cannot open it (the message names the path).
+    """
+    path = index_path(conf)
+    if not os.path.exists(os.path.join(path, "data.mdb")):
+        raise IndexUnreadable(f"the index {path} does not exist")
+    try:
+        env = open_readonly(path, conf.index_map_size_bytes)
+    except lmdb.Error as e:
+        raise IndexUnreadable(f"the index {path} cannot be opened: {e}") from None
+    try:
+        return env, Index(env)
+    except lmdb.Error as e:
+        env.close()
+        raise IndexUnreadable(f"the index {path} is incomplete or damaged: {e}") from None
+
+
+def in_child(fn: Callable[[], Any], what: str) -> Any:
+    """``fn()`` run in a forked child; its result (orjson-able) comes back through a pipe.
+
+    LMDB trusts the page numbers it reads, so a damaged file can crash the process reading it;
+    a check must end in one line, not in a crash of the bookie's supervisor.  The child opens
+    the environment itself (DESIGN: never carry one across fork) and only reads.
+
+    Raises:
+        IndexUnreadable: the child died (the message names the signal) or ``fn`` raised.
+    """
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no return, whatever happens
+        code = 1
+        try:
+            os.close(r)
+            try:
+                out = {"ok": fn()}
+            except Exception as e:  # noqa: BLE001 - every failure becomes the parent's one line
+                out = {"error": str(e) if isinstance(e, IndexUnreadable) else f"{type(e).__name__}: {e}"}
+            view = memoryview(orjson.dumps(out))
+            while view:
+                view = view[os.write(w, view):]
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        raise IndexUnreadable(f"{what} crashed the process reading it "
+                              f"({signal.Signals(os.WTERMSIG(status)).name})")
+    if not data:
+        raise IndexUnreadable(f"{what} could not be read (exit status {os.WEXITSTATUS(status)})")
+    out = orjson.loads(data)
+    if "error" in out:
+        raise IndexUnreadable(out["error"])
+    return out["ok"]
+
+
+# ---- entry digests ----------------------------------------------------------------------------
+
+def digest_kind(entry: bytes) -> str | None:
+    """"crc32" or "crc32c" when the entry's digest is that CRC of its header and payload, else
+    None (a MAC or no digest, which a bookie cannot check, or damage)."""
+    if len(entry) < wire.ENTRY_HEADER_SIZE + 8:
+        return None
+    (stored,) = _U64.unpack_from(entry, wire.ENTRY_HEADER_SIZE)
+    header, payload = entry[:wire.ENTRY_HEADER_SIZE], entry[wire.ENTRY_HEADER_SIZE + 8:]
+    if crc32c.crc32c(payload, crc32c.crc32c(header)) == stored:
+        return "crc32c"
+    if zlib.crc32(payload, zlib.crc32(header)) == stored:
+        return "crc32"
+    return None

@@ -43,17 +43,17 @@ import os
 import shutil
 import struct
 import time
-import zlib
 from collections import defaultdict
 from collections.abc import Callable
 
-import crc32c
 import lmdb
 import numpy as np
 
 from bookie import wire
 from bookie.workers import records
-from bookie.workers.inspect import EntryLogFile, InspectError, iter_journal, log_paths
+from bookie.workers.inspect import (
+    EntryLogFile, IndexUnreadable, InspectError, digest_kind, in_child, index_path, iter_journal,
+    ledger_dirs_of, log_paths, open_index_readonly)
 from bookie.workers.journal import fsync_dir
 from bookie.workers.layout import all_dirs, current_dir
 from bookie.workers.ledgers import LedgerTable, StoredLedger
@@ -61,57 +61,21 @@ from bookie.workers.storage import LEDGER_KEY, LOC, EntryLogReader, Index, log_n
 
 REBUILD_HINT = "bookie shell rebuild-index --conf FILE"
 _IDS = struct.Struct(">qq")
-_U64 = struct.Struct(">Q")
-
-
-def index_path(conf) -> str:
-    return os.path.join(current_dir(conf.index_dirs[0]), "index")
-
-
-def ledger_dirs_of(conf) -> list[str]:
-    return [current_dir(d) for d in conf.ledger_dirs]
-
-
-def open_readonly(path: str, map_size: int) -> lmdb.Environment:
-    """Open an index for reading only; safe beside a running bookie (LMDB readers never block
-    its writer)."""
-    return lmdb.open(path, map_size=map_size, max_dbs=8, readonly=True, lock=True,
-                     max_readers=64, subdir=True, create=False)
-
-
-class IndexUnreadable(Exception):
-    """The index is missing or cannot be opened; the message says which."""
-
-
-def open_index_readonly(conf) -> tuple[lmdb.Environment, Index]:
-    """The bookie's index, read-only.
-
-    Raises:
-        IndexUnreadable: no index, or LMDB cannot open it (the message names the path).
-    """
-    path = index_path(conf)
-    if not os.path.exists(os.path.join(path, "data.mdb")):
-        raise IndexUnreadable(f"the index {path} does not exist")
-    try:
-        env = open_readonly(path, conf.index_map_size_bytes)
-    except lmdb.Error as e:
-        raise IndexUnreadable(f"the index {path} cannot be opened: {e}") from None
-    try:
-        return env, Index(env)
-    except lmdb.Error as e:
-        env.close()
-        raise IndexUnreadable(f"the index {path} is incomplete or damaged: {e}") from None
 
 
 # ---- the check at start-up ------------------------------------------------------------------------
 
 def check_index(conf) -> str | None:
-    """Check the index against the entry logs' tails and the logs' maps (fast: no scan).
+    """Check the index against the entry logs' tails and the logs' maps (fast: no scan), in a
+    child process (``in_child``).
 
     Returns:
         None when they agree, else one line saying what disagrees and naming the fix.
     """
-    problem = _index_problem(conf)
+    try:
+        problem = in_child(lambda: _index_problem(conf), f"the index {index_path(conf)}")
+    except IndexUnreadable as e:
+        problem = str(e)
     if problem is None:
         return None
     return f"{problem}; the index is a cache of the entry logs: rebuild it with '{REBUILD_HINT}'"
@@ -225,24 +189,27 @@ def rebuild_index(conf, progress: Progress | None = None) -> RebuildReport:
 
 
 def _salvage(conf, report: RebuildReport) -> tuple[dict[int, StoredLedger], set[int]]:
-    """Ledger records and tombstones the old index still yields (nothing if it is unreadable)."""
-    try:
-        env, index = open_index_readonly(conf)
-    except IndexUnreadable:
+    """Ledger records and tombstones the old index still yields (nothing if it is unreadable),
+    read in a child process: a damaged index must not crash the rebuild meant to replace it."""
+    if not os.path.exists(os.path.join(index_path(conf), "data.mdb")):
         return {}, set()
+    try:
+        held, gone = in_child(lambda: _read_ledger_records(conf), "the old index")
+    except IndexUnreadable as e:
+        report.warnings.append(f"no ledger records kept from the old index: {e}")
+        return {}, set()
+    report.salvaged_from_old_index = True
+    return {lid: StoredLedger.from_dict(raw) for lid, raw in held}, set(gone)
+
+
+def _read_ledger_records(conf) -> tuple[list, list]:
+    env, index = open_index_readonly(conf)
     try:
         with env.begin() as txn:
-            held = {}
-            for ledger_id in index.ledger_ids(txn):
-                raw = index.get_ledger(txn, ledger_id)
-                held[ledger_id] = StoredLedger.from_dict(raw)
+            held = [(lid, index.get_ledger(txn, lid)) for lid in index.ledger_ids(txn)]
             with txn.cursor(db=index.deleted) as cur:
-                gone = {LEDGER_KEY.unpack(k)[0] for k in cur.iternext(values=False)}
-        report.salvaged_from_old_index = True
+                gone = [LEDGER_KEY.unpack(k)[0] for k in cur.iternext(values=False)]
         return held, gone
-    except Exception as e:  # noqa: BLE001 - a damaged index may fail in any way; it is optional
-        report.warnings.append(f"the old index yields no ledger records ({type(e).__name__}: {e})")
-        return {}, set()
     finally:
         env.close()
 
@@ -433,20 +400,6 @@ def _write_maps(index: Index, whole: set[int], report: RebuildReport, progress: 
 
 
 # ---- local consistency check ---------------------------------------------------------------------
-
-def digest_kind(entry: bytes) -> str | None:
-    """"crc32" or "crc32c" when the entry's digest is that CRC of its header and payload, else
-    None (a MAC or no digest, which a bookie cannot check, or damage)."""
-    if len(entry) < wire.ENTRY_HEADER_SIZE + 8:
-        return None
-    (stored,) = _U64.unpack_from(entry, wire.ENTRY_HEADER_SIZE)
-    header, payload = entry[:wire.ENTRY_HEADER_SIZE], entry[wire.ENTRY_HEADER_SIZE + 8:]
-    if crc32c.crc32c(payload, crc32c.crc32c(header)) == stored:
-        return "crc32c"
-    if zlib.crc32(payload, zlib.crc32(header)) == stored:
-        return "crc32"
-    return None
-
 
 @dataclasses.dataclass
 class ConsistencyReport:

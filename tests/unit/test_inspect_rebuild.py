@@ -12,9 +12,9 @@ from bookie import wire
 from bookie.testing.rawclient import make_entry
 from bookie.workers import records
 from bookie.workers.config import BookieConfig
-from bookie.workers.inspect import EntryLogFile, InspectError, log_paths
-from bookie.workers.rebuild import (check_index, consistency_check, index_path, ledger_dirs_of,
-                                    open_index_readonly, rebuild_index)
+from bookie.workers.inspect import (EntryLogFile, InspectError, index_path, ledger_dirs_of,
+                                    log_paths, open_index_readonly)
+from bookie.workers.rebuild import check_index, consistency_check, rebuild_index
 from bookie.workers.storage import EntryLogs, Index, LedgerStorage, log_name, open_index
 
 KEY = b"k" * 20
@@ -186,3 +186,18 @@ def test_a_copy_that_fails_its_digest_does_not_replace_a_whole_one(conf):
         first_log = index.locate(txn, 1, 0)[0]
         assert first_log == min(log_id for log_id, p in log_paths(ledger_dirs_of(conf)))
     env.close()
+
+
+def test_a_reader_crashing_in_its_child_is_one_clear_error():
+    import signal
+
+    from bookie.workers.inspect import IndexUnreadable, in_child
+    assert in_child(lambda: {"a": [1, 2]}, "x") == {"a": [1, 2]}
+    with pytest.raises(IndexUnreadable, match="the index here crashed the process reading it .SIGSEGV"):
+        in_child(lambda: os.kill(os.getpid(), signal.SIGSEGV), "the index here")
+    with pytest.raises(IndexUnreadable, match="ValueError: no"):
+        in_child(_raise_value_error, "x")
+
+
+def _raise_value_error():
+    raise ValueError("no")
