@@ -365,7 +365,8 @@ def _readledger(args: argparse.Namespace) -> int:
 
 
 def _ledger_local(args: argparse.Namespace) -> list[dict]:
-    from bookie.workers.inspect import IndexUnreadable, digest_kind, ledger_dirs_of, open_index_readonly
+    from bookie.workers.inspect import (
+        IndexUnreadable, digest_kind, indexed_entries, ledger_dirs_of, open_index_readonly)
     from bookie.workers.storage import EntryLogReader
     conf = _conf(args)
     try:
@@ -376,14 +377,10 @@ def _ledger_local(args: argparse.Namespace) -> list[dict]:
     out = []
     try:
         with env.begin() as txn:
-            last = index.last_entry(txn, args.ledger_id)
-            if last is None:
+            if index.last_entry(txn, args.ledger_id) is None:
                 raise CliError(f"ledger {args.ledger_id}: this bookie holds no entry of it")
-            to = last[0] if args.entry_to is None else args.entry_to
-            for entry_id in range(args.entry_from, to + 1):
-                loc = index.locate(txn, args.ledger_id, entry_id)
-                if loc is None:
-                    continue  # striped: this bookie holds only its share
+            to = (1 << 63) - 1 if args.entry_to is None else args.entry_to
+            for entry_id, loc in indexed_entries(index, txn, args.ledger_id, args.entry_from, to):
                 data = bytes(reader.read(*loc))
                 payload_at = 40 if digest_kind(data) else 32
                 out.append({"entry_id": entry_id, "length": len(data),

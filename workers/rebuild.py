@@ -52,8 +52,8 @@ import numpy as np
 from bookie import wire
 from bookie.workers import records
 from bookie.workers.inspect import (
-    EntryLogFile, IndexUnreadable, InspectError, digest_kind, in_child, index_path, iter_journal,
-    ledger_dirs_of, log_paths, open_index_readonly)
+    EntryLogFile, IndexUnreadable, InspectError, digest_kind, in_child, index_path,
+    indexed_entries, iter_journal, ledger_dirs_of, log_paths, open_index_readonly)
 from bookie.workers.journal import fsync_dir
 from bookie.workers.layout import all_dirs, current_dir
 from bookie.workers.ledgers import LedgerTable, StoredLedger
@@ -453,29 +453,22 @@ def _check_ledger(index: Index, txn, ledger_id: int, logs: dict[int, str], files
                   report: ConsistencyReport) -> None:
     kind = None
     unknown: list[int] = []
-    with txn.cursor(db=index.entries) as cur:
-        if not cur.set_range(LEDGER_KEY.pack(ledger_id) + b"\0" * 8):
-            return
-        for k, v in cur:
-            lid, entry_id = _IDS.unpack(k)
-            if lid != ledger_id:
-                break
-            report.entries += 1
-            loc = LOC.unpack(v)
-            problem = _located_entry_problem(ledger_id, entry_id, loc, logs, files)
-            if problem:
-                report.problem(problem)
-                continue
-            entry = os.pread(files[loc[0]], loc[2], loc[1])
-            got = digest_kind(entry)
-            if got is None:
-                unknown.append(entry_id)
-            elif kind is None or got == kind:
-                kind = got
-                report.digests_checked += 1
-            else:
-                report.problem(f"ledger {ledger_id} entry {entry_id}: {got} digest where the "
-                               f"ledger's other entries have {kind}")
+    for entry_id, loc in indexed_entries(index, txn, ledger_id):
+        report.entries += 1
+        problem = _located_entry_problem(ledger_id, entry_id, loc, logs, files)
+        if problem:
+            report.problem(problem)
+            continue
+        entry = os.pread(files[loc[0]], loc[2], loc[1])
+        got = digest_kind(entry)
+        if got is None:
+            unknown.append(entry_id)
+        elif kind is None or got == kind:
+            kind = got
+            report.digests_checked += 1
+        else:
+            report.problem(f"ledger {ledger_id} entry {entry_id}: {got} digest where the "
+                           f"ledger's other entries have {kind}")
     if kind is None:
         report.digests_unknown += len(unknown)  # a MAC (needs the password) or no digest
         return
