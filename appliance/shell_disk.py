@@ -91,8 +91,16 @@ def register(commands: Any) -> None:
 # -- helpers -------------------------------------------------------------------------------------
 
 def _conf(args: argparse.Namespace):
+    """The bookie's configuration; its directories must hold a bookie's data (a wrong --conf is
+    one line, not an empty listing)."""
     from bookie.workers.config import BookieConfig, parse_overrides
-    return BookieConfig.load(args.conf, parse_overrides(args.set))
+    from bookie.workers.layout import current_dir
+    conf = BookieConfig.load(args.conf, parse_overrides(args.set))
+    for d in [conf.journal_dir, *conf.ledger_dirs]:
+        if not os.path.isdir(current_dir(d)):
+            raise CliError(f"{d} holds no bookie data (no current/ directory): is --conf the "
+                           f"bookie's configuration?")
+    return conf
 
 
 def _preview(data: bytes) -> str:

@@ -51,7 +51,7 @@ def run(capsys, ens, *argv, rc=0, conf=True):
     return out, err
 
 
-def test_lastmark_and_listfilesondisc(capsys, written):
+def test_lastmark_and_listfilesondisc(capsys, written, tmp_path):
     ens, _, _ = written
     out, _ = run(capsys, ens, "lastmark")
     assert "LastLogMark" in out
@@ -63,6 +63,10 @@ def test_lastmark_and_listfilesondisc(capsys, written):
     assert any(f["path"].endswith("data.mdb") for f in doc["index"])
     out, _ = run(capsys, ens, "listfilesondisc", "--entrylog")
     assert out.startswith("entrylog (") and "journal" not in out
+    wrong = {**ens.overrides(0), "ledgerDirectories": str(tmp_path)}
+    _, err = run(capsys, ens, "lastmark", *[a for k, v in wrong.items() for a in ("--set", f"{k}={v}")],
+                 rc=2, conf=False)
+    assert "holds no bookie data" in err
 
 
 def test_readjournal_dumps_the_adds_and_the_fence(capsys, written):
