@@ -43,9 +43,12 @@ def register(commands: Any) -> None:
         p.set_defaults(func=handler)
         return p
 
-    disk_command("rebuild-index", "Rebuild this bookie's index (entry locations, ledger records, "
-                 "ledger maps) from its entry logs and journal; refused while the bookie runs. "
-                 "Shows progress on stderr.", _rebuild_index)
+    p = disk_command("rebuild-index", "Rebuild this bookie's index (entry locations, ledger "
+                     "records, ledger maps) from its entry logs and journal; refused while the "
+                     "bookie runs. Shows progress on stderr.", _rebuild_index)
+    p.add_argument("--fence-all", action="store_true",
+                   help="restore every ledger fenced (when fences may be lost: journal files and "
+                        "the old index gone); writers of open ledgers must move to new ledgers")
     p = disk_command("localconsistencycheck", "Check that every entry the index holds is in its "
                      "entry log, is the entry it is indexed as, and passes its CRC digest "
                      "(exit status 1 when a problem is found).", _consistency)
@@ -144,7 +147,7 @@ def _rebuild_index(args: argparse.Namespace) -> int:
     conf = _conf(args)
     progress = _Progress("rebuild-index")
     try:
-        report = rebuild_index(conf, progress)
+        report = rebuild_index(conf, progress, fence_all=args.fence_all)
     except OSError as e:
         raise CliError(f"rebuild-index: {e}") from None
     finally:

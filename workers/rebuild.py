@@ -172,8 +172,13 @@ class RebuildReport:
 Progress = Callable[[str, int, int, int], None]  # (phase, done, total, entries)
 
 
-def rebuild_index(conf, progress: Progress | None = None) -> RebuildReport:
+def rebuild_index(conf, progress: Progress | None = None, fence_all: bool = False) -> RebuildReport:
     """Rebuild the bookie's index from its entry logs and journal (see the module docstring).
+
+    Args:
+        fence_all: restore every ledger fenced, whatever the journal says: for an operator who
+            knows fences were lost (journal files and the old index gone) and would rather
+            have the writers of open ledgers move to new ledgers than risk an old writer.
 
     Raises:
         DirectoryInUseError: a bookie runs on these directories (nothing was changed).
@@ -183,7 +188,7 @@ def rebuild_index(conf, progress: Progress | None = None) -> RebuildReport:
 
     lock = DirectoryLock.acquire(all_dirs(conf), purpose="rebuild its index")
     try:
-        return _rebuild(conf, progress or (lambda *a: None))
+        return _rebuild(conf, progress or (lambda *a: None), fence_all)
     finally:
         lock.release()
 
@@ -214,7 +219,7 @@ def _read_ledger_records(conf) -> tuple[list, list]:
         env.close()
 
 
-def _rebuild(conf, progress: Progress) -> RebuildReport:
+def _rebuild(conf, progress: Progress, fence_all: bool) -> RebuildReport:
     t0 = time.monotonic()
     final = index_path(conf)
     report = RebuildReport(index=final)
@@ -231,7 +236,7 @@ def _rebuild(conf, progress: Progress) -> RebuildReport:
             table.mark_deleted(ledger_id)
         recovered, whole = _index_logs(conf, index, table, report, progress)
         _apply_journal(conf, table, report, progress)
-        _write_ledgers(index, table, old_records, tombstones, recovered, report)
+        _write_ledgers(index, table, old_records, tombstones, recovered, report, fence_all)
         _write_maps(index, whole, report, progress)
         _write_current_logs(conf, index)
         env.sync(True)
@@ -350,7 +355,8 @@ def _apply_journal(conf, table: LedgerTable, report: RebuildReport, progress: Pr
 
 
 def _write_ledgers(index: Index, table: LedgerTable, old_records: dict[int, StoredLedger],
-                   tombstones: set[int], recovered: set[int], report: RebuildReport) -> None:
+                   tombstones: set[int], recovered: set[int], report: RebuildReport,
+                   fence_all: bool) -> None:
     for ledger_id, old in old_records.items():
         if table.get(ledger_id) is None and ledger_id not in tombstones:
             table.ledgers[ledger_id] = StoredLedger(old.master_key, old.fenced, old.lac)
@@ -364,7 +370,7 @@ def _write_ledgers(index: Index, table: LedgerTable, old_records: dict[int, Stor
             if old is not None and old.master_key == info.master_key:
                 info.fenced = info.fenced or old.fenced
                 info.lac = max(info.lac, old.lac)
-            info.fenced = info.fenced or ledger_id in recovered
+            info.fenced = info.fenced or ledger_id in recovered or fence_all
             index.put_ledger(txn, ledger_id, info.as_dict())
             report.ledgers += 1
             report.fenced += info.fenced

@@ -4,6 +4,7 @@ ledger directories and many small logs; the rebuilt index equals the live one.""
 
 import os
 import random
+import shutil
 
 import numpy as np
 import pytest
@@ -101,6 +102,9 @@ def test_without_the_old_index_a_recovery_add_restores_the_fence(conf):
     # the fence of ledger 2 was in the journal only (none here); ledger 3 had a recovery add
     assert {lid: (s["key"], s["fenced"]) for lid, s in got_ledgers.items()} == \
         {lid: (s["key"], s["fenced"] and lid == 3) for lid, s in ledgers.items()}
+    shutil.rmtree(index_path(conf))
+    assert rebuild_index(conf, fence_all=True).fenced == len(ledgers)
+    assert all(s["fenced"] for s in snapshot(conf)[1].values())
 
 
 def test_an_entry_in_two_logs_is_a_copy_not_corruption_and_the_higher_log_wins(conf):
