@@ -59,6 +59,8 @@ def register(commands: Any) -> None:
     p.add_argument("journal_id", metavar="JOURNAL_ID", nargs="?", default=None,
                    help="one journal file: its id (hex, as in the file name) or path")
     p.add_argument("--entries", action="store_true", help="list the entry ids of add records")
+    p.add_argument("--ledger-id", "-ledgerid", type=int, default=None,
+                   help="only the records of this ledger")
     p.add_argument("--limit", type=int, default=0, help="stop after this many records")
 
     p = disk_command("readlog", "Dump an entry log, or the entries of one ledger (or one entry) "
@@ -216,10 +218,14 @@ def _readjournal(args: argparse.Namespace) -> int:
     names = {records.ADD_BATCH: "ADD", records.FENCE: "FENCE", records.LAC: "LAC"}
     warnings: list[str] = []
     out = []
-    for n, jr in enumerate(iter_journal(directory, warnings, journal_id)):
-        if args.limit and n >= args.limit:
-            break
+    shown = 0
+    for jr in iter_journal(directory, warnings, journal_id):
         rec = jr.record
+        if args.ledger_id is not None and rec.ledger_id != args.ledger_id:
+            continue
+        if args.limit and shown >= args.limit:
+            break
+        shown += 1
         doc = {"journal_id": jr.journal_id, "position": jr.position, "type": names[rec.type],
                "ledger_id": rec.ledger_id, "master_key": rec.master_key.hex()}
         if rec.type == records.ADD_BATCH:
@@ -306,14 +312,21 @@ def _readlog(args: argparse.Namespace) -> int:
 
 
 def _lastmark(args: argparse.Namespace) -> int:
-    from bookie.workers.journal import read_lastmark
     from bookie.workers.inspect import ledger_dirs_of
-    marks = {d: read_lastmark(d) for d in ledger_dirs_of(_conf(args))}
+    from bookie.workers.journal import journal_files, read_lastmark
+    conf = _conf(args)
+    marks = {d: read_lastmark(d) for d in ledger_dirs_of(conf)}
+    replay_from = min(marks.values())
+    # the journal file holding the mark: the last one that starts at or before it
+    holding = [f for f in journal_files(_journal_dir(conf))
+               if f.header is not None and f.header.start <= replay_from]
+    where = holding[-1].path if holding else None
     if args.json:
-        _print_json({"lastmarks": marks, "replay_from": min(marks.values())})
+        _print_json({"lastmarks": marks, "replay_from": replay_from, "journal_file": where})
     else:
         for d, mark in marks.items():
             print(f"{d}: LastLogMark {mark}")
+        print(f"replay starts at {replay_from}" + (f", in {where}" if where else ""))
     return 0
 
 

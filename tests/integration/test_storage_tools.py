@@ -56,7 +56,7 @@ def test_lastmark_and_listfilesondisc(capsys, written, tmp_path):
     out, _ = run(capsys, ens, "lastmark")
     assert "LastLogMark" in out
     doc = orjson.loads(run(capsys, ens, "lastmark", "--json")[0])
-    assert doc["replay_from"] > 0
+    assert doc["replay_from"] > 0 and doc["journal_file"].endswith(".txn")
     doc = orjson.loads(run(capsys, ens, "listfilesondisc", "--json")[0])
     assert doc["journal"] and all(f["path"].endswith(".txn") for f in doc["journal"])
     assert len(doc["entrylog"]) > 1 and all(f["size"] > 0 for f in doc["entrylog"])
@@ -79,6 +79,9 @@ def test_readjournal_dumps_the_adds_and_the_fence(capsys, written):
     assert adds[0]["entry_ids"] == [0]
     out, _ = run(capsys, ens, "readjournal", "--limit", "3")
     assert len(out.splitlines()) == 3 and ": ADD ledger" in out
+    one = orjson.loads(run(capsys, ens, "readjournal", "--json", "--ledger-id", str(fenced))[0])
+    assert one["records"] and {r["ledger_id"] for r in one["records"]} == {fenced}
+    assert len(orjson.loads(run(capsys, ens, "readjournal", "--json", "--limit", "2")[0])["records"]) == 2
     run(capsys, ens, "readjournal", "/etc/hostname", rc=2)
     run(capsys, ens, "readjournal", "ffff", rc=2)
 
