@@ -21,6 +21,9 @@ Everything the LMDB index holds can be found again on the bookie's disks:
   protection (fenced, a higher explicit LAC, deletion tombstones).
 - **ledger maps** (bytes per ledger in each log, the GC's input): counted from the entries the
   rebuilt index points at, so a log whose entries were all copied elsewhere gets an empty map.
+- **other bookkeeping** in ``meta`` (the log id sequence, a compaction's step record) is kept
+  from the old index when it can be read; a log a compaction was still copying into (state
+  "copying": never synced nor pointed at) is not indexed, and its recovery removes it.
 - **LastLogMark** is not the index's: it stays.  The start that follows replays the journal
   from it as always, which stores again whatever the entry logs lost after the mark.
 
@@ -48,6 +51,7 @@ from collections.abc import Callable
 
 import lmdb
 import numpy as np
+import orjson
 
 from bookie import wire
 from bookie.workers import records
@@ -193,28 +197,53 @@ def rebuild_index(conf, progress: Progress | None = None, fence_all: bool = Fals
         lock.release()
 
 
-def _salvage(conf, report: RebuildReport) -> tuple[dict[int, StoredLedger], set[int]]:
-    """Ledger records and tombstones the old index still yields (nothing if it is unreadable),
-    read in a child process: a damaged index must not crash the rebuild meant to replace it."""
+@dataclasses.dataclass
+class _Salvage:
+    """What the old index still yields (nothing when it is gone or unreadable)."""
+
+    records: dict[int, StoredLedger] = dataclasses.field(default_factory=dict)
+    tombstones: set[int] = dataclasses.field(default_factory=set)
+    meta: dict[bytes, bytes] = dataclasses.field(default_factory=dict)  # but current_logs
+
+    def unfinished_copy(self) -> int | None:
+        """The log a compaction was still copying into (state "copying"): unsynced, never
+        pointed at, and unlinked by the compaction's own recovery at the next start."""
+        raw = self.meta.get(COMPACTION_KEY)
+        try:
+            state = orjson.loads(raw) if raw else {}
+            return int(state["new"]) if state.get("state") == "copying" else None
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+COMPACTION_KEY = b"compaction"  # bookie.workers.compaction's step record in ``meta``
+
+
+def _salvage(conf, report: RebuildReport) -> _Salvage:
+    """Read the old index in a child process: a damaged one must not crash the rebuild meant to
+    replace it."""
     if not os.path.exists(os.path.join(index_path(conf), "data.mdb")):
-        return {}, set()
+        return _Salvage()
     try:
-        held, gone = in_child(lambda: _read_ledger_records(conf), "the old index")
+        held, gone, meta = in_child(lambda: _read_old_index(conf), "the old index")
     except IndexUnreadable as e:
-        report.warnings.append(f"no ledger records kept from the old index: {e}")
-        return {}, set()
+        report.warnings.append(f"nothing kept from the old index: {e}")
+        return _Salvage()
     report.salvaged_from_old_index = True
-    return {lid: StoredLedger.from_dict(raw) for lid, raw in held}, set(gone)
+    return _Salvage({lid: StoredLedger.from_dict(raw) for lid, raw in held}, set(gone),
+                    {bytes.fromhex(k): bytes.fromhex(v) for k, v in meta})
 
 
-def _read_ledger_records(conf) -> tuple[list, list]:
+def _read_old_index(conf) -> tuple[list, list, list]:
     env, index = open_index_readonly(conf)
     try:
         with env.begin() as txn:
             held = [(lid, index.get_ledger(txn, lid)) for lid in index.ledger_ids(txn)]
             with txn.cursor(db=index.deleted) as cur:
                 gone = [LEDGER_KEY.unpack(k)[0] for k in cur.iternext(values=False)]
-        return held, gone
+            with txn.cursor(db=index.meta) as cur:
+                meta = [(bytes(k).hex(), bytes(v).hex()) for k, v in cur if k != b"current_logs"]
+        return held, gone, meta
     finally:
         env.close()
 
@@ -223,7 +252,8 @@ def _rebuild(conf, progress: Progress, fence_all: bool) -> RebuildReport:
     t0 = time.monotonic()
     final = index_path(conf)
     report = RebuildReport(index=final)
-    old_records, tombstones = _salvage(conf, report)
+    old = _salvage(conf, report)
+    skip = old.unfinished_copy()
     work = final + ".rebuild"
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -232,35 +262,40 @@ def _rebuild(conf, progress: Progress, fence_all: bool) -> RebuildReport:
     try:
         index = Index(env)
         table = LedgerTable()
-        for ledger_id in tombstones:
+        for ledger_id in old.tombstones:
             table.mark_deleted(ledger_id)
-        recovered, whole = _index_logs(conf, index, table, report, progress)
+        recovered, whole = _index_logs(conf, index, table, report, progress, skip)
         _apply_journal(conf, table, report, progress)
-        _write_ledgers(index, table, old_records, tombstones, recovered, report, fence_all)
+        _write_ledgers(index, table, old.records, old.tombstones, recovered, report, fence_all)
         _write_maps(index, whole, report, progress)
-        _write_current_logs(conf, index)
+        _write_meta(conf, index, old.meta)
         env.sync(True)
     finally:
         env.close()
-    old = final + ".old"
-    shutil.rmtree(old, ignore_errors=True)
+    previous = final + ".old"
+    shutil.rmtree(previous, ignore_errors=True)
     if os.path.exists(final):
-        os.rename(final, old)
+        os.rename(final, previous)
     os.rename(work, final)
     fsync_dir(os.path.dirname(final))
-    shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(previous, ignore_errors=True)
     report.seconds = time.monotonic() - t0
     return report
 
 
 def _index_logs(conf, index: Index, table: LedgerTable, report: RebuildReport,
-                progress: Progress) -> tuple[set[int], set[int]]:
-    """Put the location of every entry of every log (ascending log id: a later copy wins).
+                progress: Progress, skip: int | None) -> tuple[set[int], set[int]]:
+    """Put the location of every entry of every log (ascending log id: a later copy wins), but
+    of ``skip``, the log an unfinished compaction was copying into.
 
     Returns:
         the ledgers that have a recovery add in some log, and the logs read to their end.
     """
     logs = log_paths(ledger_dirs_of(conf))
+    if skip is not None and any(log_id == skip for log_id, _ in logs):
+        report.warnings.append(f"{log_name(skip)}: an unfinished compaction's copy: not indexed "
+                               f"(the compaction's recovery removes it at the next start)")
+        logs = [(log_id, path) for log_id, path in logs if log_id != skip]
     recovered: set[int] = set()
     whole: set[int] = set()
     earlier = EntryLogReader(ledger_dirs_of(conf))
@@ -376,13 +411,17 @@ def _write_ledgers(index: Index, table: LedgerTable, old_records: dict[int, Stor
             report.fenced += info.fenced
 
 
-def _write_current_logs(conf, index: Index) -> None:
-    """The newest log of each ledger directory, as the live index names the logs being written:
-    the GC leaves those (and any newer) alone until the next start rolls new ones."""
+def _write_meta(conf, index: Index, kept: dict[bytes, bytes]) -> None:
+    """The old index's other ``meta`` keys as they were (the log id sequence, the compaction's
+    state: they belong to the parts of the bookie that wrote them), and as current logs the
+    newest log of each ledger directory: the GC leaves those (and any newer) alone until the
+    next start rolls new ones."""
     newest = {}
     for log_id, path in log_paths(ledger_dirs_of(conf)):
         newest[os.path.dirname(path)] = log_id
     with index.env.begin(write=True) as txn:
+        for key, value in kept.items():
+            txn.put(key, value, db=index.meta)
         index.set_current_logs(txn, newest.values())
 
 

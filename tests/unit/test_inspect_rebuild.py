@@ -207,3 +207,29 @@ def test_a_reader_crashing_in_its_child_is_one_clear_error():
 
 def _raise_value_error():
     raise ValueError("no")
+
+
+def test_an_unfinished_compaction_copy_is_not_indexed_and_meta_keys_are_kept(conf):
+    import orjson
+
+    first = [make_entry(1, i, b"x" * 700) for i in range(10)]
+    filler = [(1, [make_entry(1, 10 + i, b"y" * 2000)]) for i in range(8)]
+    store(conf, [(1, first), *filler, (1, first)])
+    logs = [log_id for log_id, _ in log_paths(ledger_dirs_of(conf))]
+    env = open_index(os.path.dirname(index_path(conf)), conf.index_map_size_bytes)
+    index = Index(env)
+    with env.begin(write=True) as txn:
+        # as if the last log were a compaction's copy, crashed before it was synced
+        txn.put(b"compaction", orjson.dumps({"old": logs[0], "new": logs[-1], "state": "copying"}),
+                db=index.meta)
+        txn.put(b"next_log_id", b"\0\0\1\0", db=index.meta)
+    env.close()
+    report = rebuild_index(conf)
+    assert any(f"{log_name(logs[-1])}: an unfinished compaction" in w for w in report.warnings)
+    env, index = open_index_readonly(conf)
+    with env.begin() as txn:
+        assert {index.locate(txn, 1, i)[0] for i in range(10)} == {logs[0]}
+        assert txn.get(b"next_log_id", db=index.meta) == b"\0\0\1\0"
+        assert orjson.loads(txn.get(b"compaction", db=index.meta))["state"] == "copying"
+        assert logs[-1] not in index.log_maps(txn)
+    env.close()
