@@ -233,3 +233,20 @@ def test_an_unfinished_compaction_copy_is_not_indexed_and_meta_keys_are_kept(con
         assert orjson.loads(txn.get(b"compaction", db=index.meta))["state"] == "copying"
         assert logs[-1] not in index.log_maps(txn)
     env.close()
+
+
+def test_the_consistency_check_follows_logs_rolled_after_it_began(conf):
+    from bookie.workers.rebuild import _Checker
+
+    store(conf, [(1, [make_entry(1, i, b"a" * 500) for i in range(5)])])
+    checker = _Checker(conf, None, None)  # knows the logs on disk now
+    store(conf, [(1, [make_entry(1, 5 + k * 5 + i, b"b" * 900) for i in range(5)]) for k in range(6)])
+    env, checker.index = open_index_readonly(conf)  # (one process opens an environment once)
+    checker.env = env
+    try:
+        assert [e for e, _ in checker._located(1, chunk=3)] == list(range(35))
+        checker.ledger(1)
+        assert checker.report.entries == 35 and checker.report.problem_count == 0
+    finally:
+        checker.close()
+        env.close()
