@@ -65,6 +65,7 @@ from bookie.workers.ledgers import LedgerTable, StoredLedger
 from bookie.workers.storage import LEDGER_KEY, LOC, EntryLogReader, Index, log_name
 
 REBUILD_HINT = "bookie shell rebuild-index --conf FILE"
+MAX_OPEN_LOGS = 128
 _IDS = struct.Struct(">qq")
 
 
@@ -116,6 +117,8 @@ def _located_entry_problem(ledger_id: int, entry_id: int, loc, logs: dict[int, s
         return f"ledger {ledger_id} entry {entry_id} is indexed in entry log {log_name(log_id)}, which is missing"
     fd = files.get(log_id)
     if fd is None:
+        if len(files) >= MAX_OPEN_LOGS:  # a big bookie has more logs than a process has fds
+            os.close(files.pop(next(iter(files))))
         fd = files[log_id] = os.open(path, os.O_RDONLY)
     size = os.fstat(fd).st_size
     if offset + length > size or length < wire.ENTRY_HEADER_SIZE:
