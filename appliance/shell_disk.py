@@ -32,11 +32,11 @@ _DATA_PREVIEW = 48  # payload bytes shown per entry in text output
 def register(commands: Any) -> None:
     """Add the storage verbs to ``bookie shell``."""
 
-    def disk_command(name: str, help_text: str, handler, conf_required: bool = True):
+    def disk_command(name: str, help_text: str, handler, selects_local_mode: bool = False):
         p = commands.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--conf", metavar="FILE", default=None,
                        help="bookie configuration file (its directories are read)"
-                            + ("" if conf_required else "; selects the local mode"))
+                            + ("; selects the local mode" if selects_local_mode else ""))
         p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                        help="override one configuration key (repeatable)")
         p.add_argument("--json", action="store_true", help="print JSON for scripts")
@@ -82,7 +82,7 @@ def register(commands: Any) -> None:
         "readledger", "Print a ledger's entries.  Two modes: with --conf (or --set), from this "
         "bookie's own storage (index and entry logs, no network); with --metadata URI, through "
         "the replication client (opened without recovery: nothing is fenced; entries up to the "
-        "last-add-confirmed).", _readledger, conf_required=False)
+        "last-add-confirmed).", _readledger, selects_local_mode=True)
     p.add_argument("ledger_id", metavar="LEDGER_ID", type=int)
     p.add_argument("--entry-from", "-firstentryid", type=int, default=0)
     p.add_argument("--entry-to", "-lastentryid", type=int, default=None,
