@@ -28,7 +28,8 @@ Everything the LMDB index holds can be found again on the bookie's disks:
   from it as always, which stores again whatever the entry logs lost after the mark.
 
 The check at start-up (``check_index``) is cheap: one cursor step per ledger and a few bytes of
-each ledger's last entry, not a scan.  It refuses (one line naming the fix) when the index is
+each log's indexed tail (the furthest of the ledgers' last entries in it), not a scan; deeper
+damage is ``consistency_check``'s to find.  It refuses (one line naming the fix) when the index is
 missing while entry logs hold data, cannot be opened, points at a log that is missing, past
 the end of a log, or at bytes that are not the entry it names.  (BookKeeper refuses a missing
 index too, rather than rebuilding behind the operator's back: a rebuilt index can lose a fence
@@ -133,13 +134,25 @@ def _located_entry_problem(ledger_id: int, entry_id: int, loc, logs: dict[int, s
 
 
 def _tails_problem(index: Index, txn, logs: dict[int, str], files: dict[int, int]) -> str | None:
-    """Every ledger's last indexed entry lies where the index says, and is that entry."""
+    """Each log's indexed tail lies inside the log and is the entry the index says.
+
+    The tail of a log is the furthest of the ledgers' last entries that lie in it: one cursor
+    step per ledger (the index's pages), then one read per log (the disks): cheap on a bookie
+    with many ledgers and a cold page cache.
+    """
+    tails: dict[int, tuple[int, int, tuple[int, int, int]]] = {}  # log -> (ledger, entry, loc)
     for ledger_id in index.ledger_ids(txn):
         last = index.last_entry(txn, ledger_id)
-        if last is not None:
-            problem = _located_entry_problem(ledger_id, last[0], last[1], logs, files)
-            if problem:
-                return problem
+        if last is None:
+            continue
+        entry_id, loc = last
+        held = tails.get(loc[0])
+        if held is None or loc[1] + loc[2] > held[2][1] + held[2][2]:
+            tails[loc[0]] = (ledger_id, entry_id, loc)
+    for ledger_id, entry_id, loc in tails.values():
+        problem = _located_entry_problem(ledger_id, entry_id, loc, logs, files)
+        if problem:
+            return problem
     return None
 
 
