@@ -250,3 +250,18 @@ def test_the_consistency_check_follows_logs_rolled_after_it_began(conf):
     finally:
         checker.close()
         env.close()
+
+
+def test_the_check_names_a_tail_that_is_not_the_entry_indexed_there(conf):
+    store(conf, some_batches(random.Random(8), n_ledgers=3, n_batches=30))
+    env, index = open_index_readonly(conf)
+    with env.begin() as txn:
+        entry_id, (log_id, offset, _) = index.last_entry(txn, 2)
+    env.close()
+    with open(dict(log_paths(ledger_dirs_of(conf)))[log_id], "r+b") as f:
+        f.seek(offset)
+        f.write(wire.ENTRY_HEADER.pack(2, entry_id + 1000, 0, 0)[:16])
+    problem = check_index(conf)
+    assert f"ledger 2 entry {entry_id} is indexed at {log_name(log_id)} offset {offset}" in problem
+    assert f"but ledger 2 entry {entry_id + 1000} lies there" in problem
+    assert problem.endswith("rebuild it with 'bookie shell rebuild-index --conf FILE'")
