@@ -10,6 +10,9 @@
 The metadata commands take ``--metadata URI`` (default: $BOOKIE_METADATA_URI) and print
 human-readable text, or one JSON document with ``--json``.  Only ``metaformat`` creates a store;
 the others refuse a URI that names none (a typo must not look like an empty cluster).
+
+The storage tools over a bookie's own files (rebuild-index, readjournal, readlog, lastmark,
+listfilesondisc, readledger, localconsistencycheck) are in ``shell_disk.py``.
 """
 
 from __future__ import annotations
@@ -85,6 +88,9 @@ def register(subparsers: Any) -> None:
                    help="never ask: abort if data exists, unless --force")
     p.add_argument("--force", action="store_true", help="wipe existing data")
     p.set_defaults(func=_bookieformat)
+
+    from bookie.appliance import shell_disk  # the storage tools (imports this module's helpers)
+    shell_disk.register(commands)
 
 
 # -- handlers ----------------------------------------------------------------------------------

@@ -4,10 +4,11 @@ Start order: lock the bookie's directories (``workers/dirlock.py``: a second boo
 refused, naming the pid that holds them); resolve ``bookiePort=0`` (the port the directories
 were stamped with, else a free one); check that every listening port is free; remove what a
 predecessor killed without stopping left behind (run directory, ring); check the directory
-layout and cookies, and the cookie in the metadata store (which must exist); create the
+layout and cookies, and the cookie in the metadata store (which must exist); check the index
+against the entry logs (``workers/rebuild.py``: a mismatch names the fix); create the
 shared-memory ring; start the journal worker (it finds the journal's end) and wait until it is
 ready; start the add worker (it replays the journal from LastLogMark) and wait; start the read
-and GC workers; register the bookie in the metadata store.  Every refusal up to the layout
+and GC workers; register the bookie in the metadata store.  Every refusal up to the index
 check is one log line and exit status 2, before anything is registered or created.
 
 Stop order (SIGTERM / SIGINT): unregister; stop read and GC; stop the add worker (it answers
@@ -47,6 +48,7 @@ from bookie.appliance.exposition import BookieRegistry
 from bookie.workers.config import KEYS, BookieConfig
 from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
 from bookie.workers.layout import LayoutError, all_dirs, check_or_stamp, remembered_port
+from bookie.workers.rebuild import check_index
 from bookie.workers.common import free_port_pair, log_line as log, set_pdeathsig
 from bookie.workers.ring import NO_ROOM, READONLY, Ring
 
@@ -165,6 +167,9 @@ class Supervisor:
         cookie = check_or_stamp(conf)
         if conf.metadata_uri:
             self._check_cookie_in_store(cookie)
+        index_problem = check_index(conf)  # the index against the entry logs (workers/rebuild.py)
+        if index_problem:
+            raise StartRefused(index_problem)
         self.started = True
         self.run_dir = tempfile.mkdtemp(prefix=f"bk{conf.bookie_port}-")
         self.metrics = BookieRegistry(self, self.run_dir)

@@ -1,0 +1,442 @@
+"""``bookie shell`` storage tools: BookKeeper's verbs over this bookie's own files.
+
+    rebuild-index          rebuild the LMDB index from the entry logs and the journal
+    localconsistencycheck  every indexed entry present, and its digest checked
+    readjournal            dump journal records
+    readlog                dump an entry log, or one ledger / entry in it
+    lastmark               the LastLogMark of each ledger directory
+    listfilesondisc        journal files, entry logs and the index, with sizes
+    readledger             a ledger's entries, from this bookie's storage or through the client
+
+Each takes the bookie's configuration (``--conf FILE``, ``--set key=value``) to find its
+directories, prints text for people or one JSON document with ``--json``, and refuses a
+mistake (a file that is not what it should be, a ledger this bookie does not hold) in one line
+with exit status 2.  Only ``rebuild-index`` writes, and only while no bookie runs on the
+directories; the others read and may run beside a running bookie.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any
+
+from bookie.appliance.errors import CliError
+from bookie.appliance.shell import _print_json
+
+_DATA_PREVIEW = 48  # payload bytes shown per entry in text output
+
+
+def register(commands: Any) -> None:
+    """Add the storage verbs to ``bookie shell``."""
+
+    def disk_command(name: str, help_text: str, handler, selects_local_mode: bool = False):
+        p = commands.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--conf", metavar="FILE", default=None,
+                       help="bookie configuration file (its directories are read)"
+                            + ("; selects the local mode" if selects_local_mode else ""))
+        p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                       help="override one configuration key (repeatable)")
+        p.add_argument("--json", action="store_true", help="print JSON for scripts")
+        p.set_defaults(func=handler)
+        return p
+
+    p = disk_command("rebuild-index", "Rebuild this bookie's index (entry locations, ledger "
+                     "records, ledger maps) from its entry logs and journal; refused while the "
+                     "bookie runs. Shows progress on stderr.", _rebuild_index)
+    p.add_argument("--fence-all", action="store_true",
+                   help="restore every ledger fenced (when fences may be lost: journal files and "
+                        "the old index gone); writers of open ledgers must move to new ledgers")
+    p = disk_command("localconsistencycheck", "Check that every entry the index holds is in its "
+                     "entry log, is the entry it is indexed as, and passes its CRC digest "
+                     "(exit status 1 when a problem is found).", _consistency)
+    p.add_argument("--ledger-id", "-ledgerid", type=int, default=None, help="check one ledger only")
+
+    p = disk_command("readjournal", "Dump the records of the journal files (all, or one).",
+                     _readjournal)
+    p.add_argument("journal_id", metavar="JOURNAL_ID", nargs="?", default=None,
+                   help="one journal file: its id (hex, as in the file name) or path")
+    p.add_argument("--entries", action="store_true", help="list the entry ids of add records")
+    p.add_argument("--ledger-id", "-ledgerid", type=int, default=None,
+                   help="only the records of this ledger")
+    p.add_argument("--limit", type=int, default=0, help="stop after this many records")
+
+    p = disk_command("readlog", "Dump an entry log, or the entries of one ledger (or one entry) "
+                     "in it.", _readlog)
+    p.add_argument("log", metavar="LOG", help="entry log id (hex as in the file name) or path")
+    p.add_argument("--ledger-id", "-ledgerid", type=int, default=None)
+    p.add_argument("--entry-id", "-entryid", type=int, default=None)
+    p.add_argument("--data", action="store_true", help="show each entry's bytes after its header")
+
+    disk_command("lastmark", "Print the LastLogMark of each ledger directory.", _lastmark)
+
+    p = disk_command("listfilesondisc", "List the journal files, entry logs and index files "
+                     "with their sizes.", _listfiles)
+    p.add_argument("--journal", action="store_true", help="journal files only")
+    p.add_argument("--entrylog", action="store_true", help="entry logs only")
+    p.add_argument("--index", action="store_true", help="index files only")
+
+    p = disk_command(
+        "readledger", "Print a ledger's entries.  Two modes: with --conf (or --set), from this "
+        "bookie's own storage (index and entry logs, no network); with --metadata URI, through "
+        "the replication client (opened without recovery: nothing is fenced; entries up to the "
+        "last-add-confirmed).", _readledger, selects_local_mode=True)
+    p.add_argument("ledger_id", metavar="LEDGER_ID", type=int)
+    p.add_argument("--entry-from", "-firstentryid", type=int, default=0)
+    p.add_argument("--entry-to", "-lastentryid", type=int, default=None,
+                   help="last entry (default: the last one there is)")
+    p.add_argument("--metadata", metavar="URI", default=None,
+                   help="read through the client from the bookies of this metadata store")
+    p.add_argument("--password", default=None, help="the ledger's password (client mode)")
+    p.add_argument("--data", action="store_true", help="show the bytes of each entry")
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+def _conf(args: argparse.Namespace):
+    """The bookie's configuration; its directories must hold a bookie's data (a wrong --conf is
+    one line, not an empty listing)."""
+    from bookie.workers.config import BookieConfig, parse_overrides
+    from bookie.workers.layout import current_dir
+    conf = BookieConfig.load(args.conf, parse_overrides(args.set))
+    for d in [conf.journal_dir, *conf.ledger_dirs]:
+        if not os.path.isdir(current_dir(d)):
+            raise CliError(f"{d} holds no bookie data (no current/ directory): is --conf the "
+                           f"bookie's configuration?")
+    return conf
+
+
+def _preview(data: bytes) -> str:
+    head = data[:_DATA_PREVIEW]
+    text = repr(bytes(head))
+    return text + ("..." if len(data) > _DATA_PREVIEW else "")
+
+
+def _int_id(text: str, what: str) -> int:
+    try:
+        return int(text, 16)
+    except ValueError:
+        raise CliError(f"{what} {text!r}: not an id (hex as in the file name) or a path") from None
+
+
+class _Progress:
+    """A progress line on stderr: rewritten in place on a terminal, else one line per report."""
+
+    def __init__(self, verb: str):
+        self.verb = verb
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, phase: str, done: int, total: int, entries: int) -> None:
+        of = f"{done}/{total}" if total else str(done)
+        line = f"{self.verb}: {phase} {of}, {entries} entries"
+        if self.tty:
+            sys.stderr.write("\r" + line.ljust(70))
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.tty:
+            sys.stderr.write("\n")
+
+
+# -- handlers ------------------------------------------------------------------------------------
+
+def _rebuild_index(args: argparse.Namespace) -> int:
+    from bookie.workers.rebuild import rebuild_index
+    conf = _conf(args)
+    progress = _Progress("rebuild-index")
+    try:
+        report = rebuild_index(conf, progress, fence_all=args.fence_all)
+    except OSError as e:
+        raise CliError(f"rebuild-index: {e}") from None
+    finally:
+        progress.done()
+    if args.json:
+        _print_json(report.__dict__)
+        return 0
+    for w in report.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    print(f"index rebuilt at {report.index}: {report.entries} entries from {report.logs} entry "
+          f"logs ({report.copies} found twice: the later copy counts), {report.ledgers} ledgers ({report.fenced} fenced, {report.deleted} deleted), "
+          f"{report.journal_records} journal records, in {report.seconds:.1f} s")
+    return 0
+
+
+def _consistency(args: argparse.Namespace) -> int:
+    from bookie.workers.inspect import IndexUnreadable
+    from bookie.workers.rebuild import consistency_check
+    conf = _conf(args)
+    progress = _Progress("localconsistencycheck")
+    try:
+        report = consistency_check(conf, args.ledger_id, progress)
+    except IndexUnreadable as e:
+        raise CliError(str(e)) from None
+    finally:
+        progress.done()
+    if args.ledger_id is not None and report.entries == 0:
+        raise CliError(f"ledger {args.ledger_id}: this bookie holds no entry of it")
+    if args.json:
+        _print_json({**report.__dict__, "ok": report.problem_count == 0})
+    else:
+        for line in report.problems:
+            print(line)
+        print(f"{'OK' if not report.problem_count else 'INCONSISTENT'}: {report.entries} entries "
+              f"of {report.ledgers} ledgers checked, {report.digests_checked} digests passed, "
+              f"{report.digests_unknown} not checkable here (MAC or no digest), "
+              f"{report.problem_count} problems")
+    return 1 if report.problem_count else 0
+
+
+def _journal_dir(conf) -> str:
+    from bookie.workers.layout import current_dir
+    return current_dir(conf.journal_dir)
+
+
+def _readjournal(args: argparse.Namespace) -> int:
+    from bookie.workers import records
+    from bookie.workers.inspect import iter_journal
+    from bookie.workers.journal import CorruptJournalError, read_file_header
+    directory, journal_id = None, None
+    if args.journal_id and os.path.sep in args.journal_id:
+        path = args.journal_id
+        try:
+            with open(path, "rb") as f:
+                header = read_file_header(path, f.read(64))
+        except (OSError, CorruptJournalError) as e:
+            raise CliError(f"{path}: not a journal file ({e})") from None
+        directory, journal_id = os.path.dirname(path) or ".", header.journal_id
+    else:
+        directory = _journal_dir(_conf(args))
+        if args.journal_id:
+            journal_id = _int_id(args.journal_id, "journal")
+    from bookie.workers.journal import journal_name
+    if journal_id is not None and not os.path.exists(os.path.join(directory, journal_name(journal_id))):
+        raise CliError(f"no journal file {journal_name(journal_id)} in {directory}")
+    names = {records.ADD_BATCH: "ADD", records.FENCE: "FENCE", records.LAC: "LAC"}
+    warnings: list[str] = []
+    out = []
+    shown = 0
+    for jr in iter_journal(directory, warnings, journal_id):
+        rec = jr.record
+        if args.ledger_id is not None and rec.ledger_id != args.ledger_id:
+            continue
+        if args.limit and shown >= args.limit:
+            break
+        shown += 1
+        doc = {"journal_id": jr.journal_id, "position": jr.position, "type": names[rec.type],
+               "ledger_id": rec.ledger_id, "master_key": rec.master_key.hex()}
+        if rec.type == records.ADD_BATCH:
+            doc["entries"] = len(rec.lengths)
+            doc["bytes"] = int(rec.lengths.sum())
+            doc["recovery"] = bool(rec.flags & records.FLAG_RECOVERY)
+            if args.entries:
+                doc["entry_ids"] = jr.entry_ids()
+        elif rec.type == records.LAC:
+            doc["lac"] = rec.lac
+        if args.json:
+            out.append(doc)
+            continue
+        line = f"{doc['journal_id']:016x} @{doc['position']}: {doc['type']} ledger {rec.ledger_id}"
+        if rec.type == records.ADD_BATCH:
+            line += f" {doc['entries']} entries {doc['bytes']} bytes" + (" (recovery)" if doc["recovery"] else "")
+            if args.entries:
+                line += f" ids {doc['entry_ids']}"
+        elif rec.type == records.LAC:
+            line += f" lac {rec.lac}"
+        print(line)
+    if args.json:
+        _print_json({"directory": directory, "records": out, "warnings": warnings})
+    else:
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr)
+    return 0
+
+
+def _log_path(args: argparse.Namespace) -> str:
+    from bookie.workers.storage import find_log
+    if os.path.sep in args.log or args.log.endswith(".log"):
+        if not os.path.exists(args.log):
+            raise CliError(f"{args.log}: no such file")
+        return args.log
+    from bookie.workers.inspect import ledger_dirs_of
+    log_id = _int_id(args.log, "entry log")
+    try:
+        return find_log(ledger_dirs_of(_conf(args)), log_id)
+    except FileNotFoundError as e:
+        raise CliError(str(e)) from None
+
+
+def _readlog(args: argparse.Namespace) -> int:
+    from bookie.workers.inspect import EntryLogFile, InspectError, entry_fields
+    path = _log_path(args)
+    try:
+        elog = EntryLogFile(path)
+    except (InspectError, OSError) as e:
+        raise CliError(str(e)) from None
+    found = []
+    with elog:
+        for pos, rec in elog.records():
+            if args.ledger_id is not None and rec.ledger_id != args.ledger_id:
+                continue
+            for e in elog.entries(rec, pos):
+                if args.entry_id is not None and e.entry_id != args.entry_id:
+                    continue
+                data = elog.read(e.offset, e.length)
+                doc = {"ledger_id": e.ledger_id, "entry_id": e.entry_id, "offset": e.offset,
+                       "length": e.length, "recovery": e.recovery,
+                       "lac": entry_fields(data)["lac"]}
+                if args.data:
+                    doc["data_hex"] = data[32:].hex()
+                found.append(doc)
+                if not args.json:
+                    line = (f"ledger {e.ledger_id} entry {e.entry_id} at {e.offset} length "
+                            f"{e.length} lac {doc['lac']}" + (" (recovery)" if e.recovery else ""))
+                    if args.data:
+                        line += f" data {_preview(data[32:])}"
+                    print(line)
+        scan = elog.scan
+    if args.ledger_id is not None and not found:
+        what = f"ledger {args.ledger_id}" + (f" entry {args.entry_id}" if args.entry_id is not None else "")
+        raise CliError(f"{path}: holds no {what}")
+    summary = {"path": path, "log_id": scan.log_id, "size": scan.size, "data_end": scan.end,
+               "records": scan.records, "entries": scan.entries, "stopped_at": scan.stop}
+    if args.json:
+        _print_json({**summary, "entries_found": found})
+    else:
+        print(f"entry log {scan.log_id:08x} ({path}): {scan.records} records, {scan.entries} "
+              f"entries, data ends at {scan.end} of {scan.size} bytes ({scan.stop})")
+    return 0
+
+
+def _lastmark(args: argparse.Namespace) -> int:
+    from bookie.workers.inspect import ledger_dirs_of
+    from bookie.workers.journal import journal_files, read_lastmark
+    conf = _conf(args)
+    marks = {d: read_lastmark(d) for d in ledger_dirs_of(conf)}
+    replay_from = min(marks.values())
+    # the journal file holding the mark: the last one that starts at or before it
+    holding = [f for f in journal_files(_journal_dir(conf))
+               if f.header is not None and f.header.start <= replay_from]
+    where = holding[-1].path if holding else None
+    if args.json:
+        _print_json({"lastmarks": marks, "replay_from": replay_from, "journal_file": where})
+    else:
+        for d, mark in marks.items():
+            print(f"{d}: LastLogMark {mark}")
+        print(f"replay starts at {replay_from}" + (f", in {where}" if where else ""))
+    return 0
+
+
+def _listfiles(args: argparse.Namespace) -> int:
+    from bookie.workers.inspect import log_paths
+    from bookie.workers.journal import journal_name, list_journals
+    from bookie.workers.inspect import index_path, ledger_dirs_of
+    conf = _conf(args)
+    every = not (args.journal or args.entrylog or args.index)
+    doc: dict[str, list] = {}
+    if every or args.journal:
+        jdir = _journal_dir(conf)
+        paths = [os.path.join(jdir, journal_name(j)) for j in list_journals(jdir)]
+        doc["journal"] = [_file(p) for p in paths]
+    if every or args.entrylog:
+        doc["entrylog"] = [_file(p) for _, p in log_paths(ledger_dirs_of(conf))]
+    if every or args.index:
+        ipath = index_path(conf)
+        names = sorted(os.listdir(ipath)) if os.path.isdir(ipath) else []
+        doc["index"] = [_file(os.path.join(ipath, n)) for n in names]
+    if args.json:
+        _print_json(doc)
+        return 0
+    for kind, files in doc.items():
+        print(f"{kind} ({len(files)} files):")
+        for f in files:
+            print(f"  {f['path']}  {f['size']} bytes")
+    return 0
+
+
+def _file(path: str) -> dict:
+    try:
+        return {"path": path, "size": os.stat(path).st_size}
+    except FileNotFoundError:
+        return {"path": path, "size": 0}
+
+
+def _readledger(args: argparse.Namespace) -> int:
+    if args.metadata and (args.conf or args.set):
+        raise CliError("readledger: give --metadata URI (through the client) or --conf FILE "
+                       "(this bookie's storage), not both")
+    if args.metadata:
+        entries = _ledger_via_client(args)
+    elif args.conf or args.set:
+        entries = _ledger_local(args)
+    else:
+        raise CliError("readledger: give --conf FILE (read this bookie's storage) or "
+                       "--metadata URI (read through the client)")
+    if args.json:
+        _print_json({"ledger_id": args.ledger_id, "entries": entries})
+        return 0
+    for e in entries:
+        line = f"ledger {args.ledger_id} entry {e['entry_id']}: {e['length']} bytes"
+        if "lac" in e:
+            line += f" lac {e['lac']}"
+        if args.data:
+            line += f" data {_preview(bytes.fromhex(e['data_hex']))}"
+        print(line)
+    return 0
+
+
+def _ledger_local(args: argparse.Namespace) -> list[dict]:
+    from bookie.workers.inspect import (
+        IndexUnreadable, digest_kind, indexed_entries, ledger_dirs_of, open_index_readonly)
+    from bookie.workers.storage import EntryLogReader
+    conf = _conf(args)
+    try:
+        env, index = open_index_readonly(conf)
+    except IndexUnreadable as e:
+        raise CliError(str(e)) from None
+    reader = EntryLogReader(ledger_dirs_of(conf))
+    out = []
+    try:
+        with env.begin() as txn:
+            if index.last_entry(txn, args.ledger_id) is None:
+                raise CliError(f"ledger {args.ledger_id}: this bookie holds no entry of it")
+            to = (1 << 63) - 1 if args.entry_to is None else args.entry_to
+            for entry_id, loc in indexed_entries(index, txn, args.ledger_id, args.entry_from, to):
+                data = bytes(reader.read(*loc))
+                payload_at = 40 if digest_kind(data) else 32
+                out.append({"entry_id": entry_id, "length": len(data),
+                            "lac": int.from_bytes(data[16:24], "big", signed=True),
+                            "data_hex": data[payload_at:].hex()})
+    except FileNotFoundError as e:
+        raise CliError(str(e)) from None
+    finally:
+        reader.close()
+        env.close()
+    return out
+
+
+def _ledger_via_client(args: argparse.Namespace) -> list[dict]:
+    from bookie.client import BookKeeper
+    from bookie.client.errors import BookKeeperError
+    from bookie.metadata import MetadataError, open_metadata
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # our one line, not its reconnects
+    try:
+        store = open_metadata(args.metadata)
+        try:
+            meta, _ = store.read_ledger(args.ledger_id)
+        finally:
+            store.close()
+        with BookKeeper(args.metadata) as bk:
+            password = args.password.encode() if args.password is not None else None
+            lh = bk.open_ledger(args.ledger_id, digest=meta.digest_type, password=password,
+                                recovery=False)
+            last = lh.last_add_confirmed if args.entry_to is None else args.entry_to
+            if last < args.entry_from:
+                return []
+            return [{"entry_id": e.entry_id, "length": len(e.data), "data_hex": bytes(e.data).hex()}
+                    for e in lh.read_entries(args.entry_from, last)]
+    except (MetadataError, BookKeeperError) as e:
+        raise CliError(f"ledger {args.ledger_id}: {e}") from None

@@ -1,0 +1,574 @@
+"""The index is a cache of the entry logs: checked at start-up, rebuilt on demand, verified.
+
+Theory of operation
+-------------------
+Everything the LMDB index holds can be found again on the bookie's disks:
+
+- **entry locations**: every ADD_BATCH record in an entry log names its ledger and holds its
+  entries whole (each entry starts with its ledger and entry id), so a scan of the logs finds
+  every entry and where it lies.  The same (ledger, entry) may lie in two logs: compaction
+  copies live entries into a new log and deletes the old one only after the index points at the
+  copy, so a crash in between leaves both (identical bytes).  A rebuild takes the copy in the
+  log with the higher id, as the live index did; neither a rebuild nor a check calls that
+  corruption.
+- **ledger records** (master key, fenced, explicit LAC): every record carries its ledger's
+  master key; FENCE and LAC records are in the journal only.  A rebuild applies, through the
+  one ledger table of ``bookie.workers.ledgers``, the entry logs' records and then every record
+  of every journal file still on disk (backups included).  A fence the journal no longer holds
+  is restored when the ledger has a recovery add anywhere in the logs (recovery only follows a
+  fence, and a ledger under recovery must refuse its old writer anyway), or when the old index
+  can still be read and says so: what the old index holds is merged in only where it adds
+  protection (fenced, a higher explicit LAC, deletion tombstones).
+- **ledger maps** (bytes per ledger in each log, the GC's input): counted from the entries the
+  rebuilt index points at, so a log whose entries were all copied elsewhere gets an empty map.
+- **other bookkeeping** in ``meta`` (the log id sequence, a compaction's step record) is kept
+  from the old index when it can be read; a log a compaction was still copying into (state
+  "copying": never synced nor pointed at) is not indexed, and its recovery removes it.
+- **LastLogMark** is not the index's: it stays.  The start that follows replays the journal
+  from it as always, which stores again whatever the entry logs lost after the mark.
+
+The check at start-up (``check_index``) is cheap: one cursor step per ledger and a few bytes of
+each log's indexed tail (the furthest of the ledgers' last entries in it), not a scan; deeper
+damage is ``consistency_check``'s to find.  It refuses (one line naming the fix) when the index is
+missing while entry logs hold data, cannot be opened, points at a log that is missing, past
+the end of a log, or at bytes that are not the entry it names.  (BookKeeper refuses a missing
+index too, rather than rebuilding behind the operator's back: a rebuilt index can lose a fence
+that only the old one held.)
+
+A rebuild writes a new environment beside the old one (``index.rebuild``), syncs it, then
+swaps it in by rename; a crash during the rebuild leaves the old index as it was.  It holds
+the bookie's directory lock throughout, so no bookie runs on the directories meanwhile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import shutil
+import struct
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+import lmdb
+import numpy as np
+import orjson
+
+from bookie import wire
+from bookie.workers import records
+from bookie.workers.inspect import (
+    EntryLogFile, IndexUnreadable, InspectError, digest_kind, in_child, index_path,
+    indexed_entries, iter_journal, ledger_dirs_of, log_paths, open_index_readonly)
+from bookie.workers.journal import fsync_dir
+from bookie.workers.layout import all_dirs, current_dir
+from bookie.workers.ledgers import LedgerTable, StoredLedger
+from bookie.workers.storage import LEDGER_KEY, LOC, EntryLogReader, Index, log_name
+
+REBUILD_HINT = "bookie shell rebuild-index --conf FILE"
+MAX_OPEN_LOGS = 128
+_IDS = struct.Struct(">qq")
+
+
+# ---- the check at start-up ------------------------------------------------------------------------
+
+def check_index(conf) -> str | None:
+    """Check the index against the entry logs' tails and the logs' maps (fast: no scan), in a
+    child process (``in_child``).
+
+    Returns:
+        None when they agree, else one line saying what disagrees and naming the fix.
+    """
+    try:
+        problem = in_child(lambda: _index_problem(conf), f"the index {index_path(conf)}")
+    except IndexUnreadable as e:
+        problem = str(e)
+    if problem is None:
+        return None
+    return f"{problem}; the index is a cache of the entry logs: rebuild it with '{REBUILD_HINT}'"
+
+
+def _index_problem(conf) -> str | None:
+    logs = dict(log_paths(ledger_dirs_of(conf)))
+    try:
+        env, index = open_index_readonly(conf)
+    except IndexUnreadable as e:
+        if "does not exist" in str(e) and not logs:
+            return None  # a new bookie: the add worker creates the index
+        if "does not exist" in str(e):
+            return f"{e}, but {len(logs)} entry logs hold data"
+        return str(e)
+    files: dict[int, int] = {}
+    try:
+        with env.begin(buffers=False) as txn:
+            return _tails_problem(index, txn, logs, files) or _maps_problem(index, txn, logs)
+    except lmdb.Error as e:
+        return f"the index {index_path(conf)} is damaged: {e}"
+    finally:
+        for fd in files.values():
+            os.close(fd)
+        env.close()
+
+
+def _located_entry_problem(ledger_id: int, entry_id: int, loc, logs: dict[int, str],
+                           files: dict[int, int]) -> str | None:
+    log_id, offset, length = loc
+    path = logs.get(log_id)
+    if path is None:
+        return f"ledger {ledger_id} entry {entry_id} is indexed in entry log {log_name(log_id)}, which is missing"
+    fd = files.get(log_id)
+    if fd is None:
+        if len(files) >= MAX_OPEN_LOGS:  # a big bookie has more logs than a process has fds
+            os.close(files.pop(next(iter(files))))
+        fd = files[log_id] = os.open(path, os.O_RDONLY)
+    size = os.fstat(fd).st_size
+    if offset + length > size or length < wire.ENTRY_HEADER_SIZE:
+        return (f"ledger {ledger_id} entry {entry_id} is indexed at {log_name(log_id)} offset "
+                f"{offset} (+{length} bytes), past the end of that {size}-byte file")
+    head = os.pread(fd, 16, offset)
+    if _IDS.unpack(head) != (ledger_id, entry_id):
+        got = _IDS.unpack(head)
+        return (f"ledger {ledger_id} entry {entry_id} is indexed at {log_name(log_id)} offset "
+                f"{offset}, but ledger {got[0]} entry {got[1]} lies there")
+    return None
+
+
+def _tails_problem(index: Index, txn, logs: dict[int, str], files: dict[int, int]) -> str | None:
+    """Each log's indexed tail lies inside the log and is the entry the index says.
+
+    The tail of a log is the furthest of the ledgers' last entries that lie in it: one cursor
+    step per ledger (the index's pages), then one read per log (the disks): cheap on a bookie
+    with many ledgers and a cold page cache.
+    """
+    tails: dict[int, tuple[int, int, tuple[int, int, int]]] = {}  # log -> (ledger, entry, loc)
+    for ledger_id in index.ledger_ids(txn):
+        last = index.last_entry(txn, ledger_id)
+        if last is None:
+            continue
+        entry_id, loc = last
+        held = tails.get(loc[0])
+        if held is None or loc[1] + loc[2] > held[2][1] + held[2][2]:
+            tails[loc[0]] = (ledger_id, entry_id, loc)
+    for ledger_id, entry_id, loc in tails.values():
+        problem = _located_entry_problem(ledger_id, entry_id, loc, logs, files)
+        if problem:
+            return problem
+    return None
+
+
+def _maps_problem(index: Index, txn, logs: dict[int, str]) -> str | None:
+    """A ledger map of a missing log is a GC or compaction leftover only when no live ledger of
+    it still has its first or last entry indexed in that log."""
+    for log_id, ledgers in index.log_maps(txn).items():
+        if log_id in logs:
+            continue
+        for ledger_id in ledgers:
+            if index.get_ledger(txn, ledger_id) is None:
+                continue  # deleted (or never recorded): the map is the GC's leftover
+            ends = [index.locate(txn, ledger_id, 0), index.last_entry(txn, ledger_id)]
+            for loc in ends:
+                if loc is not None and (loc[0] if len(loc) == 3 else loc[1][0]) == log_id:
+                    return (f"the index maps ledger {ledger_id} to entry log {log_name(log_id)}, "
+                            f"which is missing")
+    return None
+
+
+# ---- rebuild ----------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class RebuildReport:
+    index: str = ""
+    logs: int = 0
+    entries: int = 0  # (ledger, entry) pairs the rebuilt index holds
+    copies: int = 0  # entries found in more than one place (a recovery add, a compaction copy)
+    ledgers: int = 0
+    fenced: int = 0
+    deleted: int = 0
+    journal_records: int = 0
+    salvaged_from_old_index: bool = False
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+
+
+Progress = Callable[[str, int, int, int], None]  # (phase, done, total, entries)
+
+
+def rebuild_index(conf, progress: Progress | None = None, fence_all: bool = False) -> RebuildReport:
+    """Rebuild the bookie's index from its entry logs and journal (see the module docstring).
+
+    Args:
+        fence_all: restore every ledger fenced, whatever the journal says: for an operator who
+            knows fences were lost (journal files and the old index gone) and would rather
+            have the writers of open ledgers move to new ledgers than risk an old writer.
+
+    Raises:
+        DirectoryInUseError: a bookie runs on these directories (nothing was changed).
+        OSError: a disk error; the old index is left in place.
+    """
+    from bookie.workers.dirlock import DirectoryLock
+
+    lock = DirectoryLock.acquire(all_dirs(conf), purpose="rebuild its index")
+    try:
+        return _rebuild(conf, progress or (lambda *a: None), fence_all)
+    finally:
+        lock.release()
+
+
+@dataclasses.dataclass
+class _Salvage:
+    """What the old index still yields (nothing when it is gone or unreadable)."""
+
+    records: dict[int, StoredLedger] = dataclasses.field(default_factory=dict)
+    tombstones: set[int] = dataclasses.field(default_factory=set)
+    meta: dict[bytes, bytes] = dataclasses.field(default_factory=dict)  # but current_logs
+
+    def unfinished_copy(self) -> int | None:
+        """The log a compaction was still copying into (state "copying"): unsynced, never
+        pointed at, and unlinked by the compaction's own recovery at the next start."""
+        raw = self.meta.get(COMPACTION_KEY)
+        try:
+            state = orjson.loads(raw) if raw else {}
+            return int(state["new"]) if state.get("state") == "copying" else None
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+COMPACTION_KEY = b"compaction"  # bookie.workers.compaction's step record in ``meta``
+
+
+def _salvage(conf, report: RebuildReport) -> _Salvage:
+    """Read the old index in a child process: a damaged one must not crash the rebuild meant to
+    replace it."""
+    if not os.path.exists(os.path.join(index_path(conf), "data.mdb")):
+        return _Salvage()
+    try:
+        held, gone, meta = in_child(lambda: _read_old_index(conf), "the old index")
+    except IndexUnreadable as e:
+        report.warnings.append(f"nothing kept from the old index: {e}")
+        return _Salvage()
+    report.salvaged_from_old_index = True
+    return _Salvage({lid: StoredLedger.from_dict(raw) for lid, raw in held}, set(gone),
+                    {bytes.fromhex(k): bytes.fromhex(v) for k, v in meta})
+
+
+def _read_old_index(conf) -> tuple[list, list, list]:
+    env, index = open_index_readonly(conf)
+    try:
+        with env.begin() as txn:
+            held = [(lid, index.get_ledger(txn, lid)) for lid in index.ledger_ids(txn)]
+            with txn.cursor(db=index.deleted) as cur:
+                gone = [LEDGER_KEY.unpack(k)[0] for k in cur.iternext(values=False)]
+            with txn.cursor(db=index.meta) as cur:
+                meta = [(bytes(k).hex(), bytes(v).hex()) for k, v in cur if k != b"current_logs"]
+        return held, gone, meta
+    finally:
+        env.close()
+
+
+def _rebuild(conf, progress: Progress, fence_all: bool) -> RebuildReport:
+    t0 = time.monotonic()
+    final = index_path(conf)
+    report = RebuildReport(index=final)
+    old = _salvage(conf, report)
+    skip = old.unfinished_copy()
+    work = final + ".rebuild"
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    env = lmdb.open(work, map_size=conf.index_map_size_bytes, max_dbs=8, sync=False,
+                    metasync=False, max_readers=64, lock=True)
+    try:
+        index = Index(env)
+        table = LedgerTable()
+        for ledger_id in old.tombstones:
+            table.mark_deleted(ledger_id)
+        recovered, whole = _index_logs(conf, index, table, report, progress, skip)
+        _apply_journal(conf, table, report, progress)
+        _write_ledgers(index, table, old.records, old.tombstones, recovered, report, fence_all)
+        _write_maps(index, whole, report, progress)
+        _write_meta(conf, index, old.meta)
+        env.sync(True)
+    finally:
+        env.close()
+    previous = final + ".old"
+    shutil.rmtree(previous, ignore_errors=True)
+    if os.path.exists(final):
+        os.rename(final, previous)
+    os.rename(work, final)
+    fsync_dir(os.path.dirname(final))
+    shutil.rmtree(previous, ignore_errors=True)
+    report.seconds = time.monotonic() - t0
+    return report
+
+
+def _index_logs(conf, index: Index, table: LedgerTable, report: RebuildReport,
+                progress: Progress, skip: int | None) -> tuple[set[int], set[int]]:
+    """Put the location of every entry of every log (ascending log id: a later copy wins), but
+    of ``skip``, the log an unfinished compaction was copying into.
+
+    Returns:
+        the ledgers that have a recovery add in some log, and the logs read to their end.
+    """
+    logs = log_paths(ledger_dirs_of(conf))
+    if skip is not None and any(log_id == skip for log_id, _ in logs):
+        report.warnings.append(f"{log_name(skip)}: an unfinished compaction's copy: not indexed "
+                               f"(the compaction's recovery removes it at the next start)")
+        logs = [(log_id, path) for log_id, path in logs if log_id != skip]
+    recovered: set[int] = set()
+    whole: set[int] = set()
+    earlier = EntryLogReader(ledger_dirs_of(conf))
+    try:
+        _index_each_log(logs, index, table, report, progress, recovered, whole, earlier)
+    finally:
+        earlier.close()
+    progress("entry logs", len(logs), len(logs), report.entries)
+    return recovered, whole
+
+
+def _index_each_log(logs, index, table, report, progress, recovered, whole, earlier) -> None:
+    last_note = 0.0
+    for n, (log_id, path) in enumerate(logs):
+        try:
+            elog = EntryLogFile(path)
+        except InspectError as e:
+            report.warnings.append(f"{e}: skipped")
+            continue
+        with elog, index.env.begin(write=True) as txn:
+            if elog.log_id != log_id:
+                report.warnings.append(f"{path}: its header says log id {elog.log_id}: skipped")
+                continue
+            for pos, rec in elog.records():
+                if not table.apply(rec):
+                    if not table.get(rec.ledger_id).deleted:
+                        report.warnings.append(f"{path} offset {pos}: ledger {rec.ledger_id} with "
+                                               f"another master key than its first record: skipped")
+                    continue
+                if rec.flags & records.FLAG_RECOVERY:
+                    recovered.add(rec.ledger_id)
+                _put_record(index, txn, elog, pos, rec, earlier, report)
+                now = time.monotonic()
+                if now - last_note >= 1.0:
+                    last_note = now
+                    progress("entry logs", n, len(logs), report.entries)
+            if elog.scan.damaged:
+                report.warnings.append(f"{path}: {elog.scan.stop}; what follows it is not indexed")
+            else:
+                whole.add(log_id)
+        report.logs += 1
+
+
+def _put_record(index: Index, txn, elog: EntryLogFile, pos: int, rec, earlier: EntryLogReader,
+                report: RebuildReport) -> None:
+    """Index the entries of one ADD_BATCH record.
+
+    An entry that does not name the record's ledger (bytes that never reached the disk) is not
+    indexed.  An entry already indexed from a lower log is a copy: the later one counts, as on
+    the live path, unless its bytes differ and only the earlier passes its CRC digest (a copy
+    torn by a power loss must not replace a whole one).
+    """
+    data_at = pos + rec.data_offset
+    offsets = np.cumsum(rec.lengths) - rec.lengths
+    ledger_ids, entry_ids = wire.batch_ids(elog.buf[data_at:pos + rec.size], offsets)
+    keep = ledger_ids == rec.ledger_id
+    if not keep.all():
+        report.warnings.append(f"{elog.path} offset {pos}: {int((~keep).sum())} entries do not "
+                               f"name ledger {rec.ledger_id}: not indexed")
+    for i in np.flatnonzero(keep).tolist():
+        old = index.locate(txn, rec.ledger_id, int(entry_ids[i]))
+        if old is None:
+            continue
+        report.copies += 1
+        start = data_at + int(offsets[i])
+        new = elog.read(start, int(rec.lengths[i]))
+        try:
+            was = bytes(earlier.read(*old))
+        except OSError:
+            continue
+        if was != new and digest_kind(new) is None and digest_kind(was) is not None:
+            keep[i] = False
+            report.warnings.append(f"ledger {rec.ledger_id} entry {int(entry_ids[i])}: the copy "
+                                   f"in {log_name(elog.log_id)} fails its digest; the one in "
+                                   f"{log_name(old[0])} is kept")
+    index.put_locations(txn, rec.ledger_id, entry_ids[keep], elog.log_id,
+                        (offsets + data_at)[keep], rec.lengths[keep])
+    report.entries += int(keep.sum())
+
+
+def _apply_journal(conf, table: LedgerTable, report: RebuildReport, progress: Progress) -> None:
+    """Fences, explicit LACs and master keys from every journal record still on disk."""
+    journal = current_dir(conf.journal_dir)
+    last_note = 0.0
+    for jrec in iter_journal(journal, report.warnings):
+        table.apply(jrec.record)
+        report.journal_records += 1
+        now = time.monotonic()
+        if now - last_note >= 1.0:
+            last_note = now
+            progress("journal", report.journal_records, 0, report.entries)
+
+
+def _write_ledgers(index: Index, table: LedgerTable, old_records: dict[int, StoredLedger],
+                   tombstones: set[int], recovered: set[int], report: RebuildReport,
+                   fence_all: bool) -> None:
+    for ledger_id, old in old_records.items():
+        if table.get(ledger_id) is None and ledger_id not in tombstones:
+            table.ledgers[ledger_id] = StoredLedger(old.master_key, old.fenced, old.lac)
+    with index.env.begin(write=True) as txn:
+        for ledger_id, info in sorted(table.ledgers.items()):
+            if info.deleted:
+                txn.put(LEDGER_KEY.pack(ledger_id), b"", db=index.deleted)
+                report.deleted += 1
+                continue
+            old = old_records.get(ledger_id)
+            if old is not None and old.master_key == info.master_key:
+                info.fenced = info.fenced or old.fenced
+                info.lac = max(info.lac, old.lac)
+            info.fenced = info.fenced or ledger_id in recovered or fence_all
+            index.put_ledger(txn, ledger_id, info.as_dict())
+            report.ledgers += 1
+            report.fenced += info.fenced
+
+
+def _write_meta(conf, index: Index, kept: dict[bytes, bytes]) -> None:
+    """The old index's other ``meta`` keys as they were (the log id sequence, the compaction's
+    state: they belong to the parts of the bookie that wrote them), and as current logs the
+    newest log of each ledger directory: the GC leaves those (and any newer) alone until the
+    next start rolls new ones."""
+    newest = {}
+    for log_id, path in log_paths(ledger_dirs_of(conf)):
+        newest[os.path.dirname(path)] = log_id
+    with index.env.begin(write=True) as txn:
+        for key, value in kept.items():
+            txn.put(key, value, db=index.meta)
+        index.set_current_logs(txn, newest.values())
+
+
+def _write_maps(index: Index, whole: set[int], report: RebuildReport, progress: Progress) -> None:
+    """Each log's ledger map from the locations the rebuilt index holds (live bytes).  A log
+    read to its end whose entries all lie elsewhere too gets an empty map: the GC may delete
+    it.  A damaged log keeps no map unless some entry lives in it (what follows the damage is
+    unknown, so the GC must keep it)."""
+    maps: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    report.entries = 0
+    with index.env.begin() as txn, txn.cursor(db=index.entries) as cur:
+        for k, v in cur:
+            log_id, _, length = LOC.unpack(v)
+            maps[log_id][LEDGER_KEY.unpack(k[:8])[0]] += length
+            report.entries += 1
+    logs = set(maps) | whole
+    with index.env.begin(write=True) as txn:
+        for log_id in sorted(logs):
+            index.add_to_log_map(txn, log_id, dict(maps.get(log_id, {})))
+    progress("ledger maps", len(logs), len(logs), report.entries)
+
+
+# ---- local consistency check ---------------------------------------------------------------------
+
+@dataclasses.dataclass
+class ConsistencyReport:
+    entries: int = 0
+    ledgers: int = 0
+    digests_checked: int = 0
+    digests_unknown: int = 0  # entries of ledgers with a MAC or no digest
+    problems: list[str] = dataclasses.field(default_factory=list)
+    problem_count: int = 0
+
+    MAX_LISTED = 100
+
+    def problem(self, line: str) -> None:
+        self.problem_count += 1
+        if len(self.problems) < self.MAX_LISTED:
+            self.problems.append(line)
+
+
+def consistency_check(conf, ledger_id: int | None = None,
+                      progress: Progress | None = None) -> ConsistencyReport:
+    """Every indexed entry is present in its entry log, is the entry it is indexed as, and (for
+    ledgers with a CRC digest) passes its digest.  Read-only; may run beside a live bookie: one
+    short read transaction per ledger, and an entry that looks missing is looked up again in a
+    fresh one (the bookie may have rolled a new log, or the GC or a compaction moved it).
+
+    Raises:
+        IndexUnreadable: no index, or it cannot be opened.
+    """
+    progress = progress or (lambda *a: None)
+    env, index = open_index_readonly(conf)
+    checker = _Checker(conf, env, index)
+    last_note = 0.0
+    try:
+        with env.begin() as txn:
+            ledgers = [ledger_id] if ledger_id is not None else index.ledger_ids(txn)
+        for lid in ledgers:
+            checker.report.ledgers += 1
+            checker.ledger(lid)
+            now = time.monotonic()
+            if now - last_note >= 1.0:
+                last_note = now
+                progress("ledgers", checker.report.ledgers, len(ledgers), checker.report.entries)
+    finally:
+        checker.close()
+        env.close()
+    return checker.report
+
+
+class _Checker:
+    def __init__(self, conf, env, index: Index):
+        self.conf, self.env, self.index = conf, env, index
+        self.logs = dict(log_paths(ledger_dirs_of(conf)))
+        self.files: dict[int, int] = {}
+        self.report = ConsistencyReport()
+
+    def close(self) -> None:
+        for fd in self.files.values():
+            os.close(fd)
+
+    def _read(self, ledger_id: int, entry_id: int, loc) -> bytes | None:
+        """The entry's bytes, or None when it is gone meanwhile; a problem goes to the report."""
+        problem = _located_entry_problem(ledger_id, entry_id, loc, self.logs, self.files)
+        if problem:  # look again: a log rolled, moved or deleted since this transaction began
+            self.logs = dict(log_paths(ledger_dirs_of(self.conf)))
+            with self.env.begin() as txn:
+                loc = self.index.locate(txn, ledger_id, entry_id)
+            if loc is None:
+                return None
+            problem = _located_entry_problem(ledger_id, entry_id, loc, self.logs, self.files)
+            if problem:
+                self.report.problem(problem)
+                return None
+        return os.pread(self.files[loc[0]], loc[2], loc[1])
+
+    def _located(self, ledger_id: int, chunk: int = 10_000):
+        """The ledger's indexed entries, ``chunk`` at a time, each chunk from a short read
+        transaction (a long one would keep the bookie's index from reusing its pages)."""
+        first = 0
+        while True:
+            with self.env.begin() as txn:
+                part = list(itertools.islice(indexed_entries(self.index, txn, ledger_id, first), chunk))
+            yield from part
+            if len(part) < chunk:
+                return
+            first = part[-1][0] + 1
+
+    def ledger(self, ledger_id: int) -> None:
+        report = self.report
+        kind = None
+        unknown: list[int] = []
+        for entry_id, loc in self._located(ledger_id):
+            report.entries += 1
+            entry = self._read(ledger_id, entry_id, loc)
+            if entry is None:
+                continue
+            got = digest_kind(entry)
+            if got is None:
+                unknown.append(entry_id)
+            elif kind is None or got == kind:
+                kind = got
+                report.digests_checked += 1
+            else:
+                report.problem(f"ledger {ledger_id} entry {entry_id}: {got} digest where the "
+                               f"ledger's other entries have {kind}")
+        if kind is None:
+            report.digests_unknown += len(unknown)  # a MAC (needs the password) or no digest
+            return
+        for entry_id in unknown:
+            report.problem(f"ledger {ledger_id} entry {entry_id}: digest mismatch (the ledger's "
+                           f"other entries pass {kind})")
