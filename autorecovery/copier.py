@@ -118,6 +118,14 @@ class Bookies:
                 return entries[:k]  # a wrong answer is no copy
         return entries
 
+    def info(self, bookie: str) -> dict:
+        """The bookie's INFO answer (id, free and total bytes of its ledger disk, writable)."""
+        import orjson
+        status, frames = self.request(bookie, False, Op.INFO, 0, 0, [])
+        if status != Status.OK:
+            raise CopyError(f"{bookie}: INFO answered {Status(status).name}")
+        return orjson.loads(frames[0])
+
     def add_recovery(self, bookie: str, ledger_id: int, master_key: bytes, entries: list[bytes]
                      ) -> None:
         lengths, data = wire.pack_batch(entries)

@@ -60,6 +60,7 @@ class Replicator:
         self.dry_run = dry_run
         self.rng = rng or random.Random()
         self.progress = progress
+        self.exclude: set[str] = set()  # never a replacement (bookies being recovered)
         self.copied_bytes = 0
         self.copied_entries = 0
 
@@ -98,10 +99,12 @@ class Replicator:
 
     # -- one ledger ------------------------------------------------------------------------------
 
-    def heal(self, ledger_id: int, missing: list[str] | None = None, mark_ctime_s: float | None = None
-             ) -> str:
+    def heal(self, ledger_id: int, missing: list[str] | None = None, mark_ctime_s: float | None = None,
+             force: bool = False, skip_open: bool = False) -> str:
         """Heal ``ledger_id`` (module docstring).  ``missing``: the bookies its mark names (None:
-        read the mark; every unregistered bookie it names when there is none)."""
+        read the mark; every unregistered bookie it names when there is none).  ``force``
+        (manual recover, decommission): replace ``missing`` even while registered, reading from
+        them too where they still answer.  ``skip_open``: leave a ledger that is not closed."""
         if missing is None:
             found = self.ur.mark_of(ledger_id)
             missing = found[0] if found else None
@@ -113,19 +116,22 @@ class Replicator:
         registered = self._registered()
         if missing is None:
             missing = sorted(rules.named_bookies(meta) - registered)
-        reason = rules.settle_mark(missing, meta, registered)
+        reason = rules.settle_mark(missing, meta, set() if force else registered)
         if reason != rules.KEEP:
             self._settle(ledger_id, reason)
             return SETTLED
-        dead = (set(missing) & rules.named_bookies(meta)) - registered
+        dead = (set(missing) & rules.named_bookies(meta)) - (set() if force else registered)
+        unavailable = dead - registered
         password = self._password(meta)
         if password is None:
             self._report_lost(ledger_id, {"reason": "password unknown to autorecovery",
                                           "missing": sorted(dead)})
             return LOST
+        if meta.state is not LedgerState.CLOSED and skip_open:
+            return WAIT
         if meta.state is not LedgerState.CLOSED:
             since = mark_ctime_s if mark_ctime_s is not None else meta.ctime_ms / 1000.0
-            if time.time() - since < self.grace_s:
+            if not force and time.time() - since < self.grace_s:
                 return WAIT
             if self.dry_run or not self._recover(ledger_id, meta, password):
                 return RETRY
@@ -136,10 +142,10 @@ class Replicator:
                 return SETTLED
             if meta.state is not LedgerState.CLOSED:
                 return RETRY
-            dead = (set(missing) & rules.named_bookies(meta)) - registered
+            dead = (set(missing) & rules.named_bookies(meta)) - (set() if force else registered)
         key = master_key(password)
         outcome = HEALED
-        for heal in rules.plan_ledger(meta, dead, self.rng):
+        for heal in rules.plan_ledger(meta, dead, self.rng, unavailable):
             if heal.unhealable:
                 self._report_lost(ledger_id, {"reason": "no live copy", "first": heal.first,
                                               "last": heal.last, "bookie": heal.bookie})
@@ -163,7 +169,7 @@ class Replicator:
         if ensemble[heal.position] != heal.bookie:
             return HEALED  # changed meanwhile: nothing left to do here
         writable = self.store.list_bookies()
-        avoid: set[str] = set()
+        avoid: set[str] = set(self.exclude)
         while True:
             target = rules.choose_replacement(ensemble, writable, self.rng, avoid)
             if target is None:

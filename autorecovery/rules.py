@@ -162,14 +162,16 @@ class FragmentHeal:
     unhealable: bool = False  # some entry has no live copy left
 
 
-def plan_ledger(meta: LedgerMetadata, dead: set[str], rng: random.Random | None = None
-                ) -> list[FragmentHeal]:
+def plan_ledger(meta: LedgerMetadata, dead: set[str], rng: random.Random | None = None,
+                unavailable: set[str] | None = None) -> list[FragmentHeal]:
     """Every (fragment, dead position) of a ledger to heal, in fragment order.  A closed ledger
-    only: an open one is recovered (closed) first.  Sources are live members of each write set,
-    chosen at random among the live ones to spread the reads."""
+    only: an open one is recovered (closed) first.  Sources are the members of each write set
+    not in ``unavailable`` (default: ``dead``; a decommissioned bookie that still runs is
+    replaced but may serve its copies), shuffled to spread the reads."""
     if meta.state is not LedgerState.CLOSED:
         raise ValueError("plan_ledger needs a closed ledger; recover an open one first")
     rng = rng or random.Random()
+    unavailable = set(dead) if unavailable is None else set(unavailable)
     E, Qw = meta.ensemble_size, meta.write_quorum
     heals = []
     for first, last, ensemble in fragment_ranges(meta):
@@ -181,7 +183,7 @@ def plan_ledger(meta: LedgerMetadata, dead: set[str], rng: random.Random | None 
                 members = write_set(r, E, Qw)
                 if position not in members:
                     continue
-                live = [ensemble[p] for p in members if ensemble[p] not in dead]
+                live = [ensemble[p] for p in members if ensemble[p] not in unavailable]
                 if not live:
                     unhealable = True
                     continue
