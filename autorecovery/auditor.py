@@ -2,7 +2,9 @@
 
 Only the elected auditor runs ``Auditor.tick``.  Each tick reads the registered bookies (cheap);
 a full pass over the ledgers runs when the set of lost bookies changed, a bookie came back, an
-operator triggered an audit, or ``auditorPeriodicBookieCheckInterval`` elapsed.  A full pass
+operator triggered an audit, or ``auditorPeriodicBookieCheckInterval`` elapsed.  An entry check
+(``auditorPeriodicCheckInterval``, or a trigger) reads every closed ledger's entries from each
+bookie of their write sets and copies back any that is missing (``Replicator.fill``).  A full pass
 marks every ledger that names a lost bookie, reports (once) those with entries left on no live
 bookie, and settles marks that are stale (``rules.settle_mark``).
 
@@ -23,7 +25,7 @@ from bookie.metadata.underreplication import UnderReplication
 
 class Auditor:
     def __init__(self, store, delay_s: float, bookie_check_interval_s: float = 86400.0,
-                 log=None, clock=time.monotonic):
+                 log=None, clock=time.monotonic, check_interval_s: float = 0.0, fill=None):
         self.store = store
         self.ur = UnderReplication(store)
         self.membership = rules.Membership(delay_s)
@@ -34,6 +36,10 @@ class Auditor:
         self._last_registered: set[str] = set()
         self._last_full = None
         self._trigger = self.ur.audit_trigger()
+        # the periodic entry check (auditorPeriodicCheckInterval): fill(ledger_id) -> copies
+        self.check_interval_s = check_interval_s
+        self.fill = fill
+        self._last_check = clock()
         self.marked_total = 0
         self.lost_reported_total = 0
 
@@ -52,11 +58,25 @@ class Auditor:
                or (self.bookie_check_interval_s > 0
                    and now - self._last_full >= self.bookie_check_interval_s))
         self._last_registered = registered
-        if not due:
-            return False
-        self._trigger = trigger
-        self.full_pass(now, registered)
-        return True
+        triggered = trigger != self._trigger
+        if due:
+            self._trigger = trigger
+            self.full_pass(now, registered)
+        if self.fill is not None and (triggered or (
+                self.check_interval_s > 0 and now - self._last_check >= self.check_interval_s)):
+            self._last_check = now
+            self.entry_check()
+        return bool(due)
+
+    def entry_check(self) -> int:
+        """Every closed, unmarked ledger: each entry on each live bookie of its write set."""
+        marked = set(self.ur.marks())
+        filled = 0
+        for ledger_id in list(self.store.list_ledgers()):
+            if ledger_id not in marked:
+                filled += self.fill(ledger_id)
+        self.log("entry check done", copies_restored=filled)
+        return filled
 
     def full_pass(self, now: float, registered: set[str]) -> None:
         ledgers = {}

@@ -206,6 +206,54 @@ class Replicator:
             except BadVersionError:
                 meta, version = self.store.read_ledger(ledger_id)
 
+    # -- the periodic entry check ----------------------------------------------------------------
+
+    def fill(self, ledger_id: int) -> int:
+        """Give every entry of a closed ledger a copy on each bookie of its write set: read
+        what each registered bookie holds (strided, in batches) and copy each missing entry to
+        it from another member.  Returns the entries copied; 0 for an open or unknown ledger."""
+        try:
+            meta, _ = self.store.read_ledger(ledger_id)
+        except NoSuchLedgerError:
+            return 0
+        password = self._password(meta)
+        registered = self._registered()
+        if meta.state is not LedgerState.CLOSED or password is None:
+            return 0
+        key, stride, filled = master_key(password), meta.ensemble_size, 0
+        unregistered = rules.named_bookies(meta) - registered
+        for run in rules.holdings(meta, skip=unregistered):
+            entry, left = run.first_entry, run.count
+            while left > 0:
+                want = min(self.batch, left)
+                try:
+                    got = len(self.bookies.read_strided(run.bookie, ledger_id, entry, want, stride))
+                except CopyError:
+                    break  # not answering now: the next check looks again
+                entry, left = entry + got * stride, left - got
+                if got == want or left <= 0:
+                    continue
+                if got:  # short: a gap, or only the answer's size limit?  Ask for it alone
+                    try:
+                        if self.bookies.read_strided(run.bookie, ledger_id, entry, 1, stride):
+                            continue
+                    except CopyError:
+                        break
+                # ``entry`` is missing on run.bookie: copy it from another member
+                one = rules.Copy(entry % stride, entry, 1, run.sources)
+                try:
+                    copy_residue(self.bookies, ledger_id, key, one, stride, run.bookie, 1,
+                                 self.limiter)
+                    filled += 1
+                    self.log("entry copy restored", ledger_id=ledger_id, entry_id=entry,
+                             bookie=run.bookie)
+                except EntryMissing:
+                    self._report_lost(ledger_id, {"reason": "no live copy", "entry_id": entry})
+                except CopyError:
+                    break
+                entry, left = entry + stride, left - 1
+        return filled
+
     def _settle(self, ledger_id: int, reason: str) -> None:
         if not self.dry_run:
             self.ur.unmark(ledger_id)

@@ -239,3 +239,40 @@ def settle_mark(missing: list[str], meta: LedgerMetadata | None, registered: set
     if still <= set(registered):
         return DROP_BACK
     return KEEP
+
+
+# -- the periodic entry check ------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Holding:
+    """What ``bookie`` (at ``position`` of the fragment from ``first``) must hold: entries
+    ``first_entry + k * E`` for k < ``count``; ``sources`` are the other members of their write
+    set, to copy a missing one from."""
+
+    bookie: str
+    position: int
+    first: int
+    first_entry: int
+    count: int
+    sources: tuple[str, ...]
+
+
+def holdings(meta: LedgerMetadata, skip: set[str] = frozenset()) -> list[Holding]:
+    """Every run of entries each bookie of a closed ledger must hold (bookies in ``skip``
+    left out), so a check can find entries that have fewer than Qw copies (an add confirmed by
+    Qa bookies while the writer was replacing another, or a copy lost since)."""
+    if meta.state is not LedgerState.CLOSED:
+        return []
+    E, Qw = meta.ensemble_size, meta.write_quorum
+    out = []
+    for first, last, ensemble in fragment_ranges(meta):
+        for r in _residues(first, last, E):
+            members = write_set(r, E, Qw)
+            start = first + (r - first) % E
+            count = (last - start) // E + 1
+            for p in members:
+                if ensemble[p] in skip:
+                    continue
+                others = tuple(ensemble[q] for q in members if q != p and ensemble[q] not in skip)
+                out.append(Holding(ensemble[p], p, first, start, count, others))
+    return out

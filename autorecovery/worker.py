@@ -80,7 +80,9 @@ class AutorecoveryWorker:
         is_auditor = bool(votes) and votes[0] == self.vote
         if is_auditor and self.auditor is None:
             self.auditor = Auditor(self.store, self.conf.lost_bookie_recovery_delay_s,
-                                   self.conf.auditor_bookie_check_interval_s, log=self.log)
+                                   self.conf.auditor_bookie_check_interval_s, log=self.log,
+                                   check_interval_s=self.conf.auditor_check_interval_s,
+                                   fill=self.replicator.fill)
             self.log("elected auditor", vote=self.vote,
                      lost_bookie_recovery_delay_s=self.conf.lost_bookie_recovery_delay_s)
         elif not is_auditor and self.auditor is not None:

@@ -83,6 +83,34 @@ def assert_every_entry_on_qw_live_copies(bk, ledger_ids, dead):
             c.close()
 
 
+def gappy_ledger(uri, bookies, entries=30):
+    """A closed ledger (E3/Qw2/Qa1) whose entries are each on the first bookie of their write
+    set only, as a writer leaves entries acked by Qa while it replaced a bookie."""
+    from bookie import wire
+    from bookie.client.digest import master_key, password_digest
+    from bookie.metadata.ledger import LedgerMetadata, LedgerState
+    with open_metadata(uri) as store:
+        meta = LedgerMetadata(3, 2, 1, digest_type="dummy", password_digest=password_digest(b""),
+                              fragments=[(0, list(bookies))])
+        ledger_id, version = store.create_ledger(meta)
+        for e in range(entries):
+            first = bookies[write_set(e, 3, 2)[0]]
+            with RawBookieClient(first, timeout_s=30) as c:
+                entry = wire.pack_entry(ledger_id, e, e - 1, 0, b"", b"gap-%d" % e)
+                assert c.add(ledger_id, [entry], master_key(b"")) == Status.OK
+        meta.state, meta.last_entry_id = LedgerState.CLOSED, entries - 1
+        store.write_ledger(ledger_id, meta, version)
+    return ledger_id
+
+
+def copies_complete(bk, ledger_ids, dead=frozenset()) -> bool:
+    try:
+        assert_every_entry_on_qw_live_copies(bk, ledger_ids, dead)
+        return True
+    except AssertionError:
+        return False
+
+
 def read_all(bk, ledger_ids, entries):
     for n, ledger_id in enumerate(ledger_ids):
         h = bk.open_ledger(ledger_id)
@@ -106,6 +134,8 @@ def heal_and_lose_a_second_bookie(uri, tmp_path, conf, ledgers=6):
                 h.add_entry(b"only copy")
                 h.close()
                 q1 = h.ledger_id
+                gap = gappy_ledger(lb.metadata_uri, lb.bookies[1:4])
+                assert not copies_complete(bk, [gap])
                 lb.kill(0)
                 wait_for(lambda: not any(names(bk, i, victim) for i in ids),
                          what=f"no ledger to name {victim}")
@@ -116,6 +146,10 @@ def heal_and_lose_a_second_bookie(uri, tmp_path, conf, ledgers=6):
                     wait_for(lambda: ur.marks() == {}, what="no mark left")
                     time.sleep(3)  # several auditor and worker rounds: not marked again
                     assert ur.marks() == {} and list(ur.lost()) == [q1]
+                    # the writer's gap: an entry check (triggered) gives each entry Qw copies
+                    ur.trigger_audit()
+                    wait_for(lambda: copies_complete(bk, [gap], {victim}),
+                             what="every entry of the gappy ledger on Qw bookies")
                 logs = "".join(lb.log(i) for i in range(1, 4))
                 assert logs.count(f"ledger lost entries: no live copy to heal from ledger_id={q1}") == 1
                 # a second loss now loses nothing: every entry still has a live copy
