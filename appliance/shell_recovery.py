@@ -130,6 +130,7 @@ def _heal_bookies(store, args, bookies: list[str], skip_open: bool, dry_run: boo
                 f"{time.monotonic() - started:.1f} s")
     finally:
         replicator.close()
+    summary["copy_seconds"] = round(time.monotonic() - started, 3)
     summary["copied_bytes"] = replicator.copied_bytes
     summary["copied_entries"] = replicator.copied_entries
     return summary

@@ -86,9 +86,17 @@ class Bookies:
 
     def request(self, bookie: str, read: bool, op: int, ledger_id: int, flags: int, body
                 ) -> tuple[int, list]:
+        return self.wait(bookie, read, self.send(bookie, read, op, ledger_id, flags, body))
+
+    def send(self, bookie: str, read: bool, op: int, ledger_id: int, flags: int, body) -> int:
+        """Send a request; collect its answer with ``wait`` (one at a time per socket)."""
         sock = self._sock(bookie, read)
         rid = next(self._ids)
         sock.send_multipart([wire.pack_header(op, flags, rid, ledger_id), *body])
+        return rid
+
+    def wait(self, bookie: str, read: bool, rid: int) -> tuple[int, list]:
+        sock = self._sock(bookie, read)
         deadline = time.monotonic() + self.timeout_ms / 1000.0
         while True:
             left_ms = int((deadline - time.monotonic()) * 1000)
@@ -128,9 +136,15 @@ class Bookies:
 
     def add_recovery(self, bookie: str, ledger_id: int, master_key: bytes, entries: list[bytes]
                      ) -> None:
+        self.add_done(bookie, ledger_id, self.send_add(bookie, ledger_id, master_key, entries))
+
+    def send_add(self, bookie: str, ledger_id: int, master_key: bytes, entries: list[bytes]) -> int:
         lengths, data = wire.pack_batch(entries)
-        status, _ = self.request(bookie, False, Op.ADD, ledger_id, int(Flag.RECOVERY_ADD),
-                                 [master_key, lengths, data])
+        return self.send(bookie, False, Op.ADD, ledger_id, int(Flag.RECOVERY_ADD),
+                         [master_key, lengths, data])
+
+    def add_done(self, bookie: str, ledger_id: int, rid: int) -> None:
+        status, _ = self.wait(bookie, False, rid)
         if status != Status.OK:
             raise CopyError(f"{bookie}: recovery add to ledger {ledger_id} answered "
                             f"{Status(status).name}")
@@ -147,6 +161,7 @@ def copy_residue(bookies: Bookies, ledger_id: int, master_key: bytes, copy, stri
     copied = 0
     next_entry, left = copy.first_entry, copy.count
     sources = list(copy.sources)
+    pending = None  # the add in flight while the next batch is read
     while left > 0:
         want = min(batch, left)
         entries: list[bytes] = []
@@ -163,11 +178,15 @@ def copy_residue(bookies: Bookies, ledger_id: int, master_key: bytes, copy, stri
         if not entries:
             raise EntryMissing(ledger_id, next_entry, copy.sources)
         n_bytes = sum(len(e) for e in entries)
+        if pending is not None:
+            bookies.add_done(target, ledger_id, pending)
         limiter.spend(n_bytes)
-        bookies.add_recovery(target, ledger_id, master_key, entries)
+        pending = bookies.send_add(target, ledger_id, master_key, entries)
         copied += n_bytes
         next_entry += len(entries) * stride
         left -= len(entries)
         if progress is not None:
             progress(len(entries), n_bytes)
+    if pending is not None:
+        bookies.add_done(target, ledger_id, pending)
     return copied

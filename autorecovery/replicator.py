@@ -242,8 +242,9 @@ class Replicator:
                 # ``entry`` is missing on run.bookie: copy it from another member
                 one = rules.Copy(entry % stride, entry, 1, run.sources)
                 try:
-                    copy_residue(self.bookies, ledger_id, key, one, stride, run.bookie, 1,
-                                 self.limiter)
+                    self.copied_bytes += copy_residue(self.bookies, ledger_id, key, one, stride,
+                                                      run.bookie, 1, self.limiter,
+                                                      self._progress)
                     filled += 1
                     self.log("entry copy restored", ledger_id=ledger_id, entry_id=entry,
                              bookie=run.bookie)

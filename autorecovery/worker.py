@@ -23,7 +23,7 @@ import signal
 import time
 
 from bookie.autorecovery.auditor import Auditor
-from bookie.autorecovery.replicator import LOST, RETRY, WAIT, Replicator
+from bookie.autorecovery.replicator import HEALED, LOST, RETRY, WAIT, Replicator
 from bookie.metadata import MetadataError, open_metadata
 from bookie.metadata.underreplication import UnderReplication
 from bookie.workers.common import log_line
@@ -42,6 +42,8 @@ class AutorecoveryWorker:
         self.auditor: Auditor | None = None
         self.replicator: Replicator | None = None
         self._retry_after: dict[int, float] = {}
+        self.counts = {"marked": 0, "lost": 0, "healed": 0}
+        self._published: dict[str, float] = {}
 
     def log(self, event: str, level: str | None = None, **fields) -> None:
         log_line(self.name, event, level, **fields)
@@ -86,17 +88,45 @@ class AutorecoveryWorker:
             self.log("elected auditor", vote=self.vote,
                      lost_bookie_recovery_delay_s=self.conf.lost_bookie_recovery_delay_s)
         elif not is_auditor and self.auditor is not None:
+            # keep what it counted: the metrics are running totals of this process
+            self.counts["marked"] += self.auditor.marked_total
+            self.counts["lost"] += self.auditor.lost_reported_total
             self.auditor = None
             self.log("no longer auditor", vote=self.vote)
         return is_auditor
 
     def step(self) -> None:
         self._stand()
-        if not self.ur.enabled():
-            return
-        if self.auditor is not None:
-            self.auditor.tick()
-        self._replicate_one()
+        try:
+            if not self.ur.enabled():
+                return
+            if self.auditor is not None:
+                self.auditor.tick()
+            self._replicate_one()
+        finally:
+            self._publish()
+
+    def _publish(self) -> None:
+        """This worker's figures into the bookie's metrics (bookie.workers.metrics)."""
+        from bookie.workers.metrics import Metrics
+        if not hasattr(self, "metrics"):
+            self.metrics = Metrics()
+        auditor = self.auditor
+        figures = {
+            "bookie_autorecovery_marked_ledgers_total":
+                self.counts["marked"] + (auditor.marked_total if auditor else 0),
+            "bookie_autorecovery_lost_ledgers_total":
+                self.counts["lost"] + (auditor.lost_reported_total if auditor else 0),
+            "bookie_autorecovery_rereplicated_ledgers_total": self.counts["healed"],
+            "bookie_autorecovery_rereplicated_entries_total": self.replicator.copied_entries,
+            "bookie_autorecovery_rereplicated_bytes_total": self.replicator.copied_bytes,
+        }
+        for name, value in figures.items():
+            delta = value - self._published.get(name, 0)
+            if delta > 0:
+                self.metrics.metric(name).inc(delta)
+            self._published[name] = value
+        self.metrics.metric("bookie_autorecovery_auditor").set(1 if auditor else 0)
 
     def _replicate_one(self) -> bool:
         now = time.monotonic()
@@ -116,7 +146,10 @@ class AutorecoveryWorker:
                 if outcome in (RETRY, WAIT):
                     self._retry_after[ledger_id] = now + (5.0 if outcome == RETRY else 1.0)
                 elif outcome == LOST:
+                    self.counts["lost"] += 1
                     self._retry_after.pop(ledger_id, None)
+                elif outcome == HEALED:
+                    self.counts["healed"] += 1
                 return True
             finally:
                 self.ur.unlock(ledger_id)
