@@ -96,7 +96,8 @@ def _progress(args) -> Callable:
 
 # -- recover and decommission ------------------------------------------------------------------
 
-def _heal_bookies(store, args, bookies: list[str], skip_open: bool, dry_run: bool) -> dict:
+def _heal_bookies(store, args, bookies: list[str], skip_open: bool, dry_run: bool,
+                  read_from_them: bool = False) -> dict:
     """Heal every ledger naming ``bookies`` in this process; returns a summary."""
     from bookie.autorecovery import rules
     from bookie.autorecovery.replicator import Replicator
@@ -121,7 +122,7 @@ def _heal_bookies(store, args, bookies: list[str], skip_open: bool, dry_run: boo
     try:
         for n, ledger_id in enumerate(ledgers, 1):
             outcome = replicator.heal(ledger_id, sorted(targets), force=True,
-                                      skip_open=skip_open)
+                                      skip_open=skip_open, read_from_missing=read_from_them)
             key = {"healed": "healed", "settled": "healed", "lost": "lost",
                    "wait": "skipped"}.get(outcome, "failed")
             summary[key].append(ledger_id)
@@ -170,7 +171,8 @@ def _decommission(args) -> int:
                 f"land on it (make it read-only first: SIGUSR1 or the admin API)")
         summary = {}
         for attempt in range(3):  # new ledgers may have landed on it meanwhile
-            summary = _heal_bookies(store, args, [bookie], skip_open=False, dry_run=False)
+            summary = _heal_bookies(store, args, [bookie], skip_open=False, dry_run=False,
+                                    read_from_them=True)
             left = [i for i in store.list_ledgers()
                     if _names(store, i, bookie, rules)]
             if not left:

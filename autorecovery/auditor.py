@@ -107,8 +107,9 @@ class Auditor:
                     self.log("ledger lost entries: no live copy to heal from", level="error",
                              ledger_id=ledger_id, missing=",".join(audit.missing),
                              ranges=";".join(f"{a}-{b}" for a, b in audit.lost_ranges))
-                continue
-            if audit.missing and self.ur.mark(ledger_id, list(audit.missing)):
+            # marked only while a worker has something to copy: a fragment left with no live
+            # copy is reported above, never retried
+            if audit.mark and self.ur.mark(ledger_id, list(audit.missing)):
                 self.marked_total += 1
                 self.log("ledger marked under-replicated", ledger_id=ledger_id,
                          missing=",".join(audit.missing))

@@ -100,13 +100,18 @@ class Replicator:
     # -- one ledger ------------------------------------------------------------------------------
 
     def heal(self, ledger_id: int, missing: list[str] | None = None, mark_ctime_s: float | None = None,
-             force: bool = False, skip_open: bool = False) -> str:
+             force: bool = False, skip_open: bool = False, read_from_missing: bool = False
+             ) -> str:
         """Heal ``ledger_id`` (module docstring).  ``missing``: the bookies its mark names (None:
         read the mark; every unregistered bookie it names when there is none).  ``force``
         (manual recover, decommission): replace ``missing`` even while registered, reading from
-        them too where they still answer.  ``skip_open``: leave a ledger that is not closed."""
+        them too with ``read_from_missing`` (a decommissioned bookie that still runs).
+        ``skip_open``: leave a ledger that is not closed."""
+        found = self.ur.mark_of(ledger_id)
+        # the mark is removed at the version read here only: bookies the auditor adds to it
+        # meanwhile keep it for the next round
+        self._mark_version = found[1] if found else None
         if missing is None:
-            found = self.ur.mark_of(ledger_id)
             missing = found[0] if found else None
         try:
             meta, version = self.store.read_ledger(ledger_id)
@@ -121,11 +126,13 @@ class Replicator:
             self._settle(ledger_id, reason)
             return SETTLED
         dead = (set(missing) & rules.named_bookies(meta)) - (set() if force else registered)
-        unavailable = dead - registered
+        unavailable = dead - registered if read_from_missing else set(dead)
         password = self._password(meta)
         if password is None:
             self._report_lost(ledger_id, {"reason": "password unknown to autorecovery",
                                           "missing": sorted(dead)})
+            if not self.dry_run:
+                self.ur.unmark(ledger_id, self._mark_version)
             return LOST
         if meta.state is not LedgerState.CLOSED and skip_open:
             return WAIT
@@ -157,7 +164,7 @@ class Replicator:
             elif result == RETRY:
                 return RETRY
         if not self.dry_run:
-            self.ur.unmark(ledger_id)
+            self.ur.unmark(ledger_id, self._mark_version)
         if outcome == HEALED:
             self.log("ledger re-replicated", ledger_id=ledger_id, missing=",".join(sorted(dead)))
         return outcome
@@ -257,7 +264,7 @@ class Replicator:
 
     def _settle(self, ledger_id: int, reason: str) -> None:
         if not self.dry_run:
-            self.ur.unmark(ledger_id)
+            self.ur.unmark(ledger_id, getattr(self, "_mark_version", None))
         self.log("under-replication mark removed", ledger_id=ledger_id, reason=reason)
 
     def _report_lost(self, ledger_id: int, detail: dict) -> None:
@@ -267,4 +274,3 @@ class Replicator:
         if self.ur.report_lost(ledger_id, detail):
             self.log("ledger lost entries: no live copy to heal from", level="error",
                      ledger_id=ledger_id, **detail)
-        self.ur.unmark(ledger_id)

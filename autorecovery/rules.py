@@ -113,6 +113,12 @@ class LedgerAudit:
 
     missing: tuple[str, ...] = ()
     lost_ranges: tuple[tuple[int, int], ...] = ()
+    healable: bool = False  # some fragment names a lost bookie and still has live copies
+
+    @property
+    def mark(self) -> bool:
+        """Whether to mark the ledger: a replication worker has something to copy."""
+        return bool(self.missing) and self.healable
 
     @property
     def healthy(self) -> bool:
@@ -125,15 +131,17 @@ def audit_ledger(meta: LedgerMetadata, lost: set[str]) -> LedgerAudit:
     if not missing:
         return LedgerAudit()
     E, Qw = meta.ensemble_size, meta.write_quorum
-    lost_ranges = []
+    lost_ranges, healable = [], False
     for first, last, ensemble in fragment_ranges(meta):
-        if last == UNBOUNDED:
-            continue  # an open tail: recovery closes it first, then it is audited again
-        for r in _residues(first, last, E):
-            if all(ensemble[p] in lost for p in write_set(r, E, Qw)):
+        if not set(ensemble) & set(lost):
+            continue
+        if last != UNBOUNDED:  # an open tail: recovery closes it first, then it is audited again
+            if any(all(ensemble[p] in lost for p in write_set(r, E, Qw))
+                   for r in _residues(first, last, E)):
                 lost_ranges.append((first, last))
-                break
-    return LedgerAudit(tuple(missing), tuple(lost_ranges))
+                continue
+        healable = True
+    return LedgerAudit(tuple(missing), tuple(lost_ranges), healable)
 
 
 # -- replication -------------------------------------------------------------------------------

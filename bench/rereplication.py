@@ -81,7 +81,13 @@ def main(argv=None) -> int:
         baseline = fg.between(t0, time.monotonic())
         for n, rate in enumerate(rates):
             victim = lb.bookies[n]
+            killed_at = time.monotonic()
             lb.kill(n)
+            # the writer replaces the killed bookie first (an ensemble change): start the copy
+            # only once foreground adds flow again, so the figures are the copy's alone
+            deadline = killed_at + 120
+            while len(fg.between(killed_at, time.monotonic())) < 200 and time.monotonic() < deadline:
+                time.sleep(0.1)
             env = dict(os.environ)
             t_start = time.monotonic()
             out = subprocess.run(

@@ -83,6 +83,23 @@ def assert_every_entry_on_qw_live_copies(bk, ledger_ids, dead):
             c.close()
 
 
+def abandoned_open_ledger(uri, bookies, entries=20):
+    """An OPEN ledger (E3/Qw2/Qa2) whose writer is gone: each entry on its whole write set."""
+    from bookie import wire
+    from bookie.client.digest import master_key, password_digest
+    from bookie.metadata.ledger import LedgerMetadata
+    with open_metadata(uri) as store:
+        meta = LedgerMetadata(3, 2, 2, digest_type="dummy", password_digest=password_digest(b""),
+                              fragments=[(0, list(bookies))])
+        ledger_id, _ = store.create_ledger(meta)
+    for e in range(entries):
+        for p in write_set(e, 3, 2):
+            with RawBookieClient(bookies[p], timeout_s=30) as c:
+                entry = wire.pack_entry(ledger_id, e, e - 1, 0, b"", b"open-%d" % e)
+                assert c.add(ledger_id, [entry], master_key(b"")) == Status.OK
+    return ledger_id
+
+
 def gappy_ledger(uri, bookies, entries=30):
     """A closed ledger (E3/Qw2/Qa1) whose entries are each on the first bookie of their write
     set only, as a writer leaves entries acked by Qa while it replaced a bookie."""
@@ -135,11 +152,17 @@ def heal_and_lose_a_second_bookie(uri, tmp_path, conf, ledgers=6):
                 h.close()
                 q1 = h.ledger_id
                 gap = gappy_ledger(lb.metadata_uri, lb.bookies[1:4])
+                opened = abandoned_open_ledger(lb.metadata_uri, lb.bookies[0:3])
                 assert not copies_complete(bk, [gap])
                 lb.kill(0)
                 wait_for(lambda: not any(names(bk, i, victim) for i in ids),
                          what=f"no ledger to name {victim}")
                 assert_every_entry_on_qw_live_copies(bk, ids, {victim})
+                # the open ledger, after the grace period: fenced, recovered (closed), healed
+                wait_for(lambda: not names(bk, opened, victim), what="the open ledger healed")
+                assert bk.ledger_metadata(opened).is_closed
+                assert bk.ledger_metadata(opened).last_entry_id >= 18  # the last may be unconfirmed
+                assert_every_entry_on_qw_live_copies(bk, [opened], {victim})
                 with open_metadata(lb.metadata_uri) as store:
                     ur = UnderReplication(store)
                     wait_for(lambda: q1 in ur.lost(), what="the Qw=1 ledger reported lost")

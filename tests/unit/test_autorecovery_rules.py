@@ -55,6 +55,16 @@ def test_a_write_quorum_1_ledger_on_a_lost_bookie_is_lost_data_not_a_mark():
     assert audit.lost_ranges == ((0, 99),)
 
 
+def test_a_ledger_with_lost_and_healable_fragments_is_reported_and_marked_once_healed_not():
+    both = closed(2, 1, 1, [(0, [POOL[0], POOL[1]]), (10, [POOL[0], POOL[2]])], 19)
+    # fragment 0 holds entries whose only copy was on POOL[0]; so does fragment 10
+    audit = rules.audit_ledger(both, {POOL[0]})
+    assert audit.lost_ranges == ((0, 9), (10, 19)) and not audit.mark
+    healable = closed(2, 2, 2, [(0, [POOL[0], POOL[1]]), (10, [POOL[2], POOL[3]])], 19)
+    audit = rules.audit_ledger(healable, {POOL[0], POOL[1], POOL[2]})
+    assert audit.lost_ranges == ((0, 9),) and audit.mark  # fragment 10 still has POOL[3]
+
+
 def test_an_empty_trailing_fragment_loses_nothing():
     meta = closed(2, 1, 1, [(0, POOL[:2]), (10, POOL[2:4])], 9)
     assert rules.audit_ledger(meta, {POOL[2], POOL[3]}).lost_ranges == ()
