@@ -178,6 +178,11 @@ class AutorecoveryWorker:
                     self.log("metadata store call failed; retrying", level="warning",
                              error=str(e))
                     time.sleep(1.0)
+                except Exception as e:  # noqa: BLE001 - healing must never stop the bookie
+                    # (the supervisor stops a bookie whose worker dies too often)
+                    from bookie.workers import logs
+                    logs.emit_exception(self.name, "autorecovery round failed; retrying", e)
+                    time.sleep(2.0)
                 end = time.monotonic() + TICK_S
                 while not self.stopping and time.monotonic() < end:
                     time.sleep(0.05)
