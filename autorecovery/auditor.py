@@ -9,8 +9,9 @@ marks every ledger that names a lost bookie, reports (once) those with entries l
 bookie, and settles marks that are stale (``rules.settle_mark``).
 
 A new auditor starts with an empty ``Membership``: a bookie already gone is timed from the
-moment the new auditor sees it gone, so a takeover can only lengthen the delay, never shorten
-it.
+moment the new auditor sees it gone, and one it never saw registered waits at least
+``unseen_grace_s`` (the store's session timeout: long enough for a starting cluster's bookies to
+register), so a takeover can only lengthen the delay, never shorten it.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from bookie.metadata.underreplication import UnderReplication
 
 class Auditor:
     def __init__(self, store, delay_s: float, bookie_check_interval_s: float = 86400.0,
-                 log=None, clock=time.monotonic, check_interval_s: float = 0.0, fill=None):
+                 log=None, clock=time.monotonic, check_interval_s: float = 0.0, fill=None,
+                 unseen_grace_s: float = 0.0):
         self.store = store
         self.ur = UnderReplication(store)
-        self.membership = rules.Membership(delay_s)
+        self.membership = rules.Membership(delay_s, unseen_grace_s)
         self.bookie_check_interval_s = bookie_check_interval_s
         self.log = log or (lambda event, **fields: None)
         self.clock = clock

@@ -171,9 +171,8 @@ class Replicator:
 
     def _heal_fragment(self, ledger_id: int, heal: rules.FragmentHeal, key: bytes) -> str:
         meta, version = self.store.read_ledger(ledger_id)
-        ensemble = meta.ensemble_for(heal.first) if heal.last >= heal.first else \
-            dict(meta.fragments)[heal.first]
-        if ensemble[heal.position] != heal.bookie:
+        ensemble = dict(meta.fragments).get(heal.first)
+        if ensemble is None or ensemble[heal.position] != heal.bookie:
             return HEALED  # changed meanwhile: nothing left to do here
         writable = self.store.list_bookies()
         avoid: set[str] = set(self.exclude)

@@ -53,8 +53,12 @@ class Membership:
     observation that saw it so; ``lost(now_s)`` are those gone for at least ``delay_s``.
     """
 
-    def __init__(self, delay_s: float):
+    def __init__(self, delay_s: float, unseen_grace_s: float = 0.0):
         self.delay_s = float(delay_s)
+        # A bookie this auditor never saw registered (it was down when the auditor was elected,
+        # or the whole cluster is starting) is lost only after max(delay, this): a cluster that
+        # boots with lostBookieRecoveryDelay=0 does not re-replicate bookies still starting.
+        self.unseen_grace_s = float(unseen_grace_s)
         self.gone_since: dict[str, float] = {}
         self.seen: set[str] = set()
 
@@ -66,12 +70,16 @@ class Membership:
         for bookie in (self.seen | set(known)) - set(registered):
             self.gone_since.setdefault(bookie, now_s)
 
+    def _delay_of(self, bookie: str) -> float:
+        return self.delay_s if bookie in self.seen else max(self.delay_s, self.unseen_grace_s)
+
     def lost(self, now_s: float) -> set[str]:
-        return {b for b, t in self.gone_since.items() if now_s - t >= self.delay_s}
+        return {b for b, t in self.gone_since.items() if now_s - t >= self._delay_of(b)}
 
     def next_deadline(self, now_s: float) -> float | None:
         """The earliest time a gone bookie becomes lost (None if none is waiting)."""
-        pending = [t + self.delay_s for t in self.gone_since.values() if t + self.delay_s > now_s]
+        pending = [t + self._delay_of(b) for b, t in self.gone_since.items()
+                   if t + self._delay_of(b) > now_s]
         return min(pending) if pending else None
 
 

@@ -84,7 +84,8 @@ class AutorecoveryWorker:
             self.auditor = Auditor(self.store, self.conf.lost_bookie_recovery_delay_s,
                                    self.conf.auditor_bookie_check_interval_s, log=self.log,
                                    check_interval_s=self.conf.auditor_check_interval_s,
-                                   fill=self.replicator.fill)
+                                   fill=self.replicator.fill,
+                                   unseen_grace_s=self.conf.metadata_timeout_s)
             self.log("elected auditor", vote=self.vote,
                      lost_bookie_recovery_delay_s=self.conf.lost_bookie_recovery_delay_s)
         elif not is_auditor and self.auditor is not None:

@@ -41,6 +41,14 @@ def test_a_bookie_gone_for_the_delay_is_lost_and_the_clock_starts_when_first_see
     assert m.next_deadline(6) == 15
 
 
+def test_a_bookie_never_seen_registered_waits_for_the_grace_as_well():
+    m = rules.Membership(delay_s=0, unseen_grace_s=10)
+    m.observe(0, {"a", "b"}, known={"c"})
+    m.observe(1, {"a"}, known={"c"})
+    assert m.lost(1) == {"b"}  # seen, then gone: the delay alone
+    assert m.lost(9) == {"b"} and m.lost(10) == {"b", "c"}
+
+
 # -- the auditor -------------------------------------------------------------------------------
 
 def test_a_ledger_naming_a_lost_bookie_is_marked_missing_it():
