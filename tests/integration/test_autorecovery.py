@@ -4,8 +4,9 @@ second loss afterwards loses nothing; a bookie back within the delay costs no co
 quorum 1 ledger on a lost bookie is reported once; the auditor and a replication worker killed
 with SIGKILL are taken over.
 
-The first test runs by default on the embedded store; the rest (ZooKeeper, several kills) are
-opt-in: ``-m autorecovery_slow``.
+All are opt-in (``-m autorecovery_slow``, about 3 minutes): each starts four or five bookies
+and waits out a delay, a lease and a grace period.  The default run covers the same copying and
+metadata path through ``bookie shell recover`` (test_autorecovery_shell.py).
 """
 
 from __future__ import annotations
@@ -185,6 +186,7 @@ def heal_and_lose_a_second_bookie(uri, tmp_path, conf, ledgers=6):
             raise
 
 
+@pytest.mark.autorecovery_slow  # ~35 s: over the default run's budget for this feature
 def test_a_bookie_killed_for_good_is_replaced_and_a_second_loss_loses_nothing(tmp_path):
     heal_and_lose_a_second_bookie(None, tmp_path, FAST)
 

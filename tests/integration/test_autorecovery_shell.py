@@ -72,7 +72,6 @@ def test_deleteledger_asks_unless_forced_and_refuses_an_unknown_ledger(capsys, u
         assert list(store.list_ledgers()) == []
 
 
-@pytest.mark.autorecovery_slow
 def test_simpletest_bookieinfo_bookiesanity_decommission_and_recover(capsys, tmp_path):
     with LocalBookies(4, base_dir=str(tmp_path / "b")) as lb:
         uri = lb.metadata_uri
