@@ -117,3 +117,40 @@ def test_simpletest_bookieinfo_bookiesanity_decommission_and_recover(capsys, tmp
                 h = bk.open_ledger(ledger_id)
                 assert [x.data for x in h.read_entries(0, 29)] == \
                     [b"%d-%d" % (n, e) for e in range(30)]
+
+
+def test_bookie_autorecovery_runs_the_worker_alone_and_stands_for_auditor(tmp_path, uri):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    conf = tmp_path / "ar.conf"
+    conf.write_text(f"metadataServiceUri={uri}\nbookiePort=3999\nregistrationLeaseMs=1000\n")
+    proc = subprocess.Popen([sys.executable, "-m", "bookie", "autorecovery", "--conf", str(conf)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        with open_metadata(uri) as store:
+            ur = UnderReplication(store)
+            deadline = time.monotonic() + 60
+            while ur.auditor() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert ur.auditor()[1] == f"127.0.0.1:3999/{proc.pid}"
+            with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+                assert f.read().startswith(b"bookie[3999] autorecovery")
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0
+            assert ur.auditor() is None  # the vote is withdrawn on a clean stop
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert b"elected auditor" in proc.stderr.read()
+
+
+def test_bookie_autorecovery_without_a_store_is_one_line_and_status_2(capsys, tmp_path):
+    conf = tmp_path / "none.conf"
+    conf.write_text("bookiePort=3999\n")
+    assert main(["autorecovery", "--conf", str(conf)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no metadata store" in err
