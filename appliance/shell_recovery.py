@@ -10,6 +10,7 @@
     simpletest [--ensemble-size E ...] [--entries N]       write and read N entries on the cluster
     bookiesanity [--bookie ID]                             write and read on this bookie only
     bookieinfo                                             free / total disk per bookie
+    updatecookie --conf F [--list | --delete --force]      rewrite a stopped bookie's cookie
 
 Each takes ``--metadata URI`` or ``--conf FILE`` (a bookie's configuration) and ``--json``.
 BookKeeper's single-dash spellings are accepted too (``-ledgerid``, ``-force``,
@@ -79,6 +80,17 @@ def register(commands, metadata_command: Callable) -> None:
 
     metadata_command("bookieinfo", "Free and total ledger-disk space of every registered "
                      "bookie.", _bookieinfo)
+
+    p = metadata_command("updatecookie", "Rewrite a stopped bookie's cookie (in its directories "
+                         "and the store) to match its configuration now: a new bookie id "
+                         "(advertisedAddress, bookiePort) or added ledger/index directories.",
+                         _updatecookie)
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a key")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--list", "-list", action="store_true", help="show the cookies only")
+    group.add_argument("--delete", "-delete", action="store_true",
+                       help="remove the bookie's cookie from the store (with --force)")
+    p.add_argument("--force", "-force", action="store_true")
 
 
 def _batch_args(p: argparse.ArgumentParser) -> None:
@@ -413,5 +425,90 @@ def _bookieinfo(args) -> int:
             else:
                 print(f"{row['bookie']}{flag}: free {row['free_bytes'] / 2**30:.2f} GiB of "
                       f"{row['total_bytes'] / 2**30:.2f} GiB")
+        return 0
+    return _with_store(args, body)
+
+
+# -- cookies -----------------------------------------------------------------------------------
+
+def _updatecookie(args) -> int:
+    """The cookie a bookie's configuration calls for now, written to its directories and the
+    store; only changes of bookie id and added directories (the instance id is kept, and a
+    directory that holds data without a cookie is refused)."""
+    import os
+
+    import orjson
+
+    from bookie.metadata import CookieNotFoundError
+    from bookie.workers.config import BookieConfig, ConfigError, parse_overrides
+    from bookie.workers.layout import (
+        LAYOUT_VERSION, _has_data, _read_json, _write_atomic, all_dirs, check_not_in_use,
+        current_dir, expected_cookie)
+
+    if not args.conf:
+        raise CliError("updatecookie needs the bookie's configuration: --conf FILE")
+    try:
+        conf = BookieConfig.load(args.conf, parse_overrides(args.set), check_dirs=False)
+    except ConfigError as e:
+        raise CliError(str(e)) from None
+    dirs = all_dirs(conf)
+    found = {d: _read_json(os.path.join(current_dir(d), "cookie")) for d in dirs}
+    cookies = [c for c in found.values() if c]
+    if not cookies:
+        raise CliError("no cookie in the bookie's directories: it was never started")
+    old = cookies[0]
+    if any(c.get("instance_id") != old.get("instance_id") for c in cookies):
+        raise CliError("the directories hold cookies of different bookies; refusing")
+    new = expected_cookie(conf, old.get("instance_id", ""))
+
+    def body(store) -> int:
+        old_id = old.get("bookie_id", "")
+        try:
+            stored = orjson.loads(store.read_cookie(old_id)[0])
+        except CookieNotFoundError:
+            stored = None
+        if args.list:
+            doc = {"directories": {d: c for d, c in found.items()}, "store": stored,
+                   "wanted": new}
+            if args.json:
+                _print_json(doc)
+            else:
+                print(f"cookie of {old_id} in the directories: {orjson.dumps(old).decode()}")
+                print(f"in the store: {orjson.dumps(stored).decode() if stored else 'none'}")
+                print(f"this configuration calls for: {orjson.dumps(new).decode()}")
+            return 0
+        if args.delete:
+            if not args.force:
+                raise CliError("updatecookie --delete removes the store's cookie; add --force")
+            try:
+                store.remove_cookie(old_id)
+            except CookieNotFoundError:
+                raise CliError(f"no cookie of {old_id} in the store") from None
+            print(f"cookie of {old_id} removed from the store")
+            return 0
+        check_not_in_use(conf, purpose="update its cookie")
+        for d, c in found.items():
+            if c is None and _has_data(current_dir(d)):
+                raise CliError(f"{d}: holds data but no cookie; refusing")
+        for d in dirs:
+            cur = current_dir(d)
+            os.makedirs(cur, exist_ok=True)
+            _write_atomic(os.path.join(cur, "VERSION"), f"{LAYOUT_VERSION}\n".encode())
+            _write_atomic(os.path.join(cur, "cookie"), orjson.dumps(new))
+        try:
+            version = store.read_cookie(conf.bookie_id)[1]
+            store.write_cookie(conf.bookie_id, orjson.dumps(new), version)
+        except CookieNotFoundError:
+            store.write_cookie(conf.bookie_id, orjson.dumps(new))
+        if conf.bookie_id != old_id and stored is not None:
+            store.remove_cookie(old_id)
+        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        if args.json:
+            _print_json({"bookie_id": conf.bookie_id, "was": old_id, "changed": changed})
+        else:
+            print(f"cookie updated ({', '.join(changed) or 'nothing changed'})")
+            if conf.bookie_id != old_id:
+                print(f"ledgers still name {old_id}: once the bookie runs as {conf.bookie_id}, "
+                      f"heal them with 'bookie shell recover {old_id}'")
         return 0
     return _with_store(args, body)

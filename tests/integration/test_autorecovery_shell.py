@@ -154,3 +154,25 @@ def test_bookie_autorecovery_without_a_store_is_one_line_and_status_2(capsys, tm
     assert main(["autorecovery", "--conf", str(conf)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no metadata store" in err
+
+
+def test_updatecookie_moves_a_stopped_bookie_to_a_new_id_and_it_starts_again(capsys, tmp_path):
+    from bookie.workers.common import free_port_pair
+
+    base = str(tmp_path / "b")
+    with LocalBookies(1, base_dir=base) as lb:
+        old_id, overrides = lb.bookies[0], lb.overrides(0)
+    new_port = free_port_pair("127.0.0.1")
+    overrides["bookiePort"] = str(new_port)
+    conf = tmp_path / "bookie.conf"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in overrides.items()))
+    rc, out, _ = run(capsys, "updatecookie", "--list", "--conf", str(conf))
+    assert rc == 0 and f"cookie of {old_id}" in out
+    rc, out, err = run(capsys, "updatecookie", "--conf", str(conf))
+    assert rc == 0 and "cookie updated (bookie_id)" in out, (out, err)
+    with open_metadata(overrides["metadataServiceUri"]) as store:
+        assert store.read_cookie(f"127.0.0.1:{new_port}")
+    with LocalBookies(1, base_dir=base) as lb:  # comes back on the port in its cookie
+        assert lb.bookies == [f"127.0.0.1:{new_port}"]
+    rc, _, err = run(capsys, "updatecookie", "--delete", "--conf", str(conf))
+    assert rc == 2 and "--force" in err

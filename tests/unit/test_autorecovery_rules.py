@@ -122,7 +122,7 @@ def holdings_of(meta):
     return held
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(meta=ledgers(), data=st.data())
 def test_a_carried_out_plan_leaves_every_entry_on_qw_live_bookies_that_hold_it(meta, data):
     orig = meta
