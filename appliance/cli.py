@@ -1,4 +1,4 @@
-"""The ``bookie`` command: run, localbookie, shell, bench.
+"""The ``bookie`` command: run, localbookie, shell, autorecovery, bench.
 
 Each subcommand group lives in its own module and contributes its parser through a
 ``register(subparsers)`` function; this module assembles them and is the one place where the
@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from bookie import __version__
-from bookie.appliance import localbookie, run_cmd, shell
+from bookie.appliance import autorecovery_cmd, localbookie, run_cmd, shell
 from bookie.appliance.errors import CliError
 from bookie.bench import cli as bench_cli
 from bookie.metadata import MetadataError
@@ -20,7 +20,7 @@ from bookie.workers import logs
 from bookie.workers.config import ConfigError
 from bookie.workers.layout import LayoutError
 
-_GROUPS = (run_cmd, localbookie, shell, bench_cli)
+_GROUPS = (run_cmd, localbookie, shell, autorecovery_cmd, bench_cli)
 
 # A subcommand raises the error of the layer that refused; each is one line and exit status 2.
 USAGE_ERRORS = (CliError, bench_cli.BenchOptionError, ConfigError, LayoutError, MetadataError,

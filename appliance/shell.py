@@ -50,7 +50,9 @@ def register(subparsers: Any) -> None:
     def metadata_command(name: str, help_text: str, handler: Callable) -> argparse.ArgumentParser:
         parser = commands.add_parser(name, help=help_text, description=help_text)
         parser.add_argument("--metadata", metavar="URI", default=None,
-                            help=f"metadata service URI (default: ${ENV_URI})")
+                            help=f"metadata service URI (default: the --conf file's, else ${ENV_URI})")
+        parser.add_argument("--conf", metavar="FILE", default=None,
+                            help="a bookie's configuration file: its metadataServiceUri")
         parser.add_argument("--timeout-s", type=float, default=10.0,
                             help="longest any metadata call may take (default 10)")
         parser.add_argument("--json", action="store_true", help="print JSON for scripts")
@@ -91,14 +93,25 @@ def register(subparsers: Any) -> None:
 
     from bookie.appliance import shell_disk  # the storage tools (imports this module's helpers)
     shell_disk.register(commands)
+    from bookie.appliance import shell_recovery
+    shell_recovery.register(commands, metadata_command)
 
 
 # -- handlers ----------------------------------------------------------------------------------
 
 def _uri(args: argparse.Namespace) -> str:
-    uri = args.metadata or os.environ.get(ENV_URI)
+    uri = args.metadata
+    if not uri and getattr(args, "conf", None):
+        from bookie.workers.config import BookieConfig, ConfigError
+        try:
+            uri = BookieConfig.load(args.conf, check_dirs=False).metadata_uri
+        except ConfigError as e:
+            raise CliError(str(e)) from None
+        if not uri:
+            raise CliError(f"{args.conf} names no metadata store (metadataServiceUri, zkServers)")
+    uri = uri or os.environ.get(ENV_URI)
     if not uri:
-        raise CliError(f"no metadata store: pass --metadata URI or set {ENV_URI}")
+        raise CliError(f"no metadata store: pass --metadata URI or --conf FILE, or set {ENV_URI}")
     return uri
 
 

@@ -57,7 +57,8 @@ EXIT_REFUSED = 2
 EXIT_CORRUPT = 3
 EXIT_SYNC_FAILED = 4
 FATAL_EXITS = {EXIT_CORRUPT: "found corruption", EXIT_SYNC_FAILED: "could not make the journal durable"}
-READY_TIMEOUT_S = {"journal": 120.0, "add": 3600.0, "read": 60.0, "gc": 60.0}
+READY_TIMEOUT_S = {"journal": 120.0, "add": 3600.0, "read": 60.0, "gc": 60.0,
+                   "autorecovery": 60.0}
 # A predecessor killed with SIGKILL leaves its workers stopping (PDEATHSIG) with the directories
 # still locked; a new start waits this long for them before it refuses.
 DEAD_HOLDER_WAIT_S = 30.0
@@ -127,7 +128,10 @@ class Supervisor:
         self.conf = conf
         self.lock = lock  # held (with the workers) until shutdown
         self.name = f"bookie[{conf.bookie_port}] supervisor"
-        self.workers = {role: Worker(role) for role in ROLES_IN_START_ORDER}
+        # The autorecovery worker (bookie.autorecovery) only with a metadata store to heal in.
+        self.roles = ROLES_IN_START_ORDER + (
+            ("autorecovery",) if conf.metadata_uri and conf.autorecovery_enabled else ())
+        self.workers = {role: Worker(role) for role in self.roles}
         self.stopping = False
         self.stop_reason = ""
         self.exit_code = 0
@@ -185,6 +189,8 @@ class Supervisor:
             self._start_worker(role)
         if conf.metadata_uri:
             self._register()
+        if "autorecovery" in self.workers:
+            self._start_worker("autorecovery")
         self._start_http()
         self.log("bookie serving", bookie_id=conf.bookie_id, add_port=conf.bookie_port,
                  read_port=conf.bookie_port + 1, metadata=conf.metadata_uri or "none")
@@ -209,6 +215,9 @@ class Supervisor:
         cmd = [sys.executable, "-m", "bookie.workers", role,
                "--conf", os.path.join(self.run_dir, "bookie.conf"),
                "--run-dir", self.run_dir, "--ready-fd", str(wfd)]
+        if role == "autorecovery":
+            cmd = [sys.executable, "-m", "bookie.autorecovery", "--conf",
+                   os.path.join(self.run_dir, "bookie.conf"), "--ready-fd", str(wfd)]
         # The lock's descriptors go to every worker: the directories stay locked while any
         # process of this bookie lives (workers/dirlock.py).
         w.proc = subprocess.Popen(cmd, pass_fds=(wfd, *self.lock.fds), preexec_fn=set_pdeathsig,
@@ -307,7 +316,7 @@ class Supervisor:
             self._take_signals()
             if self.stopping:
                 break
-            for role in ROLES_IN_START_ORDER:
+            for role in self.roles:
                 w = self.workers[role]
                 if w.proc is None or w.proc.poll() is None:
                     continue
@@ -417,8 +426,9 @@ class Supervisor:
                 self.registration.close()
             except Exception as e:  # noqa: BLE001 - the store may be gone; stopping goes on
                 self.log("unregister failed", error=str(e))
-        for group in (("read", "gc"), ("add",), ("journal",)):
-            procs = [self.workers[r].proc for r in group if self.workers[r].proc is not None]
+        for group in (("autorecovery", "read", "gc"), ("add",), ("journal",)):
+            procs = [self.workers[r].proc for r in group
+                     if r in self.workers and self.workers[r].proc is not None]
             for p in procs:
                 if p.poll() is None:
                     p.send_signal(signal.SIGTERM)

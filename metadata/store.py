@@ -338,7 +338,10 @@ class MetadataStore(abc.ABC):
         that ``format`` creates."""
         if next(iter(self.list_ledgers()), None) is not None:
             return True
-        for path in (AVAILABLE, READONLY, COOKIES, UNDERREPLICATION):
+        # Under /underreplication only marks and lost-data reports are data; the election,
+        # locks and flags belong to running autorecovery workers (metadata/underreplication.py).
+        for path in (AVAILABLE, READONLY, COOKIES, UNDERREPLICATION + "/ledgers",
+                     UNDERREPLICATION + "/lost"):
             try:
                 kids = self.children(path)
             except NoSuchNodeError:

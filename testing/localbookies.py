@@ -89,6 +89,10 @@ class LocalBookies:
             "journalPreAllocSizeMB": "4",
             "gcWaitTime": "1000",
             "registrationLeaseMs": "2000",
+            # Throwaway ensembles do not heal themselves unless asked (conf=
+            # {"autoRecoveryDaemonEnabled": "true"}): tests that kill a bookie on purpose expect
+            # its ledgers to stay as they left them, and every worker costs a process.
+            "autoRecoveryDaemonEnabled": "false",
         }
         if self.hosts[i] != "127.0.0.1":
             o["listeningInterface"] = self.hosts[i]

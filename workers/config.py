@@ -172,6 +172,15 @@ KEYS: tuple[Key, ...] = (
     Key("httpServerIdleTimeoutMs", "int", 10_000, "An admin API connection that sends nothing for this long is closed (ms).", _range(100, 600_000), unit="ms", attr="http_server_idle_timeout_s"),
     Key("httpServerHost", "str", "127.0.0.1", "Address the HTTP admin API binds to; it changes state (read-only, GC), so keep it on loopback or a management network.", attr="http_server_host"),
     Key("statsDirectory", "str", "", "Accepted so older configuration files load; no effect: the workers' metric files live in the bookie's run directory (docs/metrics.md).", attr="configured_stats_dir"),
+    # -- autorecovery (docs/autorecovery.md) -----------------------------------------------------
+    Key("autoRecoveryDaemonEnabled", "bool", True, "Run the autorecovery worker (auditor election and replication) beside the others; only when the bookie has a metadata store. LocalBookies and `bookie localbookie` turn it off unless asked.", attr="autorecovery_enabled"),
+    Key("lostBookieRecoveryDelay", "int", 0, "A bookie unregistered for this long is lost: its ledgers are marked under-replicated (s). One back within it costs no copy.", _range(0), unit="s", attr="lost_bookie_recovery_delay_s"),
+    Key("auditorPeriodicBookieCheckInterval", "int", 86_400, "Interval between the auditor's full checks of membership against every ledger, besides the checks a membership change starts (s; 0: off).", _range(0), unit="s", attr="auditor_bookie_check_interval_s"),
+    Key("auditorPeriodicCheckInterval", "int", 604_800, "Interval between the auditor's checks that every entry of every closed ledger is on each bookie of its write set (s; 0: off).", _range(0), unit="s", attr="auditor_check_interval_s"),
+    Key("openLedgerRereplicationGracePeriod", "int", 30_000, "A marked ledger still open is fenced and recovered (closed) only after this long, so a live writer can replace the bookie itself (ms).", _range(0), unit="ms", attr="open_ledger_rereplication_grace_s"),
+    Key("rereplicationEntryBatchSize", "int", 10, "Entries a replication worker reads and adds per request.", _range(1, 65536), attr="rereplication_entry_batch_size"),
+    Key("replicationRateByBytes", "int", -1, "Largest re-replication rate of one worker, bytes per second (-1: unlimited).", _range(-1), attr="replication_rate_bytes_per_s"),
+    Key("autoRecoveryLedgerPasswords", "str", "", "Comma-separated passwords replication workers try on ledgers (matched against the metadata's password digest); the empty password is always tried. A ledger with another password is reported, not healed.", attr="autorecovery_ledger_passwords"),
 )
 
 KEY_BY_NAME = {k.name: k for k in KEYS}

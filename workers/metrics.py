@@ -84,6 +84,13 @@ SPECS: tuple[Spec, ...] = (
     Spec("bookie_ring_capacity_bytes", "gauge", "Size of the add -> journal ring.", (), "", "supervisor"),
     Spec("bookie_worker_up", "gauge", "1 while the worker of this role runs.", ("role",), "", "supervisor"),
     Spec("bookie_worker_restarts_total", "counter", "Times the supervisor restarted a worker of this role after it died.", ("role",), "", "supervisor"),
+    # -- autorecovery worker (docs/autorecovery.md) ----------------------------------------------
+    Spec("bookie_autorecovery_auditor", "gauge", "1 while this bookie's autorecovery worker is the elected auditor, else 0.", (), "", "autorecovery"),
+    Spec("bookie_autorecovery_marked_ledgers_total", "counter", "Ledgers the auditor marked under-replicated (a lost bookie named in them).", (), "auditor NUM_UNDER_REPLICATED_LEDGERS", "autorecovery"),
+    Spec("bookie_autorecovery_lost_ledgers_total", "counter", "Ledgers reported (once each) with entries that have no live copy left: data lost, not retried.", (), "", "autorecovery"),
+    Spec("bookie_autorecovery_rereplicated_ledgers_total", "counter", "Ledgers this worker healed (every fragment repointed off the lost bookies).", (), "replication_worker NUM_FULL_OR_PARTIAL_LEDGERS_REPLICATED", "autorecovery"),
+    Spec("bookie_autorecovery_rereplicated_entries_total", "counter", "Entries this worker copied to replacement bookies or back to bookies that lacked them.", (), "replication_worker NUM_ENTRIES_WRITTEN", "autorecovery"),
+    Spec("bookie_autorecovery_rereplicated_bytes_total", "counter", "Bytes of entries this worker copied.", (), "replication_worker NUM_BYTES_WRITTEN", "autorecovery"),
 )
 
 SPEC_BY_NAME = {s.name: s for s in SPECS}

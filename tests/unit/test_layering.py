@@ -33,6 +33,7 @@ LAYER_OF = {
     "bench": TOOLS,
     "testing": TOOLS,
     "spark": TOOLS,
+    "autorecovery": TOOLS,
     "appliance": COMMANDS,
     "__main__": COMMANDS,
     "__init__": COMMANDS,

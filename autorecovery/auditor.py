@@ -1,0 +1,133 @@
+"""The auditor's I/O around ``rules``: membership from the store, marks and reports into it.
+
+Only the elected auditor runs ``Auditor.tick``.  Each tick reads the registered bookies (cheap);
+a full pass over the ledgers runs when the set of lost bookies changed, a bookie came back, an
+operator triggered an audit, or ``auditorPeriodicBookieCheckInterval`` elapsed.  An entry check
+(``auditorPeriodicCheckInterval``, or a trigger) reads every closed ledger's entries from each
+bookie of their write sets and copies back any that is missing (``Replicator.fill``).  A full pass
+marks every ledger that names a lost bookie, reports (once) those with entries left on no live
+bookie, and settles marks that are stale (``rules.settle_mark``).
+
+A new auditor starts with an empty ``Membership``: a bookie already gone is timed from the
+moment the new auditor sees it gone, and one it never saw registered waits at least
+``unseen_grace_s`` (the store's session timeout: long enough for a starting cluster's bookies to
+register), so a takeover can only lengthen the delay, never shorten it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from bookie.autorecovery import rules
+from bookie.metadata import NoSuchLedgerError
+from bookie.metadata.errors import CorruptMetadataError
+from bookie.metadata.underreplication import UnderReplication
+
+
+class Auditor:
+    def __init__(self, store, delay_s: float, bookie_check_interval_s: float = 86400.0,
+                 log=None, clock=time.monotonic, check_interval_s: float = 0.0, fill=None,
+                 unseen_grace_s: float = 0.0):
+        self.store = store
+        self.ur = UnderReplication(store)
+        self.membership = rules.Membership(delay_s, unseen_grace_s)
+        self.bookie_check_interval_s = bookie_check_interval_s
+        self.log = log or (lambda event, **fields: None)
+        self.clock = clock
+        self._last_lost: set[str] | None = None
+        self._last_registered: set[str] = set()
+        self._last_full = None
+        self._trigger = self.ur.audit_trigger()
+        # the periodic entry check (auditorPeriodicCheckInterval): fill(ledger_id) -> copies
+        self.check_interval_s = check_interval_s
+        self.fill = fill
+        self._last_check = clock()
+        self.marked_total = 0
+        self.lost_reported_total = 0
+
+    def registered(self) -> set[str]:
+        return set(self.store.list_bookies()) | set(self.store.list_bookies(readonly=True))
+
+    def tick(self) -> bool:
+        """One look at membership; a full pass when due.  Returns True if a pass ran."""
+        now = self.clock()
+        registered = self.registered()
+        self.membership.observe(now, registered)
+        lost = self.membership.lost(now)
+        trigger = self.ur.audit_trigger()
+        due = (self._last_full is None or lost != self._last_lost
+               or (registered - self._last_registered) or trigger != self._trigger
+               or (self.bookie_check_interval_s > 0
+                   and now - self._last_full >= self.bookie_check_interval_s))
+        self._last_registered = registered
+        triggered = trigger != self._trigger
+        if due:
+            self._trigger = trigger
+            self.full_pass(now, registered)
+        if self.fill is not None and (triggered or (
+                self.check_interval_s > 0 and now - self._last_check >= self.check_interval_s)):
+            self._last_check = now
+            self.entry_check()
+        return bool(due)
+
+    def entry_check(self) -> int:
+        """Every closed, unmarked ledger: each entry on each live bookie of its write set."""
+        marked = set(self.ur.marks())
+        filled = 0
+        for ledger_id in list(self.store.list_ledgers()):
+            if ledger_id not in marked:
+                filled += self.fill(ledger_id)
+        self.log("entry check done", copies_restored=filled)
+        return filled
+
+    def full_pass(self, now: float, registered: set[str]) -> None:
+        ledgers = {}
+        for ledger_id in list(self.store.list_ledgers()):
+            try:
+                ledgers[ledger_id] = self.store.read_ledger(ledger_id)[0]
+            except NoSuchLedgerError:
+                continue
+            except CorruptMetadataError as e:
+                self.log("ledger metadata unreadable; skipped", level="warning",
+                         ledger_id=ledger_id, error=str(e))
+        known = set().union(*(rules.named_bookies(m) for m in ledgers.values())) if ledgers else set()
+        self.membership.observe(now, registered, known)
+        lost = self.membership.lost(now)
+        if lost != self._last_lost and lost:
+            self.log("bookies lost", bookies=",".join(sorted(lost)),
+                     delay_s=self.membership.delay_s)
+        self._last_lost = lost
+        self._last_full = now
+        reported = self.ur.lost()
+        for ledger_id, meta in ledgers.items():
+            audit = rules.audit_ledger(meta, lost)
+            if audit.lost_ranges:
+                if ledger_id not in reported and self.ur.report_lost(ledger_id, {
+                        "reason": "no live copy", "missing": list(audit.missing),
+                        "ranges": [list(r) for r in audit.lost_ranges]}):
+                    self.lost_reported_total += 1
+                    self.log("ledger lost entries: no live copy to heal from", level="error",
+                             ledger_id=ledger_id, missing=",".join(audit.missing),
+                             ranges=";".join(f"{a}-{b}" for a, b in audit.lost_ranges))
+            # marked only while a worker has something to copy: a fragment left with no live
+            # copy is reported above, never retried
+            if audit.mark and self.ur.mark(ledger_id, list(audit.missing)):
+                self.marked_total += 1
+                self.log("ledger marked under-replicated", ledger_id=ledger_id,
+                         missing=",".join(audit.missing))
+        for ledger_id, missing in self.ur.marks().items():
+            reason = rules.settle_mark(missing, ledgers.get(ledger_id), registered)
+            if reason == rules.DROP_DELETED and ledger_id not in ledgers:
+                try:  # listed before it was created? read it once more
+                    ledgers[ledger_id] = self.store.read_ledger(ledger_id)[0]
+                    reason = rules.settle_mark(missing, ledgers[ledger_id], registered)
+                except NoSuchLedgerError:
+                    pass
+            if reason != rules.KEEP and self.ur.lock_holder(ledger_id) is None:
+                if self.ur.unmark(ledger_id):
+                    self.log("under-replication mark removed", ledger_id=ledger_id,
+                             reason=reason)
+
+    def next_wake_s(self) -> float | None:
+        deadline = self.membership.next_deadline(self.clock())
+        return None if deadline is None else max(0.0, deadline - self.clock())

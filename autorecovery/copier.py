@@ -1,0 +1,192 @@
+"""Copying entries between bookies, as stored (digest and all), throttled.
+
+A replication worker never decodes payloads: it reads formatted entries from a surviving
+replica (strided reads: every E-th entry, one write-set residue at a time) and adds them with
+the recovery flag to the replacement bookie under the ledger's master key, so the copy is byte
+for byte what the writer sent.  Only the entry header is checked (ledger id and entry id), so a
+replica that answers with the wrong entry is never copied.
+
+``RateLimiter`` spaces batches so that the copy stays under ``replicationRateByBytes`` per
+second; ``rereplicationEntryBatchSize`` bounds each read and add, so the bookies that serve
+foreground traffic see small requests between them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import zmq
+
+from bookie import wire
+from bookie.wire import Flag, Op, Status
+
+
+class CopyError(Exception):
+    """A copy could not be made now (a bookie did not answer or refused); try again later."""
+
+
+class EntryMissing(CopyError):
+    """No source holds an entry that should exist."""
+
+    def __init__(self, ledger_id: int, entry_id: int, sources):
+        super().__init__(f"ledger {ledger_id} entry {entry_id}: no live copy on "
+                         f"{', '.join(sources)}")
+        self.entry_id = entry_id
+
+
+class RateLimiter:
+    """At most ``rate_bytes_per_s`` on average (<= 0: unlimited); ``clock`` is monotonic s."""
+
+    def __init__(self, rate_bytes_per_s: float, clock=time.monotonic, sleep=time.sleep):
+        self.rate = float(rate_bytes_per_s)
+        self.clock, self.sleep = clock, sleep
+        self._next = clock()
+
+    def spend(self, n_bytes: int) -> None:
+        if self.rate <= 0:
+            return
+        now = self.clock()
+        start = max(now, self._next)
+        self._next = start + n_bytes / self.rate
+        if start > now:
+            self.sleep(start - now)
+
+
+class Bookies:
+    """One pair of DEALER sockets per bookie, made on first use; requests one at a time."""
+
+    def __init__(self, timeout_s: float = 10.0):
+        self.ctx = zmq.Context()
+        self.timeout_ms = int(timeout_s * 1000)
+        self._socks: dict[tuple[str, int], zmq.Socket] = {}
+        self._ids = itertools.count(1)
+
+    def close(self) -> None:
+        for s in self._socks.values():
+            s.close(linger=0)
+        self._socks.clear()
+        self.ctx.term()
+
+    def _sock(self, bookie: str, read: bool) -> zmq.Socket:
+        key = (bookie, int(read))
+        sock = self._socks.get(key)
+        if sock is None:
+            host, port = bookie.rsplit(":", 1)
+            sock = self.ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(f"tcp://{host}:{int(port) + int(read)}")
+            self._socks[key] = sock
+        return sock
+
+    def _drop(self, bookie: str, read: bool) -> None:
+        sock = self._socks.pop((bookie, int(read)), None)
+        if sock is not None:
+            sock.close(linger=0)
+
+    def request(self, bookie: str, read: bool, op: int, ledger_id: int, flags: int, body
+                ) -> tuple[int, list]:
+        return self.wait(bookie, read, self.send(bookie, read, op, ledger_id, flags, body))
+
+    def send(self, bookie: str, read: bool, op: int, ledger_id: int, flags: int, body) -> int:
+        """Send a request; collect its answer with ``wait`` (one at a time per socket)."""
+        sock = self._sock(bookie, read)
+        rid = next(self._ids)
+        sock.send_multipart([wire.pack_header(op, flags, rid, ledger_id), *body])
+        return rid
+
+    def wait(self, bookie: str, read: bool, rid: int) -> tuple[int, list]:
+        sock = self._sock(bookie, read)
+        deadline = time.monotonic() + self.timeout_ms / 1000.0
+        while True:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0 or not sock.poll(left_ms):
+                self._drop(bookie, read)  # a late answer must not meet the next request
+                raise CopyError(f"{bookie}: no answer in {self.timeout_ms} ms")
+            frames = sock.recv_multipart()
+            _, status, got, _ = wire.unpack_header(frames[0])
+            if got == rid:
+                return status, frames[1:]
+
+    def read_strided(self, bookie: str, ledger_id: int, first: int, count: int, stride: int
+                     ) -> list[bytes]:
+        """Entries ``first, first+stride, ...`` (at most ``count``) that ``bookie`` holds from
+        ``first`` on without a gap; [] if it holds none of them."""
+        flags, body = wire.read_request(first, count, stride)
+        status, frames = self.request(bookie, True, Op.READ, ledger_id, flags, [body])
+        if status in (Status.NO_ENTRY, Status.NO_LEDGER):
+            return []
+        if status != Status.OK:
+            raise CopyError(f"{bookie}: read of ledger {ledger_id} from {first} answered "
+                            f"{Status(status).name}")
+        entries = [bytes(e) for e in wire.split_batch(frames[0], frames[1])]
+        for k, entry in enumerate(entries):
+            got_ledger, got_entry = wire.unpack_entry_header(entry)[:2]
+            if got_ledger != ledger_id or got_entry != first + k * stride:
+                return entries[:k]  # a wrong answer is no copy
+        return entries
+
+    def info(self, bookie: str) -> dict:
+        """The bookie's INFO answer (id, free and total bytes of its ledger disk, writable)."""
+        import orjson
+        status, frames = self.request(bookie, False, Op.INFO, 0, 0, [])
+        if status != Status.OK:
+            raise CopyError(f"{bookie}: INFO answered {Status(status).name}")
+        return orjson.loads(frames[0])
+
+    def add_recovery(self, bookie: str, ledger_id: int, master_key: bytes, entries: list[bytes]
+                     ) -> None:
+        self.add_done(bookie, ledger_id, self.send_add(bookie, ledger_id, master_key, entries))
+
+    def send_add(self, bookie: str, ledger_id: int, master_key: bytes, entries: list[bytes]) -> int:
+        lengths, data = wire.pack_batch(entries)
+        return self.send(bookie, False, Op.ADD, ledger_id, int(Flag.RECOVERY_ADD),
+                         [master_key, lengths, data])
+
+    def add_done(self, bookie: str, ledger_id: int, rid: int) -> None:
+        status, _ = self.wait(bookie, False, rid)
+        if status != Status.OK:
+            raise CopyError(f"{bookie}: recovery add to ledger {ledger_id} answered "
+                            f"{Status(status).name}")
+
+
+def copy_residue(bookies: Bookies, ledger_id: int, master_key: bytes, copy, stride: int,
+                 target: str, batch: int, limiter: RateLimiter, progress=None) -> int:
+    """Copy the entries of one ``rules.Copy`` to ``target``; returns the bytes copied.
+
+    Raises:
+        EntryMissing: an entry is on none of the sources.
+        CopyError: a bookie did not answer or refused.
+    """
+    copied = 0
+    next_entry, left = copy.first_entry, copy.count
+    sources = list(copy.sources)
+    pending = None  # the add in flight while the next batch is read
+    while left > 0:
+        want = min(batch, left)
+        entries: list[bytes] = []
+        for source in list(sources):
+            try:
+                entries = bookies.read_strided(source, ledger_id, next_entry, want, stride)
+            except CopyError:
+                entries = []
+            if entries:
+                if source != sources[0]:
+                    sources.remove(source)
+                    sources.insert(0, source)  # keep reading where it worked
+                break
+        if not entries:
+            raise EntryMissing(ledger_id, next_entry, copy.sources)
+        n_bytes = sum(len(e) for e in entries)
+        if pending is not None:
+            bookies.add_done(target, ledger_id, pending)
+        limiter.spend(n_bytes)
+        pending = bookies.send_add(target, ledger_id, master_key, entries)
+        copied += n_bytes
+        next_entry += len(entries) * stride
+        left -= len(entries)
+        if progress is not None:
+            progress(len(entries), n_bytes)
+    if pending is not None:
+        bookies.add_done(target, ledger_id, pending)
+    return copied

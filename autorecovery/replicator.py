@@ -1,0 +1,275 @@
+"""Healing one marked ledger: the replication worker's I/O around ``rules.plan_ledger``.
+
+``Replicator.heal(ledger_id)`` runs under the ledger's replication lock (taken by the caller)
+and ends in one of the outcomes below; only RETRY and WAIT leave the mark for later:
+
+* HEALED   - no fragment names a missing bookie any more; the mark is removed.
+* SETTLED  - the mark was stale (ledger deleted, bookies back, nothing names them); removed.
+* LOST     - some entries have no live copy; reported once (``/underreplication/lost``), the
+             rest healed, the mark removed: it is never retried.
+* WAIT     - an open ledger inside ``openLedgerRereplicationGracePeriod``; its writer may still
+             replace the bookie itself.
+* RETRY    - a bookie did not answer, no replacement is writable, or recovery failed.
+
+Order for each (fragment, lost position): copy the entries to the replacement first, then
+write the metadata with compare-and-swap.  A worker killed between the two leaves copies that
+nothing names (the replacement's GC drops them if another worker picks another bookie) and the
+mark in place, so another worker finishes the job once the lock has expired with the session.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from bookie.autorecovery import rules
+from bookie.autorecovery.copier import Bookies, CopyError, EntryMissing, RateLimiter, copy_residue
+from bookie.client.digest import master_key, password_digest
+from bookie.metadata import BadVersionError, NoSuchLedgerError
+from bookie.metadata.ledger import LedgerState
+from bookie.metadata.underreplication import UnderReplication
+
+HEALED, SETTLED, LOST, WAIT, RETRY = "healed", "settled", "lost", "wait", "retry"
+
+
+class Replicator:
+    """Heals ledgers of one store.  Not thread-safe: one per worker thread.
+
+    Args:
+        store: an open ``MetadataStore``.
+        passwords: ledger passwords to try (the empty one is always tried).
+        batch: entries per read and add (``rereplicationEntryBatchSize``).
+        rate_bytes_per_s: copy rate limit (<= 0: unlimited).
+        grace_s: ``openLedgerRereplicationGracePeriod``.
+        log: ``log(event, **fields)``.
+        dry_run: plan and report, copy and write nothing.
+    """
+
+    def __init__(self, store, passwords=(), batch: int = 10, rate_bytes_per_s: float = -1,
+                 grace_s: float = 30.0, log=None, timeout_s: float = 10.0,
+                 dry_run: bool = False, rng: random.Random | None = None, progress=None):
+        self.store = store
+        self.ur = UnderReplication(store)
+        self.passwords = [b""] + [p for p in passwords if p]
+        self.batch = batch
+        self.limiter = RateLimiter(rate_bytes_per_s)
+        self.grace_s = grace_s
+        self.log = log or (lambda event, **fields: None)
+        self.bookies = Bookies(timeout_s)
+        self.timeout_s = timeout_s
+        self.dry_run = dry_run
+        self.rng = rng or random.Random()
+        self.progress = progress
+        self.exclude: set[str] = set()  # never a replacement (bookies being recovered)
+        self.copied_bytes = 0
+        self.copied_entries = 0
+
+    def close(self) -> None:
+        self.bookies.close()
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _password(self, meta) -> bytes | None:
+        if not meta.password_digest:
+            return b""
+        for p in self.passwords:
+            if password_digest(p) == bytes(meta.password_digest):
+                return p
+        return None
+
+    def _registered(self) -> set[str]:
+        return set(self.store.list_bookies()) | set(self.store.list_bookies(readonly=True))
+
+    def _recover(self, ledger_id: int, meta, password: bytes) -> bool:
+        """Fence and close an open ledger through the client (its recovery)."""
+        from bookie.client import BookKeeper
+        try:
+            with BookKeeper(self.store, passwd=password, digestType=meta.digest_type) as bk:
+                bk.open_ledger(ledger_id, digest=meta.digest_type, password=password).close()
+            return True
+        except Exception as e:  # noqa: BLE001 - any failure: try again later
+            self.log("could not recover open ledger", level="warning", ledger_id=ledger_id,
+                     error=str(e))
+            return False
+
+    def _progress(self, n_entries: int, n_bytes: int) -> None:
+        self.copied_entries += n_entries
+        if self.progress is not None:
+            self.progress(n_entries, n_bytes)
+
+    # -- one ledger ------------------------------------------------------------------------------
+
+    def heal(self, ledger_id: int, missing: list[str] | None = None, mark_ctime_s: float | None = None,
+             force: bool = False, skip_open: bool = False, read_from_missing: bool = False
+             ) -> str:
+        """Heal ``ledger_id`` (module docstring).  ``missing``: the bookies its mark names (None:
+        read the mark; every unregistered bookie it names when there is none).  ``force``
+        (manual recover, decommission): replace ``missing`` even while registered, reading from
+        them too with ``read_from_missing`` (a decommissioned bookie that still runs).
+        ``skip_open``: leave a ledger that is not closed."""
+        found = self.ur.mark_of(ledger_id)
+        # the mark is removed at the version read here only: bookies the auditor adds to it
+        # meanwhile keep it for the next round
+        self._mark_version = found[1] if found else None
+        if missing is None:
+            missing = found[0] if found else None
+        try:
+            meta, version = self.store.read_ledger(ledger_id)
+        except NoSuchLedgerError:
+            self._settle(ledger_id, "deleted")
+            return SETTLED
+        registered = self._registered()
+        if missing is None:
+            missing = sorted(rules.named_bookies(meta) - registered)
+        reason = rules.settle_mark(missing, meta, set() if force else registered)
+        if reason != rules.KEEP:
+            self._settle(ledger_id, reason)
+            return SETTLED
+        dead = (set(missing) & rules.named_bookies(meta)) - (set() if force else registered)
+        unavailable = dead - registered if read_from_missing else set(dead)
+        password = self._password(meta)
+        if password is None:
+            self._report_lost(ledger_id, {"reason": "password unknown to autorecovery",
+                                          "missing": sorted(dead)})
+            if not self.dry_run:
+                self.ur.unmark(ledger_id, self._mark_version)
+            return LOST
+        if meta.state is not LedgerState.CLOSED and skip_open:
+            return WAIT
+        if meta.state is not LedgerState.CLOSED:
+            since = mark_ctime_s if mark_ctime_s is not None else meta.ctime_ms / 1000.0
+            if not force and time.time() - since < self.grace_s:
+                return WAIT
+            if self.dry_run or not self._recover(ledger_id, meta, password):
+                return RETRY
+            try:
+                meta, version = self.store.read_ledger(ledger_id)
+            except NoSuchLedgerError:
+                self._settle(ledger_id, "deleted")
+                return SETTLED
+            if meta.state is not LedgerState.CLOSED:
+                return RETRY
+            dead = (set(missing) & rules.named_bookies(meta)) - (set() if force else registered)
+        key = master_key(password)
+        outcome = HEALED
+        for heal in rules.plan_ledger(meta, dead, self.rng, unavailable):
+            if heal.unhealable:
+                self._report_lost(ledger_id, {"reason": "no live copy", "first": heal.first,
+                                              "last": heal.last, "bookie": heal.bookie})
+                outcome = LOST
+                continue
+            result = self._heal_fragment(ledger_id, heal, key)
+            if result == LOST:
+                outcome = LOST
+            elif result == RETRY:
+                return RETRY
+        if not self.dry_run:
+            self.ur.unmark(ledger_id, self._mark_version)
+        if outcome == HEALED:
+            self.log("ledger re-replicated", ledger_id=ledger_id, missing=",".join(sorted(dead)))
+        return outcome
+
+    def _heal_fragment(self, ledger_id: int, heal: rules.FragmentHeal, key: bytes) -> str:
+        meta, version = self.store.read_ledger(ledger_id)
+        ensemble = dict(meta.fragments).get(heal.first)
+        if ensemble is None or ensemble[heal.position] != heal.bookie:
+            return HEALED  # changed meanwhile: nothing left to do here
+        writable = self.store.list_bookies()
+        avoid: set[str] = set(self.exclude)
+        while True:
+            target = rules.choose_replacement(ensemble, writable, self.rng, avoid)
+            if target is None:
+                self.log("no writable bookie can take the fragment", level="warning",
+                         ledger_id=ledger_id, first=heal.first, bookie=heal.bookie)
+                return RETRY
+            if self.dry_run:
+                self.log("would copy fragment", ledger_id=ledger_id, first=heal.first,
+                         last=heal.last, bookie=heal.bookie, target=target,
+                         entries=sum(c.count for c in heal.copies))
+                return HEALED
+            try:
+                for copy in heal.copies:
+                    self.copied_bytes += copy_residue(
+                        self.bookies, ledger_id, key, copy, meta.ensemble_size, target,
+                        self.batch, self.limiter, self._progress)
+                break
+            except EntryMissing as e:
+                self._report_lost(ledger_id, {"reason": "no live copy", "entry_id": e.entry_id,
+                                              "bookie": heal.bookie})
+                return LOST
+            except CopyError as e:
+                self.log("copy failed; trying another bookie", level="warning",
+                         ledger_id=ledger_id, target=target, error=str(e))
+                avoid.add(target)
+        while True:
+            try:
+                new = rules.replace_bookie(meta, heal.first, heal.position, heal.bookie, target)
+            except ValueError:
+                return HEALED  # someone else repointed it
+            try:
+                self.store.write_ledger(ledger_id, new, version)
+                return HEALED
+            except BadVersionError:
+                meta, version = self.store.read_ledger(ledger_id)
+
+    # -- the periodic entry check ----------------------------------------------------------------
+
+    def fill(self, ledger_id: int) -> int:
+        """Give every entry of a closed ledger a copy on each bookie of its write set: read
+        what each registered bookie holds (strided, in batches) and copy each missing entry to
+        it from another member.  Returns the entries copied; 0 for an open or unknown ledger."""
+        try:
+            meta, _ = self.store.read_ledger(ledger_id)
+        except NoSuchLedgerError:
+            return 0
+        password = self._password(meta)
+        registered = self._registered()
+        if meta.state is not LedgerState.CLOSED or password is None:
+            return 0
+        key, stride, filled = master_key(password), meta.ensemble_size, 0
+        unregistered = rules.named_bookies(meta) - registered
+        for run in rules.holdings(meta, skip=unregistered):
+            entry, left = run.first_entry, run.count
+            while left > 0:
+                want = min(self.batch, left)
+                try:
+                    got = len(self.bookies.read_strided(run.bookie, ledger_id, entry, want, stride))
+                except CopyError:
+                    break  # not answering now: the next check looks again
+                entry, left = entry + got * stride, left - got
+                if got == want or left <= 0:
+                    continue
+                if got:  # short: a gap, or only the answer's size limit?  Ask for it alone
+                    try:
+                        if self.bookies.read_strided(run.bookie, ledger_id, entry, 1, stride):
+                            continue
+                    except CopyError:
+                        break
+                # ``entry`` is missing on run.bookie: copy it from another member
+                one = rules.Copy(entry % stride, entry, 1, run.sources)
+                try:
+                    self.copied_bytes += copy_residue(self.bookies, ledger_id, key, one, stride,
+                                                      run.bookie, 1, self.limiter,
+                                                      self._progress)
+                    filled += 1
+                    self.log("entry copy restored", ledger_id=ledger_id, entry_id=entry,
+                             bookie=run.bookie)
+                except EntryMissing:
+                    self._report_lost(ledger_id, {"reason": "no live copy", "entry_id": entry})
+                except CopyError:
+                    break
+                entry, left = entry + stride, left - 1
+        return filled
+
+    def _settle(self, ledger_id: int, reason: str) -> None:
+        if not self.dry_run:
+            self.ur.unmark(ledger_id, getattr(self, "_mark_version", None))
+        self.log("under-replication mark removed", ledger_id=ledger_id, reason=reason)
+
+    def _report_lost(self, ledger_id: int, detail: dict) -> None:
+        if self.dry_run:
+            self.log("would report lost entries", level="error", ledger_id=ledger_id, **detail)
+            return
+        if self.ur.report_lost(ledger_id, detail):
+            self.log("ledger lost entries: no live copy to heal from", level="error",
+                     ledger_id=ledger_id, **detail)
