@@ -86,6 +86,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--force", action="store_true", help="wipe existing data")
     p.set_defaults(func=_bookieformat)
 
+    from bookie.appliance import shell_gc
+    shell_gc.register(commands)
+
 
 # -- handlers ----------------------------------------------------------------------------------
 
