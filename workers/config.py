@@ -166,7 +166,7 @@ KEYS: tuple[Key, ...] = (
     # -- disks and read-only mode --------------------------------------------------------------
     Key("readOnlyModeEnabled", "bool", True, "Turn read-only (refuse adds) instead of stopping when a disk fills up.", attr="read_only_mode_enabled"),
     Key("diskUsageThreshold", "float", 0.95, "Fraction of a disk in use at which it counts as full: the bookie turns read-only (and registers so) and asks for a GC pass with major compaction.", _range(0.0, 1.0), attr="disk_usage_threshold"),
-    Key("diskUsageWarnThreshold", "float", 0.90, "Fraction of a disk in use at which the bookie logs a warning (bookie_disk_state 1).", _range(0.0, 1.0), attr="disk_usage_warn_threshold"),
+    Key("diskUsageWarnThreshold", "float", 0.90, "Fraction of a disk in use at which the bookie logs a warning (the line `disk warn`).", _range(0.0, 1.0), attr="disk_usage_warn_threshold"),
     Key("diskUsageLwmThreshold", "float", 0.90, "A full disk counts as full until its use falls below this fraction (hysteresis: no flapping at the threshold).", _range(0.0, 1.0), attr="disk_usage_lwm_threshold"),
     Key("diskCheckInterval", "int", 10_000, "Interval between disk usage checks (ms).", _range(100), unit="ms", attr="disk_check_interval_s"),
     # -- metadata ------------------------------------------------------------------------------

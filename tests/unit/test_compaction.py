@@ -232,3 +232,38 @@ def test_an_entry_moved_meanwhile_keeps_its_new_place(tmp_path):
             assert index.locate(txn, 2, moved) == (999, 7, 9)
     finally:
         env.close()
+
+
+# -- disk states and the keys ----------------------------------------------------------------------
+def test_a_disk_is_full_from_the_threshold_until_it_falls_below_the_low_water_mark():
+    from bookie.workers.diskcheck import FULL, OK, WARN, classify
+
+    def step(used, prev):
+        return classify(used, prev, threshold=0.95, warn=0.90, lwm=0.85)
+    assert step(0.80, OK) == OK and step(0.91, OK) == WARN and step(0.95, WARN) == FULL
+    assert step(0.92, FULL) == FULL and step(0.86, FULL) == FULL  # no flapping at 0.95
+    assert step(0.84, FULL) == OK and step(0.88, FULL) == FULL
+    assert step(0.88, OK) == OK  # coming up from below, lwm plays no part
+
+
+@pytest.mark.parametrize("keys, complaint", [
+    ({"diskUsageWarnThreshold": "0.97"}, "diskUsageWarnThreshold"),
+    ({"diskUsageLwmThreshold": "0.99"}, "diskUsageLwmThreshold"),
+    ({"minorCompactionThreshold": "0.9", "majorCompactionThreshold": "0.5"}, "minorCompactionThreshold"),
+    ({"minorCompactionInterval": "90000"}, "minorCompactionInterval"),
+    ({"majorCompactionThreshold": "1.5"}, "majorCompactionThreshold"),
+])
+def test_compaction_and_disk_keys_that_disagree_are_refused_naming_the_key(keys, complaint):
+    from bookie.workers.config import BookieConfig, ConfigError
+    with pytest.raises(ConfigError, match=complaint):
+        BookieConfig.from_mapping(keys, check_dirs=False)
+
+
+def test_compaction_keys_have_bookkeepers_defaults_and_units():
+    from bookie.workers.config import BookieConfig
+    c = BookieConfig.from_mapping({"majorCompactionMaxTimeMillis": "2500"}, check_dirs=False)
+    assert (c.minor_compaction_threshold, c.major_compaction_threshold) == (0.2, 0.8)
+    assert (c.minor_compaction_interval_s, c.major_compaction_interval_s) == (3600, 86400)
+    assert c.major_compaction_max_time_s == 2.5 and c.minor_compaction_max_time_s < 0
+    assert (c.compaction_rate_entries_per_s, c.compaction_rate_bytes_per_s, c.is_throttle_by_bytes) == (1000, 1_000_000, False)
+    assert (c.disk_usage_threshold, c.disk_usage_warn_threshold, c.disk_usage_lwm_threshold) == (0.95, 0.90, 0.90)
