@@ -29,7 +29,7 @@ import urllib.parse
 import orjson
 
 from bookie.workers.config import KEYS
-from bookie.workers.gc_worker import GC_REQUEST_FILE
+from bookie.workers.gc_worker import request_gc
 
 MAX_BODY_BYTES = 64 * 1024
 LEDGERS_PER_PAGE = 1000
@@ -182,14 +182,19 @@ def put_readonly(api: AdminApi, req: Request) -> Response:
 
 
 def trigger_gc(api: AdminApi, req: Request) -> Response:
-    if req.body.strip():
-        req.json()  # a body is optional, but if there is one it must be JSON
+    body = req.json() if req.body.strip() else {}  # optional; if there is one it must be JSON
+    if not isinstance(body, dict):
+        raise HttpError(400, 'expected {"forceMajor": true|false, "forceMinor": true|false}')
+    flags = {}
+    for name in ("forceMajor", "forceMinor"):
+        flags[name] = body.get(name, False)
+        if not isinstance(flags[name], bool):
+            raise HttpError(400, f"{name}: expected true or false")
     if not api.sup.conf.metadata_uri:
         raise HttpError(409, "this bookie has no metadata store: its GC never deletes anything")
-    run_dir = api.sup.run_dir
-    with open(os.path.join(run_dir, GC_REQUEST_FILE), "w"):
-        pass  # the GC worker starts a pass within 100 ms and removes the file
-    return Response({"gcRequested": True})
+    # the GC worker starts a pass within 100 ms and removes the request files
+    request_gc(api.sup.run_dir, major=flags["forceMajor"], minor=flags["forceMinor"])
+    return Response({"gcRequested": True, **flags})
 
 
 def list_bookies(api: AdminApi, req: Request) -> Response:

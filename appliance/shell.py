@@ -95,6 +95,8 @@ def register(subparsers: Any) -> None:
     shell_disk.register(commands)
     from bookie.appliance import shell_recovery
     shell_recovery.register(commands, metadata_command)
+    from bookie.appliance import shell_gc
+    shell_gc.register(commands)
 
 
 # -- handlers ----------------------------------------------------------------------------------

@@ -45,11 +45,13 @@ import time
 import orjson
 
 from bookie.appliance.exposition import BookieRegistry
+from bookie.workers import diskcheck
 from bookie.workers.config import KEYS, BookieConfig
 from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
 from bookie.workers.layout import LayoutError, all_dirs, check_or_stamp, remembered_port
 from bookie.workers.rebuild import check_index
 from bookie.workers.common import free_port_pair, log_line as log, set_pdeathsig
+from bookie.workers.gc_worker import request_gc
 from bookie.workers.ring import NO_ROOM, READONLY, Ring
 
 ROLES_IN_START_ORDER = ("journal", "add", "read", "gc")
@@ -145,6 +147,8 @@ class Supervisor:
         self.readonly = False  # what the workers and the store are told
         self.forced_readonly = False
         self.disks_full = False
+        self.disk_states: dict[str, str] = {}  # directory -> ok / warn / full (diskcheck)
+        self.next_full_gc = 0.0  # while disks are full, ask for a GC pass again from then on
         self.no_room = False  # the add worker found no room on a ledger disk (ring NO_ROOM)
         self.http = None  # /metrics on prometheusStatsHttpPort
         self.admin_http = None  # the admin API on httpServerPort
@@ -185,6 +189,7 @@ class Supervisor:
             f.write(ring_path)
         with open(os.path.join(self.run_dir, "bookie.conf"), "w") as f:
             f.write(conf.to_properties())
+        self._check_disks()  # full disks: read-only (and a GC pass asked for) before serving
         for role in ROLES_IN_START_ORDER:
             self._start_worker(role)
         if conf.metadata_uri:
@@ -354,20 +359,40 @@ class Supervisor:
             self.request_stop(f"restart failed: {e}", 1)
 
     def _check_disks(self) -> None:
-        dirs = [self.conf.journal_dir, *self.conf.ledger_dirs]
-        full = []
-        for d in dirs:
+        """Each directory's state (bookie.workers.diskcheck: ok / warn / full, with the
+        low-water mark); read-only while any is full, and a GC pass with a major compaction
+        asked for when one fills (again every gcWaitTime while full)."""
+        conf = self.conf
+        states = self.disk_states
+        full, changed = [], []
+        for d in [conf.journal_dir, *conf.ledger_dirs]:
             try:
                 u = shutil.disk_usage(d)
+                used = diskcheck.used_fraction(u.total, u.free)
+                state = diskcheck.classify(used, states.get(d, diskcheck.OK), conf.disk_usage_threshold,
+                                           conf.disk_usage_warn_threshold, conf.disk_usage_lwm_threshold)
             except OSError:
+                used, state = 1.0, diskcheck.FULL
+            if state != states.get(d, diskcheck.OK):
+                changed.append((d, state, used))
+            states[d] = state
+            if state == diskcheck.FULL:
                 full.append(d)
-                continue
-            if u.total and (u.total - u.free) / u.total >= self.conf.disk_usage_threshold:
-                full.append(d)
+        for d, state, used in changed:
+            self.log(f"disk {state}", level="warning" if state != diskcheck.OK else None,
+                     directory=d, used=f"{used:.3f}")
         disks_full = bool(full)
-        if disks_full and not self.conf.read_only_mode_enabled:
+        if disks_full and not conf.read_only_mode_enabled:
             self.request_stop(f"disks full ({', '.join(full)}) and readOnlyModeEnabled=false", 1)
             return
+        now = time.monotonic()
+        if disks_full and conf.metadata_uri and (
+                not self.disks_full or now >= self.next_full_gc):
+            self.next_full_gc = now + conf.gc_wait_s
+            try:
+                request_gc(self.run_dir, major=True)  # compaction may free what adds cannot
+            except OSError as e:
+                self.log("could not ask for a GC pass", error=str(e))
         if disks_full != self.disks_full:
             self.disks_full = disks_full
             self.log("disks full" if disks_full else "disks have room again", full=",".join(full) or "-")

@@ -38,6 +38,8 @@ def register(subparsers) -> None:
     _register_journal(tools)
     _register_report(tools)
     _register_spark(tools)
+    from bookie.bench import compaction
+    compaction.register(tools)
 
 
 def main(argv: list[str]) -> int:

@@ -196,7 +196,7 @@ def run(ctx) -> int:
 
     env = open_index(index_dir, conf.index_map_size_bytes)
     index = Index(env)
-    logs = EntryLogs(ledger_dirs, conf.log_size_limit_bytes, conf.entry_log_preallocation)
+    logs = EntryLogs(ledger_dirs, conf.log_size_limit_bytes, conf.entry_log_preallocation, index)
     while True:
         storage = LedgerStorage(index, logs)  # a fresh table for each attempt
         try:

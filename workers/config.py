@@ -153,9 +153,21 @@ KEYS: tuple[Key, ...] = (
     Key("numReadWorkerThreads", "int", 1, "Read workers (this release runs 1).", _range(1, 1), attr="num_read_workers"),
     # -- garbage collection --------------------------------------------------------------------
     Key("gcWaitTime", "int", 60_000, "Interval between garbage collections (ms).", _range(100), unit="ms", attr="gc_wait_s"),
+    Key("minorCompactionThreshold", "float", 0.2, "A minor compaction rewrites entry logs whose live share is under this fraction (0 or less: no minor compaction).", _range(hi=1.0), attr="minor_compaction_threshold"),
+    Key("minorCompactionInterval", "int", 3600, "Interval between minor compactions (s; 0 or less: none).", unit="s", attr="minor_compaction_interval_s"),
+    Key("majorCompactionThreshold", "float", 0.8, "A major compaction rewrites entry logs whose live share is under this fraction (0 or less: no major compaction).", _range(hi=1.0), attr="major_compaction_threshold"),
+    Key("majorCompactionInterval", "int", 86400, "Interval between major compactions (s; 0 or less: none).", unit="s", attr="major_compaction_interval_s"),
+    Key("minorCompactionMaxTimeMillis", "int", -1, "Longest one minor compaction pass runs; the log being copied when it runs out is undone and left for the next pass (ms; -1: no bound).", _range(-1), unit="ms", attr="minor_compaction_max_time_s"),
+    Key("majorCompactionMaxTimeMillis", "int", -1, "Longest one major compaction pass runs, as minorCompactionMaxTimeMillis (ms; -1: no bound).", _range(-1), unit="ms", attr="major_compaction_max_time_s"),
+    Key("compactionRateByEntries", "int", 1000, "Entries per second compaction copies at most, so foreground adds keep their latency (0: no limit); used unless isThrottleByBytes.", _range(0), attr="compaction_rate_entries_per_s"),
+    Key("compactionRateByBytes", "int", 1_000_000, "Bytes per second compaction copies at most (0: no limit); used when isThrottleByBytes.", _range(0), attr="compaction_rate_bytes_per_s"),
+    Key("isThrottleByBytes", "bool", False, "Limit compaction by compactionRateByBytes instead of compactionRateByEntries.", attr="is_throttle_by_bytes"),
+    Key("compactionDiskMargin", "float", 0.03, "Fraction of a disk above diskUsageThreshold that compaction may still fill, so it can run (and free space) on a disk that is full for adds.", _range(0.0, 0.5), attr="compaction_disk_margin"),
     # -- disks and read-only mode --------------------------------------------------------------
     Key("readOnlyModeEnabled", "bool", True, "Turn read-only (refuse adds) instead of stopping when a disk fills up.", attr="read_only_mode_enabled"),
-    Key("diskUsageThreshold", "float", 0.95, "Fraction of a disk in use at which it counts as full.", _range(0.0, 1.0), attr="disk_usage_threshold"),
+    Key("diskUsageThreshold", "float", 0.95, "Fraction of a disk in use at which it counts as full: the bookie turns read-only (and registers so) and asks for a GC pass with major compaction.", _range(0.0, 1.0), attr="disk_usage_threshold"),
+    Key("diskUsageWarnThreshold", "float", 0.90, "Fraction of a disk in use at which the bookie logs a warning (the line `disk warn`).", _range(0.0, 1.0), attr="disk_usage_warn_threshold"),
+    Key("diskUsageLwmThreshold", "float", 0.90, "A full disk counts as full until its use falls below this fraction (hysteresis: no flapping at the threshold).", _range(0.0, 1.0), attr="disk_usage_lwm_threshold"),
     Key("diskCheckInterval", "int", 10_000, "Interval between disk usage checks (ms).", _range(100), unit="ms", attr="disk_check_interval_s"),
     # -- metadata ------------------------------------------------------------------------------
     Key("metadataServiceUri", "str", "", "Metadata store: lmdb:///abs/path or zk://host:port[,host:port]/ledgers (BookKeeper's `;` between hosts is accepted). Empty: zkServers, or no store at all (the bookie is not registered).", _uri, attr="configured_metadata_uri"),
@@ -306,6 +318,7 @@ class BookieConfig:
         if not values["ledgerDirectories"]:
             raise ConfigError("ledgerDirectories: at least one directory is required")
         warnings += _check_metadata_keys(values, raw)
+        _check_disk_and_compaction_keys(values)
         conf = cls(values, warnings)
         if check_dirs:
             conf.check_directories()
@@ -383,6 +396,20 @@ def _check_metadata_keys(values: dict[str, Any], raw: dict[str, Any]) -> list[st
         except InvalidUriError as e:
             raise ConfigError(f"{source}: {e}") from None
     return warnings
+
+
+def _check_disk_and_compaction_keys(values: dict[str, Any]) -> None:
+    """Keys whose values must agree with each other (BookKeeper refuses the same)."""
+    full = values["diskUsageThreshold"]
+    for name in ("diskUsageWarnThreshold", "diskUsageLwmThreshold"):
+        if values[name] > full:
+            raise ConfigError(f"{name}: {values[name]} is above diskUsageThreshold ({full})")
+    minor, major = values["minorCompactionThreshold"], values["majorCompactionThreshold"]
+    if minor > 0 and major > 0 and minor > major:
+        raise ConfigError(f"minorCompactionThreshold: {minor} is above majorCompactionThreshold ({major})")
+    if (values["minorCompactionInterval"] > 0 and values["majorCompactionInterval"] > 0
+            and values["minorCompactionInterval"] > values["majorCompactionInterval"]):
+        raise ConfigError("minorCompactionInterval: longer than majorCompactionInterval")
 
 
 def _accessor(key: Key) -> property:

@@ -6,7 +6,22 @@ What to delete is decided by ``bookie.workers.gc_policy.plan`` (its module says 
 this module only gathers the facts in the order the plan needs (the index snapshot *before* the
 metadata listing) and carries the plan out: ledgers leave the index in short write transactions,
 then dead entry logs are unlinked (their directories fsynced), then their maps are forgotten.
-Compaction of partly live logs comes later.
+After the scan-and-compare step, a pass may compact: a *major* compaction every
+``majorCompactionInterval`` (or when asked with ``forceMajor``), else a *minor* one every
+``minorCompactionInterval`` (or ``forceMinor``).  Which logs, and how each is rewritten without
+ever losing or leaking anything, is ``bookie.workers.compaction``; this loop bounds a pass in
+time (``*CompactionMaxTimeMillis``) and I/O (``compactionRateBy*``), keeps writing within
+``diskUsageThreshold + compactionDiskMargin``, logs progress (logs done / to do, bytes
+reclaimed) and publishes it as metrics.  A step a crash interrupted is finished or undone
+before the first pass (``compaction.recover``).
+
+Requests: ``request_gc(run_dir, major, minor)`` (the admin API, ``bookie shell triggergc``, the
+supervisor when a disk fills) creates ``gc.request`` (plus ``gc.request.major`` /
+``gc.request.minor``) in the run dir; the worker looks every 100 ms.
+
+Fault injection for the crash tests: ``BOOKIE_COMPACTION_CRASH_AT=STEP[:N]`` SIGKILLs the whole
+bookie (its process group) the Nth time compaction passes STEP (intent, created, copying,
+synced, repointed, deleted).  Unset, nothing happens.
 
 Without a metadata store (``metadataServiceUri`` empty) nothing is ever deleted; the worker only
 counts what the bookie holds (the ``bookie_ledgers`` and ``bookie_entry_logs`` gauges).
@@ -25,9 +40,13 @@ import time
 
 import lmdb
 
-from bookie.workers import gc_policy
+import shutil
+import signal
+
+from bookie.workers import compaction, gc_policy
 from bookie.workers.journal import fsync_dir
 from bookie.workers.layout import current_dir
+from bookie.workers.noroom import no_room
 from bookie.workers.storage import LOG_KEY, Index, find_log, list_logs, open_index
 
 DROP_BATCH_ENTRIES = 10_000  # entries per write transaction: keep the add worker's commits flowing
@@ -80,13 +99,170 @@ def collect(index: Index, store, ledger_dirs: list[str]) -> gc_policy.GcPlan:
 GC_REQUEST_FILE = "gc.request"  # in the run dir: the supervisor asks for a pass now (PUT /api/v1/bookie/gc)
 
 
-def requested(ctx) -> bool:
-    """True (once) when the supervisor asked for a GC pass now: it creates GC_REQUEST_FILE."""
+def request_gc(run_dir: str, major: bool = False, minor: bool = False) -> None:
+    """Ask the running bookie's GC worker for a pass now (with a major / minor compaction)."""
+    names = [GC_REQUEST_FILE + ".major"] if major else []
+    names += [GC_REQUEST_FILE + ".minor"] if minor else []
+    for name in [*names, GC_REQUEST_FILE]:  # the plain file last: its sight starts the pass
+        with open(os.path.join(run_dir, name), "w"):
+            pass
+
+
+def _take(run_dir: str, name: str) -> bool:
     try:
-        os.unlink(os.path.join(ctx.run_dir, GC_REQUEST_FILE))
+        os.unlink(os.path.join(run_dir, name))
         return True
     except FileNotFoundError:
         return False
+
+
+def requested(ctx) -> bool:
+    """True (once) when the supervisor asked for a GC pass now: it creates GC_REQUEST_FILE."""
+    return _take(ctx.run_dir, GC_REQUEST_FILE)
+
+
+def take_request(ctx) -> dict | None:
+    """The pass asked for, once: None, or {"major": bool, "minor": bool}."""
+    if not requested(ctx):
+        return None
+    return {"major": _take(ctx.run_dir, GC_REQUEST_FILE + ".major"),
+            "minor": _take(ctx.run_dir, GC_REQUEST_FILE + ".minor")}
+
+
+def crash_hook():
+    """``crash(step)`` for compaction: SIGKILL the bookie at BOOKIE_COMPACTION_CRASH_AT."""
+    spec = os.environ.get("BOOKIE_COMPACTION_CRASH_AT", "")
+    if not spec:
+        return lambda step: None
+    at, _, nth = spec.partition(":")
+    seen = {"n": 0}
+
+    def crash(step: str) -> None:
+        if step == at:
+            seen["n"] += 1
+            if seen["n"] >= int(nth or 1):
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+    return crash
+
+
+class Compactor:
+    """When to compact (minor / major intervals, requests) and one compaction pass."""
+
+    def __init__(self, ctx, index: Index, ledger_dirs: list[str], now: float):
+        self.ctx = ctx
+        self.conf = ctx.conf
+        self.index = index
+        self.ledger_dirs = ledger_dirs
+        self.next_minor = now + self.conf.minor_compaction_interval_s
+        self.next_major = now + self.conf.major_compaction_interval_s
+        self.crash = crash_hook()
+        self.totals = {"compaction_minor_runs_total": 0, "compaction_major_runs_total": 0,
+                       "compaction_logs_total": 0, "compaction_failed_logs_total": 0,
+                       "compaction_bytes_copied_total": 0, "compaction_bytes_reclaimed_total": 0,
+                       "compaction_logs_todo": 0}
+
+    def due(self, now: float, request: dict | None) -> str | None:
+        """"major", "minor" or None; a major pass also counts as the minor one."""
+        conf = self.conf
+        major = conf.major_compaction_threshold > 0 and conf.major_compaction_interval_s > 0 \
+            and now >= self.next_major
+        minor = conf.minor_compaction_threshold > 0 and conf.minor_compaction_interval_s > 0 \
+            and now >= self.next_minor
+        if major or (request or {}).get("major"):
+            self.next_major = now + conf.major_compaction_interval_s
+            self.next_minor = now + conf.minor_compaction_interval_s
+            return "major"
+        if minor or (request or {}).get("minor"):
+            self.next_minor = now + conf.minor_compaction_interval_s
+            return "minor"
+        return None
+
+    def recover(self) -> None:
+        done = compaction.recover(self.index, self.ledger_dirs, lambda: self.ctx.stopping)
+        if done:
+            self.ctx.log("compaction recovered", what=done)
+
+    def room_for(self, candidate: compaction.Candidate) -> bool:
+        """Copying the log's live bytes keeps its disk within diskUsageThreshold +
+        compactionDiskMargin; or, on a disk already past that (adds outran the disk check;
+        the bookie is read-only), the copy fits in what is free beyond a 1 % reserve and frees
+        more than it takes (live share under one half), so every log done leaves more room."""
+        d = os.path.dirname(find_log(self.ledger_dirs, candidate.log_id))
+        u = shutil.disk_usage(d)
+        need = candidate.live_bytes + 65536
+        limit = (self.conf.disk_usage_threshold + self.conf.compaction_disk_margin) * u.total
+        if (u.total - u.free) + need <= limit:
+            return True
+        return candidate.live_share < 0.5 and u.free - need >= 0.01 * u.total
+
+    def run(self, kind: str) -> None:
+        """One pass: the logs under ``kind``'s threshold, lowest live share first."""
+        conf, ctx = self.conf, self.ctx
+        threshold = conf.major_compaction_threshold if kind == "major" else conf.minor_compaction_threshold
+        max_s = conf.major_compaction_max_time_s if kind == "major" else conf.minor_compaction_max_time_s
+        started = time.monotonic()
+        deadline = started + max_s if max_s > 0 else None
+        held, maps, current = compaction.held_ledgers(self.index)
+        todo = compaction.choose(maps, held, current, threshold, compaction.skipped_logs(self.index))
+        self.totals[f"compaction_{kind}_runs_total"] += 1
+        if not todo:
+            ctx.log("compaction: nothing to do", kind=kind, threshold=threshold)
+            return
+        rate = conf.compaction_rate_bytes_per_s if conf.is_throttle_by_bytes else conf.compaction_rate_entries_per_s
+        throttle = compaction.Throttle(rate, conf.is_throttle_by_bytes)
+        ctx.log("compaction started", kind=kind, threshold=threshold, logs_todo=len(todo),
+                live_bytes=sum(c.live_bytes for c in todo), total_bytes=sum(c.total_bytes for c in todo))
+        done = reclaimed = copied = failed = no_room_for = 0
+        for i, c in enumerate(todo):
+            self.totals["compaction_logs_todo"] = len(todo) - i
+            ctx.write_stats(self.totals)
+            if ctx.stopping or (deadline is not None and time.monotonic() >= deadline):
+                ctx.log("compaction stopped early", kind=kind, logs_done=done,
+                        logs_left=len(todo) - i, reason="stopping" if ctx.stopping else "out of time")
+                break
+            try:
+                if not self.room_for(c):
+                    no_room_for += 1  # one line for all of them, at the end of the pass
+                    continue
+                out = compaction.compact_log(self.index, self.ledger_dirs, c.log_id, throttle,
+                                             deadline, lambda: ctx.stopping, self.crash)
+            except compaction.CorruptEntry as e:
+                compaction.skip(self.index, c.log_id)
+                failed += 1
+                self.totals["compaction_failed_logs_total"] += 1
+                ctx.log("compaction: corrupt entry; log left as it is and skipped from now on",
+                        level="error", log=c.log_id, ledger=e.ledger_id, entry=e.entry_id,
+                        offset=e.offset, error=str(e))
+                continue
+            except compaction.Abandoned as e:
+                ctx.log("compaction: log undone", log=c.log_id, reason=str(e))
+                continue
+            except OSError as e:
+                failed += 1
+                self.totals["compaction_failed_logs_total"] += 1
+                ctx.log("compaction: log undone after a disk error", level="error", log=c.log_id,
+                        no_room=no_room(e), error=str(e))
+                continue
+            done += 1
+            copied += out.copied_bytes
+            reclaimed += out.reclaimed_bytes
+            self.totals["compaction_logs_total"] += 1
+            self.totals["compaction_bytes_copied_total"] += out.copied_bytes
+            self.totals["compaction_bytes_reclaimed_total"] += out.reclaimed_bytes
+            ctx.log("compacted", kind=kind, log=c.log_id, into=out.new_log_id,
+                    live_share=f"{c.live_share:.3f}", entries=out.entries,
+                    copied_bytes=out.copied_bytes, reclaimed_bytes=out.reclaimed_bytes,
+                    logs_done=i + 1, logs_todo=len(todo) - i - 1)
+        self.totals["compaction_logs_todo"] = 0
+        ctx.write_stats(self.totals)
+        elapsed = time.monotonic() - started
+        if no_room_for:
+            ctx.log("compaction: no room to copy some logs now; tried again at the next pass",
+                    level="warning", logs=no_room_for)
+        ctx.log("compaction done", kind=kind, logs_done=done, logs_failed=failed,
+                logs_without_room=no_room_for,
+                copied_bytes=copied, reclaimed_bytes=reclaimed, seconds=f"{elapsed:.3f}",
+                mb_per_s=f"{copied / max(elapsed, 1e-9) / 1e6:.1f}")
 
 
 def count_holdings(index: Index, ledger_dirs: list[str]) -> dict:
@@ -124,9 +300,15 @@ def run(ctx) -> int:
     totals = {"gc_runs_total": 0, "gc_deleted_ledgers_total": 0, "gc_deleted_logs_total": 0}
     ctx.write_stats({**totals, **count_holdings(index, ledger_dirs)})
     next_run = time.monotonic() + conf.gc_wait_s
+    compactor = Compactor(ctx, index, ledger_dirs, time.monotonic())
     try:
+        try:
+            compactor.recover()  # before any pass: finish or undo what a crash interrupted
+        except (OSError, lmdb.Error) as e:
+            ctx.log("compaction recovery failed; retrying at the next pass", error=str(e))
         while not ctx.stopping:
-            forced = requested(ctx)
+            request = take_request(ctx)
+            forced = request is not None
             if not forced and time.monotonic() < next_run:
                 time.sleep(0.1)
                 continue
@@ -134,6 +316,7 @@ def run(ctx) -> int:
             started = time.monotonic()
             problem = error = ""
             try:
+                compactor.recover()  # a step a crash (of this worker or the bookie) interrupted
                 if store is None:
                     store = open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s)
                 done = collect(index, store, ledger_dirs)
@@ -162,6 +345,13 @@ def run(ctx) -> int:
                         forgotten_maps=len(done.forget_maps), requested=forced,
                         seconds=f"{time.monotonic() - started:.3f}")
             ctx.write_stats({**totals, **count_holdings(index, ledger_dirs)})
+            kind = compactor.due(time.monotonic(), request)
+            if kind:
+                try:
+                    compactor.run(kind)
+                except (OSError, lmdb.Error) as e:  # undone or recovered at the next pass
+                    ctx.log("compaction pass failed; retrying at the next one", error=str(e))
+                ctx.write_stats({**totals, **count_holdings(index, ledger_dirs)})
     finally:
         if store is not None:
             store.close()

@@ -74,6 +74,13 @@ SPECS: tuple[Spec, ...] = (
     Spec("bookie_gc_deleted_entry_logs_total", "counter", "Entry logs deleted because nothing live was left in them.", (), "", "gc"),
     Spec("bookie_ledgers", "gauge", "Ledgers this bookie holds (in its index), as of the last GC pass.", (), "ACTIVE_LEDGER_COUNT", "gc"),
     Spec("bookie_entry_logs", "gauge", "Entry log files on the ledger disks, as of the last GC pass.", (), "ACTIVE_ENTRY_LOG_COUNT", "gc"),
+    Spec("bookie_compaction_minor_runs_total", "counter", "Minor compaction passes started.", (), "MINOR_COMPACTION_COUNT", "gc"),
+    Spec("bookie_compaction_major_runs_total", "counter", "Major compaction passes started.", (), "MAJOR_COMPACTION_COUNT", "gc"),
+    Spec("bookie_compaction_logs_total", "counter", "Entry logs rewritten by compaction (their live entries copied, the file deleted).", (), "", "gc"),
+    Spec("bookie_compaction_failed_logs_total", "counter", "Entry logs whose compaction was undone for a corrupt entry (the log is skipped from then on) or a disk error.", (), "", "gc"),
+    Spec("bookie_compaction_logs_todo", "gauge", "Entry logs the running compaction pass has still to rewrite (0 between passes).", (), "", "gc"),
+    Spec("bookie_compaction_bytes_copied_total", "counter", "Entry bytes compaction copied into new entry logs.", (), "", "gc"),
+    Spec("bookie_compaction_bytes_reclaimed_total", "counter", "Disk space compaction gave back: the old logs' size minus the new logs' size.", (), "RECLAIMED_COMPACTION_SPACE_BYTES", "gc"),
     # -- supervisor (computed at scrape time) ----------------------------------------------------
     Spec("bookie_info", "gauge", "Always 1; the labels say which bookie and version this is.", ("bookie_id", "version"), "", "supervisor"),
     Spec("bookie_readonly", "gauge", "1 while the bookie refuses adds (forced, or a disk is full), else 0.", (), "SERVER_STATUS (inverted: BookKeeper reports 1 when writable)", "supervisor"),
@@ -116,6 +123,13 @@ STAT_METRICS = {
     "gc_deleted_logs_total": "bookie_gc_deleted_entry_logs_total",
     "ledgers": "bookie_ledgers",
     "entry_logs": "bookie_entry_logs",
+    "compaction_minor_runs_total": "bookie_compaction_minor_runs_total",
+    "compaction_major_runs_total": "bookie_compaction_major_runs_total",
+    "compaction_logs_total": "bookie_compaction_logs_total",
+    "compaction_failed_logs_total": "bookie_compaction_failed_logs_total",
+    "compaction_logs_todo": "bookie_compaction_logs_todo",
+    "compaction_bytes_copied_total": "bookie_compaction_bytes_copied_total",
+    "compaction_bytes_reclaimed_total": "bookie_compaction_bytes_reclaimed_total",
 }
 
 # Figures of the stats dicts that other metrics already cover (rejected_*_total too:

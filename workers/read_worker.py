@@ -94,6 +94,7 @@ class ReadServer(ClientServer):
             now = time.monotonic()
             if now - self.last_stats >= 1.0:
                 self.last_stats = now
+                self.logs.prune()  # deleted entry logs give their space back
                 s = dict(self.stats)
                 s["long_polls_parked"] = sum(len(v) for v in self.polls.values())
                 s["fences_waiting"] = len(self.fence_waits)

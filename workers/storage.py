@@ -25,6 +25,9 @@ Index (LMDB environment ``index`` in the first index directory)
              reused, so it is kept for good and nothing of the ledger is stored again)
 ``logs``     key log_id u32 BE     ->  orjson {ledger_id: bytes stored} (the log's ledger map)
 ``meta``     b"current_logs" -> orjson list of the logs being written (GC leaves them alone)
+             b"next_log_id" -> u32 BE, the next entry log id to hand out (``allocate_log_id``:
+             the add worker's rolls and the GC worker's compaction share one sequence)
+             b"compaction" -> orjson, the compaction step in progress (bookie.workers.compaction)
 
 Keys are big-endian so that LMDB's byte order is (ledger, entry) order: the last entry of a
 ledger is one cursor step back from the first key of the next ledger.
@@ -223,6 +226,20 @@ class Index:
         raw = txn.get(b"current_logs", db=self.meta)
         return set(orjson.loads(raw)) if raw else set()
 
+    def allocate_log_id(self, directories: list[str]) -> int:
+        """A new entry log id, never handed out before (one short write transaction).
+
+        The add worker (rolling) and the GC worker (compaction) create logs from different
+        processes; LMDB's one writer at a time makes this the shared sequence.  The files on
+        disk are a floor too: a counter lost with an unsynced commit is never behind them.
+        """
+        floor = max((i for d in directories for i in list_logs(d)), default=0) + 1
+        with self.env.begin(write=True) as txn:
+            raw = txn.get(b"next_log_id", db=self.meta)
+            log_id = max(floor, LOG_KEY.unpack(raw)[0] if raw else 0)
+            txn.put(b"next_log_id", LOG_KEY.pack(log_id + 1), db=self.meta)
+        return log_id
+
 
 class LedgerStorage:
     """The add worker's writes: entries to the entry log at once, their index locations and the
@@ -318,17 +335,8 @@ class EntryLogWriter:
     def roll(self) -> None:
         """Open the next log; the current one is synced and closed at the next sync()."""
         log_id = self._new_log_id()
-        path = os.path.join(self.directory, log_name(log_id))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        head = LOG_MAGIC + struct.pack("<I", log_id)
-        head += struct.pack("<I", zlib.crc32(head))
-        os.pwrite(fd, head.ljust(LOG_HEADER_SIZE, b"\0"), 0)
-        if self.preallocate:
-            try:
-                os.posix_fallocate(fd, 0, min(self.size_limit, 64 * 1024 * 1024))
-            except OSError:
-                pass
-        fsync_dir(self.directory)
+        fd = create_log(self.directory, log_id,
+                        min(self.size_limit, 64 * 1024 * 1024) if self.preallocate else 0)
         with self._lock:
             if self._fd >= 0:
                 self._unsynced.append(self._fd)
@@ -370,17 +378,46 @@ class EntryLogWriter:
             self._fd = -1
 
 
+def create_log(directory: str, log_id: int, preallocate_bytes: int = 0) -> int:
+    """Create entry log ``log_id`` with its header, its directory fsynced; returns its fd."""
+    path = os.path.join(directory, log_name(log_id))
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        head = LOG_MAGIC + struct.pack("<I", log_id)
+        head += struct.pack("<I", zlib.crc32(head))
+        os.pwrite(fd, head.ljust(LOG_HEADER_SIZE, b"\0"), 0)
+        if preallocate_bytes:
+            try:
+                os.posix_fallocate(fd, 0, preallocate_bytes)
+            except OSError:
+                pass
+        fsync_dir(directory)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 class EntryLogs:
     """The entry logs of every ledger directory: one writer per directory, ledgers mapped to
-    directories by id, log ids unique across directories."""
+    directories by id, log ids unique across directories.
 
-    def __init__(self, directories: list[str], size_limit: int, preallocate: bool):
+    With ``index`` (the bookie's add worker), log ids come from ``Index.allocate_log_id``, the
+    sequence the GC worker's compaction shares; without it (tools, tests) from a counter here.
+    """
+
+    def __init__(self, directories: list[str], size_limit: int, preallocate: bool,
+                 index: "Index | None" = None):
         existing = [i for d in directories for i in list_logs(d)]
         self._next = max(existing, default=0) + 1
+        self._directories = list(directories)
+        self._index = index
         self.writers = [EntryLogWriter(d, size_limit, preallocate, self._new_log_id)
                         for d in directories]
 
     def _new_log_id(self) -> int:
+        if self._index is not None:
+            return self._index.allocate_log_id(self._directories)
         log_id = self._next
         self._next += 1
         return log_id
@@ -463,6 +500,18 @@ class EntryLogReader:
         fd = self._fds.pop(log_id, None)
         if fd is not None:
             os.close(fd)
+
+    def prune(self) -> None:
+        """Close cached logs that were deleted (GC, compaction): an open fd would keep their
+        disk space taken.  Only a reader with an index snapshot older than the deletion could
+        still want one, and the GC waits for those to end before it deletes (compaction.py)."""
+        for log_id, fd in list(self._fds.items()):
+            try:
+                gone = os.fstat(fd).st_nlink == 0
+            except OSError:
+                gone = True
+            if gone:
+                self.forget(log_id)
 
     def close(self) -> None:
         for fd in self._fds.values():

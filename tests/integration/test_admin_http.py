@@ -123,7 +123,8 @@ def test_put_gc_runs_a_pass_now_and_drops_a_deleted_ledger(ens):
         store.remove_ledger(doomed)
         runs_before = sample(scrape(ens), "bookie_gc_runs", "bookie_gc_runs_total")
         assert c.read(doomed, 0)[0] == Status.OK  # no pass has run since the removal
-        assert call_json(ens, "PUT", "/api/v1/bookie/gc") == (200, {"gcRequested": True})
+        assert call_json(ens, "PUT", "/api/v1/bookie/gc") == (
+            200, {"gcRequested": True, "forceMajor": False, "forceMinor": False})
         assert wait(lambda: c.read(doomed, 0)[0] == Status.NO_LEDGER)
         assert c.read(keeper, 0)[0] == Status.OK
     assert wait(lambda: sample(scrape(ens), "bookie_gc_runs", "bookie_gc_runs_total") > runs_before)

@@ -1,0 +1,89 @@
+"""A ledger disk that fills up (a real tmpfs): the bookie turns read-only and registers so, asks
+for a GC pass with a major compaction itself, and once a deleted ledger's space is back below
+the low-water mark it takes adds again (bookie.workers.diskcheck, docs/configuration.md)."""
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from bookie.metadata import LedgerMetadata, open_metadata
+from bookie.testing import LocalBookies
+from bookie.testing.rawclient import RawBookieClient, make_entry
+from bookie.wire import Status
+
+KEY = b"disk-key"
+ENTRY_BYTES = 16 * 1024
+
+
+@pytest.fixture
+def small_ledger_disk(tmp_path):
+    mnt = tmp_path / "small-ledger-disk"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mnt)], check=True)
+    yield str(mnt)
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def wait(pred, timeout_s=90.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def entry(lid, eid):
+    return make_entry(lid, eid, bytes([eid % 251]) * ENTRY_BYTES)
+
+
+def used(path):
+    st = os.statvfs(path)
+    return 1 - st.f_bfree / st.f_blocks
+
+
+def test_a_full_disk_turns_read_only_compaction_frees_it_and_adds_come_back(tmp_path, small_ledger_disk):
+    # every directory on the small disk: the journal's disk counts too (and /tmp's use is not ours)
+    journal, ledgers = (os.path.join(small_ledger_disk, d) for d in ("journal", "ledgers"))
+    conf = {"journalDirectory": journal, "ledgerDirectories": ledgers, "indexMapSizeMB": 64,
+            "journalMaxSizeMB": 1, "journalMaxBackups": 1, "journalPreAllocSizeMB": 1, "logSizeLimit": 512 * 1024,
+            "entryLogFilePreallocationEnabled": "false", "diskCheckInterval": 200,
+            "diskUsageThreshold": 0.6, "diskUsageWarnThreshold": 0.5, "diskUsageLwmThreshold": 0.4,
+            "gcWaitTime": 1000, "compactionRateByEntries": 0,
+            "minorCompactionInterval": 0, "majorCompactionInterval": 0}
+    with LocalBookies(1, base_dir=str(tmp_path / "e"), conf=conf) as ens, \
+            open_metadata(ens.metadata_uri) as store:
+        meta = LedgerMetadata(1, 1, 1, fragments=[(0, [ens.bookies[0]])])
+        doomed, _ = store.create_ledger(meta)
+        kept, _ = store.create_ledger(meta)
+        n = {doomed: 0, kept: 0}
+        status = Status.OK
+        with RawBookieClient(ens.bookies[0]) as c:
+            for _ in range(400):  # 128 KiB a batch: the disk reaches 0.6 after ~150 batches
+                for lid in (doomed, kept):
+                    status = c.add(lid, [entry(lid, n[lid] + i) for i in range(8)], KEY)
+                    if status != Status.OK:
+                        break
+                    n[lid] += 8
+                if status != Status.OK:
+                    break
+            assert status == Status.READ_ONLY, (status, used(small_ledger_disk), ens.log(0)[-2000:])
+            assert "disk full" in ens.log(0)  # (warn may be skipped: 128 KiB adds outrun the checks)
+            assert wait(lambda: ens.bookies[0] in store.list_bookies(readonly=True))
+            full_at = used(small_ledger_disk)
+            store.remove_ledger(doomed)
+            # no operator step: the supervisor keeps asking for major compactions while full
+            assert wait(lambda: "bookie is writable again" in ens.log(0)), ens.log(0)[-3000:]
+            assert used(small_ledger_disk) < 0.4 < full_at
+            assert wait(lambda: ens.bookies[0] in store.list_bookies(readonly=False))
+            assert c.add(kept, [entry(kept, n[kept])], KEY) == Status.OK
+            got = []
+            while len(got) <= n[kept]:
+                s, es = c.read(kept, len(got), max_count=64)
+                assert s == Status.OK
+                got += es
+            assert [bytes(e) for e in got] == [entry(kept, e) for e in range(n[kept] + 1)]
+            assert c.read(doomed, 0)[0] == Status.NO_LEDGER
+        assert "compacted" in ens.log(0) and "Traceback" not in ens.log(0)
