@@ -31,7 +31,7 @@ import numpy as np
 import zmq
 
 from bookie import wire
-from bookie.workers.layout import current_dir
+from bookie.workers.layout import current_dir, key_salt
 from bookie.wire import Op, Status
 from bookie.workers import records
 from bookie.workers.common import ClientServer, make_socket
@@ -197,8 +197,9 @@ def run(ctx) -> int:
     env = open_index(index_dir, conf.index_map_size_bytes)
     index = Index(env)
     logs = EntryLogs(ledger_dirs, conf.log_size_limit_bytes, conf.entry_log_preallocation)
+    salt = key_salt(conf)
     while True:
-        storage = LedgerStorage(index, logs)  # a fresh table for each attempt
+        storage = LedgerStorage(index, logs, salt)  # a fresh table for each attempt
         try:
             replay(ctx, ring, storage, jdir, ledger_dirs)
             break
@@ -507,12 +508,13 @@ class AddServer(ClientServer):
         if (entry_ids < 0).any():
             raise Rejected(Status.BAD_REQUEST, "negative entry id")
         recovery = bool(flags & wire.Flag.RECOVERY_ADD)
-        self.storage.table.check_add(ledger_id, key, recovery)
+        key = self.storage.table.check_add(ledger_id, key, recovery)  # now the stored form
         parts, size, data_offset = records.add_batch_parts(ledger_id, key, lengths_frame, data, recovery)
         if not self.room_for(size):
             return False
         start, end = self.place(parts)
-        self.storage.table.apply(records.Record(records.ADD_BATCH, int(recovery), ledger_id, key, -1,
+        flags = records.FLAG_STORED_KEY | (records.FLAG_RECOVERY if recovery else 0)
+        self.storage.table.apply(records.Record(records.ADD_BATCH, flags, ledger_id, key, -1,
                                                 lengths, data_offset, size))
         self.store(ledger_id, start, end, size, data_offset, entry_ids, lengths, offsets)
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.ADD, Status.OK, request_id, ledger_id)],
@@ -529,7 +531,7 @@ class AddServer(ClientServer):
         (lac,) = wire.WRITE_LAC_BODY.unpack(body[1].bytes)
         if lac < -1:
             raise Rejected(Status.BAD_REQUEST, "lac out of range")
-        self.storage.table.check_write_lac(ledger_id, key)
+        key = self.storage.table.check_write_lac(ledger_id, key)  # now the stored form
         rec = records.lac_record(ledger_id, lac, key)
         if not self.room_for(len(rec)):
             return False
@@ -553,7 +555,7 @@ class AddServer(ClientServer):
         key = frames[3].bytes
         token = frames[4].bytes
         try:
-            self.storage.table.check_fence(ledger_id, key)
+            key = self.storage.table.check_fence(ledger_id, key)  # stored form, b"": unbound
         except Rejected as e:
             self.count(FENCE_OP, e.status)
             self.control.send_multipart([ident, b"F", token, wire.STATUS.pack(e.status)])
