@@ -48,7 +48,7 @@ from bookie.workers.config import KEYS, BookieConfig
 from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
 from bookie.workers.layout import LayoutError, all_dirs, check_or_stamp, remembered_port
 from bookie.workers.common import free_port_pair, log_line as log, set_pdeathsig
-from bookie.workers.ring import NO_ROOM, READONLY, Ring
+from bookie.workers.ring import NO_ROOM, READONLY, Ring, private_dir
 
 ROLES_IN_START_ORDER = ("journal", "add", "read", "gc")
 EXIT_REFUSED = 2
@@ -158,6 +158,7 @@ class Supervisor:
             WorkerStartError: a worker did not become ready.
         """
         conf = self.conf
+        os.umask(0o077)  # every file and directory the bookie makes is its user's alone
         check_ports_free(conf)
         if conf.metadata_uri:
             self._open_store()  # a URI naming no store is refused before the disks are stamped
@@ -168,9 +169,9 @@ class Supervisor:
         self.started = True
         self.run_dir = tempfile.mkdtemp(prefix=f"bk{conf.bookie_port}-")
         self.metrics = BookieRegistry(self, self.run_dir)
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") else self.run_dir
-        ring_path = os.path.join(shm, f"bookie-{conf.bookie_port}-{os.getpid()}.ring")
-        self.lock.set_runtime(self.run_dir, ring_path)  # before the ring exists: no leak if killed
+        ring_dir = private_dir(f"bookie-{conf.bookie_port}-")  # 0700, random name (workers/ring.py)
+        ring_path = os.path.join(ring_dir, "ring")
+        self.lock.set_runtime(self.run_dir, ring_dir)  # before the ring exists: no leak if killed
         self.ring = Ring.create(ring_path, conf.ring_size_bytes)
         with open(os.path.join(self.run_dir, "ring.path"), "w") as f:
             f.write(ring_path)
@@ -437,6 +438,7 @@ class Supervisor:
             self.ring.close()
             try:
                 os.unlink(path)
+                os.rmdir(os.path.dirname(path))
             except OSError:
                 pass
         if self.run_dir:

@@ -131,7 +131,7 @@ KEYS: tuple[Key, ...] = (
     Key("nettyMaxFrameSizeBytes", "int", 5 * 1024 * 1024, "Largest entry accepted, in bytes; larger adds get BAD_REQUEST.", _range(64, 1 << 30), unit="bytes", attr="max_entry_size_bytes"),
     Key("maxPendingAddRequestsPerThread", "int", 100_000, "Adds waiting for the journal before new ones get TOO_MANY_REQUESTS.", _range(1), attr="max_pending_adds"),
     # -- journal -------------------------------------------------------------------------------
-    Key("journalDirectory", "dir", "/tmp/bk-txn", "Directory of the write-ahead journal, ideally on its own disk.", attr="journal_dir"),
+    Key("journalDirectory", "dir", "/var/lib/bookie/journal", "Directory of the write-ahead journal, ideally on its own disk.", attr="journal_dir"),
     Key("journalMaxSizeMB", "int", 2048, "A journal file is rolled when it reaches this size (MB).", _range(1), unit="MB", attr="journal_max_size_bytes"),
     Key("journalMaxBackups", "int", 5, "Old journal files (all older than the last checkpoint) kept after rolling.", _range(0), attr="journal_max_backups"),
     Key("journalPreAllocSizeMB", "int", 16, "Journal files grow by preallocating this much at a time (MB).", _range(1, 1024), unit="MB", attr="journal_prealloc_size_bytes"),
@@ -142,7 +142,7 @@ KEYS: tuple[Key, ...] = (
     Key("journalFlushWhenQueueEmpty", "bool", True, "Force-write as soon as no more adds are queued, without waiting for the group wait.", attr="journal_flush_when_queue_empty"),
     Key("journalRingSizeMB", "int", 64, "Size of the shared-memory ring between the add and journal workers (MB).", _range(1, 4096), unit="MB", attr="ring_size_bytes"),
     # -- ledger storage ------------------------------------------------------------------------
-    Key("ledgerDirectories", "dirs", "/tmp/bk-data", "Comma-separated directories for entry logs.", attr="ledger_dirs"),
+    Key("ledgerDirectories", "dirs", "/var/lib/bookie/ledgers", "Comma-separated directories for entry logs.", attr="ledger_dirs"),
     Key("indexDirectories", "dirs", "", "Directories for the LMDB entry index (default: ledgerDirectories).", attr="configured_index_dirs"),
     Key("logSizeLimit", "int", 1024 * 1024 * 1024, "An entry log is rolled when it reaches this size (bytes).", _range(4096, (1 << 32) - 1), unit="bytes", attr="log_size_limit_bytes"),
     Key("entryLogFilePreallocationEnabled", "bool", True, "Preallocate the next entry log file's space when one is created.", attr="entry_log_preallocation"),
