@@ -34,7 +34,7 @@ from bookie import wire
 from bookie.workers.layout import current_dir, key_salt
 from bookie.wire import Op, Status
 from bookie.workers import records
-from bookie.workers.common import ClientServer, make_socket
+from bookie.workers.common import ClientServer, ConnectionCap, guard_client_socket, make_socket
 from bookie.workers.journal import lastmark_of, scan, write_lastmark
 from bookie.workers.ledgers import Rejected
 from bookie.workers.noroom import RETRY_S, Held, no_room
@@ -215,6 +215,8 @@ def run(ctx) -> int:
     clients.setsockopt(zmq.ROUTER_MANDATORY, 0)
     clients.setsockopt(zmq.RCVHWM, 10_000)
     clients.setsockopt(zmq.SNDHWM, 100_000)
+    guard_client_socket(clients, conf, conf.max_add_message_size_bytes)
+    cap = ConnectionCap(clients, conf.max_client_connections, conf.bookie_port)
     clients.bind(f"tcp://{conf.listening_interface}:{conf.bookie_port}")
     control = make_socket(zctx, zmq.ROUTER)
     control.bind(ctx.endpoint("add.ctl"))
@@ -224,13 +226,14 @@ def run(ctx) -> int:
     lac_pub.bind(ctx.endpoint("add.lac"))
 
     server = AddServer(ctx, ring, storage, clients, control, wake, lac_pub, ledger_dirs)
+    server.cap = cap
     ctx.log("add worker ready", port=conf.bookie_port, position=ring.get(WRITE))
     ctx.ready()
     try:
         server.serve(durable_in)
     finally:
         server.shutdown()
-        for s in (clients, control, durable_in, wake, lac_pub):
+        for s in (cap, clients, control, durable_in, wake, lac_pub):
             s.close()
         zctx.term()
         logs.close()
@@ -260,6 +263,7 @@ class AddServer(ClientServer):
         self.taken_at = 0.0  # when the message being handled was taken off its socket
         self.safe_to = ring.get(WRITE)  # end of what is in the entry log and index (noroom.py)
         self.held: collections.deque[Held] = collections.deque()
+        self.cap = None  # ConnectionCap of the client socket
         self.full = False  # no room for our writes: read-only until a retry succeeds
         self.next_retry = 0.0
 
@@ -269,12 +273,16 @@ class AddServer(ClientServer):
         poller.register(durable_in.fileno(), zmq.POLLIN)
         poller.register(self.clients, zmq.POLLIN)
         poller.register(self.control, zmq.POLLIN)
+        if self.cap is not None:
+            poller.register(self.cap.monitor, zmq.POLLIN)
         flush_s = self.conf.flush_interval_s
         while not self.ctx.stopping:
             timeout = 5 if self.pending else 50
             events = dict(poller.poll(timeout))
             if durable_in.fileno() in events:
                 durable_in.drain()
+            if self.cap is not None and self.cap.monitor in events:
+                self.cap.drain()
             self.answer_durable()
             placed = self.retry_stalled()
             if not self.stalled:
@@ -332,6 +340,9 @@ class AddServer(ClientServer):
         self.last_stats = now
         s = dict(self.stats)
         s["add_pending"] = len(self.pending)
+        if self.cap is not None:
+            s["connections_open"] = len(self.cap.open)
+            s["connections_refused_total"] = self.cap.refused_total
         s["ring_free_bytes"] = self.ring.free_bytes()
         s["entries_stored_total"] = self.storage.entries_total
         self.ctx.write_stats(s)

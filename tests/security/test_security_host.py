@@ -99,6 +99,7 @@ def test_the_ring_is_never_created_over_a_planted_file_or_through_a_link(tmp_pat
     assert target.read_bytes() == b"keep me"
 
 
+@pytest.mark.security
 def test_links_planted_under_the_old_predictable_ring_names_change_nothing(tmp_path):
     """Before: /dev/shm/bookie-PORT-PID.ring, opened with O_TRUNC by a root supervisor."""
     target = tmp_path / "root-owned"
