@@ -120,6 +120,17 @@ class Worker:
         self.restarts_total = 0
 
 
+def exposure_warning(conf: BookieConfig) -> str | None:
+    """The start-up warning of a bookie whose client sockets are reachable beyond loopback: they
+    are neither authenticated nor encrypted (docs/security.md, "Not yet protected")."""
+    host = conf.listening_interface
+    if host == "localhost" or host == "::1" or host.startswith("127."):
+        return None
+    return ("client sockets listen beyond loopback with no authentication or encryption: any "
+            "client that reaches them reads every ledger, and master keys cross the network in "
+            "clear; see docs/security.md")
+
+
 class Supervisor:
     def __init__(self, conf: BookieConfig, lock: DirectoryLock):
         self.conf = conf
@@ -182,6 +193,9 @@ class Supervisor:
         if conf.metadata_uri:
             self._register()
         self._start_http()
+        warning = exposure_warning(conf)
+        if warning:
+            log(self.name, warning, level="warning", interface=conf.listening_interface)
         self.log("bookie serving", bookie_id=conf.bookie_id, add_port=conf.bookie_port,
                  read_port=conf.bookie_port + 1, metadata=conf.metadata_uri or "none")
 

@@ -67,3 +67,15 @@ def test_a_fence_on_an_unused_ledger_id_binds_no_key(ens, client):
     assert client.add(ledger, [make_entry(ledger, 0, b"r")], KEY, recovery=True) == Status.OK
     assert client.add(ledger, [make_entry(ledger, 1, b"x")], ATTACKER, recovery=True) == Status.UNAUTHORIZED
     assert client.fence(ledger, ATTACKER) == Status.UNAUTHORIZED
+
+
+def test_a_bookie_beyond_loopback_warns_that_its_sockets_are_open():
+    from bookie.appliance.supervisor import exposure_warning
+    from bookie.workers.config import BookieConfig
+
+    def conf(host):
+        return BookieConfig.from_mapping({"listeningInterface": host}, check_dirs=False)
+
+    assert exposure_warning(conf("127.0.0.1")) is None and exposure_warning(conf("::1")) is None
+    assert "no authentication or encryption" in exposure_warning(conf("0.0.0.0"))
+    assert "docs/security.md" in exposure_warning(conf("10.1.2.3"))
