@@ -49,6 +49,10 @@ MAX_MESSAGES_PER_ITERATION = 256
 FENCE_TOKEN = struct.Struct("<Q")
 MAX_REQUEST_FRAME_BYTES = 4096  # a read request's frames are tens of bytes
 TRACKED_REPLY_BYTES = 64 * 1024  # replies this large count against the connection's budget
+# Fences of ledgers this bookie holds nothing of: a recovery meets one rarely (a bookie no add
+# reached), a flood of them costs journal records and index entries.  Token bucket.
+UNBOUND_FENCES_PER_S = 200.0
+UNBOUND_FENCES_BURST = 400.0
 
 
 class ReadServer(ClientServer):
@@ -66,6 +70,8 @@ class ReadServer(ClientServer):
         self.unread: dict[bytes, collections.deque] = {}  # ident -> (tracker, bytes) of big replies
         self.unread_bytes: dict[bytes, int] = {}
         self.cap = None  # ConnectionCap of the client socket
+        self.unbound_tokens = UNBOUND_FENCES_BURST
+        self.unbound_at = time.monotonic()
         self.last_stats = 0.0
         self.read_latency = ctx.metrics.histogram("bookie_read_entry_seconds")
 
@@ -149,6 +155,8 @@ class ReadServer(ClientServer):
                 key = body[-1]
                 if not key or len(key) > wire.MAX_MASTER_KEY:
                     raise wire.ProtocolError("master key size")
+                if not self.may_fence(ledger_id):
+                    raise wire.ProtocolError("too many fences of unknown ledgers", Status.TOO_MANY_REQUESTS)
                 token = FENCE_TOKEN.pack(next(self.tokens))
                 self.fence_waits[token] = req
                 self.control.send_multipart([b"F", wire.LEDGER_ID.pack(ledger_id), key, token])
@@ -306,6 +314,22 @@ class ReadServer(ClientServer):
     def expire_polls(self) -> None:
         for req in self.polls.expired(time.monotonic()):
             self.respond(req, self.reply_lac)
+
+    def may_fence(self, ledger_id: int) -> bool:
+        """A fence of a ledger the index holds always may go; one of an unknown ledger (it would
+        be fenced unbound: bookie.workers.ledgers rule 2) takes a token of a bucket refilled at
+        UNBOUND_FENCES_PER_S, so a flood of fences of new ids costs the bookie a bounded rate."""
+        with self.snapshot() as txn:
+            if self.index.get_ledger(txn, ledger_id) is not None or self.index.is_deleted(txn, ledger_id):
+                return True
+        now = time.monotonic()
+        self.unbound_tokens = min(UNBOUND_FENCES_BURST,
+                                  self.unbound_tokens + (now - self.unbound_at) * UNBOUND_FENCES_PER_S)
+        self.unbound_at = now
+        if self.unbound_tokens < 1.0:
+            return False
+        self.unbound_tokens -= 1.0
+        return True
 
     # -- what one connection may leave unread ----------------------------------------------------
     def reply_tracked(self, ident, op, request_id, ledger_id, body) -> None:

@@ -117,7 +117,7 @@ def test_ten_thousand_idle_connections(ens):
         return {"connections": len(socks), "shut_by_bookie": shut}
 
     fig = run_flood(ens, "10k idle connections", flood)
-    assert fig["shut_by_bookie"] >= 10_000 - 2 * 4096 - 4
+    assert fig["shut_by_bookie"] >= 10_000 - 2 * 4096 - 16  # EOF of the last few may be late
 
 
 def test_a_one_gib_frame(ens):
@@ -217,4 +217,5 @@ def test_a_hundred_thousand_fences_of_new_ids(ens):
         ctx.term()
         return {"fences": 100_000, "answers": {Status(k).name: v for k, v in counts.items()}}
 
-    run_flood(ens, "100k fences of new ids", flood)
+    fig = run_flood(ens, "100k fences of new ids", flood)
+    assert fig["answers"].get("TOO_MANY_REQUESTS", 0) > 90_000

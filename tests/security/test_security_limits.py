@@ -182,3 +182,28 @@ def test_a_reader_that_does_not_read_its_replies_gets_too_many_requests(ens, cli
     finally:
         ctx.term()
     assert client.read(ledger, 0, 8)[0] == Status.OK  # a reader that reads is served
+
+
+def test_a_flood_of_fences_of_new_ids_is_refused_past_a_small_rate(ens, client, same_workers):
+    writer_works(client, 9, 0, 1)
+    ctx = zmq.Context()
+    try:
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.SNDHWM, 0)
+        s.setsockopt(zmq.RCVHWM, 0)
+        host, port = ens.bookies[0].rsplit(":", 1)
+        s.connect(f"tcp://{host}:{int(port) + 1}")
+        n, first = 5000, 10**12
+        for rid in range(n):
+            s.send_multipart([wire.pack_header(Op.READ_LAC, int(Flag.FENCE), rid, first + rid), b"squatter"])
+        counts = {}
+        while sum(counts.values()) < n and s.poll(60_000):
+            status = wire.unpack_header(s.recv_multipart()[0])[1]
+            counts[status] = counts.get(status, 0) + 1
+        s.close()
+    finally:
+        ctx.term()
+    assert sum(counts.values()) == n
+    assert counts.get(Status.TOO_MANY_REQUESTS, 0) > n // 2, counts
+    assert client.fence(9, KEY) == Status.OK  # a fence of a ledger the bookie holds still goes
