@@ -52,7 +52,7 @@ from bookie.workers.layout import LayoutError, all_dirs, check_or_stamp, remembe
 from bookie.workers.rebuild import check_index
 from bookie.workers.common import free_port_pair, log_line as log, set_pdeathsig
 from bookie.workers.gc_worker import request_gc
-from bookie.workers.ring import NO_ROOM, READONLY, Ring
+from bookie.workers.ring import NO_ROOM, READONLY, Ring, private_dir
 
 ROLES_IN_START_ORDER = ("journal", "add", "read", "gc")
 EXIT_REFUSED = 2
@@ -125,6 +125,17 @@ class Worker:
         self.restarts_total = 0
 
 
+def exposure_warning(conf: BookieConfig) -> str | None:
+    """The start-up warning of a bookie whose client sockets are reachable beyond loopback: they
+    are neither authenticated nor encrypted (docs/security.md, "Not yet protected")."""
+    host = conf.listening_interface
+    if host == "localhost" or host == "::1" or host.startswith("127."):
+        return None
+    return ("client sockets listen beyond loopback with no authentication or encryption: any "
+            "client that reaches them reads every ledger, and master keys cross the network in "
+            "clear; see docs/security.md")
+
+
 class Supervisor:
     def __init__(self, conf: BookieConfig, lock: DirectoryLock):
         self.conf = conf
@@ -168,6 +179,7 @@ class Supervisor:
             WorkerStartError: a worker did not become ready.
         """
         conf = self.conf
+        os.umask(0o077)  # every file and directory the bookie makes is its user's alone
         check_ports_free(conf)
         if conf.metadata_uri:
             self._open_store()  # a URI naming no store is refused before the disks are stamped
@@ -181,9 +193,9 @@ class Supervisor:
         self.started = True
         self.run_dir = tempfile.mkdtemp(prefix=f"bk{conf.bookie_port}-")
         self.metrics = BookieRegistry(self, self.run_dir)
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") else self.run_dir
-        ring_path = os.path.join(shm, f"bookie-{conf.bookie_port}-{os.getpid()}.ring")
-        self.lock.set_runtime(self.run_dir, ring_path)  # before the ring exists: no leak if killed
+        ring_dir = private_dir(f"bookie-{conf.bookie_port}-")  # 0700, random name (workers/ring.py)
+        ring_path = os.path.join(ring_dir, "ring")
+        self.lock.set_runtime(self.run_dir, ring_dir)  # before the ring exists: no leak if killed
         self.ring = Ring.create(ring_path, conf.ring_size_bytes)
         with open(os.path.join(self.run_dir, "ring.path"), "w") as f:
             f.write(ring_path)
@@ -197,6 +209,9 @@ class Supervisor:
         if "autorecovery" in self.workers:
             self._start_worker("autorecovery")
         self._start_http()
+        warning = exposure_warning(conf)
+        if warning:
+            log(self.name, warning, level="warning", interface=conf.listening_interface)
         self.log("bookie serving", bookie_id=conf.bookie_id, add_port=conf.bookie_port,
                  read_port=conf.bookie_port + 1, metadata=conf.metadata_uri or "none")
 
@@ -477,6 +492,7 @@ class Supervisor:
             self.ring.close()
             try:
                 os.unlink(path)
+                os.rmdir(os.path.dirname(path))
             except OSError:
                 pass
         if self.run_dir:

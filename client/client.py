@@ -108,7 +108,8 @@ class BookKeeper:
         """Create a ledger on ``ensemble_size`` writable bookies and open it for writing.
 
         Raises:
-            InvalidArgumentError: not E >= Qw >= Qa >= 1, or unknown digest type.
+            InvalidArgumentError: not E >= Qw >= Qa >= 1, unknown digest type, or an empty
+                password while the client's ``allowEmptyPassword`` is off.
             NotEnoughBookiesError: fewer than E writable bookies registered.
         """
         self._check_open()
@@ -118,6 +119,12 @@ class BookKeeper:
             raise InvalidArgumentError(str(exc)) from None
         digest = check_digest_type(digest or self.config.digestType)
         password = self._password(password)
+        if not password and not self.config.allowEmptyPassword:
+            # b"" gives a master key everyone knows: anyone could fence, add to or recover it
+            raise InvalidArgumentError(
+                "refusing to create a ledger with an empty password (its master key is "
+                "well known); pass password=b'...' (or the client's passwd key), or set the "
+                "client key allowEmptyPassword=True to accept it")
         writable = self._store.list_writable()
         ensemble = choose_ensemble(ensemble_size, writable, self._rng)
         if ensemble is None:

@@ -86,7 +86,7 @@ class EmbeddedMetadataStore(MetadataStore):
             raise NoSuchStoreError(f"lmdb://{path}", "no metadata store in that directory")
         if create:
             try:
-                os.makedirs(path, exist_ok=True)
+                os.makedirs(path, mode=0o700, exist_ok=True)  # the bookie user's alone
             except OSError as e:
                 raise MetadataError(f"cannot create the metadata directory {path}: {e}") from None
         self._reset_process_state()

@@ -135,7 +135,7 @@ class Environments:
             return
         try:
             env = lmdb.open(path, subdir=True, map_size=entry[3], max_dbs=8, max_readers=1024,
-                            lock=True, sync=True, metasync=True)
+                            lock=True, sync=True, metasync=True, mode=0o600)
         except lmdb.Error as e:
             raise MetadataError(f"cannot open the metadata store at {path}: {e}") from None
         try:

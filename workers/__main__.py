@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from bookie.workers.config import BookieConfig
-from bookie.workers.common import WorkerContext
+from bookie.workers.common import WorkerContext, raise_open_files_limit
 
 ROLES = {
     "journal": "bookie.workers.journal_worker",
@@ -28,6 +29,8 @@ def main(argv=None) -> int:
     p.add_argument("--run-dir", required=True)
     p.add_argument("--ready-fd", type=int)
     args = p.parse_args(argv)
+    os.umask(0o077)  # as the supervisor's: what a worker creates is the bookie user's alone
+    raise_open_files_limit()  # client connections are descriptors (capped: maxClientConnections)
     conf = BookieConfig.load(args.conf, check_dirs=False)
     ctx = WorkerContext(args.role, conf, args.run_dir, args.ready_fd)
     ctx.start()

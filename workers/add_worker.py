@@ -31,10 +31,10 @@ import numpy as np
 import zmq
 
 from bookie import wire
-from bookie.workers.layout import current_dir
+from bookie.workers.layout import current_dir, key_salt
 from bookie.wire import Op, Status
 from bookie.workers import records
-from bookie.workers.common import ClientServer, make_socket
+from bookie.workers.common import ClientServer, ConnectionCap, guard_client_socket, make_socket
 from bookie.workers.journal import lastmark_of, scan, write_lastmark
 from bookie.workers.ledgers import Rejected
 from bookie.workers.noroom import RETRY_S, Held, no_room
@@ -197,8 +197,9 @@ def run(ctx) -> int:
     env = open_index(index_dir, conf.index_map_size_bytes)
     index = Index(env)
     logs = EntryLogs(ledger_dirs, conf.log_size_limit_bytes, conf.entry_log_preallocation, index)
+    salt = key_salt(conf)
     while True:
-        storage = LedgerStorage(index, logs)  # a fresh table for each attempt
+        storage = LedgerStorage(index, logs, salt)  # a fresh table for each attempt
         try:
             replay(ctx, ring, storage, jdir, ledger_dirs)
             break
@@ -214,6 +215,8 @@ def run(ctx) -> int:
     clients.setsockopt(zmq.ROUTER_MANDATORY, 0)
     clients.setsockopt(zmq.RCVHWM, 10_000)
     clients.setsockopt(zmq.SNDHWM, 100_000)
+    guard_client_socket(clients, conf, conf.max_add_message_size_bytes)
+    cap = ConnectionCap(clients, conf.max_client_connections, conf.bookie_port)
     clients.bind(f"tcp://{conf.listening_interface}:{conf.bookie_port}")
     control = make_socket(zctx, zmq.ROUTER)
     control.bind(ctx.endpoint("add.ctl"))
@@ -223,13 +226,14 @@ def run(ctx) -> int:
     lac_pub.bind(ctx.endpoint("add.lac"))
 
     server = AddServer(ctx, ring, storage, clients, control, wake, lac_pub, ledger_dirs)
+    server.cap = cap
     ctx.log("add worker ready", port=conf.bookie_port, position=ring.get(WRITE))
     ctx.ready()
     try:
         server.serve(durable_in)
     finally:
         server.shutdown()
-        for s in (clients, control, durable_in, wake, lac_pub):
+        for s in (cap, clients, control, durable_in, wake, lac_pub):
             s.close()
         zctx.term()
         logs.close()
@@ -259,6 +263,7 @@ class AddServer(ClientServer):
         self.taken_at = 0.0  # when the message being handled was taken off its socket
         self.safe_to = ring.get(WRITE)  # end of what is in the entry log and index (noroom.py)
         self.held: collections.deque[Held] = collections.deque()
+        self.cap = None  # ConnectionCap of the client socket
         self.full = False  # no room for our writes: read-only until a retry succeeds
         self.next_retry = 0.0
 
@@ -268,12 +273,16 @@ class AddServer(ClientServer):
         poller.register(durable_in.fileno(), zmq.POLLIN)
         poller.register(self.clients, zmq.POLLIN)
         poller.register(self.control, zmq.POLLIN)
+        if self.cap is not None:
+            poller.register(self.cap.monitor, zmq.POLLIN)
         flush_s = self.conf.flush_interval_s
         while not self.ctx.stopping:
             timeout = 5 if self.pending else 50
             events = dict(poller.poll(timeout))
             if durable_in.fileno() in events:
                 durable_in.drain()
+            if self.cap is not None and self.cap.monitor in events:
+                self.cap.drain()
             self.answer_durable()
             placed = self.retry_stalled()
             if not self.stalled:
@@ -331,6 +340,9 @@ class AddServer(ClientServer):
         self.last_stats = now
         s = dict(self.stats)
         s["add_pending"] = len(self.pending)
+        if self.cap is not None:
+            s["connections_open"] = len(self.cap.open)
+            s["connections_refused_total"] = self.cap.refused_total
         s["ring_free_bytes"] = self.ring.free_bytes()
         s["entries_stored_total"] = self.storage.entries_total
         self.ctx.write_stats(s)
@@ -507,12 +519,13 @@ class AddServer(ClientServer):
         if (entry_ids < 0).any():
             raise Rejected(Status.BAD_REQUEST, "negative entry id")
         recovery = bool(flags & wire.Flag.RECOVERY_ADD)
-        self.storage.table.check_add(ledger_id, key, recovery)
+        key = self.storage.table.check_add(ledger_id, key, recovery)  # now the stored form
         parts, size, data_offset = records.add_batch_parts(ledger_id, key, lengths_frame, data, recovery)
         if not self.room_for(size):
             return False
         start, end = self.place(parts)
-        self.storage.table.apply(records.Record(records.ADD_BATCH, int(recovery), ledger_id, key, -1,
+        flags = records.FLAG_STORED_KEY | (records.FLAG_RECOVERY if recovery else 0)
+        self.storage.table.apply(records.Record(records.ADD_BATCH, flags, ledger_id, key, -1,
                                                 lengths, data_offset, size))
         self.store(ledger_id, start, end, size, data_offset, entry_ids, lengths, offsets)
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.ADD, Status.OK, request_id, ledger_id)],
@@ -529,7 +542,7 @@ class AddServer(ClientServer):
         (lac,) = wire.WRITE_LAC_BODY.unpack(body[1].bytes)
         if lac < -1:
             raise Rejected(Status.BAD_REQUEST, "lac out of range")
-        self.storage.table.check_write_lac(ledger_id, key)
+        key = self.storage.table.check_write_lac(ledger_id, key)  # now the stored form
         rec = records.lac_record(ledger_id, lac, key)
         if not self.room_for(len(rec)):
             return False
@@ -553,7 +566,7 @@ class AddServer(ClientServer):
         key = frames[3].bytes
         token = frames[4].bytes
         try:
-            self.storage.table.check_fence(ledger_id, key)
+            key = self.storage.table.check_fence(ledger_id, key)  # stored form, b"": unbound
         except Rejected as e:
             self.count(FENCE_OP, e.status)
             self.control.send_multipart([ident, b"F", token, wire.STATUS.pack(e.status)])

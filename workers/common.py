@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -13,6 +14,7 @@ import socket
 import orjson
 import setproctitle
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from bookie import __version__, wire
 from bookie.workers import logs
@@ -92,6 +94,81 @@ def make_socket(ctx, kind, linger_ms: int = 0):
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, linger_ms)
     return sock
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's soft open-files limit to its hard one (client connections are
+    descriptors); returns the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+def guard_client_socket(sock, conf, max_message_bytes: int) -> None:
+    """Options every client-facing socket gets before it binds (docs/security.md "Limits"):
+    the largest frame it buffers, ZMTP heartbeats, and a handshake deadline."""
+    ivl_ms = max(1, round(conf.client_heartbeat_interval_s * 1000))
+    sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)  # larger: the connection is dropped
+    sock.setsockopt(zmq.HEARTBEAT_IVL, ivl_ms)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * ivl_ms)
+    sock.setsockopt(zmq.HANDSHAKE_IVL, ivl_ms)  # a connection that never speaks ZMTP goes
+
+
+class ConnectionCap:
+    """Keeps a client socket's TCP connections at ``limit``.
+
+    ZeroMQ accepts every connection itself and offers no cap; its monitor reports each accepted
+    connection with its descriptor.  One past the limit is shut down at once (``shutdown`` only:
+    ZeroMQ sees the end of the stream and closes its own descriptor, which it then reports).
+    ``poll`` the ``monitor`` socket with the worker's others and call ``drain``.
+    """
+
+    _EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
+
+    def __init__(self, sock, limit: int, port: int):
+        self.monitor = sock.get_monitor_socket(self._EVENTS)
+        self.limit = limit
+        self.port = port
+        self.open: set[int] = set()
+        self.refused_total = 0
+
+    def drain(self) -> None:
+        while True:
+            try:
+                event = recv_monitor_message(self.monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            fd = event["value"]
+            if event["event"] == zmq.EVENT_ACCEPTED:
+                if len(self.open) >= self.limit:
+                    self._shut(fd)
+                self.open.add(fd)  # until ZeroMQ reports it gone
+            else:
+                self.open.discard(fd)
+
+    def _shut(self, fd: int) -> None:
+        try:
+            s = socket.socket(fileno=fd)
+        except OSError:
+            return  # gone already
+        try:
+            if s.getsockname()[1] == self.port:  # still our client connection, not a reused fd
+                s.shutdown(socket.SHUT_RDWR)
+                self.refused_total += 1
+        except OSError:
+            pass
+        finally:
+            s.detach()  # ZeroMQ owns the descriptor
+
+    def close(self) -> None:
+        self.monitor.close()
 
 
 class ClientServer:

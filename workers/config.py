@@ -130,8 +130,14 @@ KEYS: tuple[Key, ...] = (
     Key("advertisedAddress", "str", "", "Host the bookie registers under (default: listeningInterface).", attr="advertised_address"),
     Key("nettyMaxFrameSizeBytes", "int", 5 * 1024 * 1024, "Largest entry accepted, in bytes; larger adds get BAD_REQUEST.", _range(64, 1 << 30), unit="bytes", attr="max_entry_size_bytes"),
     Key("maxPendingAddRequestsPerThread", "int", 100_000, "Adds waiting for the journal before new ones get TOO_MANY_REQUESTS.", _range(1), attr="max_pending_adds"),
+    # -- security: what one client may cost a worker (docs/security.md) ------------------------
+    Key("maxAddMessageSizeBytes", "int", 0, "Largest frame an add-socket message may carry (a batch's data frame; ZMQ_MAXMSGSIZE): a larger one drops its connection before it is buffered. 0: the larger of 16 MiB and nettyMaxFrameSizeBytes + 1 MiB. Clients' addBatchMaxBytes plus one entry must fit.", _range(0, 1 << 31), unit="bytes", attr="configured_max_add_message_size_bytes"),
+    Key("maxPendingReadRequestsPerThread", "int", 10_000, "Long polls parked plus fences waiting in the read worker before new ones get TOO_MANY_REQUESTS.", _range(1, 10_000_000), attr="max_pending_reads"),
+    Key("maxClientConnections", "int", 4096, "TCP connections each client socket (add, read) keeps; one more is shut down as soon as it is accepted. Keep it well under the open-files limit (the unit's LimitNOFILE).", _range(1, 1_000_000), attr="max_client_connections"),
+    Key("maxReadReplyBytesPerConnection", "int", 64 * 1024 * 1024, "Reply bytes a client connection may leave unread in the read worker; its reads past that get TOO_MANY_REQUESTS until it reads.", _range(8 * 1024 * 1024, 1 << 40), unit="bytes", attr="max_read_reply_bytes"),
+    Key("clientHeartbeatIntervalMs", "int", 10_000, "ZMTP heartbeat to every client connection (ZMQ_HEARTBEAT_IVL); a connection silent for 3 intervals, or that has not finished its handshake in one, is closed.", _range(100, 600_000), unit="ms", attr="client_heartbeat_interval_s"),
     # -- journal -------------------------------------------------------------------------------
-    Key("journalDirectory", "dir", "/tmp/bk-txn", "Directory of the write-ahead journal, ideally on its own disk.", attr="journal_dir"),
+    Key("journalDirectory", "dir", "/var/lib/bookie/journal", "Directory of the write-ahead journal, ideally on its own disk.", attr="journal_dir"),
     Key("journalMaxSizeMB", "int", 2048, "A journal file is rolled when it reaches this size (MB).", _range(1), unit="MB", attr="journal_max_size_bytes"),
     Key("journalMaxBackups", "int", 5, "Old journal files (all older than the last checkpoint) kept after rolling.", _range(0), attr="journal_max_backups"),
     Key("journalPreAllocSizeMB", "int", 16, "Journal files grow by preallocating this much at a time (MB).", _range(1, 1024), unit="MB", attr="journal_prealloc_size_bytes"),
@@ -142,7 +148,7 @@ KEYS: tuple[Key, ...] = (
     Key("journalFlushWhenQueueEmpty", "bool", True, "Force-write as soon as no more adds are queued, without waiting for the group wait.", attr="journal_flush_when_queue_empty"),
     Key("journalRingSizeMB", "int", 64, "Size of the shared-memory ring between the add and journal workers (MB).", _range(1, 4096), unit="MB", attr="ring_size_bytes"),
     # -- ledger storage ------------------------------------------------------------------------
-    Key("ledgerDirectories", "dirs", "/tmp/bk-data", "Comma-separated directories for entry logs.", attr="ledger_dirs"),
+    Key("ledgerDirectories", "dirs", "/var/lib/bookie/ledgers", "Comma-separated directories for entry logs.", attr="ledger_dirs"),
     Key("indexDirectories", "dirs", "", "Directories for the LMDB entry index (default: ledgerDirectories).", attr="configured_index_dirs"),
     Key("logSizeLimit", "int", 1024 * 1024 * 1024, "An entry log is rolled when it reaches this size (bytes).", _range(4096, (1 << 32) - 1), unit="bytes", attr="log_size_limit_bytes"),
     Key("entryLogFilePreallocationEnabled", "bool", True, "Preallocate the next entry log file's space when one is created.", attr="entry_log_preallocation"),
@@ -274,6 +280,12 @@ class BookieConfig:
         return f"{self.bookie_host}:{self.bookie_port}"
 
     @property
+    def max_add_message_size_bytes(self) -> int:
+        """maxAddMessageSizeBytes, or (0) the larger of 16 MiB and the largest entry + 1 MiB."""
+        return self.configured_max_add_message_size_bytes or max(
+            16 * 1024 * 1024, self.max_entry_size_bytes + 1024 * 1024)
+
+    @property
     def metadata_uri(self) -> str:
         """The metadata store's URI ("" for none): see ``resolve_metadata_uri``."""
         return resolve_metadata_uri(self._values)
@@ -317,6 +329,9 @@ class BookieConfig:
                 ([] if key.type == "dirs" else key.default))
         if not values["ledgerDirectories"]:
             raise ConfigError("ledgerDirectories: at least one directory is required")
+        if 0 < values["maxAddMessageSizeBytes"] < values["nettyMaxFrameSizeBytes"] + 64 * 1024:
+            raise ConfigError(f"maxAddMessageSizeBytes={values['maxAddMessageSizeBytes']} must be at "
+                              f"least nettyMaxFrameSizeBytes + 65536 (an add of the largest entry)")
         warnings += _check_metadata_keys(values, raw)
         _check_disk_and_compaction_keys(values)
         conf = cls(values, warnings)

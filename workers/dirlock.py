@@ -11,7 +11,7 @@ inherits the descriptors again.  Nothing has to be cleaned up for the lock itsel
 The file's content says who holds it and what that bookie made outside its directories, as one
 JSON object (informational; the flock alone decides)::
 
-    {"pid": 4242, "run_dir": "/tmp/bk3181-x1y2", "ring": "/dev/shm/bookie-3181-4242.ring"}
+    {"pid": 4242, "run_dir": "/tmp/bk3181-x1y2", "ring": "/dev/shm/bookie-3181-k3j9x.ring"}
 
 A bookie that took the lock from a predecessor that died without stopping finds the
 predecessor's runtime paths there and removes them (``leftovers``), so repeated kills leave
@@ -120,7 +120,7 @@ class DirectoryLock:
             for d in dirs:
                 path = os.path.join(d, LOCK_FILE)
                 try:
-                    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 except OSError as e:
                     raise LayoutError(f"{path}: cannot open the directory lock: "
                                       f"{e.strerror}") from None
@@ -165,9 +165,10 @@ class DirectoryLock:
         if isinstance(run_dir, str) and os.path.dirname(run_dir) == tempfile.gettempdir() \
                 and os.path.basename(run_dir).startswith("bk") and os.path.isdir(run_dir):
             out.append(run_dir)
-        ring = self.previous.get("ring")
+        ring = self.previous.get("ring")  # the ring's private directory (an older bookie: the file)
         if isinstance(ring, str) and os.path.basename(ring).startswith("bookie-") \
-                and ring.endswith(".ring") and os.path.isfile(ring):
+                and ring.endswith(".ring") and not os.path.islink(ring) \
+                and (os.path.isfile(ring) or os.path.isdir(ring)):
             out.append(ring)
         return out
 

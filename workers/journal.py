@@ -476,7 +476,7 @@ class JournalWriter:
         jid = self._next_id
         self._next_id += 1
         path = os.path.join(self.directory, journal_name(jid))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         # A fresh salt per file: only the writer knows it, so no client payload can pass for
         # one of this file's groups (see "Why the salt" above).
         self._salt = _SALT.unpack(os.urandom(_SALT.size))[0]

@@ -122,7 +122,7 @@ def check_or_stamp(conf) -> dict:
         cookie = expected_cookie(conf, uuid.uuid4().hex)
         for d in dirs:
             cur = current_dir(d)
-            os.makedirs(cur, exist_ok=True)
+            os.makedirs(cur, mode=0o700, exist_ok=True)
             _write_atomic(os.path.join(cur, "VERSION"), f"{LAYOUT_VERSION}\n".encode())
             _write_atomic(os.path.join(cur, "cookie"), orjson.dumps(cookie))
         return cookie
@@ -140,6 +140,17 @@ def check_or_stamp(conf) -> dict:
                               f"(differs in: {', '.join(diff)}); missing disks or directories? "
                               f"Restore the configuration, or wipe with 'bookie shell bookieformat'")
     return want
+
+
+def key_salt(conf) -> bytes:
+    """The salt of the master keys' stored form (``bookie.workers.ledgers.stored_key``): the
+    cookie's instance id, chosen at the first start and kept until the bookie is formatted."""
+    cookie = _read_json(os.path.join(current_dir(conf.journal_dir), "cookie"))
+    instance = cookie.get("instance_id") if isinstance(cookie, dict) else None
+    if not instance:
+        raise LayoutError(f"{conf.journal_dir}: no cookie with an instance id; the supervisor "
+                          f"stamps it before starting workers")
+    return str(instance).encode()
 
 
 def dirs_holding_data(conf) -> list[str]:

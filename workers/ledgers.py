@@ -16,11 +16,19 @@ turns up.  The add worker's live path and journal replay are two drivers of the 
 
 The rules, and the invariants they keep:
 
-1. **A ledger id is bound to its master key by its first record.**  A request with another key
-   is UNAUTHORIZED; a record with another key changes nothing.
+1. **A ledger id is bound to its master key by its first ADD_BATCH, never by a fence or an
+   explicit LAC.**  A request with another key is UNAUTHORIZED; a record with another key
+   changes nothing.  The table never holds the key a client sends: it holds
+   ``stored_key(ledger_id, key)``, an HMAC-SHA256 keyed with the bookie's salt (its cookie's
+   instance id) over the ledger id and the key, and compares in constant time; the index, the
+   journal and the entry logs hold only that form (records carry ``FLAG_STORED_KEY``; a record
+   without it, written by an older bookie, is derived on replay, and an index record without
+   ``kdf`` is derived when loaded and written back).
 2. **Once fenced, never unfenced.**  No record clears ``fenced``.  A fenced ledger refuses
    normal adds (FENCED) and accepts recovery adds.  Fencing a ledger the bookie has never seen
-   creates it, fenced.
+   creates it fenced and *unbound* (no key): normal adds stay refused (the fence must hold for a
+   writer that had not reached this bookie yet) and the first recovery add binds its key.  A
+   WRITE_LAC for a ledger the bookie holds no key for is NO_LEDGER and stores nothing.
 3. **A fence is persisted before it is acknowledged.**  The live path answers a fence (and an
    add, and a WRITE_LAC) only once the journal has made its record durable; this module only
    decides, the add worker's pending queue holds the answer back.
@@ -42,6 +50,7 @@ form changed since the caller last persisted them.
 
 from __future__ import annotations
 
+import hmac
 from typing import Callable
 
 from bookie import wire
@@ -63,28 +72,49 @@ def check_key_size(key: bytes) -> None:
         raise Rejected(Status.BAD_REQUEST, f"master key of {len(key)} bytes (1..{wire.MAX_MASTER_KEY})")
 
 
+KDF = "hmac-sha256"  # the index's name for the stored form of a master key
+_KDF_LABEL = b"bookie-ledger-master-key\0"
+
+
+def stored_key(salt: bytes, ledger_id: int, master_key: bytes) -> bytes:
+    """The form of a master key the bookie keeps: HMAC-SHA256(salt, label | ledger id | key).
+
+    One-way, so the index, the journal and the entry logs do not hand out the key a client must
+    send; salted per bookie and per ledger, so one table of guesses serves neither another bookie
+    nor another ledger.  (A weak password stays guessable by whoever reads both the salt and the
+    index: the files are the bookie user's alone for that reason.)
+    """
+    return hmac.digest(salt, _KDF_LABEL + wire.LEDGER_ID.pack(ledger_id) + bytes(master_key), "sha256")
+
+
 class StoredLedger:
     """What this bookie knows of one ledger.  The index's ``ledgers`` table holds ``as_dict`` of
-    a live ledger; a deleted one is a tombstone in the index's ``deleted`` table instead."""
+    a live ledger; a deleted one is a tombstone in the index's ``deleted`` table instead.
 
-    __slots__ = ("master_key", "fenced", "lac", "deleted")
+    ``master_key`` is the stored form (``stored_key``), b"" while the ledger is unbound (fenced
+    before any add reached this bookie); ``legacy`` marks a raw key read from an older index."""
 
-    def __init__(self, master_key: bytes, fenced: bool = False, lac: int = -1, deleted: bool = False):
+    __slots__ = ("master_key", "fenced", "lac", "deleted", "legacy")
+
+    def __init__(self, master_key: bytes, fenced: bool = False, lac: int = -1, deleted: bool = False,
+                 legacy: bool = False):
         self.master_key = master_key
         self.fenced = fenced
         self.lac = lac
         self.deleted = deleted
+        self.legacy = legacy
 
     @classmethod
     def tombstone(cls) -> "StoredLedger":
         return cls(b"", deleted=True)
 
     def as_dict(self) -> dict:
-        return {"key": self.master_key.hex(), "fenced": self.fenced, "lac": self.lac}
+        return {"key": self.master_key.hex(), "kdf": KDF, "fenced": self.fenced, "lac": self.lac}
 
     @classmethod
     def from_dict(cls, raw: dict) -> "StoredLedger":
-        return cls(bytes.fromhex(raw["key"]), bool(raw["fenced"]), int(raw.get("lac", -1)))
+        return cls(bytes.fromhex(raw["key"]), bool(raw["fenced"]), int(raw.get("lac", -1)),
+                   legacy=raw.get("kdf") != KDF)
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, StoredLedger) or self.deleted != other.deleted:
@@ -98,10 +128,15 @@ class StoredLedger:
 class LedgerTable:
     """The ledgers of one bookie and the rules over them (see the module docstring)."""
 
-    def __init__(self, load: Callable[[int], StoredLedger | None] | None = None):
+    def __init__(self, load: Callable[[int], StoredLedger | None] | None = None, salt: bytes = b""):
         self._load = load or (lambda ledger_id: None)
+        self.salt = salt
         self.ledgers: dict[int, StoredLedger] = {}
         self.dirty: set[int] = set()
+
+    def stored_key(self, ledger_id: int, master_key: bytes) -> bytes:
+        """The form of ``master_key`` this bookie stores and compares (see ``stored_key``)."""
+        return stored_key(self.salt, ledger_id, master_key)
 
     def get(self, ledger_id: int) -> StoredLedger | None:
         """The ledger as this bookie knows it; None when it has no record of it."""
@@ -109,33 +144,56 @@ class LedgerTable:
         if info is None:
             info = self._load(ledger_id)
             if info is not None:
+                if info.legacy:  # a raw key from an older index: keep only its stored form
+                    info.legacy = False
+                    if info.master_key:
+                        info.master_key = self.stored_key(ledger_id, info.master_key)
+                    self.dirty.add(ledger_id)
                 self.ledgers[ledger_id] = info
         return info
 
     # -- the live path's decisions (change nothing) ----------------------------------------------
-    def _check_key(self, ledger_id: int, master_key: bytes) -> StoredLedger | None:
+    def _check_key(self, ledger_id: int, master_key: bytes) -> tuple[StoredLedger | None, bytes]:
+        """(the ledger or None, the key's stored form); Rejected when the key does not match."""
         check_key_size(master_key)
         info = self.get(ledger_id)
+        key = self.stored_key(ledger_id, master_key)
         if info is not None:
             if info.deleted:
                 raise Rejected(Status.NO_LEDGER)
-            if info.master_key != master_key:
+            # constant time: the answer must not tell how much of a guessed key was right
+            if info.master_key and not hmac.compare_digest(info.master_key, key):
                 raise Rejected(Status.UNAUTHORIZED)
-        return info
+        return info, key
 
-    def check_add(self, ledger_id: int, master_key: bytes, recovery: bool) -> None:
-        """Raises Rejected unless an ADD_BATCH with this key (and recovery flag) may be placed."""
-        info = self._check_key(ledger_id, master_key)
+    def check_add(self, ledger_id: int, master_key: bytes, recovery: bool) -> bytes:
+        """Raises Rejected unless an ADD_BATCH with this key (and recovery flag) may be placed.
+
+        Returns:
+            the key's stored form, for the record.
+        """
+        info, key = self._check_key(ledger_id, master_key)
         if info is not None and info.fenced and not recovery:
             raise Rejected(Status.FENCED)
+        return key
 
-    def check_fence(self, ledger_id: int, master_key: bytes) -> None:
-        """Raises Rejected unless a FENCE with this key may be placed (an unknown ledger may)."""
-        self._check_key(ledger_id, master_key)
+    def check_fence(self, ledger_id: int, master_key: bytes) -> bytes:
+        """Raises Rejected unless a FENCE with this key may be placed.
 
-    def check_write_lac(self, ledger_id: int, master_key: bytes) -> None:
-        """Raises Rejected unless a LAC record with this key may be placed."""
-        self._check_key(ledger_id, master_key)
+        Returns:
+            the key for the FENCE record: the stored form when the ledger is bound to this key,
+            b"" (an unbound fence) when this bookie holds no key for the ledger.
+        """
+        info, key = self._check_key(ledger_id, master_key)
+        return key if info is not None and info.master_key else b""
+
+    def check_write_lac(self, ledger_id: int, master_key: bytes) -> bytes:
+        """Raises Rejected unless a LAC record with this key may be placed: NO_LEDGER when no
+        add bound the ledger here.  Returns the key's stored form, for the record."""
+        info, key = self._check_key(ledger_id, master_key)
+        if info is None or not info.master_key:
+            raise Rejected(Status.NO_LEDGER, "no add bound this ledger on this bookie")
+        return key
 
     # -- the one state change --------------------------------------------------------------------
     def apply(self, rec: records.Record) -> bool:
@@ -144,13 +202,29 @@ class LedgerTable:
         Returns:
             True when the record is an ADD_BATCH whose entries belong in storage.
         """
+        key = rec.master_key
+        if key and not rec.flags & records.FLAG_STORED_KEY:  # written by an older bookie
+            key = self.stored_key(rec.ledger_id, key)
         info = self.get(rec.ledger_id)
         if info is None:
-            info = StoredLedger(rec.master_key)
+            if rec.type == records.LAC:
+                return False  # rule 2: an explicit LAC binds nothing
+            # rule 1: an add binds its key; rule 2: a fence creates the ledger fenced, unbound
+            info = StoredLedger(key if rec.type == records.ADD_BATCH else b"")
             self.ledgers[rec.ledger_id] = info
             self.dirty.add(rec.ledger_id)
-        elif info.deleted or info.master_key != rec.master_key:
-            return False  # rule 5: deleted for good; rule 1: the key of the first record holds
+        elif info.deleted:
+            return False  # rule 5: deleted for good
+        elif not info.master_key:
+            if rec.type == records.ADD_BATCH and key:  # the first add binds an unbound ledger
+                info.master_key = key
+                self.dirty.add(rec.ledger_id)
+            elif rec.type == records.LAC:
+                return False
+        elif key and not hmac.compare_digest(info.master_key, key):
+            return False  # rule 1: the key of the first add holds
+        elif not key and rec.type != records.FENCE:
+            return False
         if rec.type == records.FENCE:
             if not info.fenced:
                 info.fenced = True

@@ -56,6 +56,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("bookie_replies_dropped_total", "counter", "Answers that could not be sent (the client's queue was full or it was gone).", (), "", "add, read"),
     Spec("bookie_malformed_dropped_total", "counter", "Messages dropped unanswered: too few frames to answer.", (), "", "add, read"),
     Spec("bookie_internal_errors_total", "counter", "Requests that failed in a way no check foresaw (answered BAD_REQUEST, logged as 'request failed').", (), "", "add, read"),
+    Spec("bookie_connections_refused_total", "counter", "Client connections shut down on accept because maxClientConnections were open.", (), "", "add, read"),
     # -- read worker -----------------------------------------------------------------------------
     Spec("bookie_read_entry_seconds", "histogram", "Latency of a read request (an entry range, a read-LAC), from taken off the socket to answered; long polls and fences not counted.", (), "BOOKIE_READ_ENTRY", "read"),
     Spec("bookie_read_entries_total", "counter", "Entries read and sent to clients.", (), "READ_ENTRY (count)", "read"),
@@ -116,6 +117,7 @@ STAT_METRICS = {
     "fences_waiting": "bookie_fences_waiting",
     "dropped_malformed_total": "bookie_malformed_dropped_total",
     "internal_errors_total": "bookie_internal_errors_total",
+    "connections_refused_total": "bookie_connections_refused_total",
     "journal_bytes_total": "bookie_journal_bytes_total",
     "journal_position_bytes": "bookie_journal_position_bytes",
     "gc_runs_total": "bookie_gc_runs_total",
@@ -140,6 +142,8 @@ COVERED_ELSEWHERE = {
     "journal_syncs_total", "journal_groups_total",  # bookie_journal_*_seconds_count
     "ring_free_bytes",  # bookie_ring_used_bytes, from the supervisor
     "entries_stored_total", "journal_file_id",
+    "connections_open",  # per worker, for logs and tests; bookie_requests_total shows the load
+    "read_reply_bytes_queued",
 }
 
 

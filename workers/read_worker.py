@@ -18,13 +18,18 @@ Every fence request carries its own token and gets its own answer: two clients f
 ledger with different keys each learn their own outcome.
 
 Long polls park until the add worker publishes that the ledger moved, or until their timeout;
-a ledger deleted meanwhile answers NO_LEDGER.  No request, however malformed or unlucky, may
+a ledger deleted meanwhile answers NO_LEDGER.  What one client can make this worker hold is
+bounded (docs/security.md "Limits"): parked long polls plus waiting fences at
+``maxPendingReadRequestsPerThread`` (``bookie.workers.long_polls``: no step scans them), and
+reply bytes a connection has not read yet at ``maxReadReplyBytesPerConnection`` (large replies
+are sent tracked; ZeroMQ releases them once they are in the kernel); past either, the answer is
+TOO_MANY_REQUESTS.  No request, however malformed or unlucky, may
 take this worker down: what escapes the checks becomes an error status and one log line.
 """
 
 from __future__ import annotations
 
-import heapq
+import collections
 import itertools
 import struct
 import time
@@ -35,12 +40,19 @@ import zmq
 from bookie import wire
 from bookie.workers.layout import current_dir
 from bookie.wire import Flag, Op, Status
-from bookie.workers.common import ClientServer, make_socket
+from bookie.workers.common import ClientServer, ConnectionCap, guard_client_socket, make_socket
+from bookie.workers.long_polls import LongPolls
 from bookie.workers.ring import Ring
 from bookie.workers.storage import EntryLogReader, Index, open_index
 
 MAX_MESSAGES_PER_ITERATION = 256
 FENCE_TOKEN = struct.Struct("<Q")
+MAX_REQUEST_FRAME_BYTES = 4096  # a read request's frames are tens of bytes
+TRACKED_REPLY_BYTES = 64 * 1024  # replies this large count against the connection's budget
+# Fences of ledgers this bookie holds nothing of: a recovery meets one rarely (a bookie no add
+# reached), a flood of them costs journal records and index entries.  Token bucket.
+UNBOUND_FENCES_PER_S = 200.0
+UNBOUND_FENCES_BURST = 400.0
 
 
 class ReadServer(ClientServer):
@@ -52,9 +64,14 @@ class ReadServer(ClientServer):
         self.lac_sub = lac_sub
         self.fence_waits: dict[bytes, tuple] = {}  # fence token -> the parked request
         self.tokens = itertools.count(1)
-        self.polls: dict[int, dict[int, tuple]] = {}  # ledger -> {seq: (request, previous_lac)}
-        self.deadlines: list = []  # heap of (deadline, seq, ledger_id)
-        self.seq = itertools.count()
+        self.polls = LongPolls(ctx.conf.max_pending_reads)
+        self.max_pending = ctx.conf.max_pending_reads  # long polls + fences waiting
+        self.reply_budget = ctx.conf.max_read_reply_bytes
+        self.unread: dict[bytes, collections.deque] = {}  # ident -> (tracker, bytes) of big replies
+        self.unread_bytes: dict[bytes, int] = {}
+        self.cap = None  # ConnectionCap of the client socket
+        self.unbound_tokens = UNBOUND_FENCES_BURST
+        self.unbound_at = time.monotonic()
         self.last_stats = 0.0
         self.read_latency = ctx.metrics.histogram("bookie_read_entry_seconds")
 
@@ -67,11 +84,16 @@ class ReadServer(ClientServer):
         poller.register(self.clients, zmq.POLLIN)
         poller.register(self.control, zmq.POLLIN)
         poller.register(self.lac_sub, zmq.POLLIN)
+        if self.cap is not None:
+            poller.register(self.cap.monitor, zmq.POLLIN)
         while not self.ctx.stopping:
             timeout = 100
-            if self.deadlines:
-                timeout = max(0, min(timeout, int((self.deadlines[0][0] - time.monotonic()) * 1000) + 1))
+            deadline = self.polls.next_deadline()
+            if deadline is not None:
+                timeout = max(0, min(timeout, int((deadline - time.monotonic()) * 1000) + 1))
             events = dict(poller.poll(timeout))
+            if self.cap is not None and self.cap.monitor in events:
+                self.cap.drain()
             if self.lac_sub in events:
                 moved = set()
                 while True:
@@ -96,8 +118,14 @@ class ReadServer(ClientServer):
                 self.last_stats = now
                 self.logs.prune()  # deleted entry logs give their space back
                 s = dict(self.stats)
-                s["long_polls_parked"] = sum(len(v) for v in self.polls.values())
+                s["long_polls_parked"] = len(self.polls)
                 s["fences_waiting"] = len(self.fence_waits)
+                for ident in list(self.unread):  # forget connections whose replies all left
+                    self.over_reply_budget(ident)
+                s["read_reply_bytes_queued"] = sum(self.unread_bytes.values())
+                if self.cap is not None:
+                    s["connections_open"] = len(self.cap.open)
+                    s["connections_refused_total"] = self.cap.refused_total
                 self.ctx.write_stats(s)
 
     # -- requests --------------------------------------------------------------------------------
@@ -119,10 +147,17 @@ class ReadServer(ClientServer):
                 raise wire.ProtocolError(f"op {Op(op).name} goes to the add socket")
             if op != Op.INFO:
                 self.check_body(req)
+            if op == Op.READ and self.over_reply_budget(ident):
+                raise wire.ProtocolError("replies left unread", Status.TOO_MANY_REQUESTS)
+            if flags & (Flag.FENCE | Flag.LONG_POLL) and \
+                    len(self.fence_waits) + len(self.polls) >= self.max_pending:
+                raise wire.ProtocolError("too many long polls and fences waiting", Status.TOO_MANY_REQUESTS)
             if flags & Flag.FENCE:
                 key = body[-1]
                 if not key or len(key) > wire.MAX_MASTER_KEY:
                     raise wire.ProtocolError("master key size")
+                if not self.may_fence(ledger_id):
+                    raise wire.ProtocolError("too many fences of unknown ledgers", Status.TOO_MANY_REQUESTS)
                 token = FENCE_TOKEN.pack(next(self.tokens))
                 self.fence_waits[token] = req
                 self.control.send_multipart([b"F", wire.LEDGER_ID.pack(ledger_id), key, token])
@@ -194,7 +229,11 @@ class ReadServer(ClientServer):
                 keep += 1
             entries = self.logs.read_run(locs[:keep])
             lengths = np.fromiter((len(e) for e in entries), dtype=wire.LENGTHS_DTYPE, count=len(entries))
-            self.reply(ident, op, Status.OK, request_id, ledger_id, [lengths.tobytes(), b"".join(entries)])
+            data = b"".join(entries)
+            if len(data) >= TRACKED_REPLY_BYTES:
+                self.reply_tracked(ident, op, request_id, ledger_id, [lengths.tobytes(), data])
+            else:
+                self.reply(ident, op, Status.OK, request_id, ledger_id, [lengths.tobytes(), data])
             self.stats["read_entries_total"] += len(entries)
             self.stats["read_bytes_total"] += total
             self.stats["read_requests_total"] += 1
@@ -208,9 +247,8 @@ class ReadServer(ClientServer):
             previous, timeout_ms = wire.LONG_POLL_BODY.unpack(body[0])
             if lac <= previous and timeout_ms > 0:
                 deadline = time.monotonic() + min(timeout_ms, wire.MAX_LONG_POLL_MS) / 1000.0
-                seq = next(self.seq)
-                self.polls.setdefault(ledger_id, {})[seq] = (req, previous)
-                heapq.heappush(self.deadlines, (deadline, seq, ledger_id))
+                if not self.polls.park(ledger_id, previous, deadline, req):
+                    raise wire.ProtocolError("too many long polls", Status.TOO_MANY_REQUESTS)
                 return
         self.reply(ident, op, Status.OK, request_id, ledger_id, [wire.LAC_BODY.pack(lac, last)])
         self.stats["read_lac_total"] += 1
@@ -259,8 +297,7 @@ class ReadServer(ClientServer):
 
     def wake_polls(self, ledger_id: int) -> None:
         """The ledger moved: answer its polls whose LAC it passed (all of them if it is gone)."""
-        polls = self.polls.get(ledger_id)
-        if not polls:
+        if not self.polls.waiting_on(ledger_id):
             return
         try:
             with self.snapshot() as txn:
@@ -268,29 +305,61 @@ class ReadServer(ClientServer):
         except OSError as e:
             self.ctx.log("read failed", ledger=ledger_id, error=str(e))
             return  # the polls wait for their timeout
-        for seq, (req, previous) in list(polls.items()):
-            if lac is not None and lac <= previous:
-                continue
-            del polls[seq]
+        for req in self.polls.ledger_moved(ledger_id, lac):
             ident, op, _, request_id, lid, _ = req
             if lac is None:
                 self.reply(ident, op, Status.NO_LEDGER, request_id, lid)
             else:
                 self.reply(ident, op, Status.OK, request_id, lid, [wire.LAC_BODY.pack(lac, last)])
-        if not polls:
-            del self.polls[ledger_id]
 
     def expire_polls(self) -> None:
-        now = time.monotonic()
-        while self.deadlines and self.deadlines[0][0] <= now:
-            _, seq, ledger_id = heapq.heappop(self.deadlines)
-            polls = self.polls.get(ledger_id)
-            if polls is None or seq not in polls:
-                continue  # answered already
-            req, _ = polls.pop(seq)
-            if not polls:
-                del self.polls[ledger_id]
+        for req in self.polls.expired(time.monotonic()):
             self.respond(req, self.reply_lac)
+
+    def may_fence(self, ledger_id: int) -> bool:
+        """A fence of a ledger the index holds always may go; one of an unknown ledger (it would
+        be fenced unbound: bookie.workers.ledgers rule 2) takes a token of a bucket refilled at
+        UNBOUND_FENCES_PER_S, so a flood of fences of new ids costs the bookie a bounded rate."""
+        with self.snapshot() as txn:
+            if self.index.get_ledger(txn, ledger_id) is not None or self.index.is_deleted(txn, ledger_id):
+                return True
+        now = time.monotonic()
+        self.unbound_tokens = min(UNBOUND_FENCES_BURST,
+                                  self.unbound_tokens + (now - self.unbound_at) * UNBOUND_FENCES_PER_S)
+        self.unbound_at = now
+        if self.unbound_tokens < 1.0:
+            return False
+        self.unbound_tokens -= 1.0
+        return True
+
+    # -- what one connection may leave unread ----------------------------------------------------
+    def reply_tracked(self, ident, op, request_id, ledger_id, body) -> None:
+        """Send a large OK reply tracked: it counts against the connection's budget until
+        ZeroMQ has handed it to the kernel."""
+        self.count(op, Status.OK)
+        try:
+            tracker = self.clients.send_multipart(
+                [ident, wire.pack_header(op, Status.OK, request_id, ledger_id), *body],
+                zmq.NOBLOCK, copy=False, track=True)
+        except zmq.ZMQError:
+            self.stats["replies_dropped_total"] += 1
+            return
+        key = bytes(ident)
+        size = sum(len(b) for b in body)
+        self.unread.setdefault(key, collections.deque()).append((tracker, size))
+        self.unread_bytes[key] = self.unread_bytes.get(key, 0) + size
+
+    def over_reply_budget(self, ident) -> bool:
+        key = bytes(ident)
+        queue = self.unread.get(key)
+        if not queue:
+            return False
+        while queue and queue[0][0].done:  # a connection's replies leave in order
+            self.unread_bytes[key] -= queue.popleft()[1]
+        if not queue:
+            del self.unread[key], self.unread_bytes[key]
+            return False
+        return self.unread_bytes[key] >= self.reply_budget
 
 
 def run(ctx) -> int:
@@ -303,6 +372,8 @@ def run(ctx) -> int:
     zctx = zmq.Context()
     clients = make_socket(zctx, zmq.ROUTER, linger_ms=500)
     clients.setsockopt(zmq.SNDHWM, 100_000)
+    guard_client_socket(clients, conf, MAX_REQUEST_FRAME_BYTES)
+    cap = ConnectionCap(clients, conf.max_client_connections, conf.bookie_port + 1)
     clients.bind(f"tcp://{conf.listening_interface}:{conf.bookie_port + 1}")
     control = make_socket(zctx, zmq.DEALER)
     control.connect(ctx.endpoint("add.ctl"))
@@ -310,12 +381,13 @@ def run(ctx) -> int:
     lac_sub.setsockopt(zmq.SUBSCRIBE, b"")
     lac_sub.connect(ctx.endpoint("add.lac"))
     server = ReadServer(ctx, index, logs, ring, clients, control, lac_sub)
+    server.cap = cap
     ctx.log("read worker ready", port=conf.bookie_port + 1)
     ctx.ready()
     try:
         server.serve()
     finally:
-        for s in (clients, control, lac_sub):
+        for s in (cap, clients, control, lac_sub):
             s.close()
         zctx.term()
         logs.close()

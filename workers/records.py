@@ -5,7 +5,7 @@ Record layout (little-endian)::
 
     0  4  body_len   u32, bytes after this 8-byte header
     4  1  type       1 ADD_BATCH, 2 FENCE, 3 LAC
-    5  1  flags      ADD_BATCH: bit 0 = recovery add
+    5  1  flags      bit 0 = recovery add (ADD_BATCH); bit 1 = FLAG_STORED_KEY
     6  2  key_len    u16, length of the master key that follows the type-specific header
 
     ADD_BATCH body:  ledger_id i64 | count u32 | pad u32 | master_key | lengths u32[count] | data
@@ -14,7 +14,10 @@ Record layout (little-endian)::
 
 ``data`` holds the entries back to back exactly as the client formatted them (see
 ``bookie.wire``), so an entry's bytes inside a record are the bytes a read returns.  Every record
-carries the ledger's master key: replaying the journal alone rebuilds the ledger table.
+carries the ledger's master key in the form the bookie stores (``FLAG_STORED_KEY``: the one-way
+``bookie.workers.ledgers.stored_key``, never the key a client sends; records of older bookies
+lack the flag and hold the raw key): replaying the journal alone rebuilds the ledger table.  A
+FENCE with an empty key fences a ledger no add has bound on this bookie.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ LAC_HEAD = struct.Struct("<qq")
 
 ADD_BATCH, FENCE, LAC = 1, 2, 3
 FLAG_RECOVERY = 1
+FLAG_STORED_KEY = 2  # the key field holds the stored form, not the client's key
 
 
 class RecordError(ValueError):
@@ -42,12 +46,13 @@ class RecordError(ValueError):
 
 def add_batch_parts(ledger_id: int, master_key: bytes, lengths_frame, data, recovery: bool):
     """The parts of an ADD_BATCH record, for a gather copy; returns (parts, size, data_offset).
+    ``master_key`` is the stored form (every record builder here sets FLAG_STORED_KEY).
 
     ``data_offset`` is where ``data`` starts inside the record.
     """
     count = len(lengths_frame) // 4
     body_len = ADD_HEAD.size + len(master_key) + len(lengths_frame) + len(data)
-    head = REC_HEADER.pack(body_len, ADD_BATCH, FLAG_RECOVERY if recovery else 0,
+    head = REC_HEADER.pack(body_len, ADD_BATCH, FLAG_STORED_KEY | (FLAG_RECOVERY if recovery else 0),
                            len(master_key)) + ADD_HEAD.pack(ledger_id, count, 0)
     data_offset = len(head) + len(master_key) + len(lengths_frame)
     return (head, master_key, lengths_frame, data), REC_HEADER_SIZE + body_len, data_offset
@@ -55,12 +60,12 @@ def add_batch_parts(ledger_id: int, master_key: bytes, lengths_frame, data, reco
 
 def fence_record(ledger_id: int, master_key: bytes) -> bytes:
     body = FENCE_HEAD.pack(ledger_id) + master_key
-    return REC_HEADER.pack(len(body), FENCE, 0, len(master_key)) + body
+    return REC_HEADER.pack(len(body), FENCE, FLAG_STORED_KEY, len(master_key)) + body
 
 
 def lac_record(ledger_id: int, lac: int, master_key: bytes) -> bytes:
     body = LAC_HEAD.pack(ledger_id, lac) + master_key
-    return REC_HEADER.pack(len(body), LAC, 0, len(master_key)) + body
+    return REC_HEADER.pack(len(body), LAC, FLAG_STORED_KEY, len(master_key)) + body
 
 
 class Record(NamedTuple):

@@ -2,9 +2,11 @@
 
 Theory of operation
 -------------------
-One file in /dev/shm, created and unlinked by the supervisor alone (workers only map it, so no
-resource tracker ever unlinks it behind our back).  Its first page holds the control words;
-the rest is the data ring.
+One file, created and unlinked by the supervisor alone (workers only map it, so no resource
+tracker ever unlinks it behind our back).  It lives in a directory of its own under /dev/shm
+that the supervisor makes with a random name and mode 0700 (``private_dir``), and is created
+there with ``O_EXCL | O_NOFOLLOW`` and mode 0600: another local user can neither guess, plant,
+link nor open it.  Its first page holds the control words; the rest is the data ring.
 
 Positions are *logical journal offsets*: u64 byte counts that only ever grow, over the whole
 life of the bookie's journal (they continue across restarts; the journal stores them in every
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import tempfile
 
 import numpy as np
 
@@ -38,6 +41,13 @@ PAGE = 4096
 DATA_OFFSET = PAGE
 
 WRITE, DURABLE, BASE, READONLY, JOURNAL_EPOCH, ADD_EPOCH, NO_ROOM = range(7)
+
+
+def private_dir(prefix: str) -> str:
+    """A new directory for the ring: in /dev/shm (memory) when there is one, else the temporary
+    directory; random name, mode 0700, made by ``mkdir`` (fails rather than reuse a planted one)."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    return tempfile.mkdtemp(prefix=prefix, suffix=".ring", dir=base)
 
 
 class Ring:
@@ -53,7 +63,8 @@ class Ring:
 
     @classmethod
     def create(cls, path: str, capacity: int) -> "Ring":
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        # never an existing file, never through a symbolic link someone planted
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             os.ftruncate(fd, DATA_OFFSET + capacity)
             mm = mmap.mmap(fd, DATA_OFFSET + capacity)
@@ -63,7 +74,7 @@ class Ring:
 
     @classmethod
     def attach(cls, path: str) -> "Ring":
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             size = os.fstat(fd).st_size
             mm = mmap.mmap(fd, size)

@@ -87,9 +87,9 @@ def open_index(directory: str, map_size: int, readonly: bool = False) -> lmdb.En
     persists LastLogMark, and the journal covers whatever a machine crash takes back.
     """
     path = os.path.join(directory, "index")
-    os.makedirs(path, exist_ok=True)
+    os.makedirs(path, mode=0o700, exist_ok=True)
     return lmdb.open(path, map_size=map_size, max_dbs=8, sync=False, metasync=False,
-                     readonly=readonly, max_readers=64, lock=True)
+                     readonly=readonly, max_readers=64, lock=True, mode=0o600)
 
 
 class Index:
@@ -246,10 +246,10 @@ class LedgerStorage:
     ledger table's changes in one LMDB write transaction per ``commit``.  Replay and the live
     path both store through it."""
 
-    def __init__(self, index: Index, logs: "EntryLogs"):
+    def __init__(self, index: Index, logs: "EntryLogs", key_salt: bytes = b""):
         self.index = index
         self.logs = logs
-        self.table = LedgerTable(self.load_ledger)
+        self.table = LedgerTable(self.load_ledger, key_salt)  # key_salt: layout.key_salt
         # bytes stored per (log, ledger) since the last commit: the logs' ledger maps
         self.log_counts: dict[int, dict[int, int]] = collections.defaultdict(lambda: collections.defaultdict(int))
         self._batches: list = []  # (ledger_id, entry_ids, log_id, offsets, lengths)
@@ -381,7 +381,7 @@ class EntryLogWriter:
 def create_log(directory: str, log_id: int, preallocate_bytes: int = 0) -> int:
     """Create entry log ``log_id`` with its header, its directory fsynced; returns its fd."""
     path = os.path.join(directory, log_name(log_id))
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         head = LOG_MAGIC + struct.pack("<I", log_id)
         head += struct.pack("<I", zlib.crc32(head))

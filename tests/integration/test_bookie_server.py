@@ -90,7 +90,7 @@ def test_fenced_ledger_refuses_adds_accepts_recovery_adds_and_stays_fenced(ens, 
     assert client.add(ledger, [make_entry(ledger, 1, b"b")], KEY) == Status.FENCED
     assert client.add(ledger, [make_entry(ledger, 1, b"b")], KEY, recovery=True) == Status.OK
     never_written = ledger + 500_000
-    assert client.fence(never_written, KEY) == Status.OK  # fencing creates the ledger fenced
+    assert client.fence(never_written, KEY) == Status.OK  # fencing creates it fenced, unbound
     assert client.add(never_written, [make_entry(never_written, 0, b"z")], KEY) == Status.FENCED
     ens.stop(0)
     ens.start(0)

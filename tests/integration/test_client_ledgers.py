@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from bookie.client import (AsyncBookKeeper, DigestMismatchError,
+from bookie.client import (AsyncBookKeeper, BookKeeper, DigestMismatchError,
                            InvalidArgumentError, LedgerClosedError, LedgerFencedError,
                            NoSuchLedgerError, NotEnoughBookiesError, UnauthorizedError)
 from bookie.testing.client_fixtures import bookkeeper, bookkeeper_ensemble  # noqa: F401
@@ -328,3 +328,16 @@ def test_read_only_bookies_are_not_chosen_for_new_ledgers(bookkeeper_ensemble, b
         for i in readonly:
             ens.set_readonly(i, False)
         wait_until(lambda: set(ens.bookies) <= set(store.list_bookies()), what="writable again")
+
+
+def test_an_empty_password_is_refused_unless_the_client_allows_it(bookkeeper_ensemble):
+    with BookKeeper(bookkeeper_ensemble.metadata_uri) as bk:
+        with pytest.raises(InvalidArgumentError, match="allowEmptyPassword"):
+            bk.create_ledger(3, 2, 2)
+        with pytest.raises(InvalidArgumentError, match="empty password"):
+            bk.create_ledger(3, 2, 2, password=b"")
+    with BookKeeper(bookkeeper_ensemble.metadata_uri, allowEmptyPassword=True) as bk:
+        lh = bk.create_ledger(3, 2, 2)
+        assert lh.add_entry(b"x") == 0
+        lh.close()
+        assert [e.data for e in bk.open_ledger(lh.ledger_id).read_entries(0, 0)] == [b"x"]

@@ -309,7 +309,7 @@ def test_the_package_installs_serves_a_client_and_purges_its_data(machine_for_th
     assert installed_state() == "ii"
     assert pwd.getpwnam("bookie").pw_shell == "/usr/sbin/nologin"
     for d in (DATA, f"{DATA}/journal", f"{DATA}/ledgers", f"{DATA}/metadata"):
-        assert owner_and_mode(d) == ("bookie", 0o750), d
+        assert owner_and_mode(d) == ("bookie", 0o700), d
     assert os.path.exists(f"{DATA}/metadata/data.mdb")
     assert os.readlink("/usr/bin/bookie") == "/opt/bookie/bin/bookie"
     conffiles = sh(["dpkg-query", "-W", "-f=${Conffiles}", "bookie"]).stdout
@@ -350,7 +350,8 @@ def test_the_package_installs_serves_a_client_and_purges_its_data(machine_for_th
             time.sleep(0.2)
         print(open(log_path).read().rstrip())
         ring = [f for f in os.listdir("/dev/shm") if f.startswith(f"bookie-{conf.bookie_port}-")]
-        assert ring and owner_and_mode(f"/dev/shm/{ring[0]}") == ("bookie", 0o600)
+        assert ring and owner_and_mode(f"/dev/shm/{ring[0]}") == ("bookie", 0o700)  # its own dir
+        assert owner_and_mode(f"/dev/shm/{ring[0]}/ring") == ("bookie", 0o600)
 
         r = sh(["runuser", "-u", "bookie", "--", "/opt/bookie/bin/python", "-c", SMOKE],
                timeout_s=120)

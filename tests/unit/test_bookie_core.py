@@ -7,24 +7,37 @@ from hypothesis import given, settings, strategies as st
 from bookie.testing.rawclient import make_entry
 from bookie.wire import Status
 from bookie.workers import records
-from bookie.workers.ledgers import LedgerTable, Rejected, StoredLedger
+from bookie.workers.ledgers import LedgerTable, Rejected, StoredLedger, stored_key
 
 KEY = b"right-key"
 OTHER = b"other-key"
+SALT = b""  # LedgerTable()'s salt
+
+
+def sk(ledger_id: int, key: bytes) -> bytes:
+    """The stored form of a client's key (what records and the table hold)."""
+    return stored_key(SALT, ledger_id, key) if key else b""
 
 
 def add_record(ledger_id: int, key: bytes, entry_id: int = 0, recovery: bool = False) -> records.Record:
     entry = make_entry(ledger_id, entry_id, b"payload")
-    parts, _, _ = records.add_batch_parts(ledger_id, key, len(entry).to_bytes(4, "little"), entry, recovery)
+    parts, _, _ = records.add_batch_parts(ledger_id, sk(ledger_id, key), len(entry).to_bytes(4, "little"),
+                                          entry, recovery)
     return records.parse(b"".join(parts), 0)
 
 
 def fence_record(ledger_id: int, key: bytes) -> records.Record:
-    return records.parse(records.fence_record(ledger_id, key), 0)
+    return records.parse(records.fence_record(ledger_id, sk(ledger_id, key)), 0)
 
 
 def lac_record(ledger_id: int, lac: int, key: bytes) -> records.Record:
-    return records.parse(records.lac_record(ledger_id, lac, key), 0)
+    return records.parse(records.lac_record(ledger_id, lac, sk(ledger_id, key)), 0)
+
+
+def legacy(rec_bytes: bytes) -> records.Record:
+    """A record as an older bookie wrote it: the raw key, no FLAG_STORED_KEY."""
+    rec = records.parse(rec_bytes, 0)
+    return rec._replace(flags=rec.flags & ~records.FLAG_STORED_KEY)
 
 
 def refused(fn, *args) -> Status | None:
@@ -40,7 +53,7 @@ def refused(fn, *args) -> Status | None:
 def test_the_first_record_binds_the_ledger_to_its_master_key():
     table = LedgerTable()
     assert table.apply(add_record(1, KEY)) is True
-    assert table.get(1) == StoredLedger(KEY)
+    assert table.get(1) == StoredLedger(sk(1, KEY))
     assert refused(table.check_add, 1, OTHER, False) == Status.UNAUTHORIZED
     assert refused(table.check_fence, 1, OTHER) == Status.UNAUTHORIZED
     assert refused(table.check_write_lac, 1, OTHER) == Status.UNAUTHORIZED
@@ -54,7 +67,7 @@ def test_a_record_with_another_key_changes_nothing():
     assert table.apply(add_record(1, OTHER, entry_id=1)) is False
     assert table.apply(fence_record(1, OTHER)) is False
     assert table.apply(lac_record(1, 9, OTHER)) is False
-    assert table.get(1) == StoredLedger(KEY) and not table.dirty
+    assert table.get(1) == StoredLedger(sk(1, KEY)) and not table.dirty
 
 
 def test_once_fenced_a_ledger_is_never_unfenced_and_refuses_only_normal_adds():
@@ -69,16 +82,57 @@ def test_once_fenced_a_ledger_is_never_unfenced_and_refuses_only_normal_adds():
     assert refused(table.check_add, 1, KEY, True) is None
 
 
-def test_fencing_a_ledger_never_seen_creates_it_fenced():
+def test_fencing_a_ledger_never_seen_creates_it_fenced_and_bound_to_no_key():
     table = LedgerTable()
-    assert refused(table.check_fence, 7, KEY) is None
-    assert table.apply(fence_record(7, KEY)) is False
-    assert table.get(7) == StoredLedger(KEY, fenced=True) and table.dirty == {7}
+    assert table.check_fence(7, OTHER) == b""  # the record carries no key
+    assert table.apply(fence_record(7, b"")) is False
+    assert table.get(7) == StoredLedger(b"", fenced=True) and table.dirty == {7}
+    # the fence holds against every normal add, whatever its key ...
     assert refused(table.check_add, 7, KEY, False) == Status.FENCED
+    assert refused(table.check_add, 7, OTHER, False) == Status.FENCED
+    # ... and the fencer's key was not bound: the first recovery add binds its own
+    assert table.check_add(7, KEY, True) == sk(7, KEY)
+    assert table.apply(add_record(7, KEY, recovery=True)) is True
+    assert table.get(7) == StoredLedger(sk(7, KEY), fenced=True)
+    assert refused(table.check_add, 7, OTHER, True) == Status.UNAUTHORIZED
+
+
+def test_a_fence_or_explicit_lac_never_squats_a_ledger_id():
+    table = LedgerTable()
+    assert refused(table.check_write_lac, 9, OTHER) == Status.NO_LEDGER
+    # a keyed record of the squatter (as an older bookie journaled it) binds nothing either
+    assert table.apply(fence_record(9, OTHER)) is False
+    assert table.apply(lac_record(9, 5, OTHER)) is False
+    assert table.get(9).master_key == b""
+    assert table.apply(add_record(9, KEY, recovery=True)) is True
+    assert table.get(9).master_key == sk(9, KEY)
+
+
+def test_the_bookie_keeps_only_a_salted_one_way_form_of_the_key():
+    table = LedgerTable(salt=b"instance-1")
+    key = table.check_add(1, KEY, False)
+    assert KEY not in key and key == stored_key(b"instance-1", 1, KEY)
+    assert key != stored_key(b"instance-2", 1, KEY) and key != stored_key(b"instance-1", 2, KEY)
+    parts, _, _ = records.add_batch_parts(1, key, b"\x28\0\0\0", b"e" * 40, False)
+    assert KEY not in b"".join(parts)
+    table.apply(records.parse(b"".join(parts), 0))
+    assert KEY.hex() not in str(table.get(1).as_dict())
+
+
+def test_keys_of_an_older_bookie_are_derived_on_load_and_on_replay():
+    old_index = {1: {"key": KEY.hex(), "fenced": False, "lac": 3}}
+    table = LedgerTable(lambda lid: StoredLedger.from_dict(old_index[lid]) if lid in old_index else None)
+    assert table.check_add(1, KEY, False) == sk(1, KEY)
+    assert refused(table.check_add, 1, OTHER, False) == Status.UNAUTHORIZED
+    assert table.dirty == {1} and table.get(1).as_dict()["key"] == sk(1, KEY).hex()
+    rec = legacy(records.add_batch_parts(2, KEY, b"\x28\0\0\0", b"e" * 40, False)[0][0]
+                 + KEY + b"\x28\0\0\0" + make_entry(2, 0, b"")[:40].ljust(40, b"e"))
+    assert table.apply(rec) is True and table.get(2).master_key == sk(2, KEY)
 
 
 def test_the_explicit_lac_only_grows():
     table = LedgerTable()
+    table.apply(add_record(1, KEY))
     table.apply(lac_record(1, 5, KEY))
     table.apply(lac_record(1, 3, KEY))
     assert table.get(1).lac == 5
@@ -100,7 +154,7 @@ def test_ledgers_not_in_memory_come_from_the_loader_once():
 
     def load(ledger_id):
         calls.append(ledger_id)
-        return StoredLedger(KEY, fenced=True) if ledger_id == 3 else None
+        return StoredLedger(sk(3, KEY), fenced=True) if ledger_id == 3 else None
 
     table = LedgerTable(load)
     assert refused(table.check_add, 3, KEY, False) == Status.FENCED
@@ -193,16 +247,18 @@ def live_path(steps):
         op, ledger_id, key = req[:3]
         try:
             if op == "add":
-                table.check_add(ledger_id, key, req[3])
+                stored = table.check_add(ledger_id, key, req[3])
                 rec = add_record(ledger_id, key, n, req[3])
             elif op == "fence":
-                table.check_fence(ledger_id, key)
-                rec = fence_record(ledger_id, key)
+                stored = table.check_fence(ledger_id, key)
+                rec = fence_record(ledger_id, key if stored else b"")
             else:
-                table.check_write_lac(ledger_id, key)
+                stored = table.check_write_lac(ledger_id, key)
                 rec = lac_record(ledger_id, req[3], key)
+            assert rec.master_key == stored
         except Rejected as e:
-            assert e.status != Status.NO_LEDGER or index.load(ledger_id).deleted
+            if e.status == Status.NO_LEDGER and op != "write_lac":
+                assert index.load(ledger_id).deleted
             continue
         journal.append(rec)
         table.apply(rec)

@@ -137,7 +137,7 @@ def test_records_round_trip():
     buf = b"".join(parts)
     assert len(buf) == size
     rec = records.parse(buf, 0)
-    assert (rec.type, rec.ledger_id, rec.master_key, rec.flags) == (records.ADD_BATCH, 7, b"key", 1)
+    assert (rec.type, rec.ledger_id, rec.master_key, rec.flags) == (records.ADD_BATCH, 7, b"key", records.FLAG_RECOVERY | records.FLAG_STORED_KEY)
     assert buf[off:] == b"e" * 40
     lac = records.parse(records.lac_record(3, 99, b"k"), 0)
     assert (lac.type, lac.ledger_id, lac.lac) == (records.LAC, 3, 99)

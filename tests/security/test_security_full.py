@@ -1,0 +1,224 @@
+"""The issue's full-size floods (opt-in: ``-m security``), each against a real bookie while a
+legitimate writer adds 1 KiB entries: the flood is refused, the writer keeps at least half its
+throughput, no worker restarts and every worker stays under a memory budget.  Run with ``-s``
+to see the figures."""
+
+import multiprocessing
+import resource
+import socket
+import time
+
+import pytest
+import zmq
+
+from bookie import wire
+from bookie.testing import LocalBookies
+from bookie.testing.rawclient import RawBookieClient, make_entry
+from bookie.wire import Flag, Op, Status
+
+pytestmark = pytest.mark.security
+
+KEY = b"full-size-master-key"
+WORKERS = ("add", "read", "journal", "gc")
+MEMORY_BUDGET_BYTES = 512 * 1024 * 1024  # per worker
+MEASURE_S = 4.0
+
+
+@pytest.fixture
+def ens():
+    """A fresh bookie per flood: what one flood left parked must not decide the next."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # 10k connections of our own
+    with LocalBookies(1, conf={"metadataServiceUri": "", "clientHeartbeatIntervalMs": 60_000}) as e:
+        yield e
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+_ledgers = iter(range(10_000, 10**9))
+
+
+def writer_rate(c: RawBookieClient, seconds: float = MEASURE_S, window: int = 64) -> float:
+    """1 KiB adds per second of one pipelined writer on a fresh ledger."""
+    ledger = next(_ledgers)
+    payload = b"w" * 1024
+    if True:
+        sent = acked = 0
+        inflight = []
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            while len(inflight) < window:
+                inflight.append(c.send_add(ledger, [make_entry(ledger, sent, payload)], KEY))
+                sent += 1
+            status, _ = c.wait(c.add_sock, inflight.pop(0))
+            assert status == Status.OK
+            acked += 1
+        for rid in inflight:
+            c.wait(c.add_sock, rid)
+        return acked / (time.monotonic() - t0)
+
+
+def run_flood(ens, name: str, flood) -> dict:
+    """Baseline rate, then the rate while ``flood(stop_event)`` runs in a process of its own
+    (a thread would take the writer's interpreter lock and measure the test, not the bookie)."""
+    before = {r: ens.worker_pid(0, r) for r in WORKERS}
+    # the legitimate writer is connected before the flood (a connection cap keeps the ones open)
+    writer = RawBookieClient(ens.bookies[0], timeout_s=60)
+    base = writer_rate(writer)
+    mp = multiprocessing.get_context("fork")
+    stop, results = mp.Event(), mp.Queue()
+    proc = mp.Process(target=lambda: results.put(flood(stop) or {}), daemon=True)
+    proc.start()
+    time.sleep(2.0)
+    during = writer_rate(writer)
+    writer.close()
+    peak = {r: rss_bytes(ens.worker_pid(0, r)) for r in WORKERS}
+    stop.set()
+    result = results.get(timeout=600)
+    proc.join(60)
+    assert {r: ens.worker_pid(0, r) for r in WORKERS} == before, "a worker restarted"
+    figures = {"flood": name, "base_adds_per_s": round(base), "during_adds_per_s": round(during),
+               "ratio": round(during / base, 2),
+               "rss_mib": {r: round(v / 2**20) for r, v in peak.items()}, **result}
+    print("\nSECURITY-FIGURES", figures, flush=True)
+    assert max(peak.values()) < MEMORY_BUDGET_BYTES
+    assert during >= 0.5 * base, figures
+    return figures
+
+
+def _addr(ens, read: bool = False):
+    host, port = ens.bookies[0].rsplit(":", 1)
+    return host, int(port) + (1 if read else 0)
+
+
+def test_ten_thousand_idle_connections(ens):
+    def flood(stop):
+        socks = []
+        for i in range(10_000):
+            socks.append(socket.create_connection(_addr(ens, read=i % 2 == 1), timeout=30))
+        stop.wait()
+        shut = 0
+        for s in socks:
+            s.setblocking(False)
+            try:
+                while True:
+                    if s.recv(4096) == b"":
+                        shut += 1
+                        break
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                shut += 1
+            s.close()
+        return {"connections": len(socks), "shut_by_bookie": shut}
+
+    fig = run_flood(ens, "10k idle connections", flood)
+    assert fig["shut_by_bookie"] >= 10_000 - 2 * 4096 - 16  # EOF of the last few may be late
+
+
+def test_a_one_gib_frame(ens):
+    def flood(stop):
+        ctx = zmq.Context()
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect("tcp://%s:%d" % _addr(ens))
+        frame = bytearray(1 << 30)
+        s.send_multipart([wire.pack_header(Op.ADD, 0, 1, 1), KEY, b"\x20\0\0\0", frame], copy=False)
+        answered = bool(s.poll(5000))
+        stop.wait()
+        s.close()
+        ctx.term()
+        return {"frame_answered": answered}
+
+    fig = run_flood(ens, "1 GiB frame", flood)
+    assert fig["frame_answered"] is False
+
+
+def test_three_hundred_unread_four_mib_reads(ens):
+    ledger = next(_ledgers)
+    with RawBookieClient(ens.bookies[0], timeout_s=60) as c:
+        for i in range(8):
+            assert c.add(ledger, [make_entry(ledger, i, b"r" * (1 << 20))], KEY) == Status.OK
+
+    def flood(stop):
+        ctx = zmq.Context()
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.RCVHWM, 1)
+        s.setsockopt(zmq.RCVBUF, 64 * 1024)
+        s.connect("tcp://%s:%d" % _addr(ens, read=True))
+        for rid in range(300):
+            s.send_multipart([wire.pack_header(Op.READ, 0, rid, ledger), wire.READ_BODY.pack(0, 8)])
+        stop.wait()
+        statuses = []
+        while len(statuses) < 300 and s.poll(60_000):
+            statuses.append(wire.unpack_header(s.recv_multipart()[0])[1])
+        s.close()
+        ctx.term()
+        return {"reads": 300, "too_many_requests": statuses.count(Status.TOO_MANY_REQUESTS)}
+
+    fig = run_flood(ens, "300 unread 4 MiB reads", flood)
+    assert fig["too_many_requests"] > 250
+
+
+def test_a_million_long_polls(ens):
+    ledger = next(_ledgers)
+    with RawBookieClient(ens.bookies[0], timeout_s=60) as c:
+        assert c.add(ledger, [make_entry(ledger, 0, b"x")], KEY) == Status.OK
+
+    def flood(stop):
+        ctx = zmq.Context()
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.SNDHWM, 0)
+        s.setsockopt(zmq.RCVHWM, 0)
+        s.connect("tcp://%s:%d" % _addr(ens, read=True))
+        body = wire.LONG_POLL_BODY.pack(5, 60_000)
+        refused = 0
+        for rid in range(1_000_000):
+            s.send_multipart([wire.pack_header(Op.READ_LAC, int(Flag.LONG_POLL), rid, ledger), body])
+            while s.poll(0):
+                refused += wire.unpack_header(s.recv_multipart()[0])[1] == Status.TOO_MANY_REQUESTS
+        stop.wait()
+        while s.poll(2000):
+            refused += wire.unpack_header(s.recv_multipart()[0])[1] == Status.TOO_MANY_REQUESTS
+        s.close()
+        ctx.term()
+        return {"long_polls": 1_000_000, "too_many_requests": refused}
+
+    fig = run_flood(ens, "1M long polls", flood)
+    assert fig["too_many_requests"] >= 900_000  # past the replies the socket may drop
+
+
+def test_a_hundred_thousand_fences_of_new_ids(ens):
+    def flood(stop):
+        ctx = zmq.Context()
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.SNDHWM, 0)
+        s.setsockopt(zmq.RCVHWM, 0)
+        s.connect("tcp://%s:%d" % _addr(ens, read=True))
+        first = 10**12
+        counts = {}
+        for rid in range(100_000):
+            s.send_multipart([wire.pack_header(Op.READ_LAC, int(Flag.FENCE), rid, first + rid), b"squatter-key"])
+            while s.poll(0):
+                st = wire.unpack_header(s.recv_multipart()[0])[1]
+                counts[st] = counts.get(st, 0) + 1
+        stop.wait()
+        while sum(counts.values()) < 100_000 and s.poll(10_000):
+            st = wire.unpack_header(s.recv_multipart()[0])[1]
+            counts[st] = counts.get(st, 0) + 1
+        s.close()
+        ctx.term()
+        return {"fences": 100_000, "answers": {Status(k).name: v for k, v in counts.items()}}
+
+    fig = run_flood(ens, "100k fences of new ids", flood)
+    assert fig["answers"].get("TOO_MANY_REQUESTS", 0) > 90_000

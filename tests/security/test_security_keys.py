@@ -1,0 +1,81 @@
+"""Master keys as secrets, against a real bookie: what its files hold, what binds a ledger id."""
+
+import os
+
+import pytest
+
+from bookie.testing import LocalBookies
+from bookie.testing.rawclient import RawBookieClient, make_entry
+from bookie.wire import Status
+
+KEY = b"writer-master-key-0123"
+ATTACKER = b"attacker-master-key-99"
+
+
+@pytest.fixture(scope="module")
+def ens():
+    with LocalBookies(1, conf={"metadataServiceUri": "", "flushInterval": 50}) as e:
+        yield e
+
+
+@pytest.fixture
+def client(ens):
+    with RawBookieClient(ens.bookies[0]) as c:
+        yield c
+
+
+def _files(root: str):
+    for d, _, names in os.walk(root):
+        for n in names:
+            yield os.path.join(d, n)
+
+
+def test_no_file_of_the_bookie_holds_a_master_key_in_any_form_a_client_sends(ens, client):
+    ledger = 4242
+    entries = [make_entry(ledger, i, b"p%d" % i, lac=i - 1) for i in range(20)]
+    assert client.add(ledger, entries, KEY) == Status.OK
+    assert client.write_lac(ledger, 19, KEY) == Status.OK
+    assert client.fence(ledger, KEY) == Status.OK
+    # index commits, entry-log appends and journal writes are all in the files by the time the
+    # answers came back (page cache is what another reader of the files sees)
+    hits = []
+    for path in _files(ens.bookie_dir(0)):
+        with open(path, "rb") as f:
+            data = f.read()
+        if KEY in data or KEY.hex().encode() in data:
+            hits.append(path)
+    assert hits == []
+    with RawBookieClient(ens.bookies[0]) as c:  # and the key still opens the ledger
+        assert c.add(ledger, [make_entry(ledger, 20, b"x")], KEY, recovery=True) == Status.OK
+        assert c.add(ledger, [make_entry(ledger, 21, b"x")], ATTACKER, recovery=True) == Status.UNAUTHORIZED
+
+
+def test_an_explicit_lac_on_an_unused_ledger_id_binds_nothing(client):
+    ledger = 5151
+    assert client.write_lac(ledger, 7, ATTACKER) == Status.NO_LEDGER
+    assert client.read_lac(ledger)[0] == Status.NO_LEDGER
+    assert client.add(ledger, [make_entry(ledger, 0, b"mine")], KEY) == Status.OK
+    assert client.read(ledger, 0) == (Status.OK, [make_entry(ledger, 0, b"mine")])
+
+
+def test_a_fence_on_an_unused_ledger_id_binds_no_key(ens, client):
+    ledger = 6161
+    assert client.fence(ledger, ATTACKER) == Status.OK  # the fence must hold (recovery safety)
+    assert client.add(ledger, [make_entry(ledger, 0, b"x")], ATTACKER) == Status.FENCED
+    assert client.write_lac(ledger, 3, ATTACKER) == Status.NO_LEDGER
+    # the recoverer's first recovery add binds its key, not the fencer's
+    assert client.add(ledger, [make_entry(ledger, 0, b"r")], KEY, recovery=True) == Status.OK
+    assert client.add(ledger, [make_entry(ledger, 1, b"x")], ATTACKER, recovery=True) == Status.UNAUTHORIZED
+    assert client.fence(ledger, ATTACKER) == Status.UNAUTHORIZED
+
+
+def test_a_bookie_beyond_loopback_warns_that_its_sockets_are_open():
+    from bookie.appliance.supervisor import exposure_warning
+    from bookie.workers.config import BookieConfig
+
+    def conf(host):
+        return BookieConfig.from_mapping({"listeningInterface": host}, check_dirs=False)
+
+    assert exposure_warning(conf("127.0.0.1")) is None and exposure_warning(conf("::1")) is None
+    assert "no authentication or encryption" in exposure_warning(conf("0.0.0.0"))
+    assert "docs/security.md" in exposure_warning(conf("10.1.2.3"))

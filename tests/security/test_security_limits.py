@@ -1,0 +1,209 @@
+"""What one client may cost a bookie (docs/security.md "Limits"), against real processes.
+
+Each case floods one limit with a raw ZeroMQ or TCP client while a legitimate client keeps
+working, then checks that no worker restarted.  The full-size figures of the issue (10k idle
+connections, a 1 GiB frame, 1M long polls) run under ``-m security``; these are the fast ones.
+"""
+
+import os
+import socket
+import time
+
+import pytest
+import zmq
+
+from bookie import wire
+from bookie.testing import LocalBookies
+from bookie.testing.rawclient import RawBookieClient, make_entry
+from bookie.wire import Flag, Op, Status
+
+KEY = b"limits-test-master-key"
+LIMITS = {
+    "metadataServiceUri": "",
+    "maxClientConnections": 300,
+    "maxPendingReadRequestsPerThread": 2000,
+    "maxAddMessageSizeBytes": 8 * 1024 * 1024,
+    "maxReadReplyBytesPerConnection": 8 * 1024 * 1024,
+    "clientHeartbeatIntervalMs": 60_000,  # idle connections stay: the cap must do the work
+}
+WORKERS = ("add", "read", "journal")
+
+
+@pytest.fixture(scope="module")
+def ens():
+    with LocalBookies(1, conf=LIMITS) as e:
+        yield e
+
+
+@pytest.fixture
+def client(ens):
+    with RawBookieClient(ens.bookies[0], timeout_s=60) as c:
+        yield c
+
+
+@pytest.fixture
+def same_workers(ens):
+    """The workers' pids before the test must be the ones after it (nothing restarted)."""
+    before = {r: ens.worker_pid(0, r) for r in WORKERS}
+    yield
+    assert {r: ens.worker_pid(0, r) for r in WORKERS} == before
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def at_eof(s: socket.socket) -> bool:
+    """True once the peer closed the connection (what it sent before is discarded)."""
+    s.setblocking(False)
+    try:
+        while True:
+            if s.recv(4096) == b"":
+                return True
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+
+
+def writer_works(client, ledger: int, first: int, n: int = 20) -> None:
+    for i in range(first, first + n):
+        assert client.add(ledger, [make_entry(ledger, i, b"legit %d" % i)], KEY) == Status.OK
+
+
+def test_a_frame_over_the_limit_is_never_buffered_and_changes_nothing(ens, client, same_workers):
+    writer_works(client, 1, 0)
+    add_pid = ens.worker_pid(0, "add")
+    rss_before = rss_bytes(add_pid)
+    ctx = zmq.Context()
+    try:
+        evil = ctx.socket(zmq.DEALER)
+        evil.setsockopt(zmq.LINGER, 0)
+        evil.connect(f"tcp://{ens.bookies[0]}")
+        frame = bytearray(64 * 1024 * 1024)
+        evil.send_multipart([wire.pack_header(Op.ADD, 0, 1, 2), KEY, b"\x20\0\0\0", frame], copy=False)
+        assert not evil.poll(3000)  # dropped: no answer
+        evil.close()
+    finally:
+        ctx.term()
+    writer_works(client, 1, 20)
+    assert rss_bytes(add_pid) - rss_before < 32 * 1024 * 1024  # the 64 MiB frame was never held
+
+
+def test_connections_past_the_cap_are_shut_and_the_connected_writer_keeps_writing(ens, client, same_workers):
+    writer_works(client, 3, 0)  # connected before the flood
+    host, port = ens.bookies[0].rsplit(":", 1)
+    idle = []
+    try:
+        for _ in range(2000):
+            s = socket.create_connection((host, int(port)), timeout=30)
+            idle.append(s)
+        writer_works(client, 3, 20)
+        deadline = time.monotonic() + 120
+        while True:
+            shut = sum(1 for s in idle if at_eof(s))
+            if shut >= len(idle) - LIMITS["maxClientConnections"] or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert shut >= len(idle) - LIMITS["maxClientConnections"]
+    finally:
+        for s in idle:
+            s.close()
+    writer_works(client, 3, 40)
+    with RawBookieClient(ens.bookies[0], timeout_s=60) as fresh:  # slots free again
+        writer_works(fresh, 3, 60)
+
+
+def test_long_polls_past_the_limit_get_too_many_requests_and_the_rest_are_answered(ens, client, same_workers):
+    ledger = 5
+    writer_works(client, ledger, 0, 1)
+    limit = LIMITS["maxPendingReadRequestsPerThread"]
+    n = limit + 3000
+    ctx = zmq.Context()
+    try:
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.SNDHWM, 0)
+        s.setsockopt(zmq.RCVHWM, 0)
+        host, port = ens.bookies[0].rsplit(":", 1)
+        s.connect(f"tcp://{host}:{int(port) + 1}")
+        body = wire.LONG_POLL_BODY.pack(5, 60_000)  # wait for a LAC past 5
+        for rid in range(n):
+            s.send_multipart([wire.pack_header(Op.READ_LAC, int(Flag.LONG_POLL), rid, ledger), body])
+        refused = 0
+        while refused < n - limit and s.poll(60_000):
+            _, status, _, _ = wire.unpack_header(s.recv_multipart()[0])
+            assert status == Status.TOO_MANY_REQUESTS
+            refused += 1
+        assert refused == n - limit
+        writer_works(client, ledger, 1, 1)  # LAC stays -1: piggybacked lac of the entries
+        assert client.write_lac(ledger, 6, KEY) == Status.OK  # the ledger moves past 5
+        answered = 0
+        while answered < limit and s.poll(60_000):
+            _, status, _, _ = wire.unpack_header(s.recv_multipart()[0])
+            assert status == Status.OK
+            answered += 1
+        assert answered == limit
+        s.close()
+    finally:
+        ctx.term()
+
+
+def test_a_reader_that_does_not_read_its_replies_gets_too_many_requests(ens, client, same_workers):
+    ledger = 7
+    big = b"r" * (1024 * 1024)
+    for i in range(8):
+        assert client.add(ledger, [make_entry(ledger, i, big)], KEY) == Status.OK
+    ctx = zmq.Context()
+    try:
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.RCVHWM, 1)
+        s.setsockopt(zmq.RCVBUF, 64 * 1024)
+        host, port = ens.bookies[0].rsplit(":", 1)
+        s.connect(f"tcp://{host}:{int(port) + 1}")
+        n = 300  # 300 reads of 4 MiB, replies left unread while they are sent
+        for rid in range(n):
+            s.send_multipart([wire.pack_header(Op.READ, 0, rid, ledger), wire.READ_BODY.pack(0, 8)])
+        time.sleep(2)
+        read_pid = ens.worker_pid(0, "read")
+        assert rss_bytes(read_pid) < 256 * 1024 * 1024
+        statuses = []
+        while len(statuses) < n and s.poll(60_000):
+            statuses.append(wire.unpack_header(s.recv_multipart()[0])[1])
+        assert len(statuses) == n
+        assert statuses.count(Status.TOO_MANY_REQUESTS) > n // 2
+        assert set(statuses) == {Status.OK, Status.TOO_MANY_REQUESTS}
+        s.close()
+    finally:
+        ctx.term()
+    assert client.read(ledger, 0, 8)[0] == Status.OK  # a reader that reads is served
+
+
+def test_a_flood_of_fences_of_new_ids_is_refused_past_a_small_rate(ens, client, same_workers):
+    writer_works(client, 9, 0, 1)
+    ctx = zmq.Context()
+    try:
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.SNDHWM, 0)
+        s.setsockopt(zmq.RCVHWM, 0)
+        host, port = ens.bookies[0].rsplit(":", 1)
+        s.connect(f"tcp://{host}:{int(port) + 1}")
+        n, first = 5000, 10**12
+        for rid in range(n):
+            s.send_multipart([wire.pack_header(Op.READ_LAC, int(Flag.FENCE), rid, first + rid), b"squatter"])
+        counts = {}
+        while sum(counts.values()) < n and s.poll(60_000):
+            status = wire.unpack_header(s.recv_multipart()[0])[1]
+            counts[status] = counts.get(status, 0) + 1
+        s.close()
+    finally:
+        ctx.term()
+    assert sum(counts.values()) == n
+    assert counts.get(Status.TOO_MANY_REQUESTS, 0) > n // 2, counts
+    assert client.fence(9, KEY) == Status.OK  # a fence of a ledger the bookie holds still goes

@@ -1,0 +1,48 @@
+"""The read worker's long-poll table against a plain list model, and its bounds."""
+
+from hypothesis import given, settings, strategies as st
+
+from bookie.workers.long_polls import LongPolls
+
+ops = st.lists(st.one_of(
+    st.tuples(st.just("park"), st.integers(0, 3), st.integers(-1, 6), st.integers(0, 20)),
+    st.tuples(st.just("moved"), st.integers(0, 3), st.one_of(st.none(), st.integers(-1, 8))),
+    st.tuples(st.just("tick"), st.integers(0, 20)),
+), max_size=200)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=ops, limit=st.integers(1, 30))
+def test_long_polls_answer_what_a_scan_of_every_poll_would(ops, limit):
+    table, model = LongPolls(limit), []  # model: [(ledger, previous, deadline, request)]
+    now, n = 0, 0
+    for op in ops:
+        if op[0] == "park":
+            n += 1
+            parked = table.park(op[1], op[2], now + op[3] + 0.5, n)
+            assert parked == (len(model) < limit)
+            if parked:
+                model.append((op[1], op[2], now + op[3] + 0.5, n))
+        elif op[0] == "moved":
+            want = sorted(p[3] for p in model if p[0] == op[1] and (op[2] is None or p[1] < op[2]))
+            assert sorted(table.ledger_moved(op[1], op[2])) == want
+            model = [p for p in model if p[3] not in want]
+        else:
+            now += op[1]
+            want = sorted(p[3] for p in model if p[2] <= now)
+            assert sorted(table.expired(now)) == want
+            model = [p for p in model if p[3] not in want]
+        assert len(table) == len(model)
+        assert table.next_deadline() == (min(p[2] for p in model) if model else None)
+
+
+def test_heaps_stay_within_a_constant_factor_of_the_live_polls():
+    table = LongPolls(10)
+    for i in range(100_000):  # one ledger that never moves, polled again at every timeout
+        assert table.park(1, 5, float(i), i)
+        assert table.expired(float(i)) == [i]
+    assert len(table) == 0 and not table._by_ledger and len(table._deadlines) <= 1024
+    for i in range(10):
+        table.park(2, i, 1e9, i)
+    assert not table.park(2, 0, 1e9, 99)
+    assert sorted(table.ledger_moved(2, 5)) == [0, 1, 2, 3, 4] and len(table) == 5

@@ -1,0 +1,100 @@
+"""The read worker's parked long polls: bounded in number, woken and expired without scans.
+
+Theory of operation
+-------------------
+A READ_LAC with LONG_POLL whose ledger has not passed the client's ``previous`` LAC parks here
+until the ledger's LAC passes it or its deadline comes.  Clients control how many polls arrive
+and on which ledgers, so every step must cost O(log n) of the polls concerned, never a walk over
+all parked polls (300k polls on one ledger made each wake-up a full scan, and expiry quadratic):
+
+- ``_polls``: seq -> (ledger_id, previous, deadline, request), the live polls;
+- per ledger, a heap of (previous, seq): a LAC ``lac`` wakes exactly the polls with
+  ``previous < lac``, popped from the top;
+- one heap of (deadline, seq) for expiry.
+
+Removal from the heaps is lazy (an entry whose seq is no longer live is skipped when it surfaces);
+each heap is rebuilt from the live polls once stale entries outnumber live ones, so memory stays
+within a constant factor of ``limit``.  ``park`` refuses past ``limit``: the worker answers
+TOO_MANY_REQUESTS instead of parking.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+
+
+class LongPolls:
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._polls: dict[int, tuple] = {}
+        self._by_ledger: dict[int, list] = {}
+        self._live_per_ledger: dict[int, int] = {}
+        self._deadlines: list = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._polls)
+
+    def waiting_on(self, ledger_id: int) -> bool:
+        return ledger_id in self._live_per_ledger
+
+    def full(self) -> bool:
+        return len(self._polls) >= self.limit
+
+    def park(self, ledger_id: int, previous: int, deadline: float, request) -> bool:
+        """Park a poll; False (nothing parked) when ``limit`` polls are parked already."""
+        if self.full():
+            return False
+        seq = next(self._seq)
+        self._polls[seq] = (ledger_id, previous, deadline, request)
+        heapq.heappush(self._by_ledger.setdefault(ledger_id, []), (previous, seq))
+        self._live_per_ledger[ledger_id] = self._live_per_ledger.get(ledger_id, 0) + 1
+        heapq.heappush(self._deadlines, (deadline, seq))
+        if len(self._deadlines) > 2 * len(self._polls) + 1024:
+            self._deadlines = [(p[2], s) for s, p in self._polls.items()]
+            heapq.heapify(self._deadlines)
+        return True
+
+    def ledger_moved(self, ledger_id: int, lac: int | None) -> list:
+        """The requests to answer now that the ledger's LAC is ``lac`` (None: it is gone, all of
+        its polls are answered)."""
+        heap = self._by_ledger.get(ledger_id)
+        out = []
+        while heap and (lac is None or heap[0][0] < lac):
+            _, seq = heapq.heappop(heap)
+            poll = self._polls.pop(seq, None)
+            if poll is not None:
+                out.append(poll[3])
+                self._forget(ledger_id, compact=False)  # popping: this heap shrinks anyway
+        return out
+
+    def next_deadline(self) -> float | None:
+        while self._deadlines and self._deadlines[0][1] not in self._polls:
+            heapq.heappop(self._deadlines)
+        return self._deadlines[0][0] if self._deadlines else None
+
+    def expired(self, now: float) -> list:
+        """The requests whose deadline has come, removed."""
+        out = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, seq = heapq.heappop(self._deadlines)
+            poll = self._polls.pop(seq, None)
+            if poll is None:
+                continue  # answered already
+            out.append(poll[3])
+            self._forget(poll[0])
+        return out
+
+    def _forget(self, ledger_id: int, compact: bool = True) -> None:
+        """One live poll of the ledger left ``_polls``; drop or compact its heap."""
+        left = self._live_per_ledger[ledger_id] - 1
+        if left == 0:
+            del self._live_per_ledger[ledger_id], self._by_ledger[ledger_id]
+            return
+        self._live_per_ledger[ledger_id] = left
+        heap = self._by_ledger[ledger_id]
+        if compact and len(heap) > 2 * left + 64:  # mostly expired entries: keep the live ones
+            live = [e for e in heap if e[1] in self._polls]
+            heapq.heapify(live)
+            self._by_ledger[ledger_id] = live
