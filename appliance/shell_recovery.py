@@ -20,6 +20,7 @@ BookKeeper's single-dash spellings are accepted too (``-ledgerid``, ``-force``,
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Callable
@@ -323,14 +324,16 @@ def _simpletest(args) -> int:
     try:
         with BookKeeper(_uri(args)) as bk:
             t0 = time.monotonic()
-            h = bk.create_ledger(args.ensemble_size, args.write_quorum, args.ack_quorum)
+            password = os.urandom(16)  # the test ledger's own key: never the well-known empty one
+            h = bk.create_ledger(args.ensemble_size, args.write_quorum, args.ack_quorum,
+                                 password=password)
             for e in range(args.entries):
                 h.add_entry(b"simpletest-%d" % e)
                 if (e + 1) % 1000 == 0:
                     say(f"simpletest: {e + 1}/{args.entries} entries written")
             h.close()
             written_s = time.monotonic() - t0
-            got = [x.data for x in bk.open_ledger(h.ledger_id).read_entries(0, args.entries - 1)] \
+            got = [x.data for x in bk.open_ledger(h.ledger_id, password=password).read_entries(0, args.entries - 1)] \
                 if args.entries else []
             bk.delete_ledger(h.ledger_id)
     except BookKeeperError as e:

@@ -30,12 +30,10 @@ status 3), the bookie stops cleanly and says why.
 from __future__ import annotations
 
 import collections
-import errno
 import os
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,8 +43,10 @@ import time
 import orjson
 
 from bookie.appliance.exposition import BookieRegistry
+from bookie.appliance.startchecks import (StartRefused, check_ports_free,  # noqa: F401
+                                          exposure_warning, listening_ports)
 from bookie.workers import diskcheck
-from bookie.workers.config import KEYS, BookieConfig
+from bookie.workers.config import BookieConfig
 from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
 from bookie.workers.layout import LayoutError, all_dirs, check_or_stamp, remembered_port
 from bookie.workers.rebuild import check_index
@@ -66,74 +66,12 @@ READY_TIMEOUT_S = {"journal": 120.0, "add": 3600.0, "read": 60.0, "gc": 60.0,
 DEAD_HOLDER_WAIT_S = 30.0
 
 
-class StartRefused(Exception):
-    """The bookie must not start as configured (a port in use, no metadata store, its id
-    registered by another live process); one line, exit status 2."""
-
-
-def listening_ports(conf: BookieConfig) -> list[tuple[str, int, str]]:
-    """Every TCP port the bookie will listen on: ``(key, port, what)``, the configuration key
-    that names it, the port, and what listens there.  The add port, the read port
-    (bookiePort + 1), and every other ``*Port`` key that is set (metrics, an admin port)."""
-    ports = [("bookiePort", conf.bookie_port, "the add port"),
-             ("bookiePort+1", conf.bookie_port + 1, "the read port")]
-    for key in KEYS:
-        if key.name.endswith("Port") and key.name != "bookiePort" and key.type == "int":
-            if key.name == "httpServerPort" and not conf.http_server_enabled:
-                continue  # the admin API is off: its port (default 8080) is not ours
-            port = conf.value(key.name)
-            if port:
-                ports.append((key.name, port, ""))
-    return ports
-
-
-def check_ports_free(conf: BookieConfig) -> None:
-    """Raise ``StartRefused`` naming each key whose port something else listens on now.
-
-    A probe binds each port as ZeroMQ and http.server do (SO_REUSEADDR, so a port left in
-    TIME_WAIT by our own last run counts as free) and lets it go again."""
-    host = conf.listening_interface
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    busy = []
-    seen: dict[int, str] = {}
-    for key, port, what in listening_ports(conf):
-        if port in seen:
-            raise StartRefused(f"{key}={port} is also {seen[port]}: each port serves one thing")
-        seen[port] = key
-        if not 0 < port <= 65535:
-            raise StartRefused(f"{key}={port} is not a TCP port (bookiePort must leave room "
-                               f"for the read port)")
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind((host, port))
-            except OSError as e:
-                if e.errno == errno.EADDRNOTAVAIL:
-                    raise StartRefused(f"listeningInterface={host} is not an address of this "
-                                       f"host") from None
-                busy.append(f"{key}={port}" + (f" ({what})" if what else ""))
-    if busy:
-        raise StartRefused(f"port in use on {host}: {', '.join(busy)}; stop what listens there "
-                           f"or configure another port")
-
-
 class Worker:
     def __init__(self, role: str):
         self.role = role
         self.proc: subprocess.Popen | None = None
         self.restarts: collections.deque[float] = collections.deque()  # the last minute's
         self.restarts_total = 0
-
-
-def exposure_warning(conf: BookieConfig) -> str | None:
-    """The start-up warning of a bookie whose client sockets are reachable beyond loopback: they
-    are neither authenticated nor encrypted (docs/security.md, "Not yet protected")."""
-    host = conf.listening_interface
-    if host == "localhost" or host == "::1" or host.startswith("127."):
-        return None
-    return ("client sockets listen beyond loopback with no authentication or encryption: any "
-            "client that reaches them reads every ledger, and master keys cross the network in "
-            "clear; see docs/security.md")
 
 
 class Supervisor:

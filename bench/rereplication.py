@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     if args.bookies - len(rates) < 4:
         p.error("need at least 4 bookies left after the kills (E3 plus a replacement)")
     results = []
-    with LocalBookies(args.bookies) as lb, BookKeeper(lb.metadata_uri) as bk:
+    with LocalBookies(args.bookies) as lb, BookKeeper(lb.metadata_uri, allowEmptyPassword=True) as bk:
         payload = b"r" * args.entry_bytes
         for _ in range(args.ledgers):
             h = bk.create_ledger(3, 2, 2)

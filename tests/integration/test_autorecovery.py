@@ -141,7 +141,7 @@ def read_all(bk, ledger_ids, entries):
 def heal_and_lose_a_second_bookie(uri, tmp_path, conf, ledgers=6):
     with LocalBookies(4, metadata_uri=uri, base_dir=str(tmp_path / "b"), conf=conf) as lb:
         try:
-            with BookKeeper(lb.metadata_uri) as bk:
+            with BookKeeper(lb.metadata_uri, allowEmptyPassword=True) as bk:
                 ids = write_ledgers(bk, ledgers)
                 # a write quorum 1 ledger wholly on the victim: lost data, reported once
                 victim = lb.bookies[0]
@@ -201,7 +201,7 @@ def test_a_bookie_back_before_the_delay_costs_no_copy(tmp_path):
     conf = {**FAST, "lostBookieRecoveryDelay": "30"}
     with LocalBookies(4, base_dir=str(tmp_path / "b"), conf=conf) as lb:
         try:
-            with BookKeeper(lb.metadata_uri) as bk:
+            with BookKeeper(lb.metadata_uri, allowEmptyPassword=True) as bk:
                 ids = write_ledgers(bk, 4)
                 before = {i: bk.ledger_metadata(i).fragments for i in ids}
                 lb.kill(2)
@@ -226,7 +226,7 @@ def _auditor_pid(store) -> int:
 def test_the_auditor_sigkilled_is_taken_over(tmp_path):
     with LocalBookies(4, base_dir=str(tmp_path / "b"), conf=FAST) as lb:
         try:
-            with open_metadata(lb.metadata_uri) as store, BookKeeper(lb.metadata_uri) as bk:
+            with open_metadata(lb.metadata_uri) as store, BookKeeper(lb.metadata_uri, allowEmptyPassword=True) as bk:
                 first = wait_for(lambda: _auditor_pid(store), what="an auditor")
                 os.kill(first, signal.SIGKILL)
                 second = wait_for(lambda: (_auditor_pid(store) not in (0, first))
@@ -248,7 +248,7 @@ def test_a_replication_worker_sigkilled_mid_ledger_leaves_it_to_another(tmp_path
     conf = {**FAST, "replicationRateByBytes": "100000", "rereplicationEntryBatchSize": "5"}
     with LocalBookies(5, base_dir=str(tmp_path / "b"), conf=conf) as lb:
         try:
-            with open_metadata(lb.metadata_uri) as store, BookKeeper(lb.metadata_uri) as bk:
+            with open_metadata(lb.metadata_uri) as store, BookKeeper(lb.metadata_uri, allowEmptyPassword=True) as bk:
                 ur = UnderReplication(store)
                 h = bk.create_ledger(3, 2, 2)
                 for e in range(300):

@@ -84,7 +84,7 @@ def test_simpletest_bookieinfo_bookiesanity_decommission_and_recover(capsys, tmp
         assert all(0 < r["free_bytes"] <= r["total_bytes"] for r in rows)
         rc, out, _ = run(capsys, "bookiesanity", "--bookie", lb.bookies[1], "--metadata", uri)
         assert (rc, out) == (0, f"bookiesanity: {lb.bookies[1]}: OK\n")
-        with BookKeeper(uri) as bk:
+        with BookKeeper(uri, allowEmptyPassword=True) as bk:
             ids = []
             for n in range(4):
                 h = bk.create_ledger(2, 2, 2)

@@ -1,0 +1,71 @@
+"""Checks before a bookie starts: the ports it will listen on are free, and whether its client
+sockets are exposed beyond loopback.  A refusal is ``StartRefused``: one line, exit status 2."""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+from bookie.workers.config import KEYS, BookieConfig
+
+
+class StartRefused(Exception):
+    """The bookie must not start as configured (a port in use, no metadata store, its id
+    registered by another live process); one line, exit status 2."""
+
+
+def listening_ports(conf: BookieConfig) -> list[tuple[str, int, str]]:
+    """Every TCP port the bookie will listen on: ``(key, port, what)``, the configuration key
+    that names it, the port, and what listens there.  The add port, the read port
+    (bookiePort + 1), and every other ``*Port`` key that is set (metrics, an admin port)."""
+    ports = [("bookiePort", conf.bookie_port, "the add port"),
+             ("bookiePort+1", conf.bookie_port + 1, "the read port")]
+    for key in KEYS:
+        if key.name.endswith("Port") and key.name != "bookiePort" and key.type == "int":
+            if key.name == "httpServerPort" and not conf.http_server_enabled:
+                continue  # the admin API is off: its port (default 8080) is not ours
+            port = conf.value(key.name)
+            if port:
+                ports.append((key.name, port, ""))
+    return ports
+
+
+def check_ports_free(conf: BookieConfig) -> None:
+    """Raise ``StartRefused`` naming each key whose port something else listens on now.
+
+    A probe binds each port as ZeroMQ and http.server do (SO_REUSEADDR, so a port left in
+    TIME_WAIT by our own last run counts as free) and lets it go again."""
+    host = conf.listening_interface
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    busy = []
+    seen: dict[int, str] = {}
+    for key, port, what in listening_ports(conf):
+        if port in seen:
+            raise StartRefused(f"{key}={port} is also {seen[port]}: each port serves one thing")
+        seen[port] = key
+        if not 0 < port <= 65535:
+            raise StartRefused(f"{key}={port} is not a TCP port (bookiePort must leave room "
+                               f"for the read port)")
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError as e:
+                if e.errno == errno.EADDRNOTAVAIL:
+                    raise StartRefused(f"listeningInterface={host} is not an address of this "
+                                       f"host") from None
+                busy.append(f"{key}={port}" + (f" ({what})" if what else ""))
+    if busy:
+        raise StartRefused(f"port in use on {host}: {', '.join(busy)}; stop what listens there "
+                           f"or configure another port")
+
+
+def exposure_warning(conf: BookieConfig) -> str | None:
+    """The start-up warning of a bookie whose client sockets are reachable beyond loopback: they
+    are neither authenticated nor encrypted (docs/security.md, "Not yet protected")."""
+    host = conf.listening_interface
+    if host == "localhost" or host == "::1" or host.startswith("127."):
+        return None
+    return ("client sockets listen beyond loopback with no authentication or encryption: any "
+            "client that reaches them reads every ledger, and master keys cross the network in "
+            "clear; see docs/security.md")
