@@ -61,7 +61,7 @@ from bookie.workers.inspect import (
     EntryLogFile, IndexUnreadable, InspectError, digest_kind, in_child, index_path,
     indexed_entries, iter_journal, ledger_dirs_of, log_paths, open_index_readonly)
 from bookie.workers.journal import fsync_dir
-from bookie.workers.layout import all_dirs, current_dir
+from bookie.workers.layout import LayoutError, all_dirs, current_dir, key_salt
 from bookie.workers.ledgers import LedgerTable, StoredLedger
 from bookie.workers.storage import LEDGER_KEY, LOC, EntryLogReader, Index, log_name
 
@@ -273,12 +273,12 @@ def _rebuild(conf, progress: Progress, fence_all: bool) -> RebuildReport:
     skip = old.unfinished_copy()
     work = final + ".rebuild"
     shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    env = lmdb.open(work, map_size=conf.index_map_size_bytes, max_dbs=8, sync=False,
+    os.makedirs(work, mode=0o700)
+    env = lmdb.open(work, map_size=conf.index_map_size_bytes, max_dbs=8, sync=False, mode=0o600,
                     metasync=False, max_readers=64, lock=True)
     try:
         index = Index(env)
-        table = LedgerTable()
+        table = LedgerTable(salt=_salt(conf))  # keys in their stored form, as the bookie's
         for ledger_id in old.tombstones:
             table.mark_deleted(ledger_id)
         recovered, whole = _index_logs(conf, index, table, report, progress, skip)
@@ -322,6 +322,16 @@ def _index_logs(conf, index: Index, table: LedgerTable, report: RebuildReport,
         earlier.close()
     progress("entry logs", len(logs), len(logs), report.entries)
     return recovered, whole
+
+
+def _salt(conf) -> bytes:
+    """The bookie's master-key salt (its cookie's instance id); records an older bookie wrote
+    with the key in clear are stored in the salted form the live bookie compares against.  A
+    directory set with no cookie yet (never started) has the empty salt, as its storage had."""
+    try:
+        return key_salt(conf)
+    except LayoutError:
+        return b""
 
 
 def _index_each_log(logs, index, table, report, progress, recovered, whole, earlier) -> None:

@@ -15,6 +15,7 @@ from bookie.workers import records
 from bookie.workers.config import BookieConfig
 from bookie.workers.inspect import (EntryLogFile, InspectError, index_path, ledger_dirs_of,
                                     log_paths, open_index_readonly)
+from bookie.workers.ledgers import stored_key
 from bookie.workers.rebuild import check_index, consistency_check, rebuild_index
 from bookie.workers.storage import EntryLogs, Index, LedgerStorage, log_name, open_index
 
@@ -42,16 +43,19 @@ def store(conf, batches, fence=(), recovery=()):
         lengths_frame = lengths.astype(wire.LENGTHS_DTYPE).tobytes()
         data = b"".join(entries)
         rec_recovery = ledger_id in recovery
-        parts, size, data_offset = records.add_batch_parts(ledger_id, KEY, lengths_frame, data,
+        skey = stored_key(b"", ledger_id, KEY)  # records carry the key's stored form
+        parts, size, data_offset = records.add_batch_parts(ledger_id, skey, lengths_frame, data,
                                                            rec_recovery)
-        storage.table.apply(records.Record(records.ADD_BATCH, int(rec_recovery), ledger_id, KEY,
+        flags = records.FLAG_STORED_KEY | int(rec_recovery)
+        storage.table.apply(records.Record(records.ADD_BATCH, flags, ledger_id, skey,
                                            -1, lengths, data_offset, size))
         offsets = np.cumsum(lengths) - lengths
         _, entry_ids = wire.batch_ids(data, offsets)
         storage.store_batch(ledger_id, parts, size, data_offset, entry_ids, lengths, offsets)
         storage.commit()
     for ledger_id in fence:
-        storage.table.apply(records.parse(records.fence_record(ledger_id, KEY), 0))
+        skey = stored_key(b"", ledger_id, KEY)
+        storage.table.apply(records.parse(records.fence_record(ledger_id, skey), 0))
     storage.commit()
     logs.close()
     env.close()
