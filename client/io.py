@@ -115,6 +115,9 @@ class IOThread:
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._woken = False
         self._closing = False
+        # Held while the wake-up fd is written or closed: a submit that saw the loop running
+        # must not write to the fd the ending loop has just closed.
+        self._wake_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._inflight: dict[int, _Request] = {}
         self._deadlines: list = []  # (deadline, request id)
@@ -147,8 +150,11 @@ class IOThread:
             raise ClientClosedError("the BookKeeper client is closed")
         self._inbox.append((driver, fn, args))
         if not self._woken:
-            self._woken = True
-            os.eventfd_write(self._wake_fd, 1)
+            with self._wake_lock:
+                if self._closing:
+                    raise ClientClosedError("the BookKeeper client is closed")
+                self._woken = True
+                os.eventfd_write(self._wake_fd, 1)
 
     def call(self, fn, *args) -> Future:
         """Run ``fn(*args)`` on the I/O thread; a Future of its result."""
@@ -457,7 +463,8 @@ class IOThread:
                 except Exception:  # noqa: BLE001 - the last line of defence: the loop goes on
                     log.exception("unexpected error in the client's I/O loop")
         finally:
-            self._closing = True
+            with self._wake_lock:
+                self._closing = True
             error = ClientClosedError("the BookKeeper client was closed while this operation "
                                       "was in flight")
             for driver in list(self._drivers):
