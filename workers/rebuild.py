@@ -70,7 +70,7 @@ MAX_OPEN_LOGS = 128
 _IDS = struct.Struct(">qq")
 
 
-# ---- the check at start-up ------------------------------------------------------------------------
+# ---- the check at start-up ---------------------------------------------------------------------
 
 def check_index(conf) -> str | None:
     """Check the index against the entry logs' tails and the logs' maps (fast: no scan), in a
@@ -115,7 +115,8 @@ def _located_entry_problem(ledger_id: int, entry_id: int, loc, logs: dict[int, s
     log_id, offset, length = loc
     path = logs.get(log_id)
     if path is None:
-        return f"ledger {ledger_id} entry {entry_id} is indexed in entry log {log_name(log_id)}, which is missing"
+        return (f"ledger {ledger_id} entry {entry_id} is indexed in entry log {log_name(log_id)}, "
+                f"which is missing")
     fd = files.get(log_id)
     if fd is None:
         if len(files) >= MAX_OPEN_LOGS:  # a big bookie has more logs than a process has fds
@@ -173,7 +174,7 @@ def _maps_problem(index: Index, txn, logs: dict[int, str]) -> str | None:
     return None
 
 
-# ---- rebuild ----------------------------------------------------------------------------------------
+# ---- rebuild -----------------------------------------------------------------------------------
 
 @dataclasses.dataclass
 class RebuildReport:
@@ -542,7 +543,8 @@ class _Checker:
         first = 0
         while True:
             with self.env.begin() as txn:
-                part = list(itertools.islice(indexed_entries(self.index, txn, ledger_id, first), chunk))
+                found = indexed_entries(self.index, txn, ledger_id, first)
+                part = list(itertools.islice(found, chunk))
             yield from part
             if len(part) < chunk:
                 return
