@@ -79,6 +79,9 @@ def register(subparsers: Any) -> None:
     p = metadata_command("ledgermetadata", "Print one ledger's metadata.", _ledgermetadata)
     p.add_argument("ledger_id", metavar="LEDGER_ID", type=int)
 
+    from bookie.appliance import shell_disk  # the storage tools (imports this module's helpers)
+    shell_disk.register(commands)
+
     p = commands.add_parser("bookieformat", help="Format this bookie's journal and ledger "
                             "directories (and its cookie).",
                             description="Format this bookie's journal and ledger directories "
@@ -91,8 +94,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--force", action="store_true", help="wipe existing data")
     p.set_defaults(func=_bookieformat)
 
-    from bookie.appliance import shell_disk  # the storage tools (imports this module's helpers)
-    shell_disk.register(commands)
     from bookie.appliance import shell_recovery
     shell_recovery.register(commands, metadata_command)
     from bookie.appliance import shell_gc

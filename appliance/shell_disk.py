@@ -160,7 +160,8 @@ def _rebuild_index(args: argparse.Namespace) -> int:
     for w in report.warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(f"index rebuilt at {report.index}: {report.entries} entries from {report.logs} entry "
-          f"logs ({report.copies} found twice: the later copy counts), {report.ledgers} ledgers ({report.fenced} fenced, {report.deleted} deleted), "
+          f"logs ({report.copies} found twice: the later copy counts), {report.ledgers} ledgers "
+          f"({report.fenced} fenced, {report.deleted} deleted), "
           f"{report.journal_records} journal records, in {report.seconds:.1f} s")
     return 0
 
@@ -198,7 +199,7 @@ def _journal_dir(conf) -> str:
 def _readjournal(args: argparse.Namespace) -> int:
     from bookie.workers import records
     from bookie.workers.inspect import iter_journal
-    from bookie.workers.journal import CorruptJournalError, read_file_header
+    from bookie.workers.journal import CorruptJournalError, journal_name, read_file_header
     directory, journal_id = None, None
     if args.journal_id and os.path.sep in args.journal_id:
         path = args.journal_id
@@ -212,8 +213,8 @@ def _readjournal(args: argparse.Namespace) -> int:
         directory = _journal_dir(_conf(args))
         if args.journal_id:
             journal_id = _int_id(args.journal_id, "journal")
-    from bookie.workers.journal import journal_name
-    if journal_id is not None and not os.path.exists(os.path.join(directory, journal_name(journal_id))):
+    named = journal_id is not None and os.path.join(directory, journal_name(journal_id))
+    if named and not os.path.exists(named):
         raise CliError(f"no journal file {journal_name(journal_id)} in {directory}")
     names = {records.ADD_BATCH: "ADD", records.FENCE: "FENCE", records.LAC: "LAC"}
     warnings: list[str] = []
@@ -241,7 +242,8 @@ def _readjournal(args: argparse.Namespace) -> int:
             continue
         line = f"{doc['journal_id']:016x} @{doc['position']}: {doc['type']} ledger {rec.ledger_id}"
         if rec.type == records.ADD_BATCH:
-            line += f" {doc['entries']} entries {doc['bytes']} bytes" + (" (recovery)" if doc["recovery"] else "")
+            line += f" {doc['entries']} entries {doc['bytes']} bytes"
+            line += " (recovery)" if doc["recovery"] else ""
             if args.entries:
                 line += f" ids {doc['entry_ids']}"
         elif rec.type == records.LAC:
@@ -299,7 +301,8 @@ def _readlog(args: argparse.Namespace) -> int:
                     print(line)
         scan = elog.scan
     if args.ledger_id is not None and not found:
-        what = f"ledger {args.ledger_id}" + (f" entry {args.entry_id}" if args.entry_id is not None else "")
+        what = f"ledger {args.ledger_id}"
+        what += f" entry {args.entry_id}" if args.entry_id is not None else ""
         raise CliError(f"{path}: holds no {what}")
     summary = {"path": path, "log_id": scan.log_id, "size": scan.size, "data_end": scan.end,
                "records": scan.records, "entries": scan.entries, "stopped_at": scan.stop}

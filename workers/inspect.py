@@ -55,7 +55,8 @@ def read_log_header(buf, path: str) -> int:
         InspectError: ``buf`` does not start with a valid entry-log header.
     """
     if len(buf) < LOG_HEADER_SIZE:
-        raise InspectError(f"{path}: not an entry log (shorter than its {LOG_HEADER_SIZE}-byte header)")
+        raise InspectError(f"{path}: not an entry log (shorter than its {LOG_HEADER_SIZE}-byte "
+                           f"header)")
     if bytes(buf[:8]) != LOG_MAGIC:
         raise InspectError(f"{path}: not an entry log (no {LOG_MAGIC.decode()} magic)")
     (log_id,) = struct.unpack_from("<I", buf, 8)
@@ -136,10 +137,11 @@ class EntryLogFile:
             try:
                 rec = records.parse(buf, pos)
                 if rec.type != records.ADD_BATCH or rec.size <= records.REC_HEADER_SIZE:
-                    raise records.RecordError(f"record type {rec.type} has no place in an entry log")
+                    raise records.RecordError(f"record type {rec.type} has no place in an "
+                                              f"entry log")
             except (records.RecordError, ValueError, struct.error) as e:
-                scan.stop = "zeros" if not bytes(buf[pos:pos + records.REC_HEADER_SIZE]).strip(b"\0") \
-                    else f"unreadable record at offset {pos}: {e}"
+                zeros = not bytes(buf[pos:pos + records.REC_HEADER_SIZE]).strip(b"\0")
+                scan.stop = "zeros" if zeros else f"unreadable record at offset {pos}: {e}"
                 return
             scan.records += 1
             scan.end = pos + rec.size
@@ -276,7 +278,8 @@ def in_child(fn: Callable[[], Any], what: str) -> Any:
             try:
                 out = {"ok": fn()}
             except Exception as e:  # noqa: BLE001 - every failure becomes the parent's one line
-                out = {"error": str(e) if isinstance(e, IndexUnreadable) else f"{type(e).__name__}: {e}"}
+                why = str(e) if isinstance(e, IndexUnreadable) else f"{type(e).__name__}: {e}"
+                out = {"error": why}
             view = memoryview(orjson.dumps(out))
             while view:
                 view = view[os.write(w, view):]

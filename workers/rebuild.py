@@ -19,8 +19,9 @@ Everything the LMDB index holds can be found again on the bookie's disks:
   fence, and a ledger under recovery must refuse its old writer anyway), or when the old index
   can still be read and says so: what the old index holds is merged in only where it adds
   protection (fenced, a higher explicit LAC, deletion tombstones).
-- **ledger maps** (bytes per ledger in each log, the GC's input): counted from the entries the
-  rebuilt index points at, so a log whose entries were all copied elsewhere gets an empty map.
+- **ledger maps** (bytes per ledger in each log, the GC's and compaction's input): counted from
+  the entries the rebuilt index points at, plus deleted ledgers' entries (the dead share
+  compaction reclaims); a log whose entries were all copied elsewhere gets an empty map.
 - **other bookkeeping** in ``meta`` (the log id sequence, a compaction's step record) is kept
   from the old index when it can be read; a log a compaction was still copying into (state
   "copying": never synced nor pointed at) is not indexed, and its recovery removes it.
@@ -70,7 +71,7 @@ MAX_OPEN_LOGS = 128
 _IDS = struct.Struct(">qq")
 
 
-# ---- the check at start-up ------------------------------------------------------------------------
+# ---- the check at start-up ---------------------------------------------------------------------
 
 def check_index(conf) -> str | None:
     """Check the index against the entry logs' tails and the logs' maps (fast: no scan), in a
@@ -115,7 +116,8 @@ def _located_entry_problem(ledger_id: int, entry_id: int, loc, logs: dict[int, s
     log_id, offset, length = loc
     path = logs.get(log_id)
     if path is None:
-        return f"ledger {ledger_id} entry {entry_id} is indexed in entry log {log_name(log_id)}, which is missing"
+        return (f"ledger {ledger_id} entry {entry_id} is indexed in entry log {log_name(log_id)}, "
+                f"which is missing")
     fd = files.get(log_id)
     if fd is None:
         if len(files) >= MAX_OPEN_LOGS:  # a big bookie has more logs than a process has fds
@@ -173,7 +175,7 @@ def _maps_problem(index: Index, txn, logs: dict[int, str]) -> str | None:
     return None
 
 
-# ---- rebuild ----------------------------------------------------------------------------------------
+# ---- rebuild -----------------------------------------------------------------------------------
 
 @dataclasses.dataclass
 class RebuildReport:
@@ -281,10 +283,11 @@ def _rebuild(conf, progress: Progress, fence_all: bool) -> RebuildReport:
         table = LedgerTable(salt=_salt(conf))  # keys in their stored form, as the bookie's
         for ledger_id in old.tombstones:
             table.mark_deleted(ledger_id)
-        recovered, whole = _index_logs(conf, index, table, report, progress, skip)
+        found = _index_logs(conf, index, table, report, progress, skip)
         _apply_journal(conf, table, report, progress)
-        _write_ledgers(index, table, old.records, old.tombstones, recovered, report, fence_all)
-        _write_maps(index, whole, report, progress)
+        _write_ledgers(index, table, old.records, old.tombstones, found.recovered, report,
+                       fence_all)
+        _write_maps(index, found, report, progress)
         _write_meta(conf, index, old.meta)
         env.sync(True)
     finally:
@@ -300,28 +303,35 @@ def _rebuild(conf, progress: Progress, fence_all: bool) -> RebuildReport:
     return report
 
 
-def _index_logs(conf, index: Index, table: LedgerTable, report: RebuildReport,
-                progress: Progress, skip: int | None) -> tuple[set[int], set[int]]:
-    """Put the location of every entry of every log (ascending log id: a later copy wins), but
-    of ``skip``, the log an unfinished compaction was copying into.
+@dataclasses.dataclass
+class _Found:
+    """What the walk over the entry logs found besides the locations it indexed."""
 
-    Returns:
-        the ledgers that have a recovery add in some log, and the logs read to their end.
-    """
+    recovered: set[int] = dataclasses.field(default_factory=set)  # ledgers with a recovery add
+    whole: set[int] = dataclasses.field(default_factory=set)  # logs read to their end
+    # bytes of deleted ledgers per log: not indexed, but in the maps, so that compaction sees
+    # them as the dead share of their logs (as in the live index's maps)
+    deleted_bytes: dict[int, dict[int, int]] = dataclasses.field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+
+
+def _index_logs(conf, index: Index, table: LedgerTable, report: RebuildReport,
+                progress: Progress, skip: int | None) -> _Found:
+    """Put the location of every entry of every log (ascending log id: a later copy wins), but
+    of ``skip``, the log an unfinished compaction was copying into."""
     logs = log_paths(ledger_dirs_of(conf))
     if skip is not None and any(log_id == skip for log_id, _ in logs):
         report.warnings.append(f"{log_name(skip)}: an unfinished compaction's copy: not indexed "
                                f"(the compaction's recovery removes it at the next start)")
         logs = [(log_id, path) for log_id, path in logs if log_id != skip]
-    recovered: set[int] = set()
-    whole: set[int] = set()
+    found = _Found()
     earlier = EntryLogReader(ledger_dirs_of(conf))
     try:
-        _index_each_log(logs, index, table, report, progress, recovered, whole, earlier)
+        _index_each_log(logs, index, table, report, progress, found, earlier)
     finally:
         earlier.close()
     progress("entry logs", len(logs), len(logs), report.entries)
-    return recovered, whole
+    return found
 
 
 def _salt(conf) -> bytes:
@@ -334,7 +344,7 @@ def _salt(conf) -> bytes:
         return b""
 
 
-def _index_each_log(logs, index, table, report, progress, recovered, whole, earlier) -> None:
+def _index_each_log(logs, index, table, report, progress, found: _Found, earlier) -> None:
     last_note = 0.0
     for n, (log_id, path) in enumerate(logs):
         try:
@@ -348,12 +358,14 @@ def _index_each_log(logs, index, table, report, progress, recovered, whole, earl
                 continue
             for pos, rec in elog.records():
                 if not table.apply(rec):
-                    if not table.get(rec.ledger_id).deleted:
+                    if table.get(rec.ledger_id).deleted:
+                        found.deleted_bytes[log_id][rec.ledger_id] += int(rec.lengths.sum())
+                    else:
                         report.warnings.append(f"{path} offset {pos}: ledger {rec.ledger_id} with "
                                                f"another master key than its first record: skipped")
                     continue
                 if rec.flags & records.FLAG_RECOVERY:
-                    recovered.add(rec.ledger_id)
+                    found.recovered.add(rec.ledger_id)
                 _put_record(index, txn, elog, pos, rec, earlier, report)
                 now = time.monotonic()
                 if now - last_note >= 1.0:
@@ -362,7 +374,7 @@ def _index_each_log(logs, index, table, report, progress, recovered, whole, earl
             if elog.scan.damaged:
                 report.warnings.append(f"{path}: {elog.scan.stop}; what follows it is not indexed")
             else:
-                whole.add(log_id)
+                found.whole.add(log_id)
         report.logs += 1
 
 
@@ -452,19 +464,19 @@ def _write_meta(conf, index: Index, kept: dict[bytes, bytes]) -> None:
         index.set_current_logs(txn, newest.values())
 
 
-def _write_maps(index: Index, whole: set[int], report: RebuildReport, progress: Progress) -> None:
-    """Each log's ledger map from the locations the rebuilt index holds (live bytes).  A log
-    read to its end whose entries all lie elsewhere too gets an empty map: the GC may delete
-    it.  A damaged log keeps no map unless some entry lives in it (what follows the damage is
-    unknown, so the GC must keep it)."""
-    maps: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+def _write_maps(index: Index, found: _Found, report: RebuildReport, progress: Progress) -> None:
+    """Each log's ledger map: the bytes of the entries the rebuilt index places in it, and of
+    deleted ledgers' entries.  A log read to its end whose entries all lie elsewhere too gets
+    an empty map: the GC may delete it.  A damaged log keeps no map unless something of it is
+    counted (what follows the damage is unknown, so the GC must keep it)."""
+    maps = found.deleted_bytes
     report.entries = 0
     with index.env.begin() as txn, txn.cursor(db=index.entries) as cur:
         for k, v in cur:
             log_id, _, length = LOC.unpack(v)
             maps[log_id][LEDGER_KEY.unpack(k[:8])[0]] += length
             report.entries += 1
-    logs = set(maps) | whole
+    logs = set(maps) | found.whole
     with index.env.begin(write=True) as txn:
         for log_id in sorted(logs):
             index.add_to_log_map(txn, log_id, dict(maps.get(log_id, {})))
@@ -552,7 +564,8 @@ class _Checker:
         first = 0
         while True:
             with self.env.begin() as txn:
-                part = list(itertools.islice(indexed_entries(self.index, txn, ledger_id, first), chunk))
+                found = indexed_entries(self.index, txn, ledger_id, first)
+                part = list(itertools.islice(found, chunk))
             yield from part
             if len(part) < chunk:
                 return

@@ -6,6 +6,7 @@ Opt-in (``-m crash``, about a minute): every kind of ledger record over the raw 
 a damaged LMDB file, a log cut short.  The default run has the end-to-end case through the
 client in tests/integration/test_rebuild_index.py."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -128,7 +129,9 @@ def test_a_damaged_index_is_refused_and_rebuilt_and_a_rebuild_refuses_a_running_
         refusal = [line for line in ens.log(0).splitlines() if "refusing to start" in line][-1]
         assert "rebuild-index" in refusal
 
-        shell(ens, "rebuild-index", "--json")
+        doc = json.loads(shell(ens, "rebuild-index", "--json").stdout)
+        assert doc["entries"] == 404 and doc["ledgers"] == 4 and doc["fenced"] == 2
+        assert not doc["salvaged_from_old_index"]  # its meta pages are junk: nothing to keep
         ens.start(0)
         check_everything(ens, written, lacs)
 

@@ -1,7 +1,8 @@
 """A real bookie written through the replication client loses its index: the start is refused
 naming the fix, ``bookie shell rebuild-index`` rebuilds it from the entry logs and the journal,
-and then every entry reads back byte for byte and the fence still refuses the old writer.  (Restarts after a rebuild,
-and more kinds of damage over the raw wire protocol: tests/crash/test_index_rebuild_rounds.py.)"""
+and then every entry reads back byte for byte and the fence still refuses the old writer.
+(Restarts after a rebuild, and more kinds of damage over the raw wire protocol:
+tests/crash/test_index_rebuild_rounds.py.)"""
 
 import os
 import random
