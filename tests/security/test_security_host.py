@@ -44,15 +44,9 @@ def open_as_nobody(paths: list[str]) -> list[str]:
     return [line for line in out.splitlines() if line]
 
 
-@pytest.fixture(scope="module")
-def ens():
-    base = tempfile.mkdtemp(prefix="bookie-host-")
-    os.chmod(base, 0o755)
-    with LocalBookies(1, base_dir=base, conf={"flushInterval": 50}) as e:
-        for d in ("journal", "ledgers"):
-            os.chmod(os.path.join(e.bookie_dir(0), d), 0o755)  # as an operator might leave them
-        os.chmod(e.bookie_dir(0), 0o755)
-        yield e
+@pytest.fixture
+def ens(secure_bookie):
+    return secure_bookie
 
 
 def _everything_under(root: str) -> list[str]:

@@ -4,7 +4,6 @@ import os
 
 import pytest
 
-from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Status
 
@@ -12,10 +11,9 @@ KEY = b"writer-master-key-0123"
 ATTACKER = b"attacker-master-key-99"
 
 
-@pytest.fixture(scope="module")
-def ens():
-    with LocalBookies(1, conf={"metadataServiceUri": "", "flushInterval": 50}) as e:
-        yield e
+@pytest.fixture
+def ens(secure_bookie):
+    return secure_bookie
 
 
 @pytest.fixture
