@@ -360,17 +360,23 @@ def _read_entries(fd: int, log_id: int, ledger_id: int, rows: np.ndarray) -> byt
 def _repoint(index: Index, log_id: int, new_id: int, moves) -> int:
     """Step 4 in one write transaction; returns its id (readers older than it may see old)."""
     counts: dict[str, int] = {}
+    # Keys and values are built before the transaction: it holds the index's one writer (the
+    # add worker's commits wait on it), so it does nothing but compare and put.
+    batches = []
+    for ledger_id, rows, offs in moves:
+        items = [(entry_key(ledger_id, eid), LOC.pack(log_id, off, ln), LOC.pack(new_id, new_off, ln), ln)
+                 for (eid, off, ln), new_off in zip(rows.tolist(), offs.tolist())]
+        batches.append((str(ledger_id), items))
     with index.env.begin(write=True) as txn:
         get, put, db = txn.get, txn.put, index.entries
-        for ledger_id, rows, offs in moves:
+        for ledger, items in batches:
             moved = 0
-            for (eid, off, ln), new_off in zip(rows.tolist(), offs.tolist()):
-                k = entry_key(ledger_id, eid)
-                if get(k, db=db) == LOC.pack(log_id, off, ln):  # still there: move it
-                    put(k, LOC.pack(new_id, new_off, ln), db=db)
+            for k, old, new, ln in items:
+                if get(k, db=db) == old:  # still there (compare-and-set): move it
+                    put(k, new, db=db)
                     moved += ln
             if moved:
-                counts[str(ledger_id)] = counts.get(str(ledger_id), 0) + moved
+                counts[ledger] = counts.get(ledger, 0) + moved
         txn.put(LOG_KEY.pack(new_id), orjson.dumps(counts), db=index.logs)
         txn.delete(LOG_KEY.pack(log_id), db=index.logs)
         txn_id = txn.id()

@@ -5,7 +5,7 @@ each durable step of bookie.workers.compaction.  Random points: the test kills t
 random moment of a slow (rate-limited) compaction, several rounds in a row.  After each crash the
 bookie restarts, the kept ledger reads back byte for byte, a new compaction finishes the job,
 and every entry log on disk is named by the index (no leak).  The same steps are checked
-in-process, in the default run, by tests/unit/test_compaction.py.
+in-process, in the default run, by tests/unit/test_compaction_steps.py.
 """
 
 import glob
