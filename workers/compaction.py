@@ -156,6 +156,7 @@ class Outcome:
     copied_bytes: int  # entry bytes written to the new log
     reclaimed_bytes: int  # file size of the old log minus that of the new one
     entries: int
+    repoint_s: float = 0.0  # how long step 4's write transaction held the index's writer
 
 
 def get_state(index: Index) -> dict | None:
@@ -327,13 +328,15 @@ def compact_log(index: Index, ledger_dirs: list[str], log_id: int, throttle: Thr
     except BaseException:
         _undo(index, ledger_dirs, log_id, new_id)
         raise
+    t0 = time.monotonic()
     txn_id = _repoint(index, log_id, new_id, moves)
+    repoint_s = time.monotonic() - t0
     crash("repointed")
     wait_for_readers(index.env, txn_id, READERS_WAIT_S, stopping)
     old_size = _unlink_log(ledger_dirs, log_id)
     crash("deleted")
     _set_state(index, None)
-    return Outcome(log_id, new_id, copied, max(0, old_size - new_size), entries)
+    return Outcome(log_id, new_id, copied, max(0, old_size - new_size), entries, repoint_s)
 
 
 def _read_entries(fd: int, log_id: int, ledger_id: int, rows: np.ndarray) -> bytes:

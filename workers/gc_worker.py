@@ -252,7 +252,7 @@ class Compactor:
             ctx.log("compacted", kind=kind, log=c.log_id, into=out.new_log_id,
                     live_share=f"{c.live_share:.3f}", entries=out.entries,
                     copied_bytes=out.copied_bytes, reclaimed_bytes=out.reclaimed_bytes,
-                    logs_done=i + 1, logs_todo=len(todo) - i - 1)
+                    repoint_ms=f"{out.repoint_s * 1e3:.1f}", logs_done=i + 1, logs_todo=len(todo) - i - 1)
         self.totals["compaction_logs_todo"] = 0
         ctx.write_stats(self.totals)
         elapsed = time.monotonic() - started
