@@ -27,7 +27,7 @@ from bookie.testing.rawclient import RawBookieClient  # noqa: E402
 from bookie.wire import Status  # noqa: E402
 from bookie.workers.storage import Index, list_logs, open_index  # noqa: E402
 
-STEPS = ("intent", "created", "copying", "synced", "repointed", "deleted")
+STEPS = ("intent", "created", "copying", "synced", "repointing", "repointed", "deleted")
 
 
 def _named_logs(ens) -> set[int]:

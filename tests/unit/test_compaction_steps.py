@@ -16,7 +16,7 @@ from bookie.workers.storage import EntryLogReader, EntryLogs, Index, list_logs, 
 
 KEY = b"unit-key"
 MAP_SIZE_BYTES = 64 << 20
-STEPS = ("intent", "created", "copying", "synced", "repointed", "deleted")
+STEPS = ("intent", "created", "copying", "synced", "repointing", "repointed", "deleted")
 
 
 # -- choose ----------------------------------------------------------------------------------------
@@ -161,6 +161,7 @@ def test_a_sigkill_at_any_step_loses_nothing_and_leaks_nothing(tmp_path, step):
     if pid == 0:  # the child compacts and is killed at ``step``
         try:
             e2 = open_index(str(tmp_path), MAP_SIZE_BYTES)
+            compaction.REPOINT_BATCH_ENTRIES = 7  # "repointing": killed with a log half repointed
 
             def crash(s):
                 if s == step:
@@ -174,7 +175,12 @@ def test_a_sigkill_at_any_step_loses_nothing_and_leaks_nothing(tmp_path, step):
     index = Index(env)
     try:
         state = compaction.get_state(index)
-        assert state is not None and state["state"] == ("repointed" if step in ("repointed", "deleted") else "copying")
+        want = {"repointing": "repointing", "repointed": "repointed", "deleted": "repointed"}.get(step, "copying")
+        assert state is not None and state["state"] == want
+        if step == "repointing":  # some entries point into the new log, the rest into the old
+            with index.env.begin() as txn:
+                logs_named = {index.locate(txn, 2, e)[0] for e in range(n)}
+            assert state["new"] in logs_named and state["old"] in logs_named
         _check(index, d, 2, n)  # readable even before recovery
         assert compaction.recover(index, [d])
         assert compaction.get_state(index) is None
