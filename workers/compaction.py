@@ -160,7 +160,7 @@ class Outcome:
     copied_bytes: int  # entry bytes written to the new log
     reclaimed_bytes: int  # file size of the old log minus that of the new one
     entries: int
-    repoint_s: float = 0.0  # how long step 4's write transaction held the index's writer
+    repoint_s: float = 0.0  # the longest one of step 4's write transactions held the index's writer
 
 
 def get_state(index: Index) -> dict | None:
@@ -257,8 +257,8 @@ def recover(index: Index, ledger_dirs: list[str], stopping=lambda: False) -> str
         _set_state(index, None)
         return f"undone: copy of {log_name(state['old'])} into {log_name(state['new'])}"
     if state["state"] == "repointing":  # new is synced and partly pointed to: roll forward
-        state["txn"] = _repoint(index, state["old"], state["new"],
-                                _items_from_log(ledger_dirs, state["new"]))
+        state["txn"], _ = _repoint(index, state["old"], state["new"],
+                                   _items_from_log(ledger_dirs, state["new"]))
     if not wait_for_readers(index.env, state["txn"], READERS_WAIT_S, stopping):
         return ""  # tried again at the next pass
     _unlink_log(ledger_dirs, state["old"])
@@ -335,9 +335,7 @@ def compact_log(index: Index, ledger_dirs: list[str], log_id: int, throttle: Thr
     except BaseException:
         _undo(index, ledger_dirs, log_id, new_id)
         raise
-    t0 = time.monotonic()
-    txn_id = _repoint(index, log_id, new_id, _items(moves, new_id), crash)
-    repoint_s = time.monotonic() - t0
+    txn_id, repoint_s = _repoint(index, log_id, new_id, _items(moves, new_id), crash)
     crash("repointed")
     wait_for_readers(index.env, txn_id, READERS_WAIT_S, stopping)
     old_size = _unlink_log(ledger_dirs, log_id)
@@ -367,7 +365,7 @@ def _read_entries(fd: int, log_id: int, ledger_id: int, rows: np.ndarray) -> byt
     return b"".join(pieces)
 
 
-def _repoint(index: Index, log_id: int, new_id: int, items, crash=lambda step: None) -> int:
+def _repoint(index: Index, log_id: int, new_id: int, items, crash=lambda step: None) -> tuple[int, float]:
     """Step 4: point every entry still in ``old`` into ``new`` (compare-and-set on the log id:
     ``old`` is never written again, so an entry whose location names it is the one copied).
 
@@ -375,12 +373,15 @@ def _repoint(index: Index, log_id: int, new_id: int, items, crash=lambda step: N
     REPOINT_BATCH_ENTRIES entries, one write transaction each (each holds the index's one
     writer, which the add worker's commits wait for), the first one recording the state
     "repointing"; the last transaction writes new's map, removes old's and records "repointed".
-    Returns that last transaction's id (readers older than it may still read ``old``).
+    Returns that last transaction's id (readers older than it may still read ``old``) and
+    the longest any of them held the writer (seconds).
     """
     old_prefix = struct.pack("<I", log_id)  # a location (LOC) starts with its log id
     state = {"old": log_id, "new": new_id, "state": "repointing"}
     counts: dict[str, int] = {}
+    longest = 0.0
     for start in range(0, len(items), REPOINT_BATCH_ENTRIES):
+        t0 = time.monotonic()
         with index.env.begin(write=True) as txn:
             if start == 0:
                 txn.put(STATE_KEY, orjson.dumps(state), db=index.meta)
@@ -392,6 +393,7 @@ def _repoint(index: Index, log_id: int, new_id: int, items, crash=lambda step: N
                     v = new
                 if v == new:
                     counts[ledger] = counts.get(ledger, 0) + ln
+        longest = max(longest, time.monotonic() - t0)
         if start == 0:
             crash("repointing")
     with index.env.begin(write=True) as txn:
@@ -400,7 +402,7 @@ def _repoint(index: Index, log_id: int, new_id: int, items, crash=lambda step: N
         txn_id = txn.id()
         txn.put(STATE_KEY, orjson.dumps({**state, "state": "repointed", "txn": txn_id}), db=index.meta)
     index.env.sync(True)
-    return txn_id
+    return txn_id, longest
 
 
 def _items(moves, new_id: int) -> list:
