@@ -153,6 +153,11 @@ class Abandoned(Exception):
     """The rewrite of one log was undone (out of time, stopping); it may be tried again."""
 
 
+class ReadersPending(Exception):
+    """A reader still holds an index snapshot older than the repoint: the old log stays until
+    ``recover`` (next pass or start) can delete it; no other log may start meanwhile."""
+
+
 @dataclasses.dataclass
 class Outcome:
     log_id: int
@@ -276,6 +281,7 @@ def compact_log(index: Index, ledger_dirs: list[str], log_id: int, throttle: Thr
     Raises:
         CorruptEntry: the rewrite was undone and the log is skipped from now on.
         Abandoned: out of time or stopping; the rewrite was undone.
+        ReadersPending: done but for deleting the old log (``recover`` finishes it).
         OSError: a disk error (ENOSPC included); the rewrite was undone if it could be.
     """
     directory = os.path.dirname(find_log(ledger_dirs, log_id))
@@ -337,7 +343,9 @@ def compact_log(index: Index, ledger_dirs: list[str], log_id: int, throttle: Thr
         raise
     txn_id, repoint_s = _repoint(index, log_id, new_id, _items(moves, new_id), crash)
     crash("repointed")
-    wait_for_readers(index.env, txn_id, READERS_WAIT_S, stopping)
+    if not wait_for_readers(index.env, txn_id, READERS_WAIT_S, stopping):
+        raise ReadersPending(f"{log_name(log_id)} repointed into {log_name(new_id)}; deleted "
+                             f"once no reader holds an older index snapshot")
     old_size = _unlink_log(ledger_dirs, log_id)
     crash("deleted")
     _set_state(index, None)

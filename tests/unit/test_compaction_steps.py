@@ -273,3 +273,31 @@ def test_compaction_keys_have_bookkeepers_defaults_and_units():
     assert c.major_compaction_max_time_s == 2.5 and c.minor_compaction_max_time_s < 0
     assert (c.compaction_rate_entries_per_s, c.compaction_rate_bytes_per_s, c.is_throttle_by_bytes) == (1000, 1_000_000, False)
     assert (c.disk_usage_threshold, c.disk_usage_warn_threshold, c.disk_usage_lwm_threshold) == (0.95, 0.90, 0.90)
+
+
+def test_the_old_log_stays_while_a_reader_holds_an_older_snapshot(tmp_path, monkeypatch):
+    d, env, index = _setup(tmp_path)
+    try:
+        n = _write(index, d, [1, 2])
+        _drop(index, 1)
+        held, maps, current = compaction.held_ledgers(index)
+        victim = compaction.choose(maps, held, current, 0.8)[0].log_id
+        monkeypatch.setattr(compaction, "READERS_WAIT_S", 0.2)
+        stale = env.begin()  # a read worker's snapshot from before the repoint
+        try:
+            with pytest.raises(compaction.ReadersPending):
+                compaction.compact_log(index, [d], victim, compaction.Throttle(0))
+            assert victim in list_logs(d)  # what the stale snapshot names is still there
+            reader = EntryLogReader([d])
+            eid = next(e for e in range(n) if index.locate(stale, 2, e)[0] == victim)
+            assert reader.read(*index.locate(stale, 2, eid)) == make_entry(2, eid, _payload(2, eid))
+            reader.close()
+            assert compaction.recover(index, [d]) == ""  # still held: nothing deleted
+        finally:
+            stale.abort()
+        assert compaction.recover(index, [d]).startswith("finished")
+        assert victim not in list_logs(d)
+        _check(index, d, 2, n)
+        assert set(list_logs(d)) == _named_logs(index)
+    finally:
+        env.close()
