@@ -301,3 +301,39 @@ def test_the_old_log_stays_while_a_reader_holds_an_older_snapshot(tmp_path, monk
         assert set(list_logs(d)) == _named_logs(index)
     finally:
         env.close()
+
+
+def test_a_pass_out_of_time_undoes_the_log_it_was_copying(tmp_path):
+    d, env, index = _setup(tmp_path)
+    try:
+        n = _write(index, d, [1, 2])
+        _drop(index, 1)
+        held, maps, current = compaction.held_ledgers(index)
+        victim = compaction.choose(maps, held, current, 0.8)[0].log_id
+        before = set(list_logs(d))
+        with pytest.raises(compaction.Abandoned):
+            compaction.compact_log(index, [d], victim, compaction.Throttle(0), deadline=0.0)
+        assert set(list_logs(d)) == before and compaction.get_state(index) is None
+        _check(index, d, 2, n)
+    finally:
+        env.close()
+
+
+class _Ctx:
+    def __init__(self, **conf):
+        from bookie.workers.config import BookieConfig
+        self.conf = BookieConfig.from_mapping(conf, check_dirs=False)
+        self.stopping = False
+
+
+def test_major_compaction_when_due_or_asked_and_it_counts_as_the_minor_one():
+    from bookie.workers.gc_worker import Compactor
+    c = Compactor(_Ctx(minorCompactionInterval="10", majorCompactionInterval="100"), None, [], now=0.0)
+    assert c.due(5.0, None) is None
+    assert c.due(10.0, None) == "minor" and c.due(11.0, None) is None
+    assert c.due(12.0, {"major": True, "minor": False}) == "major"
+    assert c.due(21.0, None) is None  # the major pass at 12 reset the minor clock
+    assert c.due(22.0, None) == "minor"
+    assert c.due(112.0, None) == "major"
+    off = Compactor(_Ctx(minorCompactionInterval="0", majorCompactionInterval="0"), None, [], now=0.0)
+    assert off.due(10**9, None) is None and off.due(1.0, {"major": False, "minor": True}) == "minor"
