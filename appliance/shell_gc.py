@@ -22,7 +22,10 @@ from bookie.appliance.errors import CliError
 def register(commands) -> None:
     p = commands.add_parser("triggergc", help="Start a GC pass (and a compaction) on the bookie "
                             "running on these directories now.",
-                            description=__doc__.split("\n\n")[0])
+                            description="Ask the bookie running on these directories (found "
+                                        "through its directory lock) for a GC pass now; with "
+                                        "--major or --minor also that compaction. Progress is "
+                                        "in the bookie's log and bookie_compaction_* metrics.")
     p.add_argument("--conf", metavar="FILE", default=None, help="bookie configuration file")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                    help="override one configuration key (repeatable)")

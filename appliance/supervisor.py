@@ -316,21 +316,8 @@ class Supervisor:
         low-water mark); read-only while any is full, and a GC pass with a major compaction
         asked for when one fills (again every gcWaitTime while full)."""
         conf = self.conf
-        states = self.disk_states
-        full, changed = [], []
-        for d in [conf.journal_dir, *conf.ledger_dirs]:
-            try:
-                u = shutil.disk_usage(d)
-                used = diskcheck.used_fraction(u.total, u.free)
-                state = diskcheck.classify(used, states.get(d, diskcheck.OK), conf.disk_usage_threshold,
-                                           conf.disk_usage_warn_threshold, conf.disk_usage_lwm_threshold)
-            except OSError:
-                used, state = 1.0, diskcheck.FULL
-            if state != states.get(d, diskcheck.OK):
-                changed.append((d, state, used))
-            states[d] = state
-            if state == diskcheck.FULL:
-                full.append(d)
+        full, changed = diskcheck.check([conf.journal_dir, *conf.ledger_dirs], self.disk_states, conf,
+                                        diskcheck.disk_usage)
         for d, state, used in changed:
             self.log(f"disk {state}", level="warning" if state != diskcheck.OK else None,
                      directory=d, used=f"{used:.3f}")

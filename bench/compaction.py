@@ -11,7 +11,8 @@ fresh local bookie:
    (``gc.request.major``, as ``bookie shell triggergc --major``), the foreground adds going on;
 4. when the bookie logs ``compaction done``: compaction MB/s (entry bytes copied / pass time,
    and old-log bytes processed / pass time), the foreground p50/p99/max during the pass, the
-   disk usage after; the kept ledger is read back and compared byte for byte.
+   longest repoint transaction (it holds the index's writer), the disk usage after; the kept
+   ledger is read back and compared byte for byte.
 
 Progress and a summary on stderr, one JSON line on stdout (``--json-out`` appends it to a file).
 """
@@ -77,7 +78,8 @@ def _cmd(args) -> int:
               f"({r['processed_mb_per_s']:.1f} MB/s of old logs), {r['seconds']:.2f} s; "
               f"disk {r['disk_before_mb']:.1f} -> {r['disk_after_mb']:.1f} MB; foreground add "
               f"p99 {r['baseline']['p99_ms']:.2f} ms before, {r['during']['p99_ms']:.2f} ms during "
-              f"(max {r['during']['max_ms']:.2f}, {r['during']['n']} adds)", file=sys.stderr)
+              f"(max {r['during']['max_ms']:.2f}, {r['during']['n']} adds); longest repoint "
+              f"transaction {r['repoint_ms_max']:.1f} ms", file=sys.stderr)
     line = json.dumps(result)
     print(line)
     if args.json_out:
@@ -184,6 +186,7 @@ def run_once(base: str, args, limit_bytes_per_s: int, emit) -> dict:
         if done is None:
             raise RuntimeError("no 'compaction done' within an hour")
         after = _log_bytes(ledger_dir)
+        repoint_ms = [float(m) for m in re.findall(r"gc: compacted .* repoint_ms=(\S+)", ens.log(0)[start:])]
         kept_ok = True
         with RawBookieClient(ens.bookies[0], timeout_s=60) as c:
             got = 0
@@ -207,6 +210,7 @@ def run_once(base: str, args, limit_bytes_per_s: int, emit) -> dict:
                "disk_before_mb": before / 1e6, "disk_after_mb": after / 1e6,
                "baseline": _percentiles(worker.samples["baseline"]),
                "during": _percentiles(worker.samples["during"]),
+               "repoint_ms_max": max(repoint_ms, default=0.0),
                "foreground_errors": worker.errors, "kept_ok": kept_ok,
                "limit_bytes_per_s": limit_bytes_per_s, "load": os.getloadavg()}
         emit(f"[{os.path.basename(base)}] {json.dumps(run)}")

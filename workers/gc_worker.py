@@ -202,6 +202,9 @@ class Compactor:
         max_s = conf.major_compaction_max_time_s if kind == "major" else conf.minor_compaction_max_time_s
         started = time.monotonic()
         deadline = started + max_s if max_s > 0 else None
+        if compaction.get_state(self.index) is not None:  # recover() could not finish it yet
+            ctx.log("compaction postponed: the previous log's step is not finished", kind=kind)
+            return
         held, maps, current = compaction.held_ledgers(self.index)
         todo = compaction.choose(maps, held, current, threshold, compaction.skipped_logs(self.index))
         self.totals[f"compaction_{kind}_runs_total"] += 1
@@ -237,6 +240,9 @@ class Compactor:
             except compaction.Abandoned as e:
                 ctx.log("compaction: log undone", log=c.log_id, reason=str(e))
                 continue
+            except compaction.ReadersPending as e:
+                ctx.log("compaction paused until the next pass", log=c.log_id, reason=str(e))
+                break
             except OSError as e:
                 failed += 1
                 self.totals["compaction_failed_logs_total"] += 1
@@ -252,7 +258,7 @@ class Compactor:
             ctx.log("compacted", kind=kind, log=c.log_id, into=out.new_log_id,
                     live_share=f"{c.live_share:.3f}", entries=out.entries,
                     copied_bytes=out.copied_bytes, reclaimed_bytes=out.reclaimed_bytes,
-                    logs_done=i + 1, logs_todo=len(todo) - i - 1)
+                    repoint_ms=f"{out.repoint_s * 1e3:.1f}", logs_done=i + 1, logs_todo=len(todo) - i - 1)
         self.totals["compaction_logs_todo"] = 0
         ctx.write_stats(self.totals)
         elapsed = time.monotonic() - started
@@ -281,6 +287,10 @@ def run(ctx) -> int:
     if not conf.metadata_uri:
         ctx.log("gc idle: no metadata store configured")
         ctx.ready()
+        try:  # a compaction a crash interrupted before the store was configured away
+            Compactor(ctx, index, ledger_dirs, time.monotonic()).recover()
+        except (OSError, lmdb.Error) as e:
+            ctx.log("compaction recovery failed", error=str(e))
         next_count = 0.0
         try:
             while not ctx.stopping:

@@ -5,7 +5,7 @@ each durable step of bookie.workers.compaction.  Random points: the test kills t
 random moment of a slow (rate-limited) compaction, several rounds in a row.  After each crash the
 bookie restarts, the kept ledger reads back byte for byte, a new compaction finishes the job,
 and every entry log on disk is named by the index (no leak).  The same steps are checked
-in-process, in the default run, by tests/unit/test_compaction.py.
+in-process, in the default run, by tests/unit/test_compaction_steps.py.
 """
 
 import glob
@@ -27,7 +27,7 @@ from bookie.testing.rawclient import RawBookieClient  # noqa: E402
 from bookie.wire import Status  # noqa: E402
 from bookie.workers.storage import Index, list_logs, open_index  # noqa: E402
 
-STEPS = ("intent", "created", "copying", "synced", "repointed", "deleted")
+STEPS = ("intent", "created", "copying", "synced", "repointing", "repointed", "deleted")
 
 
 def _named_logs(ens) -> set[int]:

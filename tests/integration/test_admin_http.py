@@ -129,6 +129,9 @@ def test_put_gc_runs_a_pass_now_and_drops_a_deleted_ledger(ens):
         assert c.read(keeper, 0)[0] == Status.OK
     assert wait(lambda: sample(scrape(ens), "bookie_gc_runs", "bookie_gc_runs_total") > runs_before)
     assert call_json(ens, "PUT", "/api/v1/bookie/gc", b"{}")[0] == 200
+    assert call_json(ens, "PUT", "/api/v1/bookie/gc", b'{"forceMajor": true}') == (
+        200, {"gcRequested": True, "forceMajor": True, "forceMinor": False})
+    assert call_json(ens, "PUT", "/api/v1/bookie/gc", b'{"forceMinor": "yes"}')[0] == 400
 
 
 def test_list_bookies_names_the_registered_bookies(ens):

@@ -8,12 +8,16 @@ import subprocess
 import sys
 import time
 
+import urllib.request
+
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from bookie.metadata import LedgerMetadata, open_metadata
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Status
+from bookie.workers.common import free_port_pair
 
 KEY = b"compaction-key"
 CONF = {"gcWaitTime": 600_000, "logSizeLimit": 128 * 1024, "flushInterval": 50,
@@ -90,8 +94,17 @@ def wait_compaction_done(ens, i, start, timeout_s=120.0):
 
 @pytest.fixture
 def ens():
-    with LocalBookies(1, conf=CONF) as e:
+    port = free_port_pair("127.0.0.1")
+    with LocalBookies(1, conf=dict(CONF, prometheusStatsHttpPort=port)) as e:
+        e.metrics_port = port
         yield e
+
+
+def scrape(ens) -> dict:
+    """{sample name: value} of the bookie's /metrics (unlabelled samples)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{ens.metrics_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels}
 
 
 def test_deleted_ledger_space_comes_back_and_the_other_reads_back_after_restart(ens):
@@ -113,6 +126,10 @@ def test_deleted_ledger_space_comes_back_and_the_other_reads_back_after_restart(
             done = wait_compaction_done(ens, 0, start)
             assert int(done["logs_done"]) >= len(logs_before) - 2, done
             assert int(done["reclaimed_bytes"]) > 0
+            assert wait(lambda: scrape(ens).get("bookie_compaction_logs_total", 0) >= int(done["logs_done"]))
+            m = scrape(ens)
+            assert m["bookie_compaction_major_runs_total"] >= 1 and m["bookie_compaction_logs_todo"] == 0
+            assert m["bookie_compaction_bytes_reclaimed_total"] == int(done["reclaimed_bytes"])
             after = log_bytes(ens)
             # half the data was the deleted ledger's: at most ~60 % of the space stays taken
             assert after < before * 0.65, (before, after)

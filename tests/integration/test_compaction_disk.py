@@ -21,7 +21,7 @@ ENTRY_BYTES = 16 * 1024
 def small_ledger_disk(tmp_path):
     mnt = tmp_path / "small-ledger-disk"
     mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(mnt)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)], check=True)
     yield str(mnt)
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 
@@ -50,7 +50,7 @@ def test_a_full_disk_turns_read_only_compaction_frees_it_and_adds_come_back(tmp_
     conf = {"journalDirectory": journal, "ledgerDirectories": ledgers, "indexMapSizeMB": 64,
             "journalMaxSizeMB": 1, "journalMaxBackups": 1, "journalPreAllocSizeMB": 1, "logSizeLimit": 512 * 1024,
             "entryLogFilePreallocationEnabled": "false", "diskCheckInterval": 200,
-            "diskUsageThreshold": 0.6, "diskUsageWarnThreshold": 0.5, "diskUsageLwmThreshold": 0.4,
+            "diskUsageThreshold": 0.5, "diskUsageWarnThreshold": 0.4, "diskUsageLwmThreshold": 0.3,
             "gcWaitTime": 1000, "compactionRateByEntries": 0,
             "minorCompactionInterval": 0, "majorCompactionInterval": 0}
     with LocalBookies(1, base_dir=str(tmp_path / "e"), conf=conf) as ens, \
@@ -61,8 +61,11 @@ def test_a_full_disk_turns_read_only_compaction_frees_it_and_adds_come_back(tmp_
         n = {doomed: 0, kept: 0}
         status = Status.OK
         with RawBookieClient(ens.bookies[0]) as c:
-            for _ in range(400):  # 128 KiB a batch: the disk reaches 0.6 after ~150 batches
-                for lid in (doomed, kept):
+            # 128 KiB a batch, three of the doomed ledger for one of the kept: the disk reaches
+            # 0.5 after ~250 batches; the other half of the disk is headroom for a disk check
+            # that comes late on a loaded machine (adds run until the bookie turns read-only)
+            for _ in range(400):
+                for lid in (doomed, doomed, doomed, kept):
                     status = c.add(lid, [entry(lid, n[lid] + i) for i in range(8)], KEY)
                     if status != Status.OK:
                         break
@@ -76,7 +79,7 @@ def test_a_full_disk_turns_read_only_compaction_frees_it_and_adds_come_back(tmp_
             store.remove_ledger(doomed)
             # no operator step: the supervisor keeps asking for major compactions while full
             assert wait(lambda: "bookie is writable again" in ens.log(0)), ens.log(0)[-3000:]
-            assert used(small_ledger_disk) < 0.4 < full_at
+            assert used(small_ledger_disk) < 0.3 < full_at
             assert wait(lambda: ens.bookies[0] in store.list_bookies(readonly=False))
             assert c.add(kept, [entry(kept, n[kept])], KEY) == Status.OK
             got = []

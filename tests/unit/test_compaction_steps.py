@@ -16,7 +16,7 @@ from bookie.workers.storage import EntryLogReader, EntryLogs, Index, list_logs, 
 
 KEY = b"unit-key"
 MAP_SIZE_BYTES = 64 << 20
-STEPS = ("intent", "created", "copying", "synced", "repointed", "deleted")
+STEPS = ("intent", "created", "copying", "synced", "repointing", "repointed", "deleted")
 
 
 # -- choose ----------------------------------------------------------------------------------------
@@ -161,6 +161,7 @@ def test_a_sigkill_at_any_step_loses_nothing_and_leaks_nothing(tmp_path, step):
     if pid == 0:  # the child compacts and is killed at ``step``
         try:
             e2 = open_index(str(tmp_path), MAP_SIZE_BYTES)
+            compaction.REPOINT_BATCH_ENTRIES = 7  # "repointing": killed with a log half repointed
 
             def crash(s):
                 if s == step:
@@ -174,7 +175,12 @@ def test_a_sigkill_at_any_step_loses_nothing_and_leaks_nothing(tmp_path, step):
     index = Index(env)
     try:
         state = compaction.get_state(index)
-        assert state is not None and state["state"] == ("repointed" if step in ("repointed", "deleted") else "copying")
+        want = {"repointing": "repointing", "repointed": "repointed", "deleted": "repointed"}.get(step, "copying")
+        assert state is not None and state["state"] == want
+        if step == "repointing":  # some entries point into the new log, the rest into the old
+            with index.env.begin() as txn:
+                logs_named = {index.locate(txn, 2, e)[0] for e in range(n)}
+            assert state["new"] in logs_named and state["old"] in logs_named
         _check(index, d, 2, n)  # readable even before recovery
         assert compaction.recover(index, [d])
         assert compaction.get_state(index) is None
@@ -267,3 +273,67 @@ def test_compaction_keys_have_bookkeepers_defaults_and_units():
     assert c.major_compaction_max_time_s == 2.5 and c.minor_compaction_max_time_s < 0
     assert (c.compaction_rate_entries_per_s, c.compaction_rate_bytes_per_s, c.is_throttle_by_bytes) == (1000, 1_000_000, False)
     assert (c.disk_usage_threshold, c.disk_usage_warn_threshold, c.disk_usage_lwm_threshold) == (0.95, 0.90, 0.90)
+
+
+def test_the_old_log_stays_while_a_reader_holds_an_older_snapshot(tmp_path, monkeypatch):
+    d, env, index = _setup(tmp_path)
+    try:
+        n = _write(index, d, [1, 2])
+        _drop(index, 1)
+        held, maps, current = compaction.held_ledgers(index)
+        victim = compaction.choose(maps, held, current, 0.8)[0].log_id
+        monkeypatch.setattr(compaction, "READERS_WAIT_S", 0.2)
+        stale = env.begin()  # a read worker's snapshot from before the repoint
+        try:
+            with pytest.raises(compaction.ReadersPending):
+                compaction.compact_log(index, [d], victim, compaction.Throttle(0))
+            assert victim in list_logs(d)  # what the stale snapshot names is still there
+            reader = EntryLogReader([d])
+            eid = next(e for e in range(n) if index.locate(stale, 2, e)[0] == victim)
+            assert reader.read(*index.locate(stale, 2, eid)) == make_entry(2, eid, _payload(2, eid))
+            reader.close()
+            assert compaction.recover(index, [d]) == ""  # still held: nothing deleted
+        finally:
+            stale.abort()
+        assert compaction.recover(index, [d]).startswith("finished")
+        assert victim not in list_logs(d)
+        _check(index, d, 2, n)
+        assert set(list_logs(d)) == _named_logs(index)
+    finally:
+        env.close()
+
+
+def test_a_pass_out_of_time_undoes_the_log_it_was_copying(tmp_path):
+    d, env, index = _setup(tmp_path)
+    try:
+        n = _write(index, d, [1, 2])
+        _drop(index, 1)
+        held, maps, current = compaction.held_ledgers(index)
+        victim = compaction.choose(maps, held, current, 0.8)[0].log_id
+        before = set(list_logs(d))
+        with pytest.raises(compaction.Abandoned):
+            compaction.compact_log(index, [d], victim, compaction.Throttle(0), deadline=0.0)
+        assert set(list_logs(d)) == before and compaction.get_state(index) is None
+        _check(index, d, 2, n)
+    finally:
+        env.close()
+
+
+class _Ctx:
+    def __init__(self, **conf):
+        from bookie.workers.config import BookieConfig
+        self.conf = BookieConfig.from_mapping(conf, check_dirs=False)
+        self.stopping = False
+
+
+def test_major_compaction_when_due_or_asked_and_it_counts_as_the_minor_one():
+    from bookie.workers.gc_worker import Compactor
+    c = Compactor(_Ctx(minorCompactionInterval="10", majorCompactionInterval="100"), None, [], now=0.0)
+    assert c.due(5.0, None) is None
+    assert c.due(10.0, None) == "minor" and c.due(11.0, None) is None
+    assert c.due(12.0, {"major": True, "minor": False}) == "major"
+    assert c.due(21.0, None) is None  # the major pass at 12 reset the minor clock
+    assert c.due(22.0, None) == "minor"
+    assert c.due(112.0, None) == "major"
+    off = Compactor(_Ctx(minorCompactionInterval="0", majorCompactionInterval="0"), None, [], now=0.0)
+    assert off.due(10**9, None) is None and off.due(1.0, {"major": False, "minor": True}) == "minor"
