@@ -412,6 +412,11 @@ class IOThread:
             req = self._inflight.pop(rid, None)
             if req is None:
                 continue
+            if req.driver.over:
+                # Its operation ended without it (a speculative read got the entries from
+                # another replica): resetting the socket now would fail the requests sent on it
+                # since, to a bookie that may be back by now.
+                continue
             self._suspects[req.key[0]] = now
             self.run_for(req.driver, req.driver.event, _response(req.action, A.TIMEOUT))
             self._reset_socket(*req.key)
