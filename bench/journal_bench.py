@@ -41,7 +41,7 @@ from bookie.bench.report import NS_PER_S, Meter
 from bookie.workers import records
 from bookie.workers.group_commit import GroupCommitPolicy, GroupCommitter
 from bookie.workers.journal import JournalWriter
-from bookie.workers.ring import DURABLE, WRITE, Ring
+from bookie.workers.ring import DURABLE, WRITE, Ring, private_dir
 
 RING_BYTES = 64 * 1024 * 1024  # journalRingSizeMB's default
 
@@ -119,11 +119,11 @@ class JournalLoad:
         self.rate = rate
         self.meter = meter
         self.clock = clock
-        ring_dir = "/dev/shm" if os.path.isdir("/dev/shm") else directory
-        fd, ring_path = tempfile.mkstemp(prefix="bookie-bench-ring-", dir=ring_dir)
-        os.close(fd)
+        ring_dir = private_dir("bookie-bench-")  # a new 0700 directory, as the bookie's ring
+        ring_path = os.path.join(ring_dir, "ring")
         self.ring = Ring.create(ring_path, maker.size * throttle)
         os.unlink(ring_path)  # the mapping stays; nothing is left behind on a crash
+        os.rmdir(ring_dir)
         self.ring.set(WRITE, 0)
         self.ring.set(DURABLE, 0)
         self.writer = JournalWriter(directory, 0, JOURNAL_MAX_BYTES, PREALLOC_BYTES)
