@@ -23,19 +23,48 @@ _facts = st.fixed_dictionaries({
                             max_size=12),
     "current": st.sets(st.integers(1, 25), max_size=3),
     "on_disk": st.sets(st.integers(1, 25), max_size=20),
+    "high_water": st.one_of(st.none(), st.integers(0, 31)),
 })
 
 
 def _plan(f):
-    return gc_policy.plan(f["held"], f["in_store"], f["maps"], f["current"], f["on_disk"])
+    return gc_policy.plan(f["held"], f["in_store"], f["maps"], f["current"], f["on_disk"],
+                          high_water=f["high_water"])
 
 
 @settings(max_examples=150, deadline=None)
 @given(_facts)
 def test_a_ledger_in_the_metadata_store_is_never_dropped(f):
     p = _plan(f)
-    assert not set(p.drop_ledgers) & f["in_store"]
-    assert set(p.drop_ledgers) == f["held"] - f["in_store"]  # and every other held one is
+    assert not (set(p.drop_ledgers) | set(p.purge_ledgers)) & f["in_store"]
+    # and every other held one goes, one way or the other
+    assert set(p.drop_ledgers) | set(p.purge_ledgers) == f["held"] - f["in_store"]
+    assert not set(p.drop_ledgers) & set(p.purge_ledgers)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_facts)
+def test_an_id_above_the_high_water_mark_is_purged_without_a_tombstone(f):
+    # Above the mark: the store never handed the id out, so a tombstone would squat it for the
+    # ledger that later gets it.  At or below: handed out and gone from the store, so deleted.
+    p = _plan(f)
+    gone = f["held"] - f["in_store"]
+    mark = f["high_water"]
+    if mark is None:  # no mark: every ledger gone from the store is taken as deleted
+        assert set(p.drop_ledgers) == gone and p.purge_ledgers == []
+        return
+    assert set(p.purge_ledgers) == {lid for lid in gone if lid > mark}
+    assert set(p.drop_ledgers) == {lid for lid in gone if lid <= mark}
+    assert p.purge_ledgers == sorted(p.purge_ledgers)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_facts)
+def test_the_mark_changes_which_ledgers_leave_a_tombstone_never_which_logs_die(f):
+    # Compaction and log deletion see a purged ledger's bytes as dead, exactly like a deleted one.
+    p, unmarked = _plan(f), _plan({**f, "high_water": None})
+    assert (p.delete_logs, p.forget_maps) == (unmarked.delete_logs, unmarked.forget_maps)
+    assert sorted(p.drop_ledgers + p.purge_ledgers) == unmarked.drop_ledgers
 
 
 @settings(max_examples=150, deadline=None)
@@ -75,6 +104,15 @@ def test_a_ledger_created_after_the_snapshot_keeps_nothing_from_being_collected(
     p = gc_policy.plan(held_ledgers=[1, 2], metadata_ledgers=[2, 9], log_maps={1: {1: 10}, 2: {2: 5}},
                        current_logs=[3], logs_on_disk=[1, 2, 3, 4])
     assert (p.drop_ledgers, p.delete_logs, p.forget_maps) == ([1], [1], [1])
+
+
+def test_a_squatted_id_is_purged_and_a_deleted_one_tombstoned_in_the_same_run():
+    # Store handed out ids up to 5 (mark 5); 3 was deleted; 1006 was squatted ahead of use.
+    p = gc_policy.plan(held_ledgers=[2, 3, 1006], metadata_ledgers=[2, 4, 5],
+                       log_maps={1: {3: 10, 1006: 20}, 2: {2: 5, 1006: 7}}, current_logs=[3],
+                       logs_on_disk=[1, 2, 3], high_water=5)
+    assert (p.drop_ledgers, p.purge_ledgers, p.delete_logs) == ([3], [1006], [1])
+    assert not p.empty and gc_policy.plan([9], [1], {}, [], [], high_water=5).purge_ledgers == [9]
 
 
 def test_no_current_logs_recorded_means_no_log_is_deleted():
