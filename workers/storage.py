@@ -23,6 +23,10 @@ Index (LMDB environment ``index`` in the first index directory)
 ``ledgers``  key ledger_id u64 BE  ->  orjson {"key": hex master key, "fenced": bool, "lac": int}
 ``deleted``  key ledger_id u64 BE  ->  b"" (tombstone: the GC deleted the ledger; ids are never
              reused, so it is kept for good and nothing of the ledger is stored again)
+``purged``   key ledger_id u64 BE  ->  b"" (the GC purged a ledger the metadata store never created:
+             entries, record and its bytes in the log maps gone, no tombstone; the add worker
+             forgets what it cached of the ledger and deletes the marker, so that the ledger
+             that later gets the id starts clean)
 ``logs``     key log_id u32 BE     ->  orjson {ledger_id: bytes stored} (the log's ledger map)
 ``meta``     b"current_logs" -> orjson list of the logs being written (GC leaves them alone)
              b"next_log_id" -> u32 BE, the next entry log id to hand out (``allocate_log_id``:
@@ -98,6 +102,7 @@ class Index:
         self.entries = env.open_db(b"entries")
         self.ledgers = env.open_db(b"ledgers")
         self.deleted = env.open_db(b"deleted")
+        self.purged = env.open_db(b"purged")
         self.logs = env.open_db(b"logs")
         self.meta = env.open_db(b"meta")
 
@@ -189,6 +194,43 @@ class Index:
         Returns how many entries were deleted (call again while it returns ``limit``).
         """
         txn.put(LEDGER_KEY.pack(ledger_id), b"", db=self.deleted)
+        return self.delete_entries(txn, ledger_id, limit, drop_record=True)
+
+    def purge_entries(self, txn, ledger_id: int, limit: int) -> int:
+        """Delete up to ``limit`` entries of a ledger the store never created, leaving no mark
+        (``purge_ledgers`` finishes the purge).  Returns how many were deleted."""
+        return self.delete_entries(txn, ledger_id, limit, drop_record=False)
+
+    def purge_ledgers(self, txn, ledger_ids) -> None:
+        """Finish purging ledgers the store never created, in one transaction: a purge marker
+        each, their remaining entries, their records, their bytes in every log map; never a
+        tombstone.  One transaction, so that the add worker (which consumes the markers and only
+        then lets a new binding of the id in) never sees a marker before the data is gone, and
+        the maps never lose bytes of a ledger bound after the purge."""
+        ids = set(ledger_ids)
+        if not ids:
+            return
+        for ledger_id in ids:
+            txn.put(LEDGER_KEY.pack(ledger_id), b"", db=self.purged)
+            self.delete_entries(txn, ledger_id, 1 << 62, drop_record=True)  # what is left
+        names = {str(lid) for lid in ids}
+        with txn.cursor(db=self.logs) as cur:
+            changed = {}
+            for k, v in cur:
+                counts = orjson.loads(v)
+                if names & counts.keys():
+                    changed[bytes(k)] = {a: b for a, b in counts.items() if a not in names}
+        for k, counts in changed.items():
+            txn.put(k, orjson.dumps(counts), db=self.logs)
+
+    def purge_markers(self, txn) -> set[int]:
+        """The ledgers the GC purged whose markers the add worker has not consumed yet."""
+        with txn.cursor(db=self.purged) as cur:
+            return {LEDGER_KEY.unpack(k)[0] for k in cur.iternext(keys=True, values=False)}
+
+    def delete_entries(self, txn, ledger_id: int, limit: int, drop_record: bool) -> int:
+        """Delete up to ``limit`` entries of a ledger, and its record too when ``drop_record``
+        and none are left.  Returns how many entries were deleted."""
         n = 0
         with txn.cursor(db=self.entries) as cur:
             if cur.set_range(entry_key(ledger_id, 0)):
@@ -199,7 +241,7 @@ class Index:
                     if not cur.delete():
                         break
                     n += 1
-        if n < limit:
+        if n < limit and drop_record:
             txn.delete(LEDGER_KEY.pack(ledger_id), db=self.ledgers)
         return n
 
@@ -287,32 +329,49 @@ class LedgerStorage:
 
         Ledgers the GC deleted meanwhile (a tombstone seen inside this very transaction, which
         LMDB orders against the GC's) get nothing written: their entries stay unindexed and the
-        table marks them deleted.
+        table marks them deleted.  Ledgers the GC purged (never created in the metadata store;
+        a purge marker) get nothing written either, and the table forgets them: the next
+        request for the id starts a new ledger.  When nothing is pending, one read transaction
+        looks for purge markers, so an idle add worker takes a purge in at its next iteration.
 
         Returns:
             the ids of those ledgers (their pending answers must say NO_LEDGER).
         """
         table = self.table
         if not self._batches and not table.dirty and not self.log_counts:
-            return set()
+            with self.index.env.begin() as txn:  # idle: only the GC's purges to take in
+                if not txn.stat(self.index.purged)["entries"]:
+                    return set()
         self._flush_log_counts()
         with self.index.env.begin(write=True) as txn:
             touched = {item[0] for item in self._batches if isinstance(item[0], int)} | table.dirty
             gone = {lid for lid in touched if self.index.is_deleted(txn, lid)}
+            # Purged by the GC (never created in the store): everything placed for them so
+            # far was placed on the squatter's binding; none of it is stored, and the markers
+            # go in this transaction, with the cached binding right after it.
+            purged = self.index.purge_markers(txn)
+            skip = gone | purged
             for item in self._batches:
                 if item[0] == "current_logs":
                     self.index.set_current_logs(txn, item[1])
                 elif item[0] == "log_map":
-                    self.index.add_to_log_map(txn, item[1], item[2])
-                elif item[0] not in gone:
+                    # a purged ledger's bytes are dead: out of the map (which is written
+                    # even if empty, so that the GC knows the log and may delete it)
+                    self.index.add_to_log_map(txn, item[1], {lid: n for lid, n in item[2].items()
+                                                             if lid not in purged})
+                elif item[0] not in skip:
                     self.index.put_locations(txn, *item)
-            for lid in table.dirty - gone:
+            for lid in table.dirty - skip:
                 self.index.put_ledger(txn, lid, table.ledgers[lid].as_dict())
+            for lid in purged:
+                txn.delete(LEDGER_KEY.pack(lid), db=self.index.purged)
         self._batches.clear()
         table.dirty.clear()
         for lid in gone:
             table.mark_deleted(lid)
-        return gone
+        for lid in purged:
+            table.forget(lid)
+        return skip
 
 
 class EntryLogWriter:

@@ -226,3 +226,47 @@ def test_a_run_interrupted_after_unlinking_forgets_the_maps_next_time(tmp_path):
         logs.close()
         env.close()
         store.close()
+
+
+def test_a_gc_run_purges_a_squatted_id_without_a_tombstone_and_the_add_side_forgets_it(tmp_path):
+    # A ledger id the store has not handed out yet, written here ahead of its creation: the run
+    # purges it (entries, record, log-map bytes), leaves no tombstone and a marker the add
+    # worker's next commit consumes, forgetting its cached binding; the deleted one is tombstoned.
+    from bookie.workers.ledgers import StoredLedger
+    from bookie.workers.storage import LedgerStorage
+    d = str(tmp_path / "a")
+    os.makedirs(d)
+    meta = LedgerMetadata(1, 1, 1, fragments=[(0, ["127.0.0.1:3181"])])
+    store = open_metadata(f"lmdb://{tmp_path}/metadata", create=True)
+    env = open_index(str(tmp_path), MAP_SIZE_BYTES)
+    logs = EntryLogs([d], size_limit=4096, preallocate=False)
+    index = Index(env)
+    try:
+        kept, deleted = store.create_ledger(meta)[0], store.create_ledger(meta)[0]
+        squatted = store.ledger_id_high_water() + 1000
+        _write_ledgers(logs, index, {lid: [os.urandom(900) for _ in range(6)]
+                                     for lid in (kept, deleted, squatted)})
+        store.remove_ledger(deleted)
+        storage = LedgerStorage(index, logs)
+        assert storage.table.get(squatted).master_key  # bound and cached, as in the add worker
+        assert storage.commit() == set() and not storage.table.dirty  # then idle
+
+        done = collect(index, store, [d])
+
+        assert (done.drop_ledgers, done.purge_ledgers) == ([deleted], [squatted])
+        with env.begin() as txn:
+            assert index.is_deleted(txn, deleted) and not index.is_deleted(txn, squatted)
+            assert index.get_ledger(txn, squatted) is None and index.last_entry(txn, squatted) is None
+            assert all(squatted not in m for m in index.log_maps(txn).values())
+            assert index.purge_markers(txn) == {squatted}
+        assert storage.commit() == {squatted}  # idle, yet it takes the purge in
+        assert squatted not in storage.table.ledgers
+        with env.begin() as txn:
+            assert index.purge_markers(txn) == set()
+        assert storage.table.get(squatted) is None  # a later add binds the id afresh
+        assert storage.table.get(deleted) == StoredLedger.tombstone()
+        assert collect(index, store, [d]).purge_ledgers == []
+    finally:
+        logs.close()
+        env.close()
+        store.close()
