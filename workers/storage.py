@@ -102,7 +102,10 @@ class Index:
         self.entries = env.open_db(b"entries")
         self.ledgers = env.open_db(b"ledgers")
         self.deleted = env.open_db(b"deleted")
-        self.purged = env.open_db(b"purged")
+        try:
+            self.purged = env.open_db(b"purged")
+        except lmdb.Error:  # an index from before purges, opened read-only: it holds no marker
+            self.purged = None
         self.logs = env.open_db(b"logs")
         self.meta = env.open_db(b"meta")
 
@@ -225,6 +228,8 @@ class Index:
 
     def purge_markers(self, txn) -> set[int]:
         """The ledgers the GC purged whose markers the add worker has not consumed yet."""
+        if self.purged is None:
+            return set()
         with txn.cursor(db=self.purged) as cur:
             return {LEDGER_KEY.unpack(k)[0] for k in cur.iternext(keys=True, values=False)}
 
