@@ -259,13 +259,30 @@ def test_a_gc_run_purges_a_squatted_id_without_a_tombstone_and_the_add_side_forg
             assert index.get_ledger(txn, squatted) is None and index.last_entry(txn, squatted) is None
             assert all(squatted not in m for m in index.log_maps(txn).values())
             assert index.purge_markers(txn) == {squatted}
-        assert storage.commit() == {squatted}  # idle, yet it takes the purge in
+        # An add placed on the stale binding after the purge, before the add worker took it in
+        # (the live path stores, then commits): never indexed, never in a map, answered NO_LEDGER.
+        payload = b"late squatter entry"
+        parts, size, data_offset = records.add_batch_parts(
+            squatted, storage.table.get(squatted).master_key, struct.pack("<I", len(payload)),
+            payload, recovery=False)
+        storage.store_batch(squatted, parts, size, data_offset, np.array([99]),
+                            np.array([len(payload)]), np.array([0]))
+        assert storage.commit() == {squatted}
+        with env.begin() as txn:
+            assert index.locate(txn, squatted, 99) is None and index.get_ledger(txn, squatted) is None
+            assert all(squatted not in m for m in index.log_maps(txn).values())
         assert squatted not in storage.table.ledgers
         with env.begin() as txn:
             assert index.purge_markers(txn) == set()
         assert storage.table.get(squatted) is None  # a later add binds the id afresh
         assert storage.table.get(deleted) == StoredLedger.tombstone()
         assert collect(index, store, [d]).purge_ledgers == []
+        # An idle add worker (nothing placed since its last commit) takes a purge in too.
+        again = store.ledger_id_high_water() + 5
+        _write_ledgers(logs, index, {again: [b"x"]})
+        assert storage.table.get(again) and storage.commit() == set() and not storage.table.dirty
+        assert collect(index, store, [d]).purge_ledgers == [again]
+        assert storage.commit() == {again} and again not in storage.table.ledgers
     finally:
         logs.close()
         env.close()
