@@ -44,7 +44,8 @@ id squatted *after* the last GC pass and created before the next one is still bo
 squatter's key here; the writer sees UNAUTHORIZED and replaces this bookie in its ensemble.)
 
 The worker carries the plan out in this order: ledgers leave the index (dropped ones leave a
-tombstone, purged ones a purge marker the add worker consumes to forget its cached binding),
+tombstone, purged ones a purge marker the add worker takes in: it forgets its cached binding
+and records where in the journal, so that a replay skips the squatter's records),
 then dead log files are unlinked, then their maps are forgotten; a crash anywhere in between
 leaves facts from which the next plan finishes the job (a map whose file is gone is forgotten
 then).

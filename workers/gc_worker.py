@@ -6,7 +6,7 @@ What to delete is decided by ``bookie.workers.gc_policy.plan`` (its module says 
 this module only gathers the facts in the order the plan needs (the index snapshot, then the
 store's ledger id high-water mark, then the metadata listing) and carries the plan out: deleted
 ledgers leave the index in short write transactions (a tombstone each), ledgers the store never
-created are purged (no tombstone; ``Index.purge_ledgers``),
+created are purged (no tombstone; ``purge_ledgers``),
 then dead entry logs are unlinked (their directories fsynced), then their maps are forgotten.
 After the scan-and-compare step, a pass may compact: a *major* compaction every
 ``majorCompactionInterval`` (or when asked with ``forceMajor``), else a *minor* one every
@@ -41,6 +41,7 @@ import os
 import time
 
 import lmdb
+import orjson
 
 import shutil
 import signal
@@ -49,7 +50,7 @@ from bookie.workers import compaction, gc_policy
 from bookie.workers.journal import fsync_dir
 from bookie.workers.layout import current_dir
 from bookie.workers.noroom import no_room
-from bookie.workers.storage import LOG_KEY, Index, find_log, list_logs, open_index
+from bookie.workers.storage import LEDGER_KEY, LOG_KEY, Index, find_log, list_logs, open_index
 
 DROP_BATCH_ENTRIES = 10_000  # entries per write transaction: keep the add worker's commits flowing
 
@@ -83,16 +84,16 @@ def collect(index: Index, store, ledger_dirs: list[str]) -> gc_policy.GcPlan:
             if n < DROP_BATCH_ENTRIES:
                 break
     # Never created: most entries in short transactions, then markers, the rest, the records
-    # and the log-map bytes in one (``Index.purge_ledgers`` says why one).
+    # and the log-map bytes in one (``purge_ledgers`` says why one).
     for ledger_id in plan.purge_ledgers:
         while True:
-            with index.env.begin(write=True) as txn:
-                n = index.purge_entries(txn, ledger_id, DROP_BATCH_ENTRIES)
+            with index.env.begin(write=True) as txn:  # no mark yet: record and binding stay
+                n = index.delete_entries(txn, ledger_id, DROP_BATCH_ENTRIES, drop_record=False)
             if n < DROP_BATCH_ENTRIES:
                 break
     if plan.purge_ledgers:
         with index.env.begin(write=True) as txn:
-            index.purge_ledgers(txn, plan.purge_ledgers)
+            purge_ledgers(index, txn, plan.purge_ledgers)
     touched = set()
     for log_id in plan.delete_logs:
         try:
@@ -108,6 +109,27 @@ def collect(index: Index, store, ledger_dirs: list[str]) -> gc_policy.GcPlan:
             for log_id in plan.forget_maps:
                 txn.delete(LOG_KEY.pack(log_id), db=index.logs)
     return plan
+
+
+def purge_ledgers(index: Index, txn, ledger_ids) -> None:
+    """Finish purging ledgers the store never created, in one transaction: a purge marker each
+    (``Index.purged``), their remaining entries, their records, their bytes in every log map;
+    never a tombstone.  One transaction, so that the add worker (which takes the markers in and
+    only then lets a new binding of the id in) never sees a marker before the data is gone, and
+    the maps never lose bytes of a ledger bound after the purge (its log could be deleted)."""
+    ids = set(ledger_ids)
+    for ledger_id in ids:
+        txn.put(LEDGER_KEY.pack(ledger_id), b"", db=index.purged)
+        index.delete_entries(txn, ledger_id, 1 << 62, drop_record=True)  # what is left
+    names = {str(lid) for lid in ids}
+    changed = {}
+    with txn.cursor(db=index.logs) as cur:
+        for k, v in cur:
+            counts = orjson.loads(v)
+            if names & counts.keys():
+                changed[bytes(k)] = {a: b for a, b in counts.items() if a not in names}
+    for k, counts in changed.items():
+        txn.put(k, orjson.dumps(counts), db=index.logs)
 
 
 GC_REQUEST_FILE = "gc.request"  # in the run dir: the supervisor asks for a pass now (PUT /api/v1/bookie/gc)

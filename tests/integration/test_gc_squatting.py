@@ -5,6 +5,8 @@ GC pass runs; later a real ledger gets that id.  Its writer must be able to add 
 this bookie: the GC purges what it held under a never-created id, it does not tombstone it.
 """
 
+import glob
+import os
 import subprocess
 import sys
 import time
@@ -16,6 +18,8 @@ from bookie.metadata import LedgerMetadata, open_metadata
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Status
+from bookie.workers.inspect import open_readonly
+from bookie.workers.storage import Index
 
 CONF = {"gcWaitTime": 600_000, "flushInterval": 50, "entryLogFilePreallocationEnabled": "false",
         "minorCompactionInterval": 0, "majorCompactionInterval": 0}
@@ -98,3 +102,41 @@ def test_an_id_squatted_ahead_of_its_creation_serves_the_real_ledger_after_gc(en
             rh = bk.open_ledger(lid, digest="crc32c", password=PASSWORD)
             assert [e.data for e in rh.read_entries(0, 0)] == [b"real-%d-0" % lid]
             rh.close()
+
+
+def _purges_taken_in(ens) -> dict:
+    """The add worker's record of the purges it took in (index table ``purged_at``)."""
+    path = glob.glob(os.path.join(ens.bookie_dir(0), "**", "index", "data.mdb"), recursive=True)[0]
+    env = open_readonly(os.path.dirname(path), 256 << 20)
+    try:
+        index = Index(env)
+        with env.begin() as txn:
+            return index.purges_taken_in(txn)
+    finally:
+        env.close()
+
+
+def test_a_crash_after_the_purge_does_not_bring_the_squatter_back_through_replay():
+    # No checkpoint after start-up (flushInterval 10 min): the squatter's add is still in the
+    # journal past LastLogMark when the bookie is SIGKILLed after the purge, and is replayed.
+    with LocalBookies(1, conf={**CONF, "flushInterval": 600_000}) as ens, \
+            open_metadata(ens.metadata_uri) as store, BookKeeper(ens.metadata_uri) as bk, \
+            RawBookieClient(ens.bookies[0]) as raw:
+        kept = bk.create_ledger(ensemble_size=1, write_quorum=1, ack_quorum=1, digest="crc32c",
+                                password=PASSWORD)
+        kept.add_entry(b"kept", timeout_s=5)
+        squatted = store.ledger_id_high_water() + 10
+        assert raw.add(squatted, [make_entry(squatted, 0, b"squatted")], SQUATTER_KEY) == Status.OK
+        _triggergc(ens)
+        assert _wait(lambda: squatted in _purges_taken_in(ens))
+        raw.close()
+        ens.kill(0)
+        ens.start(0)
+
+        filler = LedgerMetadata(1, 1, 1, fragments=[(0, [ens.bookies[0]])])
+        while store.ledger_id_high_water() < squatted - 1:
+            store.create_ledger(filler)
+        lh = bk.create_ledger(ensemble_size=1, write_quorum=1, ack_quorum=1, digest="crc32c",
+                              password=PASSWORD)
+        assert lh.ledger_id == squatted
+        _write_and_read_back(bk, lh)  # without the replay rule: UNAUTHORIZED (the squatter's key)

@@ -267,7 +267,9 @@ def test_a_gc_run_purges_a_squatted_id_without_a_tombstone_and_the_add_side_forg
             payload, recovery=False)
         storage.store_batch(squatted, parts, size, data_offset, np.array([99]),
                             np.array([len(payload)]), np.array([0]))
-        assert storage.commit() == {squatted}
+        assert storage.commit() == {squatted}  # no journal position: dropped, not taken in yet
+        assert squatted in storage.table.ledgers
+        assert storage.commit(position=5000) == {squatted}
         with env.begin() as txn:
             assert index.locate(txn, squatted, 99) is None and index.get_ledger(txn, squatted) is None
             assert all(squatted not in m for m in index.log_maps(txn).values())
@@ -275,6 +277,17 @@ def test_a_gc_run_purges_a_squatted_id_without_a_tombstone_and_the_add_side_forg
         with env.begin() as txn:
             assert index.purge_markers(txn) == set()
         assert storage.table.get(squatted) is None  # a later add binds the id afresh
+        # A replay skips the squatter's records placed before the purge was taken in, no others.
+        replaying = LedgerStorage(index, logs)
+        replaying.load_purges()
+        assert replaying.placed_before_purge(squatted, 4999)
+        assert not replaying.placed_before_purge(squatted, 5000)
+        assert not replaying.placed_before_purge(kept, 0)
+        replaying.forget_purges_before(4999)
+        assert replaying.placed_before_purge(squatted, 4999)  # LastLogMark not past it yet
+        replaying.forget_purges_before(5000)
+        replaying.load_purges()
+        assert not replaying.placed_before_purge(squatted, 4999)
         assert storage.table.get(deleted) == StoredLedger.tombstone()
         assert collect(index, store, [d]).purge_ledgers == []
         # An idle add worker (nothing placed since its last commit) takes a purge in too.
@@ -282,7 +295,7 @@ def test_a_gc_run_purges_a_squatted_id_without_a_tombstone_and_the_add_side_forg
         _write_ledgers(logs, index, {again: [b"x"]})
         assert storage.table.get(again) and storage.commit() == set() and not storage.table.dirty
         assert collect(index, store, [d]).purge_ledgers == [again]
-        assert storage.commit() == {again} and again not in storage.table.ledgers
+        assert storage.commit(position=6000) == {again} and again not in storage.table.ledgers
     finally:
         logs.close()
         env.close()
