@@ -362,8 +362,9 @@ class MetadataStore(abc.ABC):
         except NoSuchNodeError:
             return False
         known = {p.strip("/").split("/")[0] for p in SKELETON + (LAYOUT, INSTANCEID)}
+        # "HW-...": the flat ZooKeeper layout's ledger_id_high_water node, there for a moment
         return any(name not in known and not name.isdigit() and name != "idgen"
-                   for name in top)
+                   and not name.startswith("HW-") for name in top)
 
     def format(self, force: bool = False) -> None:
         """Initialise the cluster metadata (BookKeeper's ``metaformat``).
