@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator
 import lmdb
 
 from bookie.metadata.embedded_env import (
-    DATA_FILE, ENVIRONMENTS, ID_KEY, NODE, VERSION, NotAStoreError, boot_id, children_prefix,
+    DATA_FILE, ENVIRONMENTS, ID_KEY, NODE, U64, VERSION, NotAStoreError, boot_id, children_prefix,
     node_key)
 from bookie.metadata.embedded_leases import LeaseRules, next_counter
 from bookie.metadata.errors import (
@@ -376,6 +376,12 @@ class EmbeddedMetadataStore(MetadataStore):
                     db=self._dbs["ledgers"])
             return ledger_id
         return self._write(op), 0
+
+    def ledger_id_high_water(self) -> int:
+        # ``next_ledger_id`` is the id the next create takes (counted from 0, one write
+        # transaction per create), so everything handed out so far is below it.
+        raw = self._read(lambda txn: txn.get(b"next_ledger_id", db=self._dbs["meta"]))
+        return (U64.unpack(raw)[0] if raw is not None else 0) - 1
 
     def _ledger_record(self, txn: lmdb.Transaction, ledger_id: int) -> tuple[int, bytes] | None:
         raw = txn.get(self._ledger_key(ledger_id), db=self._dbs["ledgers"])

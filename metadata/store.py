@@ -261,6 +261,13 @@ class MetadataStore(abc.ABC):
         ``(ledger_id, version)``."""
 
     @abc.abstractmethod
+    def ledger_id_high_water(self) -> int:
+        """An id at or above every ledger id this store has handed out so far (-1: none yet);
+        ``create_ledger`` never hands out an id at or below a value read earlier.  Cheap: one
+        read.  It may overshoot (ids skipped are never handed out), never undershoot: the GC
+        takes an id above it for one never created (``bookie.workers.gc_policy``)."""
+
+    @abc.abstractmethod
     def read_ledger(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
         """Return ``(meta, version)``.  Raises ``NoSuchLedgerError``, ``CorruptMetadataError``
         (message names the ledger)."""
@@ -355,8 +362,9 @@ class MetadataStore(abc.ABC):
         except NoSuchNodeError:
             return False
         known = {p.strip("/").split("/")[0] for p in SKELETON + (LAYOUT, INSTANCEID)}
+        # "HW-...": the flat ZooKeeper layout's ledger_id_high_water node, there for a moment
         return any(name not in known and not name.isdigit() and name != "idgen"
-                   for name in top)
+                   and not name.startswith("HW-") for name in top)
 
     def format(self, force: bool = False) -> None:
         """Initialise the cluster metadata (BookKeeper's ``metaformat``).

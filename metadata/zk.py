@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 
 _RETRYABLE = (kz.ConnectionLoss, kz.OperationTimeoutError, kz.SessionExpiredError)
 _FLAT_NAME = re.compile(r"^L(\d{10})$")
+HIGH_WATER_PREFIX = "HW-"  # flat layout: the sequential node ledger_id_high_water takes and drops
 _L1 = re.compile(r"^\d{2}$")
 _L2 = re.compile(r"^\d{4}$")
 _L3 = re.compile(r"^L(\d{4})$")
@@ -460,6 +461,25 @@ class ZooKeeperMetadataStore(MetadataStore):
             except NodeExistsError:
                 log.warning("ledger id %d already taken; taking another", ledger_id)
         raise MetadataError("could not allocate a free ledger id")
+
+    def ledger_id_high_water(self) -> int:
+        # Ledger ids are ZooKeeper sequence numbers of one parent (the root when flat,
+        # {root}/idgen when hierarchical), strictly increasing per parent.  The only correct
+        # read of "how far it got" is to take one: create an ephemeral sequential node under
+        # the same parent and delete it.  Its number is above every id handed out before and
+        # below every one handed out after, and is never a ledger's id itself.  (The parent's
+        # cversion is no substitute: deletes bump it too, so it runs ahead of the sequence and
+        # a later id could fall at or below it.)  Two writes per GC pass.
+        if self.layout == "flat":
+            prefix = self.root + "/" + HIGH_WATER_PREFIX
+        else:
+            prefix = self.root + "/idgen/ID-"
+        node = self._create_abs(prefix, b"", ephemeral=True, sequential=True)
+        try:
+            self._delete_abs(node, None)
+        except MetadataError:
+            pass  # ephemeral: it goes with the session anyway
+        return int(node[len(prefix):])
 
     def read_ledger(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
         path = self._ledger_path(ledger_id)

@@ -131,16 +131,19 @@ def replay(ctx, ring: Ring, storage: LedgerStorage, jdir: str, ledger_dirs: list
     ctx.log("replaying journal", at=mark, to=end, bytes=end - mark, percent="0.0")
     n_records = 0
     last_report = t0
+    storage.load_purges()
     for group in scan(jdir, mark):
         if group.start >= end:
             break
         for off, rec in records.iter_records(group.body):
             if group.start + off + rec.size <= mark:
                 continue
+            if storage.placed_before_purge(rec.ledger_id, group.start + off):
+                continue  # placed on a squatter's binding the GC purged (storage.py, purged_at)
             if storage.table.apply(rec):
                 store_replayed(storage, rec, group.body, off)
             n_records += 1
-        storage.commit()
+        storage.commit(position=end)  # everything replayed was placed before a purge seen now
         now = time.monotonic()
         if now - last_report > 2.0:
             last_report = now
@@ -149,6 +152,7 @@ def replay(ctx, ring: Ring, storage: LedgerStorage, jdir: str, ledger_dirs: list
                     percent=f"{100.0 * done / max(1, end - mark):.1f}",
                     mb_per_s=f"{done / max(1e-9, now - t0) / 1e6:.1f}")
     checkpoint(storage, ledger_dirs, end)
+    storage.forget_purges_before(end)
     ctx.log("replay done", from_mark=mark, to=end, records=n_records,
             seconds=f"{time.monotonic() - t0:.2f}")
     return n_records
@@ -465,7 +469,7 @@ class AddServer(ClientServer):
             while self.held:
                 self.held[0].store(self.storage)
                 self.held.popleft()
-            gone = self.storage.commit()
+            gone = self.storage.commit(position=self.ring.get(WRITE))
         except Exception as e:  # noqa: BLE001 - only want of space is survived
             if not no_room(e):
                 raise

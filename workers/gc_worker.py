@@ -3,8 +3,10 @@ the supervisor asks (the admin API's ``PUT /api/v1/bookie/gc`` creates ``gc.requ
 dir; the worker looks for it every 100 ms, the same tick it sleeps on anyway).
 
 What to delete is decided by ``bookie.workers.gc_policy.plan`` (its module says why it is safe);
-this module only gathers the facts in the order the plan needs (the index snapshot *before* the
-metadata listing) and carries the plan out: ledgers leave the index in short write transactions,
+this module only gathers the facts in the order the plan needs (the index snapshot, then the
+store's ledger id high-water mark, then the metadata listing) and carries the plan out: deleted
+ledgers leave the index in short write transactions (a tombstone each), ledgers the store never
+created are purged (no tombstone; ``purge_ledgers``),
 then dead entry logs are unlinked (their directories fsynced), then their maps are forgotten.
 After the scan-and-compare step, a pass may compact: a *major* compaction every
 ``majorCompactionInterval`` (or when asked with ``forceMajor``), else a *minor* one every
@@ -39,6 +41,7 @@ import os
 import time
 
 import lmdb
+import orjson
 
 import shutil
 import signal
@@ -47,7 +50,7 @@ from bookie.workers import compaction, gc_policy
 from bookie.workers.journal import fsync_dir
 from bookie.workers.layout import current_dir
 from bookie.workers.noroom import no_room
-from bookie.workers.storage import LOG_KEY, Index, find_log, list_logs, open_index
+from bookie.workers.storage import LEDGER_KEY, LOG_KEY, Index, find_log, list_logs, open_index
 
 DROP_BATCH_ENTRIES = 10_000  # entries per write transaction: keep the add worker's commits flowing
 
@@ -66,19 +69,31 @@ def collect(index: Index, store, ledger_dirs: list[str]) -> gc_policy.GcPlan:
         held = index.ledger_ids(txn)
         maps = index.log_maps(txn)
         current = index.current_logs(txn)
+    high_water = store.ledger_id_high_water()  # after the snapshot, before the listing (gc_policy)
     in_store = list(store.list_ledgers())
     if not in_store and held:
         raise EmptyListingRefused(
             f"the metadata store lists no ledgers but this bookie holds {len(held)}; deleting "
             f"nothing (a store answering an empty list by mistake must not empty the bookie)")
     on_disk = [log_id for d in ledger_dirs for log_id in list_logs(d)]
-    plan = gc_policy.plan(held, in_store, maps, current, on_disk)
+    plan = gc_policy.plan(held, in_store, maps, current, on_disk, high_water)
     for ledger_id in plan.drop_ledgers:
         while True:
             with index.env.begin(write=True) as txn:
                 n = index.delete_ledger(txn, ledger_id, DROP_BATCH_ENTRIES)
             if n < DROP_BATCH_ENTRIES:
                 break
+    # Never created: most entries in short transactions, then markers, the rest, the records
+    # and the log-map bytes in one (``purge_ledgers`` says why one).
+    for ledger_id in plan.purge_ledgers:
+        while True:
+            with index.env.begin(write=True) as txn:  # no mark yet: record and binding stay
+                n = index.delete_entries(txn, ledger_id, DROP_BATCH_ENTRIES, drop_record=False)
+            if n < DROP_BATCH_ENTRIES:
+                break
+    if plan.purge_ledgers:
+        with index.env.begin(write=True) as txn:
+            purge_ledgers(index, txn, plan.purge_ledgers)
     touched = set()
     for log_id in plan.delete_logs:
         try:
@@ -94,6 +109,27 @@ def collect(index: Index, store, ledger_dirs: list[str]) -> gc_policy.GcPlan:
             for log_id in plan.forget_maps:
                 txn.delete(LOG_KEY.pack(log_id), db=index.logs)
     return plan
+
+
+def purge_ledgers(index: Index, txn, ledger_ids) -> None:
+    """Finish purging ledgers the store never created, in one transaction: a purge marker each
+    (``Index.purged``), their remaining entries, their records, their bytes in every log map;
+    never a tombstone.  One transaction, so that the add worker (which takes the markers in and
+    only then lets a new binding of the id in) never sees a marker before the data is gone, and
+    the maps never lose bytes of a ledger bound after the purge (its log could be deleted)."""
+    ids = set(ledger_ids)
+    for ledger_id in ids:
+        txn.put(LEDGER_KEY.pack(ledger_id), b"", db=index.purged)
+        index.delete_entries(txn, ledger_id, 1 << 62, drop_record=True)  # what is left
+    names = {str(lid) for lid in ids}
+    changed = {}
+    with txn.cursor(db=index.logs) as cur:
+        for k, v in cur:
+            counts = orjson.loads(v)
+            if names & counts.keys():
+                changed[bytes(k)] = {a: b for a, b in counts.items() if a not in names}
+    for k, counts in changed.items():
+        txn.put(k, orjson.dumps(counts), db=index.logs)
 
 
 GC_REQUEST_FILE = "gc.request"  # in the run dir: the supervisor asks for a pass now (PUT /api/v1/bookie/gc)
@@ -307,7 +343,8 @@ def run(ctx) -> int:
     ctx.log("gc worker ready", every_s=conf.gc_wait_s)
     ctx.ready()  # the store is opened by the runs: an outage must not stop the bookie starting
     last_problem = ""
-    totals = {"gc_runs_total": 0, "gc_deleted_ledgers_total": 0, "gc_deleted_logs_total": 0}
+    totals = {"gc_runs_total": 0, "gc_deleted_ledgers_total": 0, "gc_purged_ledgers_total": 0,
+              "gc_deleted_logs_total": 0}
     ctx.write_stats({**totals, **count_holdings(index, ledger_dirs)})
     next_run = time.monotonic() + conf.gc_wait_s
     compactor = Compactor(ctx, index, ledger_dirs, time.monotonic())
@@ -349,9 +386,11 @@ def run(ctx) -> int:
                 last_problem = ""
             totals["gc_runs_total"] += 1
             totals["gc_deleted_ledgers_total"] += len(done.drop_ledgers)
+            totals["gc_purged_ledgers_total"] += len(done.purge_ledgers)
             totals["gc_deleted_logs_total"] += len(done.delete_logs)
             if not done.empty or forced:
-                ctx.log("gc", deleted_ledgers=len(done.drop_ledgers), deleted_logs=len(done.delete_logs),
+                ctx.log("gc", deleted_ledgers=len(done.drop_ledgers), purged_ledgers=len(done.purge_ledgers),
+                        deleted_logs=len(done.delete_logs),
                         forgotten_maps=len(done.forget_maps), requested=forced,
                         seconds=f"{time.monotonic() - started:.3f}")
             ctx.write_stats({**totals, **count_holdings(index, ledger_dirs)})

@@ -34,7 +34,10 @@ The rules, and the invariants they keep:
    decides, the add worker's pending queue holds the answer back.
 4. **The explicit LAC only grows.**
 5. **A deleted ledger stays deleted.**  The GC deletes a ledger the metadata store no longer
-   has and leaves a tombstone in the index (ledger ids are never reused).  From then on every
+   has and leaves a tombstone in the index (ledger ids are never reused).  A ledger the store
+   never created (its id above the store's high-water mark, ``bookie.workers.gc_policy``) is
+   *purged* instead: no tombstone, and ``forget`` drops it from the table, so that a binding
+   squatted ahead of the id's creation does not outlive the next GC pass.  From then on every
    request for it is NO_LEDGER and every record of it changes nothing and stores nothing: adds
    that were in flight, a late fence, a journal replay.  The live path may learn of a deletion
    only when it commits records placed on a stale view (``mark_deleted``); their entries are
@@ -234,6 +237,12 @@ class LedgerTable:
                 info.lac = rec.lac
                 self.dirty.add(rec.ledger_id)
         return rec.type == records.ADD_BATCH
+
+    def forget(self, ledger_id: int) -> None:
+        """The GC purged the ledger (the metadata store never created it): drop what the table
+        holds of it, so that the ledger that later gets the id is bound by its own first add."""
+        self.ledgers.pop(ledger_id, None)
+        self.dirty.discard(ledger_id)
 
     def mark_deleted(self, ledger_id: int) -> None:
         """The GC deleted the ledger (its tombstone is in the index): it stays deleted."""

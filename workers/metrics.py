@@ -72,6 +72,7 @@ SPECS: tuple[Spec, ...] = (
     # -- GC worker -------------------------------------------------------------------------------
     Spec("bookie_gc_runs_total", "counter", "Garbage collection passes completed.", (), "", "gc"),
     Spec("bookie_gc_deleted_ledgers_total", "counter", "Ledgers dropped from the index because the metadata store no longer has them.", (), "", "gc"),
+    Spec("bookie_gc_purged_ledgers_total", "counter", "Ledgers purged from the index (no tombstone) because the metadata store never created their id: squatted or mistaken requests.", (), "", "gc"),
     Spec("bookie_gc_deleted_entry_logs_total", "counter", "Entry logs deleted because nothing live was left in them.", (), "", "gc"),
     Spec("bookie_ledgers", "gauge", "Ledgers this bookie holds (in its index), as of the last GC pass.", (), "ACTIVE_LEDGER_COUNT", "gc"),
     Spec("bookie_entry_logs", "gauge", "Entry log files on the ledger disks, as of the last GC pass.", (), "ACTIVE_ENTRY_LOG_COUNT", "gc"),
@@ -122,6 +123,7 @@ STAT_METRICS = {
     "journal_position_bytes": "bookie_journal_position_bytes",
     "gc_runs_total": "bookie_gc_runs_total",
     "gc_deleted_ledgers_total": "bookie_gc_deleted_ledgers_total",
+    "gc_purged_ledgers_total": "bookie_gc_purged_ledgers_total",
     "gc_deleted_logs_total": "bookie_gc_deleted_entry_logs_total",
     "ledgers": "bookie_ledgers",
     "entry_logs": "bookie_entry_logs",

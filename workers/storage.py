@@ -23,6 +23,13 @@ Index (LMDB environment ``index`` in the first index directory)
 ``ledgers``  key ledger_id u64 BE  ->  orjson {"key": hex master key, "fenced": bool, "lac": int}
 ``deleted``  key ledger_id u64 BE  ->  b"" (tombstone: the GC deleted the ledger; ids are never
              reused, so it is kept for good and nothing of the ledger is stored again)
+``purged``   key ledger_id u64 BE  ->  b"" (the GC purged a ledger the metadata store never created:
+             entries, record and its bytes in the log maps gone, no tombstone; the add worker
+             takes the marker in: forgets what it cached of the ledger and moves the marker to
+             ``purged_at``, so that the ledger that later gets the id starts clean)
+``purged_at`` key ledger_id u64 BE ->  u64 BE journal position where the add worker took the purge
+             in: replay skips the ledger's records that start before it (they were placed on
+             the squatter's binding); forgotten once LastLogMark has passed it
 ``logs``     key log_id u32 BE     ->  orjson {ledger_id: bytes stored} (the log's ledger map)
 ``meta``     b"current_logs" -> orjson list of the logs being written (GC leaves them alone)
              b"next_log_id" -> u32 BE, the next entry log id to hand out (``allocate_log_id``:
@@ -98,6 +105,11 @@ class Index:
         self.entries = env.open_db(b"entries")
         self.ledgers = env.open_db(b"ledgers")
         self.deleted = env.open_db(b"deleted")
+        try:
+            self.purged = env.open_db(b"purged")
+            self.purged_at = env.open_db(b"purged_at")
+        except lmdb.Error:  # an index from before purges, opened read-only: it holds no marker
+            self.purged = self.purged_at = None
         self.logs = env.open_db(b"logs")
         self.meta = env.open_db(b"meta")
 
@@ -189,6 +201,25 @@ class Index:
         Returns how many entries were deleted (call again while it returns ``limit``).
         """
         txn.put(LEDGER_KEY.pack(ledger_id), b"", db=self.deleted)
+        return self.delete_entries(txn, ledger_id, limit, drop_record=True)
+
+    def purge_markers(self, txn) -> set[int]:
+        """The ledgers the GC purged whose markers the add worker has not consumed yet."""
+        if self.purged is None:
+            return set()
+        with txn.cursor(db=self.purged) as cur:
+            return {LEDGER_KEY.unpack(k)[0] for k in cur.iternext(keys=True, values=False)}
+
+    def purges_taken_in(self, txn) -> dict[int, int]:
+        """ledger_id -> journal position where the add worker took the ledger's purge in."""
+        if self.purged_at is None:
+            return {}
+        with txn.cursor(db=self.purged_at) as cur:
+            return {LEDGER_KEY.unpack(k)[0]: LEDGER_KEY.unpack(v)[0] for k, v in cur}
+
+    def delete_entries(self, txn, ledger_id: int, limit: int, drop_record: bool) -> int:
+        """Delete up to ``limit`` entries of a ledger, and its record too when ``drop_record``
+        and none are left.  Returns how many entries were deleted."""
         n = 0
         with txn.cursor(db=self.entries) as cur:
             if cur.set_range(entry_key(ledger_id, 0)):
@@ -199,7 +230,7 @@ class Index:
                     if not cur.delete():
                         break
                     n += 1
-        if n < limit:
+        if n < limit and drop_record:
             txn.delete(LEDGER_KEY.pack(ledger_id), db=self.ledgers)
         return n
 
@@ -254,6 +285,26 @@ class LedgerStorage:
         self.log_counts: dict[int, dict[int, int]] = collections.defaultdict(lambda: collections.defaultdict(int))
         self._batches: list = []  # (ledger_id, entry_ids, log_id, offsets, lengths)
         self.entries_total = 0
+        self.purged_at: dict[int, int] = {}  # ledger_id -> position the purge was taken in at
+
+    def load_purges(self) -> None:
+        """Read the purges taken in (before a replay: see ``placed_before_purge``)."""
+        with self.index.env.begin() as txn:
+            self.purged_at = self.index.purges_taken_in(txn)
+
+    def placed_before_purge(self, ledger_id: int, position: int) -> bool:
+        """True for a journal record of a purged ledger placed before the purge was taken in:
+        placed on the squatter's binding, so replay must not bring it back."""
+        at = self.purged_at.get(ledger_id)
+        return at is not None and position < at
+
+    def forget_purges_before(self, mark: int) -> None:
+        """LastLogMark is now ``mark``: no replay reads a record before it again."""
+        with self.index.env.begin(write=True) as txn:
+            for ledger_id, at in self.index.purges_taken_in(txn).items():
+                if at <= mark:
+                    txn.delete(LEDGER_KEY.pack(ledger_id), db=self.index.purged_at)
+        self.purged_at = {lid: at for lid, at in self.purged_at.items() if at > mark}
 
     def load_ledger(self, ledger_id: int) -> StoredLedger | None:
         with self.index.env.begin() as txn:
@@ -282,37 +333,64 @@ class LedgerStorage:
             self._batches.append(("log_map", log_id, dict(counts)))
         self.log_counts.clear()
 
-    def commit(self) -> set[int]:
+    def commit(self, position: int | None = None) -> set[int]:
         """One LMDB write transaction for everything stored since the last commit.
 
         Ledgers the GC deleted meanwhile (a tombstone seen inside this very transaction, which
         LMDB orders against the GC's) get nothing written: their entries stay unindexed and the
-        table marks them deleted.
+        table marks them deleted.  Ledgers the GC purged (never created in the metadata store;
+        a purge marker) get nothing written either, and the table forgets them: the next
+        request for the id starts a new ledger.  When nothing is pending, one read transaction
+        looks for purge markers, so an idle add worker takes a purge in at its next iteration.
+
+        Args:
+            position: the journal position up to which records have been placed (the ring's
+                WRITE; a replay's end).  A purge is taken in only with one: it is recorded
+                (``purged_at``) so that a replay skips the records placed before it.  Without
+                one the purged ledgers' batches are still dropped, the markers kept.
 
         Returns:
             the ids of those ledgers (their pending answers must say NO_LEDGER).
         """
         table = self.table
         if not self._batches and not table.dirty and not self.log_counts:
-            return set()
+            with self.index.env.begin() as txn:  # idle: only the GC's purges to take in
+                if not txn.stat(self.index.purged)["entries"]:
+                    return set()
         self._flush_log_counts()
         with self.index.env.begin(write=True) as txn:
             touched = {item[0] for item in self._batches if isinstance(item[0], int)} | table.dirty
             gone = {lid for lid in touched if self.index.is_deleted(txn, lid)}
+            # Purged by the GC (never created in the store): everything placed for them so
+            # far was placed on the squatter's binding; none of it is stored, and the markers
+            # go in this transaction, with the cached binding right after it.
+            purged = self.index.purge_markers(txn)
+            skip = gone | purged
             for item in self._batches:
                 if item[0] == "current_logs":
                     self.index.set_current_logs(txn, item[1])
                 elif item[0] == "log_map":
-                    self.index.add_to_log_map(txn, item[1], item[2])
-                elif item[0] not in gone:
+                    # a purged ledger's bytes are dead: out of the map (which is written
+                    # even if empty, so that the GC knows the log and may delete it)
+                    self.index.add_to_log_map(txn, item[1], {lid: n for lid, n in item[2].items()
+                                                             if lid not in purged})
+                elif item[0] not in skip:
                     self.index.put_locations(txn, *item)
-            for lid in table.dirty - gone:
+            for lid in table.dirty - skip:
                 self.index.put_ledger(txn, lid, table.ledgers[lid].as_dict())
+            if position is not None:
+                for lid in purged:
+                    txn.delete(LEDGER_KEY.pack(lid), db=self.index.purged)
+                    txn.put(LEDGER_KEY.pack(lid), LEDGER_KEY.pack(position), db=self.index.purged_at)
         self._batches.clear()
         table.dirty.clear()
         for lid in gone:
             table.mark_deleted(lid)
-        return gone
+        if position is not None:
+            for lid in purged:
+                table.forget(lid)
+                self.purged_at[lid] = position
+        return skip
 
 
 class EntryLogWriter:

@@ -327,3 +327,19 @@ def test_format_refuses_existing_data_unless_forced(metadata_store):
     with pytest.raises(CookieNotFoundError):
         metadata_store.read_cookie("127.0.0.1:3181")
     assert metadata_store.create_ledger(meta())[1] == 0  # usable after the wipe
+
+
+def test_the_ledger_id_high_water_mark_bounds_every_id_handed_out_and_none_to_come(metadata_store):
+    # The GC's rule (bookie.workers.gc_policy): an id above a mark read earlier was never
+    # handed out; an id handed out is at or below every mark read after its create.
+    marks = [metadata_store.ledger_id_high_water()]
+    ids = []
+    for _ in range(4):
+        ledger_id = metadata_store.create_ledger(meta())[0]
+        assert ledger_id > marks[-1], "an id at or below an earlier mark was handed out"
+        ids.append(ledger_id)
+        marks.append(metadata_store.ledger_id_high_water())
+        assert ledger_id <= marks[-1], "an id handed out is above the mark read after it"
+    metadata_store.remove_ledger(ids[0])
+    assert metadata_store.ledger_id_high_water() >= max(ids)  # a removal never lowers it
+    assert marks == sorted(marks)
