@@ -98,6 +98,8 @@ def register(subparsers: Any) -> None:
     shell_recovery.register(commands, metadata_command)
     from bookie.appliance import shell_gc
     shell_gc.register(commands)
+    from bookie.appliance import shell_security
+    shell_security.register(commands)
 
 
 # -- handlers ----------------------------------------------------------------------------------

@@ -165,3 +165,47 @@ def test_a_capture_of_a_legitimate_write_holds_neither_payload_nor_key(ens, keys
     assert len(seen) > len(body)  # the traffic did pass the recorders
     for secret in (PAYLOAD, PASSWORD, open(keys["alice"][1], "rb").read().split(b'secret-key = "')[1][:40]):
         assert secret not in seen
+
+
+def test_curve_configured_but_unusable_refuses_to_start(tmp_path, keys):
+    from bookie.appliance.startchecks import StartRefused, check_client_security
+    from bookie.workers.config import BookieConfig
+
+    def conf(**more):
+        return BookieConfig.from_mapping({"listeningInterface": "0.0.0.0", **more}, check_dirs=False)
+
+    assert check_client_security(conf(curveSecretKeyFile=keys["bookie"][1],
+                                      curveClientKeysDirectory=keys["clients"])) is None
+    with pytest.raises(StartRefused, match="curveClientKeysDirectory"):
+        check_client_security(conf(curveSecretKeyFile=keys["bookie"][1]))
+    with pytest.raises(StartRefused, match="no secret key"):  # the public half given by mistake
+        check_client_security(conf(curveSecretKeyFile=keys["bookie"][0],
+                                   curveClientKeysDirectory=keys["clients"]))
+    level, line = check_client_security(conf(curveSecretKeyFile=keys["bookie"][1],
+                                             curveClientKeysDirectory=str(tmp_path)))
+    assert level == "warning" and "enrols no key" in line
+
+
+def test_genkey_writes_a_pair_with_a_private_secret_and_never_overwrites_unasked(tmp_path):
+    import subprocess
+    import sys
+
+    def genkey(*args):
+        return subprocess.run([sys.executable, "-m", "bookie", "shell", "genkey", *args],
+                              capture_output=True, text=True, timeout=60)
+
+    r = genkey("alice", "--dir", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    public, secret = tmp_path / "alice.key", tmp_path / "alice.key_secret"
+    assert os.stat(secret).st_mode & 0o777 == 0o600
+    assert os.stat(public).st_mode & 0o777 == 0o644
+    pub, sec = zmq.auth.load_certificate(str(secret))
+    assert zmq.auth.load_certificate(str(public)) == (pub, None) and sec
+    before = secret.read_bytes()
+    r = genkey("alice", "--dir", str(tmp_path))
+    assert r.returncode == 2 and "exists" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert secret.read_bytes() == before
+    assert genkey("alice", "--dir", str(tmp_path), "--force").returncode == 0
+    assert secret.read_bytes() != before
+    r = genkey("../evil", "--dir", str(tmp_path))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
