@@ -18,9 +18,9 @@ connection carries it, and ``Gate.refusal`` maps it to its role for each request
     writer   the reader's, plus ADD (recovery adds too), WRITE_LAC, and the FENCE flag
     admin    everything a writer may
 
-Deleting ledgers, formatting and autorecovery do not pass these sockets (metadata store, local
-shell, the bookie's own worker), so on them admin and writer differ in nothing yet; the role is
-there for the operator's records and for ops to come.  A request its role does not allow is
+Deleting ledgers and formatting do not pass these sockets (metadata store, local shell), and
+autorecovery's copies are what a writer sends, so admin and writer differ in nothing yet; the
+role is there for the operator's records and for ops to come.  A request its role does not allow is
 answered UNAUTHORIZED and does nothing.  The directory is read when a worker starts.
 """
 

@@ -215,3 +215,42 @@ def test_genkey_writes_a_pair_with_a_private_secret_and_never_overwrites_unasked
 
 def test_a_loopback_bookie_without_curve_says_so_at_start(secure_bookie):
     assert "client sockets without CURVE" in secure_bookie.log(0)
+
+
+@pytest.mark.security
+def test_autorecovery_heals_with_the_bookies_own_keys(keys, tmp_path):
+    """Opt-in (-m security; ten seconds here): four CURVE bookies sharing one keypair, enrolled as admin at
+    each other; a bookie killed for good is replaced in every ledger by autorecovery."""
+    import shutil
+    import time
+
+    enrol = tmp_path / "clients"
+    shutil.copytree(keys["clients"], enrol)
+    shutil.copy(keys["bookie"][0], enrol / "admin" / "bookie.key")
+    conf = {"curveSecretKeyFile": keys["bookie"][1], "curveClientKeysDirectory": str(enrol),
+            "curveServerKeys": keys["bookie"][0], "autoRecoveryDaemonEnabled": "true",
+            "lostBookieRecoveryDelay": "2", "openLedgerRereplicationGracePeriod": "1000",
+            "gcWaitTime": "600000", "zkTimeout": "4000",
+            "autoRecoveryLedgerPasswords": PASSWORD.decode()}
+    with LocalBookies(4, conf=conf) as lb, \
+            BookKeeper(lb.metadata_uri, curveSecretKeyFile=keys["alice"][1],
+                       curveServerKeys=keys["bookie"][0]) as bk:
+        ids = []
+        for n in range(3):
+            h = bk.create_ledger(3, 2, 2, password=PASSWORD)
+            for e in range(20):
+                h.add_entry(b"%d-%d" % (n, e))
+            h.close()
+            ids.append(h.ledger_id)
+        victim = bk.ledger_metadata(ids[0]).fragments[0][1][0]
+        lb.kill(lb.bookies.index(victim))
+
+        def healed():
+            return not any(victim in ens for lid in ids for _, ens in bk.ledger_metadata(lid).fragments)
+        deadline = time.monotonic() + 120
+        while not healed():
+            assert time.monotonic() < deadline, "\n".join(lb.log(i)[-2000:] for i in range(4))
+            time.sleep(0.5)
+        for n, lid in enumerate(ids):
+            rh = bk.open_ledger(lid, password=PASSWORD)
+            assert [e.data for e in rh.read_entries(0, 19)] == [b"%d-%d" % (n, e) for e in range(20)]
