@@ -6,6 +6,7 @@
     bookie shell listbookies [--readonly]                    registered bookies
     bookie shell listledgers                                 every ledger id
     bookie shell ledgermetadata LEDGER_ID                    one ledger's metadata
+    bookie shell genkey NAME [--dir DIR] [--force]           a CURVE keypair (shell_security.py)
 
 The metadata commands take ``--metadata URI`` (default: $BOOKIE_METADATA_URI) and print
 human-readable text, or one JSON document with ``--json``.  Only ``metaformat`` creates a store;
@@ -98,6 +99,8 @@ def register(subparsers: Any) -> None:
     shell_recovery.register(commands, metadata_command)
     from bookie.appliance import shell_gc
     shell_gc.register(commands)
+    from bookie.appliance import shell_security
+    shell_security.register(commands)
 
 
 # -- handlers ----------------------------------------------------------------------------------

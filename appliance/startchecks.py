@@ -1,5 +1,5 @@
-"""Checks before a bookie starts: the ports it will listen on are free, and whether its client
-sockets are exposed beyond loopback.  A refusal is ``StartRefused``: one line, exit status 2."""
+"""Checks before a bookie starts: the ports it will listen on are free, and its client sockets
+are not exposed beyond loopback without CURVE (unless the operator opted out).  A refusal is ``StartRefused``: one line, exit status 2."""
 
 from __future__ import annotations
 
@@ -60,12 +60,46 @@ def check_ports_free(conf: BookieConfig) -> None:
                            f"or configure another port")
 
 
-def exposure_warning(conf: BookieConfig) -> str | None:
-    """The start-up warning of a bookie whose client sockets are reachable beyond loopback: they
-    are neither authenticated nor encrypted (docs/security.md, "Not yet protected")."""
-    host = conf.listening_interface
-    if host == "localhost" or host == "::1" or host.startswith("127."):
+def is_loopback(host: str) -> bool:
+    return host == "localhost" or host == "::1" or host.startswith("127.")
+
+
+def check_client_security(conf: BookieConfig) -> tuple[str, str] | None:
+    """Whether the client sockets may serve as configured: ``StartRefused`` when they would
+    listen beyond loopback without CURVE (unless ``allowInsecureClients``) or a key file or the
+    enrolment cannot be read; else ``(level, line)`` to log at start-up when CURVE is off."""
+    from bookie.workers.auth import AuthError, load_enrolment, load_secret
+
+    if conf.curve_secret_key_file:
+        if not conf.curve_client_keys_dir:
+            raise StartRefused("curveSecretKeyFile is set but curveClientKeysDirectory is not: "
+                               "no client could be admitted")
+        try:
+            load_secret(conf.curve_secret_key_file)
+            enrolled = load_enrolment(conf.curve_client_keys_dir)
+        except AuthError as e:
+            raise StartRefused(str(e)) from None
+        if not enrolled:
+            return ("warning", f"curveClientKeysDirectory={conf.curve_client_keys_dir} enrols no "
+                               f"key (reader/, writer/, admin/ hold NAME.key files): no client is "
+                               f"admitted")
         return None
-    return ("client sockets listen beyond loopback with no authentication or encryption: any "
-            "client that reaches them reads every ledger, and master keys cross the network in "
-            "clear; see docs/security.md")
+    host = conf.listening_interface
+    if is_loopback(host):
+        return ("info", "client sockets without CURVE (no curveSecretKeyFile): unauthenticated "
+                        "and unencrypted, reachable from this host only")
+    if not conf.allow_insecure_clients:
+        raise StartRefused(f"listeningInterface={host} without CURVE: set curveSecretKeyFile and "
+                           f"curveClientKeysDirectory (docs/security.md), or "
+                           f"allowInsecureClients=true to serve in clear")
+    return ("warning", exposure_warning(conf))
+
+
+def exposure_warning(conf: BookieConfig) -> str | None:
+    """The start-up warning of a bookie whose client sockets are reachable beyond loopback
+    without CURVE (``allowInsecureClients=true``)."""
+    if is_loopback(conf.listening_interface) or conf.curve_secret_key_file:
+        return None
+    return ("client sockets listen beyond loopback with no authentication or encryption "
+            "(allowInsecureClients=true): any client that reaches them reads every ledger, and "
+            "master keys cross the network in clear; see docs/security.md")

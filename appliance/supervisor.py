@@ -43,8 +43,8 @@ import time
 import orjson
 
 from bookie.appliance.exposition import BookieRegistry
-from bookie.appliance.startchecks import (StartRefused, check_ports_free,  # noqa: F401
-                                          exposure_warning, listening_ports)
+from bookie.appliance.startchecks import (StartRefused, check_client_security,  # noqa: F401
+                                          check_ports_free, exposure_warning, listening_ports)
 from bookie.workers import diskcheck
 from bookie.workers.config import BookieConfig
 from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
@@ -119,6 +119,7 @@ class Supervisor:
         conf = self.conf
         os.umask(0o077)  # every file and directory the bookie makes is its user's alone
         check_ports_free(conf)
+        security = check_client_security(conf)  # refuses an exposed bookie without CURVE
         if conf.metadata_uri:
             self._open_store()  # a URI naming no store is refused before the disks are stamped
         self._remove_leftovers()
@@ -147,9 +148,8 @@ class Supervisor:
         if "autorecovery" in self.workers:
             self._start_worker("autorecovery")
         self._start_http()
-        warning = exposure_warning(conf)
-        if warning:
-            log(self.name, warning, level="warning", interface=conf.listening_interface)
+        if security:
+            log(self.name, security[1], level=security[0], interface=conf.listening_interface)
         self.log("bookie serving", bookie_id=conf.bookie_id, add_port=conf.bookie_port,
                  read_port=conf.bookie_port + 1, metadata=conf.metadata_uri or "none")
 

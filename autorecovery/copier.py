@@ -56,8 +56,10 @@ class RateLimiter:
 class Bookies:
     """One pair of DEALER sockets per bookie, made on first use; requests one at a time."""
 
-    def __init__(self, timeout_s: float = 10.0):
+    def __init__(self, timeout_s: float = 10.0, curve=None):
+        """``curve``: a ``bookie.client.auth.ClientCurve`` when the bookies speak CURVE."""
         self.ctx = zmq.Context()
+        self.curve = curve
         self.timeout_ms = int(timeout_s * 1000)
         self._socks: dict[tuple[str, int], zmq.Socket] = {}
         self._ids = itertools.count(1)
@@ -75,6 +77,8 @@ class Bookies:
             host, port = bookie.rsplit(":", 1)
             sock = self.ctx.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
+            if self.curve is not None:
+                self.curve.apply(sock, bookie)
             sock.connect(f"tcp://{host}:{int(port) + int(read)}")
             self._socks[key] = sock
         return sock

@@ -24,6 +24,8 @@ import time
 
 from bookie.autorecovery import rules
 from bookie.autorecovery.copier import Bookies, CopyError, EntryMissing, RateLimiter, copy_residue
+from bookie.client.auth import client_curve
+from bookie.client.config import ClientConfig
 from bookie.client.digest import master_key, password_digest
 from bookie.metadata import BadVersionError, NoSuchLedgerError
 from bookie.metadata.ledger import LedgerState
@@ -47,7 +49,8 @@ class Replicator:
 
     def __init__(self, store, passwords=(), batch: int = 10, rate_bytes_per_s: float = -1,
                  grace_s: float = 30.0, log=None, timeout_s: float = 10.0,
-                 dry_run: bool = False, rng: random.Random | None = None, progress=None):
+                 dry_run: bool = False, rng: random.Random | None = None, progress=None,
+                 curve_keys: dict | None = None):
         self.store = store
         self.ur = UnderReplication(store)
         self.passwords = [b""] + [p for p in passwords if p]
@@ -55,7 +58,9 @@ class Replicator:
         self.limiter = RateLimiter(rate_bytes_per_s)
         self.grace_s = grace_s
         self.log = log or (lambda event, **fields: None)
-        self.bookies = Bookies(timeout_s)
+        # CURVE: {"curveSecretKeyFile", "curveServerKeys"} of a key enrolled as admin
+        self.curve_keys = dict(curve_keys or {})
+        self.bookies = Bookies(timeout_s, client_curve(ClientConfig.build(self.curve_keys)))
         self.timeout_s = timeout_s
         self.dry_run = dry_run
         self.rng = rng or random.Random()
@@ -84,7 +89,8 @@ class Replicator:
         """Fence and close an open ledger through the client (its recovery)."""
         from bookie.client import BookKeeper
         try:
-            with BookKeeper(self.store, passwd=password, digestType=meta.digest_type) as bk:
+            with BookKeeper(self.store, passwd=password, digestType=meta.digest_type,
+                            **self.curve_keys) as bk:
                 bk.open_ledger(ledger_id, digest=meta.digest_type, password=password).close()
             return True
         except Exception as e:  # noqa: BLE001 - any failure: try again later

@@ -28,6 +28,15 @@ from bookie.metadata import MetadataError, open_metadata
 from bookie.metadata.underreplication import UnderReplication
 from bookie.workers.common import log_line
 
+
+def curve_keys(conf) -> dict:
+    """The client keys autorecovery speaks CURVE with: the bookie's own keypair, pinning
+    ``curveServerKeys`` (both set, else none: then bookies with CURVE refuse it)."""
+    if not (conf.curve_secret_key_file and conf.curve_server_keys):
+        return {}
+    return {"curveSecretKeyFile": conf.curve_secret_key_file,
+            "curveServerKeys": conf.curve_server_keys}
+
 TICK_S = 0.5
 
 
@@ -58,7 +67,7 @@ class AutorecoveryWorker:
             self.store, passwords, batch=conf.rereplication_entry_batch_size,
             rate_bytes_per_s=conf.replication_rate_bytes_per_s,
             grace_s=conf.open_ledger_rereplication_grace_s, log=self.log,
-            timeout_s=conf.metadata_timeout_s)
+            timeout_s=conf.metadata_timeout_s, curve_keys=curve_keys(conf))
 
     def close(self) -> None:
         if self.replicator is not None:

@@ -15,6 +15,7 @@ import random
 import weakref
 from concurrent.futures import Future
 
+from bookie.client.auth import client_curve
 from bookie.client.config import ClientConfig
 from bookie.client.digest import (DigestManager, check_digest_type, master_key,
                                   password_digest)
@@ -44,6 +45,7 @@ class BookKeeper:
 
     def __init__(self, metadata, config=None, **keys):
         self.config = cfg = ClientConfig.build(config, **keys)
+        curve = client_curve(cfg)  # bad key files fail here, before anything is opened
         self._store = ClientStore.open(metadata, timeout_s=cfg.zkTimeout / 1000.0)
         self._throttle = Throttle(cfg.throttle)
         self._rng = random.Random()
@@ -52,6 +54,7 @@ class BookKeeper:
             add_timeout_s=cfg.addEntryTimeout, read_timeout_s=cfg.readTimeout,
             batch_max_entries=cfg.addBatchMaxEntries, batch_max_bytes=cfg.addBatchMaxBytes,
             list_bookies=self._store.list_writable, write_metadata=self._store.write_metadata)
+        self._io.curve = curve
         self._runner = OpRunner(self._io, self._throttle, cfg.operationTimeout,
                                 cfg.speculativeReadTimeout / 1000.0)
         # the writers this client runs, by ledger id: deleting one's ledger ends it

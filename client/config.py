@@ -34,6 +34,10 @@ class ClientConfig:
     addBatchMaxEntries: int = 4096  # most entries in one ADD message (the wire allows 65536)
     addBatchMaxBytes: int = 1024 * 1024  # an ADD message is cut once it carries this many bytes
     operationTimeout: float = 60.0  # s: longest a synchronous call waits before BKTimeoutError
+    # CURVE (client/auth.py, docs/security.md): this client's secret key file, and the bookie
+    # public key file (or directory of HOST_PORT.key files) it pins.  Both or neither.
+    curveSecretKeyFile: str = ""
+    curveServerKeys: str = ""
 
     @classmethod
     def build(cls, config=None, **keys) -> "ClientConfig":

@@ -286,6 +286,8 @@ class IOThread:
             sock.setsockopt(zmq.SNDHWM, 0)
             sock.setsockopt(zmq.RCVHWM, 0)
             sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+            if self.curve is not None:
+                self.curve.apply(sock, bookie)
             sock.connect(f"tcp://{host}:{int(port) + kind}")
             self._sockets[(bookie, kind)] = sock
             self._socket_keys[sock] = (bookie, kind)
@@ -293,6 +295,7 @@ class IOThread:
         return sock
 
     SUSPECT_FOR_S = 60.0
+    curve = None  # client/auth.py ClientCurve, set by the BookKeeper client when configured
 
     def suspect_bookies(self) -> frozenset:
         """Bookies that failed to answer lately (read from any thread: a snapshot)."""

@@ -34,6 +34,7 @@ from bookie import wire
 from bookie.workers.layout import current_dir, key_salt
 from bookie.wire import Op, Status
 from bookie.workers import records
+from bookie.workers.auth import server_curve
 from bookie.workers.common import ClientServer, ConnectionCap, guard_client_socket, make_socket
 from bookie.workers.journal import lastmark_of, scan, write_lastmark
 from bookie.workers.ledgers import Rejected
@@ -214,8 +215,13 @@ def run(ctx) -> int:
             time.sleep(RETRY_S)
 
     ring.set(NO_ROOM, 0)  # a predecessor may have died with no room; this one starts writable
+    curve = server_curve(conf)  # before the context: a bad key file stops the worker here
     zctx = zmq.Context()
+    if curve:
+        curve.start(zctx, ctx.log)
     clients = make_socket(zctx, zmq.ROUTER, linger_ms=1000)
+    if curve:
+        curve.secure(clients)
     clients.setsockopt(zmq.ROUTER_MANDATORY, 0)
     clients.setsockopt(zmq.RCVHWM, 10_000)
     clients.setsockopt(zmq.SNDHWM, 100_000)
@@ -231,6 +237,7 @@ def run(ctx) -> int:
 
     server = AddServer(ctx, ring, storage, clients, control, wake, lac_pub, ledger_dirs)
     server.cap = cap
+    server.gate = curve.gate if curve else None
     ctx.log("add worker ready", port=conf.bookie_port, position=ring.get(WRITE))
     ctx.ready()
     try:
@@ -239,6 +246,8 @@ def run(ctx) -> int:
         server.shutdown()
         for s in (cap, clients, control, durable_in, wake, lac_pub):
             s.close()
+        if curve:
+            curve.stop()
         zctx.term()
         logs.close()
         env.close()
@@ -261,6 +270,7 @@ class AddServer(ClientServer):
         self.last_mark = ring.get(WRITE)
         self.last_checkpoint = time.monotonic()
         self.last_stats = 0.0
+        self.gate = None  # workers/auth.py Gate when CURVE is on
         self.stalled: collections.deque = collections.deque()  # (socket, frames, internal, taken_at) waiting for ring room
         self.checkpointer = Checkpointer(ctx, storage, ledger_dirs)
         self.add_latency = ctx.metrics.histogram("bookie_add_entry_seconds")
@@ -420,6 +430,8 @@ class AddServer(ClientServer):
             self.reject_raw(ident, head, e.status)
             return True
         try:
+            if self.gate is not None and self.gate.refusal(frames[1], op, flags):
+                raise Rejected(Status.UNAUTHORIZED, "role does not allow the op")
             if op == Op.ADD:
                 return self.handle_add(ident, flags, request_id, ledger_id, frames[2:])
             if op == Op.WRITE_LAC:

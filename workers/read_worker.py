@@ -40,6 +40,7 @@ import zmq
 from bookie import wire
 from bookie.workers.layout import current_dir
 from bookie.wire import Flag, Op, Status
+from bookie.workers.auth import server_curve
 from bookie.workers.common import ClientServer, ConnectionCap, guard_client_socket, make_socket
 from bookie.workers.long_polls import LongPolls
 from bookie.workers.ring import Ring
@@ -70,6 +71,7 @@ class ReadServer(ClientServer):
         self.unread: dict[bytes, collections.deque] = {}  # ident -> (tracker, bytes) of big replies
         self.unread_bytes: dict[bytes, int] = {}
         self.cap = None  # ConnectionCap of the client socket
+        self.gate = None  # workers/auth.py Gate when CURVE is on
         self.unbound_tokens = UNBOUND_FENCES_BURST
         self.unbound_at = time.monotonic()
         self.last_stats = 0.0
@@ -108,9 +110,11 @@ class ReadServer(ClientServer):
             if self.clients in events:
                 for _ in range(MAX_MESSAGES_PER_ITERATION):
                     try:
-                        frames = self.clients.recv_multipart(zmq.NOBLOCK)
+                        frames = self.clients.recv_multipart(zmq.NOBLOCK, copy=self.gate is None)
                     except zmq.Again:
                         break
+                    if self.gate is not None:
+                        frames = self.admit(frames)
                     self.handle(frames)
             self.expire_polls()
             now = time.monotonic()
@@ -129,7 +133,24 @@ class ReadServer(ClientServer):
                 self.ctx.write_stats(s)
 
     # -- requests --------------------------------------------------------------------------------
+    def admit(self, frames: list) -> list:
+        """CURVE on: the frames as bytes, or [] (answered UNAUTHORIZED here) when the
+        connection's role does not allow the request."""
+        plain = [f.bytes for f in frames]
+        if len(plain) >= 2:
+            try:
+                op, flags, request_id, ledger_id = wire.unpack_header(plain[1])
+            except wire.ProtocolError:
+                return plain  # handle() answers it
+            if self.gate.refusal(frames[1], op, flags):
+                self.stats["rejected_unauthorized_total"] += 1
+                self.reply(plain[0], op, Status.UNAUTHORIZED, request_id, ledger_id)
+                return []
+        return plain
+
     def handle(self, frames) -> None:
+        if not frames:
+            return  # refused by admit()
         if len(frames) < 2:
             self.stats["dropped_malformed_total"] += 1
             return
@@ -369,8 +390,13 @@ def run(ctx) -> int:
     index = Index(env)
     logs = EntryLogReader([current_dir(d) for d in conf.ledger_dirs])
     ring = Ring.attach(ctx.ring_path)
+    curve = server_curve(conf)  # before the context: a bad key file stops the worker here
     zctx = zmq.Context()
+    if curve:
+        curve.start(zctx, ctx.log)
     clients = make_socket(zctx, zmq.ROUTER, linger_ms=500)
+    if curve:
+        curve.secure(clients)
     clients.setsockopt(zmq.SNDHWM, 100_000)
     guard_client_socket(clients, conf, MAX_REQUEST_FRAME_BYTES)
     cap = ConnectionCap(clients, conf.max_client_connections, conf.bookie_port + 1)
@@ -382,6 +408,7 @@ def run(ctx) -> int:
     lac_sub.connect(ctx.endpoint("add.lac"))
     server = ReadServer(ctx, index, logs, ring, clients, control, lac_sub)
     server.cap = cap
+    server.gate = curve.gate if curve else None
     ctx.log("read worker ready", port=conf.bookie_port + 1)
     ctx.ready()
     try:
@@ -389,6 +416,8 @@ def run(ctx) -> int:
     finally:
         for s in (cap, clients, control, lac_sub):
             s.close()
+        if curve:
+            curve.stop()
         zctx.term()
         logs.close()
         env.close()

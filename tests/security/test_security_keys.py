@@ -67,13 +67,22 @@ def test_a_fence_on_an_unused_ledger_id_binds_no_key(ens, client):
     assert client.fence(ledger, ATTACKER) == Status.UNAUTHORIZED
 
 
-def test_a_bookie_beyond_loopback_warns_that_its_sockets_are_open():
+def test_a_bookie_beyond_loopback_without_curve_is_refused_unless_the_operator_opts_out():
+    import pytest
+
+    from bookie.appliance.startchecks import StartRefused, check_client_security
     from bookie.appliance.supervisor import exposure_warning
     from bookie.workers.config import BookieConfig
 
-    def conf(host):
-        return BookieConfig.from_mapping({"listeningInterface": host}, check_dirs=False)
+    def conf(host, **more):
+        return BookieConfig.from_mapping({"listeningInterface": host, **more}, check_dirs=False)
 
-    assert exposure_warning(conf("127.0.0.1")) is None and exposure_warning(conf("::1")) is None
-    assert "no authentication or encryption" in exposure_warning(conf("0.0.0.0"))
-    assert "docs/security.md" in exposure_warning(conf("10.1.2.3"))
+    for host in ("127.0.0.1", "::1"):  # loopback: serves without keys, and says so
+        level, line = check_client_security(conf(host))
+        assert level == "info" and "without CURVE" in line and exposure_warning(conf(host)) is None
+    for host in ("0.0.0.0", "10.1.2.3"):
+        with pytest.raises(StartRefused, match="allowInsecureClients=true"):
+            check_client_security(conf(host))
+        level, line = check_client_security(conf(host, allowInsecureClients="true"))
+        assert level == "warning" and "no authentication or encryption" in line
+        assert "docs/security.md" in line
