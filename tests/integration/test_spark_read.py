@@ -12,23 +12,11 @@ import time
 
 import pytest
 
-from bookie.client import BookKeeper
 
 import pyspark  # noqa: E402,F401  (tests/setup.sh installs the spark extra)
+from spark_fixtures import bk, spark  # noqa: E402,F401  (module fixtures)
 
 PW = "pw"
-
-
-@pytest.fixture(scope="module")
-def spark(spark_session):
-    return spark_session
-CONFIG = {"addEntryTimeout": 2.0, "readTimeout": 2.0, "operationTimeout": 60.0}
-
-
-@pytest.fixture(scope="module")
-def bk(spark_bookies):
-    with BookKeeper(spark_bookies.metadata_uri, CONFIG) as client:
-        yield client
 
 
 def payload(ledger_id, entry_id) -> bytes:

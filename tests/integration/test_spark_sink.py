@@ -7,11 +7,8 @@ import os
 import shutil
 import sys
 
-import pytest
-
-from bookie.client import BookKeeper
-
 import pyspark  # noqa: E402,F401  (tests/setup.sh installs the spark extra)
+from spark_fixtures import bk, spark  # noqa: E402,F401  (module fixtures)
 
 from pyspark import cloudpickle  # noqa: E402
 
@@ -20,18 +17,6 @@ from bookie.spark.sink import TAG_LOG, TAG_SINK, sweep  # noqa: E402
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests/
 
 PW = "pw"
-CONFIG = {"addEntryTimeout": 2.0, "readTimeout": 2.0, "operationTimeout": 60.0}
-
-
-@pytest.fixture(scope="module")
-def spark(spark_session):
-    return spark_session
-
-
-@pytest.fixture(scope="module")
-def bk(spark_bookies):
-    with BookKeeper(spark_bookies.metadata_uri, CONFIG) as client:
-        yield client
 
 
 def log_payloads(bk, name):
