@@ -12,17 +12,11 @@ import time
 
 from bookie.metadata import open_metadata
 from bookie.metadata.underreplication import UnderReplication
+import waiting
 
 
 def wait_for(predicate, timeout_s=30.0, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.05)
+    return waiting.wait_for(predicate, timeout_s, what)
 
 
 def test_marks_merge_their_missing_bookies_and_unmark_removes_them(metadata_store):

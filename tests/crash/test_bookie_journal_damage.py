@@ -4,7 +4,6 @@ backup wholly before LastLogMark is a warning; never silent loss."""
 
 import glob
 import os
-import time
 
 import pytest
 
@@ -13,6 +12,7 @@ from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.workers import journal
 from bookie.wire import Status
 from journal_forgery import adversarial_payload
+from waiting import poll
 
 KEY = b"journal-damage-key"
 
@@ -107,12 +107,7 @@ def test_entries_that_look_like_journal_groups_do_not_stop_a_torn_tail_recovery(
 
 
 def _wait(pred, timeout_s=20.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
+    return poll(pred, timeout_s)
 
 
 def test_damage_in_a_backup_journal_before_the_mark_is_a_warning_not_a_refusal(tmp_path):

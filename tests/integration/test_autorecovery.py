@@ -24,6 +24,7 @@ from bookie.metadata.underreplication import UnderReplication
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient
 from bookie.wire import Status
+import waiting
 
 # zkTimeout: also the grace a new auditor gives bookies it never saw registered
 FAST = {"autoRecoveryDaemonEnabled": "true", "lostBookieRecoveryDelay": "2",
@@ -33,14 +34,7 @@ BOUND_S = 120.0  # generous: the machine is shared and loaded
 
 
 def wait_for(predicate, timeout_s=BOUND_S, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.2)
+    return waiting.wait_for(predicate, timeout_s, what, step_s=0.2)
 
 
 def dump_logs(lb):

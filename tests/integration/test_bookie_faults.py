@@ -13,6 +13,7 @@ from bookie.metadata import LedgerMetadata, open_metadata
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Status
+from waiting import poll
 
 KEY = b"faults-master-key"
 ZK_TIMEOUT_MS = 2000
@@ -42,12 +43,7 @@ def paused(zk):
 
 
 def _wait(pred, timeout_s=20.0, step=0.05):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(step)
-    return False
+    return poll(pred, timeout_s, step)
 
 
 def _one_bookie(uri, tmp_path, **conf):

@@ -14,6 +14,7 @@ from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Status
 from bookie.workers import metrics
+from waiting import poll
 
 KEY = b"gc-master-key"
 
@@ -28,12 +29,7 @@ def ens():
 
 
 def _wait(pred, timeout_s=15.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
+    return poll(pred, timeout_s)
 
 
 def test_deleted_ledgers_leave_the_bookie_and_dead_entry_logs_go(ens):

@@ -18,6 +18,7 @@ from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Status
 from bookie.workers.common import free_port_pair
+from waiting import poll
 
 KEY = b"compaction-key"
 CONF = {"gcWaitTime": 600_000, "logSizeLimit": 128 * 1024, "flushInterval": 50,
@@ -26,12 +27,7 @@ CONF = {"gcWaitTime": 600_000, "logSizeLimit": 128 * 1024, "flushInterval": 50,
 
 
 def wait(pred, timeout_s=60.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
+    return poll(pred, timeout_s)
 
 
 def ledger_dir(ens, i=0):

@@ -4,7 +4,6 @@ the low-water mark it takes adds again (bookie.workers.diskcheck, docs/configura
 
 import os
 import subprocess
-import time
 
 import pytest
 
@@ -12,6 +11,7 @@ from bookie.metadata import LedgerMetadata, open_metadata
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import BookieTimeout, RawBookieClient, make_entry
 from bookie.wire import Status
+from waiting import poll
 
 KEY = b"disk-key"
 ENTRY_BYTES = 16 * 1024
@@ -27,12 +27,7 @@ def small_ledger_disk(tmp_path):
 
 
 def wait(pred, timeout_s=90.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
+    return poll(pred, timeout_s, 0.1)
 
 
 def entry(lid, eid):

@@ -9,7 +9,6 @@ import glob
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -20,6 +19,7 @@ from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Status
 from bookie.workers.inspect import open_readonly
 from bookie.workers.storage import Index
+from waiting import poll
 
 CONF = {"gcWaitTime": 600_000, "flushInterval": 50, "entryLogFilePreallocationEnabled": "false",
         "minorCompactionInterval": 0, "majorCompactionInterval": 0}
@@ -34,12 +34,7 @@ def ens():
 
 
 def _wait(pred, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
+    return poll(pred, timeout_s)
 
 
 def _gc_passes(ens) -> int:
