@@ -27,7 +27,6 @@ import os
 import threading
 import time
 
-import numpy as np
 import zmq
 
 from bookie import wire
@@ -121,9 +120,7 @@ class Checkpointer(threading.Thread):
 
 def store_replayed(storage: LedgerStorage, rec: records.Record, buf, pos: int) -> None:
     """Store the entries of an ADD_BATCH record read back from the journal."""
-    data = buf[pos + rec.data_offset:pos + rec.size]
-    offsets = np.cumsum(rec.lengths) - rec.lengths
-    _, entry_ids = wire.batch_ids(data, offsets)
+    offsets, _, entry_ids = records.batch_entries(rec, buf, pos)
     storage.store_batch(rec.ledger_id, [buf[pos:pos + rec.size]], rec.size,
                         rec.data_offset, entry_ids, rec.lengths, offsets)
 
