@@ -27,7 +27,6 @@ import os
 import threading
 import time
 
-import numpy as np
 import zmq
 
 from bookie import wire
@@ -46,12 +45,18 @@ MAX_MESSAGES_PER_ITERATION = 512
 FENCE_OP = -1  # a fence journaled for the read worker (bookie_requests_total{op="FENCE"})
 
 
-def checkpoint(storage: LedgerStorage, ledger_dirs: list[str], mark: int) -> None:
-    storage.commit()
+def sync_to_mark(storage: LedgerStorage, ledger_dirs: list[str], mark: int) -> None:
+    """The sync steps of a checkpoint, in DESIGN invariant 3's order: fdatasync the entry logs,
+    sync the index, then persist LastLogMark."""
     storage.logs.sync()
     storage.index.env.sync(True)
     for d in ledger_dirs:
         write_lastmark(d, mark)
+
+
+def checkpoint(storage: LedgerStorage, ledger_dirs: list[str], mark: int) -> None:
+    storage.commit()
+    sync_to_mark(storage, ledger_dirs, mark)
 
 
 class Checkpointer(threading.Thread):
@@ -100,10 +105,7 @@ class Checkpointer(threading.Thread):
                 mark, self._mark = self._mark, None
             try:
                 t0 = time.perf_counter()
-                self.storage.logs.sync()
-                self.storage.index.env.sync(True)
-                for d in self.ledger_dirs:
-                    write_lastmark(d, mark)
+                sync_to_mark(self.storage, self.ledger_dirs, mark)
                 self.latency.observe_locked(time.perf_counter() - t0)
                 if self.failed:
                     self.ctx.log("checkpoint succeeded again", mark=mark)
@@ -118,9 +120,7 @@ class Checkpointer(threading.Thread):
 
 def store_replayed(storage: LedgerStorage, rec: records.Record, buf, pos: int) -> None:
     """Store the entries of an ADD_BATCH record read back from the journal."""
-    data = buf[pos + rec.data_offset:pos + rec.size]
-    offsets = np.cumsum(rec.lengths) - rec.lengths
-    _, entry_ids = wire.batch_ids(data, offsets)
+    offsets, _, entry_ids = records.batch_entries(rec, buf, pos)
     storage.store_batch(rec.ledger_id, [buf[pos:pos + rec.size]], rec.size,
                         rec.data_offset, entry_ids, rec.lengths, offsets)
 

@@ -29,7 +29,6 @@ from typing import Any
 
 import crc32c
 import lmdb
-import numpy as np
 import orjson
 
 from bookie import wire
@@ -151,8 +150,7 @@ class EntryLogFile:
     def entries(self, rec: records.Record, pos: int) -> list[LogEntry]:
         """The entries of the ADD_BATCH record at ``pos``."""
         data_at = pos + rec.data_offset
-        offsets = np.cumsum(rec.lengths) - rec.lengths
-        _, entry_ids = wire.batch_ids(self.buf[data_at:pos + rec.size], offsets)
+        offsets, _, entry_ids = records.batch_entries(rec, self.buf, pos)
         recovery = bool(rec.flags & records.FLAG_RECOVERY)
         self.scan.entries += len(entry_ids)
         return [LogEntry(rec.ledger_id, int(e), data_at + int(o), int(n), recovery, rec.master_key)
@@ -190,9 +188,7 @@ class JournalRecord:
         rec = self.record
         if rec.type != records.ADD_BATCH:
             return []
-        offsets = np.cumsum(rec.lengths) - rec.lengths
-        data = self.body[self.at + rec.data_offset:self.at + rec.size]
-        return wire.batch_ids(data, offsets)[1].tolist()
+        return records.batch_entries(rec, self.body, self.at)[2].tolist()
 
 
 def iter_journal(directory: str, warnings: list[str], journal_id: int | None = None

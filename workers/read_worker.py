@@ -289,8 +289,11 @@ class ReadServer(ClientServer):
 
     def reply_lac(self, txn, req) -> None:
         """Answer a parked long poll now, with the ledger's current LAC (NO_LEDGER if it is gone)."""
+        self.send_lac(req, *self.lac_of(txn, req[4]))
+
+    def send_lac(self, req, lac, last) -> None:
+        """Answer a long poll with ``lac_of``'s (lac, last): NO_LEDGER when lac is None."""
         ident, op, _, request_id, ledger_id, _ = req
-        lac, last = self.lac_of(txn, ledger_id)
         if lac is None:
             self.reply(ident, op, Status.NO_LEDGER, request_id, ledger_id)
         else:
@@ -327,11 +330,7 @@ class ReadServer(ClientServer):
             self.ctx.log("read failed", ledger=ledger_id, error=str(e))
             return  # the polls wait for their timeout
         for req in self.polls.ledger_moved(ledger_id, lac):
-            ident, op, _, request_id, lid, _ = req
-            if lac is None:
-                self.reply(ident, op, Status.NO_LEDGER, request_id, lid)
-            else:
-                self.reply(ident, op, Status.OK, request_id, lid, [wire.LAC_BODY.pack(lac, last)])
+            self.send_lac(req, lac, last)
 
     def expire_polls(self) -> None:
         for req in self.polls.expired(time.monotonic()):

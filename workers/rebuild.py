@@ -388,8 +388,7 @@ def _put_record(index: Index, txn, elog: EntryLogFile, pos: int, rec, earlier: E
     torn by a power loss must not replace a whole one).
     """
     data_at = pos + rec.data_offset
-    offsets = np.cumsum(rec.lengths) - rec.lengths
-    ledger_ids, entry_ids = wire.batch_ids(elog.buf[data_at:pos + rec.size], offsets)
+    offsets, ledger_ids, entry_ids = records.batch_entries(rec, elog.buf, pos)
     keep = ledger_ids == rec.ledger_id
     if not keep.all():
         report.warnings.append(f"{elog.path} offset {pos}: {int((~keep).sum())} entries do not "

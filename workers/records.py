@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from bookie.wire import LENGTHS_DTYPE
+from bookie.wire import LENGTHS_DTYPE, batch_ids
 
 REC_HEADER = struct.Struct("<IBBH")
 REC_HEADER_SIZE = REC_HEADER.size  # 8
@@ -112,6 +112,14 @@ def parse(buf, pos: int) -> Record:
         key = bytes(buf[p + LAC_HEAD.size:p + LAC_HEAD.size + key_len])
         return Record(rtype, flags, ledger_id, key, lac, None, 0, size)
     raise RecordError(f"unknown record type {rtype}")
+
+
+def batch_entries(rec: Record, buf, pos: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets inside the data, ledger ids, entry ids) of the entries of the ADD_BATCH record
+    ``rec`` at ``pos`` of ``buf``."""
+    offsets = np.cumsum(rec.lengths) - rec.lengths
+    ledger_ids, entry_ids = batch_ids(buf[pos + rec.data_offset:pos + rec.size], offsets)
+    return offsets, ledger_ids, entry_ids
 
 
 def iter_records(buf, start: int = 0):
