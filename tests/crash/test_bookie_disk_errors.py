@@ -2,7 +2,6 @@
 restarting: after a failed fdatasync the page cache cannot be trusted to say what is durable."""
 
 import os
-import subprocess
 import time
 
 import pytest
@@ -10,15 +9,13 @@ import pytest
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import BookieTimeout, RawBookieClient, make_entry
 from bookie.wire import Status
+from tmpfs import mounted_tmpfs
 
 
 @pytest.fixture
 def tiny_journal_disk(tmp_path):
-    mnt = tmp_path / "tiny-journal"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], check=True)
-    yield str(mnt)
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with mounted_tmpfs(tmp_path / "tiny-journal", "3m") as mnt:
+        yield mnt
 
 
 def test_a_full_journal_disk_stops_the_bookie_with_exit_status_4(tmp_path, tiny_journal_disk):

@@ -3,7 +3,6 @@ add that met the full disk was never acknowledged, every acknowledged entry surv
 start waits for room instead of failing (workers/noroom.py, docs/architecture.md crash table)."""
 
 import os
-import subprocess
 import time
 
 import pytest
@@ -11,15 +10,13 @@ import pytest
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import BookieTimeout, RawBookieClient, make_entry
 from bookie.wire import Status
+from tmpfs import mounted_tmpfs
 
 
 @pytest.fixture
 def small_ledger_disk(tmp_path):
-    mnt = tmp_path / "small-ledger-disk"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], check=True)
-    yield str(mnt)
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with mounted_tmpfs(tmp_path / "small-ledger-disk", "16m") as mnt:
+        yield mnt
 
 
 def test_stopped_and_started_while_the_ledger_disk_is_full(tmp_path, small_ledger_disk):

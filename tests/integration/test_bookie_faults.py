@@ -4,7 +4,6 @@ and full ledger disks (a small tmpfs).  Real bookies, a real ZooKeeper, real fil
 
 import os
 import signal
-import subprocess
 import time
 
 import pytest
@@ -14,6 +13,7 @@ from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Status
 from waiting import poll
+from tmpfs import mounted_tmpfs
 
 KEY = b"faults-master-key"
 ZK_TIMEOUT_MS = 2000
@@ -133,11 +133,8 @@ def test_gc_deletes_nothing_when_the_store_lists_no_ledgers(zk, zk_store_uri, tm
 
 @pytest.fixture
 def small_ledger_disk(tmp_path):
-    mnt = tmp_path / "small-ledger-disk"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], check=True)
-    yield str(mnt)
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with mounted_tmpfs(tmp_path / "small-ledger-disk", "16m") as mnt:
+        yield mnt
 
 
 def _fill(directory: str, leave_bytes: int) -> str:

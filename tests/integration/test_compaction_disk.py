@@ -3,7 +3,6 @@ for a GC pass with a major compaction itself, and once a deleted ledger's space 
 the low-water mark it takes adds again (bookie.workers.diskcheck, docs/configuration.md)."""
 
 import os
-import subprocess
 
 import pytest
 
@@ -12,6 +11,7 @@ from bookie.testing import LocalBookies
 from bookie.testing.rawclient import BookieTimeout, RawBookieClient, make_entry
 from bookie.wire import Status
 from waiting import poll
+from tmpfs import mounted_tmpfs
 
 KEY = b"disk-key"
 ENTRY_BYTES = 16 * 1024
@@ -19,11 +19,8 @@ ENTRY_BYTES = 16 * 1024
 
 @pytest.fixture
 def small_ledger_disk(tmp_path):
-    mnt = tmp_path / "small-ledger-disk"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)], check=True)
-    yield str(mnt)
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with mounted_tmpfs(tmp_path / "small-ledger-disk", "64m") as mnt:
+        yield mnt
 
 
 def wait(pred, timeout_s=90.0):
