@@ -61,6 +61,21 @@ class UnderReplication:
     def __init__(self, store: MetadataStore):
         self.store = store
 
+    def _docs(self, parent: str) -> dict[int, dict]:
+        """Ledger id -> JSON document of every child of ``parent`` (children that vanish while
+        being read are skipped; a missing parent is empty)."""
+        try:
+            names = self.store.children(parent)
+        except NoSuchNodeError:
+            return {}
+        out = {}
+        for name in names:
+            try:
+                out[int(name)] = _load(self.store.get(join(parent, name))[0])
+            except NoSuchNodeError:
+                continue
+        return out
+
     # -- marks -------------------------------------------------------------------------------
 
     def mark(self, ledger_id: int, missing: list[str]) -> bool:
@@ -91,18 +106,8 @@ class UnderReplication:
 
     def marks(self) -> dict[int, list[str]]:
         """Every marked ledger -> the bookies it misses copies on."""
-        try:
-            names = self.store.children(MARKS)
-        except NoSuchNodeError:
-            return {}
-        out = {}
-        for name in names:
-            try:
-                data, _ = self.store.get(join(MARKS, name))
-            except NoSuchNodeError:
-                continue
-            out[int(name)] = sorted(_load(data).get("missing") or [])
-        return out
+        return {ledger_id: sorted(doc.get("missing") or [])
+                for ledger_id, doc in self._docs(MARKS).items()}
 
     def mark_of(self, ledger_id: int) -> tuple[list[str], int] | None:
         """``(missing, version)`` of a ledger's mark, or None."""
@@ -230,17 +235,7 @@ class UnderReplication:
             return False
 
     def lost(self) -> dict[int, dict]:
-        try:
-            names = self.store.children(LOST)
-        except NoSuchNodeError:
-            return {}
-        out = {}
-        for name in names:
-            try:
-                out[int(name)] = _load(self.store.get(join(LOST, name))[0])
-            except NoSuchNodeError:
-                continue
-        return out
+        return self._docs(LOST)
 
     def forget_lost(self, ledger_id: int) -> None:
         try:
