@@ -33,17 +33,15 @@ from typing import Callable
 import orjson
 
 from bookie.metadata.errors import BadVersionError, NodeExistsError, NoSuchNodeError
-from bookie.metadata.store import UNDERREPLICATION, Cancel, MetadataStore, join
+from bookie.metadata.store import (
+    UNDERREPLICATION, UNDERREPLICATION_LOST, UNDERREPLICATION_MARKS, Cancel, MetadataStore, join)
 
-MARKS = UNDERREPLICATION + "/ledgers"
+MARKS = UNDERREPLICATION_MARKS
 LOCKS = UNDERREPLICATION + "/locks"
 ELECTION = UNDERREPLICATION + "/auditorelection"
 DISABLE = UNDERREPLICATION + "/disable"
 TRIGGER = UNDERREPLICATION + "/triggeraudit"
-LOST = UNDERREPLICATION + "/lost"
-# Nodes under /underreplication that hold cluster data (format refuses to wipe them silently);
-# the others are coordination of running processes.
-DATA_NODES = (MARKS, LOST)
+LOST = UNDERREPLICATION_LOST  # MARKS and LOST are data (see store.py); the others coordinate
 
 
 def _load(data: bytes) -> dict:
