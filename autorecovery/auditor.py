@@ -127,7 +127,3 @@ class Auditor:
                 if self.ur.unmark(ledger_id):
                     self.log("under-replication mark removed", ledger_id=ledger_id,
                              reason=reason)
-
-    def next_wake_s(self) -> float | None:
-        deadline = self.membership.next_deadline(self.clock())
-        return None if deadline is None else max(0.0, deadline - self.clock())

@@ -28,13 +28,12 @@ missing bookie any more.
 from __future__ import annotations
 
 import time
-from typing import Callable
 
 import orjson
 
 from bookie.metadata.errors import BadVersionError, NodeExistsError, NoSuchNodeError
 from bookie.metadata.store import (
-    UNDERREPLICATION, UNDERREPLICATION_LOST, UNDERREPLICATION_MARKS, Cancel, MetadataStore, join)
+    UNDERREPLICATION, UNDERREPLICATION_LOST, UNDERREPLICATION_MARKS, MetadataStore, join)
 
 MARKS = UNDERREPLICATION_MARKS
 LOCKS = UNDERREPLICATION + "/locks"
@@ -180,9 +179,6 @@ class UnderReplication:
                 continue
             return vote, str(_load(data).get("id", "?"))
         return None
-
-    def watch_votes(self, callback: Callable[[list[str]], None]) -> Cancel:
-        return self.store.watch_children(ELECTION, callback)
 
     # -- enable flag, audit trigger ----------------------------------------------------------
 
