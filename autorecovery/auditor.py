@@ -46,7 +46,7 @@ class Auditor:
         self.lost_reported_total = 0
 
     def registered(self) -> set[str]:
-        return set(self.store.list_bookies()) | set(self.store.list_bookies(readonly=True))
+        return self.store.registered_bookies()
 
     def tick(self) -> bool:
         """One look at membership; a full pass when due.  Returns True if a pass ran."""

@@ -82,9 +82,6 @@ class Replicator:
                 return p
         return None
 
-    def _registered(self) -> set[str]:
-        return set(self.store.list_bookies()) | set(self.store.list_bookies(readonly=True))
-
     def _recover(self, ledger_id: int, meta, password: bytes) -> bool:
         """Fence and close an open ledger through the client (its recovery)."""
         from bookie.client import BookKeeper
@@ -124,7 +121,7 @@ class Replicator:
         except NoSuchLedgerError:
             self._settle(ledger_id, "deleted", mark_version)
             return SETTLED
-        registered = self._registered()
+        registered = self.store.registered_bookies()
         if missing is None:
             missing = sorted(rules.named_bookies(meta) - registered)
         reason = rules.settle_mark(missing, meta, set() if force else registered)
@@ -229,7 +226,7 @@ class Replicator:
         except NoSuchLedgerError:
             return 0
         password = self._password(meta)
-        registered = self._registered()
+        registered = self.store.registered_bookies()
         if meta.state is not LedgerState.CLOSED or password is None:
             return 0
         key, stride, filled = master_key(password), meta.ensemble_size, 0

@@ -439,6 +439,10 @@ class MetadataStore(abc.ABC):
             return []
         return sorted(k for k in kids if readonly or k != "readonly")
 
+    def registered_bookies(self) -> set[str]:
+        """Every registered bookie, writable or read-only."""
+        return set(self.list_bookies()) | set(self.list_bookies(readonly=True))
+
     def bookie_info(self, bookie_id: str) -> dict | None:
         """The info dict a registered bookie published, or None if it is not registered."""
         check_bookie_id(bookie_id)
