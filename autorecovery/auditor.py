@@ -46,7 +46,7 @@ class Auditor:
         self.lost_reported_total = 0
 
     def registered(self) -> set[str]:
-        return set(self.store.list_bookies()) | set(self.store.list_bookies(readonly=True))
+        return self.store.registered_bookies()
 
     def tick(self) -> bool:
         """One look at membership; a full pass when due.  Returns True if a pass ran."""
@@ -127,7 +127,3 @@ class Auditor:
                 if self.ur.unmark(ledger_id):
                     self.log("under-replication mark removed", ledger_id=ledger_id,
                              reason=reason)
-
-    def next_wake_s(self) -> float | None:
-        deadline = self.membership.next_deadline(self.clock())
-        return None if deadline is None else max(0.0, deadline - self.clock())

@@ -82,9 +82,6 @@ class Replicator:
                 return p
         return None
 
-    def _registered(self) -> set[str]:
-        return set(self.store.list_bookies()) | set(self.store.list_bookies(readonly=True))
-
     def _recover(self, ledger_id: int, meta, password: bytes) -> bool:
         """Fence and close an open ledger through the client (its recovery)."""
         from bookie.client import BookKeeper
@@ -116,20 +113,20 @@ class Replicator:
         found = self.ur.mark_of(ledger_id)
         # the mark is removed at the version read here only: bookies the auditor adds to it
         # meanwhile keep it for the next round
-        self._mark_version = found[1] if found else None
+        mark_version = found[1] if found else None
         if missing is None:
             missing = found[0] if found else None
         try:
             meta, version = self.store.read_ledger(ledger_id)
         except NoSuchLedgerError:
-            self._settle(ledger_id, "deleted")
+            self._settle(ledger_id, "deleted", mark_version)
             return SETTLED
-        registered = self._registered()
+        registered = self.store.registered_bookies()
         if missing is None:
             missing = sorted(rules.named_bookies(meta) - registered)
         reason = rules.settle_mark(missing, meta, set() if force else registered)
         if reason != rules.KEEP:
-            self._settle(ledger_id, reason)
+            self._settle(ledger_id, reason, mark_version)
             return SETTLED
         dead = (set(missing) & rules.named_bookies(meta)) - (set() if force else registered)
         unavailable = dead - registered if read_from_missing else set(dead)
@@ -138,7 +135,7 @@ class Replicator:
             self._report_lost(ledger_id, {"reason": "password unknown to autorecovery",
                                           "missing": sorted(dead)})
             if not self.dry_run:
-                self.ur.unmark(ledger_id, self._mark_version)
+                self.ur.unmark(ledger_id, mark_version)
             return LOST
         if meta.state is not LedgerState.CLOSED and skip_open:
             return WAIT
@@ -151,7 +148,7 @@ class Replicator:
             try:
                 meta, version = self.store.read_ledger(ledger_id)
             except NoSuchLedgerError:
-                self._settle(ledger_id, "deleted")
+                self._settle(ledger_id, "deleted", mark_version)
                 return SETTLED
             if meta.state is not LedgerState.CLOSED:
                 return RETRY
@@ -170,7 +167,7 @@ class Replicator:
             elif result == RETRY:
                 return RETRY
         if not self.dry_run:
-            self.ur.unmark(ledger_id, self._mark_version)
+            self.ur.unmark(ledger_id, mark_version)
         if outcome == HEALED:
             self.log("ledger re-replicated", ledger_id=ledger_id, missing=",".join(sorted(dead)))
         return outcome
@@ -229,7 +226,7 @@ class Replicator:
         except NoSuchLedgerError:
             return 0
         password = self._password(meta)
-        registered = self._registered()
+        registered = self.store.registered_bookies()
         if meta.state is not LedgerState.CLOSED or password is None:
             return 0
         key, stride, filled = master_key(password), meta.ensemble_size, 0
@@ -267,9 +264,9 @@ class Replicator:
                 entry, left = entry + stride, left - 1
         return filled
 
-    def _settle(self, ledger_id: int, reason: str) -> None:
+    def _settle(self, ledger_id: int, reason: str, mark_version: int | None) -> None:
         if not self.dry_run:
-            self.ur.unmark(ledger_id, getattr(self, "_mark_version", None))
+            self.ur.unmark(ledger_id, mark_version)
         self.log("under-replication mark removed", ledger_id=ledger_id, reason=reason)
 
     def _report_lost(self, ledger_id: int, detail: dict) -> None:

@@ -44,6 +44,11 @@ COOKIES = "/cookies"
 LAYOUT = "/LAYOUT"
 INSTANCEID = "/INSTANCEID"
 UNDERREPLICATION = "/underreplication"
+# Under /underreplication only the marks and the lost-data reports are cluster data (format
+# refuses to wipe them silently); the election, locks and flags belong to running autorecovery
+# workers (metadata/underreplication.py).
+UNDERREPLICATION_MARKS = UNDERREPLICATION + "/ledgers"
+UNDERREPLICATION_LOST = UNDERREPLICATION + "/lost"
 # Nodes format() creates; a root holding nothing else (and no ledgers) has no data to lose.
 SKELETON = (AVAILABLE, READONLY, COOKIES, UNDERREPLICATION)
 
@@ -345,10 +350,7 @@ class MetadataStore(abc.ABC):
         that ``format`` creates."""
         if next(iter(self.list_ledgers()), None) is not None:
             return True
-        # Under /underreplication only marks and lost-data reports are data; the election,
-        # locks and flags belong to running autorecovery workers (metadata/underreplication.py).
-        for path in (AVAILABLE, READONLY, COOKIES, UNDERREPLICATION + "/ledgers",
-                     UNDERREPLICATION + "/lost"):
+        for path in (AVAILABLE, READONLY, COOKIES, UNDERREPLICATION_MARKS, UNDERREPLICATION_LOST):
             try:
                 kids = self.children(path)
             except NoSuchNodeError:
@@ -436,6 +438,10 @@ class MetadataStore(abc.ABC):
         except NoSuchNodeError:
             return []
         return sorted(k for k in kids if readonly or k != "readonly")
+
+    def registered_bookies(self) -> set[str]:
+        """Every registered bookie, writable or read-only."""
+        return set(self.list_bookies()) | set(self.list_bookies(readonly=True))
 
     def bookie_info(self, bookie_id: str) -> dict | None:
         """The info dict a registered bookie published, or None if it is not registered."""

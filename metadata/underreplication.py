@@ -28,22 +28,19 @@ missing bookie any more.
 from __future__ import annotations
 
 import time
-from typing import Callable
 
 import orjson
 
 from bookie.metadata.errors import BadVersionError, NodeExistsError, NoSuchNodeError
-from bookie.metadata.store import UNDERREPLICATION, Cancel, MetadataStore, join
+from bookie.metadata.store import (
+    UNDERREPLICATION, UNDERREPLICATION_LOST, UNDERREPLICATION_MARKS, MetadataStore, join)
 
-MARKS = UNDERREPLICATION + "/ledgers"
+MARKS = UNDERREPLICATION_MARKS
 LOCKS = UNDERREPLICATION + "/locks"
 ELECTION = UNDERREPLICATION + "/auditorelection"
 DISABLE = UNDERREPLICATION + "/disable"
 TRIGGER = UNDERREPLICATION + "/triggeraudit"
-LOST = UNDERREPLICATION + "/lost"
-# Nodes under /underreplication that hold cluster data (format refuses to wipe them silently);
-# the others are coordination of running processes.
-DATA_NODES = (MARKS, LOST)
+LOST = UNDERREPLICATION_LOST  # MARKS and LOST are data (see store.py); the others coordinate
 
 
 def _load(data: bytes) -> dict:
@@ -60,6 +57,21 @@ class UnderReplication:
 
     def __init__(self, store: MetadataStore):
         self.store = store
+
+    def _docs(self, parent: str) -> dict[int, dict]:
+        """Ledger id -> JSON document of every child of ``parent`` (children that vanish while
+        being read are skipped; a missing parent is empty)."""
+        try:
+            names = self.store.children(parent)
+        except NoSuchNodeError:
+            return {}
+        out = {}
+        for name in names:
+            try:
+                out[int(name)] = _load(self.store.get(join(parent, name))[0])
+            except NoSuchNodeError:
+                continue
+        return out
 
     # -- marks -------------------------------------------------------------------------------
 
@@ -91,18 +103,8 @@ class UnderReplication:
 
     def marks(self) -> dict[int, list[str]]:
         """Every marked ledger -> the bookies it misses copies on."""
-        try:
-            names = self.store.children(MARKS)
-        except NoSuchNodeError:
-            return {}
-        out = {}
-        for name in names:
-            try:
-                data, _ = self.store.get(join(MARKS, name))
-            except NoSuchNodeError:
-                continue
-            out[int(name)] = sorted(_load(data).get("missing") or [])
-        return out
+        return {ledger_id: sorted(doc.get("missing") or [])
+                for ledger_id, doc in self._docs(MARKS).items()}
 
     def mark_of(self, ledger_id: int) -> tuple[list[str], int] | None:
         """``(missing, version)`` of a ledger's mark, or None."""
@@ -178,9 +180,6 @@ class UnderReplication:
             return vote, str(_load(data).get("id", "?"))
         return None
 
-    def watch_votes(self, callback: Callable[[list[str]], None]) -> Cancel:
-        return self.store.watch_children(ELECTION, callback)
-
     # -- enable flag, audit trigger ----------------------------------------------------------
 
     def enabled(self) -> bool:
@@ -230,17 +229,7 @@ class UnderReplication:
             return False
 
     def lost(self) -> dict[int, dict]:
-        try:
-            names = self.store.children(LOST)
-        except NoSuchNodeError:
-            return {}
-        out = {}
-        for name in names:
-            try:
-                out[int(name)] = _load(self.store.get(join(LOST, name))[0])
-            except NoSuchNodeError:
-                continue
-        return out
+        return self._docs(LOST)
 
     def forget_lost(self, ledger_id: int) -> None:
         try:
