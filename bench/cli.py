@@ -1,10 +1,11 @@
 """``bookie bench``: the benchmark tools' command line (options, checks, where output goes).
 
 Every tool writes progress lines and a human summary on stderr and exactly one JSON line on
-stdout (``--json-out FILE`` appends the same line to FILE; ``--plot FILE.png`` draws it).  A bad
-option is one line on stderr and exit status 2, before anything starts.  The tools themselves
-live in bookie_bench, client_bench and journal_bench; this module only turns options into their
-parameters.
+stdout (``--json-out FILE`` appends the same line to FILE; ``--plot FILE.png`` draws it, for the
+tools that take them).  A bad option is one line on stderr and exit status 2, before anything
+starts.  The tools themselves live in bookie_bench, client_bench (with tail_bench),
+journal_bench, spark_bench, compaction, report and standard; this module only turns options into
+their parameters.
 """
 
 from __future__ import annotations
