@@ -222,11 +222,9 @@ def _cmd_spark(args) -> int:
     check_positive(args, "entries", "entrysize", "ensemble", "quorum", "batch", "window",
                    "cores")
     check_quorum(args.ensemble, args.quorum, args.quorum)
-    emit = None if getattr(args, "quiet", False) else \
-        (lambda line: print(line, file=sys.stderr, flush=True))
-    with _ensemble(args) as (uri, _):
-        result = spark_bench.run(params_of(args, drop=("func", "command", "bench_tool")),
-                                 uri, emit=emit)
+    with _ensemble(args) as (uri, _):  # spark has no --quiet: progress always goes to stderr
+        result = spark_bench.run(params_of(args, drop=("func", "command", "bench_tool")), uri,
+                                 emit=lambda line: print(line, file=sys.stderr, flush=True))
     spark_bench.print_result(result)
     return 0
 
