@@ -8,12 +8,15 @@
     bookie shell ledgermetadata LEDGER_ID                    one ledger's metadata
     bookie shell genkey NAME [--dir DIR] [--force]           a CURVE keypair (shell_security.py)
 
-The metadata commands take ``--metadata URI`` (default: $BOOKIE_METADATA_URI) and print
-human-readable text, or one JSON document with ``--json``.  Only ``metaformat`` creates a store;
+The metadata commands take ``--metadata URI`` (default: the ``--conf FILE``'s store, else
+$BOOKIE_METADATA_URI) and print human-readable text, or one JSON document with ``--json``.  Only ``metaformat`` creates a store;
 the others refuse a URI that names none (a typo must not look like an empty cluster).
 
 The storage tools over a bookie's own files (rebuild-index, readjournal, readlog, lastmark,
-listfilesondisc, readledger, localconsistencycheck) are in ``shell_disk.py``.
+listfilesondisc, readledger, localconsistencycheck) are in ``shell_disk.py``; the healing and
+cluster verbs (recover, decommissionbookie, listunderreplicated, autorecovery, whoisauditor,
+triggeraudit, deleteledger, simpletest, bookiesanity, bookieinfo, updatecookie) in
+``shell_recovery.py``; triggergc in ``shell_gc.py``.
 """
 
 from __future__ import annotations

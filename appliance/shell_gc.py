@@ -60,13 +60,10 @@ def running_bookie(journal_dir: str) -> dict:
 
 
 def _triggergc(args: argparse.Namespace) -> int:
-    from bookie.workers.config import BookieConfig, ConfigError, parse_overrides
+    from bookie.workers.config import BookieConfig, parse_overrides
     from bookie.workers.gc_worker import request_gc
 
-    try:
-        conf = BookieConfig.load(args.conf, parse_overrides(args.set), check_dirs=False)
-    except ConfigError as e:
-        raise CliError(str(e)) from None
+    conf = BookieConfig.load(args.conf, parse_overrides(args.set), check_dirs=False)
     record = running_bookie(conf.journal_dir)
     if not conf.metadata_uri:
         raise CliError("this bookie has no metadata store: its GC never deletes anything")

@@ -438,22 +438,17 @@ def _updatecookie(args) -> int:
     """The cookie a bookie's configuration calls for now, written to its directories and the
     store; only changes of bookie id and added directories (the instance id is kept, and a
     directory that holds data without a cookie is refused)."""
-    import os
-
     import orjson
 
     from bookie.metadata import CookieNotFoundError
-    from bookie.workers.config import BookieConfig, ConfigError, parse_overrides
+    from bookie.workers.config import BookieConfig, parse_overrides
     from bookie.workers.layout import (
         LAYOUT_VERSION, _has_data, _read_json, _write_atomic, all_dirs, check_not_in_use,
         current_dir, expected_cookie)
 
     if not args.conf:
         raise CliError("updatecookie needs the bookie's configuration: --conf FILE")
-    try:
-        conf = BookieConfig.load(args.conf, parse_overrides(args.set), check_dirs=False)
-    except ConfigError as e:
-        raise CliError(str(e)) from None
+    conf = BookieConfig.load(args.conf, parse_overrides(args.set), check_dirs=False)
     dirs = all_dirs(conf)
     found = {d: _read_json(os.path.join(current_dir(d), "cookie")) for d in dirs}
     cookies = [c for c in found.values() if c]

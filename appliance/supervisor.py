@@ -43,8 +43,7 @@ import time
 import orjson
 
 from bookie.appliance.exposition import BookieRegistry
-from bookie.appliance.startchecks import (StartRefused, check_client_security,  # noqa: F401
-                                          check_ports_free, exposure_warning, listening_ports)
+from bookie.appliance.startchecks import StartRefused, check_client_security, check_ports_free
 from bookie.workers import diskcheck
 from bookie.workers.config import BookieConfig
 from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock

@@ -1,10 +1,11 @@
 """``bookie bench``: the benchmark tools' command line (options, checks, where output goes).
 
 Every tool writes progress lines and a human summary on stderr and exactly one JSON line on
-stdout (``--json-out FILE`` appends the same line to FILE; ``--plot FILE.png`` draws it).  A bad
-option is one line on stderr and exit status 2, before anything starts.  The tools themselves
-live in bookie_bench, client_bench and journal_bench; this module only turns options into their
-parameters.
+stdout (``--json-out FILE`` appends the same line to FILE; ``--plot FILE.png`` draws it, for the
+tools that take them).  A bad option is one line on stderr and exit status 2, before anything
+starts.  The tools themselves live in bookie_bench, client_bench (with tail_bench),
+journal_bench, spark_bench, compaction, report and standard; this module only turns options into
+their parameters.
 """
 
 from __future__ import annotations
@@ -221,11 +222,9 @@ def _cmd_spark(args) -> int:
     check_positive(args, "entries", "entrysize", "ensemble", "quorum", "batch", "window",
                    "cores")
     check_quorum(args.ensemble, args.quorum, args.quorum)
-    emit = None if getattr(args, "quiet", False) else \
-        (lambda line: print(line, file=sys.stderr, flush=True))
-    with _ensemble(args) as (uri, _):
-        result = spark_bench.run(params_of(args, drop=("func", "command", "bench_tool")),
-                                 uri, emit=emit)
+    with _ensemble(args) as (uri, _):  # spark has no --quiet: progress always goes to stderr
+        result = spark_bench.run(params_of(args, drop=("func", "command", "bench_tool")), uri,
+                                 emit=lambda line: print(line, file=sys.stderr, flush=True))
     spark_bench.print_result(result)
     return 0
 

@@ -54,10 +54,6 @@ def _ratio(a, b):
     return get
 
 
-def _rate(phase: str) -> Figure:
-    return Figure("adds/s", _phase(phase, "ops_per_s"), None, True, "/s")
-
-
 STANDARD: tuple[Run, ...] = (
     Run("one bookie, raw wire (BenchBookie)", "bookie",
         ("--localbookie", "--sync-time", "2"), {"rate": None},

@@ -35,14 +35,6 @@ def client_for(conn: Connection) -> BookKeeper:
         return bk
 
 
-def drop_client(conn: Connection) -> None:
-    """Close and forget this process's client for ``conn`` (after it failed badly)."""
-    with _lock:
-        bk = _clients.pop((conn.metadata_uri, conn.config), None)
-    if bk is not None:
-        bk.close()
-
-
 @atexit.register
 def _close_all() -> None:
     with _lock:

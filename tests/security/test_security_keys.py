@@ -70,8 +70,7 @@ def test_a_fence_on_an_unused_ledger_id_binds_no_key(ens, client):
 def test_a_bookie_beyond_loopback_without_curve_is_refused_unless_the_operator_opts_out():
     import pytest
 
-    from bookie.appliance.startchecks import StartRefused, check_client_security
-    from bookie.appliance.supervisor import exposure_warning
+    from bookie.appliance.startchecks import StartRefused, check_client_security, exposure_warning
     from bookie.workers.config import BookieConfig
 
     def conf(host, **more):
