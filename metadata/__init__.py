@@ -13,12 +13,13 @@ docs/metadata.md describes the node tree, the record format and the delivery del
 from __future__ import annotations
 
 from bookie.metadata.errors import (
-    BadVersionError, ConnectionLossError, CookieNotFoundError, CorruptMetadataError,
+    AccessDeniedError, BadVersionError, ConnectionLossError, CookieNotFoundError, CorruptMetadataError,
     InvalidUriError, MetadataError, MetadataTimeoutError, NodeExistsError, NoSuchLedgerError,
     NoSuchNodeError, NoSuchStoreError, NotEmptyError)
 from bookie.metadata.ledger import LedgerMetadata, LedgerState
 from bookie.metadata.store import BookieRegistration, MetadataStore
 from bookie.metadata.uri import MetadataUri, parse_uri
+from bookie.metadata.zk_acl import ZkSecurity, load_zk_security
 
 __all__ = [
     "open_metadata", "MetadataStore", "BookieRegistration", "LedgerMetadata", "LedgerState",
@@ -26,12 +27,14 @@ __all__ = [
     "MetadataError", "BadVersionError", "NoSuchLedgerError", "NoSuchNodeError",
     "CookieNotFoundError", "NodeExistsError", "NotEmptyError", "MetadataTimeoutError",
     "ConnectionLossError", "CorruptMetadataError", "InvalidUriError", "NoSuchStoreError",
+    "AccessDeniedError", "ZkSecurity", "load_zk_security",
 ]
 
 
 def open_metadata(uri: str, timeout_s: float = 10.0, *, lease_ms: int = 5000,
                   watch_poll_s: float = 0.1, session_timeout_s: float | None = None,
-                  map_size_bytes: int = 1 << 30, create: bool = False) -> MetadataStore:
+                  map_size_bytes: int = 1 << 30, create: bool = False,
+                  zk_security: ZkSecurity | None = None) -> MetadataStore:
     """Open the metadata store the URI names; it must exist unless ``create`` is given.
 
     A URI that names no initialised store is refused, and nothing is made there: a typo in a
@@ -49,12 +52,17 @@ def open_metadata(uri: str, timeout_s: float = 10.0, *, lease_ms: int = 5000,
         session_timeout_s: ZooKeeper session timeout (default: ``timeout_s``).
         map_size_bytes: embedded store: largest size of the LMDB file.
         create: initialise the store if there is none (an existing one is kept as it is).
+        zk_security: ZooKeeper: the digest credentials and whether created nodes get an ACL
+            (``zkEnableSecurity``, ``zkDigestAuthFile``; see ``zk_acl.py``).  The embedded
+            store ignores it: its files are the bookie user's alone.
 
     Raises:
         InvalidUriError: the URI is malformed.
         NoSuchStoreError: no initialised store there, and ``create`` is False; the message
             says how to create one (``bookie shell metaformat --metadata URI``).
         MetadataTimeoutError: the ZooKeeper servers cannot be reached within ``timeout_s``.
+        AccessDeniedError: ZooKeeper refused access, or the root's ACL does not fit
+            ``zk_security`` (the message names the key to set).
         MetadataError: the store cannot be opened (directory not usable, layout mismatch).
     """
     parsed = parse_uri(uri)
@@ -65,4 +73,4 @@ def open_metadata(uri: str, timeout_s: float = 10.0, *, lease_ms: int = 5000,
                                      create=create)
     from bookie.metadata.zk import ZooKeeperMetadataStore
     return ZooKeeperMetadataStore(parsed, timeout_s, session_timeout_s=session_timeout_s,
-                                  create=create)
+                                  create=create, security=zk_security)

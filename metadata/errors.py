@@ -74,3 +74,9 @@ class BadVersionError(MetadataError):
 
 class CorruptMetadataError(MetadataError):
     """A stored record could not be decoded or failed validation; the message names the record."""
+
+
+class AccessDeniedError(MetadataError):
+    """The store refused this process access (ZooKeeper ACLs: missing or other credentials, or
+    a tree protected differently from what the configuration says); the message names the key
+    to set."""

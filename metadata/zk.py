@@ -39,13 +39,14 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
 
 from bookie.metadata.errors import (
-    BadVersionError, ConnectionLossError, CorruptMetadataError, MetadataError,
-    MetadataTimeoutError, NodeExistsError, NoSuchLedgerError, NoSuchNodeError, NoSuchStoreError,
-    NotEmptyError)
+    AccessDeniedError, BadVersionError, ConnectionLossError, CorruptMetadataError, MetadataError,
+    MetadataTimeoutError, NodeExistsError, NoSuchLedgerError, NoSuchNodeError, NoSuchStoreError)
 from bookie.metadata.ledger import LedgerMetadata
 from bookie.metadata.store import (
     LAYOUT, Cancel, Dispatcher, MetadataStore, Watch, check_path)
 from bookie.metadata.uri import MetadataUri
+from bookie.metadata.zk_acl import ZkSecurity, above_root_acl, root_acl_problem
+from bookie.metadata.zk_errors import map_error
 
 log = logging.getLogger(__name__)
 
@@ -59,46 +60,36 @@ _MAX_ZK_ID = 9_999_999_999
 _RANGE_CHUNK = 1000
 
 
-def _map_error(e: Exception, what: str) -> MetadataError:
-    if isinstance(e, kz.NoNodeError):
-        return NoSuchNodeError(f"no node {what}")
-    if isinstance(e, kz.NodeExistsError):
-        return NodeExistsError(f"node {what} already exists")
-    if isinstance(e, kz.BadVersionError):
-        return BadVersionError(f"{what}: version does not match")
-    if isinstance(e, kz.NotEmptyError):
-        return NotEmptyError(f"{what} has children")
-    if isinstance(e, kz.NoChildrenForEphemeralsError):
-        return MetadataError(f"{what}: an ephemeral parent cannot have children")
-    if isinstance(e, kz.ConnectionClosedError):
-        return MetadataError("metadata store is closed")
-    return MetadataError(f"{what}: {type(e).__name__}: {e}")
-
-
 class ZooKeeperMetadataStore(MetadataStore):
     """The metadata store in a ZooKeeper ensemble (see the module docstring)."""
 
     def __init__(self, uri: MetadataUri, timeout_s: float = 10.0, *,
-                 session_timeout_s: float | None = None, create: bool = False):
+                 session_timeout_s: float | None = None, create: bool = False,
+                 security: ZkSecurity | None = None):
         """Connect and check the root.
 
         Args:
             create: initialise the root (layout from the URI, default hierarchical) if it holds
                 no store; without it, a root never formatted is refused and left untouched.
+            security: credentials to authenticate with, and (``enabled``) the ACL every node
+                created under the root gets (zk_acl.py); None: none, open ACL.
         Raises:
             NoSuchStoreError: the root holds no ``LAYOUT`` record and ``create`` is False.
             MetadataTimeoutError: ZooKeeper cannot be reached within ``timeout_s``.
+            AccessDeniedError: the root's ACL does not fit ``security`` (``root_acl_problem``).
         """
         super().__init__(timeout_s)
         self.uri = uri
         self.root = uri.root
         self.hosts = ",".join(uri.hosts)
         self.session_timeout_s = float(session_timeout_s or timeout_s)
+        self.security = security
         self._closed = False
         self._pid = -1
         self._client_obj: KazooClient | None = None
         self._zk()  # connect now: an unreachable server is an error at open, within timeout_s
         try:
+            self._check_root_acl()
             self.layout = self._resolve_layout(uri.layout, create)
             if create:
                 self._initialise()
@@ -120,7 +111,8 @@ class ZooKeeperMetadataStore(MetadataStore):
             client = KazooClient(
                 hosts=self.hosts, timeout=self.session_timeout_s,
                 connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
-                command_retry=None)
+                command_retry=None, auth_data=self.security and self.security.auth_data,
+                default_acl=self.security and self.security.acl)
             client.add_listener(self._on_state)
             try:
                 client.start(timeout=self.timeout_s)
@@ -187,8 +179,8 @@ class ZooKeeperMetadataStore(MetadataStore):
                     try:
                         return after_loss(e)
                     except kz.KazooException as e2:
-                        raise _map_error(e2, what) from None
-                raise _map_error(e, what) from None
+                        raise map_error(e2, what) from None
+                raise map_error(e, what) from None
 
     def _stat(self, abs_path: str) -> tuple[bytes, Any] | None:
         try:
@@ -229,10 +221,21 @@ class ZooKeeperMetadataStore(MetadataStore):
         parts = abs_path.strip("/").split("/")[:-1]
         for i in range(len(parts)):
             node = "/" + "/".join(parts[:i + 1])
+            acl = above_root_acl() if self.root.startswith(node + "/") else None  # None: default
             try:
-                self._run(node, lambda c, n=node: c.create_async(n, b""))
+                self._run(node, lambda c, n=node, a=acl: c.create_async(n, b"", acl=a))
             except NodeExistsError:
                 pass
+
+    def _check_root_acl(self) -> None:
+        """Refuse (``AccessDeniedError``) a root whose ACL does not fit ``self.security``."""
+        try:
+            acls, _stat = self._run(self.root, lambda c: c.get_acls_async(self.root))
+        except NoSuchNodeError:
+            return  # a new root: what we create gets our ACL
+        problem = root_acl_problem(self.root, acls, self.security)
+        if problem:
+            raise AccessDeniedError(problem)
 
     def create(self, path: str, data: bytes = b"", ephemeral: bool = False,
                sequential: bool = False) -> str:
@@ -306,7 +309,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         try:
             DataWatch(self._zk(), abs_path, on_data)
         except kz.KazooException as e:
-            raise _map_error(e, abs_path) from None
+            raise map_error(e, abs_path) from None
         return watch.cancel
 
     def watch_node(self, path: str, callback: Callable[[bytes | None, int], None]) -> Cancel:
@@ -337,7 +340,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         try:
             ChildrenWatch(self._zk(), abs_path, on_children)
         except kz.KazooException as e:
-            raise _map_error(e, abs_path) from None
+            raise map_error(e, abs_path) from None
         return watch.cancel
 
     # -- session plumbing --------------------------------------------------------------------

@@ -1,0 +1,155 @@
+"""ZooKeeper security: the digest credentials a process authenticates with, and the ACL every node
+it creates under the store's root gets.
+
+Two configuration keys, the same in the bookie's and the client's configuration:
+
+    zkEnableSecurity   BookKeeper's key: every node created gets an ACL (here: ALL to the
+                       digest principal of zkDigestAuthFile, and to no one else, as ZooKeeper's
+                       CREATOR_ALL_ACL); false: open ACL, as before
+    zkDigestAuthFile   a file holding ``user:password`` (one line), mode 0600 or stricter: the
+                       credentials sent to ZooKeeper (``addauth digest``).  Required by
+                       zkEnableSecurity (SASL is not supported)
+
+``ZkSecurity`` carries both to ``open_metadata``; ``load_zk_security`` reads and checks the file
+(one-line ``AccessDeniedError`` naming the key when it is unusable, the password never shown).
+``root_acl_problem`` judges the root's ACL at open (an unprotected tree with security on, a
+protected one with it off, a tree of other principals), and ``protect_tree`` applies the ACL to
+an existing tree (``bookie shell zkprotect``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import stat
+
+from kazoo.security import ACL, OPEN_ACL_UNSAFE, Permissions, make_digest_acl, \
+    make_digest_acl_credential
+
+from bookie.metadata.errors import AccessDeniedError
+
+ENABLE_KEY = "zkEnableSecurity"
+DIGEST_KEY = "zkDigestAuthFile"
+_USER = re.compile(r"^[^:\s]+$")
+
+
+@dataclasses.dataclass(frozen=True)
+class ZkSecurity:
+    """Credentials (``user``/``password`` of the digest scheme) and whether nodes get the ACL."""
+
+    enabled: bool = False
+    user: str = ""
+    password: str = dataclasses.field(default="", repr=False)
+    source: str = ""  # the file the credentials came from, for messages
+
+    @property
+    def auth_data(self) -> list[tuple[str, str]] | None:
+        """kazoo's ``auth_data``: the digest credentials, or None when there are none."""
+        return [("digest", f"{self.user}:{self.password}")] if self.user else None
+
+    @property
+    def principal(self) -> str:
+        """The ZooKeeper id these credentials authenticate as (``digest:user:base64(sha1)``)."""
+        return "digest:" + make_digest_acl_credential(self.user, self.password) if self.user else ""
+
+    @property
+    def acl(self) -> list[ACL] | None:
+        """The ACL of every node created: ALL to this principal only; None (open) when off."""
+        return [make_digest_acl(self.user, self.password, all=True)] if self.enabled else None
+
+
+def load_zk_security(enabled: bool, auth_file: str) -> ZkSecurity | None:
+    """The security of a configuration (None: no credentials, security off).
+
+    Raises:
+        AccessDeniedError: zkEnableSecurity without zkDigestAuthFile, or the file is missing,
+            unreadable, readable or writable by group/other, or not one ``user:password`` line.
+    """
+    if not auth_file:
+        if enabled:
+            raise AccessDeniedError(f"{ENABLE_KEY}=true needs {DIGEST_KEY}: a file (mode 0600) "
+                                    f"holding the cluster's ZooKeeper credentials user:password")
+        return None
+    try:
+        fd = os.open(auth_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise AccessDeniedError(f"{DIGEST_KEY}: cannot read {auth_file}: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise AccessDeniedError(f"{DIGEST_KEY}: {auth_file} is not a regular file")
+        if st.st_mode & 0o077:
+            raise AccessDeniedError(
+                f"{DIGEST_KEY}: {auth_file} is open to group or other (mode "
+                f"{stat.S_IMODE(st.st_mode):04o}); it holds a password: chmod 600 it")
+        raw = os.read(fd, 4097)
+    finally:
+        os.close(fd)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = "\x00"
+    lines = text.splitlines() or [""]
+    user, sep, password = lines[0].strip("\r").partition(":")
+    if (len(raw) > 4096 or len(lines) != 1 or not sep or not _USER.match(user) or not password
+            or password != password.strip() or "\x00" in text):
+        raise AccessDeniedError(f"{DIGEST_KEY}: {auth_file} must hold one line user:password "
+                                f"(a user without ':' or blanks, a non-empty password)")
+    return ZkSecurity(enabled=bool(enabled), user=user, password=password, source=auth_file)
+
+
+def _ids(acls) -> dict[str, int]:
+    return {f"{a.id.scheme}:{a.id.id}": a.perms for a in acls}
+
+
+def root_acl_problem(root: str, acls, security: ZkSecurity | None) -> str | None:
+    """Why a store with these settings must not be used on a root with ACL ``acls`` (None: fine).
+
+    Security on: the root must give ALL to our principal and nothing to ``world:anyone``.
+    Security off: the root must be open, otherwise the nodes created would be open ones in a
+    protected tree."""
+    ids = _ids(acls)
+    open_tree = "world:anyone" in ids
+    if security is not None and security.enabled:
+        if open_tree:
+            return (f"the metadata under {root} is not protected (its ACL is open) but "
+                    f"{ENABLE_KEY} is true: protect it with 'bookie shell zkprotect' "
+                    f"(or set {ENABLE_KEY}=false)")
+        if ids.get(security.principal, 0) & Permissions.ALL != Permissions.ALL:
+            return (f"the metadata under {root} is protected for {', '.join(sorted(ids))}, not "
+                    f"for the user {security.user!r} of {DIGEST_KEY} ({security.source}): set "
+                    f"{DIGEST_KEY} to the cluster's credentials")
+        return None
+    if not open_tree:
+        if security is None:
+            return (f"ZooKeeper protects the metadata under {root} (ACL): set {DIGEST_KEY} to "
+                    f"the cluster's credentials and {ENABLE_KEY}=true")
+        return (f"the metadata under {root} is protected (ACL) but {ENABLE_KEY} is false: set "
+                f"{ENABLE_KEY}=true so that the nodes created are protected too")
+    return None
+
+
+def above_root_acl() -> list[ACL]:
+    """The ACL of nodes created above the root (``/a`` of root ``/a/b``): open, as they hold no
+    data and may be shared with other clusters and tools."""
+    return OPEN_ACL_UNSAFE
+
+
+def protect_tree(client, root: str, security: ZkSecurity) -> int:
+    """Give the root and every node under it ``security.acl``; return how many nodes were set.
+    ``client`` is a started kazoo client authenticated with ``security``'s credentials.
+    Nodes created meanwhile by processes with security off may be missed: run it again."""
+    from kazoo.exceptions import NoNodeError
+    count = 0
+    todo = [root]
+    while todo:
+        path = todo.pop()
+        try:
+            client.set_acls(path, security.acl)
+            kids = client.get_children(path)
+        except NoNodeError:
+            continue  # deleted meanwhile (an ephemeral node, an id)
+        count += 1
+        todo.extend(f"{path}/{k}" for k in kids)
+    return count
