@@ -7,9 +7,13 @@
     bookie shell listledgers                                 every ledger id
     bookie shell ledgermetadata LEDGER_ID                    one ledger's metadata
     bookie shell genkey NAME [--dir DIR] [--force]           a CURVE keypair (shell_security.py)
+    bookie shell zkprotect                                   put the ZooKeeper ACL on an existing
+                                                             tree (shell_zk.py)
 
 The metadata commands take ``--metadata URI`` (default: the ``--conf FILE``'s store, else
-$BOOKIE_METADATA_URI) and print human-readable text, or one JSON document with ``--json``.  Only ``metaformat`` creates a store;
+$BOOKIE_METADATA_URI) and print human-readable text, or one JSON document with ``--json``.
+ZooKeeper credentials come from ``--zk-digest-auth-file FILE`` or the ``--conf`` file's
+``zkEnableSecurity`` / ``zkDigestAuthFile``; a refusal by ZooKeeper is one line, exit status 2.  Only ``metaformat`` creates a store;
 the others refuse a URI that names none (a typo must not look like an empty cluster).
 
 The storage tools over a bookie's own files (rebuild-index, readjournal, readlog, lastmark,
@@ -56,7 +60,9 @@ def register(subparsers: Any) -> None:
         parser.add_argument("--metadata", metavar="URI", default=None,
                             help=f"metadata service URI (default: the --conf file's, else ${ENV_URI})")
         parser.add_argument("--conf", metavar="FILE", default=None,
-                            help="a bookie's configuration file: its metadataServiceUri")
+                            help="a bookie's configuration file: its metadataServiceUri (and "
+                                 "zkEnableSecurity, zkDigestAuthFile)")
+        add_zk_auth_option(parser)
         parser.add_argument("--timeout-s", type=float, default=10.0,
                             help="longest any metadata call may take (default 10)")
         parser.add_argument("--json", action="store_true", help="print JSON for scripts")
@@ -104,6 +110,8 @@ def register(subparsers: Any) -> None:
     shell_gc.register(commands)
     from bookie.appliance import shell_security
     shell_security.register(commands)
+    from bookie.appliance import shell_zk
+    shell_zk.register(commands, metadata_command)
 
 
 # -- handlers ----------------------------------------------------------------------------------
@@ -124,10 +132,40 @@ def _uri(args: argparse.Namespace) -> str:
     return uri
 
 
+def add_zk_auth_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--zk-digest-auth-file", metavar="FILE", default=None,
+                        help="ZooKeeper credentials (one line user:password, mode 0600): "
+                             "authenticate with them and protect what is created, as "
+                             "zkDigestAuthFile with zkEnableSecurity=true (default: the --conf "
+                             "file's keys)")
+
+
+def _zk_security(args: argparse.Namespace):
+    """The ZooKeeper credentials and ACL of a shell command (None: none): from
+    --zk-digest-auth-file, else the --conf file's zkEnableSecurity / zkDigestAuthFile."""
+    from bookie.metadata import MetadataError, load_zk_security
+    from bookie.workers.config import BookieConfig, ConfigError
+    try:
+        if getattr(args, "zk_digest_auth_file", None):
+            return load_zk_security(True, args.zk_digest_auth_file)
+        if getattr(args, "conf", None):
+            return BookieConfig.load(args.conf, check_dirs=False).zk_security
+    except (ConfigError, MetadataError) as e:
+        raise CliError(str(e)) from None
+    return None
+
+
+def client_keys(args: argparse.Namespace) -> dict:
+    """The client configuration keys that carry the shell's ZooKeeper credentials."""
+    sec = _zk_security(args)
+    return {} if sec is None else {"zkEnableSecurity": sec.enabled, "zkDigestAuthFile": sec.source}
+
+
 def _open(args: argparse.Namespace, create: bool = False):
     from bookie.metadata import MetadataError, open_metadata
     try:
-        return open_metadata(_uri(args), timeout_s=args.timeout_s, create=create)
+        return open_metadata(_uri(args), timeout_s=args.timeout_s, create=create,
+                             zk_security=_zk_security(args))
     except MetadataError as e:
         raise CliError(str(e)) from None
 
@@ -151,7 +189,7 @@ def _store_exists(args: argparse.Namespace) -> bool:
     """Whether the URI names an initialised store now (opened and closed again)."""
     from bookie.metadata import MetadataError, NoSuchStoreError, open_metadata
     try:
-        open_metadata(_uri(args), timeout_s=args.timeout_s).close()
+        open_metadata(_uri(args), timeout_s=args.timeout_s, zk_security=_zk_security(args)).close()
     except NoSuchStoreError:
         return False
     except MetadataError as e:

@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from bookie.appliance.errors import CliError
-from bookie.appliance.shell import _print_json
+from bookie.appliance.shell import _print_json, _zk_security, add_zk_auth_option, client_keys
 
 _DATA_PREVIEW = 48  # payload bytes shown per entry in text output
 
@@ -90,6 +90,7 @@ def register(commands: Any) -> None:
     p.add_argument("--metadata", metavar="URI", default=None,
                    help="read through the client from the bookies of this metadata store")
     p.add_argument("--password", default=None, help="the ledger's password (client mode)")
+    add_zk_auth_option(p)
     p.add_argument("--data", action="store_true", help="show the bytes of each entry")
 
 
@@ -427,12 +428,13 @@ def _ledger_via_client(args: argparse.Namespace) -> list[dict]:
     from bookie.metadata import MetadataError, open_metadata
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # our one line, not its reconnects
     try:
-        store = open_metadata(args.metadata)
+        keys = client_keys(args)
+        store = open_metadata(args.metadata, zk_security=_zk_security(args))
         try:
             meta, _ = store.read_ledger(args.ledger_id)
         finally:
             store.close()
-        with BookKeeper(args.metadata) as bk:
+        with BookKeeper(args.metadata, keys) as bk:
             password = args.password.encode() if args.password is not None else None
             lh = bk.open_ledger(args.ledger_id, digest=meta.digest_type, password=password,
                                 recovery=False)

@@ -26,7 +26,7 @@ import time
 from typing import Callable
 
 from bookie.appliance.errors import CliError
-from bookie.appliance.shell import _print_json, _uri, _with_store
+from bookie.appliance.shell import _print_json, _uri, _with_store, client_keys
 
 
 def register(commands, metadata_command: Callable) -> None:
@@ -322,7 +322,7 @@ def _simpletest(args) -> int:
     from bookie.client import BookKeeper, BookKeeperError
     say = _progress(args)
     try:
-        with BookKeeper(_uri(args)) as bk:
+        with BookKeeper(_uri(args), client_keys(args)) as bk:
             t0 = time.monotonic()
             password = os.urandom(16)  # the test ledger's own key: never the well-known empty one
             h = bk.create_ledger(args.ensemble_size, args.write_quorum, args.ack_quorum,

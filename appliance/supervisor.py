@@ -216,7 +216,8 @@ class Supervisor:
             try:
                 self.store = open_metadata(self.conf.metadata_uri,
                                            timeout_s=self.conf.metadata_timeout_s,
-                                           lease_ms=round(self.conf.registration_lease_s * 1000))
+                                           lease_ms=round(self.conf.registration_lease_s * 1000),
+                                           zk_security=self.conf.zk_security)
             except NoSuchStoreError as e:
                 raise StartRefused(f"metadataServiceUri: {e}") from None
             except MetadataError as e:

@@ -60,7 +60,8 @@ class AutorecoveryWorker:
     def open(self) -> None:
         conf = self.conf
         self.store = open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s,
-                                   lease_ms=round(conf.registration_lease_s * 1000))
+                                   lease_ms=round(conf.registration_lease_s * 1000),
+                                   zk_security=conf.zk_security)
         self.ur = UnderReplication(self.store)
         passwords = [p.encode() for p in conf.autorecovery_ledger_passwords.split(",") if p]
         self.replicator = Replicator(

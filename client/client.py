@@ -46,7 +46,8 @@ class BookKeeper:
     def __init__(self, metadata, config=None, **keys):
         self.config = cfg = ClientConfig.build(config, **keys)
         curve = client_curve(cfg)  # bad key files fail here, before anything is opened
-        self._store = ClientStore.open(metadata, timeout_s=cfg.zkTimeout / 1000.0)
+        self._store = ClientStore.open(metadata, timeout_s=cfg.zkTimeout / 1000.0,
+                                       zk_security=cfg.zk_security())
         self._throttle = Throttle(cfg.throttle)
         self._rng = random.Random()
         self._closed = False

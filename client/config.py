@@ -38,6 +38,10 @@ class ClientConfig:
     # public key file (or directory of HOST_PORT.key files) it pins.  Both or neither.
     curveSecretKeyFile: str = ""
     curveServerKeys: str = ""
+    # ZooKeeper ACLs (metadata/zk_acl.py, docs/security.md): BookKeeper's zkEnableSecurity, and
+    # the file (mode 0600) of the cluster's digest credentials user:password.
+    zkEnableSecurity: bool = False
+    zkDigestAuthFile: str = ""
 
     @classmethod
     def build(cls, config=None, **keys) -> "ClientConfig":
@@ -53,6 +57,9 @@ class ClientConfig:
             if k not in names:
                 raise InvalidArgumentError(f"unknown client configuration key {k!r}; known keys: "
                                            f"{', '.join(sorted(names))}")
+        if isinstance(values.get("zkEnableSecurity"), str):  # as Spark options give it
+            text = values["zkEnableSecurity"].strip().lower()
+            values["zkEnableSecurity"] = {"true": True, "false": False}.get(text, text)
         if isinstance(values.get("passwd"), str):
             values["passwd"] = values["passwd"].encode()
         try:
@@ -77,3 +84,14 @@ class ClientConfig:
         need(1 <= self.addBatchMaxEntries <= 65536, "addBatchMaxEntries", "must be 1..65536")
         need(self.addBatchMaxBytes >= 1, "addBatchMaxBytes", "must be >= 1")
         need(self.operationTimeout > 0, "operationTimeout", "must be > 0 s")
+        need(isinstance(self.zkEnableSecurity, bool), "zkEnableSecurity", "must be true or false")
+        self.zk_security()
+
+    def zk_security(self):
+        """zkEnableSecurity and zkDigestAuthFile as a ``ZkSecurity`` for ``open_metadata``
+        (None: no credentials); the file read and checked.  Raises InvalidArgumentError."""
+        from bookie.metadata import AccessDeniedError, load_zk_security
+        try:
+            return load_zk_security(self.zkEnableSecurity, self.zkDigestAuthFile)
+        except AccessDeniedError as exc:
+            raise InvalidArgumentError(f"client configuration {exc}") from None

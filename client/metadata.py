@@ -95,12 +95,14 @@ class ClientStore:
         self._own = own
 
     @classmethod
-    def open(cls, metadata, timeout_s: float) -> "ClientStore":
-        """From a metadata service URI (opened here, closed by ``close``) or an open store
-        (left open).  Raises MetadataStoreError, BKTimeoutError."""
+    def open(cls, metadata, timeout_s: float, zk_security=None) -> "ClientStore":
+        """From a metadata service URI (opened here, with ``zk_security``'s credentials and
+        ACL, closed by ``close``) or an open store (left open).  Raises MetadataStoreError,
+        BKTimeoutError."""
         if isinstance(metadata, str):
             with _translated(what=f"opening metadata store {metadata}"):
-                return cls(open_metadata(metadata, timeout_s=timeout_s), own=True)
+                return cls(open_metadata(metadata, timeout_s=timeout_s, zk_security=zk_security),
+                           own=True)
         return cls(metadata, own=False)
 
     def close(self) -> None:

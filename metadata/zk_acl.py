@@ -153,3 +153,48 @@ def protect_tree(client, root: str, security: ZkSecurity) -> int:
         count += 1
         todo.extend(f"{path}/{k}" for k in kids)
     return count
+
+
+def protect_metadata(uri: str, security: ZkSecurity | None, timeout_s: float = 10.0) -> int:
+    """Apply ``security``'s ACL to the ZooKeeper store at ``uri`` (``bookie shell zkprotect``):
+    the root and every node under it.  Returns the number of nodes set.
+
+    Raises:
+        AccessDeniedError: no credentials, or ZooKeeper refuses (a tree of other principals).
+        NoSuchStoreError: the root holds no metadata store.
+        MetadataError: not a ZooKeeper URI; MetadataTimeoutError: unreachable.
+    """
+    from kazoo import exceptions as kz
+    from kazoo.client import KazooClient
+
+    from bookie.metadata.errors import MetadataError, MetadataTimeoutError, NoSuchStoreError
+    from bookie.metadata.store import LAYOUT
+    from bookie.metadata.uri import parse_uri
+    from bookie.metadata.zk_errors import map_error
+    parsed = parse_uri(uri)
+    if parsed.scheme == "lmdb":
+        raise MetadataError(f"{uri}: the embedded store has no ACLs (its files are the bookie "
+                            f"user's alone); zkprotect is for ZooKeeper")
+    if security is None:
+        raise AccessDeniedError(f"zkprotect needs the cluster's credentials: --zk-digest-auth-file "
+                                f"FILE or a --conf file with {DIGEST_KEY}")
+    security = dataclasses.replace(security, enabled=True)
+    hosts = ",".join(parsed.hosts)
+    client = KazooClient(hosts=hosts, timeout=timeout_s, auth_data=security.auth_data,
+                         default_acl=security.acl)
+    try:
+        client.start(timeout=timeout_s)
+    except client.handler.timeout_exception:
+        client.close()
+        raise MetadataTimeoutError(f"cannot reach ZooKeeper at {hosts} within {timeout_s:g} s") \
+            from None
+    try:
+        if client.exists(parsed.root + LAYOUT) is None:
+            raise NoSuchStoreError(uri, f"ZooKeeper at {hosts} holds no metadata store under "
+                                        f"{parsed.root}")
+        return protect_tree(client, parsed.root, security)
+    except kz.KazooException as e:
+        raise map_error(e, parsed.root) from None
+    finally:
+        client.stop()
+        client.close()

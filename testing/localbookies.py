@@ -137,9 +137,25 @@ class LocalBookies:
             return
         from bookie.metadata import MetadataError, open_metadata
         try:
-            open_metadata(uri, timeout_s=self.start_timeout_s, create=True).close()
+            open_metadata(uri, timeout_s=self.start_timeout_s, create=True,
+                          zk_security=self.zk_security()).close()
         except MetadataError as e:
             raise LocalBookieError(f"metadata store {uri}: {e}") from None
+
+    def zk_security(self):
+        """The ZooKeeper credentials and ACL of ``conf``'s zkEnableSecurity / zkDigestAuthFile
+        (None: none).  Raises AccessDeniedError (a MetadataError) naming the key."""
+        from bookie.metadata import load_zk_security
+        enabled = str(self.conf.get("zkEnableSecurity", "false")).strip().lower()
+        return load_zk_security(enabled in ("true", "yes", "on", "1"),
+                                str(self.conf.get("zkDigestAuthFile", "")))
+
+    def client_keys(self) -> dict:
+        """The client configuration keys that reach this ensemble's metadata store (its
+        ZooKeeper credentials, if ``conf`` has them)."""
+        sec = self.zk_security()
+        return {} if sec is None else {"zkEnableSecurity": sec.enabled,
+                                       "zkDigestAuthFile": sec.source}
 
     def start(self, i: int, wait: bool = True) -> None:
         if self.procs[i] is not None and self.procs[i].poll() is None:
@@ -305,7 +321,7 @@ def smoke(ens: LocalBookies) -> str:
     t0 = time.monotonic()
     n = 100
     ensemble = min(3, ens.n)
-    with BookKeeper(ens.metadata_uri) as bk:
+    with BookKeeper(ens.metadata_uri, ens.client_keys()) as bk:
         lh = bk.create_ledger(ensemble_size=ensemble, write_quorum=min(2, ensemble),
                               ack_quorum=min(2, ensemble), digest="crc32c", password=b"smoke")
         futures = [lh.add_entry_async(b"smoke-%d" % i) for i in range(n)]

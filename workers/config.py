@@ -31,7 +31,7 @@ import difflib
 import os
 from typing import Any, Callable
 
-from bookie.metadata.errors import InvalidUriError
+from bookie.metadata.errors import AccessDeniedError, InvalidUriError
 from bookie.metadata.uri import parse_uri
 
 
@@ -184,6 +184,8 @@ KEYS: tuple[Key, ...] = (
     Key("zkServers", "str", "", "ZooKeeper servers (host:port, separated by `,` or `;`) of the metadata store, BookKeeper's older alternative to metadataServiceUri; used only when metadataServiceUri is empty.", attr="zk_servers"),
     Key("zkLedgersRootPath", "str", "/ledgers", "ZooKeeper path under which zkServers keeps the metadata.", _zk_root, attr="zk_ledgers_root_path"),
     Key("zkTimeout", "int", 10_000, "Metadata store session / call timeout (ms).", _range(100), unit="ms", attr="metadata_timeout_s"),
+    Key("zkEnableSecurity", "bool", False, "ZooKeeper: every node the bookie creates gets an ACL giving ALL to the digest principal of zkDigestAuthFile only; false: open ACL (docs/security.md). Needs zkDigestAuthFile.", attr="zk_enable_security"),
+    Key("zkDigestAuthFile", "str", "", "ZooKeeper: a file (mode 0600 or stricter) holding the cluster's digest credentials `user:password` on one line, sent to ZooKeeper on every connection (docs/security.md).", attr="zk_digest_auth_file"),
     Key("registrationLeaseMs", "int", 5_000, "Lease of the bookie's registration in the embedded store (ms).", _range(200), unit="ms", attr="registration_lease_s"),
     # -- supervision and observability ---------------------------------------------------------
     Key("workerRestartLimit", "int", 5, "Worker restarts allowed within a minute before the bookie stops.", _range(0), attr="worker_restart_limit"),
@@ -295,6 +297,19 @@ class BookieConfig:
         return resolve_metadata_uri(self._values)
 
     @property
+    def zk_security(self):
+        """zkEnableSecurity and zkDigestAuthFile, the file read and checked: a ``ZkSecurity``
+        for ``open_metadata``, or None (no credentials, security off).  Raises ConfigError."""
+        if not hasattr(self, "_zk_security"):
+            from bookie.metadata.zk_acl import load_zk_security
+            try:
+                self._zk_security = load_zk_security(self._values["zkEnableSecurity"],
+                                                     self._values["zkDigestAuthFile"])
+            except AccessDeniedError as e:
+                raise ConfigError(str(e)) from None
+        return self._zk_security
+
+    @property
     def index_dirs(self) -> list[str]:
         """Where the index lives: indexDirectories, or the ledger directories."""
         return self.configured_index_dirs or self.ledger_dirs
@@ -339,6 +354,9 @@ class BookieConfig:
         warnings += _check_metadata_keys(values, raw)
         _check_disk_and_compaction_keys(values)
         conf = cls(values, warnings)
+        if conf.zk_security is not None and not conf.metadata_uri.startswith("zk"):
+            warnings.append("zkEnableSecurity and zkDigestAuthFile ignored: the metadata store "
+                            "is not ZooKeeper")
         if check_dirs:
             conf.check_directories()
         return conf

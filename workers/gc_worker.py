@@ -365,7 +365,8 @@ def run(ctx) -> int:
             try:
                 compactor.recover()  # a step a crash (of this worker or the bookie) interrupted
                 if store is None:
-                    store = open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s)
+                    store = open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s,
+                                          zk_security=conf.zk_security)
                 done = collect(index, store, ledger_dirs)
             except MetadataError as e:
                 problem = "gc skipped: metadata store unavailable; retrying at the next run"

@@ -200,7 +200,8 @@ def format_bookie(conf, force: bool = False) -> list[str]:
             bookie_id = f"{conf.bookie_host}:{port}" if port else None
         if conf.metadata_uri:
             from bookie.metadata import open_metadata
-            store = open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s)
+            store = open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s,
+                                  zk_security=conf.zk_security)
         for d in holding:
             shutil.rmtree(current_dir(d))
         if store is not None and bookie_id is not None:
