@@ -45,7 +45,7 @@ from bookie.metadata.ledger import LedgerMetadata
 from bookie.metadata.store import (
     LAYOUT, Cancel, Dispatcher, MetadataStore, Watch, check_path)
 from bookie.metadata.uri import MetadataUri
-from bookie.metadata.zk_acl import ZkSecurity, above_root_acl, root_acl_problem
+from bookie.metadata.zk_acl import ZkSecurity, above_root_acl, refused_with, root_acl_problem
 from bookie.metadata.zk_errors import map_error
 
 log = logging.getLogger(__name__)
@@ -233,6 +233,8 @@ class ZooKeeperMetadataStore(MetadataStore):
             acls, _stat = self._run(self.root, lambda c: c.get_acls_async(self.root))
         except NoSuchNodeError:
             return  # a new root: what we create gets our ACL
+        except AccessDeniedError as e:
+            raise AccessDeniedError(refused_with(self.root, self.security) or str(e)) from None
         problem = root_acl_problem(self.root, acls, self.security)
         if problem:
             raise AccessDeniedError(problem)

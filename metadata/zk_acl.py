@@ -130,6 +130,15 @@ def root_acl_problem(root: str, acls, security: ZkSecurity | None) -> str | None
     return None
 
 
+def refused_with(root: str, security: ZkSecurity | None) -> str | None:
+    """The message for a root that refuses even to show its ACL to these credentials (None:
+    there are none, the generic NoAuth message says it)."""
+    if security is None or not security.user:
+        return None
+    return (f"ZooKeeper refused access to {root} (NoAuth) for the user {security.user!r} of "
+            f"{DIGEST_KEY} ({security.source}): set {DIGEST_KEY} to the cluster's credentials")
+
+
 def above_root_acl() -> list[ACL]:
     """The ACL of nodes created above the root (``/a`` of root ``/a/b``): open, as they hold no
     data and may be shared with other clusters and tools."""
