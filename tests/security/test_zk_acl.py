@@ -5,6 +5,7 @@ store's files the bookie user's alone."""
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from kazoo import exceptions as kz
@@ -40,7 +41,8 @@ def creds(tmp_path_factory):
 def secure(zookeeper_server, creds):
     """One bookie with zkEnableSecurity on, registered in a protected ZooKeeper root."""
     uri = zookeeper_server.uri(zookeeper_server.chroot("/zkacl"))
-    conf = {"zkEnableSecurity": "true", "zkDigestAuthFile": creds["alice"], "flushInterval": 50}
+    conf = {"zkEnableSecurity": "true", "zkDigestAuthFile": creds["alice"], "flushInterval": 50,
+            "autoRecoveryDaemonEnabled": "true"}  # its election nodes are checked too
     with LocalBookies(1, metadata_uri=uri, conf=conf) as ens:
         yield ens
 
@@ -76,6 +78,11 @@ def test_a_bookie_and_a_client_with_the_credentials_work_and_every_node_is_their
         UnderReplication(store).mark(7, ["127.0.0.1:1"])
     owner = _kazoo(zookeeper_server, creds["alice"])
     try:
+        election = _root(secure) + "/underreplication/auditorelection"
+        deadline = time.monotonic() + 15
+        while not (owner.exists(election) and owner.get_children(election)):
+            assert time.monotonic() < deadline, "the autorecovery worker never voted"
+            time.sleep(0.1)
         todo, seen = [_root(secure)], 0
         while todo:
             path = todo.pop()
