@@ -72,7 +72,7 @@ def load_zk_security(enabled: bool, auth_file: str) -> ZkSecurity | None:
                                     f"holding the cluster's ZooKeeper credentials user:password")
         return None
     try:
-        fd = os.open(auth_file, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(auth_file, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:
         raise AccessDeniedError(f"{DIGEST_KEY}: cannot read {auth_file}: {e.strerror}") from None
     try:
