@@ -229,3 +229,24 @@ def test_the_embedded_store_is_the_bookie_users_alone(tmp_path):
     assert files
     for name in files:
         assert os.stat(path / name).st_mode & 0o077 == 0, name
+
+
+def test_after_session_expiry_the_registration_comes_back_protected(zookeeper_server, creds):
+    from bookie.testing.zookeeper import expire_session
+    sec = load_zk_security(True, creds["alice"])
+    uri = zookeeper_server.uri(zookeeper_server.chroot("/zkacl-expiry"))
+    with open_metadata(uri, timeout_s=5.0, create=True, zk_security=sec) as store:
+        store.register_bookie("127.0.0.1:3181", info={"v": 1})
+        path = store.root + "/available/127.0.0.1:3181"
+        old = store.session_id()
+        expire_session(store.client)
+        deadline = time.monotonic() + 10
+        while True:  # re-registered by the new session: kazoo re-sent the credentials
+            stat = store.client.exists(path)
+            if stat is not None and stat.ephemeralOwner == store.session_id() != old:
+                break
+            assert time.monotonic() < deadline, "the registration did not come back"
+            time.sleep(0.05)
+        acls, _ = store.client.get_acls(path)
+        assert acls == sec.acl
+        assert store.list_bookies() == ["127.0.0.1:3181"]
