@@ -124,6 +124,16 @@ def _uri(args: argparse.Namespace) -> str:
     return uri
 
 
+def _client_keys(args: argparse.Namespace) -> dict:
+    """The client keys of ``--client-conf`` / ``--set`` (bookie.client.options), checked."""
+    from bookie.client import options
+    from bookie.client.errors import InvalidArgumentError
+    try:
+        return options.from_args(args)
+    except InvalidArgumentError as e:
+        raise CliError(str(e)) from None
+
+
 def _open(args: argparse.Namespace, create: bool = False):
     from bookie.metadata import MetadataError, open_metadata
     try:
