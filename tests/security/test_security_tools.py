@@ -3,12 +3,15 @@ keys (``--client-conf FILE``, ``--set KEY=VALUE``); with an enrolled writer's th
 them they fail with one line, and a bad client key is refused before anything starts."""
 
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 import zmq.auth
 
+from bookie.client.errors import InvalidArgumentError
+from bookie.client.options import client_keys
 from bookie.testing import LocalBookies
 
 
@@ -75,19 +78,36 @@ def test_bench_writes_runs_with_the_writers_keys_and_fails_without(ens, keys):
     assert "Traceback" not in r.stderr
 
 
-RECOVER = ("shell", "recover", "127.0.0.1:1")
-BENCH = ("bench", "writes", "--time", "1")
-
-
 @pytest.mark.parametrize("tool, argv, complaint", [
     (SIMPLE, ("--set", "noSuchKey=1"), "unknown client configuration key 'noSuchKey'"),
-    (BENCH, ("--set", "readTimeout=soon"), "readTimeout='soon' is not a number"),
-    (RECOVER, ("--set", "speculativeReadTimeout=-5"), "speculativeReadTimeout=-5: must be >= 0"),
-    (BENCH, ("--set", "readTimeout"), "expected KEY=VALUE"),
-    (RECOVER, ("--client-conf", "/nonexistent/client.conf"), "No such file or directory"),
-    (SIMPLE, ("--set", "curveSecretKeyFile=/nonexistent"), "go together"),
-], ids=["unknown", "not-a-number", "out-of-range", "no-equals", "no-file", "half-curve"])
+    (("bench", "writes", "--time", "1"), ("--set", "readTimeout=soon"),
+     "readTimeout='soon' is not a number"),
+    (("shell", "recover", "127.0.0.1:1"), ("--client-conf", "/nonexistent/client.conf"),
+     "No such file or directory"),
+], ids=["simpletest", "bench-writes", "recover"])
 def test_a_bad_client_key_is_one_line_and_exit_2(tool, argv, complaint):
     r = bookie(*tool, "--metadata", "lmdb:///nonexistent/store", *argv, timeout_s=30)
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and complaint in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("conf_text, items, complaint", [
+    ("", ["speculativeReadTimeout=-5"], "speculativeReadTimeout=-5: must be >= 0"),
+    ("", ["readTimeout"], "expected KEY=VALUE"),
+    ("", ["allowEmptyPassword=maybe"], "is not true or false"),
+    ("readTimeout 5\n", [], ":1: expected key=value"),
+    ("", ["curveSecretKeyFile=/nonexistent"], "go together"),
+], ids=["range", "no-equals", "bool", "bad-line", "half-curve"])
+def test_client_keys_are_checked_before_a_tool_starts(tmp_path, conf_text, items, complaint):
+    conf = tmp_path / "client.conf"
+    conf.write_text(conf_text)
+    with pytest.raises(InvalidArgumentError, match=re.escape(complaint)):
+        client_keys(str(conf), items)
+
+
+def test_set_overrides_the_file_and_values_are_typed(tmp_path):
+    conf = tmp_path / "client.conf"
+    conf.write_text("! comment\nreadTimeout=2\nspeculativeReadTimeout: 100\npasswd=pw\n")
+    assert client_keys(str(conf), ["readTimeout=0.5", "allowEmptyPassword=yes"]) == {
+        "readTimeout": 0.5, "speculativeReadTimeout": 100, "passwd": "pw",
+        "allowEmptyPassword": True}
