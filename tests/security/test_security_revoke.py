@@ -18,7 +18,7 @@ from bookie.wire import Status
 from bookie.workers.auth import RELOAD_INTERVAL_S, Enrolment, Gate
 
 PASSWORD = b"revoke-test-password"
-SETTLE_S = RELOAD_INTERVAL_S + 0.5  # the documented bound, plus the poll of an idle worker
+SETTLE_S = RELOAD_INTERVAL_S + 0.3  # the documented bound, and a margin
 
 
 @pytest.fixture(scope="module")

@@ -47,10 +47,12 @@ SIMPLE = ("shell", "simpletest", "--ensemble-size", "1", "--write-quorum", "1",
           "--ack-quorum", "1", "--entries", "5")
 
 
-def test_simpletest_succeeds_with_the_writers_client_conf(ens, keys):
+def test_simpletest_and_bookieinfo_succeed_with_the_writers_client_conf(ens, keys):
     r = bookie(*SIMPLE, "--metadata", ens.metadata_uri, "--client-conf", keys["conf"])
     assert r.returncode == 0, r.stderr
     assert "simpletest: OK: 5 entries" in r.stdout
+    r = bookie("shell", "bookieinfo", "--metadata", ens.metadata_uri, "--client-conf", keys["conf"])
+    assert r.returncode == 0 and f"{ens.bookies[0]}: free" in r.stdout, r.stdout + r.stderr
 
 
 def test_simpletest_fails_with_one_line_without_keys(ens):
@@ -72,7 +74,7 @@ def test_bench_writes_runs_with_the_writers_keys_and_fails_without(ens, keys):
                "--set", f"curveServerKeys={keys['bookie'][0]}")
     assert r.returncode == 0, r.stderr
     assert '"tool":"writes"' in r.stdout
-    r = bookie(*common, "--timeout", "3", "--set", "addEntryTimeout=1")
+    r = bookie(*common, "--timeout", "2", "--set", "addEntryTimeout=1")
     assert r.returncode != 0
     assert "if the bookies speak CURVE, pass an enrolled key" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
