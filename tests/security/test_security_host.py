@@ -63,8 +63,8 @@ def test_nobody_opens_none_of_the_bookies_files_nor_its_ring(ens):
     port = ens.ports[0]
     assert glob.glob(f"/dev/shm/bookie-{port}-*") == []  # the ring has no name (a memfd) ...
     sup = ens.procs[0].pid
-    ring_fds = [f"/proc/{sup}/fd/{n}" for n in os.listdir(f"/proc/{sup}/fd")
-                if os.readlink(f"/proc/{sup}/fd/{n}").startswith(f"/memfd:bookie-{port}-ring")]
+    fds = [f"/proc/{sup}/fd/{n}" for n in os.listdir(f"/proc/{sup}/fd")]
+    ring_fds = [fd for fd in fds if os.readlink(fd).startswith(f"/memfd:bookie-{port}-ring")]
     assert ring_fds  # ... reachable only through the bookie's own processes' descriptors
     os.close(os.open(ring_fds[0], os.O_RDONLY))  # as the bookie's user: yes; as nobody: below
     for sub in ("journal", "ledgers"):
