@@ -161,6 +161,17 @@ def client_keys(args: argparse.Namespace) -> dict:
     return {} if sec is None else {"zkEnableSecurity": sec.enabled, "zkDigestAuthFile": sec.source}
 
 
+def _client_keys(args: argparse.Namespace) -> dict:
+    """The client keys of a shell command: its ZooKeeper credentials (``client_keys``), then
+    ``--client-conf`` / ``--set`` (bookie.client.options), checked."""
+    from bookie.client import options
+    from bookie.client.errors import InvalidArgumentError
+    try:
+        return {**client_keys(args), **options.from_args(args)}
+    except InvalidArgumentError as e:
+        raise CliError(str(e)) from None
+
+
 def _open(args: argparse.Namespace, create: bool = False):
     from bookie.metadata import MetadataError, open_metadata
     try:

@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from bookie.appliance.errors import CliError
-from bookie.appliance.shell import _print_json, _zk_security, add_zk_auth_option, client_keys
+from bookie.appliance.shell import _client_keys, _print_json, _zk_security, add_zk_auth_option
 
 _DATA_PREVIEW = 48  # payload bytes shown per entry in text output
 
@@ -92,6 +92,8 @@ def register(commands: Any) -> None:
     p.add_argument("--password", default=None, help="the ledger's password (client mode)")
     add_zk_auth_option(p)
     p.add_argument("--data", action="store_true", help="show the bytes of each entry")
+    from bookie.client import options as client_options
+    client_options.add_arguments(p, set_flags=())  # --set is the bookie's key here (--conf mode)
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -372,6 +374,9 @@ def _readledger(args: argparse.Namespace) -> int:
     if args.metadata and (args.conf or args.set):
         raise CliError("readledger: give --metadata URI (through the client) or --conf FILE "
                        "(this bookie's storage), not both")
+    if (args.client_conf or args.client_set) and not args.metadata:
+        raise CliError("readledger: --client-conf and --client-set are for reading through the "
+                       "client: give --metadata URI")
     if args.metadata:
         entries = _ledger_via_client(args)
     elif args.conf or args.set:
@@ -427,8 +432,8 @@ def _ledger_via_client(args: argparse.Namespace) -> list[dict]:
     from bookie.client.errors import BookKeeperError
     from bookie.metadata import MetadataError, open_metadata
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # our one line, not its reconnects
+    keys = _client_keys(args)
     try:
-        keys = client_keys(args)
         store = open_metadata(args.metadata, zk_security=_zk_security(args))
         try:
             meta, _ = store.read_ledger(args.ledger_id)
@@ -444,4 +449,6 @@ def _ledger_via_client(args: argparse.Namespace) -> list[dict]:
             return [{"entry_id": e.entry_id, "length": len(e.data), "data_hex": bytes(e.data).hex()}
                     for e in lh.read_entries(args.entry_from, last)]
     except (MetadataError, BookKeeperError) as e:
-        raise CliError(f"ledger {args.ledger_id}: {e}") from None
+        from bookie.client.options import curve_hint
+        hint = curve_hint(keys) if isinstance(e, BookKeeperError) else ""
+        raise CliError(f"ledger {args.ledger_id}: {e}{hint}") from None

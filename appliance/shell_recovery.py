@@ -13,6 +13,9 @@
     updatecookie --conf F [--list | --delete --force]      rewrite a stopped bookie's cookie
 
 Each takes ``--metadata URI`` or ``--conf FILE`` (a bookie's configuration) and ``--json``.
+The verbs that speak to bookies (recover, decommissionbookie, simpletest, bookiesanity,
+bookieinfo) take client keys too: ``--client-conf FILE`` and ``--set KEY=VALUE``
+(``bookie.client.options``), the way a CURVE bookie's enrolled key reaches them.
 BookKeeper's single-dash spellings are accepted too (``-ledgerid``, ``-force``,
 ``-nonInteractive``, ``-dryrun``, ``-skipOpenLedgers``).  Long verbs write progress to stderr.
 """
@@ -26,7 +29,8 @@ import time
 from typing import Callable
 
 from bookie.appliance.errors import CliError
-from bookie.appliance.shell import _print_json, _uri, _with_store, client_keys
+from bookie.appliance.shell import _client_keys, _print_json, _uri, _with_store
+from bookie.client import options as client_options
 
 
 def register(commands, metadata_command: Callable) -> None:
@@ -38,12 +42,14 @@ def register(commands, metadata_command: Callable) -> None:
     p.add_argument("--skip-open-ledgers", "-skipOpenLedgers", action="store_true",
                    help="leave ledgers that are still open (their writer may be alive)")
     _batch_args(p)
+    client_options.add_arguments(p)
 
     p = metadata_command("decommissionbookie", "Drain a bookie (re-replicate everything it "
                          "holds, also while it still runs), verify that no ledger names it, then "
                          "remove its cookie.", _decommission)
     p.add_argument("bookie", metavar="BOOKIE")
     _batch_args(p)
+    client_options.add_arguments(p)
 
     p = metadata_command("listunderreplicated", "List ledgers marked under-replicated, and "
                          "ledgers reported as having lost entries.", _listunderreplicated)
@@ -73,14 +79,17 @@ def register(commands, metadata_command: Callable) -> None:
     p.add_argument("--write-quorum", "-writeQuorum", type=int, default=2)
     p.add_argument("--ack-quorum", "-ackQuorum", type=int, default=2)
     p.add_argument("--entries", "-numEntries", type=int, default=100)
+    client_options.add_arguments(p)
 
     p = metadata_command("bookiesanity", "Write and read a few entries on one bookie only (the "
                          "--conf file's bookie, or --bookie).", _bookiesanity)
     p.add_argument("--bookie", metavar="BOOKIE", help="host:port (default: the --conf bookie)")
     p.add_argument("--entries", "-entries", type=int, default=10)
+    client_options.add_arguments(p)
 
-    metadata_command("bookieinfo", "Free and total ledger-disk space of every registered "
-                     "bookie.", _bookieinfo)
+    p = metadata_command("bookieinfo", "Free and total ledger-disk space of every registered "
+                         "bookie.", _bookieinfo)
+    client_options.add_arguments(p)
 
     p = metadata_command("updatecookie", "Rewrite a stopped bookie's cookie (in its directories "
                          "and the store) to match its configuration now: a new bookie id "
@@ -110,8 +119,9 @@ def _progress(args) -> Callable:
 # -- recover and decommission ------------------------------------------------------------------
 
 def _heal_bookies(store, args, bookies: list[str], skip_open: bool, dry_run: bool,
-                  read_from_them: bool = False) -> dict:
-    """Heal every ledger naming ``bookies`` in this process; returns a summary."""
+                  read_from_them: bool = False, client_keys: dict | None = None) -> dict:
+    """Heal every ledger naming ``bookies`` in this process; returns a summary.  ``client_keys``:
+    of ``--client-conf`` / ``--set`` (the ledger's own password and digest are the replicator's)."""
     from bookie.autorecovery import rules
     from bookie.autorecovery.replicator import Replicator
     say = _progress(args)
@@ -129,7 +139,9 @@ def _heal_bookies(store, args, bookies: list[str], skip_open: bool, dry_run: boo
     replicator = Replicator(store, batch=args.batch, rate_bytes_per_s=args.rate_bytes_per_s,
                             timeout_s=args.timeout_s, dry_run=dry_run,
                             log=lambda event, **f: say(f"  {event} " + " ".join(
-                                f"{k}={v}" for k, v in f.items() if k != "level")))
+                                f"{k}={v}" for k, v in f.items() if k != "level")),
+                            curve_keys={k: v for k, v in (client_keys or {}).items()
+                                        if k not in ("passwd", "digestType")})
     replicator.exclude = targets
     started = time.monotonic()
     try:
@@ -164,8 +176,11 @@ def _print_summary(args, summary: dict, verb: str) -> None:
 
 
 def _recover(args) -> int:
+    keys = _client_keys(args)
+
     def body(store) -> int:
-        summary = _heal_bookies(store, args, args.bookies, args.skip_open_ledgers, args.dry_run)
+        summary = _heal_bookies(store, args, args.bookies, args.skip_open_ledgers, args.dry_run,
+                                client_keys=keys)
         summary["dry_run"] = args.dry_run
         _print_summary(args, summary, "recover (dry run)" if args.dry_run else "recover")
         return 0 if not summary["failed"] else 1
@@ -175,6 +190,7 @@ def _recover(args) -> int:
 def _decommission(args) -> int:
     from bookie.autorecovery import rules
     from bookie.metadata import CookieNotFoundError
+    keys = _client_keys(args)
 
     def body(store) -> int:
         bookie = args.bookie
@@ -185,7 +201,7 @@ def _decommission(args) -> int:
         summary = {}
         for attempt in range(3):  # new ledgers may have landed on it meanwhile
             summary = _heal_bookies(store, args, [bookie], skip_open=False, dry_run=False,
-                                    read_from_them=True)
+                                    read_from_them=True, client_keys=keys)
             left = [i for i in store.list_ledgers()
                     if _names(store, i, bookie, rules)]
             if not left:
@@ -321,8 +337,9 @@ def _deleteledger(args) -> int:
 def _simpletest(args) -> int:
     from bookie.client import BookKeeper, BookKeeperError
     say = _progress(args)
+    keys = _client_keys(args)
     try:
-        with BookKeeper(_uri(args), client_keys(args)) as bk:
+        with BookKeeper(_uri(args), keys) as bk:
             t0 = time.monotonic()
             password = os.urandom(16)  # the test ledger's own key: never the well-known empty one
             h = bk.create_ledger(args.ensemble_size, args.write_quorum, args.ack_quorum,
@@ -337,7 +354,7 @@ def _simpletest(args) -> int:
                 if args.entries else []
             bk.delete_ledger(h.ledger_id)
     except BookKeeperError as e:
-        raise CliError(f"simpletest failed: {e}") from None
+        raise CliError(f"simpletest failed: {e}{client_options.curve_hint(keys)}") from None
     ok = got == [b"simpletest-%d" % e for e in range(args.entries)]
     doc = {"ledger_id": h.ledger_id, "entries": args.entries, "ok": ok,
            "ensemble": bk_fragments(h), "write_s": round(written_s, 3)}
@@ -357,6 +374,13 @@ def bk_fragments(handle) -> list:
         return []
 
 
+def _curve(args):
+    """The CURVE keys of ``--client-conf`` / ``--set`` for raw bookie requests, or None."""
+    from bookie.client.auth import client_curve
+    from bookie.client.config import ClientConfig
+    return client_curve(ClientConfig.build(_client_keys(args)))
+
+
 def _bookiesanity(args) -> int:
     """Write and read on exactly one bookie: a ledger of E=1 whose ensemble is that bookie,
     written with the raw protocol, read back, then deleted."""
@@ -371,12 +395,13 @@ def _bookiesanity(args) -> int:
         bookie = BookieConfig.load(args.conf, check_dirs=False).bookie_id
     if not bookie:
         raise CliError("name the bookie: --bookie host:port, or --conf its configuration file")
+    curve = _curve(args)
 
     def body(store) -> int:
         meta = LedgerMetadata(1, 1, 1, digest_type="dummy", password_digest=password_digest(b""),
                               custom={"bookiesanity": bookie}, fragments=[(0, [bookie])])
         ledger_id, version = store.create_ledger(meta)
-        bookies = Bookies(args.timeout_s)
+        bookies = Bookies(args.timeout_s, curve)
         key = master_key(b"")
         entries = [wire.pack_entry(ledger_id, e, e - 1, 8, b"", b"sanity%02d" % (e % 100))
                    for e in range(args.entries)]
@@ -400,10 +425,11 @@ def _bookiesanity(args) -> int:
 
 def _bookieinfo(args) -> int:
     from bookie.autorecovery.copier import Bookies, CopyError
+    curve = _curve(args)
 
     def body(store) -> int:
         rows = []
-        bookies = Bookies(min(args.timeout_s, 5.0))
+        bookies = Bookies(min(args.timeout_s, 5.0), curve)
         try:
             for readonly in (False, True):
                 for bookie in store.list_bookies(readonly=readonly):

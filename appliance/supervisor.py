@@ -3,16 +3,17 @@
 Start order: lock the bookie's directories (``workers/dirlock.py``: a second bookie on them is
 refused, naming the pid that holds them); resolve ``bookiePort=0`` (the port the directories
 were stamped with, else a free one); check that every listening port is free; remove what a
-predecessor killed without stopping left behind (run directory, ring); check the directory
-layout and cookies, and the cookie in the metadata store (which must exist); check the index
-against the entry logs (``workers/rebuild.py``: a mismatch names the fix); create the
-shared-memory ring; start the journal worker (it finds the journal's end) and wait until it is
-ready; start the add worker (it replays the journal from LastLogMark) and wait; start the read
+predecessor killed without stopping left behind (run directory; an older bookie's ring
+directory); check the directory layout and cookies, and the cookie in the metadata store (which
+must exist); check the index against the entry logs (``workers/rebuild.py``: a mismatch names
+the fix); create the shared-memory ring (a memfd: no name, inherited by the workers that map
+it); start the journal worker (it finds the journal's end) and wait until it is ready; start
+the add worker (it replays the journal from LastLogMark) and wait; start the read
 and GC workers; register the bookie in the metadata store.  Every refusal up to the index
 check is one log line and exit status 2, before anything is registered or created.
 
 Stop order (SIGTERM / SIGINT): unregister; stop read and GC; stop the add worker (it answers
-what is durable and checkpoints); stop the journal (it writes what is left); unlink the ring;
+what is durable and checkpoints); stop the journal (it writes what is left); close the ring;
 release the directories.
 
 Workers are started with fork+exec (``python -m bookie.workers ROLE``), so no LMDB environment,
@@ -51,9 +52,10 @@ from bookie.workers.layout import LayoutError, all_dirs, check_or_stamp, remembe
 from bookie.workers.rebuild import check_index
 from bookie.workers.common import free_port_pair, log_line as log, set_pdeathsig
 from bookie.workers.gc_worker import request_gc
-from bookie.workers.ring import NO_ROOM, READONLY, Ring, private_dir
+from bookie.workers.ring import NO_ROOM, READONLY, Ring
 
 ROLES_IN_START_ORDER = ("journal", "add", "read", "gc")
+RING_ROLES = ("journal", "add", "read")
 EXIT_REFUSED = 2
 EXIT_CORRUPT = 3
 EXIT_SYNC_FAILED = 4
@@ -131,12 +133,11 @@ class Supervisor:
         self.started = True
         self.run_dir = tempfile.mkdtemp(prefix=f"bk{conf.bookie_port}-")
         self.metrics = BookieRegistry(self, self.run_dir)
-        ring_dir = private_dir(f"bookie-{conf.bookie_port}-")  # 0700, random name (workers/ring.py)
-        ring_path = os.path.join(ring_dir, "ring")
-        self.lock.set_runtime(self.run_dir, ring_dir)  # before the ring exists: no leak if killed
-        self.ring = Ring.create(ring_path, conf.ring_size_bytes)
+        self.lock.set_runtime(self.run_dir)  # before it has files: none leaks if we are killed
+        # no name anywhere: the workers inherit the descriptor (workers/ring.py)
+        self.ring = Ring.create_memfd(f"bookie-{conf.bookie_port}-ring", conf.ring_size_bytes)
         with open(os.path.join(self.run_dir, "ring.path"), "w") as f:
-            f.write(ring_path)
+            f.write(self.ring.address)
         with open(os.path.join(self.run_dir, "bookie.conf"), "w") as f:
             f.write(conf.to_properties())
         self._check_disks()  # full disks: read-only (and a GC pass asked for) before serving
@@ -176,8 +177,10 @@ class Supervisor:
             cmd = [sys.executable, "-m", "bookie.autorecovery", "--conf",
                    os.path.join(self.run_dir, "bookie.conf"), "--ready-fd", str(wfd)]
         # The lock's descriptors go to every worker: the directories stay locked while any
-        # process of this bookie lives (workers/dirlock.py).
-        w.proc = subprocess.Popen(cmd, pass_fds=(wfd, *self.lock.fds), preexec_fn=set_pdeathsig,
+        # process of this bookie lives (workers/dirlock.py); the ring's to those that map it.
+        ring_fds = (self.ring.fd,) if role in RING_ROLES else ()
+        w.proc = subprocess.Popen(cmd, pass_fds=(wfd, *self.lock.fds, *ring_fds),
+                                  preexec_fn=set_pdeathsig,
                                   stdin=subprocess.DEVNULL, env=self.metrics.worker_env())
         os.close(wfd)
         started_at = time.monotonic()
@@ -413,13 +416,7 @@ class Supervisor:
             if server is not None:
                 server.stop()
         if self.ring is not None:
-            path = self.ring.path
-            self.ring.close()
-            try:
-                os.unlink(path)
-                os.rmdir(os.path.dirname(path))
-            except OSError:
-                pass
+            self.ring.close()  # the memfd: its memory goes with the workers' mappings
         if self.run_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
         try:
@@ -530,7 +527,7 @@ def run_bookie(conf: BookieConfig) -> int:
             return 0
         code = e.returncode if e.returncode in FATAL_EXITS else 1
         return _start_ended(sup, "start failed", str(e), "start failed", code)
-    except OSError as e:  # a disk or /dev/shm that cannot take the ring or the run directory
+    except OSError as e:  # no memory for the ring, no disk for the run directory
         return _start_ended(sup, "start failed", f"{e.filename or ''}: {e.strerror}".lstrip(": "),
                             "start failed", 1)
     except Exception as e:  # noqa: BLE001 - whatever it is, one line, and undo what was made

@@ -189,12 +189,16 @@ class AddPipeline:
 class BookieConnection:
     """A DEALER to one bookie's add socket.  Every wait is bounded by ``timeout_s``."""
 
-    def __init__(self, ctx: zmq.Context, bookie: str, timeout_s: float, port_offset: int = 0):
+    def __init__(self, ctx: zmq.Context, bookie: str, timeout_s: float, port_offset: int = 0,
+                 curve=None):
+        """``curve``: a ``bookie.client.auth.ClientCurve`` for a bookie that speaks CURVE."""
         host, port = parse_bookie(bookie)
         self.bookie = bookie
         self.timeout_s = timeout_s
         self.sock = ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if curve is not None:
+            curve.apply(self.sock, bookie)
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
         self.sock.connect(f"tcp://{host}:{port + port_offset}")
@@ -357,7 +361,10 @@ def run(params: dict, bookie: str, *, emit=None, data_dir: str | None = None) ->
     host = host_info(data_dir)
     batcher = EntryBatcher(params["entrysize"], params["digest"])
     ctx = zmq.Context()
-    conn = BookieConnection(ctx, bookie, params["timeout"])
+    from bookie.client.auth import client_curve
+    from bookie.client.config import ClientConfig
+    curve = client_curve(ClientConfig.build(params.get("client_keys") or {}))
+    conn = BookieConnection(ctx, bookie, params["timeout"], curve=curve)
     try:
         host["bookie_info"] = conn.info()
         ledgers = Ledgers.new(params["ledgers"])

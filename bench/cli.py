@@ -17,6 +17,7 @@ import shutil
 import sys
 import tempfile
 
+from bookie.client import options as client_options
 
 DIGESTS = ("crc32", "crc32c", "mac", "dummy")
 
@@ -125,6 +126,7 @@ def _register_writes(tools) -> None:
     _entries(p, rate_help="offer this many adds/s; latencies count from each add's intended "
                           "start (coordinated omission corrected)")
     _common(p, 60.0)
+    client_options.add_arguments(p)
     p.set_defaults(func=_cmd_writes)
 
 
@@ -151,6 +153,7 @@ def _register_bookie(tools) -> None:
     _entries(p, rate_help="offer this many entries/s in the pipelined phase; latencies count "
                           "from each message's intended send (coordinated omission corrected)")
     _common(p, 10.0)
+    client_options.add_arguments(p)  # its CURVE keys only: no client is built
     p.set_defaults(func=_cmd_bookie)
 
 
@@ -189,6 +192,7 @@ def _register_reads(tools) -> None:
     _ledger_options(p, ensemble=1, quorum=1)
     p.add_argument("--digest", choices=DIGESTS, default="crc32", help="digest type (default crc32)")
     _common(p, 10.0)
+    client_options.add_arguments(p)
     p.set_defaults(func=_cmd_reads)
 
 
@@ -328,7 +332,17 @@ def check_entries(args) -> None:
                        f"5 MiB frame limit")
 
 
-def params_of(args, drop=("func", "command", "bench_tool", "quiet", "json_out", "plot")) -> dict:
+def check_client_keys(args) -> None:
+    """``--client-conf`` / ``--set`` checked, as ``args.client_keys`` (typed; in the params)."""
+    from bookie.client.errors import InvalidArgumentError
+    try:
+        args.client_keys = client_options.from_args(args)
+    except InvalidArgumentError as e:
+        raise BenchOptionError(str(e)) from None
+
+
+def params_of(args, drop=("func", "command", "bench_tool", "quiet", "json_out", "plot",
+                          "client_set")) -> dict:
     """The options as the JSON result records them (output options left out)."""
     return {k: v for k, v in vars(args).items() if k not in drop}
 
@@ -385,6 +399,13 @@ def finish(args, result: dict) -> int:
         plot_result(result, args.plot)
         print(f"plot written to {args.plot}", file=sys.stderr)
     errors = sum(ph.get("errors", 0) for ph in result["phases"].values())
+    if errors and not any(ph.get("ops") for ph in result["phases"].values()):
+        # nothing at all succeeded: say so on one line (and why it may be, without CURVE keys)
+        first = next((ph["first_error"] for ph in result["phases"].values()
+                      if ph.get("first_error")), "")
+        hint = client_options.curve_hint(args.client_keys) if "client_keys" in args else ""
+        print(f"bookie bench: every operation failed ({errors})"
+              f"{': ' + first if first else ''}{hint}", file=sys.stderr)
     return 1 if errors else 0
 
 
@@ -395,6 +416,7 @@ def _cmd_bookie(args) -> int:
     check_positive(args, "batch", "window", "ledgers")
     check_positive(args, "sync_time", allow_zero=True)
     check_positive(args, "sync_count", "sync_rate", allow_none=True)
+    check_client_keys(args)
     from bookie import wire
     if args.batch > wire.MAX_BATCH:
         raise BenchOptionError(f"--batch must be at most {wire.MAX_BATCH} entries per ADD message")
@@ -417,6 +439,7 @@ def _cmd_bookie(args) -> int:
 
 
 def _check_client_args(args) -> None:
+    check_client_keys(args)
     if args.ack_quorum is None:
         args.ack_quorum = args.quorum
     check_quorum(args.ensemble, args.quorum, args.ack_quorum)
@@ -453,7 +476,7 @@ def _cmd_writes(args) -> int:
         with _ensemble(args) as (uri, base):
             result = client_bench.run_writes(params_of(args), uri, emit=emit, data_dir=base)
     except client_bench.BenchError as e:
-        raise BenchOptionError(str(e)) from None
+        raise BenchOptionError(f"{e}{client_options.curve_hint(args.client_keys)}") from None
     return finish(args, result)
 
 
@@ -493,7 +516,7 @@ def _cmd_reads(args) -> int:
             with _ensemble(args) as (uri, base):
                 result = client_bench.run_reads(params_of(args), uri, emit=emit, data_dir=base)
     except client_bench.BenchError as e:
-        raise BenchOptionError(str(e)) from None
+        raise BenchOptionError(f"{e}{client_options.curve_hint(args.client_keys)}") from None
     return finish(args, result)
 
 

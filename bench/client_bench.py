@@ -225,11 +225,15 @@ class AddLoad:
         return np.concatenate(self.keep) if self.keep else np.zeros(0, dtype=np.int64)
 
 
-def _client(metadata_uri: str, throttle: int, timeout_s: float, **keys):
-    """A client whose own throttle is the bench's, so adding never blocks on it."""
+def _client(metadata_uri: str, throttle: int, timeout_s: float, client_keys: dict | None = None,
+            **keys):
+    """A client whose own throttle is the bench's, so adding never blocks on it.
+    ``client_keys``: the operator's (``--client-conf`` / ``--set``); the bench's own keys
+    (``keys``, throttle, operationTimeout) come from its options and win."""
     from bookie.client import BookKeeper, BookKeeperError
     try:
-        return BookKeeper(metadata_uri, throttle=throttle, operationTimeout=timeout_s, **keys)
+        return BookKeeper(metadata_uri, client_keys, throttle=throttle,
+                          operationTimeout=timeout_s, **keys)
     except BookKeeperError as e:
         raise BenchError(f"cannot open the client on {metadata_uri}: {e}") from None
 
@@ -242,7 +246,7 @@ def run_writes(params: dict, metadata_uri: str, *, emit=None, data_dir: str | No
     ack_quorum = params["ack_quorum"] or params["quorum"]
     payload = payload_bytes(params["entrysize"])
     from bookie.client import BookKeeperError
-    bk = _client(metadata_uri, params["throttle"], params["timeout"])
+    bk = _client(metadata_uri, params["throttle"], params["timeout"], params.get("client_keys"))
     handles = []
     try:
         for _ in range(params["ledgers"]):
@@ -391,7 +395,7 @@ def run_reads(params: dict, metadata_uri: str, *, emit=None, data_dir: str | Non
     host = host_info(data_dir)
     params = dict(params, ack_quorum=params["ack_quorum"] or params["quorum"],
                   metadata=metadata_uri)
-    bk = _client(metadata_uri, params["throttle"], params["timeout"])
+    bk = _client(metadata_uri, params["throttle"], params["timeout"], params.get("client_keys"))
     figures: dict = {}
     try:
         if params["listen"]:

@@ -6,7 +6,7 @@ Two phases in one directory, one after the other, each for ``--time`` seconds:
 
 - ``journal``: the bookie's journal code as its worker runs it: a producer thread places journal
   records (ADD_BATCH records of ``--batch`` entries, bookie.workers.records) in a ring
-  (bookie.workers.ring, a file in /dev/shm) and a committer thread runs the journal worker's
+  (bookie.workers.ring, a memfd as the bookie's) and a committer thread runs the journal worker's
   own step, bookie.workers.group_commit.GroupCommitter: the GroupCommitPolicy decides, then the
   ring's bytes [durable, write) go as one group through JournalWriter.append (one writev, one
   fdatasync) and the durable cursor is published.  A record's latency runs from when the producer offered it (its
@@ -41,7 +41,7 @@ from bookie.bench.report import NS_PER_S, Meter
 from bookie.workers import records
 from bookie.workers.group_commit import GroupCommitPolicy, GroupCommitter
 from bookie.workers.journal import JournalWriter
-from bookie.workers.ring import DURABLE, WRITE, Ring, private_dir
+from bookie.workers.ring import DURABLE, WRITE, Ring
 
 RING_BYTES = 64 * 1024 * 1024  # journalRingSizeMB's default
 
@@ -119,11 +119,8 @@ class JournalLoad:
         self.rate = rate
         self.meter = meter
         self.clock = clock
-        ring_dir = private_dir("bookie-bench-")  # a new 0700 directory, as the bookie's ring
-        ring_path = os.path.join(ring_dir, "ring")
-        self.ring = Ring.create(ring_path, maker.size * throttle)
-        os.unlink(ring_path)  # the mapping stays; nothing is left behind on a crash
-        os.rmdir(ring_dir)
+        # anonymous shared memory, as the bookie's ring: nothing is left behind on a crash
+        self.ring = Ring.create_memfd("bookie-bench-ring", maker.size * throttle)
         self.ring.set(WRITE, 0)
         self.ring.set(DURABLE, 0)
         self.writer = JournalWriter(directory, 0, JOURNAL_MAX_BYTES, PREALLOC_BYTES)

@@ -99,7 +99,7 @@ def _tail_writer(conn, metadata_uri: str, params: dict) -> None:
     time with each payload stamped with its issue time, close them, report."""
     try:
         bk = _client(metadata_uri, params["throttle"], params["timeout"],
-                     explicitLacInterval=params.get("explicit_lac", 100))
+                     params.get("client_keys"), explicitLacInterval=params.get("explicit_lac", 100))
         try:
             handles = [bk.create_ledger(params["ensemble"], params["quorum"],
                                         params["ack_quorum"], params["digest"],

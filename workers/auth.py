@@ -21,13 +21,23 @@ connection carries it, and ``Gate.refusal`` maps it to its role for each request
 Deleting ledgers and formatting do not pass these sockets (metadata store, local shell), and
 autorecovery's copies are what a writer sends, so admin and writer differ in nothing yet; the
 role is there for the operator's records and for ops to come.  A request its role does not allow is
-answered UNAUTHORIZED and does nothing.  The directory is read when a worker starts.
+answered UNAUTHORIZED and does nothing.
+
+Enrolment changes without a restart (``Enrolment``): each worker looks at the directory again
+when a handshake or a request comes and ``RELOAD_INTERVAL_S`` has passed since it last looked,
+and re-reads the keys when a listing changed (a ``.key`` file added, removed, moved between
+roles, or rewritten: its name, inode, size or mtime).  A key removed (or moved out) is denied at
+its next handshake, and every further request on a connection it already has open is refused
+UNAUTHORIZED: ``Gate.refusal`` maps the principal through the enrolment as it is now.  A key
+added is admitted at its next handshake.  A file that cannot be read at a reload is left out
+(a warning names it) rather than keeping what was there before; at start it stops the worker.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 
 import zmq
 import zmq.auth
@@ -39,6 +49,9 @@ ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 ZAP_DOMAIN = b"bookie"
 ROLES = ("reader", "writer", "admin")
 READER_OPS = frozenset((Op.READ, Op.READ_LAC, Op.INFO))
+# Longest a removed key keeps working after its file went (docs/security.md): the enrolment
+# directory is listed at most this often, and only while handshakes or requests come.
+RELOAD_INTERVAL_S = 1.0
 
 
 class AuthError(ValueError):
@@ -56,10 +69,17 @@ def load_secret(path: str) -> tuple[bytes, bytes]:
     return public, secret
 
 
-def load_enrolment(directory: str) -> dict[bytes, tuple[str, str]]:
-    """Public key (z85) -> (principal, role), from ``directory/ROLE/NAME.key``."""
+def load_enrolment(directory: str, on_bad=None) -> dict[bytes, tuple[str, str]]:
+    """Public key (z85) -> (principal, role), from ``directory/ROLE/NAME.key``.
+
+    ``on_bad(message)``: called for a key file that cannot be read (or a missing directory),
+    which is then left out; None: raise AuthError instead.
+    """
     if not os.path.isdir(directory):
-        raise AuthError(f"curveClientKeysDirectory={directory} is not a directory")
+        if on_bad is None:
+            raise AuthError(f"curveClientKeysDirectory={directory} is not a directory")
+        on_bad(f"curveClientKeysDirectory={directory} is not a directory")
+        return {}
     keys: dict[bytes, tuple[str, str]] = {}
     for role in ROLES:
         sub = os.path.join(directory, role)
@@ -71,16 +91,110 @@ def load_enrolment(directory: str) -> dict[bytes, tuple[str, str]]:
             try:
                 public, _ = zmq.auth.load_certificate(os.path.join(sub, name))
             except (OSError, ValueError) as e:
-                raise AuthError(f"enrolled key {os.path.join(sub, name)}: {e}") from None
+                if on_bad is None:
+                    raise AuthError(f"enrolled key {os.path.join(sub, name)}: {e}") from None
+                on_bad(f"enrolled key {os.path.join(sub, name)}: {e}")
+                continue
             keys[public] = (name[:-len(".key")], role)
     return keys
 
 
-class Gate:
-    """Which requests a connection's principal may make (the table in the module doc)."""
+def _listing(directory: str) -> tuple:
+    """What a change of enrolment changes: each role's ``.key`` files with inode, size, mtime."""
+    out = []
+    for role in ROLES:
+        try:
+            with os.scandir(os.path.join(directory, role)) as it:
+                files = sorted((e.name, e.inode(), *_size_mtime(e)) for e in it
+                               if e.name.endswith(".key"))
+        except OSError:
+            files = None
+        out.append(files)
+    return tuple(out)
 
-    def __init__(self, enrolled: dict[bytes, tuple[str, str]]):
-        self.roles = {principal: role for principal, role in enrolled.values()}
+
+def _size_mtime(entry) -> tuple[int, int]:
+    try:
+        st = entry.stat()
+    except OSError:
+        return (-1, -1)
+    return (st.st_size, st.st_mtime_ns)
+
+
+class Enrolment:
+    """The enrolled keys of one directory, as they are now (module doc: "without a restart").
+
+    ``keys`` (public key -> (principal, role)) and ``roles`` (principal -> role) are one
+    consistent pair, replaced together.  Thread-safe: the ZAP thread and the worker's loop both
+    call ``refresh``; one re-reads at a time, the other uses the pair it finds.
+    """
+
+    def __init__(self, directory: str, interval_s: float = RELOAD_INTERVAL_S,
+                 clock=time.monotonic, log=None):
+        self.directory = directory
+        self.interval_s = interval_s
+        self.clock = clock
+        self.log = log  # log(event, level=..., **fields); set by ServerCurve.start
+        self._listing = _listing(directory)
+        self._state = self._pair(load_enrolment(directory))  # unreadable at start: AuthError
+        self._checked = clock()
+        self._lock = threading.Lock()
+        self.reloads = 0
+
+    @staticmethod
+    def _pair(keys: dict) -> tuple[dict, dict]:
+        return keys, {principal: role for principal, role in keys.values()}
+
+    @property
+    def keys(self) -> dict[bytes, tuple[str, str]]:
+        return self._state[0]
+
+    @property
+    def roles(self) -> dict[str, str]:
+        return self._state[1]
+
+    def refresh(self) -> tuple[dict, dict]:
+        """(keys, roles) as the directory holds them now, looked at most every interval_s."""
+        now = self.clock()
+        if now - self._checked >= self.interval_s and self._lock.acquire(blocking=False):
+            try:
+                self._checked = now
+                listing = _listing(self.directory)
+                if listing != self._listing:
+                    self._listing = listing
+                    self._reload()
+            finally:
+                self._lock.release()
+        return self._state
+
+    def _reload(self) -> None:
+        def bad(message: str) -> None:
+            self._log("enrolled client key left out", level="warning", error=message)
+        before = self.roles
+        self._state = self._pair(load_enrolment(self.directory, on_bad=bad))
+        self.reloads += 1
+        after = self.roles
+        self._log("client keys reloaded", enrolled=len(self.keys),
+                  removed=",".join(sorted(p for p in before if p not in after)) or "-",
+                  added=",".join(sorted(p for p in after if p not in before)) or "-",
+                  changed=",".join(sorted(p for p in after if p in before
+                                          and before[p] != after[p])) or "-")
+
+    def _log(self, event: str, level: str | None = None, **fields) -> None:
+        if self.log is not None:
+            self.log(event, level=level, **fields)
+
+
+class Gate:
+    """Which requests a connection's principal may make (the table in the module doc), by the
+    enrolment as it is when the request comes."""
+
+    def __init__(self, enrolment: Enrolment):
+        self.enrolment = enrolment
+
+    @property
+    def roles(self) -> dict[str, str]:
+        return self.enrolment.refresh()[1]
 
     def refusal(self, frame, op: int, flags: int) -> str | None:
         """Why the request whose header ``frame`` (a zmq.Frame) carries may not go; None: it may."""
@@ -97,9 +211,9 @@ class Gate:
 class ZapHandler(threading.Thread):
     """Answers ZeroMQ's authentication requests for one worker's context (RFC 27, ZAP)."""
 
-    def __init__(self, zctx: zmq.Context, enrolled: dict[bytes, tuple[str, str]], log):
+    def __init__(self, zctx: zmq.Context, enrolment: Enrolment, log):
         super().__init__(name="zap", daemon=True)
-        self.enrolled = enrolled
+        self.enrolment = enrolment
         self.log = log
         self.denied_total = 0
         self._stopping = False
@@ -118,7 +232,7 @@ class ZapHandler(threading.Thread):
             version, request_id, domain, address, _identity, mechanism = frames[:6]
             principal = b""
             if mechanism == b"CURVE" and len(frames) == 7 and domain == ZAP_DOMAIN:
-                who = self.enrolled.get(zmq.utils.z85.encode(frames[6]))
+                who = self.enrolment.refresh()[0].get(zmq.utils.z85.encode(frames[6]))
                 if who is not None:
                     principal = who[0].encode()
             if principal:
@@ -143,12 +257,13 @@ class ServerCurve:
 
     def __init__(self, conf):
         self.public, self.secret = load_secret(conf.curve_secret_key_file)
-        self.enrolled = load_enrolment(conf.curve_client_keys_dir)
-        self.gate = Gate(self.enrolled)
+        self.enrolment = Enrolment(conf.curve_client_keys_dir)
+        self.gate = Gate(self.enrolment)
         self.handler: ZapHandler | None = None
 
     def start(self, zctx, log) -> None:
-        self.handler = ZapHandler(zctx, self.enrolled, log)
+        self.enrolment.log = log
+        self.handler = ZapHandler(zctx, self.enrolment, log)
 
     def secure(self, sock) -> None:
         sock.setsockopt(zmq.CURVE_SERVER, 1)

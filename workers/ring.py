@@ -2,11 +2,17 @@
 
 Theory of operation
 -------------------
-One file, created and unlinked by the supervisor alone (workers only map it, so no resource
-tracker ever unlinks it behind our back).  It lives in a directory of its own under /dev/shm
-that the supervisor makes with a random name and mode 0700 (``private_dir``), and is created
-there with ``O_EXCL | O_NOFOLLOW`` and mode 0600: another local user can neither guess, plant,
-link nor open it.  Its first page holds the control words; the rest is the data ring.
+Shared memory without a name: the supervisor makes it with ``memfd_create`` (``create_memfd``),
+sizes it, seals its size, and keeps the descriptor; each worker that maps it (journal, add,
+read) inherits that descriptor across its fork+exec and is told its number as the ring's
+address, ``fd:N`` (``address``, ``attach``).  Nothing of it is in /dev/shm or any other
+directory: no name to guess, plant or link, no file another user could open, and nothing left
+behind when the bookie is killed (the memory goes with the last process that maps it or holds
+the descriptor; the workers die with the supervisor, ``PR_SET_PDEATHSIG``).  Sealed
+``F_SEAL_SHRINK | F_SEAL_GROW``: no process can truncate it under the others' mappings.
+``create(path)`` / ``attach(path)`` map a ring file instead (tests), created with
+``O_EXCL | O_NOFOLLOW`` and mode 0600.  Its first page holds the control words; the rest is the
+data ring.
 
 Positions are *logical journal offsets*: u64 byte counts that only ever grow, over the whole
 life of the bookie's journal (they continue across restarts; the journal stores them in every
@@ -31,9 +37,9 @@ durable: a record may be placed only while ``WRITE + size - DURABLE <= capacity`
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
-import tempfile
 
 import numpy as np
 
@@ -43,18 +49,16 @@ DATA_OFFSET = PAGE
 WRITE, DURABLE, BASE, READONLY, JOURNAL_EPOCH, ADD_EPOCH, NO_ROOM = range(7)
 
 
-def private_dir(prefix: str) -> str:
-    """A new directory for the ring: in /dev/shm (memory) when there is one, else the temporary
-    directory; random name, mode 0700, made by ``mkdir`` (fails rather than reuse a planted one)."""
-    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
-    return tempfile.mkdtemp(prefix=prefix, suffix=".ring", dir=base)
+FD_PREFIX = "fd:"
 
 
 class Ring:
-    """A mapping of the ring file.  ``create`` (supervisor) or ``attach`` (workers)."""
+    """A mapping of the ring.  ``create_memfd`` (supervisor) or ``attach`` (workers);
+    ``create`` / ``attach`` of a path for tests and tools."""
 
-    def __init__(self, path: str, mm: mmap.mmap, capacity: int):
-        self.path = path
+    def __init__(self, path: str | None, mm: mmap.mmap, capacity: int, fd: int | None = None):
+        self.path = path  # the ring file, or None for a memfd ring
+        self.fd = fd  # the memfd, kept open by its creator for the workers to inherit
         self._mm = mm
         self.capacity = capacity
         self.ctl = np.ndarray((PAGE // 8,), dtype=np.uint64, buffer=mm, offset=0)
@@ -73,8 +77,35 @@ class Ring:
         return cls(path, mm, capacity)
 
     @classmethod
-    def attach(cls, path: str) -> "Ring":
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    def create_memfd(cls, name: str, capacity: int) -> "Ring":
+        """A ring in anonymous shared memory (module doc); ``fd`` stays open (close-on-exec:
+        pass it to a worker with ``pass_fds``) until ``close``."""
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(fd, DATA_OFFSET + capacity)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
+                        fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+            mm = mmap.mmap(fd, DATA_OFFSET + capacity)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(None, mm, capacity, fd=fd)
+
+    @property
+    def address(self) -> str:
+        """What ``attach`` takes, in a process that inherited ``fd`` (or the ring file's path)."""
+        return f"{FD_PREFIX}{self.fd}" if self.fd is not None else str(self.path)
+
+    @classmethod
+    def attach(cls, where: str) -> "Ring":
+        """Map the ring at ``where``: ``fd:N``, a descriptor this process inherited (it is
+        closed once mapped), or the path of a ring file."""
+        if where.startswith(FD_PREFIX):
+            fd = int(where[len(FD_PREFIX):])
+            path = None
+        else:
+            fd = os.open(where, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            path = where
         try:
             size = os.fstat(fd).st_size
             mm = mmap.mmap(fd, size)
@@ -129,6 +160,9 @@ class Ring:
             self._mm.close()
         except BufferError:
             pass
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 class Doorbell:

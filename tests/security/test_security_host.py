@@ -61,12 +61,12 @@ def test_nobody_opens_none_of_the_bookies_files_nor_its_ring(ens):
     with RawBookieClient(ens.bookies[0]) as c:
         assert c.add(ledger, [make_entry(ledger, i, b"secret payload") for i in range(10)], KEY) == Status.OK
     port = ens.ports[0]
-    rings = glob.glob(f"/dev/shm/bookie-{port}-*.ring")
-    assert len(rings) == 1 and os.path.isdir(rings[0])
-    st = os.stat(rings[0])
-    assert st.st_mode & 0o777 == 0o700
-    ring_file = os.path.join(rings[0], "ring")
-    assert os.stat(ring_file).st_mode & 0o777 == 0o600
+    assert glob.glob(f"/dev/shm/bookie-{port}-*") == []  # the ring has no name (a memfd) ...
+    sup = ens.procs[0].pid
+    fds = [f"/proc/{sup}/fd/{n}" for n in os.listdir(f"/proc/{sup}/fd")]
+    ring_fds = [fd for fd in fds if os.readlink(fd).startswith(f"/memfd:bookie-{port}-ring")]
+    assert ring_fds  # ... reachable only through the bookie's own processes' descriptors
+    os.close(os.open(ring_fds[0], os.O_RDONLY))  # as the bookie's user: yes; as nobody: below
     for sub in ("journal", "ledgers"):
         cur = os.path.join(ens.bookie_dir(0), sub, "current")
         assert os.stat(cur).st_mode & 0o777 == 0o700, cur
@@ -75,7 +75,7 @@ def test_nobody_opens_none_of_the_bookies_files_nor_its_ring(ens):
     assert any(f.endswith("cookie") for f in files) and any("index" in f for f in files)
     for f in files:
         assert os.stat(f).st_mode & 0o077 == 0, f
-    assert open_as_nobody(files + [ring_file, rings[0]]) == []
+    assert open_as_nobody(files + ring_fds) == []
 
 
 def test_the_ring_is_never_created_over_a_planted_file_or_through_a_link(tmp_path):

@@ -1,0 +1,124 @@
+"""Client configuration from a command line: ``--client-conf FILE`` and ``--set KEY=VALUE``.
+
+Every operator tool that builds a client (``bookie shell simpletest``, ``recover``, ``readledger``,
+``bookie bench writes`` ...) takes its client keys here, so a CURVE bookie's enrolled key (or any
+other client key: ``speculativeReadTimeout``, ``readTimeout``) reaches the tool the same way::
+
+    bookie shell simpletest --metadata URI --client-conf client.conf
+    bookie bench writes --metadata URI --set curveSecretKeyFile=alice.key_secret \\
+        --set curveServerKeys=bookie.key
+
+The file is Java-properties text, as a bookie's configuration file: ``key=value`` (or
+``key: value``) lines, ``#`` and ``!`` comments.  Its keys are the client's (``ClientConfig``);
+each ``--set`` overrides the file.  Values are typed by the key (integer, number, true/false,
+text) and checked as ``ClientConfig.build`` checks every client configuration, before the tool
+starts: an unknown key or a bad value is an ``InvalidArgumentError`` of one line naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from bookie.client.config import ClientConfig
+from bookie.client.errors import InvalidArgumentError
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+
+
+def parse_properties(text: str, source: str) -> dict[str, str]:
+    """``key=value`` lines -> raw strings; a line that is neither that nor a comment is refused."""
+    out: dict[str, str] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if not s or s[0] in "#!":
+            continue
+        sep = min((i for i in (s.find("="), s.find(":")) if i >= 0), default=-1)
+        if sep <= 0:
+            raise InvalidArgumentError(f"{source}:{lineno}: expected key=value, got {s!r}")
+        out[s[:sep].strip()] = s[sep + 1:].strip()
+    return out
+
+
+def typed(raw: dict[str, str], source: str) -> dict:
+    """Raw strings -> values of each key's type.  Unknown keys pass through untouched (for
+    ``ClientConfig.build`` to name, with the list of known ones)."""
+    types = {f.name: f.type for f in dataclasses.fields(ClientConfig)}
+    out: dict = {}
+    for key, text in raw.items():
+        kind = types.get(key, "str")
+        try:
+            if kind == "int":
+                out[key] = int(text.strip().replace("_", ""))
+            elif kind == "float":
+                out[key] = float(text.strip())
+            elif kind == "bool":
+                low = text.strip().lower()
+                if low not in _TRUE | _FALSE:
+                    raise ValueError("not true or false")
+                out[key] = low in _TRUE
+            else:
+                out[key] = text
+        except ValueError:
+            what = {"int": "an integer", "float": "a number"}.get(kind, "true or false")
+            raise InvalidArgumentError(f"{source}: client key {key}={text!r} is not {what}") \
+                from None
+    return out
+
+
+def client_keys(conf_file: str | None = None, overrides: list[str] | None = None) -> dict:
+    """The client keys of ``conf_file`` (may be None) with ``overrides`` ("KEY=VALUE") over them.
+
+    Returns:
+        only the keys given, typed (``passwd`` stays text), ready for ``BookKeeper(uri, keys)``.
+    Raises:
+        InvalidArgumentError: an unreadable file, a malformed line or item, an unknown key, a
+            bad value; one line naming it.
+    """
+    keys: dict = {}
+    if conf_file:
+        try:
+            with open(conf_file, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise InvalidArgumentError(f"--client-conf {conf_file}: "
+                                       f"{getattr(e, 'strerror', None) or e}") from None
+        keys.update(typed(parse_properties(text, conf_file), f"--client-conf {conf_file}"))
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidArgumentError(f"--set {item!r}: expected KEY=VALUE")
+        keys.update(typed({key.strip(): value}, "--set"))
+    ClientConfig.build(keys)  # unknown keys, ranges, a CURVE pair that goes together
+    from bookie.client.auth import client_curve
+    client_curve(ClientConfig.build(keys))  # key files readable now, not after the tool started
+    return keys
+
+
+def curve_hint(keys: dict) -> str:
+    """What to add to a tool's failure when it ran without CURVE keys: a CURVE bookie never
+    answers such a client, which looks like a dead bookie from here."""
+    if keys.get("curveSecretKeyFile"):
+        return ""
+    return ("; if the bookies speak CURVE, pass an enrolled key: --client-conf FILE or --set "
+            "curveSecretKeyFile=NAME.key_secret --set curveServerKeys=BOOKIE.key")
+
+
+def add_arguments(parser: argparse.ArgumentParser, set_flags: tuple[str, ...] = ("--set",)
+                  ) -> None:
+    """``--client-conf FILE`` and the repeatable ``--client-set KEY=VALUE`` (also spelled as
+    each of ``set_flags``, where the tool has no other ``--set``)."""
+    group = parser.add_argument_group("client configuration (a CURVE bookie needs the keys)")
+    group.add_argument("--client-conf", metavar="FILE", default=None,
+                       help="client properties file (key=value lines, as a bookie's "
+                            "configuration): e.g. curveSecretKeyFile, curveServerKeys, "
+                            "readTimeout, speculativeReadTimeout")
+    group.add_argument(*set_flags, "--client-set", dest="client_set", metavar="KEY=VALUE",
+                       action="append", default=[],
+                       help="one client key, over --client-conf (repeatable)")
+
+
+def from_args(args: argparse.Namespace) -> dict:
+    """``client_keys`` of the options ``add_arguments`` added."""
+    return client_keys(args.client_conf, args.client_set)
