@@ -16,11 +16,12 @@ connection carries it, and ``Gate.refusal`` maps it to its role for each request
 
     reader   READ, READ_LAC (long polls too), INFO
     writer   the reader's, plus ADD (recovery adds too), WRITE_LAC, and the FENCE flag
-    admin    everything a writer may
+    admin    everything a writer may, plus the RECOVERY_CREDENTIAL flag (autorecovery's
+             recovery adds and fences on the cluster recovery credential)
 
-Deleting ledgers and formatting do not pass these sockets (metadata store, local shell), and
-autorecovery's copies are what a writer sends, so admin and writer differ in nothing yet; the
-role is there for the operator's records and for ops to come.  A request its role does not allow is
+The bookie's own public key counts as admin here even when not enrolled (its autorecovery
+worker connects with it); enrol each bookie's key as admin at the others.  Deleting ledgers
+and formatting do not pass these sockets (metadata store, local shell).  A request its role does not allow is
 answered UNAUTHORIZED and does nothing.  The directory is read when a worker starts.
 """
 
@@ -39,6 +40,7 @@ ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 ZAP_DOMAIN = b"bookie"
 ROLES = ("reader", "writer", "admin")
 READER_OPS = frozenset((Op.READ, Op.READ_LAC, Op.INFO))
+SELF_PRINCIPAL = "bookie/self"  # the bookie's own key (no enrolled NAME.key can hold a "/")
 
 
 class AuthError(ValueError):
@@ -91,6 +93,8 @@ class Gate:
         if role == "reader" and (op not in READER_OPS or flags & Flag.FENCE):
             return f"role reader of {principal!r} may not {Op(op).name}" + \
                 (" with FENCE" if flags & Flag.FENCE else "")
+        if flags & Flag.RECOVERY_CREDENTIAL and role != "admin":
+            return f"role {role} of {principal!r} may not use the recovery credential"
         return None
 
 
@@ -144,6 +148,7 @@ class ServerCurve:
     def __init__(self, conf):
         self.public, self.secret = load_secret(conf.curve_secret_key_file)
         self.enrolled = load_enrolment(conf.curve_client_keys_dir)
+        self.enrolled.setdefault(self.public, (SELF_PRINCIPAL, "admin"))  # its own autorecovery
         self.gate = Gate(self.enrolled)
         self.handler: ZapHandler | None = None
 
