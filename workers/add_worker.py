@@ -34,10 +34,10 @@ from bookie.metadata.recovery_secret import read_secret_file
 from bookie.workers.layout import current_dir, key_salt
 from bookie.wire import Op, Status
 from bookie.workers import records
+from bookie.workers.answers import Pending
 from bookie.workers.auth import server_curve
 from bookie.workers.common import ClientServer, ConnectionCap, guard_client_socket, make_socket
 from bookie.workers.journal import lastmark_of, scan, write_lastmark
-from bookie.workers.answers import Pending
 from bookie.workers.ledgers import Rejected
 from bookie.workers.noroom import RETRY_S, Held, no_room
 from bookie.workers.ring import ADD_EPOCH, DURABLE, NO_ROOM, READONLY, WRITE, Doorbell, Ring
