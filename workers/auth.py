@@ -40,7 +40,6 @@ ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 ZAP_DOMAIN = b"bookie"
 ROLES = ("reader", "writer", "admin")
 READER_OPS = frozenset((Op.READ, Op.READ_LAC, Op.INFO))
-SELF_PRINCIPAL = "bookie/self"  # the bookie's own key (no enrolled NAME.key can hold a "/")
 
 
 class AuthError(ValueError):
@@ -148,7 +147,8 @@ class ServerCurve:
     def __init__(self, conf):
         self.public, self.secret = load_secret(conf.curve_secret_key_file)
         self.enrolled = load_enrolment(conf.curve_client_keys_dir)
-        self.enrolled.setdefault(self.public, (SELF_PRINCIPAL, "admin"))  # its own autorecovery
+        # the bookie's own key is admin here (its autorecovery); no NAME.key holds a "/"
+        self.enrolled.setdefault(self.public, ("bookie/self", "admin"))
         self.gate = Gate(self.enrolled)
         self.handler: ZapHandler | None = None
 
