@@ -27,6 +27,9 @@ Ops and their frames (request -> response)::
                    (see ENTRY FORMAT).  Every entry must belong to hdr.ledger_id.  A batch is
                    all-or-nothing: one status answers the whole batch.  Flag RECOVERY_ADD lets
                    the batch into a fenced ledger.
+                   With flag RECOVERY_CREDENTIAL (only beside RECOVERY_ADD) the master_key
+                   frame holds the ledger's cluster recovery credential instead
+                   (bookie.metadata.recovery_secret; autorecovery's copies).
     READ (2)       [hdr, u64 first_entry_id | u32 max_count] -> [hdr, lengths, data]
                    (+ master_key frame when flag FENCE is set).  Returns the consecutive
                    entries the bookie holds from first_entry_id on, at most max_count of them
@@ -38,6 +41,8 @@ Ops and their frames (request -> response)::
     READ_LAC (3)   [hdr] -> [hdr, i64 lac | i64 last_entry_id]
                    (+ master_key frame with flag FENCE; + [u64 previous_lac | u32 timeout_ms]
                    body with flag LONG_POLL, answered once lac > previous_lac or at timeout).
+                   With FENCE, flag RECOVERY_CREDENTIAL (READ too) says the master_key frame
+                   holds the ledger's cluster recovery credential.
                    lac is the highest last-add-confirmed this bookie has seen for the ledger
                    (piggybacked on entries or written explicitly); -1 when none.
                    last_entry_id is the highest entry id it stores; -1 when none.
@@ -109,6 +114,9 @@ class Flag(enum.IntFlag):
     FENCE = 2  # READ / READ_LAC: fence the ledger (persisted) before answering
     LONG_POLL = 4  # READ_LAC: wait for the LAC to pass previous_lac
     STRIDE = 8  # READ: every stride-th entry from first_entry_id (a striped ledger's replica)
+    # ADD with RECOVERY_ADD, READ / READ_LAC with FENCE: the master key frame holds the cluster
+    # recovery credential of the ledger (bookie.metadata.recovery_secret), not its master key
+    RECOVERY_CREDENTIAL = 16
 
 
 class Status(enum.IntEnum):
@@ -127,7 +135,7 @@ class Status(enum.IntEnum):
 
 
 KNOWN_OPS = frozenset(int(o) for o in Op)
-_FLAG_MASK = int(Flag.RECOVERY_ADD | Flag.FENCE | Flag.LONG_POLL | Flag.STRIDE)
+_FLAG_MASK = int(Flag.RECOVERY_ADD | Flag.FENCE | Flag.LONG_POLL | Flag.STRIDE | Flag.RECOVERY_CREDENTIAL)
 
 
 class ProtocolError(ValueError):
@@ -165,9 +173,9 @@ def unpack_header(frame) -> tuple[int, int, int, int]:
 
 
 _ALLOWED_FLAGS = {
-    int(Op.ADD): int(Flag.RECOVERY_ADD),
-    int(Op.READ): int(Flag.FENCE | Flag.STRIDE),
-    int(Op.READ_LAC): int(Flag.FENCE | Flag.LONG_POLL),
+    int(Op.ADD): int(Flag.RECOVERY_ADD | Flag.RECOVERY_CREDENTIAL),
+    int(Op.READ): int(Flag.FENCE | Flag.STRIDE | Flag.RECOVERY_CREDENTIAL),
+    int(Op.READ_LAC): int(Flag.FENCE | Flag.LONG_POLL | Flag.RECOVERY_CREDENTIAL),
 }
 
 
@@ -176,6 +184,8 @@ def check_request_flags(op: int, flags: int) -> None:
         raise ProtocolError(f"unknown flag bits {flags:#x}")
     if flags & ~_ALLOWED_FLAGS.get(op, 0):
         raise ProtocolError(f"flags {flags:#x} not valid for op {Op(op).name}")
+    if flags & Flag.RECOVERY_CREDENTIAL and not flags & (Flag.RECOVERY_ADD | Flag.FENCE):
+        raise ProtocolError("RECOVERY_CREDENTIAL only on a recovery add or a fence")
 
 
 def read_request(first_entry_id: int, max_count: int, stride: int = 1) -> tuple[int, bytes]:

@@ -384,7 +384,7 @@ def _curve(args):
 def _bookiesanity(args) -> int:
     """Write and read on exactly one bookie: a ledger of E=1 whose ensemble is that bookie,
     written with the raw protocol, read back, then deleted."""
-    from bookie.autorecovery.copier import Bookies, CopyError
+    from bookie.autorecovery.copier import Bookies, CopyError, Key
     from bookie.client.digest import master_key, password_digest
     from bookie.metadata.ledger import LedgerMetadata
     from bookie import wire
@@ -406,7 +406,7 @@ def _bookiesanity(args) -> int:
         entries = [wire.pack_entry(ledger_id, e, e - 1, 8, b"", b"sanity%02d" % (e % 100))
                    for e in range(args.entries)]
         try:
-            bookies.add_recovery(bookie, ledger_id, key, entries)
+            bookies.add_recovery(bookie, ledger_id, Key(key), entries)
             got = bookies.read_strided(bookie, ledger_id, 0, args.entries, 1)
             ok = got == entries
             error = "" if ok else f"read back {len(got)} of {len(entries)} entries, or different"

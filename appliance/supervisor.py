@@ -48,6 +48,7 @@ from bookie.appliance.startchecks import StartRefused, check_client_security, ch
 from bookie.workers import diskcheck
 from bookie.workers.config import BookieConfig
 from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
+from bookie.metadata.recovery_secret import write_secret_file
 from bookie.workers.layout import LayoutError, all_dirs, check_or_stamp, remembered_port
 from bookie.workers.rebuild import check_index
 from bookie.workers.common import free_port_pair, log_line as log, set_pdeathsig
@@ -127,6 +128,7 @@ class Supervisor:
         cookie = check_or_stamp(conf)
         if conf.metadata_uri:
             self._check_cookie_in_store(cookie)
+        secret = self._recovery_secret() if conf.metadata_uri else None
         index_problem = check_index(conf)  # the index against the entry logs (workers/rebuild.py)
         if index_problem:
             raise StartRefused(index_problem)
@@ -140,6 +142,8 @@ class Supervisor:
             f.write(self.ring.address)
         with open(os.path.join(self.run_dir, "bookie.conf"), "w") as f:
             f.write(conf.to_properties())
+        if secret:  # to the add worker privately (0600 in the 0700 run dir), never on a command line
+            write_secret_file(self.run_dir, secret)
         self._check_disks()  # full disks: read-only (and a GC pass asked for) before serving
         for role in ROLES_IN_START_ORDER:
             self._start_worker(role)
@@ -251,6 +255,15 @@ class Supervisor:
                               f"(differs in: {', '.join(diff)}): a different disk set or a wiped "
                               f"bookie under the same id; restore the directories, or remove the "
                               f"cookie and re-replicate (bookieformat)")
+
+    def _recovery_secret(self) -> bytes:
+        """The cluster recovery secret (metadata/recovery_secret.py), made if the store has none."""
+        from bookie.metadata import MetadataError
+        from bookie.metadata.recovery_secret import recovery_secret
+        try:
+            return recovery_secret(self._open_store())
+        except MetadataError as e:
+            raise LayoutError(f"metadata store {self.conf.metadata_uri}: {e}") from None
 
     def _register(self) -> None:
         from bookie.metadata import MetadataError, NodeExistsError

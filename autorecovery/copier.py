@@ -2,8 +2,10 @@
 
 A replication worker never decodes payloads: it reads formatted entries from a surviving
 replica (strided reads: every E-th entry, one write-set residue at a time) and adds them with
-the recovery flag to the replacement bookie under the ledger's master key, so the copy is byte
-for byte what the writer sent.  Only the entry header is checked (ledger id and entry id), so a
+the recovery flag to the replacement bookie, so the copy is byte for byte what the writer sent.
+The add proves its right with a ``Key``: the ledger's cluster recovery credential (flag
+RECOVERY_CREDENTIAL, bookie.metadata.recovery_secret), or its master key when a password is
+known (the fallback for bookies that predate the flag; they refuse it: ``Refused``).  Only the entry header is checked (ledger id and entry id), so a
 replica that answers with the wrong entry is never copied.
 
 ``RateLimiter`` spaces batches so that the copy stays under ``replicationRateByBytes`` per
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from typing import NamedTuple
 
 import zmq
 
@@ -24,6 +27,17 @@ from bookie.wire import Flag, Op, Status
 
 class CopyError(Exception):
     """A copy could not be made now (a bookie did not answer or refused); try again later."""
+
+
+class Refused(CopyError):
+    """The target refused the recovery add (UNAUTHORIZED, BAD_REQUEST): another key may do."""
+
+
+class Key(NamedTuple):
+    """What a recovery add carries in its master key frame, and the flags that say what it is."""
+
+    key: bytes
+    flags: int = 0  # Flag.RECOVERY_CREDENTIAL: ``key`` is the ledger's recovery credential
 
 
 class EntryMissing(CopyError):
@@ -138,28 +152,29 @@ class Bookies:
             raise CopyError(f"{bookie}: INFO answered {Status(status).name}")
         return orjson.loads(frames[0])
 
-    def add_recovery(self, bookie: str, ledger_id: int, master_key: bytes, entries: list[bytes]
-                     ) -> None:
-        self.add_done(bookie, ledger_id, self.send_add(bookie, ledger_id, master_key, entries))
+    def add_recovery(self, bookie: str, ledger_id: int, key: Key, entries: list[bytes]) -> None:
+        self.add_done(bookie, ledger_id, self.send_add(bookie, ledger_id, key, entries))
 
-    def send_add(self, bookie: str, ledger_id: int, master_key: bytes, entries: list[bytes]) -> int:
+    def send_add(self, bookie: str, ledger_id: int, key: Key, entries: list[bytes]) -> int:
         lengths, data = wire.pack_batch(entries)
-        return self.send(bookie, False, Op.ADD, ledger_id, int(Flag.RECOVERY_ADD),
-                         [master_key, lengths, data])
+        return self.send(bookie, False, Op.ADD, ledger_id, int(Flag.RECOVERY_ADD) | key.flags,
+                         [key.key, lengths, data])
 
     def add_done(self, bookie: str, ledger_id: int, rid: int) -> None:
         status, _ = self.wait(bookie, False, rid)
         if status != Status.OK:
-            raise CopyError(f"{bookie}: recovery add to ledger {ledger_id} answered "
-                            f"{Status(status).name}")
+            name = Status(status).name if status in Status._value2member_map_ else str(status)
+            error = Refused if status in (Status.UNAUTHORIZED, Status.BAD_REQUEST) else CopyError
+            raise error(f"{bookie}: recovery add to ledger {ledger_id} answered {name}")
 
 
-def copy_residue(bookies: Bookies, ledger_id: int, master_key: bytes, copy, stride: int,
+def copy_residue(bookies: Bookies, ledger_id: int, key: Key, copy, stride: int,
                  target: str, batch: int, limiter: RateLimiter, progress=None) -> int:
     """Copy the entries of one ``rules.Copy`` to ``target``; returns the bytes copied.
 
     Raises:
         EntryMissing: an entry is on none of the sources.
+        Refused: the target refused the key.
         CopyError: a bookie did not answer or refused.
     """
     copied = 0
@@ -185,7 +200,7 @@ def copy_residue(bookies: Bookies, ledger_id: int, master_key: bytes, copy, stri
         if pending is not None:
             bookies.add_done(target, ledger_id, pending)
         limiter.spend(n_bytes)
-        pending = bookies.send_add(target, ledger_id, master_key, entries)
+        pending = bookies.send_add(target, ledger_id, key, entries)
         copied += n_bytes
         next_entry += len(entries) * stride
         left -= len(entries)

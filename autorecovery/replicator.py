@@ -11,6 +11,13 @@ and ends in one of the outcomes below; only RETRY and WAIT leave the mark for la
              replace the bookie itself.
 * RETRY    - a bookie did not answer, no replacement is writable, or recovery failed.
 
+Keys: copies and the recovery of an open ledger prove their right with the ledger's cluster
+recovery credential (bookie.metadata.recovery_secret), so a ledger heals whatever its password.
+A password from ``autoRecoveryLedgerPasswords`` (or the empty one) that matches the metadata's
+digest is the fallback for a bookie that refuses the credential (one that predates the flag),
+and the digest key of an open ``mac`` ledger's recovery reads: an open ``mac`` ledger whose
+password autorecovery does not know is reported, not healed.
+
 Order for each (fragment, lost position): copy the entries to the replacement first, then
 write the metadata with compare-and-swap.  A worker killed between the two leaves copies that
 nothing names (the replacement's GC drops them if another worker picks another bookie) and the
@@ -23,13 +30,16 @@ import random
 import time
 
 from bookie.autorecovery import rules
-from bookie.autorecovery.copier import Bookies, CopyError, EntryMissing, RateLimiter, copy_residue
+from bookie.autorecovery.copier import (Bookies, CopyError, EntryMissing, Key, RateLimiter, Refused,
+                                        copy_residue)
 from bookie.client.auth import client_curve
 from bookie.client.config import ClientConfig
 from bookie.client.digest import master_key, password_digest
 from bookie.metadata import BadVersionError, NoSuchLedgerError
 from bookie.metadata.ledger import LedgerState
+from bookie.metadata.recovery_secret import credential, recovery_secret
 from bookie.metadata.underreplication import UnderReplication
+from bookie.wire import Flag
 
 HEALED, SETTLED, LOST, WAIT, RETRY = "healed", "settled", "lost", "wait", "retry"
 
@@ -39,7 +49,8 @@ class Replicator:
 
     Args:
         store: an open ``MetadataStore``.
-        passwords: ledger passwords to try (the empty one is always tried).
+        passwords: ledger passwords to try (the empty one is always tried): the fallback to
+            the recovery credential (module docstring).
         batch: entries per read and add (``rereplicationEntryBatchSize``).
         rate_bytes_per_s: copy rate limit (<= 0: unlimited).
         grace_s: ``openLedgerRereplicationGracePeriod``.
@@ -68,6 +79,7 @@ class Replicator:
         self.exclude: set[str] = set()  # never a replacement (bookies being recovered)
         self.copied_bytes = 0
         self.copied_entries = 0
+        self._secret: bytes | None = None
 
     def close(self) -> None:
         self.bookies.close()
@@ -82,18 +94,49 @@ class Replicator:
                 return p
         return None
 
-    def _recover(self, ledger_id: int, meta, password: bytes) -> bool:
-        """Fence and close an open ledger through the client (its recovery)."""
+    def _keys(self, ledger_id: int, password: bytes | None) -> list[Key]:
+        """The keys a recovery add may carry, best first (module docstring)."""
+        if self._secret is None:
+            self._secret = recovery_secret(self.store, create=not self.dry_run)
+        keys = [Key(credential(self._secret, ledger_id), int(Flag.RECOVERY_CREDENTIAL))] \
+            if self._secret else []
+        return keys + ([Key(master_key(password))] if password is not None else [])
+
+    def _recover(self, ledger_id: int, meta, password: bytes | None) -> bool:
+        """Fence and close an open ledger through the client (its recovery): on the recovery
+        credential, then (a bookie refused it) on the password if it is known."""
         from bookie.client import BookKeeper
         try:
-            with BookKeeper(self.store, passwd=password, digestType=meta.digest_type,
+            with BookKeeper(self.store, passwd=password or b"", digestType=meta.digest_type,
                             **self.curve_keys) as bk:
-                bk.open_ledger(ledger_id, digest=meta.digest_type, password=password).close()
-            return True
+                error: Exception = RuntimeError("no recovery secret and no known password")
+                for key in self._keys(ledger_id, password):
+                    try:
+                        if key.flags:
+                            bk.recover_with_credential(ledger_id, key.key, password or b"")
+                        else:
+                            bk.open_ledger(ledger_id, digest=meta.digest_type, password=password).close()
+                        return True
+                    except Exception as e:  # noqa: BLE001 - the next key, or try again later
+                        error = e
+                raise error
         except Exception as e:  # noqa: BLE001 - any failure: try again later
             self.log("could not recover open ledger", level="warning", ledger_id=ledger_id,
                      error=str(e))
             return False
+
+    def _copy(self, ledger_id: int, keys: list[Key], copies, stride: int, target: str,
+              batch: int) -> None:
+        """Copy ``copies`` to ``target`` with the first key it takes (raises as copy_residue)."""
+        for n, key in enumerate(keys):
+            try:
+                for copy in copies:
+                    self.copied_bytes += copy_residue(self.bookies, ledger_id, key, copy, stride,
+                                                      target, batch, self.limiter, self._progress)
+                return
+            except Refused:
+                if n == len(keys) - 1:
+                    raise
 
     def _progress(self, n_entries: int, n_bytes: int) -> None:
         self.copied_entries += n_entries
@@ -131,14 +174,15 @@ class Replicator:
         dead = (set(missing) & rules.named_bookies(meta)) - (set() if force else registered)
         unavailable = dead - registered if read_from_missing else set(dead)
         password = self._password(meta)
-        if password is None:
-            self._report_lost(ledger_id, {"reason": "password unknown to autorecovery",
-                                          "missing": sorted(dead)})
+        if meta.state is not LedgerState.CLOSED and skip_open:
+            return WAIT
+        if meta.state is not LedgerState.CLOSED and password is None and meta.digest_type == "mac":
+            # its recovery must check the entries' MACs, keyed by the password (module doc)
+            self._report_lost(ledger_id, {"reason": "open mac ledger; password unknown to "
+                                          "autorecovery", "missing": sorted(dead)})
             if not self.dry_run:
                 self.ur.unmark(ledger_id, mark_version)
             return LOST
-        if meta.state is not LedgerState.CLOSED and skip_open:
-            return WAIT
         if meta.state is not LedgerState.CLOSED:
             since = mark_ctime_s if mark_ctime_s is not None else meta.ctime_ms / 1000.0
             if not force and time.time() - since < self.grace_s:
@@ -153,7 +197,7 @@ class Replicator:
             if meta.state is not LedgerState.CLOSED:
                 return RETRY
             dead = (set(missing) & rules.named_bookies(meta)) - (set() if force else registered)
-        key = master_key(password)
+        keys = self._keys(ledger_id, password)
         outcome = HEALED
         for heal in rules.plan_ledger(meta, dead, self.rng, unavailable):
             if heal.unhealable:
@@ -161,7 +205,7 @@ class Replicator:
                                               "last": heal.last, "bookie": heal.bookie})
                 outcome = LOST
                 continue
-            result = self._heal_fragment(ledger_id, heal, key)
+            result = self._heal_fragment(ledger_id, heal, keys)
             if result == LOST:
                 outcome = LOST
             elif result == RETRY:
@@ -172,7 +216,7 @@ class Replicator:
             self.log("ledger re-replicated", ledger_id=ledger_id, missing=",".join(sorted(dead)))
         return outcome
 
-    def _heal_fragment(self, ledger_id: int, heal: rules.FragmentHeal, key: bytes) -> str:
+    def _heal_fragment(self, ledger_id: int, heal: rules.FragmentHeal, keys: list[Key]) -> str:
         meta, version = self.store.read_ledger(ledger_id)
         ensemble = dict(meta.fragments).get(heal.first)
         if ensemble is None or ensemble[heal.position] != heal.bookie:
@@ -191,10 +235,7 @@ class Replicator:
                          entries=sum(c.count for c in heal.copies))
                 return HEALED
             try:
-                for copy in heal.copies:
-                    self.copied_bytes += copy_residue(
-                        self.bookies, ledger_id, key, copy, meta.ensemble_size, target,
-                        self.batch, self.limiter, self._progress)
+                self._copy(ledger_id, keys, heal.copies, meta.ensemble_size, target, self.batch)
                 break
             except EntryMissing as e:
                 self._report_lost(ledger_id, {"reason": "no live copy", "entry_id": e.entry_id,
@@ -225,11 +266,10 @@ class Replicator:
             meta, _ = self.store.read_ledger(ledger_id)
         except NoSuchLedgerError:
             return 0
-        password = self._password(meta)
         registered = self.store.registered_bookies()
-        if meta.state is not LedgerState.CLOSED or password is None:
+        if meta.state is not LedgerState.CLOSED:
             return 0
-        key, stride, filled = master_key(password), meta.ensemble_size, 0
+        keys, stride, filled = self._keys(ledger_id, self._password(meta)), meta.ensemble_size, 0
         unregistered = rules.named_bookies(meta) - registered
         for run in rules.holdings(meta, skip=unregistered):
             entry, left = run.first_entry, run.count
@@ -251,9 +291,7 @@ class Replicator:
                 # ``entry`` is missing on run.bookie: copy it from another member
                 one = rules.Copy(entry % stride, entry, 1, run.sources)
                 try:
-                    self.copied_bytes += copy_residue(self.bookies, ledger_id, key, one, stride,
-                                                      run.bookie, 1, self.limiter,
-                                                      self._progress)
+                    self._copy(ledger_id, keys, [one], stride, run.bookie, 1)
                     filled += 1
                     self.log("entry copy restored", ledger_id=ledger_id, entry_id=entry,
                              bookie=run.bookie)

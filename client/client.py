@@ -30,6 +30,9 @@ from bookie.client.protocol.ledger import LedgerState, choose_ensemble
 from bookie.client.protocol.quorum import check_quorums
 from bookie.client.protocol.recovery import RecoveryOp
 from bookie.client.protocol.writer import LedgerWriter
+from bookie.wire import Flag
+
+RECOVERY_CREDENTIAL = int(Flag.RECOVERY_CREDENTIAL)
 
 __all__ = ["BookKeeper", "LedgerHandle"]
 
@@ -192,6 +195,21 @@ class BookKeeper:
             lac = self._runner.wait(self._runner.run(LacQuorumOp(info, False), ledger_id, key))
         return LedgerHandle(ledger_id, info, dm, key, self._runner, self._store,
                             self.config.nettyMaxFrameSizeBytes, last_add_confirmed=lac)
+
+    def recover_with_credential(self, ledger_id: int, credential: bytes, password: bytes = b"") -> None:
+        """Recover (fence, re-replicate the tail, close) a ledger that is not closed, proving
+        the right to on the ledger's cluster recovery credential instead of its master key
+        (autorecovery: bookie.metadata.recovery_secret).  ``password`` serves only to check
+        the entries' digests: any will do for crc32, crc32c and dummy, a ``mac`` ledger needs
+        its own.  Raises as ``open_ledger`` does."""
+        self._check_open()
+        meta, version = self._store.read_ledger(ledger_id)
+        info = to_info(ledger_id, meta)
+        if info.state is LedgerState.CLOSED:
+            return
+        dm = DigestManager(ledger_id, meta.digest_type, password)
+        op = RecoveryOp(info, dm.decode, version, rng=self._rng)
+        self._runner.wait(self._runner.run(op, ledger_id, credential, key_flags=RECOVERY_CREDENTIAL))
 
     def open_ledger_async(self, *args, **kwargs) -> Future:
         return self._pool.submit(self.open_ledger, *args, **kwargs)

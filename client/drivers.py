@@ -323,15 +323,17 @@ class OpRunner:
         # speculativeReadTimeout: a READ unanswered this long is asked of the next replica
         self.speculative_read_timeout_s = speculative_read_timeout_s
 
-    def run(self, op, ledger_id: int, master_key: bytes, collect: bool = False) -> Future:
+    def run(self, op, ledger_id: int, master_key: bytes, collect: bool = False, key_flags: int = 0) -> Future:
         """Start ``op``; a Future of its result (with ``collect``, of the entries it delivered).
-        Cancelling the Future ends the operation: it sends nothing more."""
+        Cancelling the Future ends the operation: it sends nothing more.  ``key_flags``: sent
+        with its fences and recovery adds (RECOVERY_CREDENTIAL: ``master_key`` is that)."""
         fut: Future = Future()
 
         def start():
             if fut.cancelled():
                 return  # the caller gave up before the operation began
             driver = OpDriver(self.io, op, ledger_id, master_key, fut, collect)
+            driver.key_flags = key_flags
             self.io.register(driver)
             fut.add_done_callback(lambda f: f.cancelled() and self._cancel(driver))
             self.io.run_for(driver, driver.begin)

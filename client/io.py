@@ -71,6 +71,7 @@ class Driver:
         self.op = op
         self.ledger_id = ledger_id
         self.master_key = master_key  # sent with adds, fences and explicit LAC writes
+        self.key_flags = 0  # Flag.RECOVERY_CREDENTIAL: master_key is the recovery credential
         self.over = False
 
     def start(self, actions) -> None:
@@ -325,7 +326,7 @@ class IOThread:
                 sizes = list(map(len, a.entries))
             lengths = np.array(sizes, dtype=wire.LENGTHS_DTYPE).tobytes()
             data = b"".join(a.entries)
-            frames = [wire.pack_header(Op.ADD, Flag.RECOVERY_ADD if a.recovery else 0, rid,
+            frames = [wire.pack_header(Op.ADD, Flag.RECOVERY_ADD | driver.key_flags if a.recovery else 0, rid,
                                        driver.ledger_id),
                       driver.master_key, lengths, data]
         elif isinstance(a, A.SendRead):
@@ -342,7 +343,7 @@ class IOThread:
                 frames.append(wire.LONG_POLL_BODY.pack(a.long_poll_after, ms))
                 timeout_s += ms / 1000.0
             if a.fence:
-                flags |= Flag.FENCE
+                flags |= Flag.FENCE | driver.key_flags
                 frames.append(driver.master_key)
                 log.info("fencing ledger", extra={"fields": {"ledger_id": driver.ledger_id,
                                                              "bookie": a.bookie}})

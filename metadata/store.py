@@ -43,6 +43,7 @@ READONLY = "/available/readonly"
 COOKIES = "/cookies"
 LAYOUT = "/LAYOUT"
 INSTANCEID = "/INSTANCEID"
+RECOVERYSECRET = "/RECOVERYSECRET"  # metadata/recovery_secret.py: no user data by itself
 UNDERREPLICATION = "/underreplication"
 # Under /underreplication only the marks and the lost-data reports are cluster data (format
 # refuses to wipe them silently); the election, locks and flags belong to running autorecovery
@@ -363,7 +364,7 @@ class MetadataStore(abc.ABC):
             top = self.children("/")
         except NoSuchNodeError:
             return False
-        known = {p.strip("/").split("/")[0] for p in SKELETON + (LAYOUT, INSTANCEID)}
+        known = {p.strip("/").split("/")[0] for p in SKELETON + (LAYOUT, INSTANCEID, RECOVERYSECRET)}
         # "HW-...": the flat ZooKeeper layout's ledger_id_high_water node, there for a moment
         return any(name not in known and not name.isdigit() and name != "idgen"
                    and not name.startswith("HW-") for name in top)

@@ -30,9 +30,11 @@ import time
 import zmq
 
 from bookie import wire
+from bookie.metadata.recovery_secret import read_secret_file
 from bookie.workers.layout import current_dir, key_salt
 from bookie.wire import Op, Status
 from bookie.workers import records
+from bookie.workers.answers import Pending
 from bookie.workers.auth import server_curve
 from bookie.workers.common import ClientServer, ConnectionCap, guard_client_socket, make_socket
 from bookie.workers.journal import lastmark_of, scan, write_lastmark
@@ -159,30 +161,6 @@ def replay(ctx, ring: Ring, storage: LedgerStorage, jdir: str, ledger_dirs: list
     return n_records
 
 
-class Pending:
-    """An answer held back until the journal has made its record durable (DESIGN invariants 1
-    and 4).  ``reply`` is the client's frames, or ``[None, *frames]`` for the read worker."""
-
-    __slots__ = ("end", "reply", "ledger_id", "op", "status", "taken_at")
-
-    def __init__(self, end: int, reply: list, ledger_id: int, op: int = Op.ADD, taken_at: float = 0.0):
-        self.end = end
-        self.reply = reply
-        self.ledger_id = ledger_id
-        self.op = op
-        self.status = Status.OK
-        self.taken_at = taken_at  # time.monotonic() when the request was taken off its socket
-
-    def refuse(self, status: Status) -> None:
-        """Answer ``status`` instead of OK (the ledger turned out to be deleted)."""
-        self.status = status
-        if self.reply[0] is None:  # a fence for the read worker: its status is the last frame
-            self.reply[-1] = wire.STATUS.pack(status)
-        else:
-            _, _, op, _, _, request_id, ledger_id = wire.HEADER.unpack(self.reply[1])
-            self.reply[1] = wire.pack_header(op, status, request_id, ledger_id)
-
-
 def run(ctx) -> int:
     conf = ctx.conf
     jdir = current_dir(conf.journal_dir)
@@ -214,6 +192,7 @@ def run(ctx) -> int:
             ctx.log("no room on the ledger disks to replay the journal; retrying", error=str(e))
             time.sleep(RETRY_S)
 
+    storage.table.recovery_secret = read_secret_file(ctx.run_dir)  # None: flag refused
     ring.set(NO_ROOM, 0)  # a predecessor may have died with no room; this one starts writable
     curve = server_curve(conf)  # before the context: a bad key file stops the worker here
     zctx = zmq.Context()
@@ -535,7 +514,8 @@ class AddServer(ClientServer):
         if (entry_ids < 0).any():
             raise Rejected(Status.BAD_REQUEST, "negative entry id")
         recovery = bool(flags & wire.Flag.RECOVERY_ADD)
-        key = self.storage.table.check_add(ledger_id, key, recovery)  # now the stored form
+        key = self.storage.table.check_add(ledger_id, key, recovery,  # now the stored form
+                                           bool(flags & wire.Flag.RECOVERY_CREDENTIAL))
         parts, size, data_offset = records.add_batch_parts(ledger_id, key, lengths_frame, data, recovery)
         if not self.room_for(size):
             return False
@@ -569,12 +549,13 @@ class AddServer(ClientServer):
         return True
 
     def handle_control(self, frames) -> bool:
-        """Fence requests from the read worker: [ident, b"F", ledger_id, master_key, token].
+        """Fence requests from the read worker: [ident, b"F", ledger_id, master_key, token]
+        (b"C": the key is the ledger's recovery credential; returns stored form, b"": unbound).
 
         Each is answered on its own, [ident, b"F", token, status]: fences of one ledger with
         different keys get different answers.
         """
-        if len(frames) != 5 or frames[1].bytes != b"F" or len(frames[2]) != wire.LEDGER_ID.size:
+        if len(frames) != 5 or frames[1].bytes not in (b"F", b"C") or len(frames[2]) != wire.LEDGER_ID.size:
             self.stats["dropped_malformed_total"] += 1
             return True
         ident = frames[0].bytes
@@ -582,7 +563,7 @@ class AddServer(ClientServer):
         key = frames[3].bytes
         token = frames[4].bytes
         try:
-            key = self.storage.table.check_fence(ledger_id, key)  # stored form, b"": unbound
+            key = self.storage.table.check_fence(ledger_id, key, frames[1].bytes == b"C")  # C: credential
         except Rejected as e:
             self.count(FENCE_OP, e.status)
             self.control.send_multipart([ident, b"F", token, wire.STATUS.pack(e.status)])

@@ -16,12 +16,13 @@ connection carries it, and ``Gate.refusal`` maps it to its role for each request
 
     reader   READ, READ_LAC (long polls too), INFO
     writer   the reader's, plus ADD (recovery adds too), WRITE_LAC, and the FENCE flag
-    admin    everything a writer may
+    admin    everything a writer may, plus the RECOVERY_CREDENTIAL flag (autorecovery's
+             recovery adds and fences on the cluster recovery credential)
 
-Deleting ledgers and formatting do not pass these sockets (metadata store, local shell), and
-autorecovery's copies are what a writer sends, so admin and writer differ in nothing yet; the
-role is there for the operator's records and for ops to come.  A request its role does not allow is
-answered UNAUTHORIZED and does nothing.
+The bookie's own public key counts as admin here even when not enrolled (its autorecovery
+worker connects with it); enrol each bookie's key as admin at the others.  Deleting ledgers
+and formatting do not pass these sockets (metadata store, local shell).  A request its role does
+not allow is answered UNAUTHORIZED and does nothing.
 
 Enrolment changes without a restart (``Enrolment``): each worker looks at the directory again
 when a handshake or a request comes and ``RELOAD_INTERVAL_S`` has passed since it last looked,
@@ -130,16 +131,22 @@ class Enrolment:
     """
 
     def __init__(self, directory: str, interval_s: float = RELOAD_INTERVAL_S,
-                 clock=time.monotonic, log=None):
+                 clock=time.monotonic, log=None, always: dict | None = None):
         self.directory = directory
+        self.always = dict(always or {})  # keys enrolled whatever the directory holds
         self.interval_s = interval_s
         self.clock = clock
         self.log = log  # log(event, level=..., **fields); set by ServerCurve.start
         self._listing = _listing(directory)
-        self._state = self._pair(load_enrolment(directory))  # unreadable at start: AuthError
+        self._state = self._pair(self._with_always(load_enrolment(directory)))  # unreadable: AuthError
         self._checked = clock()
         self._lock = threading.Lock()
         self.reloads = 0
+
+    def _with_always(self, keys: dict) -> dict:
+        for public, who in self.always.items():
+            keys.setdefault(public, who)
+        return keys
 
     @staticmethod
     def _pair(keys: dict) -> tuple[dict, dict]:
@@ -171,7 +178,7 @@ class Enrolment:
         def bad(message: str) -> None:
             self._log("enrolled client key left out", level="warning", error=message)
         before = self.roles
-        self._state = self._pair(load_enrolment(self.directory, on_bad=bad))
+        self._state = self._pair(self._with_always(load_enrolment(self.directory, on_bad=bad)))
         self.reloads += 1
         after = self.roles
         self._log("client keys reloaded", enrolled=len(self.keys),
@@ -205,6 +212,8 @@ class Gate:
         if role == "reader" and (op not in READER_OPS or flags & Flag.FENCE):
             return f"role reader of {principal!r} may not {Op(op).name}" + \
                 (" with FENCE" if flags & Flag.FENCE else "")
+        if flags & Flag.RECOVERY_CREDENTIAL and role != "admin":
+            return f"role {role} of {principal!r} may not use the recovery credential"
         return None
 
 
@@ -257,7 +266,9 @@ class ServerCurve:
 
     def __init__(self, conf):
         self.public, self.secret = load_secret(conf.curve_secret_key_file)
-        self.enrolment = Enrolment(conf.curve_client_keys_dir)
+        # the bookie's own key is admin here (its autorecovery); no NAME.key holds a "/"
+        self.enrolment = Enrolment(conf.curve_client_keys_dir,
+                                   always={self.public: ("bookie/self", "admin")})
         self.gate = Gate(self.enrolment)
         self.handler: ZapHandler | None = None
 

@@ -204,7 +204,7 @@ KEYS: tuple[Key, ...] = (
     Key("openLedgerRereplicationGracePeriod", "int", 30_000, "A marked ledger still open is fenced and recovered (closed) only after this long, so a live writer can replace the bookie itself (ms).", _range(0), unit="ms", attr="open_ledger_rereplication_grace_s"),
     Key("rereplicationEntryBatchSize", "int", 10, "Entries a replication worker reads and adds per request.", _range(1, 65536), attr="rereplication_entry_batch_size"),
     Key("replicationRateByBytes", "int", -1, "Largest re-replication rate of one worker, bytes per second (-1: unlimited).", _range(-1), attr="replication_rate_bytes_per_s"),
-    Key("autoRecoveryLedgerPasswords", "str", "", "Comma-separated passwords replication workers try on ledgers (matched against the metadata's password digest); the empty password is always tried. A ledger with another password is reported, not healed.", attr="autorecovery_ledger_passwords"),
+    Key("autoRecoveryLedgerPasswords", "str", "", "Comma-separated fallback passwords for replication workers (matched against the metadata's password digest; the empty one is always tried). Ledgers heal without them on the cluster recovery credential (docs/autorecovery.md); a listed password serves bookies that refuse the credential and open mac ledgers, which are reported, not healed, without it.", attr="autorecovery_ledger_passwords"),
 )
 
 KEY_BY_NAME = {k.name: k for k in KEYS}

@@ -42,8 +42,19 @@ The rules, and the invariants they keep:
    that were in flight, a late fence, a journal replay.  The live path may learn of a deletion
    only when it commits records placed on a stale view (``mark_deleted``); their entries are
    then dropped and their answers become NO_LEDGER.
-6. **apply is idempotent, and commutes for the records the live path lets through** (they all
-   carry the ledger's key).  So replaying the journal from any LastLogMark over an index at
+6. **The cluster recovery credential acts for the ledger's key, and binds nothing.**  A recovery
+   add or a fence flagged RECOVERY_CREDENTIAL carries, instead of the master key, the ledger's
+   credential derived from the cluster's recovery secret (``bookie.metadata.recovery_secret``),
+   which autorecovery can compute for any ledger.  ``check_credential`` compares it in constant
+   time with the one this bookie derives (UNAUTHORIZED when wrong, or when the bookie has no
+   secret: no metadata store); a deleted ledger stays NO_LEDGER.  The record then carries the
+   ledger's stored key when it is bound here - so apply and replay treat it exactly as the
+   writer's own recovery add or fence - and no key when it is not: the ledger stays unbound
+   (copies stored, normal adds still bound by the first add with a real key; a fence unbound as
+   in rule 2).  The flag never passes on a normal add or a WRITE_LAC.
+7. **apply is idempotent, and commutes for the records the live path lets through** (they all
+   carry the ledger's key, or are keyless recovery copies: one that meets a ledger bound since
+   is still stored).  So replaying the journal from any LastLogMark over an index at
    least as new as that mark yields the table the live path built.
 
 The table is plain code: no sockets, no files.  Ledgers it does not hold in memory come from a
@@ -57,6 +68,7 @@ import hmac
 from typing import Callable
 
 from bookie import wire
+from bookie.metadata.recovery_secret import credential as recovery_credential
 from bookie.wire import Status
 from bookie.workers import records
 
@@ -131,9 +143,11 @@ class StoredLedger:
 class LedgerTable:
     """The ledgers of one bookie and the rules over them (see the module docstring)."""
 
-    def __init__(self, load: Callable[[int], StoredLedger | None] | None = None, salt: bytes = b""):
+    def __init__(self, load: Callable[[int], StoredLedger | None] | None = None, salt: bytes = b"",
+                 recovery_secret: bytes | None = None):
         self._load = load or (lambda ledger_id: None)
         self.salt = salt
+        self.recovery_secret = recovery_secret  # None: RECOVERY_CREDENTIAL is refused (rule 6)
         self.ledgers: dict[int, StoredLedger] = {}
         self.dirty: set[int] = set()
 
@@ -169,24 +183,47 @@ class LedgerTable:
                 raise Rejected(Status.UNAUTHORIZED)
         return info, key
 
-    def check_add(self, ledger_id: int, master_key: bytes, recovery: bool) -> bytes:
-        """Raises Rejected unless an ADD_BATCH with this key (and recovery flag) may be placed.
+    def check_credential(self, ledger_id: int, credential: bytes) -> bytes:
+        """Raises Rejected unless ``credential`` is the ledger's recovery credential (rule 6).
+
+        Returns:
+            the key for the record: the ledger's stored key when it is bound here, else b"".
+        """
+        if not self.recovery_secret:
+            raise Rejected(Status.UNAUTHORIZED, "this bookie has no recovery secret")
+        if not hmac.compare_digest(bytes(credential), recovery_credential(self.recovery_secret, ledger_id)):
+            raise Rejected(Status.UNAUTHORIZED, "wrong recovery credential")
+        info = self.get(ledger_id)
+        if info is not None and info.deleted:
+            raise Rejected(Status.NO_LEDGER)
+        return info.master_key if info is not None else b""
+
+    def check_add(self, ledger_id: int, master_key: bytes, recovery: bool, credential: bool = False) -> bytes:
+        """Raises Rejected unless an ADD_BATCH with this key (and recovery flag) may be placed;
+        with ``credential`` the key is the ledger's recovery credential (rule 6).
 
         Returns:
             the key's stored form, for the record.
         """
+        if credential:
+            if not recovery:
+                raise Rejected(Status.BAD_REQUEST, "the recovery credential only on recovery adds")
+            return self.check_credential(ledger_id, master_key)
         info, key = self._check_key(ledger_id, master_key)
         if info is not None and info.fenced and not recovery:
             raise Rejected(Status.FENCED)
         return key
 
-    def check_fence(self, ledger_id: int, master_key: bytes) -> bytes:
-        """Raises Rejected unless a FENCE with this key may be placed.
+    def check_fence(self, ledger_id: int, master_key: bytes, credential: bool = False) -> bytes:
+        """Raises Rejected unless a FENCE with this key (with ``credential``: the ledger's
+        recovery credential, rule 6) may be placed.
 
         Returns:
             the key for the FENCE record: the stored form when the ledger is bound to this key,
             b"" (an unbound fence) when this bookie holds no key for the ledger.
         """
+        if credential:
+            return self.check_credential(ledger_id, master_key)
         info, key = self._check_key(ledger_id, master_key)
         return key if info is not None and info.master_key else b""
 
@@ -226,8 +263,9 @@ class LedgerTable:
                 return False
         elif key and not hmac.compare_digest(info.master_key, key):
             return False  # rule 1: the key of the first add holds
-        elif not key and rec.type != records.FENCE:
-            return False
+        elif not key and rec.type != records.FENCE and not (
+                rec.type == records.ADD_BATCH and rec.flags & records.FLAG_RECOVERY):
+            return False  # (a keyless recovery add: a credential copy placed while unbound, rule 7)
         if rec.type == records.FENCE:
             if not info.fenced:
                 info.fenced = True

@@ -181,7 +181,8 @@ class ReadServer(ClientServer):
                     raise wire.ProtocolError("too many fences of unknown ledgers", Status.TOO_MANY_REQUESTS)
                 token = FENCE_TOKEN.pack(next(self.tokens))
                 self.fence_waits[token] = req
-                self.control.send_multipart([b"F", wire.LEDGER_ID.pack(ledger_id), key, token])
+                kind = b"C" if flags & Flag.RECOVERY_CREDENTIAL else b"F"  # C: key is the credential
+                self.control.send_multipart([kind, wire.LEDGER_ID.pack(ledger_id), key, token])
                 self.stats["fence_requests_total"] += 1
                 return
         except wire.ProtocolError as e:
@@ -317,7 +318,8 @@ class ReadServer(ClientServer):
             if status != Status.OK:
                 self.reply(ident, op, status, request_id, ledger_id)
                 continue
-            self.respond((ident, op, flags & ~Flag.FENCE, request_id, ledger_id, body[:-1]), self.answer)
+            self.respond((ident, op, flags & ~(Flag.FENCE | Flag.RECOVERY_CREDENTIAL), request_id, ledger_id,
+                          body[:-1]), self.answer)
 
     def wake_polls(self, ledger_id: int) -> None:
         """The ledger moved: answer its polls whose LAC it passed (all of them if it is gone)."""
