@@ -39,7 +39,7 @@ import zmq
 
 from bookie import wire
 from bookie.workers.layout import current_dir
-from bookie.wire import Flag, Op, Status
+from bookie.wire import Bits, Op, Status
 from bookie.workers.auth import server_curve
 from bookie.workers.common import ClientServer, ConnectionCap, guard_client_socket, make_socket
 from bookie.workers.long_polls import LongPolls
@@ -110,7 +110,7 @@ class ReadServer(ClientServer):
             if self.clients in events:
                 for _ in range(MAX_MESSAGES_PER_ITERATION):
                     try:
-                        frames = self.clients.recv_multipart(zmq.NOBLOCK, copy=self.gate is None)
+                        frames = wire.recv_frames(self.clients, copy=self.gate is None)
                     except zmq.Again:
                         break
                     if self.gate is not None:
@@ -170,10 +170,10 @@ class ReadServer(ClientServer):
                 self.check_body(req)
             if op == Op.READ and self.over_reply_budget(ident):
                 raise wire.ProtocolError("replies left unread", Status.TOO_MANY_REQUESTS)
-            if flags & (Flag.FENCE | Flag.LONG_POLL) and \
+            if flags & (Bits.FENCE | Bits.LONG_POLL) and \
                     len(self.fence_waits) + len(self.polls) >= self.max_pending:
                 raise wire.ProtocolError("too many long polls and fences waiting", Status.TOO_MANY_REQUESTS)
-            if flags & Flag.FENCE:
+            if flags & Bits.FENCE:
                 key = body[-1]
                 if not key or len(key) > wire.MAX_MASTER_KEY:
                     raise wire.ProtocolError("master key size")
@@ -181,7 +181,7 @@ class ReadServer(ClientServer):
                     raise wire.ProtocolError("too many fences of unknown ledgers", Status.TOO_MANY_REQUESTS)
                 token = FENCE_TOKEN.pack(next(self.tokens))
                 self.fence_waits[token] = req
-                kind = b"C" if flags & Flag.RECOVERY_CREDENTIAL else b"F"  # C: key is the credential
+                kind = b"C" if flags & Bits.RECOVERY_CREDENTIAL else b"F"  # C: key is the credential
                 self.control.send_multipart([kind, wire.LEDGER_ID.pack(ledger_id), key, token])
                 self.stats["fence_requests_total"] += 1
                 return
@@ -190,7 +190,7 @@ class ReadServer(ClientServer):
             self.reply(ident, op, e.status, request_id, ledger_id)
             return
         self.respond(req, self.answer)
-        if op == Op.READ or (op == Op.READ_LAC and not flags & Flag.LONG_POLL):
+        if op == Op.READ or (op == Op.READ_LAC and not flags & Bits.LONG_POLL):
             self.read_latency.observe(time.monotonic() - taken_at)
 
     def respond(self, req, step) -> None:
@@ -217,11 +217,11 @@ class ReadServer(ClientServer):
             want = 1
             if len(body) >= 1:
                 wire.unpack_read_body(flags, body[0])
-        elif flags & Flag.LONG_POLL:
+        elif flags & Bits.LONG_POLL:
             want = 1
             if len(body) >= 1 and len(body[0]) != wire.LONG_POLL_BODY.size:
                 raise wire.ProtocolError("LONG_POLL body is previous_lac i64 | timeout_ms u32")
-        if flags & Flag.FENCE:
+        if flags & Bits.FENCE:
             want += 1
         if len(body) != want:
             raise wire.ProtocolError(f"{Op(op).name} with flags {flags:#x} takes {want} body frames, got {len(body)}")
@@ -265,7 +265,7 @@ class ReadServer(ClientServer):
         if lac is None:
             self.reply(ident, op, Status.NO_LEDGER, request_id, ledger_id)
             return
-        if flags & Flag.LONG_POLL:
+        if flags & Bits.LONG_POLL:
             previous, timeout_ms = wire.LONG_POLL_BODY.unpack(body[0])
             if lac <= previous and timeout_ms > 0:
                 deadline = time.monotonic() + min(timeout_ms, wire.MAX_LONG_POLL_MS) / 1000.0
@@ -318,7 +318,7 @@ class ReadServer(ClientServer):
             if status != Status.OK:
                 self.reply(ident, op, status, request_id, ledger_id)
                 continue
-            self.respond((ident, op, flags & ~(Flag.FENCE | Flag.RECOVERY_CREDENTIAL), request_id, ledger_id,
+            self.respond((ident, op, flags & ~(Bits.FENCE | Bits.RECOVERY_CREDENTIAL), request_id, ledger_id,
                           body[:-1]), self.answer)
 
     def wake_polls(self, ledger_id: int) -> None:
