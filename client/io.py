@@ -356,7 +356,7 @@ class IOThread:
         self._inflight[rid] = _Request(driver, a, (a.bookie, kind), deadline)
         heapq.heappush(self._deadlines, (deadline, rid))
         try:
-            self._socket(a.bookie, kind).send_multipart(frames, zmq.NOBLOCK, copy=len(frames[-1]) < 65536)
+            wire.send_frames(self._socket(a.bookie, kind), frames, copy=len(frames[-1]) < 65536)
         except zmq.ZMQError as exc:
             log.debug("send to %s failed: %s", a.bookie, exc)
             del self._inflight[rid]
@@ -394,7 +394,7 @@ class IOThread:
         key = self._socket_keys.get(sock)
         for _ in range(1024):
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = wire.recv_frames(sock, copy=False)
             except zmq.Again:
                 return
             try:

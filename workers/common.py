@@ -190,8 +190,7 @@ class ClientServer:
     def reply(self, ident, op, status, request_id, ledger_id, body=()) -> None:
         self.count(op, status)
         try:
-            self.clients.send_multipart([ident, wire.pack_header(op, status, request_id, ledger_id), *body],
-                                        zmq.NOBLOCK)
+            wire.send_frames(self.clients, [ident, wire.pack_header(op, status, request_id, ledger_id), *body])
         except zmq.ZMQError:
             self.stats["replies_dropped_total"] += 1
 
