@@ -11,6 +11,8 @@ Per loop iteration (everything batched; no per-entry Python work on the hot path
    once in the shared-memory ring as a record, apply that record to the table; wake the journal.
 3. Append the same ring bytes to the entry log and commit their index locations in one LMDB
    write transaction.
+   Then tell the read worker which ledgers moved (``publish_moved``): their parked long polls
+   are answered from that commit, without waiting for the journal (docs/architecture.md).
 4. Every ``flushInterval``: checkpoint = fdatasync entry logs, sync the index, then persist
    LastLogMark = min(WRITE, DURABLE) (DESIGN invariant 3): every record placed before WRITE
    is in the entry log and, once the iteration's commit ran, in the index.
@@ -207,6 +209,7 @@ class AddServer(ClientServer):
         self.cap = None  # ConnectionCap of the client socket
         self.full = False  # no room for our writes: read-only until a retry succeeds
         self.next_retry = 0.0
+        self.moved: set[int] = set()  # ledgers with adds / WRITE_LACs placed since the last publish
 
     # -- the loop --------------------------------------------------------------------------------
     def serve(self, durable_in) -> None:
@@ -292,7 +295,6 @@ class AddServer(ClientServer):
         if not self.pending:
             return
         durable = min(self.ring.get(DURABLE), self.safe_to)
-        acked_ledgers = set()
         pending = self.pending
         now = time.monotonic()
         while pending and pending[0].end <= durable:
@@ -306,9 +308,17 @@ class AddServer(ClientServer):
                 sock.send_multipart(frames, zmq.NOBLOCK)
             except zmq.ZMQError:
                 self.stats["replies_dropped_total"] += 1
-            acked_ledgers.add(p.ledger_id)
-        for lid in acked_ledgers:
+
+    def publish_moved(self, gone: set[int]) -> None:
+        """Tell the read worker which ledgers moved, as soon as their index commit ran (not when
+        the journal made them durable): the LAC an add carries speaks of entries its writer had
+        acknowledged by Qa bookies already, which is true whether or not this bookie has synced
+        (or even holds) them.  A parked long poll then gets what a plain READ_LAC would answer
+        now; a reader finds each entry up to it on a bookie that acknowledged it (reader.py moves
+        on from NO_ENTRY).  ``gone``: ledgers the GC deleted, whose polls get NO_LEDGER."""
+        for lid in self.moved | gone:
             self.lac_pub.send(wire.LEDGER_ID.pack(lid))
+        self.moved.clear()
 
     def refuse_pending(self, ledger_ids: set[int]) -> None:
         """The GC deleted these ledgers under records placed for them: answer NO_LEDGER."""
@@ -417,6 +427,8 @@ class AddServer(ClientServer):
         if gone:
             self.refuse_pending(gone)
         self.safe_to = self.ring.get(WRITE)
+        if self.moved or gone:
+            self.publish_moved(gone)
         if self.checkpointer.no_room:
             self.turn_full(None)
         elif self.full and not self.checkpointer.failed:
@@ -471,6 +483,7 @@ class AddServer(ClientServer):
         self.storage.table.apply(records.Record(records.ADD_BATCH, flags, ledger_id, key, -1,
                                                 lengths, data_offset, size))
         self.store(ledger_id, start, end, size, data_offset, entry_ids, lengths, offsets)
+        self.moved.add(ledger_id)
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.ADD, Status.OK, request_id, ledger_id)],
                                     ledger_id, Op.ADD, self.taken_at))
         self.stats["add_entries_total"] += len(entry_ids)
@@ -491,6 +504,7 @@ class AddServer(ClientServer):
             return False
         _, end = self.place([rec])
         self.storage.table.apply(records.parse(rec, 0))
+        self.moved.add(ledger_id)
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.WRITE_LAC, Status.OK, request_id, ledger_id)],
                                     ledger_id, Op.WRITE_LAC, self.taken_at))
         return True
