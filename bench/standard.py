@@ -27,6 +27,7 @@ class Figure:
     target: float | None  # None: shown, not judged
     at_least: bool  # True: the figure must reach the target; False: stay under it
     unit: str
+    beside: str | None = None  # name of another standard run: ``get(result, its latest result)``
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +38,19 @@ class Run:
     match: dict  # params a result must have to be this run's
     figures: tuple[Figure, ...]
     local: bool = True  # starts its own bookies (--data-dir applies)
+    # (name of an earlier standard run, fraction): run at ``--rate`` = fraction x that run's
+    # writer adds/s (the tailing reader at half the full-speed rate)
+    rate_of: tuple[str, float] | None = None
+
+
+class Given:
+    """A ``Run.match`` value: the parameter is set (not None), whatever its value."""
+
+    def __eq__(self, other) -> bool:
+        return other is not None
+
+    def __repr__(self) -> str:
+        return "Given()"
 
 
 def _phase(name: str, *path: str):
@@ -54,8 +68,28 @@ def _ratio(a, b):
     return get
 
 
+def _over_other(a, b):
+    """a of this run's result / b of the run ``Figure.beside`` names."""
+    def get(result: dict, other: dict) -> float:
+        return a(result) / b(other)
+    return get
+
+
+def _of_other(b):
+    def get(result: dict, other: dict) -> float:
+        return b(other)
+    return get
+
+
+RAW = "one bookie, raw wire (BenchBookie)"
+READS_E1 = "reads of a closed ledger, 1 bookie"
+TAIL_FULL = "tailing reads of a full-speed writer, 1 bookie"
+_DISK_P50 = _phase("disk", "latency_ms", "p50")
+_SEQ = _phase("sequential", "ops_per_s")
+
+
 STANDARD: tuple[Run, ...] = (
-    Run("one bookie, raw wire (BenchBookie)", "bookie",
+    Run(RAW, "bookie",
         ("--localbookie", "--sync-time", "2"), {"rate": None},
         (Figure("pipelined adds/s", _phase("pipelined", "ops_per_s"), 100_000, True, "/s"),
          Figure("pipelined p99", _phase("pipelined", "latency_ms", "p99"), None, False, "ms"),
@@ -69,7 +103,11 @@ STANDARD: tuple[Run, ...] = (
          "--throttle", "1"),
         {"ensemble": 1, "rate": None, "throttle": 1},
         (Figure("p50", _phase("writes", "latency_ms", "p50"), None, False, "ms"),
-         Figure("p99", _phase("writes", "latency_ms", "p99"), 1.5, False, "ms"))),
+         Figure("p99", _phase("writes", "latency_ms", "p99"), 1.5, False, "ms"),
+         Figure("disk 4 KiB write+fdatasync p50 (raw wire run)", _of_other(_DISK_P50), None,
+                False, "ms", beside=RAW),
+         Figure("p50 / disk p50", _over_other(_phase("writes", "latency_ms", "p50"), _DISK_P50),
+                None, False, "", beside=RAW))),
     Run("client, 1 bookie, E=Qw=Qa=1, 256 in flight", "writes",
         ("--localbookie", "1", "--ensemble", "1", "--quorum", "1", "--ack-quorum", "1",
          "--throttle", "256"),
@@ -104,7 +142,7 @@ STANDARD: tuple[Run, ...] = (
         {"ensemble": 3, "rate": 20000.0},
         (Figure("adds/s", _phase("writes", "ops_per_s"), 20_000 * 0.99, True, "/s"),
          Figure("p99", _phase("writes", "latency_ms", "p99"), 20.0, False, "ms"))),
-    Run("reads of a closed ledger, 1 bookie", "reads",
+    Run(READS_E1, "reads",
         ("--localbookie", "1", "--entries", "200000"), {"listen": None, "ensemble": 1},
         (Figure("entries/s", _phase("sequential", "ops_per_s"), 150_000, True, "/s"),
          Figure("p99 per read", _phase("sequential", "latency_ms", "p99"), None, False, "ms"))),
@@ -112,20 +150,29 @@ STANDARD: tuple[Run, ...] = (
         ("--localbookie", "3", "--ensemble", "3", "--quorum", "2", "--entries", "200000",
          "--lose-replica-at", "50000"),
         {"listen": None, "ensemble": 3, "quorum": 2},
-        (Figure("entries/s", _phase("sequential", "ops_per_s"), 250_000, True, "/s"),
+        (Figure("entries/s", _SEQ, 250_000, True, "/s"),
          Figure("p99 per read", _phase("sequential", "latency_ms", "p99"), None, False, "ms"),
+         Figure("that / E=1 entries/s", _over_other(_SEQ, _SEQ), 0.9, True, "", beside=READS_E1),
          Figure("entries/s, a replica SIGSTOPped after 50,000",
                 _phase("lost_replica", "ops_per_s"), None, True, "/s"),
          Figure("that / healthy", lambda r: r["figures"]["lost_replica_ratio"], 0.5, True, ""))),
     Run("reads of a closed ledger, 3 bookies, E=3 Qw=3 (striped READ)", "reads",
         ("--localbookie", "3", "--ensemble", "3", "--quorum", "3", "--entries", "200000"),
         {"listen": None, "ensemble": 3, "quorum": 3},
-        (Figure("entries/s", _phase("sequential", "ops_per_s"), 250_000, True, "/s"),
-         Figure("p99 per read", _phase("sequential", "latency_ms", "p99"), None, False, "ms"))),
-    Run("tailing reads of a full-speed writer, 1 bookie", "reads",
-        ("--localbookie", "1", "--listen", "1"), {"listen": 1},
+        (Figure("entries/s", _SEQ, 250_000, True, "/s"),
+         Figure("p99 per read", _phase("sequential", "latency_ms", "p99"), None, False, "ms"),
+         Figure("that / E=1 entries/s", _over_other(_SEQ, _SEQ), 0.9, True, "", beside=READS_E1))),
+    Run(TAIL_FULL, "reads",
+        ("--localbookie", "1", "--listen", "1"), {"listen": 1, "rate": None},
         (Figure("writer adds/s", _phase("writer", "ops_per_s"), None, True, "/s"),
+         Figure("tail lag p50", _phase("tail", "lag_ms", "p50"), None, False, "ms"),
          Figure("tail lag p99", _phase("tail", "lag_ms", "p99"), 50.0, False, "ms"))),
+    Run("tailing reads, writer at half the full-speed rate, 1 bookie", "reads",
+        ("--localbookie", "1", "--listen", "1"), {"listen": 1, "rate": Given()},
+        (Figure("writer adds/s", _phase("writer", "ops_per_s"), None, True, "/s"),
+         Figure("tail lag p50", _phase("tail", "lag_ms", "p50"), None, False, "ms"),
+         Figure("tail lag p99", _phase("tail", "lag_ms", "p99"), 20.0, False, "ms")),
+        rate_of=(TAIL_FULL, 0.5)),
     Run("journal alone vs raw fdatasync", "journal", (), {"rate": None},
         (Figure("journal MB/s", _phase("journal", "disk_mb_per_s"), None, True, "MB/s"),
          Figure("raw MB/s", _phase("raw", "disk_mb_per_s"), None, True, "MB/s"),
@@ -171,6 +218,10 @@ def _row(*cells) -> str:
     return "|" + "|".join(f" {c} " if c != "" else " " for c in cells) + "|"
 
 
+def by_name(name: str) -> Run:
+    return next(r for r in STANDARD if r.name == name)
+
+
 def render(results: list[dict]) -> str:
     """The Markdown results table (with the date, host and versions it was measured on)."""
     rows = [_row("run", "figure", "measured", "target", "verdict", "load (1 min)"),
@@ -186,8 +237,16 @@ def render(results: list[dict]) -> str:
         for i, fig in enumerate(run.figures):
             name = run.name if i == 0 else ""
             try:
-                value = fig.get(result)
-            except (KeyError, TypeError):
+                if fig.beside is None:
+                    value = fig.get(result)
+                else:
+                    other = latest(by_name(fig.beside), results)
+                    if other is None:
+                        rows.append(_row(name, fig.label, f"no result of \"{fig.beside}\"",
+                                         "", "", ""))
+                        continue
+                    value = fig.get(result, other)
+            except (KeyError, TypeError, ZeroDivisionError):
                 rows.append(_row(name, fig.label, "absent", "", "", ""))
                 continue
             target = "" if fig.target is None else \
@@ -236,9 +295,21 @@ def run_all(results_path: str, time_s: float, data_dir: str, quiet: bool,
         (run name, exit status) of each; a failed run is reported, the others still run.
     """
     from bookie.bench.cli import main
+    from bookie.bench.report import load_results
     statuses = []
     for i, run in enumerate(runs):
         argv = [run.tool, *run.argv, "--time", f"{time_s:g}", "--json-out", results_path]
+        if run.rate_of is not None:
+            base, fraction = run.rate_of
+            done = load_results(results_path) if os.path.exists(results_path) else []
+            other = latest(by_name(base), done)
+            if other is None:
+                print(f"== {run.name}: skipped, it runs at a rate measured by \"{base}\", "
+                      f"which has no result", file=sys.stderr, flush=True)
+                statuses.append((run.name, 1))
+                continue
+            rate = max(1.0, round(fraction * other["phases"]["writer"]["ops_per_s"]))
+            argv += ["--rate", f"{rate:g}"]
         if quiet:
             argv.append("--quiet")
         if run.tool == "journal":

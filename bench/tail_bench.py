@@ -9,9 +9,11 @@ confirming it to the reader holding it; ``e2e_ms`` from its add being issued (th
 plus the lag).
 
 Where the lag comes from: a bookie learns that entry e is confirmed from the LAC that a later add
-carries (or from an explicit LAC write), and its readers see it once that later add is durable
-there.  So the lag is at least about one add latency of the writer, which grows with the writer's
-window (Little's law: ``--throttle`` 10,000 at full speed is seconds deep on a loaded host).
+carries (or from an explicit LAC write), and its parked long polls are answered as soon as the
+bookie has taken (indexed) that later add, not once it is durable (docs/architecture.md "Long
+polls and the LAC").  The later add is sent when e's ack arrives, behind every add the writer
+has in flight: so the lag is still about the time an add waits to reach the bookie, which grows
+with the writer's window (Little's law: ``--throttle`` 10,000 at full speed is a deep queue).
 """
 
 from __future__ import annotations

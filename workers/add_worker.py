@@ -8,9 +8,13 @@ Per loop iteration (everything batched; no per-entry Python work on the hot path
 2. Take every request waiting on the add socket and the control socket (fences from the read
    worker).  Check its frames here (header, sizes, ids, read-only) and ask the ledger table
    (``bookie.workers.ledgers``: master key, fenced) whether it may go; place each accepted one
-   once in the shared-memory ring as a record, apply that record to the table; wake the journal.
+   once in the shared-memory ring as a record, apply that record to the table.  The journal is
+   woken as soon as the iteration's first record is placed (its write and fdatasync overlap the
+   rest of this iteration), and once more at the end if more records followed.
 3. Append the same ring bytes to the entry log and commit their index locations in one LMDB
    write transaction.
+   Then tell the read worker which ledgers moved (``publish_moved``): their parked long polls
+   are answered from that commit, without waiting for the journal (docs/architecture.md).
 4. Every ``flushInterval``: checkpoint = fdatasync entry logs, sync the index, then persist
    LastLogMark = min(WRITE, DURABLE) (DESIGN invariant 3): every record placed before WRITE
    is in the entry log and, once the iteration's commit ran, in the index.
@@ -24,7 +28,6 @@ from __future__ import annotations
 
 import collections
 import os
-import threading
 import time
 
 import zmq
@@ -37,7 +40,8 @@ from bookie.workers import records
 from bookie.workers.answers import Pending
 from bookie.workers.auth import server_curve
 from bookie.workers.common import ClientServer, ConnectionCap, guard_client_socket, make_socket
-from bookie.workers.journal import lastmark_of, scan, write_lastmark
+from bookie.workers.checkpoint import Checkpointer, checkpoint
+from bookie.workers.journal import lastmark_of, scan
 from bookie.workers.ledgers import Rejected
 from bookie.workers.noroom import RETRY_S, Held, no_room
 from bookie.workers.ring import ADD_EPOCH, DURABLE, NO_ROOM, READONLY, WRITE, Doorbell, Ring
@@ -45,79 +49,6 @@ from bookie.workers.storage import EntryLogs, Index, LedgerStorage, open_index
 
 MAX_MESSAGES_PER_ITERATION = 512
 FENCE_OP = -1  # a fence journaled for the read worker (bookie_requests_total{op="FENCE"})
-
-
-def sync_to_mark(storage: LedgerStorage, ledger_dirs: list[str], mark: int) -> None:
-    """The sync steps of a checkpoint, in DESIGN invariant 3's order: fdatasync the entry logs,
-    sync the index, then persist LastLogMark."""
-    storage.logs.sync()
-    storage.index.env.sync(True)
-    for d in ledger_dirs:
-        write_lastmark(d, mark)
-
-
-def checkpoint(storage: LedgerStorage, ledger_dirs: list[str], mark: int) -> None:
-    storage.commit()
-    sync_to_mark(storage, ledger_dirs, mark)
-
-
-class Checkpointer(threading.Thread):
-    """Runs the sync steps of a checkpoint off the add path, one at a time.
-
-    Order inside (DESIGN invariant 3): fdatasync the entry logs, sync the index, then persist
-    LastLogMark.  The caller has committed the index up to the mark before requesting it.
-    """
-
-    def __init__(self, ctx, storage: "LedgerStorage", ledger_dirs: list[str]):
-        super().__init__(name="checkpoint", daemon=True)
-        self.ctx = ctx
-        self.latency = ctx.metrics.histogram("bookie_checkpoint_seconds")
-        self.storage = storage
-        self.ledger_dirs = ledger_dirs
-        self._mark = None
-        self._cond = threading.Condition()
-        self._busy = False
-        self._stopping = False
-        self.failed = False  # the last checkpoint failed: retry it even if the mark is the same
-        self.no_room = False  # ... for want of space
-        self.start()
-
-    def busy(self) -> bool:
-        return self._busy
-
-    def request(self, mark: int) -> None:
-        with self._cond:
-            self._mark = mark
-            self._busy = True
-            self._cond.notify()
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        self.join(30)
-
-    def run(self) -> None:
-        while True:
-            with self._cond:
-                while self._mark is None and not self._stopping:
-                    self._cond.wait()
-                if self._mark is None:
-                    return
-                mark, self._mark = self._mark, None
-            try:
-                t0 = time.perf_counter()
-                sync_to_mark(self.storage, self.ledger_dirs, mark)
-                self.latency.observe_locked(time.perf_counter() - t0)
-                if self.failed:
-                    self.ctx.log("checkpoint succeeded again", mark=mark)
-                self.failed = self.no_room = False
-            except Exception as e:  # noqa: BLE001 - retried at the next flush; never kills the thread
-                if not self.failed:
-                    self.ctx.log("checkpoint failed; retrying", error=f"{type(e).__name__}: {e}")
-                self.failed, self.no_room = True, no_room(e)
-            finally:
-                self._busy = False
 
 
 def store_replayed(storage: LedgerStorage, rec: records.Record, buf, pos: int) -> None:
@@ -259,6 +190,8 @@ class AddServer(ClientServer):
         self.cap = None  # ConnectionCap of the client socket
         self.full = False  # no room for our writes: read-only until a retry succeeds
         self.next_retry = 0.0
+        self.rung = self.unrung = False  # journal woken this iteration / placed since
+        self.moved: set[int] = set()  # ledgers with adds / WRITE_LACs placed since the last publish
 
     # -- the loop --------------------------------------------------------------------------------
     def serve(self, durable_in) -> None:
@@ -277,13 +210,14 @@ class AddServer(ClientServer):
             if self.cap is not None and self.cap.monitor in events:
                 self.cap.drain()
             self.answer_durable()
-            placed = self.retry_stalled()
+            self.rung, self.unrung = False, False
+            self.retry_stalled()
             if not self.stalled:
                 if self.control in events:
-                    placed |= self.take(self.control, internal=True)
+                    self.take(self.control, internal=True)
                 if self.clients in events:
-                    placed |= self.take(self.clients, internal=False)
-            if placed:
+                    self.take(self.clients, internal=False)
+            if self.unrung:
                 self.wake.ring()
             self.commit()
             now = time.monotonic()
@@ -344,7 +278,6 @@ class AddServer(ClientServer):
         if not self.pending:
             return
         durable = min(self.ring.get(DURABLE), self.safe_to)
-        acked_ledgers = set()
         pending = self.pending
         now = time.monotonic()
         while pending and pending[0].end <= durable:
@@ -358,9 +291,17 @@ class AddServer(ClientServer):
                 sock.send_multipart(frames, zmq.NOBLOCK)
             except zmq.ZMQError:
                 self.stats["replies_dropped_total"] += 1
-            acked_ledgers.add(p.ledger_id)
-        for lid in acked_ledgers:
+
+    def publish_moved(self, gone: set[int]) -> None:
+        """Tell the read worker which ledgers moved, as soon as their index commit ran (not when
+        the journal made them durable): the LAC an add carries speaks of entries its writer had
+        acknowledged by Qa bookies already, which is true whether or not this bookie has synced
+        (or even holds) them.  A parked long poll then gets what a plain READ_LAC would answer
+        now; a reader finds each entry up to it on a bookie that acknowledged it (reader.py moves
+        on from NO_ENTRY).  ``gone``: ledgers the GC deleted, whose polls get NO_LEDGER."""
+        for lid in self.moved | gone:
             self.lac_pub.send(wire.LEDGER_ID.pack(lid))
+        self.moved.clear()
 
     def refuse_pending(self, ledger_ids: set[int]) -> None:
         """The GC deleted these ledgers under records placed for them: answer NO_LEDGER."""
@@ -441,6 +382,14 @@ class AddServer(ClientServer):
         start = self.ring.get(WRITE)
         end = self.ring.put(start, parts)
         self.ring.set(WRITE, end)
+        # Wake the journal at the first record of an iteration, before this record goes to the
+        # entry log and the index (its fdatasync then overlaps that work: a lone add's
+        # latency); records placed after that ring once more at the end of the iteration.
+        if self.rung:
+            self.unrung = True
+        else:
+            self.wake.ring()
+            self.rung = True
         return start, end
 
     def mark(self) -> int:
@@ -469,6 +418,8 @@ class AddServer(ClientServer):
         if gone:
             self.refuse_pending(gone)
         self.safe_to = self.ring.get(WRITE)
+        if self.moved or gone:
+            self.publish_moved(gone)
         if self.checkpointer.no_room:
             self.turn_full(None)
         elif self.full and not self.checkpointer.failed:
@@ -524,6 +475,7 @@ class AddServer(ClientServer):
         self.storage.table.apply(records.Record(records.ADD_BATCH, flags, ledger_id, key, -1,
                                                 lengths, data_offset, size))
         self.store(ledger_id, start, end, size, data_offset, entry_ids, lengths, offsets)
+        self.moved.add(ledger_id)
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.ADD, Status.OK, request_id, ledger_id)],
                                     ledger_id, Op.ADD, self.taken_at))
         self.stats["add_entries_total"] += len(entry_ids)
@@ -544,6 +496,7 @@ class AddServer(ClientServer):
             return False
         _, end = self.place([rec])
         self.storage.table.apply(records.parse(rec, 0))
+        self.moved.add(ledger_id)
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.WRITE_LAC, Status.OK, request_id, ledger_id)],
                                     ledger_id, Op.WRITE_LAC, self.taken_at))
         return True

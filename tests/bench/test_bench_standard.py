@@ -28,9 +28,10 @@ def writes_result(ensemble, rate, ops_per_s, p99_ms, throttle=10000):
 def test_every_standard_run_is_a_valid_command():
     parser = build_parser()
     for run in standard.STANDARD:
+        rate = ["--rate", "1000"] if run.rate_of else []  # run_all adds it from the earlier run
         args = parser.parse_args(["bench", run.tool, *run.argv, "--time", "1", "--dir", "/tmp"]
                                  if run.tool == "journal" else
-                                 ["bench", run.tool, *run.argv, "--time", "1"])
+                                 ["bench", run.tool, *run.argv, *rate, "--time", "1"])
         params = vars(args)
         assert all(params.get(k) == v for k, v in run.match.items()), run.name
 
@@ -97,3 +98,50 @@ def test_report_from_a_results_file(tmp_path, capsys):
 def test_report_refuses_to_tabulate_nothing(capsys):
     assert main(["bench", "report", "--from-results"]) == 2
     assert "--from-results needs --results FILE" in capsys.readouterr().err
+
+
+def reads_result(ensemble, quorum, ops_per_s, listen=None, rate=None, **phases):
+    return build_result("reads", {"ensemble": ensemble, "quorum": quorum, "listen": listen,
+                                  "rate": rate, "time": 1.0},
+                        {"sequential": phase(ops_per_s, 3.0), **phases})
+
+
+def test_every_target_of_the_issue_has_a_row():
+    labels = {(run.name, fig.label) for run in standard.STANDARD for fig in run.figures}
+    judged = {(run.name, fig.label): fig.target for run in standard.STANDARD
+              for fig in run.figures if fig.target is not None}
+    assert judged[(standard.RAW, "lone add p50 / disk p50")] == 3.0
+    assert judged[(standard.RAW, "lone add p99")] == 1.5
+    assert ("client, 1 bookie, E=Qw=Qa=1, one add at a time", "p50 / disk p50") in labels
+    assert judged[("client, 1 bookie, E=Qw=Qa=1, 256 in flight", "adds/s")] == 130_000
+    assert judged[("client, 3 bookies, E=3 Qw=2 Qa=2, 256 in flight", "p99")] == 10.0
+    e3 = "reads of a closed ledger, 3 bookies, E=3 Qw=2 (striped READ)"
+    assert judged[(e3, "that / E=1 entries/s")] == 0.9
+    assert judged[(e3, "that / healthy")] == 0.5
+    assert judged[(standard.TAIL_FULL, "tail lag p99")] == 50.0
+    assert judged[("tailing reads, writer at half the full-speed rate, 1 bookie", "tail lag p99")] == 20.0
+
+
+def test_figures_beside_another_run_take_its_latest_result():
+    qd1 = writes_result(1, None, 900, 1.2, throttle=1)
+    qd1["phases"]["writes"]["latency_ms"]["p50"] = 0.9
+    raw = build_result("bookie", {"rate": None, "time": 1.0},
+                       {"disk": phase(4000, 0.3), "sync": phase(1000, 0.6),
+                        "pipelined": phase(150_000, 4.0)})
+    raw["phases"]["disk"]["latency_ms"]["p50"] = 0.3
+    e1, e3 = reads_result(1, 1, 200_000), reads_result(3, 2, 190_000)
+    table = standard.render([qd1, e1, e3])
+    assert '| | p50 / disk p50 | no result of "one bookie, raw wire (BenchBookie)" | | | |' in table
+    assert "| | that / E=1 entries/s | 0.95 | >= 0.90 | met | |" in table
+    table = standard.render([qd1, raw, e1, e3])
+    assert "| | p50 / disk p50 | 3.00 | | | |" in table
+
+
+def test_half_rate_tailing_takes_only_paced_results():
+    def tailing(rate, p99):
+        tail = phase(40_000, 5.0, lag_ms={"p50": 2.0, "p99": p99})
+        return reads_result(1, 1, 1, listen=1, rate=rate, writer=phase(40_000, 5.0), tail=tail)
+    full, half = tailing(None, 30.0), tailing(20_000.0, 15.0)
+    table = standard.render([full, half])
+    assert "| | tail lag p99 | 30.00 ms | < 50.00 ms | met | |" in table
+    assert "| | tail lag p99 | 15.00 ms | < 20.00 ms | met | |" in table
