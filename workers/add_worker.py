@@ -288,7 +288,7 @@ class AddServer(ClientServer):
             sock = self.control if p.reply[0] is None else self.clients
             frames = p.reply[1:] if p.reply[0] is None else p.reply
             try:
-                sock.send_multipart(frames, zmq.NOBLOCK)
+                wire.send_frames(sock, frames)
             except zmq.ZMQError:
                 self.stats["replies_dropped_total"] += 1
 
@@ -323,7 +323,7 @@ class AddServer(ClientServer):
         placed = False
         for _ in range(MAX_MESSAGES_PER_ITERATION):
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = wire.recv_frames(sock, copy=False)
             except zmq.Again:
                 break
             self.taken_at = time.monotonic()
@@ -464,9 +464,9 @@ class AddServer(ClientServer):
             raise Rejected(Status.BAD_REQUEST, "an entry of the batch belongs to another ledger")
         if (entry_ids < 0).any():
             raise Rejected(Status.BAD_REQUEST, "negative entry id")
-        recovery = bool(flags & wire.Flag.RECOVERY_ADD)
+        recovery = bool(flags & wire.Bits.RECOVERY_ADD)
         key = self.storage.table.check_add(ledger_id, key, recovery,  # now the stored form
-                                           bool(flags & wire.Flag.RECOVERY_CREDENTIAL))
+                                           bool(flags & wire.Bits.RECOVERY_CREDENTIAL))
         parts, size, data_offset = records.add_batch_parts(ledger_id, key, lengths_frame, data, recovery)
         if not self.room_for(size):
             return False
