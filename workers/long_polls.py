@@ -14,8 +14,9 @@ all parked polls (300k polls on one ledger made each wake-up a full scan, and ex
 
 Removal from the heaps is lazy (an entry whose seq is no longer live is skipped when it surfaces);
 each heap is rebuilt from the live polls once stale entries outnumber live ones, so memory stays
-within a constant factor of ``limit``.  ``park`` refuses past ``limit``: the worker answers
-TOO_MANY_REQUESTS instead of parking.
+within a constant factor of ``limit``.  ``park`` refuses past ``limit``, and past ``per_key``
+polls of one key (the worker's key is the client connection, so one client cannot take every
+place): the worker answers TOO_MANY_REQUESTS instead of parking.
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ import itertools
 
 
 class LongPolls:
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, per_key: int | None = None, key=None):
         self.limit = limit
+        self.per_key = per_key  # None: no limit per key
+        self.key = key or (lambda request: None)  # the key of a request (its connection)
+        self._per_key: dict = {}  # key -> live polls
         self._polls: dict[int, tuple] = {}
         self._by_ledger: dict[int, list] = {}
         self._live_per_ledger: dict[int, int] = {}
@@ -46,6 +50,12 @@ class LongPolls:
         """Park a poll; False (nothing parked) when ``limit`` polls are parked already."""
         if self.full():
             return False
+        if self.per_key is not None:
+            k = self.key(request)
+            n = self._per_key.get(k, 0)
+            if n >= self.per_key:
+                return False
+            self._per_key[k] = n + 1
         seq = next(self._seq)
         self._polls[seq] = (ledger_id, previous, deadline, request)
         heapq.heappush(self._by_ledger.setdefault(ledger_id, []), (previous, seq))
@@ -66,8 +76,17 @@ class LongPolls:
             poll = self._polls.pop(seq, None)
             if poll is not None:
                 out.append(poll[3])
-                self._forget(ledger_id, compact=False)  # popping: this heap shrinks anyway
+                self._forget(ledger_id, poll[3], compact=False)  # popping: this heap shrinks anyway
         return out
+
+    def drop_where(self, pred) -> int:
+        """Remove the polls whose request ``pred`` accepts (their connection was shut down:
+        nobody is left to answer).  A walk over every poll: for rare events only."""
+        gone = [seq for seq, poll in self._polls.items() if pred(poll[3])]
+        for seq in gone:
+            poll = self._polls.pop(seq)
+            self._forget(poll[0], poll[3])
+        return len(gone)
 
     def next_deadline(self) -> float | None:
         while self._deadlines and self._deadlines[0][1] not in self._polls:
@@ -83,11 +102,19 @@ class LongPolls:
             if poll is None:
                 continue  # answered already
             out.append(poll[3])
-            self._forget(poll[0])
+            self._forget(poll[0], poll[3])
         return out
 
-    def _forget(self, ledger_id: int, compact: bool = True) -> None:
-        """One live poll of the ledger left ``_polls``; drop or compact its heap."""
+    def _forget(self, ledger_id: int, request, compact: bool = True) -> None:
+        """One live poll of the ledger left ``_polls``; count it out of its key, drop or compact
+        its ledger's heap."""
+        if self.per_key is not None:
+            k = self.key(request)
+            n = self._per_key[k] - 1
+            if n:
+                self._per_key[k] = n
+            else:
+                del self._per_key[k]
         left = self._live_per_ledger[ledger_id] - 1
         if left == 0:
             del self._live_per_ledger[ledger_id], self._by_ledger[ledger_id]

@@ -8,25 +8,36 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("park"), st.integers(0, 3), st.integers(-1, 6), st.integers(0, 20)),
     st.tuples(st.just("moved"), st.integers(0, 3), st.one_of(st.none(), st.integers(-1, 8))),
     st.tuples(st.just("tick"), st.integers(0, 20)),
+    st.tuples(st.just("drop"), st.integers(0, 2)),
 ), max_size=200)
 
 
+def key(request: int) -> int:  # the model's "connection" of a request
+    return request % 3
+
+
 @settings(max_examples=150, deadline=None)
-@given(ops=ops, limit=st.integers(1, 30))
-def test_long_polls_answer_what_a_scan_of_every_poll_would(ops, limit):
-    table, model = LongPolls(limit), []  # model: [(ledger, previous, deadline, request)]
+@given(ops=ops, limit=st.integers(1, 30), per_key=st.one_of(st.none(), st.integers(1, 12)))
+def test_long_polls_answer_what_a_scan_of_every_poll_would(ops, limit, per_key):
+    table = LongPolls(limit, per_key, key=key)
+    model = []  # [(ledger, previous, deadline, request)]
     now, n = 0, 0
     for op in ops:
         if op[0] == "park":
             n += 1
             parked = table.park(op[1], op[2], now + op[3] + 0.5, n)
-            assert parked == (len(model) < limit)
+            mine = sum(1 for p in model if key(p[3]) == key(n))
+            assert parked == (len(model) < limit and (per_key is None or mine < per_key))
             if parked:
                 model.append((op[1], op[2], now + op[3] + 0.5, n))
         elif op[0] == "moved":
             want = sorted(p[3] for p in model if p[0] == op[1] and (op[2] is None or p[1] < op[2]))
             assert sorted(table.ledger_moved(op[1], op[2])) == want
             model = [p for p in model if p[3] not in want]
+        elif op[0] == "drop":
+            gone = [p for p in model if key(p[3]) == op[1]]
+            assert table.drop_where(lambda request: key(request) == op[1]) == len(gone)
+            model = [p for p in model if key(p[3]) != op[1]]
         else:
             now += op[1]
             want = sorted(p[3] for p in model if p[2] <= now)
