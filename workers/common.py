@@ -11,6 +11,7 @@ import resource
 import shutil
 import signal
 import socket
+import time
 
 import orjson
 import setproctitle
@@ -148,25 +149,74 @@ class ConnectionCap:
                 return
             fd = event["value"]
             if event["event"] == zmq.EVENT_ACCEPTED:
-                if len(self.open) >= self.limit:
-                    self._shut(fd)
+                if len(self.open) >= self.limit and self.shut(fd):
+                    self.refused_total += 1
                 self.open.add(fd)  # until ZeroMQ reports it gone
             else:
                 self.open.discard(fd)
 
-    def _shut(self, fd: int) -> None:
+    def shut(self, fd: int) -> bool:
+        """Shut the client connection on ``fd`` down; False when it is not (or no longer) one."""
         try:
             s = socket.socket(fileno=fd)
         except OSError:
-            return  # gone already
+            return False  # gone already
         try:
             if s.getsockname()[1] == self.port:  # still our client connection, not a reused fd
                 s.shutdown(socket.SHUT_RDWR)
-                self.refused_total += 1
+                return True
         except OSError:
             pass
         finally:
             s.detach()  # ZeroMQ owns the descriptor
+        return False
+
+
+class RefusalBudget:
+    """A connection that keeps sending what gets refused is shut down.
+
+    Past a limit a request is answered TOO_MANY_REQUESTS; a client that goes on sending anyway
+    (more than ``per_s`` refusals within one second) is flooding, and answering each of its
+    requests costs the worker about what sending it cost the client.  Its connection is shut
+    down through the ``ConnectionCap`` (only a descriptor the cap saw accepted on this port):
+    ZeroMQ sees the stream end and drops what it had queued from it.  A client that backs off
+    at its first refusals never comes near the budget.
+    """
+
+    def __init__(self, per_s: int, cap: "ConnectionCap | None", on_shut=None, clock=time.monotonic):
+        self.per_s = per_s
+        self.cap = cap
+        self.on_shut = on_shut  # on_shut(ident): forget what the connection left waiting
+        self.clock = clock
+        self.counts: dict[bytes, int] = {}  # this second's refusals per connection
+        self.window = clock()
+        self.shut_total = 0
+
+    def refused(self, ident: bytes, frame) -> bool:
+        """Count a refusal of a request of ``ident`` (``frame``: a zmq.Frame of it, or None).
+
+        Returns:
+            True when the connection is over its budget: it was shut down now or earlier in
+            this second, and the refusal need not be answered.
+        """
+        now = self.clock()
+        if now - self.window >= 1.0:
+            self.counts.clear()
+            self.window = now
+        n = self.counts.get(ident, 0) + 1
+        self.counts[ident] = n
+        if n <= self.per_s:
+            return False
+        if n == self.per_s + 1 and self.cap is not None and frame is not None:
+            try:
+                fd = frame.get(zmq.SRCFD)
+            except zmq.ZMQError:
+                fd = -1
+            if fd in self.cap.open and self.cap.shut(fd):
+                self.shut_total += 1
+                if self.on_shut is not None:
+                    self.on_shut(ident)
+        return True
 
     def close(self) -> None:
         self.monitor.close()

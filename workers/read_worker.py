@@ -41,7 +41,8 @@ from bookie import wire
 from bookie.workers.layout import current_dir
 from bookie.wire import Bits, Op, Status
 from bookie.workers.auth import server_curve
-from bookie.workers.common import ClientServer, ConnectionCap, guard_client_socket, make_socket
+from bookie.workers.common import (ClientServer, ConnectionCap, RefusalBudget, guard_client_socket,
+                                   make_socket)
 from bookie.workers.long_polls import LongPolls
 from bookie.workers.ring import Ring
 from bookie.workers.storage import EntryLogReader, Index, open_index
@@ -54,6 +55,9 @@ TRACKED_REPLY_BYTES = 64 * 1024  # replies this large count against the connecti
 # reached), a flood of them costs journal records and index entries.  Token bucket.
 UNBOUND_FENCES_PER_S = 200.0
 UNBOUND_FENCES_BURST = 400.0
+# A connection refused TOO_MANY_REQUESTS more often than this in one second is flooding: shut
+# down.  A client that backs off at its first refusals never comes near it.
+REFUSALS_PER_CONNECTION_PER_S = 1000
 
 
 class ReadServer(ClientServer):
@@ -65,12 +69,16 @@ class ReadServer(ClientServer):
         self.lac_sub = lac_sub
         self.fence_waits: dict[bytes, tuple] = {}  # fence token -> the parked request
         self.tokens = itertools.count(1)
-        self.polls = LongPolls(ctx.conf.max_pending_reads)
+        # one connection may park at most a quarter of the places (docs/security.md "Limits")
+        self.polls = LongPolls(ctx.conf.max_pending_reads, max(1, ctx.conf.max_pending_reads // 4),
+                               key=lambda req: req[0])
         self.max_pending = ctx.conf.max_pending_reads  # long polls + fences waiting
         self.reply_budget = ctx.conf.max_read_reply_bytes
         self.unread: dict[bytes, collections.deque] = {}  # ident -> (tracker, bytes) of big replies
         self.unread_bytes: dict[bytes, int] = {}
         self.cap = None  # ConnectionCap of the client socket
+        self.refusals = RefusalBudget(REFUSALS_PER_CONNECTION_PER_S, None, self.forget_connection)
+        self.frame = None  # a zmq.Frame of the request being handled
         self.gate = None  # workers/auth.py Gate when CURVE is on
         self.unbound_tokens = UNBOUND_FENCES_BURST
         self.unbound_at = time.monotonic()
@@ -110,11 +118,14 @@ class ReadServer(ClientServer):
             if self.clients in events:
                 for _ in range(MAX_MESSAGES_PER_ITERATION):
                     try:
-                        frames = wire.recv_frames(self.clients, copy=self.gate is None)
+                        frames = wire.recv_frames(self.clients, copy=False)
                     except zmq.Again:
                         break
+                    self.frame = frames[-1]  # for the refusal budget: which connection it came on
                     if self.gate is not None:
                         frames = self.admit(frames)
+                    else:
+                        frames = [f.bytes for f in frames]
                     self.handle(frames)
             self.expire_polls()
             now = time.monotonic()
@@ -130,6 +141,7 @@ class ReadServer(ClientServer):
                 if self.cap is not None:
                     s["connections_open"] = len(self.cap.open)
                     s["connections_refused_total"] = self.cap.refused_total
+                s["connections_shut_flooding_total"] = self.refusals.shut_total
                 self.ctx.write_stats(s)
 
     # -- requests --------------------------------------------------------------------------------
@@ -186,12 +198,27 @@ class ReadServer(ClientServer):
                 self.stats["fence_requests_total"] += 1
                 return
         except wire.ProtocolError as e:
-            self.stats[f"rejected_{e.status.name.lower()}_total"] += 1
-            self.reply(ident, op, e.status, request_id, ledger_id)
+            self.refuse(ident, op, e.status, request_id, ledger_id)
             return
         self.respond(req, self.answer)
         if op == Op.READ or (op == Op.READ_LAC and not flags & Bits.LONG_POLL):
             self.read_latency.observe(time.monotonic() - taken_at)
+
+    def refuse(self, ident, op, status, request_id, ledger_id) -> None:
+        """Answer a refused request; past its connection's refusal budget, shut the connection
+        down instead (workers/common.py RefusalBudget)."""
+        self.stats[f"rejected_{status.name.lower()}_total"] += 1
+        if status == Status.TOO_MANY_REQUESTS and self.refusals.refused(ident, self.frame):
+            return
+        self.reply(ident, op, status, request_id, ledger_id)
+
+    def forget_connection(self, ident) -> None:
+        """A connection shut down for flooding: its parked long polls give their places back."""
+        dropped = self.polls.drop_where(lambda req: req[0] == ident)
+        n = self.refusals.shut_total
+        if n <= 10 or n % 1000 == 0:  # a flooder reconnects at once: the first ten, then a few
+            self.ctx.log("connection shut for flooding", level="warning", shut_total=n,
+                         refused_per_s=self.refusals.per_s, long_polls_dropped=dropped)
 
     def respond(self, req, step) -> None:
         """Run ``step(txn, req)`` in a fresh snapshot; whatever it raises becomes an answer."""
@@ -200,8 +227,7 @@ class ReadServer(ClientServer):
             with self.snapshot() as txn:
                 step(txn, req)
         except wire.ProtocolError as e:
-            self.stats[f"rejected_{e.status.name.lower()}_total"] += 1
-            self.reply(ident, op, e.status, request_id, ledger_id)
+            self.refuse(ident, op, e.status, request_id, ledger_id)
         except OSError as e:
             self.ctx.log("read failed", ledger=ledger_id, error=str(e))
             self.reply(ident, op, Status.IO_ERROR, request_id, ledger_id)
@@ -408,7 +434,7 @@ def run(ctx) -> int:
     lac_sub.setsockopt(zmq.SUBSCRIBE, b"")
     lac_sub.connect(ctx.endpoint("add.lac"))
     server = ReadServer(ctx, index, logs, ring, clients, control, lac_sub)
-    server.cap = cap
+    server.cap = server.refusals.cap = cap
     server.gate = curve.gate if curve else None
     ctx.log("read worker ready", port=conf.bookie_port + 1)
     ctx.ready()

@@ -118,39 +118,82 @@ def test_connections_past_the_cap_are_shut_and_the_connected_writer_keeps_writin
         writer_works(fresh, 3, 60)
 
 
-def test_long_polls_past_the_limit_get_too_many_requests_and_the_rest_are_answered(ens, client, same_workers):
+SHARE = LIMITS["maxPendingReadRequestsPerThread"] // 4  # long polls one connection may park
+REFUSALS_PER_S = 1000  # workers/read_worker.py REFUSALS_PER_CONNECTION_PER_S
+
+
+def raw_reader(ctx, ens):
+    """A raw DEALER on the bookie's read socket, and a monitor that sees it disconnected."""
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.SNDHWM, 0)
+    s.setsockopt(zmq.RCVHWM, 0)
+    monitor = s.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    host, port = ens.bookies[0].rsplit(":", 1)
+    s.connect(f"tcp://{host}:{int(port) + 1}")
+    return s, monitor
+
+
+def long_poll(rid: int, ledger: int) -> list:
+    return [wire.pack_header(Op.READ_LAC, int(Flag.LONG_POLL), rid, ledger),
+            wire.LONG_POLL_BODY.pack(5, 60_000)]  # wait for a LAC past 5
+
+
+def test_long_polls_past_a_connections_share_get_too_many_requests_and_the_rest_are_answered(
+        ens, client, same_workers):
     ledger = 5
     writer_works(client, ledger, 0, 1)
-    limit = LIMITS["maxPendingReadRequestsPerThread"]
-    n = limit + 3000
+    n = SHARE + 300  # refusals well under the flooding budget
     ctx = zmq.Context()
     try:
-        s = ctx.socket(zmq.DEALER)
-        s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.SNDHWM, 0)
-        s.setsockopt(zmq.RCVHWM, 0)
-        host, port = ens.bookies[0].rsplit(":", 1)
-        s.connect(f"tcp://{host}:{int(port) + 1}")
-        body = wire.LONG_POLL_BODY.pack(5, 60_000)  # wait for a LAC past 5
+        s, monitor = raw_reader(ctx, ens)
         for rid in range(n):
-            s.send_multipart([wire.pack_header(Op.READ_LAC, int(Flag.LONG_POLL), rid, ledger), body])
+            s.send_multipart(long_poll(rid, ledger))
         refused = 0
-        while refused < n - limit and s.poll(60_000):
+        while refused < n - SHARE and s.poll(60_000):
             _, status, _, _ = wire.unpack_header(s.recv_multipart()[0])
             assert status == Status.TOO_MANY_REQUESTS
             refused += 1
-        assert refused == n - limit
+        assert refused == n - SHARE
+        other, _ = raw_reader(ctx, ens)  # another connection still gets places of its own
+        other.send_multipart(long_poll(n, ledger))
         writer_works(client, ledger, 1, 1)  # LAC stays -1: piggybacked lac of the entries
         assert client.write_lac(ledger, 6, KEY) == Status.OK  # the ledger moves past 5
         answered = 0
-        while answered < limit and s.poll(60_000):
+        while answered < SHARE and s.poll(60_000):
             _, status, _, _ = wire.unpack_header(s.recv_multipart()[0])
             assert status == Status.OK
             answered += 1
-        assert answered == limit
-        s.close()
+        assert answered == SHARE
+        assert other.poll(10_000) and wire.unpack_header(other.recv_multipart()[0])[1] == Status.OK
+        assert not monitor.poll(0)  # refused, never shut down
     finally:
-        ctx.term()
+        ctx.destroy(linger=0)
+
+
+def test_a_connection_that_keeps_sending_past_its_refusals_is_shut_down(ens, client, same_workers):
+    ledger = 11
+    writer_works(client, ledger, 0, 1)
+    ctx = zmq.Context()
+    try:
+        flooder, monitor = raw_reader(ctx, ens)
+        for rid in range(SHARE + 3 * REFUSALS_PER_S):
+            flooder.send_multipart(long_poll(rid, ledger))
+        assert monitor.poll(30_000), "the flooding connection was not shut down"
+        refused = 0
+        while flooder.poll(1000):
+            refused += wire.unpack_header(flooder.recv_multipart()[0])[1] == Status.TOO_MANY_REQUESTS
+        assert refused >= REFUSALS_PER_S // 2  # answered until the shutdown (its last replies may be cut)
+        flooder.close()
+        # what it parked gave its places back; a well-behaved reader is served as before
+        reader, _ = raw_reader(ctx, ens)
+        reader.send_multipart(long_poll(1, ledger))
+        assert not reader.poll(500)  # parked
+        writer_works(client, ledger, 1, 1)
+        assert client.write_lac(ledger, 6, KEY) == Status.OK
+        assert reader.poll(10_000) and wire.unpack_header(reader.recv_multipart()[0])[1] == Status.OK
+    finally:
+        ctx.destroy(linger=0)
 
 
 def test_a_reader_that_does_not_read_its_replies_gets_too_many_requests(ens, client, same_workers):
@@ -188,22 +231,20 @@ def test_a_flood_of_fences_of_new_ids_is_refused_past_a_small_rate(ens, client, 
     writer_works(client, 9, 0, 1)
     ctx = zmq.Context()
     try:
-        s = ctx.socket(zmq.DEALER)
-        s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.SNDHWM, 0)
-        s.setsockopt(zmq.RCVHWM, 0)
-        host, port = ens.bookies[0].rsplit(":", 1)
-        s.connect(f"tcp://{host}:{int(port) + 1}")
+        s, monitor = raw_reader(ctx, ens)
         n, first = 5000, 10**12
         for rid in range(n):
             s.send_multipart([wire.pack_header(Op.READ_LAC, int(Flag.FENCE), rid, first + rid), b"squatter"])
         counts = {}
-        while sum(counts.values()) < n and s.poll(60_000):
+        while s.poll(3000):
             status = wire.unpack_header(s.recv_multipart()[0])[1]
             counts[status] = counts.get(status, 0) + 1
-        s.close()
+        shut = monitor.poll(0)
     finally:
-        ctx.term()
-    assert sum(counts.values()) == n
-    assert counts.get(Status.TOO_MANY_REQUESTS, 0) > n // 2, counts
+        ctx.destroy(linger=0)
+    # a few hundred fences go (the burst), then refusals; the connection that keeps sending
+    # past its refusal budget is shut down and the rest of its flood goes unanswered
+    assert counts.get(Status.OK, 0) < 1000, counts
+    assert counts.get(Status.TOO_MANY_REQUESTS, 0) >= REFUSALS_PER_S // 2, counts
+    assert shut, counts
     assert client.fence(9, KEY) == Status.OK  # a fence of a ledger the bookie holds still goes
