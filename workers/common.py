@@ -171,6 +171,9 @@ class ConnectionCap:
             s.detach()  # ZeroMQ owns the descriptor
         return False
 
+    def close(self) -> None:
+        self.monitor.close()
+
 
 class RefusalBudget:
     """A connection that keeps sending what gets refused is shut down.
@@ -217,9 +220,6 @@ class RefusalBudget:
                 if self.on_shut is not None:
                     self.on_shut(ident)
         return True
-
-    def close(self) -> None:
-        self.monitor.close()
 
 
 class ClientServer:
