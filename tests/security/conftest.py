@@ -20,3 +20,13 @@ def secure_bookie():
             os.chmod(os.path.join(e.bookie_dir(0), d), 0o755)  # as an operator might leave them
         os.chmod(e.bookie_dir(0), 0o755)
         yield e
+
+
+@pytest.fixture(scope="module")
+def ens(keys):
+    """One CURVE bookie, for a module whose ``keys`` fixture makes its keys: ``keys["bookie"]``
+    the bookie's (public, secret) key files, ``keys["clients"]`` the enrolment directory."""
+    conf = {"curveSecretKeyFile": keys["bookie"][1], "curveClientKeysDirectory": keys["clients"],
+            "flushInterval": 50}
+    with LocalBookies(1, conf=conf) as e:
+        yield e

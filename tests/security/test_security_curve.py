@@ -37,14 +37,6 @@ def keys(tmp_path_factory):
     return made
 
 
-@pytest.fixture(scope="module")
-def ens(keys):
-    conf = {"curveSecretKeyFile": keys["bookie"][1], "curveClientKeysDirectory": keys["clients"],
-            "flushInterval": 50}
-    with LocalBookies(1, conf=conf) as e:
-        yield e
-
-
 def curve(keys, name) -> ClientCurve:
     return ClientCurve(keys[name][1], keys["bookie"][0])
 

@@ -12,7 +12,6 @@ import zmq
 import zmq.auth
 
 from bookie.client.auth import ClientCurve
-from bookie.testing import LocalBookies
 from bookie.testing.rawclient import BookieTimeout, RawBookieClient, make_entry
 from bookie.wire import Status
 from bookie.workers.auth import RELOAD_INTERVAL_S, Enrolment, Gate
@@ -31,14 +30,6 @@ def keys(tmp_path_factory):
         os.makedirs(root / d)
     shutil.copy(made["alice"][0], root / "clients" / "writer" / "alice.key")
     return made
-
-
-@pytest.fixture(scope="module")
-def ens(keys):
-    conf = {"curveSecretKeyFile": keys["bookie"][1], "curveClientKeysDirectory": keys["clients"],
-            "flushInterval": 50}
-    with LocalBookies(1, conf=conf) as e:
-        yield e
 
 
 def connect(ens, keys, name, timeout_s=5.0) -> RawBookieClient:

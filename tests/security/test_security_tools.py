@@ -12,7 +12,6 @@ import zmq.auth
 
 from bookie.client.errors import InvalidArgumentError
 from bookie.client.options import client_keys
-from bookie.testing import LocalBookies
 
 
 @pytest.fixture(scope="module")
@@ -28,14 +27,6 @@ def keys(tmp_path_factory):
                     f"curveServerKeys: {made['bookie'][0]}\nreadTimeout=2\n")
     made["conf"] = str(conf)
     return made
-
-
-@pytest.fixture(scope="module")
-def ens(keys):
-    conf = {"curveSecretKeyFile": keys["bookie"][1], "curveClientKeysDirectory": keys["clients"],
-            "flushInterval": 50}
-    with LocalBookies(1, conf=conf) as e:
-        yield e
 
 
 def bookie(*args, timeout_s=60):
