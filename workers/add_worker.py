@@ -309,18 +309,14 @@ class AddServer(ClientServer):
             if p.ledger_id in ledger_ids:
                 p.refuse(Status.NO_LEDGER)
 
-    def retry_stalled(self) -> bool:
-        placed = False
+    def retry_stalled(self) -> None:
         while self.stalled:
             sock, frames, internal, self.taken_at = self.stalled[0]
             if not self.handle(sock, frames, internal, retry=True):
                 break
             self.stalled.popleft()
-            placed = True
-        return placed
 
-    def take(self, sock, internal: bool) -> bool:
-        placed = False
+    def take(self, sock, internal: bool) -> None:
         for _ in range(MAX_MESSAGES_PER_ITERATION):
             try:
                 frames = wire.recv_frames(sock, copy=False)
@@ -330,8 +326,6 @@ class AddServer(ClientServer):
             if not self.handle(sock, frames, internal, retry=False):
                 self.stalled.append((sock, frames, internal, self.taken_at))
                 break
-            placed = True
-        return placed
 
     # -- one request -----------------------------------------------------------------------------
     def handle(self, sock, frames, internal: bool, retry: bool) -> bool:

@@ -44,7 +44,7 @@ import zmq
 import zmq.auth
 import zmq.utils.z85
 
-from bookie.wire import Flag, Op
+from bookie.wire import Bits, Op
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 ZAP_DOMAIN = b"bookie"
@@ -209,10 +209,10 @@ class Gate:
         role = self.roles.get(principal)
         if role is None:
             return f"principal {principal!r} is not enrolled"
-        if role == "reader" and (op not in READER_OPS or flags & Flag.FENCE):
+        if role == "reader" and (op not in READER_OPS or flags & Bits.FENCE):
             return f"role reader of {principal!r} may not {Op(op).name}" + \
-                (" with FENCE" if flags & Flag.FENCE else "")
-        if flags & Flag.RECOVERY_CREDENTIAL and role != "admin":
+                (" with FENCE" if flags & Bits.FENCE else "")
+        if flags & Bits.RECOVERY_CREDENTIAL and role != "admin":
             return f"role {role} of {principal!r} may not use the recovery credential"
         return None
 

@@ -121,12 +121,8 @@ class ReadServer(ClientServer):
                         frames = wire.recv_frames(self.clients, copy=False)
                     except zmq.Again:
                         break
-                    self.frame = frames[-1]  # for the refusal budget: which connection it came on
-                    if self.gate is not None:
-                        frames = self.admit(frames)
-                    else:
-                        frames = [f.bytes for f in frames]
-                    self.handle(frames)
+                    self.frame = frames[-1]  # its principal (CURVE) and its connection (refusals)
+                    self.handle([f.bytes for f in frames])
             self.expire_polls()
             now = time.monotonic()
             if now - self.last_stats >= 1.0:
@@ -145,30 +141,17 @@ class ReadServer(ClientServer):
                 self.ctx.write_stats(s)
 
     # -- requests --------------------------------------------------------------------------------
-    def admit(self, frames: list) -> list:
-        """CURVE on: the frames as bytes, or [] (answered UNAUTHORIZED here) when the
-        connection's role does not allow the request."""
-        plain = [f.bytes for f in frames]
-        if len(plain) >= 2:
-            try:
-                op, flags, request_id, ledger_id = wire.unpack_header(plain[1])
-            except wire.ProtocolError:
-                return plain  # handle() answers it
-            if self.gate.refusal(frames[1], op, flags):
-                self.stats["rejected_unauthorized_total"] += 1
-                self.reply(plain[0], op, Status.UNAUTHORIZED, request_id, ledger_id)
-                return []
-        return plain
-
     def handle(self, frames) -> None:
-        if not frames:
-            return  # refused by admit()
         if len(frames) < 2:
             self.stats["dropped_malformed_total"] += 1
             return
         ident, head, body = frames[0], frames[1], frames[2:]
         try:
             op, flags, request_id, ledger_id = wire.unpack_header(head)
+            if self.gate is not None and self.gate.refusal(self.frame, op, flags):
+                self.stats["rejected_unauthorized_total"] += 1  # CURVE: not this principal's role
+                self.reply(ident, op, Status.UNAUTHORIZED, request_id, ledger_id)
+                return
             wire.check_request_flags(op, flags)
         except wire.ProtocolError as e:
             self.reject_raw(ident, head, e.status)
