@@ -16,6 +16,7 @@ from bookie import wire
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Flag, Op, Status
+from sockets import at_eof
 
 KEY = b"limits-test-master-key"
 LIMITS = {
@@ -55,19 +56,6 @@ def rss_bytes(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise AssertionError("no VmRSS")
-
-
-def at_eof(s: socket.socket) -> bool:
-    """True once the peer closed the connection (what it sent before is discarded)."""
-    s.setblocking(False)
-    try:
-        while True:
-            if s.recv(4096) == b"":
-                return True
-    except (BlockingIOError, InterruptedError):
-        return False
-    except OSError:
-        return True
 
 
 def writer_works(client, ledger: int, first: int, n: int = 20) -> None:
