@@ -17,6 +17,7 @@ from bookie.metadata import (
     MetadataError, NodeExistsError, NoSuchLedgerError, NoSuchNodeError, NoSuchStoreError,
     open_metadata)
 from bookie.metadata.errors import NotEmptyError
+import waiting
 
 ENSEMBLE = ["10.0.0.1:3181", "10.0.0.2:3181", "10.0.0.3:3181"]
 
@@ -30,14 +31,7 @@ def meta(**changes) -> LedgerMetadata:
 
 
 def wait_for(predicate, timeout_s: float = 5.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.01)
+    return waiting.wait_for(predicate, timeout_s, what, step_s=0.01)  # watches arrive in ms
 
 
 class Recorder:
