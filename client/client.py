@@ -30,6 +30,7 @@ from bookie.client.protocol.ledger import LedgerState, choose_ensemble
 from bookie.client.protocol.quorum import check_quorums
 from bookie.client.protocol.recovery import RecoveryOp
 from bookie.client.protocol.writer import LedgerWriter
+from bookie.metadata.ledger import make_key_check
 from bookie.wire import Flag
 
 RECOVERY_CREDENTIAL = int(Flag.RECOVERY_CREDENTIAL)
@@ -139,8 +140,9 @@ class BookKeeper:
                 f"cannot create a ledger on {ensemble_size} bookies: only {len(writable)} "
                 f"writable bookie(s) registered ({', '.join(sorted(writable)) or 'none'}); start "
                 f"more bookies or lower ensemble_size")
+        key = master_key(password)
         meta = LedgerMetadata(ensemble_size, write_quorum, ack_quorum, digest_type=digest,
-                              password_digest=password_digest(password),
+                              password_digest=password_digest(password), key_check=make_key_check(key),
                               custom=dict(custom or {}), fragments=[(0, list(ensemble))])
         ledger_id, version = self._store.create_ledger(meta)
         info = to_info(ledger_id, meta)
@@ -149,7 +151,6 @@ class BookKeeper:
         writer = LedgerWriter(info, version, dm.encode, rng=self._rng,
                               explicit_lac_interval_s=lac_interval_s,
                               encode_many=dm.encode_many)
-        key = master_key(password)
         driver = self._runner.start_writer(writer, key, lac_interval_s / 2)
         self._writers[ledger_id] = driver
         return LedgerHandle(ledger_id, info, dm, key, self._runner, self._store,

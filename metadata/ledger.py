@@ -10,6 +10,7 @@ Record format (format version 1).  One JSON object, encoded with orjson, UTF-8:
       "length": int,                      # bytes in the ledger; meaningful once CLOSED
       "digest_type": "crc32" | "crc32c" | "mac" | "dummy",
       "password_digest": base64 string,   # digest of the ledger password, never the password
+      "key_check": base64 string,         # optional: salt | SHA-256 over the master key (below)
       "ctime_ms": int,                    # creation time, ms since the epoch
       "custom": {str: str},
       "fragments": [[first_entry_id, [bookie_id, ...]], ...]   # ascending, first one at 0
@@ -18,6 +19,12 @@ Record format (format version 1).  One JSON object, encoded with orjson, UTF-8:
 Keys a reader does not know are ignored, so a later minor addition does not break older
 readers; a change older readers must not misread bumps ``format_version``.  The store's record
 version (for compare-and-swap) is kept by the store, never inside the record.
+
+``key_check`` lets a bookie tell the ledger's writer from someone who reached the ledger's id
+first (``bookie.workers.claims``): 16 random bytes of salt, then SHA-256 over a label, the salt
+and the ledger's master key (``make_key_check``).  One-way and salted per ledger, so the store
+hands out neither the key nor a value that serves another ledger.  A record without it (an older
+client's) leaves the first binding of the id on each bookie as it was.
 """
 
 from __future__ import annotations
@@ -27,6 +34,9 @@ import binascii
 import bisect
 import dataclasses
 import enum
+import hashlib
+import hmac
+import os
 import time
 from typing import Any
 
@@ -36,6 +46,24 @@ from bookie.metadata.errors import CorruptMetadataError
 
 FORMAT_VERSION = 1
 DIGEST_TYPES = ("crc32", "crc32c", "mac", "dummy")
+
+
+_KEY_CHECK_LABEL = b"bookie-ledger-key-check\0"
+KEY_CHECK_SIZE = 48  # 16 bytes of salt, 32 of SHA-256
+
+
+def make_key_check(master_key: bytes) -> bytes:
+    """The ``key_check`` a writer stores with a new ledger: salt | SHA-256(label | salt | key)."""
+    salt = os.urandom(16)
+    return salt + hashlib.sha256(_KEY_CHECK_LABEL + salt + bytes(master_key)).digest()
+
+
+def key_check_matches(check: bytes, master_key: bytes) -> bool:
+    """True when ``master_key`` is the key ``check`` was made from (constant time)."""
+    if len(check) != KEY_CHECK_SIZE:
+        return False
+    salt = bytes(check[:16])
+    return hmac.compare_digest(check[16:], hashlib.sha256(_KEY_CHECK_LABEL + salt + bytes(master_key)).digest())
 
 
 class LedgerState(str, enum.Enum):
@@ -70,6 +98,7 @@ class LedgerMetadata:
     length: int = 0
     digest_type: str = "crc32c"
     password_digest: bytes = b""
+    key_check: bytes = b""  # make_key_check(master key); b"": written by an older client
     ctime_ms: int = dataclasses.field(default_factory=_now_ms)
     custom: dict[str, str] = dataclasses.field(default_factory=dict)
     fragments: list[tuple[int, list[str]]] = dataclasses.field(default_factory=list)
@@ -109,6 +138,8 @@ class LedgerMetadata:
             raise ValueError(f"digest_type must be one of {DIGEST_TYPES}, got {self.digest_type!r}")
         if not isinstance(self.password_digest, (bytes, bytearray)):
             raise ValueError("password_digest must be bytes")
+        if not isinstance(self.key_check, (bytes, bytearray)) or len(self.key_check) not in (0, KEY_CHECK_SIZE):
+            raise ValueError(f"key_check must be {KEY_CHECK_SIZE} bytes or empty")
         if not isinstance(self.custom, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in self.custom.items()):
             raise ValueError("custom must map str to str")
@@ -148,7 +179,7 @@ class LedgerMetadata:
 
     def to_dict(self) -> dict[str, Any]:
         """The record as plain JSON types (the on-store form, also used by ``--json`` output)."""
-        return {
+        doc = {
             "format_version": FORMAT_VERSION,
             "ensemble_size": self.ensemble_size,
             "write_quorum": self.write_quorum,
@@ -162,6 +193,9 @@ class LedgerMetadata:
             "custom": dict(self.custom),
             "fragments": [[first, list(ensemble)] for first, ensemble in self.fragments],
         }
+        if self.key_check:
+            doc["key_check"] = base64.b64encode(bytes(self.key_check)).decode("ascii")
+        return doc
 
     def to_bytes(self) -> bytes:
         self.validate()  # fields may have been assigned since construction
@@ -192,6 +226,7 @@ class LedgerMetadata:
                 length=doc["length"],
                 digest_type=doc["digest_type"],
                 password_digest=base64.b64decode(doc["password_digest"], validate=True),
+                key_check=base64.b64decode(doc.get("key_check", ""), validate=True),
                 ctime_ms=doc["ctime_ms"],
                 custom=doc["custom"],
                 fragments=list(doc["fragments"]),

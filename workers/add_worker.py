@@ -41,6 +41,8 @@ from bookie.workers.answers import Pending
 from bookie.workers.auth import server_curve
 from bookie.workers.common import ClientServer, ConnectionCap, guard_client_socket, make_socket
 from bookie.workers.checkpoint import Checkpointer, checkpoint
+from bookie.workers.claims import ClaimCheck
+from bookie.workers.gc_worker import purge_ledgers
 from bookie.workers.journal import lastmark_of, scan
 from bookie.workers.ledgers import Rejected
 from bookie.workers.noroom import RETRY_S, Held, no_room
@@ -148,12 +150,16 @@ def run(ctx) -> int:
     server = AddServer(ctx, ring, storage, clients, control, wake, lac_pub, ledger_dirs)
     server.cap = cap
     server.gate = curve.gate if curve else None
+    if conf.metadata_uri:  # a store to ask whose a contested ledger id is (claims.py)
+        server.claims = ClaimCheck(conf.metadata_uri, conf.zk_security, ctx.log)
     ctx.log("add worker ready", port=conf.bookie_port, position=ring.get(WRITE))
     ctx.ready()
     try:
         server.serve(durable_in)
     finally:
         server.shutdown()
+        if server.claims is not None:
+            server.claims.close()
         for s in (cap, clients, control, durable_in, wake, lac_pub):
             s.close()
         if curve:
@@ -181,6 +187,7 @@ class AddServer(ClientServer):
         self.last_checkpoint = time.monotonic()
         self.last_stats = 0.0
         self.gate = None  # workers/auth.py Gate when CURVE is on
+        self.claims = None  # workers/claims.py ClaimCheck when there is a metadata store
         self.stalled: collections.deque = collections.deque()  # (socket, frames, internal, taken_at) waiting for ring room
         self.checkpointer = Checkpointer(ctx, storage, ledger_dirs)
         self.add_latency = ctx.metrics.histogram("bookie_add_entry_seconds")
@@ -459,8 +466,14 @@ class AddServer(ClientServer):
         if (entry_ids < 0).any():
             raise Rejected(Status.BAD_REQUEST, "negative entry id")
         recovery = bool(flags & wire.Bits.RECOVERY_ADD)
-        key = self.storage.table.check_add(ledger_id, key, recovery,  # now the stored form
-                                           bool(flags & wire.Bits.RECOVERY_CREDENTIAL))
+        credential = bool(flags & wire.Bits.RECOVERY_CREDENTIAL)
+        try:
+            stored = self.storage.table.check_add(ledger_id, key, recovery, credential)
+        except Rejected as e:
+            if credential or not self.reclaim(ledger_id, key, e):
+                raise
+            stored = self.storage.table.check_add(ledger_id, key, recovery, credential)
+        key = stored  # now the stored form
         parts, size, data_offset = records.add_batch_parts(ledger_id, key, lengths_frame, data, recovery)
         if not self.room_for(size):
             return False
@@ -475,6 +488,27 @@ class AddServer(ClientServer):
         self.stats["add_entries_total"] += len(entry_ids)
         self.stats["add_bytes_total"] += len(data)
         self.stats["add_requests_total"] += 1
+        return True
+
+    def reclaim(self, ledger_id: int, key: bytes, refusal: Rejected) -> bool:
+        """A request with ``key`` was refused because another key holds the ledger here.  When
+        the metadata store's key check says ``key`` is the ledger's writer's, purge what the
+        other key put here, as the GC purges a never-created id (ledgers.py rule 7, claims.py),
+        and return True: the caller checks the request again.  The other key's requests still
+        waiting for the journal then get NO_LEDGER, and a replay skips their records."""
+        table = self.storage.table
+        if (self.claims is None or refusal.status not in (Status.UNAUTHORIZED, Status.FENCED)
+                or not table.claimed_by_other(ledger_id, key) or not self.claims.is_writer(ledger_id, key)):
+            return False
+        index = self.storage.index
+        with index.env.begin(write=True) as txn:
+            purge_ledgers(index, txn, [ledger_id])
+        self.commit(final=True)  # takes the purge in; binding forgotten
+        if table.get(ledger_id) is not None:
+            return False  # not taken in (no room on the ledger disks): the refusal stands
+        self.stats["ledgers_reclaimed_total"] += 1
+        self.ctx.log("ledger id reclaimed for its writer from another key", level="warning",
+                     ledger=ledger_id)
         return True
 
     def handle_write_lac(self, ident, request_id, ledger_id, body) -> bool:
@@ -509,8 +543,15 @@ class AddServer(ClientServer):
         (ledger_id,) = wire.LEDGER_ID.unpack(frames[2].bytes)
         key = frames[3].bytes
         token = frames[4].bytes
+        credential = frames[1].bytes == b"C"
         try:
-            key = self.storage.table.check_fence(ledger_id, key, frames[1].bytes == b"C")  # C: credential
+            try:
+                stored = self.storage.table.check_fence(ledger_id, key, credential)
+            except Rejected as e:
+                if credential or not self.reclaim(ledger_id, key, e):
+                    raise
+                stored = self.storage.table.check_fence(ledger_id, key, credential)
+            key = stored
         except Rejected as e:
             self.count(FENCE_OP, e.status)
             self.control.send_multipart([ident, b"F", token, wire.STATUS.pack(e.status)])

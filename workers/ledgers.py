@@ -52,7 +52,17 @@ The rules, and the invariants they keep:
    writer's own recovery add or fence - and no key when it is not: the ledger stays unbound
    (copies stored, normal adds still bound by the first add with a real key; a fence unbound as
    in rule 2).  The flag never passes on a normal add or a WRITE_LAC.
-7. **apply is idempotent, and commutes for the records the live path lets through** (they all
+7. **A binding the metadata store refutes is purged** (``claimed_by_other``, and the add
+   worker with ``bookie.workers.claims``).  A writer stores a one-way check of its ledger's
+   master key in the ledger's metadata (``key_check``).  When a request with key K meets a
+   ledger bound here to another key, or fenced while unbound by another key (an unbound fence
+   records the stored form of its key, ``fenced_by``: the first fencer's, b"" once two keys or
+   the recovery credential have fenced it), the add worker asks the store; if the check says K
+   is the writer's, what this bookie holds under the id came from someone who reached the id
+   before its writer did.  It is purged exactly as the GC purges a never-created id (rule 5),
+   and K's request goes on as the first one the id has seen.  A fence by the writer's key, or
+   by the recovery credential, is never purged: it holds as rule 2 says.
+8. **apply is idempotent, and commutes for the records the live path lets through** (they all
    carry the ledger's key, or are keyless recovery copies: one that meets a ledger bound since
    is still stored).  So replaying the journal from any LastLogMark over an index at
    least as new as that mark yields the table the live path built.
@@ -109,27 +119,31 @@ class StoredLedger:
     ``master_key`` is the stored form (``stored_key``), b"" while the ledger is unbound (fenced
     before any add reached this bookie); ``legacy`` marks a raw key read from an older index."""
 
-    __slots__ = ("master_key", "fenced", "lac", "deleted", "legacy")
+    __slots__ = ("master_key", "fenced", "lac", "deleted", "legacy", "fenced_by")
 
     def __init__(self, master_key: bytes, fenced: bool = False, lac: int = -1, deleted: bool = False,
-                 legacy: bool = False):
+                 legacy: bool = False, fenced_by: bytes = b""):
         self.master_key = master_key
         self.fenced = fenced
         self.lac = lac
         self.deleted = deleted
         self.legacy = legacy
+        self.fenced_by = fenced_by  # unbound and fenced: the stored key of its one fencer (rule 7)
 
     @classmethod
     def tombstone(cls) -> "StoredLedger":
         return cls(b"", deleted=True)
 
     def as_dict(self) -> dict:
-        return {"key": self.master_key.hex(), "kdf": KDF, "fenced": self.fenced, "lac": self.lac}
+        d = {"key": self.master_key.hex(), "kdf": KDF, "fenced": self.fenced, "lac": self.lac}
+        if self.fenced_by:
+            d["fby"] = self.fenced_by.hex()
+        return d
 
     @classmethod
     def from_dict(cls, raw: dict) -> "StoredLedger":
         return cls(bytes.fromhex(raw["key"]), bool(raw["fenced"]), int(raw.get("lac", -1)),
-                   legacy=raw.get("kdf") != KDF)
+                   legacy=raw.get("kdf") != KDF, fenced_by=bytes.fromhex(raw.get("fby", "")))
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, StoredLedger) or self.deleted != other.deleted:
@@ -219,13 +233,23 @@ class LedgerTable:
         recovery credential, rule 6) may be placed.
 
         Returns:
-            the key for the FENCE record: the stored form when the ledger is bound to this key,
-            b"" (an unbound fence) when this bookie holds no key for the ledger.
+            the key's stored form, for the FENCE record.  On a ledger this bookie holds no key
+            for, the fence binds nothing (rule 2): ``apply`` keeps the key as ``fenced_by``.
+            With ``credential``: the ledger's stored key, or b"" when it is unbound here.
         """
         if credential:
             return self.check_credential(ledger_id, master_key)
-        info, key = self._check_key(ledger_id, master_key)
-        return key if info is not None and info.master_key else b""
+        return self._check_key(ledger_id, master_key)[1]
+
+    def claimed_by_other(self, ledger_id: int, master_key: bytes) -> bool:
+        """True when another key holds this ledger here: it is bound to another key, or fenced
+        while unbound by another single key (rule 7: the metadata store may refute that)."""
+        info = self.get(ledger_id)
+        if info is None or info.deleted:
+            return False
+        key = self.stored_key(ledger_id, master_key)
+        held = info.master_key or (info.fenced_by if info.fenced else b"")
+        return bool(held) and not hmac.compare_digest(held, key)
 
     def check_write_lac(self, ledger_id: int, master_key: bytes) -> bytes:
         """Raises Rejected unless a LAC record with this key may be placed: NO_LEDGER when no
@@ -253,11 +277,18 @@ class LedgerTable:
             info = StoredLedger(key if rec.type == records.ADD_BATCH else b"")
             self.ledgers[rec.ledger_id] = info
             self.dirty.add(rec.ledger_id)
+            if rec.type == records.FENCE:
+                info.fenced_by = key  # rule 7: who fenced it (b"": the recovery credential)
         elif info.deleted:
             return False  # rule 5: deleted for good
         elif not info.master_key:
             if rec.type == records.ADD_BATCH and key:  # the first add binds an unbound ledger
                 info.master_key = key
+                info.fenced_by = b""
+                self.dirty.add(rec.ledger_id)
+            elif rec.type == records.FENCE and (not info.fenced or info.fenced_by not in (b"", key)):
+                # rule 7: its one fencer; b"" once fenced by two keys (or the credential)
+                info.fenced_by = b"" if info.fenced else key
                 self.dirty.add(rec.ledger_id)
             elif rec.type == records.LAC:
                 return False
@@ -265,7 +296,7 @@ class LedgerTable:
             return False  # rule 1: the key of the first add holds
         elif not key and rec.type != records.FENCE and not (
                 rec.type == records.ADD_BATCH and rec.flags & records.FLAG_RECOVERY):
-            return False  # (a keyless recovery add: a credential copy placed while unbound, rule 7)
+            return False  # (a keyless recovery add: a credential copy placed while unbound, rule 8)
         if rec.type == records.FENCE:
             if not info.fenced:
                 info.fenced = True

@@ -51,6 +51,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("bookie_add_bytes_total", "counter", "Bytes of entries accepted by the add worker.", (), "BOOKIE_ADD_ENTRY_BYTES", "add"),
     Spec("bookie_add_pending", "gauge", "Adds placed in the ring and waiting for the journal to make them durable.", (), "JOURNAL_QUEUE_SIZE (in requests)", "add"),
     Spec("bookie_checkpoint_seconds", "histogram", "Duration of a checkpoint: fdatasync the entry logs, sync the index, persist LastLogMark.", (), "", "add"),
+    Spec("bookie_ledgers_reclaimed_total", "counter", "Ledger ids taken back for their writer: another key held the id here, and the metadata store's key check named the writer (what the other key put there is purged).", (), "", "add"),
     Spec("bookie_fences_total", "counter", "Fence records journaled for the read worker.", (), "", "add"),
     Spec("bookie_requests_total", "counter", "Requests answered, by operation (ADD, READ, READ_LAC, WRITE_LAC, INFO, FENCE) and status (OK or the error's name).", ("op", "status"), "ADD_ENTRY_REQUEST / READ_ENTRY_REQUEST (success and failure)", "add, read"),
     Spec("bookie_replies_dropped_total", "counter", "Answers that could not be sent (the client's queue was full or it was gone).", (), "", "add, read"),

@@ -84,9 +84,10 @@ def test_once_fenced_a_ledger_is_never_unfenced_and_refuses_only_normal_adds():
 
 def test_fencing_a_ledger_never_seen_creates_it_fenced_and_bound_to_no_key():
     table = LedgerTable()
-    assert table.check_fence(7, OTHER) == b""  # the record carries no key
-    assert table.apply(fence_record(7, b"")) is False
-    assert table.get(7) == StoredLedger(b"", fenced=True) and table.dirty == {7}
+    assert table.check_fence(7, OTHER) == sk(7, OTHER)  # the record carries the fencer's key ...
+    assert table.apply(fence_record(7, OTHER)) is False
+    # ... kept as who fenced it (rule 7), never bound
+    assert table.get(7) == StoredLedger(b"", fenced=True, fenced_by=sk(7, OTHER)) and table.dirty == {7}
     # the fence holds against every normal add, whatever its key ...
     assert refused(table.check_add, 7, KEY, False) == Status.FENCED
     assert refused(table.check_add, 7, OTHER, False) == Status.FENCED
