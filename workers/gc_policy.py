@@ -39,9 +39,9 @@ bookie holds under such an id was sent by someone who is not the ledger's writer
 master key would be bound to the id (the first add binds it, ``ledgers`` rule 1) and the real
 writer's adds would be refused UNAUTHORIZED; its fence would refuse them FENCED; its entries
 would sit where the real ledger's entries go and could be read back as the real ledger's.  So
-the squatted data is purged, and the real ledger starts clean.  (The window that is left: an
-id squatted *after* the last GC pass and created before the next one is still bound to the
-squatter's key here; the writer sees UNAUTHORIZED and replaces this bookie in its ensemble.)
+the squatted data is purged, and the real ledger starts clean.  (An id squatted *after* the last
+GC pass and created before the next one is given back by the add worker itself, at the writer's
+first request: ``bookie.workers.claims``.)
 
 The worker carries the plan out in this order: ledgers leave the index (dropped ones leave a
 tombstone, purged ones a purge marker the add worker takes in: it forgets its cached binding
