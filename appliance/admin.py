@@ -12,7 +12,7 @@ with a status and a message; every answer but /metrics is JSON.  What the server
 - with ``httpServerAuthTokenFile`` every request but GET /heartbeat must carry ``Authorization:
   Bearer <token>`` (appliance/admin_auth.py), checked before the route, the parameters or the
   body are looked at: a request without it is 401 with ``WWW-Authenticate: Bearer`` whatever
-  its path, and its connection is closed;
+  its path (its body read and dropped), and its connection is closed;
 - each connection is served by a thread of its own, at most ``max_connections`` at a time (one
   more is answered 503 at once and closed), and a connection that sends nothing for
   ``idle_timeout_s`` is closed, so a half-open client costs a thread only that long.
@@ -336,7 +336,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if refusal is None:
             return
         auth.refused(self.client_address[0], method, path, refusal)
-        self.close_connection = True  # its body, if any, is left unread
+        try:  # read and dropped: a close with unread bytes resets the connection, and the
+            self._body()  # client may lose the 401 (at most MAX_BODY_BYTES; larger: closed)
+        except HttpError:
+            pass
+        self.close_connection = True
         raise HttpError(401, refusal.message, {"WWW-Authenticate": refusal.challenge})
 
     def _body(self) -> bytes:
