@@ -18,6 +18,8 @@ import sys
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from bookie.appliance.admin_auth import LOG_INTERVAL_S, MISSING, BearerAuth
@@ -184,6 +186,25 @@ def test_refusals_are_logged_at_most_once_per_interval():
     assert auth.refusal("GET", "/heartbeat", []) is None
     assert auth.refusal("GET", "/metrics", ["Bearer " + "t" * 40]) is None
     assert auth.refusal("GET", "/metrics", ["Bearer " + "t" * 40] * 2) is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(sent=st.text(alphabet=st.characters(max_codepoint=0x17f), max_size=80),
+       scheme=st.sampled_from(["Bearer", "bearer", "BEARER", "Basic", ""]),
+       near=st.booleans())
+def test_only_the_token_itself_is_admitted(sent, scheme, near):
+    """Pure logic: whatever a header holds, it admits exactly when it is Bearer + the token."""
+    token = "0123456789abcdefghijklmnopqrstuvwxyz-_"
+    auth = BearerAuth(token.encode(), lambda *a, **f: None)
+    if near:  # the token with a few characters changed, added or removed
+        sent = token[:len(sent) % len(token)] + sent[:3] + token[len(sent) % len(token) + 1:]
+    header = f"{scheme} {sent}" if scheme else sent
+    admitted = auth.refusal("PUT", "/api/v1/bookie/gc", [header]) is None
+    h = header.strip()
+    assert admitted == (h[:7].lower() == "bearer " and h[7:].strip() == token)
+    if admitted:
+        assert token in sent
+    assert auth.refusal("PUT", "/api/v1/bookie/gc", [f"Bearer {token}"]) is None
 
 
 # ---- start-up: the token file and the exposure rule ---------------------------------------------
