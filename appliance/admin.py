@@ -9,6 +9,10 @@ with a status and a message; every answer but /metrics is JSON.  What the server
   is ``{"error": "<one line>"}``;
 - no request, however malformed, produces a traceback or stops the server: what a handler
   raises unexpectedly is a 500 with one log line;
+- with ``httpServerAuthTokenFile`` every request but GET /heartbeat must carry ``Authorization:
+  Bearer <token>`` (appliance/admin_auth.py), checked before the route, the parameters or the
+  body are looked at: a request without it is 401 with ``WWW-Authenticate: Bearer`` whatever
+  its path (its body read and dropped), and its connection is closed;
 - each connection is served by a thread of its own, at most ``max_connections`` at a time (one
   more is answered 503 at once and closed), and a connection that sends nothing for
   ``idle_timeout_s`` is closed, so a half-open client costs a thread only that long.
@@ -36,10 +40,11 @@ LEDGERS_PER_PAGE = 1000
 
 
 class HttpError(Exception):
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, headers: dict | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = headers
 
 
 class Request:
@@ -284,14 +289,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._dispatch("HEAD")
 
     def _dispatch(self, method: str) -> None:
+        extra = None
         try:
             response = self._answer(method)
         except HttpError as e:
             response = Response({"error": e.message}, e.status)
+            extra = e.headers
             if e.status == 405:
-                allowed = ", ".join(sorted(self.server.routes[self._path()]))
-                self._send(response, extra={"Allow": allowed})
-                return
+                extra = {"Allow": ", ".join(sorted(self.server.routes[self._path()]))}
         except (TimeoutError, ConnectionError):
             self.close_connection = True
             return
@@ -299,7 +304,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.server.log("admin request failed", method=method, path=self.path[:200],
                             error=f"{type(e).__name__}: {e}")
             response = Response({"error": "internal error; see the bookie's log"}, 500)
-        self._send(response)
+        self._send(response, extra)
 
     def _path(self) -> str:
         path = urllib.parse.urlsplit(self.path).path
@@ -308,6 +313,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _answer(self, method: str) -> Response:
         split = urllib.parse.urlsplit(self.path)
         path = self._path()
+        self._authenticate(method, path)
         methods = self.server.routes.get(path)
         if methods is None:
             raise HttpError(404, f"no such path: {path[:200]}")
@@ -320,6 +326,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except ValueError as e:
             raise HttpError(400, f"bad query string: {e}") from None
         return handler(self.server.api, Request(method, path, query, self._body()))
+
+    def _authenticate(self, method: str, path: str) -> None:
+        """401 unless the server needs no token, the route is public, or the token is right."""
+        auth = self.server.auth
+        if auth is None:
+            return
+        refusal = auth.refusal(method, path, self.headers.get_all("Authorization") or [])
+        if refusal is None:
+            return
+        auth.refused(self.client_address[0], method, path, refusal)
+        try:  # read and dropped: a close with unread bytes resets the connection, and the
+            self._body()  # client may lose the 401 (at most MAX_BODY_BYTES; larger: closed)
+        except HttpError:
+            pass
+        self.close_connection = True
+        raise HttpError(401, refusal.message, {"WWW-Authenticate": refusal.challenge})
 
     def _body(self) -> bytes:
         if self.headers.get("Transfer-Encoding"):
@@ -379,17 +401,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 class AdminHttpServer(http.server.ThreadingHTTPServer):
-    """One thread per connection, at most ``max_connections``; idle connections time out."""
+    """One thread per connection, at most ``max_connections``; idle connections time out.
+    With a ``token``, every request but GET /heartbeat must carry it (``auth``)."""
 
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 64
 
     def __init__(self, address, api: AdminApi, routes: dict, log, max_connections: int = 32,
-                 idle_timeout_s: float = 10.0):
+                 idle_timeout_s: float = 10.0, token: bytes | None = None):
+        from bookie.appliance.admin_auth import BearerAuth
+
         self.api = api
         self.routes = routes
         self.log = log
+        self.auth = BearerAuth(token, log) if token else None  # None: serves anyone
         self.idle_timeout_s = idle_timeout_s
         self._slots = threading.BoundedSemaphore(max_connections)
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET

@@ -73,6 +73,11 @@ class SupervisorCollector:
             restarts.add_metric([role], getattr(w, "restarts_total", 0))
         yield up
         yield restarts
+        auth = getattr(sup.admin_http, "auth", None)  # None: no admin API, or one without a token
+        refused = CounterMetricFamily("bookie_admin_http_unauthorized",
+                                      SPEC_BY_NAME["bookie_admin_http_unauthorized_total"].meaning)
+        refused.add_metric([], auth.refused_total if auth is not None else 0)
+        yield refused
 
 
 class BookieRegistry:

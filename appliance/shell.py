@@ -7,6 +7,7 @@
     bookie shell listledgers                                 every ledger id
     bookie shell ledgermetadata LEDGER_ID                    one ledger's metadata
     bookie shell genkey NAME [--dir DIR] [--force]           a CURVE keypair (shell_security.py)
+    bookie shell gentoken FILE                               the admin API's bearer token (same)
     bookie shell zkprotect                                   put the ZooKeeper ACL on an existing
                                                              tree (shell_zk.py)
 

@@ -1,12 +1,22 @@
-"""Checks before a bookie starts: the ports it will listen on are free, and its client sockets
-are not exposed beyond loopback without CURVE (unless the operator opted out).  A refusal is ``StartRefused``: one line, exit status 2."""
+"""Checks before a bookie starts: the ports it will listen on are free, its client sockets
+are not exposed beyond loopback without CURVE, and its HTTP admin API not beyond loopback
+without a token (unless the operator opted out).  A refusal is ``StartRefused``: one line, exit
+status 2."""
 
 from __future__ import annotations
 
 import errno
+import re
 import socket
 
+from bookie.metadata.errors import AccessDeniedError
+from bookie.metadata.secret_file import MAX_SECRET_FILE_BYTES, read_private_file
 from bookie.workers.config import KEYS, BookieConfig
+
+TOKEN_KEY = "httpServerAuthTokenFile"
+MIN_TOKEN_CHARS = 32
+# RFC 6750's b64token: what may follow "Bearer " in a header, so any such token can be sent
+TOKEN = re.compile(rb"^[A-Za-z0-9._~+/-]+=*$")
 
 
 class StartRefused(Exception):
@@ -103,3 +113,49 @@ def exposure_warning(conf: BookieConfig) -> str | None:
     return ("client sockets listen beyond loopback with no authentication or encryption "
             "(allowInsecureClients=true): any client that reaches them reads every ledger, and "
             "master keys cross the network in clear; see docs/security.md")
+
+
+def load_admin_token(path: str) -> bytes:
+    """The token of ``httpServerAuthTokenFile``: one line (a final newline allowed) of at least
+    ``MIN_TOKEN_CHARS`` b64token characters, in a private regular file.  ``StartRefused`` in
+    one line naming the key and the file otherwise; the token never appears in a message."""
+    try:
+        raw = read_private_file(TOKEN_KEY, path)
+    except AccessDeniedError as e:
+        raise StartRefused(str(e)) from None
+    hint = "`bookie shell gentoken FILE` makes one"
+    if not raw.strip():
+        raise StartRefused(f"{TOKEN_KEY}: {path} is empty; {hint}")
+    token = raw[:-1] if raw.endswith(b"\n") else raw
+    token = token[:-1] if token.endswith(b"\r") else token
+    if len(raw) > MAX_SECRET_FILE_BYTES or not TOKEN.match(token):
+        raise StartRefused(f"{TOKEN_KEY}: {path} must hold one line, the token (letters, digits, "
+                           f"'-._~+/', then '=' padding); {hint}")
+    if len(token) < MIN_TOKEN_CHARS:
+        raise StartRefused(f"{TOKEN_KEY}: {path} holds a token of {len(token)} characters, "
+                           f"at least {MIN_TOKEN_CHARS} are needed; {hint}")
+    return token
+
+
+def check_admin_security(conf: BookieConfig) -> tuple[bytes | None, tuple[str, str] | None]:
+    """Whether the HTTP admin API may serve as configured: ``(token, note)``, the token every
+    request but GET /heartbeat must carry (None: none needed) and ``(level, line)`` to log at
+    start-up, or None.  ``StartRefused`` when the token file is unusable, or when the API would
+    listen beyond loopback without one and ``httpServerAllowUnauthenticated`` is false."""
+    if not conf.http_server_enabled:
+        return None, None
+    if conf.http_server_auth_token_file:
+        return load_admin_token(conf.http_server_auth_token_file), None
+    host = conf.http_server_host
+    changes = "can force the bookie read-only, start GC passes and read every ledger's metadata"
+    if is_loopback(host):
+        return None, ("warning", f"admin API without authentication (no {TOKEN_KEY}): any user "
+                                 f"of this host {changes}; see docs/admin.md")
+    if not conf.http_server_allow_unauthenticated:
+        raise StartRefused(f"httpServerHost={host or '(all addresses)'} without {TOKEN_KEY}: the "
+                           f"admin API changes state; make a token with `bookie shell gentoken "
+                           f"FILE` and set {TOKEN_KEY}=FILE, or httpServerAllowUnauthenticated=true "
+                           f"to serve it to anyone (docs/admin.md)")
+    return None, ("warning", f"admin API beyond loopback without authentication "
+                             f"(httpServerAllowUnauthenticated=true): anyone who reaches "
+                             f"httpServerHost={host or '(all addresses)'} {changes}")

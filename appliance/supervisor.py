@@ -44,7 +44,8 @@ import time
 import orjson
 
 from bookie.appliance.exposition import BookieRegistry
-from bookie.appliance.startchecks import StartRefused, check_client_security, check_ports_free
+from bookie.appliance.startchecks import StartRefused, check_admin_security, \
+    check_client_security, check_ports_free
 from bookie.workers import diskcheck
 from bookie.workers.config import BookieConfig
 from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
@@ -103,6 +104,7 @@ class Supervisor:
         self.no_room = False  # the add worker found no room on a ledger disk (ring NO_ROOM)
         self.http = None  # /metrics on prometheusStatsHttpPort
         self.admin_http = None  # the admin API on httpServerPort
+        self.admin_token = None  # httpServerAuthTokenFile's token (startchecks.check_admin_security)
         self.metrics = None  # exposition.BookieRegistry of this run
         self._readonly_lock = threading.RLock()  # the admin API's threads, signals, the loop
         self.started = False  # something was created that shutdown must undo
@@ -122,6 +124,7 @@ class Supervisor:
         os.umask(0o077)  # every file and directory the bookie makes is its user's alone
         check_ports_free(conf)
         security = check_client_security(conf)  # refuses an exposed bookie without CURVE
+        self.admin_token, admin_note = check_admin_security(conf)  # and an exposed admin API
         if conf.metadata_uri:
             self._open_store()  # a URI naming no store is refused before the disks are stamped
         self._remove_leftovers()
@@ -154,6 +157,8 @@ class Supervisor:
         self._start_http()
         if security:
             log(self.name, security[1], level=security[0], interface=conf.listening_interface)
+        if admin_note:
+            log(self.name, admin_note[1], level=admin_note[0], host=conf.http_server_host)
         self.log("bookie serving", bookie_id=conf.bookie_id, add_port=conf.bookie_port,
                  read_port=conf.bookie_port + 1, metadata=conf.metadata_uri or "none")
 
@@ -454,13 +459,15 @@ class Supervisor:
                                                admin.METRICS_ROUTES, self.log, **limits)
             if conf.http_server_enabled:
                 self.admin_http = admin.start_server(conf.http_server_host, conf.http_server_port,
-                                                     api, admin.ROUTES, self.log, **limits)
+                                                     api, admin.ROUTES, self.log,
+                                                     token=self.admin_token, **limits)
         except OSError as e:
             raise StartRefused(f"cannot serve HTTP (prometheusStatsHttpPort={conf.metrics_port}, "
                                f"httpServerHost={conf.http_server_host}, httpServerPort="
                                f"{conf.http_server_port}): {e.strerror}") from None
         if self.admin_http is not None:
-            self.log("admin api serving", host=conf.http_server_host, port=self.admin_http.port)
+            self.log("admin api serving", host=conf.http_server_host, port=self.admin_http.port,
+                     auth="bearer" if self.admin_token else "none")
 
 
 class WorkerStartError(RuntimeError):

@@ -20,14 +20,13 @@ an existing tree (``bookie shell zkprotect``).
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import stat
 
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, Permissions, make_digest_acl, \
     make_digest_acl_credential
 
 from bookie.metadata.errors import AccessDeniedError
+from bookie.metadata.secret_file import read_private_file
 
 ENABLE_KEY = "zkEnableSecurity"
 DIGEST_KEY = "zkDigestAuthFile"
@@ -71,21 +70,7 @@ def load_zk_security(enabled: bool, auth_file: str) -> ZkSecurity | None:
             raise AccessDeniedError(f"{ENABLE_KEY}=true needs {DIGEST_KEY}: a file (mode 0600) "
                                     f"holding the cluster's ZooKeeper credentials user:password")
         return None
-    try:
-        fd = os.open(auth_file, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError as e:
-        raise AccessDeniedError(f"{DIGEST_KEY}: cannot read {auth_file}: {e.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise AccessDeniedError(f"{DIGEST_KEY}: {auth_file} is not a regular file")
-        if st.st_mode & 0o077:
-            raise AccessDeniedError(
-                f"{DIGEST_KEY}: {auth_file} is open to group or other (mode "
-                f"{stat.S_IMODE(st.st_mode):04o}); it holds a password: chmod 600 it")
-        raw = os.read(fd, 4097)
-    finally:
-        os.close(fd)
+    raw = read_private_file(DIGEST_KEY, auth_file)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -195,6 +195,8 @@ KEYS: tuple[Key, ...] = (
     Key("httpServerMaxConnections", "int", 32, "Connections the admin API serves at once (one thread each); one more is answered 503 and closed.", _range(1, 1024), attr="http_server_max_connections"),
     Key("httpServerIdleTimeoutMs", "int", 10_000, "An admin API connection that sends nothing for this long is closed (ms).", _range(100, 600_000), unit="ms", attr="http_server_idle_timeout_s"),
     Key("httpServerHost", "str", "127.0.0.1", "Address the HTTP admin API binds to; it changes state (read-only, GC), so keep it on loopback or a management network.", attr="http_server_host"),
+    Key("httpServerAuthTokenFile", "str", "", "A file (mode 0600 or stricter; `bookie shell gentoken FILE` makes one) holding one token of at least 32 characters. Set: every admin API request but GET /heartbeat must carry `Authorization: Bearer TOKEN`, else 401 (docs/admin.md). Empty: the admin API is unauthenticated, allowed only on a loopback httpServerHost (or with httpServerAllowUnauthenticated). prometheusStatsHttpPort is never authenticated.", attr="http_server_auth_token_file"),
+    Key("httpServerAllowUnauthenticated", "bool", False, "Let the admin API serve without httpServerAuthTokenFile on an httpServerHost beyond loopback: anyone who reaches it can force the bookie read-only, start GC passes and read every ledger's metadata.", attr="http_server_allow_unauthenticated"),
     Key("statsDirectory", "str", "", "Accepted so older configuration files load; no effect: the workers' metric files live in the bookie's run directory (docs/metrics.md).", attr="configured_stats_dir"),
     # -- autorecovery (docs/autorecovery.md) -----------------------------------------------------
     Key("autoRecoveryDaemonEnabled", "bool", True, "Run the autorecovery worker (auditor election and replication) beside the others; only when the bookie has a metadata store. LocalBookies and `bookie localbookie` turn it off unless asked.", attr="autorecovery_enabled"),
@@ -352,6 +354,7 @@ class BookieConfig:
             raise ConfigError(f"maxAddMessageSizeBytes={values['maxAddMessageSizeBytes']} must be at "
                               f"least nettyMaxFrameSizeBytes + 65536 (an add of the largest entry)")
         warnings += _check_metadata_keys(values, raw)
+        warnings += _check_http_keys(values)
         _check_disk_and_compaction_keys(values)
         conf = cls(values, warnings)
         if conf.zk_security is not None and not conf.metadata_uri.startswith("zk"):
@@ -433,6 +436,18 @@ def _check_metadata_keys(values: dict[str, Any], raw: dict[str, Any]) -> list[st
         except InvalidUriError as e:
             raise ConfigError(f"{source}: {e}") from None
     return warnings
+
+
+def _check_http_keys(values: dict[str, Any]) -> list[str]:
+    """Warnings for admin API keys that are set but play no part (the token file itself is
+    read and checked at start-up: appliance/startchecks.py)."""
+    if values["httpServerAuthTokenFile"] and not values["httpServerEnabled"]:
+        return ["httpServerAuthTokenFile ignored: httpServerEnabled is false (the "
+                "prometheusStatsHttpPort endpoint is never authenticated)"]
+    if values["httpServerAllowUnauthenticated"] and values["httpServerAuthTokenFile"]:
+        return ["httpServerAllowUnauthenticated ignored: httpServerAuthTokenFile is set, every "
+                "admin API request but GET /heartbeat needs the token"]
+    return []
 
 
 def _check_disk_and_compaction_keys(values: dict[str, Any]) -> None:

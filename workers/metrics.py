@@ -95,6 +95,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("bookie_ring_capacity_bytes", "gauge", "Size of the add -> journal ring.", (), "", "supervisor"),
     Spec("bookie_worker_up", "gauge", "1 while the worker of this role runs.", ("role",), "", "supervisor"),
     Spec("bookie_worker_restarts_total", "counter", "Times the supervisor restarted a worker of this role after it died.", ("role",), "", "supervisor"),
+    Spec("bookie_admin_http_unauthorized_total", "counter", "Admin API requests refused with 401 (no, a malformed or a wrong bearer token; httpServerAuthTokenFile set).", (), "", "supervisor"),
     # -- autorecovery worker (docs/autorecovery.md) ----------------------------------------------
     Spec("bookie_autorecovery_auditor", "gauge", "1 while this bookie's autorecovery worker is the elected auditor, else 0.", (), "", "autorecovery"),
     Spec("bookie_autorecovery_marked_ledgers_total", "counter", "Ledgers the auditor marked under-replicated (a lost bookie named in them).", (), "auditor NUM_UNDER_REPLICATED_LEDGERS", "autorecovery"),

@@ -30,6 +30,9 @@ def ens():
         yield e
         log = e.log(0)
         assert "Traceback" not in log and "admin request failed" not in log, log[-3000:]
+        # no httpServerAuthTokenFile on loopback: served, with one warning line at start-up
+        # (the authenticated API: tests/security/test_security_http.py)
+        assert log.count("admin API without authentication") == 1, log[-3000:]
 
 
 def call(ens, method: str, path: str, body: bytes | None = None, port: int | None = None,
