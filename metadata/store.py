@@ -278,6 +278,12 @@ class MetadataStore(abc.ABC):
         """Return ``(meta, version)``.  Raises ``NoSuchLedgerError``, ``CorruptMetadataError``
         (message names the ledger)."""
 
+    def read_ledger_latest(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
+        """``read_ledger`` once this store's view has caught up with every write made anywhere
+        before the call (ZooKeeper: a sync first, as a follower may lag the leader; a store on
+        one host is never behind)."""
+        return self.read_ledger(ledger_id)
+
     @abc.abstractmethod
     def write_ledger(self, ledger_id: int, meta: LedgerMetadata, version: int) -> int:
         """Replace the metadata if its version is still ``version``; return the new version.

@@ -494,6 +494,10 @@ class ZooKeeperMetadataStore(MetadataStore):
             raise NoSuchLedgerError(ledger_id) from None
         return LedgerMetadata.from_bytes(data, what=f"ledger {ledger_id}"), stat.version
 
+    def read_ledger_latest(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
+        self._run(self.root, lambda c: c.sync_async(self.root))
+        return self.read_ledger(ledger_id)
+
     def write_ledger(self, ledger_id: int, meta: LedgerMetadata, version: int) -> int:
         try:
             return self._set_abs(self._ledger_path(ledger_id), meta.to_bytes(), version)

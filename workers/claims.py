@@ -80,7 +80,7 @@ class ClaimCheck:
             if self.store is None:
                 opener = self._opener or open_metadata
                 self.store = opener(self.uri, timeout_s=TIMEOUT_S, zk_security=self.zk_security)
-            meta, _ = self.store.read_ledger(ledger_id)
+            meta, _ = self.store.read_ledger_latest(ledger_id)  # the writer created it just now
         except NoSuchLedgerError:
             return None
         except MetadataError as e:  # includes a record that does not decode

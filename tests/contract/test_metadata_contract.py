@@ -17,6 +17,7 @@ from bookie.metadata import (
     MetadataError, NodeExistsError, NoSuchLedgerError, NoSuchNodeError, NoSuchStoreError,
     open_metadata)
 from bookie.metadata.errors import NotEmptyError
+from bookie.metadata.ledger import key_check_matches, make_key_check
 import waiting
 
 ENSEMBLE = ["10.0.0.1:3181", "10.0.0.2:3181", "10.0.0.3:3181"]
@@ -97,6 +98,15 @@ def test_created_ledger_reads_back_with_version_zero(metadata_store):
     assert ledger_id >= 0 and version == 0
     read, read_version = metadata_store.read_ledger(ledger_id)
     assert read == original and read_version == 0
+    assert metadata_store.read_ledger_latest(ledger_id) == (original, 0)
+
+
+def test_the_key_check_is_kept_and_names_only_its_key(metadata_store):
+    key_check = make_key_check(b"k" * 20)
+    ledger_id, _ = metadata_store.create_ledger(meta(key_check=key_check))
+    read = metadata_store.read_ledger_latest(ledger_id)[0].key_check
+    assert read == key_check and key_check_matches(read, b"k" * 20)
+    assert not key_check_matches(read, b"j" * 20) and make_key_check(b"k" * 20) != key_check  # salted
 
 
 def test_ledger_ids_are_unique_and_listed_ascending(metadata_store):
@@ -123,6 +133,8 @@ def test_write_with_stale_version_raises_bad_version_and_changes_nothing(metadat
 def test_missing_ledger_raises_no_such_ledger(metadata_store):
     with pytest.raises(NoSuchLedgerError):
         metadata_store.read_ledger(123456)
+    with pytest.raises(NoSuchLedgerError):
+        metadata_store.read_ledger_latest(123456)
     with pytest.raises(NoSuchLedgerError):
         metadata_store.write_ledger(123456, meta(), 0)
     with pytest.raises(NoSuchLedgerError):
