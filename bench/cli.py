@@ -218,6 +218,7 @@ def _register_spark(tools) -> None:
                    help="local Spark cores, local[N] (default 2)")
     p.add_argument("--repeat", type=int, default=2, metavar="N",
                    help="warm counts after the cold one (default 2)")
+    client_options.add_arguments(p)  # to the bench's client and, as bookkeeper.<key>, to Spark's
     p.set_defaults(func=_cmd_spark)
 
 
@@ -226,8 +227,9 @@ def _cmd_spark(args) -> int:
     check_positive(args, "entries", "entrysize", "ensemble", "quorum", "batch", "window",
                    "cores")
     check_quorum(args.ensemble, args.quorum, args.quorum)
+    check_client_keys(args)
     with _ensemble(args) as (uri, _):  # spark has no --quiet: progress always goes to stderr
-        result = spark_bench.run(params_of(args, drop=("func", "command", "bench_tool")), uri,
+        result = spark_bench.run(params_of(args, drop=("func", "command", "bench_tool", "client_set")), uri,
                                  emit=lambda line: print(line, file=sys.stderr, flush=True))
     spark_bench.print_result(result)
     return 0

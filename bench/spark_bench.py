@@ -44,6 +44,13 @@ def raw_read_rate(bk: BookKeeper, ledger_id: int, password: bytes, batch: int,
     return count, time.perf_counter() - start
 
 
+def _text(value) -> str:
+    """A typed client key's value as the Spark option's text (spark/options.py types it back)."""
+    if isinstance(value, bytes):
+        return value.decode()
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def run(params: dict, uri: str, emit=None) -> dict:
     """Run the benchmark against the bookies registered at ``uri``; the result dict."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -55,7 +62,9 @@ def run(params: dict, uri: str, emit=None) -> dict:
     n, size = params["entries"], params["entrysize"]
     result = {"tool": "spark", "host": socket.gethostname(), "params": params,
               "load_before": os.getloadavg()}
-    with BookKeeper(uri) as bk:
+    client_keys = params.get("client_keys") or {}  # --client-conf / --set: CURVE keys, ZooKeeper auth
+    spark_options = {f"bookkeeper.{k}": _text(v) for k, v in client_keys.items()}
+    with BookKeeper(uri, client_keys or None) as bk:
         _say(emit, f"writing {n} entries of {size} B (E={params['ensemble']} "
                    f"Qw={params['quorum']})")
         lh = bk.create_ledger(params["ensemble"], params["quorum"], params["quorum"],
@@ -75,7 +84,7 @@ def run(params: dict, uri: str, emit=None) -> dict:
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         try:
-            df = (spark.read.format("bookie").option("metadataServiceUri", uri)
+            df = (spark.read.format("bookie").options(**spark_options).option("metadataServiceUri", uri)
                   .option("password", password.decode()).option("ledgers", lh.ledger_id)
                   .option("minPartitions", params["cores"] * 2).load())
             runs = []
@@ -96,7 +105,7 @@ def run(params: dict, uri: str, emit=None) -> dict:
                 f"cast(repeat('x', {size}) as binary) as payload")
             log_name = f"bench-spark-sink-{int(time.time())}"
             start = time.perf_counter()
-            (rows.write.format("bookie").option("metadataServiceUri", uri)
+            (rows.write.format("bookie").options(**spark_options).option("metadataServiceUri", uri)
              .option("password", password.decode()).option("log", log_name)
              .option("ensembleSize", params["ensemble"])
              .option("writeQuorumSize", params["quorum"])
