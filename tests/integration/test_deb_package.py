@@ -317,7 +317,7 @@ def test_the_package_installs_serves_a_client_and_purges_its_data(machine_for_th
     with open(CONF_EXAMPLE, encoding="utf-8") as f, open("/etc/bookie/bookie.conf") as g:
         assert f.read() == g.read()
     assert not os.path.exists("/etc/systemd/system/multi-user.target.wants/bookie.service")
-    sh(["bookie", "--version"])
+    sh(["/usr/bin/bookie", "--version"])  # the package's command, whatever else is on PATH
 
     # The installed unit passes verify (its ExecStart exists now) and keeps its score.
     r = sh(["systemd-analyze", "verify", "/lib/systemd/system/bookie.service"])
