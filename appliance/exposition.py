@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from bookie import __version__
+from bookie.appliance.memory_watch import anon_rss_bytes
 from bookie.workers.metrics import SPEC_BY_NAME
 from bookie.workers.ring import DURABLE, WRITE
 
@@ -68,11 +69,22 @@ class SupervisorCollector:
         restarts = CounterMetricFamily("bookie_worker_restarts",
                                        SPEC_BY_NAME["bookie_worker_restarts_total"].meaning,
                                        labels=["role"])
+        kills = CounterMetricFamily("bookie_worker_memory_kills",
+                                    SPEC_BY_NAME["bookie_worker_memory_kills_total"].meaning,
+                                    labels=["role"])
+        rss = _gauge("bookie_worker_anon_rss_bytes", ("role",))
         for role, w in sup.workers.items():
-            up.add_metric([role], int(w.proc is not None and w.proc.poll() is None))
+            alive = w.proc is not None and w.proc.poll() is None
+            up.add_metric([role], int(alive))
             restarts.add_metric([role], getattr(w, "restarts_total", 0))
+            kills.add_metric([role], getattr(w, "memory_kills_total", 0))
+            anon = anon_rss_bytes(w.proc.pid) if alive else None
+            if anon is not None:
+                rss.add_metric([role], anon)
         yield up
         yield restarts
+        yield kills
+        yield rss
         auth = getattr(sup.admin_http, "auth", None)  # None: no admin API, or one without a token
         refused = CounterMetricFamily("bookie_admin_http_unauthorized",
                                       SPEC_BY_NAME["bookie_admin_http_unauthorized_total"].meaning)

@@ -44,6 +44,7 @@ import time
 import orjson
 
 from bookie.appliance.exposition import BookieRegistry
+from bookie.appliance.memory_watch import MemoryWatch
 from bookie.appliance.startchecks import StartRefused, check_admin_security, \
     check_client_security, check_ports_free
 from bookie.workers import diskcheck
@@ -75,6 +76,8 @@ class Worker:
         self.proc: subprocess.Popen | None = None
         self.restarts: collections.deque[float] = collections.deque()  # the last minute's
         self.restarts_total = 0
+        self.memory_kills_total = 0
+        self.killed_for_memory = False  # killed by the memory watch: its restart is not a crash
 
 
 class Supervisor:
@@ -98,6 +101,7 @@ class Supervisor:
         self.signalled_stop = ""  # set by SIGTERM / SIGINT, applied by the watch loop
         self.readonly = False  # what the workers and the store are told
         self.forced_readonly = False
+        self.memory = MemoryWatch(conf.worker_memory_limit_bytes)  # memory_watch.py
         self.disks_full = False
         self.disk_states: dict[str, str] = {}  # directory -> ok / warn / full (diskcheck)
         self.next_full_gc = 0.0  # while disks are full, ask for a GC pass again from then on
@@ -302,6 +306,8 @@ class Supervisor:
                 self._worker_died(w)
                 if self.stopping:
                     break
+            if self.memory.due() and not self.stopping:
+                self._check_memory()
             now = time.monotonic()
             if now >= next_disk_check and not self.stopping:
                 next_disk_check = now + self.conf.disk_check_interval_s
@@ -318,7 +324,10 @@ class Supervisor:
             self.request_stop(f"{w.role} worker {FATAL_EXITS[rc]} ({how}); stopping the bookie", rc)
             return
         now = time.monotonic()
-        w.restarts.append(now)
+        if w.killed_for_memory:  # not a crash: no client may stop the bookie this way
+            w.killed_for_memory = False
+        else:
+            w.restarts.append(now)
         while w.restarts and now - w.restarts[0] > 60:
             w.restarts.popleft()
         if len(w.restarts) > self.conf.worker_restart_limit:
@@ -331,6 +340,19 @@ class Supervisor:
             self._start_worker(w.role)
         except WorkerStartError as e:
             self.request_stop(f"restart failed: {e}", 1)
+
+    def _check_memory(self) -> None:
+        """Kill the workers over workerMemoryLimitMB; the watch loop restarts them (memory_watch.py)."""
+        pids = {role: w.proc.pid for role, w in self.workers.items()
+                if w.proc is not None and w.proc.poll() is None and not w.killed_for_memory}
+        for role, rss in self.memory.over(pids):
+            w = self.workers[role]
+            w.killed_for_memory = True
+            w.memory_kills_total += 1
+            self.log("worker over its memory limit; killing and restarting it", level="warning",
+                     role=role, pid=w.proc.pid, anon_rss_mb=rss >> 20,
+                     limit_mb=self.memory.limit >> 20)
+            w.proc.kill()
 
     def _check_disks(self) -> None:
         """Each directory's state (bookie.workers.diskcheck: ok / warn / full, with the

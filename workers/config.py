@@ -189,6 +189,7 @@ KEYS: tuple[Key, ...] = (
     Key("registrationLeaseMs", "int", 5_000, "Lease of the bookie's registration in the embedded store (ms).", _range(200), unit="ms", attr="registration_lease_s"),
     # -- supervision and observability ---------------------------------------------------------
     Key("workerRestartLimit", "int", 5, "Worker restarts allowed within a minute before the bookie stops.", _range(0), attr="worker_restart_limit"),
+    Key("workerMemoryLimitMB", "int", 1024, "A worker whose anonymous resident memory (heap and ZeroMQ buffers, not mapped files) passes this is killed and restarted by the supervisor, not counted towards workerRestartLimit; 0: off (appliance/memory_watch.py).", _range(0), unit="MB", attr="worker_memory_limit_bytes"),
     Key("prometheusStatsHttpPort", "int", 0, "Port of the Prometheus /metrics endpoint (0: off); serves the same registry as the admin API's /metrics.", _port, attr="metrics_port"),
     Key("httpServerEnabled", "bool", False, "Serve the HTTP admin API (BookKeeper's /api/v1/... paths, /heartbeat, /metrics); docs/admin.md.", attr="http_server_enabled"),
     Key("httpServerPort", "int", 8080, "Port of the HTTP admin API (0 picks a free one, logged at start-up).", _port, attr="http_server_port"),

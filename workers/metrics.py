@@ -94,6 +94,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("bookie_ring_used_bytes", "gauge", "Bytes in the add -> journal ring not yet made durable by the journal.", (), "JOURNAL_QUEUE_SIZE (in bytes)", "supervisor"),
     Spec("bookie_ring_capacity_bytes", "gauge", "Size of the add -> journal ring.", (), "", "supervisor"),
     Spec("bookie_worker_up", "gauge", "1 while the worker of this role runs.", ("role",), "", "supervisor"),
+    Spec("bookie_worker_memory_kills_total", "counter", "Times the supervisor killed and restarted a worker of this role for passing workerMemoryLimitMB.", ("role",), "", "supervisor"),
+    Spec("bookie_worker_anon_rss_bytes", "gauge", "A worker's anonymous resident memory (what workerMemoryLimitMB bounds), read at scrape time.", ("role",), "", "supervisor"),
     Spec("bookie_worker_restarts_total", "counter", "Times the supervisor restarted a worker of this role after it died.", ("role",), "", "supervisor"),
     Spec("bookie_admin_http_unauthorized_total", "counter", "Admin API requests refused with 401 (no, a malformed or a wrong bearer token; httpServerAuthTokenFile set).", (), "", "supervisor"),
     # -- autorecovery worker (docs/autorecovery.md) ----------------------------------------------

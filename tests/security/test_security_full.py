@@ -21,7 +21,7 @@ pytestmark = pytest.mark.security
 
 KEY = b"full-size-master-key"
 WORKERS = ("add", "read", "journal", "gc")
-MEMORY_BUDGET_BYTES = 512 * 1024 * 1024  # per worker
+MEMORY_BUDGET_BYTES = 512 * 1024 * 1024  # per worker: the bookie's workerMemoryLimitMB too
 MEASURE_S = 4.0
 
 
@@ -30,7 +30,8 @@ def ens():
     """A fresh bookie per flood: what one flood left parked must not decide the next."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # 10k connections of our own
-    with LocalBookies(1, conf={"metadataServiceUri": "", "clientHeartbeatIntervalMs": 60_000}) as e:
+    with LocalBookies(1, conf={"metadataServiceUri": "", "clientHeartbeatIntervalMs": 60_000,
+                               "workerMemoryLimitMB": MEMORY_BUDGET_BYTES >> 20}) as e:
         yield e
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
