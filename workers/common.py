@@ -178,7 +178,8 @@ class ConnectionCap:
 class RefusalBudget:
     """A connection that keeps sending what gets refused is shut down.
 
-    Past a limit a request is answered TOO_MANY_REQUESTS; a client that goes on sending anyway
+    Past a limit a request is answered TOO_MANY_REQUESTS (on the add socket: any refusal but
+    FENCED and READ_ONLY, ``ClientServer.flooding``); a client that goes on sending anyway
     (more than ``per_s`` refusals within one second) is flooding, and answering each of its
     requests costs the worker about what sending it cost the client.  Its connection is shut
     down through the ``ConnectionCap`` (only a descriptor the cap saw accepted on this port):
@@ -232,6 +233,27 @@ class ClientServer:
         self.ledger_dir = ledger_dir
         self.stats = collections.Counter()
         self.requests = ctx.metrics.counter("bookie_requests_total")
+        self.refusals: RefusalBudget | None = None  # the add worker's (the read worker refuses its own way)
+
+    def flooding(self, ident, frame, status) -> bool:
+        """Count a refusal against its connection's budget (``self.refusals``); True when the
+        connection is over it (shut down now or earlier in this second): leave it unanswered.
+        FENCED and READ_ONLY are not counted: a writer meets one with every add it has in
+        flight at once, when its ledger is fenced or the bookie turns read-only."""
+        if self.refusals is None or status in (wire.Status.FENCED, wire.Status.READ_ONLY):
+            return False
+        if not self.refusals.refused(ident, frame):
+            return False
+        self.stats["connections_shut_flooding_total"] = self.refusals.shut_total
+        return True
+
+    def log_shut(self, _ident=None, **fields) -> None:
+        """A connection shut down for flooding: a warning for the first ten, then every
+        thousandth (a flooder reconnects at once)."""
+        n = self.refusals.shut_total
+        if n <= 10 or n % 1000 == 0:
+            self.ctx.log("connection shut for flooding", level="warning", shut_total=n,
+                         refused_per_s=self.refusals.per_s, **fields)
 
     def count(self, op, status) -> None:
         """One answer, for bookie_requests_total{op, status} (counted locally, cheap)."""
