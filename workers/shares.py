@@ -92,12 +92,10 @@ class PendingAdds(collections.deque):
     ``admit`` each client request before it is handled: past its principal's share it raises
     TOO_MANY_REQUESTS; otherwise the next answer ``append``ed with a client reply is counted to
     that principal until ``popleft`` takes it off (answers for the read worker count to
-    nobody).  Only ``append``, ``popleft`` and ``clear`` keep the counts.  A connection's
-    principal is looked up once (a connection keeps its User-Id and its peer) and remembered
-    for ``CACHED_CONNECTIONS`` connections at most.
+    nobody).  Only ``append``, ``popleft`` and ``clear`` keep the counts.  The principal is
+    read off every request, not remembered per connection identity: a client may choose its
+    ROUTER identity (ZMQ_ROUTING_ID), including one a gone connection of another had.
     """
-
-    CACHED_CONNECTIONS = 65_536
 
     def __init__(self, max_pending: int, principal):
         super().__init__()
@@ -105,17 +103,12 @@ class PendingAdds(collections.deque):
         self.principal = principal  # principal(frame, ident)
         self.owners: collections.deque = collections.deque()
         self.current = None  # the principal of the request being handled
-        self.principals: dict = {}  # ident -> principal
 
     def admit(self, frame, ident, op: int) -> None:
         self.current = None
         if op not in _COUNTED_OPS:
             return
-        p = self.principals.get(ident)
-        if p is None:
-            if len(self.principals) >= self.CACHED_CONNECTIONS:
-                self.principals.clear()
-            p = self.principals[ident] = self.principal(frame, ident)
+        p = self.principal(frame, ident)
         if self.held.counts.get(p, 0) >= self.held.per:
             raise wire.ProtocolError("this client's share of the pending adds is taken",
                                      Status.TOO_MANY_REQUESTS)

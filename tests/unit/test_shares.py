@@ -62,13 +62,12 @@ def test_pending_adds_count_each_principal_until_answered(steps, max_pending):
         assert pending.held.counts == {p: model.count(p) for p in set(model) if p is not None}
 
 
-def test_a_connections_principal_is_looked_up_once():
+def test_the_principal_is_looked_up_for_the_requests_that_take_a_place_only():
     looked = []
     pending = PendingAdds(100, lambda frame, ident: looked.append(ident) or ident)
-    for _ in range(3):
-        pending.admit(None, b"c1", Op.ADD)
-    pending.admit(None, b"c1", Op.READ)  # not counted: not looked up
-    assert looked == [b"c1"]
+    for op in (Op.ADD, Op.WRITE_LAC, Op.INFO, Op.READ):
+        pending.admit(None, b"c1", op)
+    assert looked == [b"c1", b"c1"]
 
 
 def test_a_refused_admit_counts_nothing_and_clear_forgets():
