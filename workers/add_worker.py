@@ -154,8 +154,8 @@ def run(ctx) -> int:
     server.cap = cap
     server.gate = curve.gate if curve else None
     # one principal holds at most a share of the pending adds; flooding connections are shut
-    server.pending = PendingAdds(conf.max_pending_adds, principal_of(bool(curve)))
     server.refusals = RefusalBudget(REFUSALS_PER_CONNECTION_PER_S, cap, server.log_shut)
+    server.pending = PendingAdds(conf.max_pending_adds, principal_of(bool(curve)), server.refusals)
     ctx.log("add worker ready", port=conf.bookie_port, position=ring.get(WRITE))
     ctx.ready()
     try:

@@ -193,8 +193,21 @@ class RefusalBudget:
         self.on_shut = on_shut  # on_shut(ident): forget what the connection left waiting
         self.clock = clock
         self.counts: dict[bytes, int] = {}  # this second's refusals per connection
+        self.shut_now: set[bytes] = set()  # connections shut down in this second
         self.window = clock()
         self.shut_total = 0
+
+    def dropping(self, ident: bytes) -> bool:
+        """True while ``ident`` is a connection shut down in this second: what it had queued
+        before the shutdown may be dropped unread, unanswered (nobody is left to answer; a
+        shut connection still had up to its receive high-water mark of messages queued, each
+        as dear to handle as any).  Costs a set lookup; nothing while no connection is shut."""
+        if not self.shut_now or ident not in self.shut_now:
+            return False
+        if self.clock() - self.window >= 1.0:
+            self.shut_now.clear()
+            return False
+        return True
 
     def refused(self, ident: bytes, frame) -> bool:
         """Count a refusal of a request of ``ident`` (``frame``: a zmq.Frame of it, or None).
@@ -206,6 +219,7 @@ class RefusalBudget:
         now = self.clock()
         if now - self.window >= 1.0:
             self.counts.clear()
+            self.shut_now.clear()
             self.window = now
         n = self.counts.get(ident, 0) + 1
         self.counts[ident] = n
@@ -218,6 +232,7 @@ class RefusalBudget:
                 fd = -1
             if fd in self.cap.open and self.cap.shut(fd):
                 self.shut_total += 1
+                self.shut_now.add(ident)
                 if self.on_shut is not None:
                     self.on_shut(ident)
         return True

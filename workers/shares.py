@@ -90,15 +90,17 @@ class PendingAdds(collections.deque):
     """The add worker's answers waiting for the journal, counted per principal.
 
     ``admit`` each client request before it is handled: past its principal's share it raises
-    TOO_MANY_REQUESTS; otherwise the next answer ``append``ed with a client reply is counted to
+    TOO_MANY_REQUESTS (and for what a connection shut for flooding had queued, which the
+    refusal budget then leaves unanswered); otherwise the next answer ``append``ed with a client reply is counted to
     that principal until ``popleft`` takes it off (answers for the read worker count to
     nobody).  Only ``append``, ``popleft`` and ``clear`` keep the counts.  The principal is
     read off every request, not remembered per connection identity: a client may choose its
     ROUTER identity (ZMQ_ROUTING_ID), including one a gone connection of another had.
     """
 
-    def __init__(self, max_pending: int, principal):
+    def __init__(self, max_pending: int, principal, refusals=None):
         super().__init__()
+        self.refusals = refusals  # workers/common.py RefusalBudget of the socket
         self.held = Held(share(max_pending))
         self.principal = principal  # principal(frame, ident)
         self.owners: collections.deque = collections.deque()
@@ -106,6 +108,8 @@ class PendingAdds(collections.deque):
 
     def admit(self, frame, ident, op: int) -> None:
         self.current = None
+        if self.refusals is not None and self.refusals.dropping(ident):
+            raise wire.ProtocolError("connection shut for flooding", Status.TOO_MANY_REQUESTS)
         if op not in _COUNTED_OPS:
             return
         p = self.principal(frame, ident)

@@ -79,3 +79,25 @@ def test_a_refused_admit_counts_nothing_and_clear_forgets():
     pending.admit(None, b"y", Op.ADD)
     pending.clear()
     assert not pending and not pending.held.counts and not pending.owners
+
+
+def test_what_a_connection_shut_for_flooding_had_queued_is_dropped_for_the_rest_of_its_second():
+    from bookie.workers.common import RefusalBudget
+
+    class Cap:
+        open = {7}
+
+        def shut(self, fd):
+            return True
+
+    now = [0.0]
+    budget = RefusalBudget(3, Cap(), clock=lambda: now[0])
+    frame = Frame()
+    frame.get = lambda name: 7  # its zmq.SRCFD, a descriptor the cap saw accepted
+    assert [budget.refused(b"c", frame) for _ in range(5)] == [False, False, False, True, True]
+    assert budget.shut_total == 1 and budget.dropping(b"c") and not budget.dropping(b"d")
+    pending = PendingAdds(8, lambda frame, ident: ident, budget)
+    with pytest.raises(wire.ProtocolError):
+        pending.admit(None, b"c", Op.INFO)  # dropped, whatever the op
+    now[0] = 1.5
+    assert not budget.dropping(b"c")  # a new second: a reused identity is served again
