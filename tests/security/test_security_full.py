@@ -269,7 +269,7 @@ def test_a_hundred_thousand_refused_adds(ens):
 
     # The writer keeps 0.16 - 0.97 of its rate here on the shared 2-core machine, not half:
     # each reconnection of the flooder starts a new budget of 1 000 refusals, and a refused
-    # add with a wrong key costs the add worker about 100 us (docs/security.md "what is left").
+    # add costs the add worker process about 100 us of CPU (docs/security.md "Measured").
     fig = run_flood(ens, "100k refused adds", flood, min_ratio=0.1)
     # answered until the connection's refusal budget ran out, then shut down (again after each
     # reconnection): most of the flood is never answered
