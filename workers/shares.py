@@ -91,9 +91,9 @@ class PendingAdds(collections.deque):
 
     ``admit`` each client request before it is handled: past its principal's share it raises
     TOO_MANY_REQUESTS (and for what a connection shut for flooding had queued, which the
-    refusal budget then leaves unanswered); otherwise the next answer ``append``ed with a client reply is counted to
-    that principal until ``popleft`` takes it off (answers for the read worker count to
-    nobody).  Only ``append``, ``popleft`` and ``clear`` keep the counts.  The principal is
+    refusal budget then leaves unanswered); otherwise the next answer ``append``ed with a
+    client reply is counted to that principal until ``popleft`` takes it off (answers for the
+    read worker count to nobody).  Only ``append``, ``popleft`` and ``clear`` keep the counts.  The principal is
     read off every request, not remembered per connection identity: a client may choose its
     ROUTER identity (ZMQ_ROUTING_ID), including one a gone connection of another had.
     """
