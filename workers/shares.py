@@ -93,9 +93,10 @@ class PendingAdds(collections.deque):
     TOO_MANY_REQUESTS (and for what a connection shut for flooding had queued, which the
     refusal budget then leaves unanswered); otherwise the next answer ``append``ed with a
     client reply is counted to that principal until ``popleft`` takes it off (answers for the
-    read worker count to nobody).  Only ``append``, ``popleft`` and ``clear`` keep the counts.  The principal is
-    read off every request, not remembered per connection identity: a client may choose its
-    ROUTER identity (ZMQ_ROUTING_ID), including one a gone connection of another had.
+    read worker count to nobody).  Only ``append``, ``popleft`` and ``clear`` keep the counts.
+    The principal is read off every request, not remembered per connection identity: a client
+    may choose its ROUTER identity (ZMQ_ROUTING_ID), including one a gone connection of another
+    had.
     """
 
     def __init__(self, max_pending: int, principal, refusals=None):
