@@ -154,8 +154,6 @@ class ReadServer(ClientServer):
             self.stats["dropped_malformed_total"] += 1
             return
         ident, head, body = frames[0], frames[1], frames[2:]
-        if self.refusals.shut_now and self.refusals.dropping(ident):  # queued by a shut connection
-            return
         try:
             op, flags, request_id, ledger_id = wire.unpack_header(head)
             if self.gate is not None and self.gate.refusal(self.frame, op, flags):
