@@ -206,8 +206,9 @@ class RefusalBudget:
         The add worker drops so (``PendingAdds.admit``): a refused add costs it tens of
         microseconds, and its socket queues 10 000.  The read worker does not: its refusals
         are cheap, and in the 1M long-poll flood dropping left the writer less of its rate
-        (0.41 / 0.50 against 0.68 / 0.55 without, interleaved runs at load 2.9 - 3.8), the
-        bookie then reading more of the flooder's stream before it ends."""
+        (0.41 / 0.50 against 0.68 / 0.55 without, interleaved runs at load 2.9 - 3.8; why is
+        not established: perhaps an emptied queue lets ZeroMQ read more of the flooder's
+        stream before it sees the end)."""
         if not self.shut_now or ident not in self.shut_now:
             return False
         if self.clock() - self.window >= 1.0:
