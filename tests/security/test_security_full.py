@@ -267,7 +267,7 @@ def test_a_hundred_thousand_refused_adds(ens):
         return {"adds": 100_000, "answers": {Status(k).name: v for k, v in counts.items()},
                 "shut_by_bookie": shut}
 
-    # The writer keeps 0.16 - 0.97 of its rate here on the shared 2-core machine, not half:
+    # The writer keeps 0.16 - 0.99 of its rate here on the shared 2-core machine, not half:
     # each reconnection of the flooder starts a new budget of 1 000 refusals, and a refused
     # add costs the add worker process about 100 us of CPU (docs/security.md "Measured").
     fig = run_flood(ens, "100k refused adds", flood, min_ratio=0.1)
