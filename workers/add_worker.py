@@ -39,7 +39,8 @@ from bookie.wire import Op, Status
 from bookie.workers import records
 from bookie.workers.answers import Pending
 from bookie.workers.auth import server_curve
-from bookie.workers.common import ClientServer, ConnectionCap, guard_client_socket, make_socket
+from bookie.workers.common import (ClientServer, ConnectionCap, RefusalBudget, guard_client_socket,
+                                   make_socket)
 from bookie.workers.checkpoint import Checkpointer, checkpoint
 from bookie.workers.claims import ClaimCheck
 from bookie.workers.gc_worker import purge_ledgers
@@ -47,9 +48,13 @@ from bookie.workers.journal import lastmark_of, scan
 from bookie.workers.ledgers import Rejected
 from bookie.workers.noroom import RETRY_S, Held, no_room
 from bookie.workers.ring import ADD_EPOCH, DURABLE, NO_ROOM, READONLY, WRITE, Doorbell, Ring
+from bookie.workers.shares import PendingAdds, principal_of
 from bookie.workers.storage import EntryLogs, Index, LedgerStorage, open_index
 
 MAX_MESSAGES_PER_ITERATION = 512
+# A connection refused more often than this in one second is flooding: shut down (as on the
+# read socket; workers/common.py RefusalBudget).
+REFUSALS_PER_CONNECTION_PER_S = 1000
 FENCE_OP = -1  # a fence journaled for the read worker (bookie_requests_total{op="FENCE"})
 
 
@@ -152,6 +157,9 @@ def run(ctx) -> int:
     server.gate = curve.gate if curve else None
     if conf.metadata_uri:  # a store to ask whose a contested ledger id is (claims.py)
         server.claims = ClaimCheck(conf.metadata_uri, conf.zk_security, ctx.log)
+    # one principal holds at most a share of the pending adds; flooding connections are shut
+    server.refusals = RefusalBudget(REFUSALS_PER_CONNECTION_PER_S, cap, server.log_shut)
+    server.pending = PendingAdds(conf.max_pending_adds, principal_of(bool(curve)), server.refusals)
     ctx.log("add worker ready", port=conf.bookie_port, position=ring.get(WRITE))
     ctx.ready()
     try:
@@ -353,6 +361,7 @@ class AddServer(ClientServer):
         try:
             if self.gate is not None and self.gate.refusal(frames[1], op, flags):
                 raise Rejected(Status.UNAUTHORIZED, "role does not allow the op")
+            self.pending.admit(frames[1], ident, op)  # past its principal's share: TOO_MANY_REQUESTS
             if op == Op.ADD:
                 return self.handle_add(ident, flags, request_id, ledger_id, frames[2:])
             if op == Op.WRITE_LAC:
@@ -363,7 +372,8 @@ class AddServer(ClientServer):
             raise Rejected(Status.BAD_REQUEST, f"op {Op(op).name} goes to the read socket")
         except (Rejected, wire.ProtocolError) as e:
             self.stats[f"rejected_{e.status.name.lower()}_total"] += 1
-            self.reply(ident, op, e.status, request_id, ledger_id)
+            if not self.flooding(ident, frames[1], e.status):  # over its budget: shut, unanswered
+                self.reply(ident, op, e.status, request_id, ledger_id)
             return True
         except OSError:
             raise  # a failing disk under the add path is the supervisor's to handle

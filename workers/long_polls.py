@@ -15,8 +15,11 @@ all parked polls (300k polls on one ledger made each wake-up a full scan, and ex
 Removal from the heaps is lazy (an entry whose seq is no longer live is skipped when it surfaces);
 each heap is rebuilt from the live polls once stale entries outnumber live ones, so memory stays
 within a constant factor of ``limit``.  ``park`` refuses past ``limit``, and past ``per_key``
-polls of one key (the worker's key is the client connection, so one client cannot take every
-place): the worker answers TOO_MANY_REQUESTS instead of parking.
+polls of one key (the worker's key is the client connection), and past ``per_principal`` polls
+of one principal (``park``'s ``principal``: the client's enrolled key, or its host; see
+``bookie.workers.shares``), so one client cannot take every place, however many connections it
+opens: the worker answers TOO_MANY_REQUESTS instead of parking.  Both counts are dictionaries
+updated once per park and once per poll leaving: O(1).
 """
 
 from __future__ import annotations
@@ -26,12 +29,15 @@ import itertools
 
 
 class LongPolls:
-    def __init__(self, limit: int, per_key: int | None = None, key=None):
+    def __init__(self, limit: int, per_key: int | None = None, key=None,
+                 per_principal: int | None = None):
         self.limit = limit
         self.per_key = per_key  # None: no limit per key
         self.key = key or (lambda request: None)  # the key of a request (its connection)
         self._per_key: dict = {}  # key -> live polls
-        self._polls: dict[int, tuple] = {}
+        self.per_principal = per_principal  # None: no limit per principal
+        self._per_principal: dict = {}  # principal -> live polls (None: not counted)
+        self._polls: dict[int, tuple] = {}  # seq -> (ledger_id, previous, deadline, request, principal)
         self._by_ledger: dict[int, list] = {}
         self._live_per_ledger: dict[int, int] = {}
         self._deadlines: list = []
@@ -46,9 +52,13 @@ class LongPolls:
     def full(self) -> bool:
         return len(self._polls) >= self.limit
 
-    def park(self, ledger_id: int, previous: int, deadline: float, request) -> bool:
-        """Park a poll; False (nothing parked) when ``limit`` polls are parked already."""
+    def park(self, ledger_id: int, previous: int, deadline: float, request, principal=None) -> bool:
+        """Park a poll; False (nothing parked) when ``limit`` polls are parked already, or its
+        key's ``per_key``, or its principal's ``per_principal`` (None: not counted)."""
         if self.full():
+            return False
+        counted = self.per_principal is not None and principal is not None
+        if counted and self._per_principal.get(principal, 0) >= self.per_principal:
             return False
         if self.per_key is not None:
             k = self.key(request)
@@ -56,8 +66,12 @@ class LongPolls:
             if n >= self.per_key:
                 return False
             self._per_key[k] = n + 1
+        if counted:
+            self._per_principal[principal] = self._per_principal.get(principal, 0) + 1
+        else:
+            principal = None
         seq = next(self._seq)
-        self._polls[seq] = (ledger_id, previous, deadline, request)
+        self._polls[seq] = (ledger_id, previous, deadline, request, principal)
         heapq.heappush(self._by_ledger.setdefault(ledger_id, []), (previous, seq))
         self._live_per_ledger[ledger_id] = self._live_per_ledger.get(ledger_id, 0) + 1
         heapq.heappush(self._deadlines, (deadline, seq))
@@ -76,7 +90,7 @@ class LongPolls:
             poll = self._polls.pop(seq, None)
             if poll is not None:
                 out.append(poll[3])
-                self._forget(ledger_id, poll[3], compact=False)  # popping: this heap shrinks anyway
+                self._forget(ledger_id, poll, compact=False)  # popping: this heap shrinks anyway
         return out
 
     def drop_where(self, pred) -> int:
@@ -85,7 +99,7 @@ class LongPolls:
         gone = [seq for seq, poll in self._polls.items() if pred(poll[3])]
         for seq in gone:
             poll = self._polls.pop(seq)
-            self._forget(poll[0], poll[3])
+            self._forget(poll[0], poll)
         return len(gone)
 
     def next_deadline(self) -> float | None:
@@ -102,19 +116,26 @@ class LongPolls:
             if poll is None:
                 continue  # answered already
             out.append(poll[3])
-            self._forget(poll[0], poll[3])
+            self._forget(poll[0], poll)
         return out
 
-    def _forget(self, ledger_id: int, request, compact: bool = True) -> None:
-        """One live poll of the ledger left ``_polls``; count it out of its key, drop or compact
-        its ledger's heap."""
+    def _forget(self, ledger_id: int, poll: tuple, compact: bool = True) -> None:
+        """One live poll of the ledger left ``_polls``; count it out of its key and principal,
+        drop or compact its ledger's heap."""
         if self.per_key is not None:
-            k = self.key(request)
+            k = self.key(poll[3])
             n = self._per_key[k] - 1
             if n:
                 self._per_key[k] = n
             else:
                 del self._per_key[k]
+        principal = poll[4]
+        if principal is not None:
+            n = self._per_principal[principal] - 1
+            if n:
+                self._per_principal[principal] = n
+            else:
+                del self._per_principal[principal]
         left = self._live_per_ledger[ledger_id] - 1
         if left == 0:
             del self._live_per_ledger[ledger_id], self._by_ledger[ledger_id]

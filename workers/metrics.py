@@ -58,7 +58,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("bookie_malformed_dropped_total", "counter", "Messages dropped unanswered: too few frames to answer.", (), "", "add, read"),
     Spec("bookie_internal_errors_total", "counter", "Requests that failed in a way no check foresaw (answered BAD_REQUEST, logged as 'request failed').", (), "", "add, read"),
     Spec("bookie_connections_refused_total", "counter", "Client connections shut down on accept because maxClientConnections were open.", (), "", "add, read"),
-    Spec("bookie_connections_shut_flooding_total", "counter", "Client connections shut down for flooding: refused TOO_MANY_REQUESTS more than 1,000 times in one second.", (), "", "read"),
+    Spec("bookie_connections_shut_flooding_total", "counter", "Client connections shut down for flooding: refused more than 1,000 times in one second (read socket: TOO_MANY_REQUESTS; add socket: any refusal but FENCED and READ_ONLY).", (), "", "add, read"),
     # -- read worker -----------------------------------------------------------------------------
     Spec("bookie_read_entry_seconds", "histogram", "Latency of a read request (an entry range, a read-LAC), from taken off the socket to answered; long polls and fences not counted.", (), "BOOKIE_READ_ENTRY", "read"),
     Spec("bookie_read_entries_total", "counter", "Entries read and sent to clients.", (), "READ_ENTRY (count)", "read"),

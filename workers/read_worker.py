@@ -20,7 +20,9 @@ ledger with different keys each learn their own outcome.
 Long polls park until the add worker publishes that the ledger moved, or until their timeout;
 a ledger deleted meanwhile answers NO_LEDGER.  What one client can make this worker hold is
 bounded (docs/security.md "Limits"): parked long polls plus waiting fences at
-``maxPendingReadRequestsPerThread`` (``bookie.workers.long_polls``: no step scans them), and
+``maxPendingReadRequestsPerThread`` (``bookie.workers.long_polls``: no step scans them), of
+which one connection may park a quarter and one principal (its enrolled key, or its host:
+``bookie.workers.shares``) may park a quarter and have a quarter of fences waiting, and
 reply bytes a connection has not read yet at ``maxReadReplyBytesPerConnection`` (large replies
 are sent tracked; ZeroMQ releases them once they are in the kernel); past either, the answer is
 TOO_MANY_REQUESTS.  No request, however malformed or unlucky, may
@@ -44,6 +46,7 @@ from bookie.workers.auth import server_curve
 from bookie.workers.common import (ClientServer, ConnectionCap, RefusalBudget, guard_client_socket,
                                    make_socket)
 from bookie.workers.long_polls import LongPolls
+from bookie.workers.shares import Held, address_principal, principal_of, share
 from bookie.workers.ring import Ring
 from bookie.workers.storage import EntryLogReader, Index, open_index
 
@@ -67,11 +70,16 @@ class ReadServer(ClientServer):
         self.logs = logs
         self.control = control
         self.lac_sub = lac_sub
-        self.fence_waits: dict[bytes, tuple] = {}  # fence token -> the parked request
+        self.fence_waits: dict[bytes, tuple] = {}  # fence token -> (the parked request, principal)
         self.tokens = itertools.count(1)
-        # one connection may park at most a quarter of the places (docs/security.md "Limits")
-        self.polls = LongPolls(ctx.conf.max_pending_reads, max(1, ctx.conf.max_pending_reads // 4),
-                               key=lambda req: req[0])
+        # one connection, and one principal, may park at most a quarter of the places, and one
+        # principal have a quarter of them in fences waiting (docs/security.md "Limits")
+        places = share(ctx.conf.max_pending_reads)
+        self.polls = LongPolls(ctx.conf.max_pending_reads, places, key=lambda req: req[0],
+                               per_principal=places)
+        self.fences_held = Held(places)
+        self.principal_of = address_principal  # principal_of(frame, ident); run() sets CURVE's
+        self.principal = None  # principal of the request being handled, when it takes a place
         self.max_pending = ctx.conf.max_pending_reads  # long polls + fences waiting
         self.reply_budget = ctx.conf.max_read_reply_bytes
         self.unread: dict[bytes, collections.deque] = {}  # ident -> (tracker, bytes) of big replies
@@ -165,17 +173,21 @@ class ReadServer(ClientServer):
                 self.check_body(req)
             if op == Op.READ and self.over_reply_budget(ident):
                 raise wire.ProtocolError("replies left unread", Status.TOO_MANY_REQUESTS)
-            if flags & (Bits.FENCE | Bits.LONG_POLL) and \
-                    len(self.fence_waits) + len(self.polls) >= self.max_pending:
-                raise wire.ProtocolError("too many long polls and fences waiting", Status.TOO_MANY_REQUESTS)
+            if flags & (Bits.FENCE | Bits.LONG_POLL):
+                if len(self.fence_waits) + len(self.polls) >= self.max_pending:
+                    raise wire.ProtocolError("too many long polls and fences waiting", Status.TOO_MANY_REQUESTS)
+                self.principal = self.principal_of(self.frame, ident)
             if flags & Bits.FENCE:
                 key = body[-1]
                 if not key or len(key) > wire.MAX_MASTER_KEY:
                     raise wire.ProtocolError("master key size")
+                if self.fences_held.full(self.principal):
+                    raise wire.ProtocolError("this client's share of fences waiting", Status.TOO_MANY_REQUESTS)
                 if not self.may_fence(ledger_id):
                     raise wire.ProtocolError("too many fences of unknown ledgers", Status.TOO_MANY_REQUESTS)
                 token = FENCE_TOKEN.pack(next(self.tokens))
-                self.fence_waits[token] = req
+                self.fence_waits[token] = (req, self.principal)
+                self.fences_held.take(self.principal)
                 kind = b"C" if flags & Bits.RECOVERY_CREDENTIAL else b"F"  # C: key is the credential
                 self.control.send_multipart([kind, wire.LEDGER_ID.pack(ledger_id), key, token])
                 self.stats["fence_requests_total"] += 1
@@ -197,11 +209,7 @@ class ReadServer(ClientServer):
 
     def forget_connection(self, ident) -> None:
         """A connection shut down for flooding: its parked long polls give their places back."""
-        dropped = self.polls.drop_where(lambda req: req[0] == ident)
-        n = self.refusals.shut_total
-        if n <= 10 or n % 1000 == 0:  # a flooder reconnects at once: the first ten, then a few
-            self.ctx.log("connection shut for flooding", level="warning", shut_total=n,
-                         refused_per_s=self.refusals.per_s, long_polls_dropped=dropped)
+        self.log_shut(long_polls_dropped=self.polls.drop_where(lambda req: req[0] == ident))
 
     def respond(self, req, step) -> None:
         """Run ``step(txn, req)`` in a fresh snapshot; whatever it raises becomes an answer."""
@@ -278,7 +286,7 @@ class ReadServer(ClientServer):
             previous, timeout_ms = wire.LONG_POLL_BODY.unpack(body[0])
             if lac <= previous and timeout_ms > 0:
                 deadline = time.monotonic() + min(timeout_ms, wire.MAX_LONG_POLL_MS) / 1000.0
-                if not self.polls.park(ledger_id, previous, deadline, req):
+                if not self.polls.park(ledger_id, previous, deadline, req, self.principal):
                     raise wire.ProtocolError("too many long polls", Status.TOO_MANY_REQUESTS)
                 return
         self.reply(ident, op, Status.OK, request_id, ledger_id, [wire.LAC_BODY.pack(lac, last)])
@@ -319,9 +327,11 @@ class ReadServer(ClientServer):
                 return
             if len(frames) != 3 or frames[0] != b"F" or len(frames[2]) != wire.STATUS.size:
                 continue
-            req = self.fence_waits.pop(frames[1], None)
-            if req is None:
+            waiting = self.fence_waits.pop(frames[1], None)
+            if waiting is None:
                 continue
+            req, self.principal = waiting  # a fenced long poll parks as its principal's
+            self.fences_held.give(self.principal)
             (status,) = wire.STATUS.unpack(frames[2])
             ident, op, flags, request_id, ledger_id, body = req
             if status != Status.OK:
@@ -419,6 +429,7 @@ def run(ctx) -> int:
     server = ReadServer(ctx, index, logs, ring, clients, control, lac_sub)
     server.cap = server.refusals.cap = cap
     server.gate = curve.gate if curve else None
+    server.principal_of = principal_of(bool(curve))
     ctx.log("read worker ready", port=conf.bookie_port + 1)
     ctx.ready()
     try:
