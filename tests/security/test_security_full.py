@@ -219,24 +219,33 @@ def test_a_million_long_polls(ens):
     assert fig["too_many_requests"] >= 1000 and fig["shut_by_bookie"] >= 1
 
 
+def send_counting(s, messages, stop) -> dict:
+    """Send every message, counting the answers by status as they come; after ``stop``, the
+    answers still coming.  Returns {status name: count}."""
+    counts = {}
+
+    def take():
+        st = wire.unpack_header(s.recv_multipart()[0])[1]
+        counts[st] = counts.get(st, 0) + 1
+    for m in messages:
+        s.send_multipart(m)
+        while s.poll(0):
+            take()
+    stop.wait()
+    while s.poll(2000):
+        take()
+    return {Status(k).name: v for k, v in counts.items()}
+
+
 def test_a_hundred_thousand_fences_of_new_ids(ens):
     def flood(stop):
         ctx, s, monitor = flooder(ens)
         first = 10**12
-        counts = {}
-        for rid in range(100_000):
-            s.send_multipart([wire.pack_header(Op.READ_LAC, int(Flag.FENCE), rid, first + rid), b"squatter-key"])
-            while s.poll(0):
-                st = wire.unpack_header(s.recv_multipart()[0])[1]
-                counts[st] = counts.get(st, 0) + 1
-        stop.wait()
-        while s.poll(2000):
-            st = wire.unpack_header(s.recv_multipart()[0])[1]
-            counts[st] = counts.get(st, 0) + 1
+        answers = send_counting(s, ([wire.pack_header(Op.READ_LAC, int(Flag.FENCE), rid, first + rid),
+                                     b"squatter-key"] for rid in range(100_000)), stop)
         shut = disconnects(monitor)
         ctx.destroy(linger=0)
-        return {"fences": 100_000, "answers": {Status(k).name: v for k, v in counts.items()},
-                "shut_by_bookie": shut}
+        return {"fences": 100_000, "answers": answers, "shut_by_bookie": shut}
 
     fig = run_flood(ens, "100k fences of new ids", flood)
     assert fig["answers"].get("OK", 0) < 5_000  # the unbound-fence rate, not the flood's
@@ -253,20 +262,11 @@ def test_a_hundred_thousand_refused_adds(ens):
         s.disconnect("tcp://%s:%d" % _addr(ens, read=True))
         s.connect("tcp://%s:%d" % _addr(ens))
         lengths, data = wire.pack_batch([make_entry(ledger, 1, b"s" * 100)])
-        counts = {}
-        for rid in range(100_000):  # a wrong master key: UNAUTHORIZED
-            s.send_multipart([wire.pack_header(Op.ADD, 0, rid, ledger), b"wrong-key", lengths, data])
-            while s.poll(0):
-                st = wire.unpack_header(s.recv_multipart()[0])[1]
-                counts[st] = counts.get(st, 0) + 1
-        stop.wait()
-        while s.poll(2000):
-            st = wire.unpack_header(s.recv_multipart()[0])[1]
-            counts[st] = counts.get(st, 0) + 1
+        answers = send_counting(s, ([wire.pack_header(Op.ADD, 0, rid, ledger), b"wrong-key", lengths, data]
+                                    for rid in range(100_000)), stop)  # a wrong master key: UNAUTHORIZED
         shut = disconnects(monitor)
         ctx.destroy(linger=0)
-        return {"adds": 100_000, "answers": {Status(k).name: v for k, v in counts.items()},
-                "shut_by_bookie": shut}
+        return {"adds": 100_000, "answers": answers, "shut_by_bookie": shut}
 
     # The writer keeps 0.16 - 0.99 of its rate here on the shared 2-core machine, not half:
     # each reconnection of the flooder starts a new budget of 1 000 refusals, and a refused

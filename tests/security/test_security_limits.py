@@ -5,7 +5,6 @@ working, then checks that no worker restarted.  The full-size figures of the iss
 connections, a 1 GiB frame, 1M long polls) run under ``-m security``; these are the fast ones.
 """
 
-import os
 import socket
 import time
 
@@ -17,6 +16,7 @@ from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Flag, Op, Status
 from sockets import at_eof
+from zsockets import long_poll, raw_dealer
 
 KEY = b"limits-test-master-key"
 LIMITS = {
@@ -112,19 +112,7 @@ REFUSALS_PER_S = 1000  # workers/read_worker.py REFUSALS_PER_CONNECTION_PER_S
 
 def raw_reader(ctx, ens):
     """A raw DEALER on the bookie's read socket, and a monitor that sees it disconnected."""
-    s = ctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 0)
-    s.setsockopt(zmq.SNDHWM, 0)
-    s.setsockopt(zmq.RCVHWM, 0)
-    monitor = s.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-    host, port = ens.bookies[0].rsplit(":", 1)
-    s.connect(f"tcp://{host}:{int(port) + 1}")
-    return s, monitor
-
-
-def long_poll(rid: int, ledger: int) -> list:
-    return [wire.pack_header(Op.READ_LAC, int(Flag.LONG_POLL), rid, ledger),
-            wire.LONG_POLL_BODY.pack(5, 60_000)]  # wait for a LAC past 5
+    return raw_dealer(ctx, ens.bookies[0], 1)
 
 
 def test_long_polls_past_a_connections_share_get_too_many_requests_and_the_rest_are_answered(

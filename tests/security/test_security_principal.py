@@ -12,7 +12,8 @@ from bookie import wire
 from bookie.client.auth import ClientCurve
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
-from bookie.wire import Flag, Op, Status
+from bookie.wire import Op, Status
+from zsockets import long_poll, raw_dealer
 
 KEY = b"principal-test-master-key"
 MAX_PENDING_READS = 400
@@ -53,20 +54,7 @@ def ctx():
 def dealer(ctx, ens, keys, name, port_offset):
     """A raw CURVE DEALER of principal ``name`` on the add (0) or read (1) socket, and a monitor
     that sees it disconnected."""
-    s = ctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 0)
-    s.setsockopt(zmq.SNDHWM, 0)
-    s.setsockopt(zmq.RCVHWM, 0)
-    ClientCurve(keys[name][1], keys["bookie"][0]).apply(s, ens.bookies[0])
-    monitor = s.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-    host, port = ens.bookies[0].rsplit(":", 1)
-    s.connect(f"tcp://{host}:{int(port) + port_offset}")
-    return s, monitor
-
-
-def long_poll(rid: int, ledger: int) -> list:
-    return [wire.pack_header(Op.READ_LAC, int(Flag.LONG_POLL), rid, ledger),
-            wire.LONG_POLL_BODY.pack(5, 60_000)]  # wait for a LAC past 5
+    return raw_dealer(ctx, ens.bookies[0], port_offset, ClientCurve(keys[name][1], keys["bookie"][0]))
 
 
 def statuses(sock, n: int, timeout_ms: int = 20_000) -> list:

@@ -1,0 +1,28 @@
+"""Raw ZeroMQ sockets of the security tests: a DEALER on a bookie's add or read socket that
+buffers without limit, with a monitor that sees the bookie shut it down; a long poll."""
+
+import zmq
+
+from bookie import wire
+from bookie.wire import Flag, Op
+
+
+def raw_dealer(ctx, bookie: str, port_offset: int, curve=None):
+    """A DEALER on ``bookie``'s add (``port_offset`` 0) or read (1) socket, and a monitor of its
+    disconnections; ``curve`` (client/auth.py ClientCurve) secures it first."""
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.SNDHWM, 0)
+    s.setsockopt(zmq.RCVHWM, 0)
+    if curve is not None:
+        curve.apply(s, bookie)
+    monitor = s.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    host, port = bookie.rsplit(":", 1)
+    s.connect(f"tcp://{host}:{int(port) + port_offset}")
+    return s, monitor
+
+
+def long_poll(rid: int, ledger: int) -> list:
+    """A READ_LAC long poll for a LAC past 5, waiting up to a minute."""
+    return [wire.pack_header(Op.READ_LAC, int(Flag.LONG_POLL), rid, ledger),
+            wire.LONG_POLL_BODY.pack(5, 60_000)]
