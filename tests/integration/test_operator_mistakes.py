@@ -97,11 +97,20 @@ def write_and_read_back(metadata_uri: str, ensemble_size: int = 1) -> None:
         rh.close()
 
 
+_SESSION_START = time.time()
+
+
 def runtime_leftovers(port: int) -> list[str]:
-    """What a bookie on ``port`` makes outside its directories: its run directory (and the ring
-    directory of an older version; the ring is a memfd now)."""
-    return (glob.glob(os.path.join(tempfile.gettempdir(), f"bk{port}-*"))
-            + glob.glob(f"/dev/shm/bookie-{port}-*.ring"))
+    """What a bookie on ``port`` made outside its directories during this test session: its run
+    directory (and the ring directory of an older version; the ring is a memfd now).  Older ones
+    are another run's, on a machine that ran bookies before (the port may be chosen again)."""
+    def recent(path: str) -> bool:
+        try:
+            return os.stat(path).st_mtime >= _SESSION_START - 1
+        except FileNotFoundError:
+            return False
+    return [p for p in (glob.glob(os.path.join(tempfile.gettempdir(), f"bk{port}-*"))
+                        + glob.glob(f"/dev/shm/bookie-{port}-*.ring")) if recent(p)]
 
 
 def one_line(stderr: str) -> str:
