@@ -10,6 +10,7 @@ command-line face of it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -299,8 +300,34 @@ class LocalBookies:
                 except ProcessLookupError:
                     pass
                 p.wait(10)
+        for i in range(self.n):
+            self._remove_run_leftovers(i)
         if self._own_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def _remove_run_leftovers(self, i: int) -> None:
+        """Remove what bookie i, SIGKILLed and not started again, left outside its directories
+        (its run directory under /tmp): the bookie's next start would, and none is coming.  The
+        same rule as that start's: the path its directory lock records (workers/dirlock.py)."""
+        from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
+        from bookie.workers.layout import LayoutError
+        journal = self.overrides(i)["journalDirectory"]
+        if not os.path.isdir(journal):
+            return
+        try:
+            lock = DirectoryLock.acquire([journal], purpose="clean up after", wait_for_dead_holder_s=10)
+        except (DirectoryInUseError, LayoutError, OSError):
+            return  # still held, or not ours to read: leave it
+        try:
+            for path in lock.leftovers():
+                if os.path.isdir(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+            lock.set_runtime()  # nothing left outside the directories now
+        finally:
+            lock.release()
 
 
 def _children(pid: int) -> list[int]:

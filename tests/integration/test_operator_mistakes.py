@@ -384,6 +384,14 @@ def test_sigkilled_bookies_leave_nothing_that_grows(tmp_path):
     assert runtime_leftovers(port) == []
 
 
+def test_a_throwaway_ensemble_closed_with_a_killed_bookie_leaves_nothing_behind(tmp_path):
+    with LocalBookies(2) as ens:  # its own directory, as a user's test suite starts one
+        ports = list(ens.ports)
+        ens.kill(1)  # and never started again
+        assert len(runtime_leftovers(ports[1])) == 1  # its run directory, until close
+    assert runtime_leftovers(ports[0]) == [] and runtime_leftovers(ports[1]) == []
+
+
 def test_localbookie_started_again_on_its_directory_keeps_its_bookies_and_data(tmp_path):
     base = str(tmp_path / "ens")
     with LocalBookies(1, base_dir=base) as ens:
