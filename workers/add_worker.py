@@ -39,8 +39,8 @@ from bookie.wire import Op, Status
 from bookie.workers import records
 from bookie.workers.answers import Pending
 from bookie.workers.auth import server_curve
-from bookie.workers.common import (ClientServer, ConnectionCap, RefusalBudget, guard_client_socket,
-                                   make_socket)
+from bookie.workers.common import (REFUSALS_PER_CONNECTION_PER_S, ClientServer, ConnectionCap,
+                                   RefusalBudget, guard_client_socket, make_socket)
 from bookie.workers.checkpoint import Checkpointer, checkpoint
 from bookie.workers.claims import ClaimCheck
 from bookie.workers.gc_worker import purge_ledgers
@@ -52,9 +52,6 @@ from bookie.workers.shares import PendingAdds, principal_of
 from bookie.workers.storage import EntryLogs, Index, LedgerStorage, open_index
 
 MAX_MESSAGES_PER_ITERATION = 512
-# A connection refused more often than this in one second is flooding: shut down (as on the
-# read socket; workers/common.py RefusalBudget).
-REFUSALS_PER_CONNECTION_PER_S = 1000
 FENCE_OP = -1  # a fence journaled for the read worker (bookie_requests_total{op="FENCE"})
 
 
@@ -477,13 +474,8 @@ class AddServer(ClientServer):
             raise Rejected(Status.BAD_REQUEST, "negative entry id")
         recovery = bool(flags & wire.Bits.RECOVERY_ADD)
         credential = bool(flags & wire.Bits.RECOVERY_CREDENTIAL)
-        try:
-            stored = self.storage.table.check_add(ledger_id, key, recovery, credential)
-        except Rejected as e:
-            if credential or not self.reclaim(ledger_id, key, e):
-                raise
-            stored = self.storage.table.check_add(ledger_id, key, recovery, credential)
-        key = stored  # now the stored form
+        key = self.checked(self.storage.table.check_add, ledger_id, key, credential,
+                           recovery, credential)  # now the stored form
         parts, size, data_offset = records.add_batch_parts(ledger_id, key, lengths_frame, data, recovery)
         if not self.room_for(size):
             return False
@@ -499,6 +491,16 @@ class AddServer(ClientServer):
         self.stats["add_bytes_total"] += len(data)
         self.stats["add_requests_total"] += 1
         return True
+
+    def checked(self, check, ledger_id: int, key: bytes, credential: bool, *args) -> bytes:
+        """``check(ledger_id, key, *args)``, a check of the ledger table; when it refuses because
+        another key holds the ledger and ``reclaim`` gives the id back to this key, once more."""
+        try:
+            return check(ledger_id, key, *args)
+        except Rejected as e:
+            if credential or not self.reclaim(ledger_id, key, e):
+                raise
+            return check(ledger_id, key, *args)
 
     def reclaim(self, ledger_id: int, key: bytes, refusal: Rejected) -> bool:
         """A request with ``key`` was refused because another key holds the ledger here.  When
@@ -555,13 +557,7 @@ class AddServer(ClientServer):
         token = frames[4].bytes
         credential = frames[1].bytes == b"C"
         try:
-            try:
-                stored = self.storage.table.check_fence(ledger_id, key, credential)
-            except Rejected as e:
-                if credential or not self.reclaim(ledger_id, key, e):
-                    raise
-                stored = self.storage.table.check_fence(ledger_id, key, credential)
-            key = stored
+            key = self.checked(self.storage.table.check_fence, ledger_id, key, credential, credential)
         except Rejected as e:
             self.count(FENCE_OP, e.status)
             self.control.send_multipart([ident, b"F", token, wire.STATUS.pack(e.status)])

@@ -175,6 +175,11 @@ class ConnectionCap:
         self.monitor.close()
 
 
+# A connection refused more often than this in one second is flooding: shut down.  A client that
+# backs off at its first refusals never comes near it.
+REFUSALS_PER_CONNECTION_PER_S = 1000
+
+
 class RefusalBudget:
     """A connection that keeps sending what gets refused is shut down.
 
@@ -255,14 +260,19 @@ class ClientServer:
         self.ledger_dir = ledger_dir
         self.stats = collections.Counter()
         self.requests = ctx.metrics.counter("bookie_requests_total")
-        self.refusals: RefusalBudget | None = None  # the add worker's (the read worker refuses its own way)
+        self.refusals: RefusalBudget | None = None  # the socket's refusal budget, once set
+
+    def counts_as_flooding(self, status) -> bool:
+        """Which refusals count against a connection's budget.  Here (the add socket) all but
+        FENCED and READ_ONLY: a writer meets one with every add it has in flight at once, when
+        its ledger is fenced or the bookie turns read-only."""
+        return status not in (wire.Status.FENCED, wire.Status.READ_ONLY)
 
     def flooding(self, ident, frame, status) -> bool:
-        """Count a refusal against its connection's budget (``self.refusals``); True when the
-        connection is over it (shut down now or earlier in this second): leave it unanswered.
-        FENCED and READ_ONLY are not counted: a writer meets one with every add it has in
-        flight at once, when its ledger is fenced or the bookie turns read-only."""
-        if self.refusals is None or status in (wire.Status.FENCED, wire.Status.READ_ONLY):
+        """Count a refusal against its connection's budget (``self.refusals``) if it counts
+        (``counts_as_flooding``); True when the connection is over it (shut down now or earlier
+        in this second): leave it unanswered."""
+        if self.refusals is None or not self.counts_as_flooding(status):
             return False
         if not self.refusals.refused(ident, frame):
             return False

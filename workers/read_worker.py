@@ -43,8 +43,8 @@ from bookie import wire
 from bookie.workers.layout import current_dir
 from bookie.wire import Bits, Op, Status
 from bookie.workers.auth import server_curve
-from bookie.workers.common import (ClientServer, ConnectionCap, RefusalBudget, guard_client_socket,
-                                   make_socket)
+from bookie.workers.common import (REFUSALS_PER_CONNECTION_PER_S, ClientServer, ConnectionCap,
+                                   RefusalBudget, guard_client_socket, make_socket)
 from bookie.workers.long_polls import LongPolls
 from bookie.workers.shares import Held, address_principal, principal_of, share
 from bookie.workers.ring import Ring
@@ -58,9 +58,6 @@ TRACKED_REPLY_BYTES = 64 * 1024  # replies this large count against the connecti
 # reached), a flood of them costs journal records and index entries.  Token bucket.
 UNBOUND_FENCES_PER_S = 200.0
 UNBOUND_FENCES_BURST = 400.0
-# A connection refused TOO_MANY_REQUESTS more often than this in one second is flooding: shut
-# down.  A client that backs off at its first refusals never comes near it.
-REFUSALS_PER_CONNECTION_PER_S = 1000
 
 
 class ReadServer(ClientServer):
@@ -201,11 +198,14 @@ class ReadServer(ClientServer):
 
     def refuse(self, ident, op, status, request_id, ledger_id) -> None:
         """Answer a refused request; past its connection's refusal budget, shut the connection
-        down instead (workers/common.py RefusalBudget)."""
+        down instead (``ClientServer.flooding``)."""
         self.stats[f"rejected_{status.name.lower()}_total"] += 1
-        if status == Status.TOO_MANY_REQUESTS and self.refusals.refused(ident, self.frame):
-            return
-        self.reply(ident, op, status, request_id, ledger_id)
+        if not self.flooding(ident, self.frame, status):
+            self.reply(ident, op, status, request_id, ledger_id)
+
+    def counts_as_flooding(self, status) -> bool:
+        """Only TOO_MANY_REQUESTS: the read socket's other refusals are cheap answers."""
+        return status == Status.TOO_MANY_REQUESTS
 
     def forget_connection(self, ident) -> None:
         """A connection shut down for flooding: its parked long polls give their places back."""
