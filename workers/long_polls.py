@@ -27,16 +27,17 @@ from __future__ import annotations
 import heapq
 import itertools
 
+from bookie.workers.shares import Held
+
 
 class LongPolls:
     def __init__(self, limit: int, per_key: int | None = None, key=None,
                  per_principal: int | None = None):
         self.limit = limit
-        self.per_key = per_key  # None: no limit per key
         self.key = key or (lambda request: None)  # the key of a request (its connection)
-        self._per_key: dict = {}  # key -> live polls
-        self.per_principal = per_principal  # None: no limit per principal
-        self._per_principal: dict = {}  # principal -> live polls (None: not counted)
+        # live polls per key and per principal, counted only where there is a limit (None: none)
+        self.per_key, self.per_principal = per_key, per_principal
+        self._per_key, self._per_principal = Held(per_key), Held(per_principal)
         self._polls: dict[int, tuple] = {}  # seq -> (ledger_id, previous, deadline, request, principal)
         self._by_ledger: dict[int, list] = {}
         self._live_per_ledger: dict[int, int] = {}
@@ -58,16 +59,15 @@ class LongPolls:
         if self.full():
             return False
         counted = self.per_principal is not None and principal is not None
-        if counted and self._per_principal.get(principal, 0) >= self.per_principal:
+        if counted and self._per_principal.full(principal):
             return False
         if self.per_key is not None:
             k = self.key(request)
-            n = self._per_key.get(k, 0)
-            if n >= self.per_key:
+            if self._per_key.full(k):
                 return False
-            self._per_key[k] = n + 1
+            self._per_key.take(k)
         if counted:
-            self._per_principal[principal] = self._per_principal.get(principal, 0) + 1
+            self._per_principal.take(principal)
         else:
             principal = None
         seq = next(self._seq)
@@ -123,19 +123,9 @@ class LongPolls:
         """One live poll of the ledger left ``_polls``; count it out of its key and principal,
         drop or compact its ledger's heap."""
         if self.per_key is not None:
-            k = self.key(poll[3])
-            n = self._per_key[k] - 1
-            if n:
-                self._per_key[k] = n
-            else:
-                del self._per_key[k]
-        principal = poll[4]
-        if principal is not None:
-            n = self._per_principal[principal] - 1
-            if n:
-                self._per_principal[principal] = n
-            else:
-                del self._per_principal[principal]
+            self._per_key.give(self.key(poll[3]))
+        if poll[4] is not None:
+            self._per_principal.give(poll[4])
         left = self._live_per_ledger[ledger_id] - 1
         if left == 0:
             del self._live_per_ledger[ledger_id], self._by_ledger[ledger_id]

@@ -114,7 +114,7 @@ class PendingAdds(collections.deque):
         if op not in _COUNTED_OPS:
             return
         p = self.principal(frame, ident)
-        if self.held.counts.get(p, 0) >= self.held.per:
+        if self.held.full(p):
             raise wire.ProtocolError("this client's share of the pending adds is taken",
                                      Status.TOO_MANY_REQUESTS)
         self.current = p
@@ -125,8 +125,7 @@ class PendingAdds(collections.deque):
         super().append(pending)
         self.owners.append(owner)
         if owner is not None:
-            counts = self.held.counts
-            counts[owner] = counts.get(owner, 0) + 1
+            self.held.take(owner)
 
     def popleft(self):
         pending = super().popleft()
