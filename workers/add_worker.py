@@ -7,7 +7,7 @@ Per loop iteration (everything batched; no per-entry Python work on the hot path
    readable by the read worker from the moment its ack leaves (read-after-ack).
 2. Take every request waiting on the add socket and the control socket (fences from the read
    worker).  Check its frames here (header, sizes, ids, read-only) and ask the ledger table
-   (``bookie.workers.ledgers``: master key, fenced) whether it may go; place each accepted one
+   (``bookie.core.ledgers``: master key, fenced) whether it may go; place each accepted one
    once in the shared-memory ring as a record, apply that record to the table.  The journal is
    woken as soon as the iteration's first record is placed (its write and fdatasync overlap the
    rest of this iteration), and once more at the end if more records followed.
@@ -34,22 +34,23 @@ import zmq
 
 from bookie import wire
 from bookie.metadata.recovery_secret import read_secret_file
-from bookie.workers.layout import current_dir, key_salt
+from bookie.storage.layout import current_dir, key_salt
 from bookie.wire import Op, Status
-from bookie.workers import records
-from bookie.workers.answers import Pending
+from bookie.storage import records
+from bookie.core.answers import Pending
 from bookie.workers.auth import server_curve
 from bookie.workers.common import (REFUSALS_PER_CONNECTION_PER_S, ClientServer, ConnectionCap,
                                    RefusalBudget, guard_client_socket, make_socket)
-from bookie.workers.checkpoint import Checkpointer, checkpoint
+from bookie.storage.checkpoint import Checkpointer, checkpoint
 from bookie.workers.claims import ClaimCheck
-from bookie.workers.gc_worker import purge_ledgers
-from bookie.workers.journal import lastmark_of, scan
-from bookie.workers.ledgers import Rejected
-from bookie.workers.noroom import RETRY_S, Held, no_room
-from bookie.workers.ring import ADD_EPOCH, DURABLE, NO_ROOM, READONLY, WRITE, Doorbell, Ring
-from bookie.workers.shares import PendingAdds, principal_of
-from bookie.workers.storage import EntryLogs, Index, LedgerStorage, open_index
+from bookie.storage.journal import lastmark_of, scan
+from bookie.core.ledgers import Rejected
+from bookie.storage.noroom import RETRY_S, Held, no_room
+from bookie.storage.ring import ADD_EPOCH, DURABLE, NO_ROOM, READONLY, WRITE, Doorbell, Ring
+from bookie.core.shares import PendingAdds, principal_of
+from bookie.storage.entrylog import EntryLogs
+from bookie.storage.index import purge_ledgers, Index, open_index
+from bookie.storage.ledger_storage import LedgerStorage
 
 MAX_MESSAGES_PER_ITERATION = 512
 FENCE_OP = -1  # a fence journaled for the read worker (bookie_requests_total{op="FENCE"})
@@ -406,7 +407,7 @@ class AddServer(ClientServer):
         passes what the journal made durable (the journal must never restart below it)."""
         return min(self.safe_to, self.ring.get(DURABLE))
 
-    # -- no room on the ledger disks (workers/noroom.py) -----------------------------------------
+    # -- no room on the ledger disks (storage/noroom.py) -----------------------------------------
     def commit(self, final: bool = False) -> None:
         """Commit the index; on want of space turn read-only, and retry while read-only."""
         now = time.monotonic()

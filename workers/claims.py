@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A bookie binds a ledger id to the key of the first add it sees for it (``bookie.workers.ledgers``
+A bookie binds a ledger id to the key of the first add it sees for it (``bookie.core.ledgers``
 rule 1).  Ledger ids are handed out in order, so anyone who may send adds can send one for the
 next id before its ledger exists, and bind the id here to a key of its own: the ledger's writer
 then gets UNAUTHORIZED (or FENCED, after a fence that binds nothing but fences) from this bookie.

@@ -17,8 +17,8 @@ from bookie.metadata import LedgerMetadata, open_metadata
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Status
-from bookie.workers.inspect import open_readonly
-from bookie.workers.storage import Index
+from bookie.storage.inspect import open_readonly
+from bookie.storage.index import Index
 from waiting import poll
 
 CONF = {"gcWaitTime": 600_000, "flushInterval": 50, "entryLogFilePreallocationEnabled": "false",

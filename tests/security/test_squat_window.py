@@ -3,7 +3,7 @@
 Someone who may send adds sends one (or a fence) for the next ledger id before the id is handed
 out, and no GC pass runs before its ledger is created.  The writer's first request then meets
 the id held by another key; the bookie asks the metadata store (the ledger's ``key_check``),
-purges what the other key put there and serves the writer (``bookie.workers.ledgers`` rule 7).
+purges what the other key put there and serves the writer (``bookie.core.ledgers`` rule 7).
 A fence by the writer's own key still holds.
 """
 

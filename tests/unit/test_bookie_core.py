@@ -1,4 +1,4 @@
-"""The bookie's ledger table (bookie.workers.ledgers): its rules one by one, and the property
+"""The bookie's ledger table (bookie.core.ledgers): its rules one by one, and the property
 that the live add path and a journal replay from any LastLogMark build the same table."""
 
 import pytest
@@ -6,8 +6,8 @@ from hypothesis import given, settings, strategies as st
 
 from bookie.testing.rawclient import make_entry
 from bookie.wire import Status
-from bookie.workers import records
-from bookie.workers.ledgers import LedgerTable, Rejected, StoredLedger, stored_key
+from bookie.storage import records
+from bookie.core.ledgers import LedgerTable, Rejected, StoredLedger, stored_key
 
 KEY = b"right-key"
 OTHER = b"other-key"

@@ -2,7 +2,7 @@
 
 from hypothesis import given, settings, strategies as st
 
-from bookie.workers.ledgers import LedgerTable, StoredLedger
+from bookie.core.ledgers import LedgerTable, StoredLedger
 from test_bookie_core import KEY, OTHER, add_record, fence_record
 
 THIRD = b"third-key"

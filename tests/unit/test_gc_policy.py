@@ -9,9 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bookie.metadata import LedgerMetadata, open_metadata
-from bookie.workers import gc_policy, records
+from bookie.core import gc_policy
+from bookie.storage import records
 from bookie.workers.gc_worker import collect
-from bookie.workers.storage import EntryLogReader, EntryLogs, Index, list_logs, open_index
+from bookie.storage.entrylog import EntryLogReader, EntryLogs, list_logs
+from bookie.storage.index import Index, open_index
 
 # -- the plan ------------------------------------------------------------------------------------
 
@@ -232,8 +234,8 @@ def test_a_gc_run_purges_a_squatted_id_without_a_tombstone_and_the_add_side_forg
     # A ledger id the store has not handed out yet, written here ahead of its creation: the run
     # purges it (entries, record, log-map bytes), leaves no tombstone and a marker the add
     # worker's next commit consumes, forgetting its cached binding; the deleted one is tombstoned.
-    from bookie.workers.ledgers import StoredLedger
-    from bookie.workers.storage import LedgerStorage
+    from bookie.core.ledgers import StoredLedger
+    from bookie.storage.ledger_storage import LedgerStorage
     d = str(tmp_path / "a")
     os.makedirs(d)
     meta = LedgerMetadata(1, 1, 1, fragments=[(0, ["127.0.0.1:3181"])])

@@ -11,13 +11,17 @@ import pytest
 
 from bookie import wire
 from bookie.testing.rawclient import make_entry
-from bookie.workers import records
+from bookie.storage import records
 from bookie.workers.config import BookieConfig
-from bookie.workers.inspect import (EntryLogFile, InspectError, index_path, ledger_dirs_of,
+from bookie.storage.inspect import (EntryLogFile, InspectError, index_path, ledger_dirs_of,
                                     log_paths, open_index_readonly)
-from bookie.workers.ledgers import stored_key
-from bookie.workers.rebuild import check_index, consistency_check, rebuild_index
-from bookie.workers.storage import EntryLogs, Index, LedgerStorage, log_name, open_index
+from bookie.core.ledgers import stored_key
+from bookie.storage.index_check import check_index
+from bookie.storage.index_verify import consistency_check
+from bookie.storage.index_rebuild import rebuild_index
+from bookie.storage.entrylog import EntryLogs, log_name
+from bookie.storage.index import Index, open_index
+from bookie.storage.ledger_storage import LedgerStorage
 
 KEY = b"k" * 20
 
@@ -204,7 +208,7 @@ def test_a_copy_that_fails_its_digest_does_not_replace_a_whole_one(conf):
 def test_a_reader_crashing_in_its_child_is_one_clear_error():
     import signal
 
-    from bookie.workers.inspect import IndexUnreadable, in_child
+    from bookie.storage.inspect import IndexUnreadable, in_child
     assert in_child(lambda: {"a": [1, 2]}, "x") == {"a": [1, 2]}
     # (SIGKILL stands for the SIGSEGV of a damaged LMDB file: pytest's faulthandler would dump
     # the child's stack for a real one)
@@ -245,7 +249,7 @@ def test_an_unfinished_compaction_copy_is_not_indexed_and_meta_keys_are_kept(con
 
 
 def test_the_consistency_check_follows_logs_rolled_after_it_began(conf):
-    from bookie.workers.rebuild import _Checker
+    from bookie.storage.index_verify import _Checker
 
     store(conf, [(1, [make_entry(1, i, b"a" * 500) for i in range(5)])])
     checker = _Checker(conf, None, None)  # knows the logs on disk now

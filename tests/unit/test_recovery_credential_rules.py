@@ -1,4 +1,4 @@
-"""The cluster recovery credential in the bookie's ledger table (bookie.workers.ledgers rule 6)
+"""The cluster recovery credential in the bookie's ledger table (bookie.core.ledgers rule 6)
 and on the wire: it acts for the ledger's key on recovery adds and fences only, binds nothing,
 and the live path and a journal replay from any LastLogMark store the same entries."""
 
@@ -9,8 +9,8 @@ from bookie import wire
 from bookie.metadata.recovery_secret import credential
 from bookie.testing.rawclient import make_entry
 from bookie.wire import Flag, Op, Status
-from bookie.workers import records
-from bookie.workers.ledgers import LedgerTable, Rejected, StoredLedger, stored_key
+from bookie.storage import records
+from bookie.core.ledgers import LedgerTable, Rejected, StoredLedger, stored_key
 
 SECRET = bytes(range(32))
 KEY = b"the-writers-key"

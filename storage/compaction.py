@@ -56,10 +56,10 @@ import numpy as np
 import orjson
 
 from bookie.wire import ENTRY_HEADER, LENGTHS_DTYPE
-from bookie.workers import records
-from bookie.workers.journal import fsync_dir
-from bookie.workers.storage import (LOC, LOG_HEADER_SIZE, LOG_KEY, Index, create_log,
-                                    entry_key, find_log, log_name)
+from bookie.storage import records
+from bookie.storage.journal import fsync_dir
+from bookie.storage.index import LOC, LOG_KEY, Index, entry_key
+from bookie.storage.entrylog import LOG_HEADER_SIZE, create_log, find_log, log_name
 
 STATE_KEY = b"compaction"
 SKIPPED_KEY = b"compaction_skipped"

@@ -7,7 +7,7 @@ it is fenced, the highest LAC a client wrote explicitly (WRITE_LAC), and whether
 it.  Nothing about a ledger is decided anywhere else in the bookie.
 
 State changes only through ``LedgerTable.apply(record)``, for the records of
-``bookie.workers.records`` (ADD_BATCH, FENCE, LAC), and ``mark_deleted`` when the GC's tombstone
+``bookie.storage.records`` (ADD_BATCH, FENCE, LAC), and ``mark_deleted`` when the GC's tombstone
 turns up.  The add worker's live path and journal replay are two drivers of the same step:
 
 - live:   ``check_add`` / ``check_fence`` / ``check_write_lac`` (may refuse the request, changes
@@ -35,7 +35,7 @@ The rules, and the invariants they keep:
 4. **The explicit LAC only grows.**
 5. **A deleted ledger stays deleted.**  The GC deletes a ledger the metadata store no longer
    has and leaves a tombstone in the index (ledger ids are never reused).  A ledger the store
-   never created (its id above the store's high-water mark, ``bookie.workers.gc_policy``) is
+   never created (its id above the store's high-water mark, ``bookie.core.gc_policy``) is
    *purged* instead: no tombstone, and ``forget`` drops it from the table, so that a binding
    squatted ahead of the id's creation does not outlive the next GC pass.  From then on every
    request for it is NO_LEDGER and every record of it changes nothing and stores nothing: adds
@@ -80,7 +80,13 @@ from typing import Callable
 from bookie import wire
 from bookie.metadata.recovery_secret import credential as recovery_credential
 from bookie.wire import Status
-from bookie.workers import records
+
+
+# The kinds of record the rules act on (bookie.storage.records encodes them; these numbers are
+# its on-disk type codes and flag bits).
+ADD_BATCH, FENCE, LAC = 1, 2, 3
+FLAG_RECOVERY = 1  # a recovery add (ADD_BATCH)
+FLAG_STORED_KEY = 2  # the key field holds the stored form, not the client's key
 
 
 class Rejected(Exception):
@@ -260,52 +266,52 @@ class LedgerTable:
         return key
 
     # -- the one state change --------------------------------------------------------------------
-    def apply(self, rec: records.Record) -> bool:
+    def apply(self, rec) -> bool:
         """Apply one record (placed just now by the live path, or replayed from the journal).
 
         Returns:
             True when the record is an ADD_BATCH whose entries belong in storage.
         """
         key = rec.master_key
-        if key and not rec.flags & records.FLAG_STORED_KEY:  # written by an older bookie
+        if key and not rec.flags & FLAG_STORED_KEY:  # written by an older bookie
             key = self.stored_key(rec.ledger_id, key)
         info = self.get(rec.ledger_id)
         if info is None:
-            if rec.type == records.LAC:
+            if rec.type == LAC:
                 return False  # rule 2: an explicit LAC binds nothing
             # rule 1: an add binds its key; rule 2: a fence creates the ledger fenced, unbound
-            info = StoredLedger(key if rec.type == records.ADD_BATCH else b"")
+            info = StoredLedger(key if rec.type == ADD_BATCH else b"")
             self.ledgers[rec.ledger_id] = info
             self.dirty.add(rec.ledger_id)
-            if rec.type == records.FENCE:
+            if rec.type == FENCE:
                 info.fenced_by = key  # rule 7: who fenced it (b"": the recovery credential)
         elif info.deleted:
             return False  # rule 5: deleted for good
         elif not info.master_key:
-            if rec.type == records.ADD_BATCH and key:  # the first add binds an unbound ledger
+            if rec.type == ADD_BATCH and key:  # the first add binds an unbound ledger
                 info.master_key = key
                 info.fenced_by = b""
                 self.dirty.add(rec.ledger_id)
-            elif rec.type == records.FENCE and (not info.fenced or info.fenced_by not in (b"", key)):
+            elif rec.type == FENCE and (not info.fenced or info.fenced_by not in (b"", key)):
                 # rule 7: its one fencer; b"" once fenced by two keys (or the credential)
                 info.fenced_by = b"" if info.fenced else key
                 self.dirty.add(rec.ledger_id)
-            elif rec.type == records.LAC:
+            elif rec.type == LAC:
                 return False
         elif key and not hmac.compare_digest(info.master_key, key):
             return False  # rule 1: the key of the first add holds
-        elif not key and rec.type != records.FENCE and not (
-                rec.type == records.ADD_BATCH and rec.flags & records.FLAG_RECOVERY):
+        elif not key and rec.type != FENCE and not (
+                rec.type == ADD_BATCH and rec.flags & FLAG_RECOVERY):
             return False  # (a keyless recovery add: a credential copy placed while unbound, rule 8)
-        if rec.type == records.FENCE:
+        if rec.type == FENCE:
             if not info.fenced:
                 info.fenced = True
                 self.dirty.add(rec.ledger_id)
-        elif rec.type == records.LAC:
+        elif rec.type == LAC:
             if rec.lac > info.lac:
                 info.lac = rec.lac
                 self.dirty.add(rec.ledger_id)
-        return rec.type == records.ADD_BATCH
+        return rec.type == ADD_BATCH
 
     def forget(self, ledger_id: int) -> None:
         """The GC purged the ledger (the metadata store never created it): drop what the table

@@ -10,7 +10,7 @@ mark (``MetadataStore.ledger_id_high_water``: every id handed out so far is at o
 - **ledgers to drop** (deleted): held here, absent from the store, and at or below the mark.
   A ledger exists in the store before its first add reaches any bookie, so one held in a
   snapshot taken before the listing and missing from the listing was deleted.  It leaves a
-  tombstone in the index: a deleted ledger stays deleted (``bookie.workers.ledgers`` rule 5).
+  tombstone in the index: a deleted ledger stays deleted (``bookie.core.ledgers`` rule 5).
 - **ledgers to purge** (never created): held here, absent from the store, and *above* the mark.
   The store had not handed that id out when the mark was read, so what this bookie holds of it
   came from a request for a ledger nobody created: a typo, a stale client, or someone squatting

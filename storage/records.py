@@ -15,7 +15,7 @@ Record layout (little-endian)::
 ``data`` holds the entries back to back exactly as the client formatted them (see
 ``bookie.wire``), so an entry's bytes inside a record are the bytes a read returns.  Every record
 carries the ledger's master key in the form the bookie stores (``FLAG_STORED_KEY``: the one-way
-``bookie.workers.ledgers.stored_key``, never the key a client sends; records of older bookies
+``bookie.core.ledgers.stored_key``, never the key a client sends; records of older bookies
 lack the flag and hold the raw key): replaying the journal alone rebuilds the ledger table.  A
 FENCE with an empty key fences a ledger no add has bound on this bookie.
 """
@@ -35,9 +35,7 @@ ADD_HEAD = struct.Struct("<qII")  # ledger_id, count, pad
 FENCE_HEAD = struct.Struct("<q")
 LAC_HEAD = struct.Struct("<qq")
 
-ADD_BATCH, FENCE, LAC = 1, 2, 3
-FLAG_RECOVERY = 1
-FLAG_STORED_KEY = 2  # the key field holds the stored form, not the client's key
+from bookie.core.ledgers import ADD_BATCH, FENCE, FLAG_RECOVERY, FLAG_STORED_KEY, LAC  # noqa: E402,F401 - the type codes
 
 
 class RecordError(ValueError):
