@@ -275,6 +275,7 @@ def _log_path(args: argparse.Namespace) -> str:
 
 
 def _readlog(args: argparse.Namespace) -> int:
+    from bookie.storage import records
     from bookie.storage.inspect import EntryLogFile, InspectError, entry_fields
     path = _log_path(args)
     try:
@@ -285,6 +286,8 @@ def _readlog(args: argparse.Namespace) -> int:
     with elog:
         for pos, rec in elog.records():
             if args.ledger_id is not None and rec.ledger_id != args.ledger_id:
+                continue
+            if rec.type != records.ADD_BATCH:  # a FENCE or LAC record: no entries
                 continue
             for e in elog.entries(rec, pos):
                 if args.entry_id is not None and e.entry_id != args.entry_id:

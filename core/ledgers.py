@@ -1,71 +1,74 @@
-"""The bookie's ledger table: every per-ledger rule, one copy for the live add path and replay.
+"""The bookie's ledger rule book: who owns a ledger id, and what may change what a bookie holds.
+
+Everything that decides, for a ledger on this bookie, whether a request may change what is stored
+lives here; nothing about a ledger is decided anywhere else in the bookie.  The add worker's live
+path, journal replay, compaction and the index rebuild are drivers of the same rules.
 
 Theory of operation
 -------------------
-Per ledger a bookie keeps one ``StoredLedger``: the master key the ledger is bound to, whether
-it is fenced, the highest LAC a client wrote explicitly (WRITE_LAC), and whether the GC deleted
-it.  Nothing about a ledger is decided anywhere else in the bookie.
+Per ledger a bookie keeps one ``StoredLedger``: its *binding* (who owns it), whether it is
+fenced, the highest LAC a client wrote explicitly (WRITE_LAC), and whether the GC deleted it.
+State changes only through ``LedgerTable.apply(record)`` for the records of
+``bookie.storage.records`` (ADD_BATCH, FENCE, LAC), and ``mark_deleted`` for the GC's deletes:
 
-State changes only through ``LedgerTable.apply(record)``, for the records of
-``bookie.storage.records`` (ADD_BATCH, FENCE, LAC), and ``mark_deleted`` when the GC's tombstone
-turns up.  The add worker's live path and journal replay are two drivers of the same step:
+- live:    ``check_add`` / ``check_fence`` / ``check_write_lac`` (refuse, or say which key and
+  flags the record carries; they change nothing), the add worker places the record in the
+  journal ring and in the entry log, then ``apply(record)``;
+- replay:  ``apply(record)`` for every journal record after LastLogMark;
+- rebuild: ``apply(record)`` for every record of every entry log, then of the journal, and
+  ``mark_deleted`` for every id in the bookie's durable list of deletes;
+- compaction copies a ledger's entries with ``StoredLedger.copy_binding`` and writes
+  ``StoredLedger.state_records`` beside them, so a rebuild from the new log alone reaches the
+  same state.
 
-- live:   ``check_add`` / ``check_fence`` / ``check_write_lac`` (may refuse the request, changes
-  nothing), then the add worker places the record in the journal ring, then ``apply(record)``;
-- replay: ``apply(record)`` for every journal record after LastLogMark.
+A binding is one of three:
 
-The rules, and the invariants they keep:
+- **bound**: ``master_key`` is the stored form of the owner's key (``stored_key``: an HMAC under
+  the bookie's salt, never the key a client sends), compared in constant time;
+- **owned**: the metadata store named the owner (``owner_check``: the ledger's ``key_check``,
+  a slow one-way check of the master key) but no request with the key itself has reached this
+  bookie yet: a request's key is checked against it once, and the first one that passes binds;
+- **unbound**: neither (a ledger whose metadata carries no ``key_check``: an older client's, or
+  a bookie run with no metadata store).
 
-1. **A ledger id is bound to its master key by its first ADD_BATCH, never by a fence or an
-   explicit LAC.**  A request with another key is UNAUTHORIZED; a record with another key
-   changes nothing.  The table never holds the key a client sends: it holds
-   ``stored_key(ledger_id, key)``, an HMAC-SHA256 keyed with the bookie's salt (its cookie's
-   instance id) over the ledger id and the key, and compares in constant time; the index, the
-   journal and the entry logs hold only that form (records carry ``FLAG_STORED_KEY``; a record
-   without it, written by an older bookie, is derived on replay, and an index record without
-   ``kdf`` is derived when loaded and written back).
-2. **Once fenced, never unfenced.**  No record clears ``fenced``.  A fenced ledger refuses
-   normal adds (FENCED) and accepts recovery adds.  Fencing a ledger the bookie has never seen
-   creates it fenced and *unbound* (no key): normal adds stay refused (the fence must hold for a
-   writer that had not reached this bookie yet) and the first recovery add binds its key.  A
-   WRITE_LAC for a ledger the bookie holds no key for is NO_LEDGER and stores nothing.
-3. **A fence is persisted before it is acknowledged.**  The live path answers a fence (and an
-   add, and a WRITE_LAC) only once the journal has made its record durable; this module only
-   decides, the add worker's pending queue holds the answer back.
-4. **The explicit LAC only grows.**
-5. **A deleted ledger stays deleted.**  The GC deletes a ledger the metadata store no longer
-   has and leaves a tombstone in the index (ledger ids are never reused).  A ledger the store
-   never created (its id above the store's high-water mark, ``bookie.core.gc_policy``) is
-   *purged* instead: no tombstone, and ``forget`` drops it from the table, so that a binding
-   squatted ahead of the id's creation does not outlive the next GC pass.  From then on every
+Invariants
+----------
+1. **One owner, fixed at creation.**  A bookie that meets an id it holds nothing for asks the
+   metadata store *before* it stores or fences anything (``Owner``, looked up by the worker,
+   cached and rate-limited there).  An id the store does not know: NO_LEDGER, nothing stored.
+   A key the ledger's ``key_check`` does not name: UNAUTHORIZED, nothing stored.  Once a
+   binding exists it never moves, whatever the metadata says later: the store is asked only
+   about ids the bookie holds nothing for, so no later write of the metadata can take an id
+   from its owner, and nothing is ever purged to make room for another key.
+2. **Older ledgers and store-less bookies keep first-add binding.**  For a ledger whose
+   metadata has no ``key_check`` (``Owner.NO_CHECK``), or on a bookie with no metadata store
+   (``Owner.NO_STORE``: raw wire tools), the first ADD_BATCH binds its key; a fence of such an
+   id binds nothing and creates it fenced and unbound; the first add with a key then binds it.
+3. **Copies on the recovery credential belong to the owner.**  A recovery add or fence flagged
+   RECOVERY_CREDENTIAL carries the ledger's credential derived from the cluster's recovery
+   secret (``bookie.metadata.recovery_secret``), checked in constant time.  Its record carries
+   the ledger's stored key when bound, the owner's check (``FLAG_OWNER_CHECK``) when owned or
+   when the store names one, and no key only for an unbound ledger: healed copies are never
+   left for whoever adds first.  The flag never passes on a normal add or a WRITE_LAC.
+4. **Once fenced, never unfenced; a fence is persisted before it is acknowledged.**  A fenced
+   ledger refuses normal adds (FENCED) and accepts recovery adds.  Every FENCE record goes to
+   the journal and to the entry log, and compaction writes the fence again beside the copies
+   (``state_records``): journal rolls, compactions and rebuilds keep it.
+5. **The explicit LAC only grows**, and is kept by the entry logs and compaction as the fence is.
+6. **A deleted ledger stays deleted.**  The GC appends the id to the bookie's durable list of
+   deletes before it writes the index's tombstone (ids are never reused); from then on every
    request for it is NO_LEDGER and every record of it changes nothing and stores nothing: adds
-   that were in flight, a late fence, a journal replay.  The live path may learn of a deletion
-   only when it commits records placed on a stale view (``mark_deleted``); their entries are
-   then dropped and their answers become NO_LEDGER.
-6. **The cluster recovery credential acts for the ledger's key, and binds nothing.**  A recovery
-   add or a fence flagged RECOVERY_CREDENTIAL carries, instead of the master key, the ledger's
-   credential derived from the cluster's recovery secret (``bookie.metadata.recovery_secret``),
-   which autorecovery can compute for any ledger.  ``check_credential`` compares it in constant
-   time with the one this bookie derives (UNAUTHORIZED when wrong, or when the bookie has no
-   secret: no metadata store); a deleted ledger stays NO_LEDGER.  The record then carries the
-   ledger's stored key when it is bound here - so apply and replay treat it exactly as the
-   writer's own recovery add or fence - and no key when it is not: the ledger stays unbound
-   (copies stored, normal adds still bound by the first add with a real key; a fence unbound as
-   in rule 2).  The flag never passes on a normal add or a WRITE_LAC.
-7. **A binding the metadata store refutes is purged** (``claimed_by_other``, and the add
-   worker with ``bookie.workers.claims``).  A writer stores a one-way check of its ledger's
-   master key in the ledger's metadata (``key_check``).  When a request with key K meets a
-   ledger bound here to another key, or fenced while unbound by another key (an unbound fence
-   records the stored form of its key, ``fenced_by``: the first fencer's, b"" once two keys or
-   the recovery credential have fenced it), the add worker asks the store; if the check says K
-   is the writer's, what this bookie holds under the id came from someone who reached the id
-   before its writer did.  It is purged exactly as the GC purges a never-created id (rule 5),
-   and K's request goes on as the first one the id has seen.  A fence by the writer's key, or
-   by the recovery credential, is never purged: it holds as rule 2 says.
+   in flight, a late fence, a journal replay, a rebuild from logs that still hold its entries.
+7. **Entries are write-once** (enforced by the add worker with the storage's lookup, since this
+   module holds no entries): an add of an entry the bookie holds with identical bytes is
+   answered OK and stores nothing; with other bytes it is refused (ENTRY_EXISTS) and nothing
+   changes.  The client's resends (ensemble change, recovery, autorecovery) send the bytes
+   first sent, so only a forger meets the refusal.
 8. **apply is idempotent, and commutes for the records the live path lets through** (they all
-   carry the ledger's key, or are keyless recovery copies: one that meets a ledger bound since
-   is still stored).  So replaying the journal from any LastLogMark over an index at
-   least as new as that mark yields the table the live path built.
+   carry the owner's key, or its check, or are keyless copies of an unbound ledger).  So
+   replaying the journal from any LastLogMark over an index at least as new as that mark, and
+   applying every log's records in any order, both yield the table the live path built:
+   rebuild(logs) == live state.
 
 The table is plain code: no sockets, no files.  Ledgers it does not hold in memory come from a
 ``load`` function (the add worker reads the index); ``dirty`` names the ledgers whose stored
@@ -74,19 +77,22 @@ form changed since the caller last persisted them.
 
 from __future__ import annotations
 
+import enum
 import hmac
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from bookie import wire
+from bookie.metadata.ledger import key_check_matches
 from bookie.metadata.recovery_secret import credential as recovery_credential
 from bookie.wire import Status
-
 
 # The kinds of record the rules act on (bookie.storage.records encodes them; these numbers are
 # its on-disk type codes and flag bits).
 ADD_BATCH, FENCE, LAC = 1, 2, 3
 FLAG_RECOVERY = 1  # a recovery add (ADD_BATCH)
 FLAG_STORED_KEY = 2  # the key field holds the stored form, not the client's key
+FLAG_VERIFIED = 4  # FENCE: its key was checked against the owner the store named: it binds
+FLAG_OWNER_CHECK = 8  # the key field holds the owner's key_check (a copy or fence on the credential)
 
 
 class Rejected(Exception):
@@ -95,6 +101,24 @@ class Rejected(Exception):
     def __init__(self, status: Status, message: str = ""):
         super().__init__(message)
         self.status = status
+
+
+class Owner(enum.Enum):
+    """What the metadata store says of an id this bookie holds nothing for (the worker asks;
+    a ``bytes`` answer is the ledger's ``key_check``)."""
+
+    UNKNOWN = "unknown"  # the store has no such ledger: nothing may be stored under the id
+    NO_CHECK = "no-check"  # the ledger exists but its metadata names no key (an older client)
+    NO_STORE = "no-store"  # this bookie has no metadata store (raw wire tools)
+    UNAVAILABLE = "unavailable"  # the store cannot be asked now (down, or past the lookup budget)
+
+
+
+class Placed(NamedTuple):
+    """What a record placed for an accepted request carries: its key field and flags."""
+
+    key: bytes
+    flags: int
 
 
 def check_key_size(key: bytes) -> None:
@@ -112,8 +136,7 @@ def stored_key(salt: bytes, ledger_id: int, master_key: bytes) -> bytes:
 
     One-way, so the index, the journal and the entry logs do not hand out the key a client must
     send; salted per bookie and per ledger, so one table of guesses serves neither another bookie
-    nor another ledger.  (A weak password stays guessable by whoever reads both the salt and the
-    index: the files are the bookie user's alone for that reason.)
+    nor another ledger.
     """
     return hmac.digest(salt, _KDF_LABEL + wire.LEDGER_ID.pack(ledger_id) + bytes(master_key), "sha256")
 
@@ -122,19 +145,20 @@ class StoredLedger:
     """What this bookie knows of one ledger.  The index's ``ledgers`` table holds ``as_dict`` of
     a live ledger; a deleted one is a tombstone in the index's ``deleted`` table instead.
 
-    ``master_key`` is the stored form (``stored_key``), b"" while the ledger is unbound (fenced
-    before any add reached this bookie); ``legacy`` marks a raw key read from an older index."""
+    ``master_key`` is the stored form (``stored_key``), b"" until a key binds the ledger;
+    ``owner_check`` the owner's ``key_check`` while owned but not bound (b"" otherwise);
+    ``legacy`` marks a raw key read from an older index."""
 
-    __slots__ = ("master_key", "fenced", "lac", "deleted", "legacy", "fenced_by")
+    __slots__ = ("master_key", "owner_check", "fenced", "lac", "deleted", "legacy")
 
     def __init__(self, master_key: bytes, fenced: bool = False, lac: int = -1, deleted: bool = False,
-                 legacy: bool = False, fenced_by: bytes = b""):
+                 legacy: bool = False, owner_check: bytes = b""):
         self.master_key = master_key
+        self.owner_check = b"" if master_key else owner_check
         self.fenced = fenced
         self.lac = lac
         self.deleted = deleted
         self.legacy = legacy
-        self.fenced_by = fenced_by  # unbound and fenced: the stored key of its one fencer (rule 7)
 
     @classmethod
     def tombstone(cls) -> "StoredLedger":
@@ -142,14 +166,43 @@ class StoredLedger:
 
     def as_dict(self) -> dict:
         d = {"key": self.master_key.hex(), "kdf": KDF, "fenced": self.fenced, "lac": self.lac}
-        if self.fenced_by:
-            d["fby"] = self.fenced_by.hex()
+        if self.owner_check:
+            d["own"] = self.owner_check.hex()
         return d
 
     @classmethod
     def from_dict(cls, raw: dict) -> "StoredLedger":
         return cls(bytes.fromhex(raw["key"]), bool(raw["fenced"]), int(raw.get("lac", -1)),
-                   legacy=raw.get("kdf") != KDF, fenced_by=bytes.fromhex(raw.get("fby", "")))
+                   legacy=raw.get("kdf") != KDF, owner_check=bytes.fromhex(raw.get("own", "")))
+
+    def bind(self, key: bytes) -> None:
+        self.master_key = key
+        self.owner_check = b""
+
+    # -- what compaction writes (invariants 4, 5, 8) ---------------------------------------------
+    def copy_binding(self) -> Placed:
+        """Key and flags of the ADD_BATCH records that carry this ledger's entries into a new
+        log: applied to an empty table, they bind it exactly as it is bound here."""
+        if self.master_key:
+            return Placed(self.master_key, FLAG_STORED_KEY)
+        if self.owner_check:
+            return Placed(self.owner_check, FLAG_OWNER_CHECK | FLAG_RECOVERY)
+        return Placed(b"", FLAG_STORED_KEY | FLAG_RECOVERY)
+
+    def state_records(self) -> list[tuple[int, Placed, int]]:
+        """(type, key and flags, lac) of the records that restate this ledger's fence and
+        explicit LAC, written by compaction beside the copies of its entries."""
+        out = []
+        if self.fenced:
+            if self.master_key:
+                out.append((FENCE, Placed(self.master_key, FLAG_STORED_KEY | FLAG_VERIFIED), -1))
+            elif self.owner_check:
+                out.append((FENCE, Placed(self.owner_check, FLAG_OWNER_CHECK), -1))
+            else:
+                out.append((FENCE, Placed(b"", FLAG_STORED_KEY), -1))
+        if self.lac >= 0 and self.master_key:
+            out.append((LAC, Placed(self.master_key, FLAG_STORED_KEY), self.lac))
+        return out
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, StoredLedger) or self.deleted != other.deleted:
@@ -167,7 +220,7 @@ class LedgerTable:
                  recovery_secret: bytes | None = None):
         self._load = load or (lambda ledger_id: None)
         self.salt = salt
-        self.recovery_secret = recovery_secret  # None: RECOVERY_CREDENTIAL is refused (rule 6)
+        self.recovery_secret = recovery_secret  # None: RECOVERY_CREDENTIAL is refused
         self.ledgers: dict[int, StoredLedger] = {}
         self.dirty: set[int] = set()
 
@@ -189,120 +242,163 @@ class LedgerTable:
                 self.ledgers[ledger_id] = info
         return info
 
+    def needs_owner(self, ledger_id: int) -> bool:
+        """True when a request for this id cannot be decided without the store's ``Owner``
+        answer (invariant 1): the bookie holds nothing for it."""
+        return self.get(ledger_id) is None
+
     # -- the live path's decisions (change nothing) ----------------------------------------------
-    def _check_key(self, ledger_id: int, master_key: bytes) -> tuple[StoredLedger | None, bytes]:
-        """(the ledger or None, the key's stored form); Rejected when the key does not match."""
+    def _owner_of_new(self, owner) -> bytes | None:
+        """The check of an id held nowhere here: bytes (the store's key_check), or None for
+        first-add binding (invariant 2); Rejected when nothing may be stored."""
+        if owner is Owner.UNKNOWN:
+            raise Rejected(Status.NO_LEDGER, "the metadata store has no such ledger")
+        if owner is Owner.UNAVAILABLE or owner is None:
+            raise Rejected(Status.TOO_MANY_REQUESTS, "cannot ask the metadata store who owns the ledger now")
+        if isinstance(owner, (bytes, bytearray)) and owner:
+            return bytes(owner)
+        return None  # Owner.NO_CHECK, Owner.NO_STORE, or an empty check
+
+    def _checked_key(self, ledger_id: int, master_key: bytes, owner) -> tuple[StoredLedger | None, bytes, bool]:
+        """(the ledger or None, the key's stored form, whether the key was verified against
+        the owner the store named); Rejected when the key is not the owner's."""
         check_key_size(master_key)
         info = self.get(ledger_id)
         key = self.stored_key(ledger_id, master_key)
-        if info is not None:
-            if info.deleted:
-                raise Rejected(Status.NO_LEDGER)
+        if info is None:
+            check = self._owner_of_new(owner)
+            if check is None:
+                return None, key, False
+            if not key_check_matches(check, master_key):
+                raise Rejected(Status.UNAUTHORIZED, "the ledger's metadata names another key")
+            return None, key, True
+        if info.deleted:
+            raise Rejected(Status.NO_LEDGER)
+        if info.master_key:
             # constant time: the answer must not tell how much of a guessed key was right
-            if info.master_key and not hmac.compare_digest(info.master_key, key):
+            if not hmac.compare_digest(info.master_key, key):
                 raise Rejected(Status.UNAUTHORIZED)
-        return info, key
+            return info, key, True
+        if info.owner_check:
+            if not key_check_matches(info.owner_check, master_key):
+                raise Rejected(Status.UNAUTHORIZED, "the ledger's metadata names another key")
+            return info, key, True
+        return info, key, False
 
-    def check_credential(self, ledger_id: int, credential: bytes) -> bytes:
-        """Raises Rejected unless ``credential`` is the ledger's recovery credential (rule 6).
+    def check_credential(self, ledger_id: int, credential: bytes, owner=None) -> Placed:
+        """Raises Rejected unless ``credential`` is the ledger's recovery credential (invariant 3).
 
         Returns:
-            the key for the record: the ledger's stored key when it is bound here, else b"".
+            the key and flags of the record: the stored key when bound here, the owner's check
+            when owned or named by the store, else no key.
         """
         if not self.recovery_secret:
             raise Rejected(Status.UNAUTHORIZED, "this bookie has no recovery secret")
         if not hmac.compare_digest(bytes(credential), recovery_credential(self.recovery_secret, ledger_id)):
             raise Rejected(Status.UNAUTHORIZED, "wrong recovery credential")
         info = self.get(ledger_id)
-        if info is not None and info.deleted:
+        if info is None:
+            check = self._owner_of_new(owner)
+            return Placed(check, FLAG_OWNER_CHECK) if check else Placed(b"", FLAG_STORED_KEY)
+        if info.deleted:
             raise Rejected(Status.NO_LEDGER)
-        return info.master_key if info is not None else b""
+        if info.master_key:
+            return Placed(info.master_key, FLAG_STORED_KEY)
+        if info.owner_check:
+            return Placed(info.owner_check, FLAG_OWNER_CHECK)
+        return Placed(b"", FLAG_STORED_KEY)
 
-    def check_add(self, ledger_id: int, master_key: bytes, recovery: bool, credential: bool = False) -> bytes:
+    def check_add(self, ledger_id: int, master_key: bytes, recovery: bool, credential: bool = False,
+                  owner=None) -> Placed:
         """Raises Rejected unless an ADD_BATCH with this key (and recovery flag) may be placed;
-        with ``credential`` the key is the ledger's recovery credential (rule 6).
+        with ``credential`` the key is the ledger's recovery credential.  ``owner`` is the
+        store's answer, needed when ``needs_owner`` (invariant 1).
 
         Returns:
-            the key's stored form, for the record.
+            the key and flags of the record.
         """
         if credential:
             if not recovery:
                 raise Rejected(Status.BAD_REQUEST, "the recovery credential only on recovery adds")
-            return self.check_credential(ledger_id, master_key)
-        info, key = self._check_key(ledger_id, master_key)
+            placed = self.check_credential(ledger_id, master_key, owner)
+            return Placed(placed.key, placed.flags | FLAG_RECOVERY)
+        info, key, _ = self._checked_key(ledger_id, master_key, owner)
         if info is not None and info.fenced and not recovery:
             raise Rejected(Status.FENCED)
-        return key
+        return Placed(key, FLAG_STORED_KEY | (FLAG_RECOVERY if recovery else 0))
 
-    def check_fence(self, ledger_id: int, master_key: bytes, credential: bool = False) -> bytes:
+    def check_fence(self, ledger_id: int, master_key: bytes, credential: bool = False,
+                    owner=None) -> Placed:
         """Raises Rejected unless a FENCE with this key (with ``credential``: the ledger's
-        recovery credential, rule 6) may be placed.
+        recovery credential) may be placed.
 
         Returns:
-            the key's stored form, for the FENCE record.  On a ledger this bookie holds no key
-            for, the fence binds nothing (rule 2): ``apply`` keeps the key as ``fenced_by``.
-            With ``credential``: the ledger's stored key, or b"" when it is unbound here.
+            the key and flags of the FENCE record: a key verified against the owner binds the
+            ledger (``FLAG_VERIFIED``); an unverified fence (invariant 2) binds nothing and
+            carries no key.
         """
         if credential:
-            return self.check_credential(ledger_id, master_key)
-        return self._check_key(ledger_id, master_key)[1]
+            return self.check_credential(ledger_id, master_key, owner)
+        _, key, verified = self._checked_key(ledger_id, master_key, owner)
+        if not verified:  # a fence no owner vouches for binds nothing, so it carries no key
+            return Placed(b"", FLAG_STORED_KEY)
+        return Placed(key, FLAG_STORED_KEY | FLAG_VERIFIED)
 
-    def claimed_by_other(self, ledger_id: int, master_key: bytes) -> bool:
-        """True when another key holds this ledger here: it is bound to another key, or fenced
-        while unbound by another single key (rule 7: the metadata store may refute that)."""
-        info = self.get(ledger_id)
-        if info is None or info.deleted:
-            return False
-        key = self.stored_key(ledger_id, master_key)
-        held = info.master_key or (info.fenced_by if info.fenced else b"")
-        return bool(held) and not hmac.compare_digest(held, key)
-
-    def check_write_lac(self, ledger_id: int, master_key: bytes) -> bytes:
+    def check_write_lac(self, ledger_id: int, master_key: bytes) -> Placed:
         """Raises Rejected unless a LAC record with this key may be placed: NO_LEDGER when no
-        add bound the ledger here.  Returns the key's stored form, for the record."""
-        info, key = self._check_key(ledger_id, master_key)
-        if info is None or not info.master_key:
+        key bound the ledger here (an explicit LAC binds nothing, and asks no store)."""
+        info = self.get(ledger_id)
+        if info is None or info.deleted or not info.master_key:
+            check_key_size(master_key)
             raise Rejected(Status.NO_LEDGER, "no add bound this ledger on this bookie")
-        return key
+        _, key, _ = self._checked_key(ledger_id, master_key, None)
+        return Placed(key, FLAG_STORED_KEY)
 
     # -- the one state change --------------------------------------------------------------------
     def apply(self, rec) -> bool:
-        """Apply one record (placed just now by the live path, or replayed from the journal).
+        """Apply one record (placed by the live path, replayed from the journal, or read from an
+        entry log by a rebuild).  ``rec`` has ``type``, ``flags``, ``ledger_id``,
+        ``master_key`` and ``lac`` (``bookie.storage.records.Record``).
 
         Returns:
-            True when the record is an ADD_BATCH whose entries belong in storage.
+            True when the record belongs in storage: an ADD_BATCH's entries, a FENCE or LAC
+            record itself in the entry log; False when it changes nothing and stores nothing.
         """
         key = rec.master_key
-        if key and not rec.flags & FLAG_STORED_KEY:  # written by an older bookie
+        flags = rec.flags
+        check = b""
+        if flags & FLAG_OWNER_CHECK:
+            check, key = bytes(key), b""
+        elif key and not flags & FLAG_STORED_KEY:  # written by an older bookie
             key = self.stored_key(rec.ledger_id, key)
         info = self.get(rec.ledger_id)
         if info is None:
             if rec.type == LAC:
-                return False  # rule 2: an explicit LAC binds nothing
-            # rule 1: an add binds its key; rule 2: a fence creates the ledger fenced, unbound
-            info = StoredLedger(key if rec.type == ADD_BATCH else b"")
+                return False  # an explicit LAC binds nothing
+            info = StoredLedger(b"", owner_check=check)
+            if key and (rec.type == ADD_BATCH or flags & FLAG_VERIFIED):
+                info.bind(key)  # invariants 1 and 2: the owner's key, or the first add's
             self.ledgers[rec.ledger_id] = info
             self.dirty.add(rec.ledger_id)
-            if rec.type == FENCE:
-                info.fenced_by = key  # rule 7: who fenced it (b"": the recovery credential)
         elif info.deleted:
-            return False  # rule 5: deleted for good
-        elif not info.master_key:
-            if rec.type == ADD_BATCH and key:  # the first add binds an unbound ledger
-                info.master_key = key
-                info.fenced_by = b""
+            return False  # invariant 6
+        elif info.master_key:
+            if key and not hmac.compare_digest(info.master_key, key):
+                return False  # not the owner's key: never stored
+            if not key and not check and rec.type != FENCE and not (
+                    rec.type == ADD_BATCH and flags & FLAG_RECOVERY):
+                return False  # keyless: only copies (recovery adds) and fences
+        else:  # owned or unbound
+            if key and (rec.type == ADD_BATCH or (rec.type == FENCE and flags & FLAG_VERIFIED)):
+                info.bind(key)  # the live path checked it against the owner (or first add)
                 self.dirty.add(rec.ledger_id)
-            elif rec.type == FENCE and (not info.fenced or info.fenced_by not in (b"", key)):
-                # rule 7: its one fencer; b"" once fenced by two keys (or the credential)
-                info.fenced_by = b"" if info.fenced else key
+            elif check and not info.owner_check:
+                info.owner_check = check
                 self.dirty.add(rec.ledger_id)
             elif rec.type == LAC:
                 return False
-        elif key and not hmac.compare_digest(info.master_key, key):
-            return False  # rule 1: the key of the first add holds
-        elif not key and rec.type != FENCE and not (
-                rec.type == ADD_BATCH and rec.flags & FLAG_RECOVERY):
-            return False  # (a keyless recovery add: a credential copy placed while unbound, rule 8)
+            elif rec.type == ADD_BATCH and not key and not flags & FLAG_RECOVERY:
+                return False
         if rec.type == FENCE:
             if not info.fenced:
                 info.fenced = True
@@ -311,15 +407,9 @@ class LedgerTable:
             if rec.lac > info.lac:
                 info.lac = rec.lac
                 self.dirty.add(rec.ledger_id)
-        return rec.type == ADD_BATCH
-
-    def forget(self, ledger_id: int) -> None:
-        """The GC purged the ledger (the metadata store never created it): drop what the table
-        holds of it, so that the ledger that later gets the id is bound by its own first add."""
-        self.ledgers.pop(ledger_id, None)
-        self.dirty.discard(ledger_id)
+        return True
 
     def mark_deleted(self, ledger_id: int) -> None:
-        """The GC deleted the ledger (its tombstone is in the index): it stays deleted."""
+        """The GC deleted the ledger (invariant 6): it stays deleted."""
         self.ledgers[ledger_id] = StoredLedger.tombstone()
         self.dirty.discard(ledger_id)

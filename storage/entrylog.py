@@ -51,7 +51,7 @@ def list_logs(directory: str) -> list[int]:
 
 
 class EntryLogWriter:
-    """Appends ADD_BATCH records to the current entry log; rolls at ``size_limit``."""
+    """Appends records to the current entry log; rolls at ``size_limit``."""
 
     def __init__(self, directory: str, size_limit: int, preallocate: bool, new_log_id):
         self.directory = directory
@@ -145,7 +145,7 @@ class EntryLogs:
                  index: "Index | None" = None):
         existing = [i for d in directories for i in list_logs(d)]
         self._next = max(existing, default=0) + 1
-        self._directories = list(directories)
+        self._directories = self.directories = list(directories)
         self._index = index
         self.writers = [EntryLogWriter(d, size_limit, preallocate, self._new_log_id)
                         for d in directories]

@@ -3,16 +3,11 @@
 Index (LMDB environment ``index`` in the first index directory)
 -----------------------------------------------------------------
 ``entries``  key ledger_id u64 BE | entry_id u64 BE  ->  log_id u32 | offset u64 | length u32 (LE)
-``ledgers``  key ledger_id u64 BE  ->  orjson {"key": hex master key, "fenced": bool, "lac": int}
+``ledgers``  key ledger_id u64 BE  ->  orjson ``StoredLedger.as_dict`` (bookie.core.ledgers): {"key":
+             hex stored key, "kdf", "fenced": bool, "lac": int, "own": hex owner check}
 ``deleted``  key ledger_id u64 BE  ->  b"" (tombstone: the GC deleted the ledger; ids are never
-             reused, so it is kept for good and nothing of the ledger is stored again)
-``purged``   key ledger_id u64 BE  ->  b"" (the GC purged a ledger the metadata store never created:
-             entries, record and its bytes in the log maps gone, no tombstone; the add worker
-             takes the marker in: forgets what it cached of the ledger and moves the marker to
-             ``purged_at``, so that the ledger that later gets the id starts clean)
-``purged_at`` key ledger_id u64 BE ->  u64 BE journal position where the add worker took the purge
-             in: replay skips the ledger's records that start before it (they were placed on
-             the squatter's binding); forgotten once LastLogMark has passed it
+             reused, so it is kept for good and nothing of the ledger is stored again; the
+             durable list of deletes, bookie.storage.deletes, outlives the index)
 ``logs``     key log_id u32 BE     ->  orjson {ledger_id: bytes stored} (the log's ledger map)
 ``meta``     b"current_logs" -> orjson list of the logs being written (GC leaves them alone)
              b"next_log_id" -> u32 BE, the next entry log id to hand out (``allocate_log_id``:
@@ -68,11 +63,6 @@ class Index:
         self.entries = env.open_db(b"entries")
         self.ledgers = env.open_db(b"ledgers")
         self.deleted = env.open_db(b"deleted")
-        try:
-            self.purged = env.open_db(b"purged")
-            self.purged_at = env.open_db(b"purged_at")
-        except lmdb.Error:  # an index from before purges, opened read-only: it holds no marker
-            self.purged = self.purged_at = None
         self.logs = env.open_db(b"logs")
         self.meta = env.open_db(b"meta")
 
@@ -166,20 +156,6 @@ class Index:
         txn.put(LEDGER_KEY.pack(ledger_id), b"", db=self.deleted)
         return self.delete_entries(txn, ledger_id, limit, drop_record=True)
 
-    def purge_markers(self, txn) -> set[int]:
-        """The ledgers the GC purged whose markers the add worker has not consumed yet."""
-        if self.purged is None:
-            return set()
-        with txn.cursor(db=self.purged) as cur:
-            return {LEDGER_KEY.unpack(k)[0] for k in cur.iternext(keys=True, values=False)}
-
-    def purges_taken_in(self, txn) -> dict[int, int]:
-        """ledger_id -> journal position where the add worker took the ledger's purge in."""
-        if self.purged_at is None:
-            return {}
-        with txn.cursor(db=self.purged_at) as cur:
-            return {LEDGER_KEY.unpack(k)[0]: LEDGER_KEY.unpack(v)[0] for k, v in cur}
-
     def delete_entries(self, txn, ledger_id: int, limit: int, drop_record: bool) -> int:
         """Delete up to ``limit`` entries of a ledger, and its record too when ``drop_record``
         and none are left.  Returns how many entries were deleted."""
@@ -233,24 +209,3 @@ class Index:
             log_id = max(floor, LOG_KEY.unpack(raw)[0] if raw else 0)
             txn.put(b"next_log_id", LOG_KEY.pack(log_id + 1), db=self.meta)
         return log_id
-
-
-def purge_ledgers(index: Index, txn, ledger_ids) -> None:
-    """Finish purging ledgers the store never created, in one transaction: a purge marker each
-    (``Index.purged``), their remaining entries, their records, their bytes in every log map;
-    never a tombstone.  One transaction, so that the add worker (which takes the markers in and
-    only then lets a new binding of the id in) never sees a marker before the data is gone, and
-    the maps never lose bytes of a ledger bound after the purge (its log could be deleted)."""
-    ids = set(ledger_ids)
-    for ledger_id in ids:
-        txn.put(LEDGER_KEY.pack(ledger_id), b"", db=index.purged)
-        index.delete_entries(txn, ledger_id, 1 << 62, drop_record=True)  # what is left
-    names = {str(lid) for lid in ids}
-    changed = {}
-    with txn.cursor(db=index.logs) as cur:
-        for k, v in cur:
-            counts = orjson.loads(v)
-            if names & counts.keys():
-                changed[bytes(k)] = {a: b for a, b in counts.items() if a not in names}
-    for k, counts in changed.items():
-        txn.put(k, orjson.dumps(counts), db=index.logs)

@@ -11,17 +11,19 @@ Everything the LMDB index holds can be found again on the bookie's disks:
   copy, so a crash in between leaves both (identical bytes).  A rebuild takes the copy in the
   log with the higher id, as the live index did; neither a rebuild nor a check calls that
   corruption.
-- **ledger records** (master key, fenced, explicit LAC): every record carries its ledger's
-  master key; FENCE and LAC records are in the journal only.  A rebuild applies, through the
-  one ledger table of ``bookie.core.ledgers``, the entry logs' records and then every record
-  of every journal file still on disk (backups included).  A fence the journal no longer holds
-  is restored when the ledger has a recovery add anywhere in the logs (recovery only follows a
-  fence, and a ledger under recovery must refuse its old writer anyway), or when the old index
-  can still be read and says so: what the old index holds is merged in only where it adds
-  protection (fenced, a higher explicit LAC, deletion tombstones).
+- **ledger records** (binding, fenced, explicit LAC, deleted): every record carries its
+  ledger's key (or its owner's check), and the entry logs hold every FENCE and LAC record as
+  well as the adds (compaction restates them beside the copies it makes).  A rebuild marks
+  deleted every id of the bookie's durable list of deletes (``bookie.storage.deletes``), then
+  applies, through the one ledger table of ``bookie.core.ledgers``, every record of every entry
+  log and then every record of every journal file still on disk (backups included): the rule
+  book's invariant 8 makes that the table the live path built, whatever journal files rolled
+  away and whatever was compacted.  What the old index still holds, when it can be read, is
+  merged in only where it adds protection (fenced, a higher explicit LAC, deletion tombstones).
 - **ledger maps** (bytes per ledger in each log, the GC's and compaction's input): counted from
-  the entries the rebuilt index points at, plus deleted ledgers' entries (the dead share
-  compaction reclaims); a log whose entries were all copied elsewhere gets an empty map.
+  the entries the rebuilt index points at, the FENCE and LAC records of live ledgers, plus
+  deleted ledgers' entries (the dead share compaction reclaims); a log whose entries were all
+  copied elsewhere gets an empty map.
 - **other bookkeeping** in ``meta`` (the log id sequence, a compaction's step record) is kept
   from the old index when it can be read; a log a compaction was still copying into (state
   "copying": never synced nor pointed at) is not indexed, and its recovery removes it.
@@ -53,7 +55,7 @@ import lmdb
 import numpy as np
 import orjson
 
-from bookie.storage import records
+from bookie.storage import deletes, records
 from bookie.storage.inspect import (
     EntryLogFile, IndexUnreadable, InspectError, digest_kind, in_child, index_path,
     iter_journal, ledger_dirs_of, log_paths, open_index_readonly)
@@ -168,12 +170,11 @@ def _rebuild(conf, progress: Progress, fence_all: bool) -> RebuildReport:
     try:
         index = Index(env)
         table = LedgerTable(salt=_salt(conf))  # keys in their stored form, as the bookie's
-        for ledger_id in old.tombstones:
-            table.mark_deleted(ledger_id)
+        for ledger_id in old.tombstones | deletes.read(ledger_dirs_of(conf)[0]):
+            table.mark_deleted(ledger_id)  # before any record: deleted stays deleted
         found = _index_logs(conf, index, table, report, progress, skip)
         _apply_journal(conf, table, report, progress)
-        _write_ledgers(index, table, old.records, old.tombstones, found.recovered, report,
-                       fence_all)
+        _write_ledgers(index, table, old.records, old.tombstones, report, fence_all)
         _write_maps(index, found, report, progress)
         _write_meta(conf, index, old.meta)
         env.sync(True)
@@ -194,7 +195,9 @@ def _rebuild(conf, progress: Progress, fence_all: bool) -> RebuildReport:
 class _Found:
     """What the walk over the entry logs found besides the locations it indexed."""
 
-    recovered: set[int] = dataclasses.field(default_factory=set)  # ledgers with a recovery add
+    # bytes of live ledgers' FENCE and LAC records per log (in the maps, as on the live path)
+    state_bytes: dict[int, dict[int, int]] = dataclasses.field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int)))
     whole: set[int] = dataclasses.field(default_factory=set)  # logs read to their end
     # bytes of deleted ledgers per log: not indexed, but in the maps, so that compaction sees
     # them as the dead share of their logs (as in the live index's maps)
@@ -244,15 +247,18 @@ def _index_each_log(logs, index, table, report, progress, found: _Found, earlier
                 report.warnings.append(f"{path}: its header says log id {elog.log_id}: skipped")
                 continue
             for pos, rec in elog.records():
-                if not table.apply(rec):
+                applied = table.apply(rec)
+                if rec.type != records.ADD_BATCH:
+                    if applied:
+                        found.state_bytes[log_id][rec.ledger_id] += rec.size
+                    continue
+                if not applied:
                     if table.get(rec.ledger_id).deleted:
                         found.deleted_bytes[log_id][rec.ledger_id] += int(rec.lengths.sum())
                     else:
                         report.warnings.append(f"{path} offset {pos}: ledger {rec.ledger_id} with "
                                                f"another master key than its first record: skipped")
                     continue
-                if rec.flags & records.FLAG_RECOVERY:
-                    found.recovered.add(rec.ledger_id)
                 _put_record(index, txn, elog, pos, rec, earlier, report)
                 now = time.monotonic()
                 if now - last_note >= 1.0:
@@ -315,8 +321,7 @@ def _apply_journal(conf, table: LedgerTable, report: RebuildReport, progress: Pr
 
 
 def _write_ledgers(index: Index, table: LedgerTable, old_records: dict[int, StoredLedger],
-                   tombstones: set[int], recovered: set[int], report: RebuildReport,
-                   fence_all: bool) -> None:
+                   tombstones: set[int], report: RebuildReport, fence_all: bool) -> None:
     for ledger_id, old in old_records.items():
         if table.get(ledger_id) is None and ledger_id not in tombstones:
             table.ledgers[ledger_id] = StoredLedger(old.master_key, old.fenced, old.lac)
@@ -330,7 +335,7 @@ def _write_ledgers(index: Index, table: LedgerTable, old_records: dict[int, Stor
             if old is not None and old.master_key == info.master_key:
                 info.fenced = info.fenced or old.fenced
                 info.lac = max(info.lac, old.lac)
-            info.fenced = info.fenced or ledger_id in recovered or fence_all
+            info.fenced = info.fenced or fence_all
             index.put_ledger(txn, ledger_id, info.as_dict())
             report.ledgers += 1
             report.fenced += info.fenced
@@ -356,6 +361,9 @@ def _write_maps(index: Index, found: _Found, report: RebuildReport, progress: Pr
     an empty map: the GC may delete it.  A damaged log keeps no map unless something of it is
     counted (what follows the damage is unknown, so the GC must keep it)."""
     maps = found.deleted_bytes
+    for log_id, counts in found.state_bytes.items():
+        for ledger_id, n in counts.items():
+            maps[log_id][ledger_id] += n
     report.entries = 0
     with index.env.begin() as txn, txn.cursor(db=index.entries) as cur:
         for k, v in cur:

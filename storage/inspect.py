@@ -136,9 +136,8 @@ class EntryLogFile:
                 return
             try:
                 rec = records.parse(buf, pos)
-                if rec.type != records.ADD_BATCH or rec.size <= records.REC_HEADER_SIZE:
-                    raise records.RecordError(f"record type {rec.type} has no place in an "
-                                              f"entry log")
+                if rec.size <= records.REC_HEADER_SIZE:
+                    raise records.RecordError("an empty record has no place in an entry log")
             except (records.RecordError, ValueError, struct.error) as e:
                 zeros = not bytes(buf[pos:pos + records.REC_HEADER_SIZE]).strip(b"\0")
                 scan.stop = "zeros" if zeros else f"unreadable record at offset {pos}: {e}"
