@@ -169,6 +169,11 @@ class IOThread:
         self.submit(run)
         return fut
 
+    def offload(self, fn, *args) -> Future:
+        """Run ``fn(*args)`` on the metadata pool (a blocking store call an operation's
+        callback on this thread must not make itself); a Future of its result."""
+        return self._pool.submit(fn, *args)
+
     def close(self, timeout_s: float = 10.0) -> None:
         if self._closing:
             return
