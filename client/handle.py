@@ -253,7 +253,12 @@ class LedgerHandle:
             if fresh is None or outer.done() or not worth_retrying(info, fresh, first, last):
                 fail(outer, error)
                 return
-            self._follow(self._start_read(fresh, first, last), outer, fresh, first, last)
+            try:
+                again = self._start_read(fresh, first, last)
+            except BaseException as exc:  # the client closed meanwhile: to the caller
+                fail(outer, exc)
+                return
+            self._follow(again, outer, fresh, first, last)
 
         def done(f: Future) -> None:  # on the I/O thread
             if f.cancelled():
@@ -265,8 +270,12 @@ class LedgerHandle:
             elif outer.done() or not refresh_wanted(error, last, self._lac):
                 fail(outer, error)
             else:
-                self._runner.io.offload(self._reread_info).add_done_callback(
-                    lambda r: refreshed(r, error))
+                try:
+                    reread = self._runner.io.offload(self._reread_info)
+                except BaseException:  # the client is closing: the read's own error stands
+                    fail(outer, error)
+                    return
+                reread.add_done_callback(lambda r: refreshed(r, error))
         fut.add_done_callback(done)
 
     def _reread_info(self) -> LedgerInfo:

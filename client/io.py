@@ -21,18 +21,7 @@ timeouts, metadata results) and executes the actions it returns:
   back as events through ``submit``;
 * ``Suspect`` marks a bookie as failing lately (as a timeout does): later reads start their
   entries elsewhere until it answers again;
-* READs are paced per bookie by the reply bytes they may bring (``ReadPace``): a bookie refuses
-  a connection's reads with TOO_MANY_REQUESTS once ``maxReadReplyBytesPerConnection`` (64 MiB
-  by default) of its replies are unread, so the client keeps at most
-  ``READ_BYTES_IN_FLIGHT_PER_BOOKIE`` (half that) asked of one bookie and holds the READs past
-  it until answers come back (always at least one in flight).  A READ charges the reply it can
-  bring: its entry count times the bookie's largest average entry size seen lately (the full
-  ``MAX_READ_BYTES`` until an answer shows it), at most ``MAX_READ_BYTES``.  A READ answered
-  TOO_MANY_REQUESTS all the same (another client of the same connection's budget, a bookie
-  configured lower) is sent again after a back-off (5 ms, doubling, at most 0.5 s), for up to
-  ``busy_retry_s`` (the client's ``operationTimeout``) since its first refusal; only then does
-  its operation see the refusal.  The cost on the hot path: a multiplication and one comparison
-  per READ sent, a subtraction per answer;
+* READs are paced per bookie, and retried after TOO_MANY_REQUESTS (client/pacing.py);
 * everything else (Confirm, FailAdds, Deliver, Finished) goes to the driver's own outputs.
 
 Nothing here decides protocol questions; it only moves bytes and time.
@@ -61,29 +50,13 @@ import zmq
 
 from bookie import wire
 from bookie.client.errors import BookKeeperError, ClientClosedError
+from bookie.client.pacing import ReadPacer
 from bookie.client.protocol import actions as A
 from bookie.wire import Flag, Op
 
 log = logging.getLogger("bookie.client")
-TOO_MANY_REQUESTS = int(wire.Status.TOO_MANY_REQUESTS)
 
 ADD, READ = 0, 1
-# Read pacing (theory of operation): half the bookie's default per-connection unread-reply cap.
-READ_BYTES_IN_FLIGHT_PER_BOOKIE = 32 * 1024 * 1024
-BUSY_FIRST_BACKOFF_S, BUSY_MAX_BACKOFF_S = 0.005, 0.5
-
-
-class ReadPace:
-    """One bookie's READs in flight: the reply bytes they were charged, the READs held back
-    until answers free room, and the entry size its answers showed."""
-
-    __slots__ = ("in_flight_bytes", "entry_bytes", "learned", "waiting")
-
-    def __init__(self):
-        self.in_flight_bytes = 0
-        self.entry_bytes = wire.MAX_READ_BYTES  # unknown until an answer shows it
-        self.learned = False
-        self.waiting: collections.deque = collections.deque()  # (driver, SendRead, busy)
 
 
 class Driver:
@@ -123,8 +96,7 @@ class _Request:
 
     def __init__(self, driver, action, key, deadline, charge=0, busy=None):
         self.driver, self.action, self.key, self.deadline = driver, action, key, deadline
-        self.charge = charge  # reply bytes charged to its bookie's ReadPace (READs)
-        self.busy = busy  # (first refused at, refusals): a READ sent again after TOO_MANY_REQUESTS
+        self.charge, self.busy = charge, busy  # READs: ReadPacer's charge, (refused at, times)
 
 
 class IOThread:
@@ -162,10 +134,7 @@ class IOThread:
         # bookie -> when a request to it last timed out or could not be sent; cleared by its
         # next answer.  Reads start each entry at a replica not in here (slow-bookie avoidance).
         self._suspects: dict[str, float] = {}
-        self._pace: dict[str, ReadPace] = {}  # bookie -> its READs in flight (read pacing)
-        # how long a READ refused TOO_MANY_REQUESTS is sent again (the client sets it to its
-        # operationTimeout)
-        self.busy_retry_s = 60.0
+        self.pacer = ReadPacer()  # READs in flight per bookie (client/pacing.py)
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=name + "-meta")
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._started = threading.Event()
@@ -205,8 +174,7 @@ class IOThread:
         return fut
 
     def offload(self, fn, *args) -> Future:
-        """Run ``fn(*args)`` on the metadata pool (a blocking store call an operation's
-        callback on this thread must not make itself); a Future of its result."""
+        """Run ``fn(*args)`` (a blocking store call) on the metadata pool; a Future of it."""
         return self._pool.submit(fn, *args)
 
     def close(self, timeout_s: float = 10.0) -> None:
@@ -357,68 +325,32 @@ class IOThread:
         stale = [rid for rid, req in self._inflight.items() if req.key == (bookie, kind)]
         for rid in stale:
             req = self._inflight.pop(rid)
-            if req.charge:
-                self._release(req)
+            self._release(req)
             self.run_for(req.driver, req.driver.event, _response(req.action, A.TIMEOUT))
 
     def _send_read(self, driver: Driver, a: A.SendRead, busy=None) -> None:
-        """Send a READ now, or hold it until its bookie has room (theory of operation)."""
-        pace = self._pace.get(a.bookie)
-        if pace is None:
-            pace = self._pace[a.bookie] = ReadPace()
-        charge = a.max_count * pace.entry_bytes
-        if charge > wire.MAX_READ_BYTES:
-            charge = wire.MAX_READ_BYTES
-        if pace.in_flight_bytes + charge > READ_BYTES_IN_FLIGHT_PER_BOOKIE and \
-                pace.in_flight_bytes:
-            pace.waiting.append((driver, a, busy))
-            return
-        pace.in_flight_bytes += charge
+        """Send a READ now, or hold it until its bookie has room (client/pacing.py)."""
+        charge = self.pacer.admit(a.bookie, a.max_count)
+        if not charge:
+            return self.pacer.hold(a.bookie, (driver, a.max_count, a, busy))
         self._send(driver, a, charge=charge, busy=busy)
 
-    def _release(self, req: _Request) -> None:
-        """A READ left flight: give its charge back and send what waited for the room."""
-        pace = self._pace[req.key[0]]
-        pace.in_flight_bytes -= req.charge
-        req.charge = 0
-        waiting = pace.waiting
-        while waiting:
-            driver, a, busy = waiting[0]
-            if driver.over:
-                waiting.popleft()
-                continue
-            charge = min(a.max_count * pace.entry_bytes, wire.MAX_READ_BYTES)
-            if pace.in_flight_bytes and pace.in_flight_bytes + charge > \
-                    READ_BYTES_IN_FLIGHT_PER_BOOKIE:
-                return
-            waiting.popleft()
-            pace.in_flight_bytes += charge
-            self.run_for(driver, self._send, driver, a, None, charge, busy)
+    def _release(self, req: _Request, answer=None) -> None:
+        """A READ left flight (``answer``: its OK frames): charge back, held READs sent."""
+        charge, req.charge = req.charge, 0
+        if not charge:
+            return  # not a READ, or released already
+        self.pacer.learn(req.key[0], answer)
+        for (driver, _, a, busy), again in self.pacer.release(req.key[0], charge):
+            self.run_for(driver, self._send, driver, a, None, again, busy)
 
     def _refused_busy(self, req: _Request, now: float) -> bool:
-        """A READ answered TOO_MANY_REQUESTS: True if it is sent again after a back-off
-        (within ``busy_retry_s`` of its first refusal), False if its operation gets the
-        refusal now."""
-        since, refusals = req.busy or (now, 0)
-        if now - since >= self.busy_retry_s or req.driver.over:
-            return False
-        delay = min(BUSY_MAX_BACKOFF_S, BUSY_FIRST_BACKOFF_S * (1 << min(refusals, 16)))
-        driver, a = req.driver, req.action
-        self.later(delay, lambda: self._send_read(driver, a, (since, refusals + 1)), driver)
-        return True
-
-    def _learn_entry_size(self, bookie: str, frames) -> None:
-        """An OK READ answer: the largest average entry size its bookie's answers showed
-        (a decaying maximum), for the charge of its next READs."""
-        pace = self._pace.get(bookie)
-        n = len(frames[1]) // 4 if len(frames) > 2 else 0
-        if pace is None or n == 0:
-            return
-        avg = len(frames[2]) // n + 1
-        if avg >= pace.entry_bytes or not pace.learned:
-            pace.entry_bytes, pace.learned = avg, True
-        else:
-            pace.entry_bytes = (pace.entry_bytes * 7 + avg) // 8
+        """A READ answered TOO_MANY_REQUESTS: True if it is sent again after a back-off."""
+        (since, refusals), driver, a = req.busy or (now, 0), req.driver, req.action
+        delay = None if driver.over else self.pacer.retry_delay(since, refusals, now)
+        if delay is not None:
+            self.later(delay, lambda: self._send_read(driver, a, (since, refusals + 1)), driver)
+        return delay is not None
 
     def _send(self, driver: Driver, a, sizes=None, charge: int = 0, busy=None) -> None:
         rid = next(self._ids)
@@ -463,8 +395,7 @@ class IOThread:
         except zmq.ZMQError as exc:
             log.debug("send to %s failed: %s", a.bookie, exc)
             del self._inflight[rid]
-            if charge:
-                self._release(req)
+            self._release(req)
             self._suspects[a.bookie] = time.monotonic()
             driver.event(_response(a, A.UNREACHABLE))
             self._reset_socket(a.bookie, kind)
@@ -513,10 +444,8 @@ class IOThread:
             if self._suspects and key[0] in self._suspects:
                 del self._suspects[key[0]]
             if req.charge:
-                if status == 0:
-                    self._learn_entry_size(key[0], frames)
-                self._release(req)
-                if status == TOO_MANY_REQUESTS and self._refused_busy(req, time.monotonic()):
+                self._release(req, frames if status == 0 else None)
+                if status == wire.Status.TOO_MANY_REQUESTS and self._refused_busy(req, time.monotonic()):
                     continue
             self.run_for(req.driver, _deliver_answer, req, status, frames)
 
@@ -527,8 +456,7 @@ class IOThread:
             req = self._inflight.pop(rid, None)
             if req is None:
                 continue
-            if req.charge:
-                self._release(req)
+            self._release(req)
             if req.driver.over:
                 # Its operation ended without it (a speculative read got the entries from
                 # another replica): resetting the socket now would fail the requests sent on it
