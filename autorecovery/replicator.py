@@ -83,6 +83,7 @@ class Replicator:
         self.exclude: set[str] = set()  # never a replacement (bookies being recovered)
         self.copied_bytes = 0
         self.copied_entries = 0
+        self.lost_reported = 0  # ledgers this replicator was the first to report lost
         self._secret: bytes | None = None
 
     def close(self) -> None:
@@ -317,5 +318,6 @@ class Replicator:
             self.log("would report lost entries", level="error", ledger_id=ledger_id, **detail)
             return
         if self.ur.report_lost(ledger_id, detail):
+            self.lost_reported += 1
             self.log("ledger lost entries: no live copy to heal from", level="error",
                      ledger_id=ledger_id, **detail)
