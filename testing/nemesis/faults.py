@@ -16,10 +16,11 @@ import signal
 import threading
 
 from bookie.testing.localbookies import LocalBookieError
+from bookie.testing.nemesis.lifecycle import LifecycleFaults
 from bookie.testing.nemesis.schedule import Fault
 
 
-class Nemesis:
+class Nemesis(LifecycleFaults):
     """Injects faults into one cluster.
 
     Args:
@@ -50,6 +51,7 @@ class Nemesis:
         self._starting: set[int] = set()
         self._restarts: list[threading.Thread] = []
         self._restarting: set[int] = set()  # being stopped and started by a thread
+        self._lifecycle_init()
 
     # -- one fault -------------------------------------------------------------------------------
     def inject(self, fault: Fault):
@@ -282,7 +284,7 @@ class Nemesis:
     def heal_all(self, heals: list) -> None:
         """Run the pending heals, then bring every part of the cluster back."""
         for thread in self._restarts:
-            thread.join(60.0)
+            thread.join(300.0)  # a decommission or a rebuild takes a while
         self._restarts.clear()
         if self.network is not None:
             self.network.heal()
@@ -312,6 +314,9 @@ class Nemesis:
 
 class _Skip(Exception):
     """The fault's target is not there at the moment."""
+
+
+Nemesis._Skip = _Skip  # the lifecycle faults raise it too
 
 
 def _group_members(pgid: int) -> set[int]:
