@@ -272,7 +272,8 @@ class Nemesis(LifecycleFaults):
                     self.bookies.wait_serving(i)
                     break
                 except LocalBookieError as exc:
-                    self.log(f"nemesis: bookie {i} did not come back (try {attempt + 1})")
+                    self.log(f"nemesis: bookie {i} did not come back (try {attempt + 1}): "
+                             f"{str(exc).splitlines()[0]}")
                     if attempt + 1 == attempts or self.bookies.running(i):
                         self.bookie_exits.append(f"bookie {i} did not come back: "
                                                  f"{str(exc).splitlines()[0]}")

@@ -18,7 +18,8 @@ WINDOW = 64
 READ_TIMEOUT_S = 10.0
 
 
-def _read_from(raw, ledger_id: int, entry_ids: list[int], decode) -> dict[int, object]:
+def _read_from(raw, ledger_id: int, entry_ids: list[int], decode,
+               timeout_s: float = READ_TIMEOUT_S) -> dict[int, object]:
     """Entry id -> the payload bookie ``raw`` holds (or MISSING / CORRUPT / UNREACHABLE /
     "status NAME")."""
     from bookie import wire
@@ -39,7 +40,7 @@ def _read_from(raw, ledger_id: int, entry_ids: list[int], decode) -> dict[int, o
             pending[rid] = entry_id
         if not pending:
             return out
-        if not raw.read_sock.poll(int(READ_TIMEOUT_S * 1000)):
+        if not raw.read_sock.poll(int(timeout_s * 1000)):
             for entry_id in pending.values():
                 out[entry_id] = UNREACHABLE
             for entry_id in todo:
@@ -69,10 +70,11 @@ def _read_from(raw, ledger_id: int, entry_ids: list[int], decode) -> dict[int, o
 class ReplicaReader:
     """Reads copies of entries from the bookies of a cluster; one raw client per bookie id."""
 
-    def __init__(self, metadata_uri: str, password: bytes):
+    def __init__(self, metadata_uri: str, password: bytes, read_timeout_s: float = READ_TIMEOUT_S):
         from bookie.metadata import open_metadata
         self.store = open_metadata(metadata_uri, timeout_s=20.0)
         self.password = password
+        self.read_timeout_s = read_timeout_s
         self._raw: dict[str, object] = {}
 
     def close(self) -> None:
@@ -89,7 +91,7 @@ class ReplicaReader:
     def _client(self, bookie_id: str):
         from bookie.testing.rawclient import RawBookieClient
         if bookie_id not in self._raw:
-            self._raw[bookie_id] = RawBookieClient(bookie_id, timeout_s=READ_TIMEOUT_S)
+            self._raw[bookie_id] = RawBookieClient(bookie_id, timeout_s=self.read_timeout_s)
         return self._raw[bookie_id]
 
     def metadata(self, ledger_id: int):
@@ -122,7 +124,8 @@ class ReplicaReader:
         copies: dict[int, dict[str, object]] = {}
         for bookie, entry_ids in by_bookie.items():
             try:
-                got = _read_from(self._client(bookie), ledger_id, sorted(entry_ids), decode)
+                got = _read_from(self._client(bookie), ledger_id, sorted(entry_ids), decode,
+                                 self.read_timeout_s)
             except Exception:  # noqa: BLE001 - a socket that broke: no answer
                 got = {e: UNREACHABLE for e in entry_ids}
             for entry_id, copy in got.items():
@@ -179,14 +182,15 @@ def audit_and_wait(metadata_uri: str, timeout_s: float) -> str | None:
 
 def check_state(metadata_uri: str, password: bytes, targets: dict[int, dict[int, bytes]],
                 deleted: set[int], lost_ids: set[str], require_qw: bool,
-                heal_timeout_s: float = 120.0, maybe_deleted=None) -> ReplicaReport:
+                heal_timeout_s: float = 120.0, maybe_deleted=None,
+                read_timeout_s: float = READ_TIMEOUT_S) -> ReplicaReport:
     """One quiescent point: wait for healing around ``lost_ids`` (a ledger still naming one
     after ``heal_timeout_s`` is ``not_healed``), then read every copy of every entry in
     ``targets`` (ledger id -> entry id -> acknowledged payload), and check that no ledger of
     ``deleted`` is in the store again (``deleted_came_back``).  ``maybe_deleted``, a callable,
     gets ``exists(ledger_id)`` first (``Catalogue.settle_failed_deletes``)."""
     report = ReplicaReport()
-    with ReplicaReader(metadata_uri, password) as reader:
+    with ReplicaReader(metadata_uri, password, read_timeout_s) as reader:
         if maybe_deleted is not None:
             maybe_deleted(lambda ledger_id: reader.metadata(ledger_id) is not None)
             targets = {k: v for k, v in targets.items() if k not in deleted}

@@ -19,8 +19,8 @@ from __future__ import annotations
 import collections
 import json
 import os
+import random
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -45,6 +45,7 @@ LIFECYCLE_CONF = {"autoRecoveryDaemonEnabled": "true", "lostBookieRecoveryDelay"
                   "openLedgerRereplicationGracePeriod": 5000}
 RECOVERY_ATTEMPTS = 3
 HEAL_TIMEOUT_S = 120.0
+SAMPLE = 200  # entries read per ledger kept from an earlier round, at each round's check
 LOG_KINDS = ("append", "log_ack", "log_fail", "log_open")
 
 
@@ -119,7 +120,8 @@ class Summary:
         skipped = ", ".join(f"{k}={v}" for k, v in sorted(self.skipped.items())) or "none"
         lines = [
             f"nemesis: seed {o.seed}, {o.bookies} bookies, metadata {o.metadata}, "
-            f"disk faults {'on' if o.disk else 'off'}, network faults {'on' if o.network else 'off'}",
+            f"disk faults {'on' if o.disk else 'off'}, network faults {'on' if o.network else 'off'}, "
+            f"lifecycle faults {'on' if o.lifecycle else 'off'}",
             f"  rounds: {self.rounds} in {self.elapsed_s:.0f} s",
             f"  faults injected: {sum(self.faults.values())} ({faults})",
             f"  faults skipped (target not there, or round over): "
@@ -182,7 +184,8 @@ def run(opts: Options, log=None, network=None) -> Summary:
 
     ``network`` is a ready ``network.Network`` when network faults are on (the caller runs in
     its control namespace)."""
-    log = log or (lambda line: print(line, flush=True))
+    t_start = time.monotonic()
+    log = log or (lambda line: print(f"[{time.monotonic() - t_start:6.1f}s] {line}", flush=True))
     base_dir = opts.base_dir or tempfile.mkdtemp(prefix="bookie-nemesis-")
     os.makedirs(base_dir, exist_ok=True)
     summary = Summary(opts)
@@ -257,9 +260,21 @@ class _RunState:
                                      with_log=False)
         self.reader_violations_seen = 0
 
-    def targets(self, extra: dict[int, dict] | None = None) -> dict[int, dict[int, bytes]]:
-        """Every ledger the quiescent check reads: kept ones, and ``extra`` (entry -> (w, s))."""
-        out = {lid: k.expected() for lid, k in self.catalogue.kept.items()}
+    def targets(self, round_no: int | None,
+                extra: dict[int, dict] | None = None) -> dict[int, dict[int, bytes]]:
+        """Every ledger the quiescent check reads: kept ones, and ``extra`` (entry -> (w, s)).
+        Ledgers kept from rounds before ``round_no`` are read on a sample of ``SAMPLE``
+        entries (seeded; their first and last always), so that a long run's checks stay
+        short; ``round_no`` None (the end of the run) reads every entry."""
+        out = {}
+        for lid, kept in self.catalogue.kept.items():
+            acked = kept.acked
+            if round_no is not None and kept.round_no < round_no and len(acked) > SAMPLE:
+                ids = sorted(acked)
+                rng = random.Random(f"sample:{lid}:{round_no}")
+                pick = {ids[0], ids[-1], *rng.sample(ids, SAMPLE)}
+                acked = {e: acked[e] for e in pick}
+            out[lid] = {e: make_payload(w, s) for e, (w, s) in acked.items()}
         for lid, acked in (extra or {}).items():
             out.setdefault(lid, {e: make_payload(w, s) for e, (w, s) in acked.items()})
         return out
@@ -349,7 +364,9 @@ def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesi
     for fault in faults[next_fault:]:  # a slow injection (a bookie's stop) ate their time
         nemesis.skipped[fault.kind] += 1
         log(f"nemesis: skip {fault.describe()}: the round ended first")
+    log(f"round {round_no}: faults over; healing")
     nemesis.heal_all([heal for _, heal in active])
+    log(f"round {round_no}: healed; stopping the clients")
     killed = workload.stop()
     if killed:
         log(f"round {round_no}: clients that did not stop in time: {', '.join(killed)}")
@@ -359,6 +376,7 @@ def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesi
     summary.client_errors += sum(1 for ev in events if ev["ev"] == "error")
     ledger_ids = sorted({ev["l"] for ev in events if ev["ev"] in ("create", "ack")})
     nemesis.ledger_ids_seen.update(ledger_ids)
+    log(f"round {round_no}: recovering {len(ledger_ids)} ledgers and the log")
     ledgers, logs = final_state(bookies.metadata_uri, ledger_ids, LOG_NAME, log)
     state.log_events += [ev for ev in events if ev["ev"] in LOG_KINDS]
     checked = [ev for ev in events if ev["ev"] not in LOG_KINDS] + state.log_events
@@ -368,7 +386,7 @@ def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesi
     state.catalogue.add_round(round_no, events, ledgers)
     _run_writer_violations(state, report)
     _quiescent(opts, bookies, nemesis, summary, state, report, require_qw=False,
-               extra=acked_entries(load_history(state.run_dir)))
+               round_no=round_no, extra=acked_entries(load_history(state.run_dir)))
     return report
 
 
@@ -384,10 +402,11 @@ def _run_writer_violations(state: _RunState, report: RoundReport) -> None:
 
 
 def _quiescent(opts: Options, bookies, nemesis: Nemesis, summary: Summary, state: _RunState,
-               report: RoundReport, require_qw: bool, extra=None) -> None:
+               report: RoundReport, require_qw: bool, round_no: int | None = None,
+               extra=None) -> None:
     from bookie.testing.nemesis.client_proc import PASSWORD
     started = time.monotonic()
-    replicas = check_state(bookies.metadata_uri, PASSWORD, state.targets(extra),
+    replicas = check_state(bookies.metadata_uri, PASSWORD, state.targets(round_no, extra),
                            state.catalogue.deleted, set(nemesis.lost_ids), require_qw,
                            HEAL_TIMEOUT_S, state.catalogue.settle_failed_deletes)
     summary.replica_checks += replicas.replica_checks
@@ -411,6 +430,7 @@ def _finish(opts: Options, rounds: int, bookies, nemesis: Nemesis, summary: Summ
     _run_writer_violations(state, report)
     state.catalogue.add_round(rounds, events, ledgers)
     if opts.lifecycle:
+        log("final check: a full audit, then every copy of every entry kept")
         why = audit_and_wait(bookies.metadata_uri, HEAL_TIMEOUT_S)
         if why:
             report.add("not_healed", "the cluster", why)
