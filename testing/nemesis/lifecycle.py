@@ -192,22 +192,49 @@ class LifecycleFaults:
         from bookie.wire import Status
         live = [self.workload.current_ledger(s) for s in range(self.workload.n_writers)]
         live = [lid for lid in live if lid is not None]
-        seen = self.ledger_ids_seen | set(live)
-        top = max(seen, default=0)
+        top = max(self.ledger_ids_seen | set(live), default=0)
         rng = random.Random(f"squat:{i}:{top}")
         key = rng.randbytes(20)
+        bookie_id = self.bookies.bookies[i]
+        holders = self._holders(live)
         answers = self.squat_answers
-        with RawBookieClient(self.bookies.bookies[i], timeout_s=5.0) as raw:
+        with RawBookieClient(bookie_id, timeout_s=5.0) as raw:
             for lid in live:
+                # "held": the ledger's metadata names this bookie, so it knows the real key
+                where = "held" if bookie_id in holders.get(lid, ()) else "not_held"
                 for entry_id in (0, 1):
-                    status = raw.add(lid, [make_entry(lid, entry_id, b"squat:wrong-key")], key)
-                    answers[f"wrong_key_add:{Status(status).name}"] += 1
-                status = raw.fence(lid, key)
-                answers[f"wrong_key_fence:{Status(status).name}"] += 1
+                    status = Status(raw.add(lid, [make_entry(lid, entry_id, b"squat:wrong-key")],
+                                            key))
+                    answers[f"wrong_key_add_{where}:{status.name}"] += 1
+                    if status == Status.OK and where == "held":
+                        self.findings.append(f"squat: bookie {i} accepted an add with a wrong "
+                                             f"key to ledger {lid} entry {entry_id}, which it "
+                                             f"holds")
+                status = Status(raw.fence(lid, key))
+                answers[f"wrong_key_fence_{where}:{status.name}"] += 1
+                if status == Status.OK and where == "held":
+                    self.findings.append(f"squat: bookie {i} accepted a fence with a wrong key "
+                                         f"on ledger {lid}, which it holds")
             for lid in range(top + 1, top + 4):
-                status = raw.add(lid, [make_entry(lid, 0, b"squat:future-ledger")], key)
-                answers[f"squat_add:{Status(status).name}"] += 1
+                status = Status(raw.add(lid, [make_entry(lid, 0, b"squat:future-ledger")], key))
+                answers[f"squat_add:{status.name}"] += 1
         return None
+
+    def _holders(self, ledger_ids: list[int]) -> dict[int, set[str]]:
+        """Ledger id -> every bookie id its metadata names (any fragment)."""
+        from bookie.metadata import open_metadata
+        out: dict[int, set[str]] = {}
+        try:
+            with open_metadata(self.bookies.metadata_uri, timeout_s=10.0) as store:
+                for lid in ledger_ids:
+                    try:
+                        meta = store.read_ledger(lid)[0]
+                    except Exception:  # noqa: BLE001 - deleted meanwhile: held by no one
+                        continue
+                    out[lid] = {b for _, ensemble in meta.fragments for b in ensemble}
+        except Exception as exc:  # noqa: BLE001
+            self.findings.append(f"squat: metadata unreadable: {exc}")
+        return out
 
     def _disk_readonly(self, i: int):
         if self.disk is None or i >= self.disk.count:

@@ -3,12 +3,13 @@
 Each test runs ``python -m bookie.testing.nemesis`` as a process of its own (network
 namespaces are entered by that process alone), with a fixed seed so that CI replays the same
 fault schedule; ``BOOKIE_NEMESIS_SEED`` picks another.  The seeds were picked for the mix of
-faults their round draws (``--print-schedule 1`` lists it): seed 110 on the embedded store with
-``--lifecycle`` loses a bookie for good (an empty one takes its place, autorecovery heals
-around it), restarts another, runs a minor compaction (skipped when its bookie is still
-restarting), sends a squatter's wrong-key and squatting traffic and kills a writer; its check
-reads every copy of every acknowledged entry from each bookie and, after a full audit, wants
-every entry on Qw bookies.  Seed 9 on ZooKeeper partitions the network twice, recovers a ledger behind a partition,
+faults their round draws (``--print-schedule 1`` lists it): seed 1445 on the embedded store
+with ``--lifecycle --disk`` loses a bookie for good (an empty one takes its place under a new
+id; autorecovery and an operator's ``recover`` heal around it), races two recoveries, sends a
+squatter's wrong-key and squatting traffic, fills a ledger disk and pauses a writer (where
+tmpfs cannot be mounted, seed 110 without ``--disk``: a bookie lost for good, a restart, a
+compaction, the squatter, a writer killed); its check reads every copy of every acknowledged
+entry from each bookie and, after a full audit, wants every entry on Qw bookies.  Seed 9 on ZooKeeper partitions the network twice, recovers a ledger behind a partition,
 pauses ZooKeeper, restarts a bookie, pauses a writer and drops packets.  On a violation the test fails with the
 harness's summary, which names the seed and the command that replays it.
 """
@@ -56,9 +57,10 @@ def figures(out: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def test_acknowledged_entries_survive_lifecycle_faults_on_the_embedded_store():
-    out = run_nemesis(110, "--time", "8", "--round", "8", "--bookies", "4", "--writers", "2",
-                      "--metadata", "lmdb", "--lifecycle", timeout_s=300)
+def test_acknowledged_entries_survive_lifecycle_faults_and_full_disks_on_the_embedded_store():
+    seed, extra = (1445, ["--disk"]) if can_mount() else (110, [])
+    out = run_nemesis(seed, "--time", "8", "--round", "8", "--bookies", "4", "--writers", "2",
+                      "--metadata", "lmdb", "--lifecycle", *extra, timeout_s=300)
     result = figures(out)
     assert result["violations"] == 0 and result["reader_violations"] == 0, out[-6000:]
     assert result["lost"] == 0 and result["ok"]
