@@ -51,6 +51,11 @@ class Nemesis(LifecycleFaults):
         self._starting: set[int] = set()
         self._restarts: list[threading.Thread] = []
         self._restarting: set[int] = set()  # being stopped and started by a thread
+        # Bookies a thread has stopped and wants started: started by ``tick`` in the runner's
+        # own thread, because a bookie gets SIGTERM (PDEATHSIG) when the thread that started
+        # it ends.
+        self._to_start: list[int] = []
+        self._to_start_lock = threading.Lock()
         self._lifecycle_init()
 
     # -- one fault -------------------------------------------------------------------------------
@@ -102,10 +107,8 @@ class Nemesis(LifecycleFaults):
                 self.bookies.stop(i)
             except LocalBookieError as exc:
                 self.log(f"nemesis: {exc}")
-            try:
-                self._start(i)
             finally:
-                self._restarting.discard(i)
+                self.start_later(i)
         thread = threading.Thread(target=restart, name=f"restart-bookie-{i}", daemon=True)
         thread.start()
         self._restarts.append(thread)
@@ -252,6 +255,22 @@ class Nemesis(LifecycleFaults):
                 if pid == -p.pid or pid == p.pid or pid in _group_members(p.pid):
                     self._cont(pid)
 
+    def start_later(self, i: int) -> None:
+        """From a thread: bookie ``i`` is to be started (by ``tick``, in the runner's thread);
+        it counts as restarting until then."""
+        with self._to_start_lock:
+            self._to_start.append(i)
+
+    def tick(self) -> None:
+        """Start the bookies threads asked for (``start_later``); the runner calls this often."""
+        with self._to_start_lock:
+            pending, self._to_start = self._to_start, []
+        for i in pending:
+            try:
+                self._start(i)
+            finally:
+                self._restarting.discard(i)
+
     def _start(self, i: int) -> None:
         """Start bookie ``i`` without waiting (``heal_all`` waits)."""
         if self.bookies.running(i):
@@ -287,6 +306,7 @@ class Nemesis(LifecycleFaults):
         for thread in self._restarts:
             thread.join(300.0)  # a decommission or a rebuild takes a while
         self._restarts.clear()
+        self.tick()
         if self.network is not None:
             self.network.heal()
         for pid in list(self.paused_pids):

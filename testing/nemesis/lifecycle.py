@@ -105,7 +105,7 @@ class LifecycleFaults:
                 self.findings.append(f"{name}: {type(exc).__name__}: {exc}")
             finally:
                 if i is not None:
-                    self._restarting.discard(i)
+                    self.start_later(i)  # the runner's thread starts it (or finds it running)
         thread = threading.Thread(target=run, name=name, daemon=True)
         thread.start()
         self._restarts.append(thread)
@@ -120,7 +120,6 @@ class LifecycleFaults:
         self.bookies.bookies[i] = f"{self.bookies.hosts[i]}:{port}"
         self.lost_ids.append(old)
         self.log(f"nemesis: bookie {i} {old} replaced by an empty {self.bookies.bookies[i]}")
-        self._start(i)
         return old
 
     # -- the faults -------------------------------------------------------------------------------
@@ -149,7 +148,6 @@ class LifecycleFaults:
             status, out = shell(["rebuild-index", *self._set_args(i)])
             if status != 0:
                 self.findings.append(f"rebuild-index ({how}) of bookie {i}: exit {status}: {out}")
-            self._start(i)
         self._in_thread(i, f"rebuild-index-{i}", body)
         return None
 
@@ -158,6 +156,7 @@ class LifecycleFaults:
         self._cont_group(i)
         self.bookies.kill(i)
         old = self._replace(i)
+        self._start(i)
         if how == "operator":
             def body() -> None:
                 time.sleep(2.0)

@@ -260,6 +260,14 @@ class _RunState:
                                      with_log=False)
         self.reader_violations_seen = 0
 
+    def log_acked(self) -> dict[int, dict[int, tuple[str, int]]]:
+        """The log's acknowledged appends: ledger id -> entry id -> (writer, seq)."""
+        out: dict[int, dict[int, tuple[str, int]]] = {}
+        for ev in self.log_events:
+            if ev["ev"] == "log_ack":
+                out.setdefault(ev["l"], {})[ev["e"]] = (ev["w"], ev["s"])
+        return out
+
     def targets(self, round_no: int | None,
                 extra: dict[int, dict] | None = None) -> dict[int, dict[int, bytes]]:
         """Every ledger the quiescent check reads: kept ones, and ``extra`` (entry -> (w, s)).
@@ -354,6 +362,7 @@ def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesi
             if heal is not None:
                 duration_s = max(fault.duration_s, nemesis.min_duration_s(fault.kind))
                 active.append((fault.at_s + duration_s, heal))
+        nemesis.tick()
         for item in [a for a in active if a[0] <= now_s]:
             active.remove(item)
             try:
@@ -385,8 +394,10 @@ def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesi
     state.catalogue.note_deletes(events)
     state.catalogue.add_round(round_no, events, ledgers)
     _run_writer_violations(state, report)
+    extra = acked_entries(load_history(state.run_dir))
+    extra.update(state.log_acked())
     _quiescent(opts, bookies, nemesis, summary, state, report, require_qw=False,
-               round_no=round_no, extra=acked_entries(load_history(state.run_dir)))
+               round_no=round_no, extra=extra)
     return report
 
 
@@ -406,9 +417,15 @@ def _quiescent(opts: Options, bookies, nemesis: Nemesis, summary: Summary, state
                extra=None) -> None:
     from bookie.testing.nemesis.client_proc import PASSWORD
     started = time.monotonic()
-    replicas = check_state(bookies.metadata_uri, PASSWORD, state.targets(round_no, extra),
-                           state.catalogue.deleted, set(nemesis.lost_ids), require_qw,
-                           HEAL_TIMEOUT_S, state.catalogue.settle_failed_deletes)
+    try:
+        replicas = check_state(bookies.metadata_uri, PASSWORD, state.targets(round_no, extra),
+                               state.catalogue.deleted, set(nemesis.lost_ids), require_qw,
+                               HEAL_TIMEOUT_S, state.catalogue.settle_failed_deletes)
+    except Exception as exc:  # noqa: BLE001 - the harness could not look: say so, loudly
+        summary.incidents.append(f"quiescent check could not run: {type(exc).__name__}: {exc}")
+        report.add("unverified_replicas", "the cluster", f"the quiescent check could not run: "
+                   f"{type(exc).__name__}: {exc}")
+        return
     summary.replica_checks += replicas.replica_checks
     summary.replica_entries += replicas.entries
     summary.below_qw += replicas.below_qw
@@ -434,7 +451,8 @@ def _finish(opts: Options, rounds: int, bookies, nemesis: Nemesis, summary: Summ
         why = audit_and_wait(bookies.metadata_uri, HEAL_TIMEOUT_S)
         if why:
             report.add("not_healed", "the cluster", why)
-    _quiescent(opts, bookies, nemesis, summary, state, report, require_qw=opts.lifecycle)
+    _quiescent(opts, bookies, nemesis, summary, state, report, require_qw=opts.lifecycle,
+               extra=state.log_acked())
     summary.add(rounds, report, count_round=False)
     log(f"run writer and final check: acked {report.acked}, checked {report.checked}, "
         f"lost {report.lost}, violations {len(report.violations)}")

@@ -191,3 +191,25 @@ def test_the_quiescent_check_reads_every_copy_and_finds_one_gone_and_a_deleted_l
     kinds = sorted({v[0] for v in report.violations})
     assert kinds == ["deleted_came_back", "not_healed", "under_replicated"], \
         report.violations
+
+
+def test_a_bookie_the_nemesis_restarts_from_a_thread_stays_up(tmp_path):
+    """A bookie gets SIGTERM (PDEATHSIG) when the thread that started it ends: a restart (or
+    an index rebuild, or a decommission) done in a thread of the nemesis must leave the start
+    to the runner's own thread (``Nemesis.tick``), or the bookie dies as the thread ends."""
+    from bookie.testing import LocalBookies
+    from bookie.testing.nemesis.faults import Nemesis
+    from bookie.testing.nemesis.schedule import Fault
+
+    with LocalBookies(1, base_dir=str(tmp_path / "cluster")) as bookies:
+        nemesis = Nemesis(bookies, log=print)
+        old = bookies.procs[0].pid
+        nemesis.inject(Fault(0.0, "restart_bookie", (0,), 1.0))
+        deadline = time.monotonic() + 120
+        while 0 in nemesis._restarting or bookies.procs[0].pid == old:  # as a round does
+            assert time.monotonic() < deadline, "the restart never finished"
+            nemesis.tick()
+            time.sleep(0.05)
+        bookies.wait_serving(0)
+        time.sleep(1.0)
+        assert bookies.running(0), bookies.log(0)[-3000:]
