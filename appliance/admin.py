@@ -32,6 +32,7 @@ import urllib.parse
 
 import orjson
 
+from bookie.properties import PropertiesError, parse_bool
 from bookie.workers.config import KEYS
 from bookie.workers.gc_worker import request_gc
 
@@ -77,10 +78,12 @@ class Request:
         return value
 
     def bool_param(self, name: str) -> bool:
-        raw = (self.param(name) or "false").lower()
-        if raw not in ("true", "false", "1", "0"):
-            raise HttpError(400, f"parameter {name}: expected true or false, got {raw[:20]!r}")
-        return raw in ("true", "1")
+        raw = self.param(name) or "false"
+        try:
+            return parse_bool(raw)  # the vocabulary of every configuration surface
+        except PropertiesError:
+            raise HttpError(400, f"parameter {name}: expected true or false, got "
+                                 f"{raw[:20]!r}") from None
 
     def json(self) -> dict:
         if not self.body.strip():

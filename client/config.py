@@ -4,6 +4,10 @@
     BookKeeper(uri, config={"addEntryTimeout": 1, "digestType": "crc32c"})
 
 Unknown keys raise InvalidArgumentError naming the key (a typo must not pass silently).
+Values may be given typed or as text, whatever the source (keyword arguments, a dict, a
+``client.conf`` file, ``--set``, Spark's ``bookkeeper.<key>`` options, the test fixtures): text
+is read by the one vocabulary of ``bookie.properties`` (``true``/``yes``/``on``/``1`` ...), so
+``allowEmptyPassword="false"`` is False everywhere, never the truthy string ``'false'``.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from bookie.client.errors import InvalidArgumentError
+from bookie.properties import PropertiesError, parse_value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,17 +62,33 @@ class ClientConfig:
             if k not in names:
                 raise InvalidArgumentError(f"unknown client configuration key {k!r}; known keys: "
                                            f"{', '.join(sorted(names))}")
-        if isinstance(values.get("zkEnableSecurity"), str):  # as Spark options give it
-            text = values["zkEnableSecurity"].strip().lower()
-            values["zkEnableSecurity"] = {"true": True, "false": False}.get(text, text)
-        if isinstance(values.get("passwd"), str):
-            values["passwd"] = values["passwd"].encode()
+        values = {k: cls.convert(k, v) for k, v in values.items()}
         try:
             cfg = cls(**values)
         except TypeError as exc:
             raise InvalidArgumentError(f"bad client configuration: {exc}") from None
         cfg.check()
         return cfg
+
+    @classmethod
+    def convert(cls, name: str, value):
+        """``value`` (typed, or text as written) as key ``name``'s type, by the vocabulary of
+        ``bookie.properties``; ``passwd`` text becomes bytes; an unknown name is returned as it
+        is (``build`` names it).
+
+        Raises:
+            InvalidArgumentError: ``client key NAME='text' is not a number`` (or an integer,
+                or true or false).
+        """
+        kind = _FIELD_TYPES.get(name)
+        if kind == "bytes":
+            return value.encode() if isinstance(value, str) else value
+        if kind not in ("int", "float", "bool"):
+            return value
+        try:
+            return parse_value(kind, value)
+        except PropertiesError as e:
+            raise InvalidArgumentError(f"client key {name}={e}") from None
 
     def check(self) -> None:
         def need(ok: bool, key: str, what: str) -> None:
@@ -95,3 +116,6 @@ class ClientConfig:
             return load_zk_security(self.zkEnableSecurity, self.zkDigestAuthFile)
         except AccessDeniedError as exc:
             raise InvalidArgumentError(f"client configuration {exc}") from None
+
+
+_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(ClientConfig)}

@@ -31,7 +31,9 @@ import difflib
 import os
 from typing import Any, Callable
 
+from bookie import properties
 from bookie.metadata.errors import AccessDeniedError, InvalidUriError
+from bookie.properties import PropertiesError, format_bool, parse_value
 from bookie.metadata.uri import parse_uri
 
 
@@ -212,34 +214,18 @@ KEYS: tuple[Key, ...] = (
 
 KEY_BY_NAME = {k.name: k for k in KEYS}
 
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
-
-
 def _convert(key: Key, raw: Any) -> Any:
-    if not isinstance(raw, str):
-        value = raw
-    elif key.type == "int":
-        try:
-            value = int(raw.strip().replace("_", ""))
-        except ValueError:
-            raise ConfigError(f"{key.name}: {raw!r} is not an integer") from None
-    elif key.type == "float":
-        try:
-            value = float(raw.strip())
-        except ValueError:
-            raise ConfigError(f"{key.name}: {raw!r} is not a number") from None
-    elif key.type == "bool":
-        low = raw.strip().lower()
-        if low not in _TRUE | _FALSE:
-            raise ConfigError(f"{key.name}: {raw!r} is not true or false")
-        value = low in _TRUE
-    elif key.type == "dirs":
-        value = [p.strip() for p in raw.split(",") if p.strip()]
-    else:
-        value = raw.strip()
-    if key.type == "int" and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ConfigError(f"{key.name}: {value!r} is not an integer")
+    """``raw`` (text as written, or a value given by code) typed as ``key`` says, by the one
+    vocabulary of bookie.properties, then checked."""
+    try:
+        if key.type in ("int", "float", "bool"):
+            value = parse_value(key.type, raw)
+        elif key.type == "dirs" and isinstance(raw, str):
+            value = [p.strip() for p in raw.split(",") if p.strip()]
+        else:
+            value = raw.strip() if isinstance(raw, str) else raw
+    except PropertiesError as e:
+        raise ConfigError(f"{key.name}: {e}") from None
     if key.check is not None:
         complaint = key.check(value)
         if complaint:
@@ -248,17 +234,11 @@ def _convert(key: Key, raw: Any) -> Any:
 
 
 def parse_properties(text: str, source: str = "<config>") -> dict[str, str]:
-    """Parse Java-properties text into raw strings (no typing yet)."""
-    out: dict[str, str] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        if not s or s[0] in "#!":
-            continue
-        sep = min((i for i in (s.find("="), s.find(":")) if i >= 0), default=-1)
-        if sep <= 0:
-            raise ConfigError(f"{source}:{lineno}: expected key=value, got {s!r}")
-        out[s[:sep].strip()] = s[sep + 1:].strip()
-    return out
+    """Parse Java-properties text into raw strings (no typing yet): bookie.properties."""
+    try:
+        return properties.parse_properties(text, source)
+    except PropertiesError as e:
+        raise ConfigError(str(e)) from None
 
 
 class BookieConfig:
@@ -334,9 +314,11 @@ class BookieConfig:
         if path is not None:
             try:
                 with open(path, encoding="utf-8") as f:
-                    raw.update(parse_properties(f.read(), path))
-            except OSError as e:
-                raise ConfigError(f"--conf: cannot read {path}: {e.strerror}") from None
+                    text = f.read()
+            except (OSError, UnicodeDecodeError) as e:
+                raise ConfigError(f"--conf: cannot read {path}: "
+                                  f"{getattr(e, 'strerror', None) or e}") from None
+            raw.update(parse_properties(text, path))
         raw.update(overrides or {})
         return cls.from_mapping(raw, check_dirs=check_dirs)
 
@@ -397,7 +379,7 @@ class BookieConfig:
             if key.type == "dirs":
                 v = ",".join(v)
             elif key.type == "bool":
-                v = "true" if v else "false"
+                v = format_bool(v)
             lines.append(f"{key.name}={v}")
         return "\n".join(lines) + "\n"
 
@@ -479,13 +461,10 @@ del _key
 
 def parse_overrides(items: list[str] | None) -> dict[str, str]:
     """Turn ``--set key=value`` items into a dict; a malformed item is a ConfigError."""
-    out = {}
-    for item in items or []:
-        if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected key=value")
-        k, v = item.split("=", 1)
-        out[k.strip()] = v
-    return out
+    try:
+        return properties.parse_assignments(items, "--set")
+    except PropertiesError as e:
+        raise ConfigError(str(e)) from None
 
 
 def keys_help() -> str:
