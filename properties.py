@@ -144,3 +144,35 @@ def parse_assignments(items: Iterable[str] | None, flag: str = "--set") -> dict[
                                   f"of a configuration file)")
         out[key.strip()] = value
     return out
+
+
+# -- the metadata store a configuration names (BookKeeper's keys, bookie and client alike) ---
+
+def zk_hosts(text: str) -> str:
+    """ZooKeeper hosts as the metadata URI wants them: ``host:port`` joined by ``,``.
+
+    BookKeeper writes ``,`` in ``zkServers`` and ``;`` inside a metadata service URI (where ``,``
+    is awkward); either separator, and spaces around hosts, are accepted here.
+    """
+    return ",".join(h.strip() for h in text.replace(";", ",").split(",") if h.strip())
+
+
+def normalise_uri(uri: str) -> str:
+    """A metadata URI with BookKeeper's ``;`` between ZooKeeper hosts rewritten to ``,``."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep or not scheme.lower().startswith("zk"):
+        return uri
+    hosts, slash, root = rest.partition("/")
+    return f"{scheme}://{zk_hosts(hosts)}{slash}{root}"
+
+
+def resolve_metadata_uri(values: dict[str, Any]) -> str:
+    """The metadata store a configuration (a bookie's or a client's: the keys are BookKeeper's,
+    the same for both) names: ``metadataServiceUri``, else ``zkServers`` under
+    ``zkLedgersRootPath`` (``zk://`` keeps the layout the root was formatted with), else "" (none).
+    """
+    if values["metadataServiceUri"]:
+        return normalise_uri(values["metadataServiceUri"])
+    if values["zkServers"]:
+        return f"zk://{zk_hosts(values['zkServers'])}{values['zkLedgersRootPath']}"
+    return ""

@@ -27,14 +27,21 @@ class AsyncBookKeeper:
     """asyncio client; arguments as for ``BookKeeper``.  Use ``async with`` or ``await
     AsyncBookKeeper.connect(...)``, and ``await close()``."""
 
-    def __init__(self, metadata, config=None, **keys):
+    def __init__(self, metadata=None, config=None, **keys):
         self._args = (metadata, config, keys)
         self._bk: BookKeeper | None = None
 
     @classmethod
-    async def connect(cls, metadata, config=None, **keys) -> "AsyncBookKeeper":
+    async def connect(cls, metadata=None, config=None, **keys) -> "AsyncBookKeeper":
         self = cls(metadata, config, **keys)
         await self._open()
+        return self
+
+    @classmethod
+    async def from_conf(cls, path: str, metadata=None, **keys) -> "AsyncBookKeeper":
+        """``BookKeeper.from_conf`` (the file read and the client opened off the loop)."""
+        self = cls(metadata)
+        self._bk = await asyncio.to_thread(BookKeeper.from_conf, path, metadata, **keys)
         return self
 
     async def _open(self) -> None:

@@ -11,6 +11,7 @@ are ``LedgerHandle`` objects (``bookie.client.handle``).
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import random
 import weakref
 from concurrent.futures import Future
@@ -37,18 +38,29 @@ RECOVERY_CREDENTIAL = int(Flag.RECOVERY_CREDENTIAL)
 
 __all__ = ["BookKeeper", "LedgerHandle"]
 
+log = logging.getLogger("bookie.client")
+
 
 class BookKeeper:
     """A client of a set of bookies registered in one metadata store.
 
     Args:
         metadata: a metadata service URI (``zk://host:port/ledgers``, ``lmdb:///path``) or an
-            open ``MetadataStore`` (then not closed by this client).
+            open ``MetadataStore`` (then not closed by this client); None: the one the keys
+            name (``metadataServiceUri``, or ``zkServers`` under ``zkLedgersRootPath``).
         config: a ``ClientConfig`` or dict of BookKeeper client keys; ``**keys`` override it.
     """
 
-    def __init__(self, metadata, config=None, **keys):
+    def __init__(self, metadata=None, config=None, **keys):
         self.config = cfg = ClientConfig.build(config, **keys)
+        if metadata is None:
+            metadata = cfg.metadata_uri
+            if not metadata:
+                raise InvalidArgumentError("no metadata store: pass a URI, or the client key "
+                                           "metadataServiceUri (or zkServers)")
+        if cfg.ignored_keys:
+            log.info("client configuration keys with no meaning here, ignored: %s",
+                     ", ".join(cfg.ignored_keys))
         curve = client_curve(cfg)  # bad key files fail here, before anything is opened
         self._store = ClientStore.open(metadata, timeout_s=cfg.zkTimeout / 1000.0,
                                        zk_security=cfg.zk_security())
@@ -66,6 +78,22 @@ class BookKeeper:
         self._writers: weakref.WeakValueDictionary[int, WriterDriver] = \
             weakref.WeakValueDictionary()
         self._pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="bookkeeper")
+
+    @classmethod
+    def from_conf(cls, path: str, metadata=None, **keys) -> "BookKeeper":
+        """A client configured by the properties file ``path`` (BookKeeper's ``client.conf``:
+        its metadataServiceUri, or zkServers, names the store unless ``metadata`` does), with
+        ``keys`` over the file's.
+
+        Raises:
+            InvalidArgumentError: an unreadable or malformed file, an unknown key, a bad value,
+                no metadata store named; one line naming it.
+        """
+        cfg = ClientConfig.from_file(path, **keys)
+        if metadata is None and not cfg.metadata_uri:
+            raise InvalidArgumentError(f"{path} names no metadata store (metadataServiceUri or "
+                                       f"zkServers)")
+        return cls(metadata, cfg)
 
     # -- lifecycle -----------------------------------------------------------------------------
 

@@ -68,6 +68,12 @@ def client_keys(conf_file: str | None = None, overrides: list[str] | None = None
     return keys
 
 
+def metadata_uri(keys: dict) -> str:
+    """The metadata store ``keys`` (as ``client_keys`` returns them) name: metadataServiceUri,
+    else zkServers under zkLedgersRootPath, else ""."""
+    return ClientConfig.build(keys).metadata_uri
+
+
 def curve_hint(keys: dict) -> str:
     """What to add to a tool's failure when it ran without CURVE keys: a CURVE bookie never
     answers such a client, which looks like a dead bookie from here."""
@@ -83,9 +89,10 @@ def add_arguments(parser: argparse.ArgumentParser, set_flags: tuple[str, ...] = 
     each of ``set_flags``, where the tool has no other ``--set``)."""
     group = parser.add_argument_group("client configuration (a CURVE bookie needs the keys)")
     group.add_argument("--client-conf", metavar="FILE", default=None,
-                       help="client properties file (key=value lines, as a bookie's "
-                            "configuration): e.g. curveSecretKeyFile, curveServerKeys, "
-                            "readTimeout, speculativeReadTimeout")
+                       help="client properties file (key=value lines, BookKeeper's "
+                            "client.conf): e.g. metadataServiceUri (used when --metadata is "
+                            "not given), curveSecretKeyFile, curveServerKeys, "
+                            "readEntryTimeoutSec, speculativeReadTimeout")
     group.add_argument(*set_flags, "--client-set", dest="client_set", metavar="KEY=VALUE",
                        action="append", default=[],
                        help="one client key, over --client-conf (repeatable)")

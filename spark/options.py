@@ -98,17 +98,18 @@ def client_config(opts: dict) -> dict:
     (``ClientConfig.convert``: booleans by the one vocabulary of ``bookie.properties``, so
     ``bookkeeper.allowEmptyPassword=false`` is False)."""
     from bookie.client import ClientConfig, InvalidArgumentError
-    fields = {f.name.lower(): f for f in dataclasses.fields(ClientConfig)}
+    from bookie.client.config import accepted_names
+    names = {name.lower(): name for name in accepted_names()}
     config = {}
     for key, value in opts.items():
         if not key.lower().startswith("bookkeeper."):
             continue
-        field = fields.get(key.lower()[len("bookkeeper."):])
-        if field is None:
+        name = names.get(key.lower()[len("bookkeeper."):])
+        if name is None:
             raise OptionError(f"option {key}: not a client key (known: "
-                              f"{', '.join(sorted(f.name for f in fields.values()))})")
+                              f"{', '.join(sorted(names.values()))})")
         try:
-            config[field.name] = ClientConfig.convert(field.name, str(value))
+            config[name] = ClientConfig.convert(name, str(value))
         except InvalidArgumentError as e:
             raise OptionError(f"option {key}: {e}") from None
     return config

@@ -33,7 +33,8 @@ from typing import Any, Callable
 
 from bookie import properties
 from bookie.metadata.errors import AccessDeniedError, InvalidUriError
-from bookie.properties import PropertiesError, format_bool, parse_value
+from bookie.properties import (PropertiesError, format_bool, normalise_uri,  # noqa: F401
+                               parse_value, resolve_metadata_uri, zk_hosts)
 from bookie.metadata.uri import parse_uri
 
 
@@ -94,35 +95,6 @@ def _uri(v):
 
 def _zk_root(v):
     return None if v.startswith("/") and v.strip("/") else "must be an absolute ZooKeeper path such as /ledgers"
-
-
-def zk_hosts(text: str) -> str:
-    """ZooKeeper hosts as the metadata URI wants them: ``host:port`` joined by ``,``.
-
-    BookKeeper writes ``,`` in ``zkServers`` and ``;`` inside a metadata service URI (where ``,``
-    is awkward); either separator, and spaces around hosts, are accepted here.
-    """
-    return ",".join(h.strip() for h in text.replace(";", ",").split(",") if h.strip())
-
-
-def normalise_uri(uri: str) -> str:
-    """A metadata URI with BookKeeper's ``;`` between ZooKeeper hosts rewritten to ``,``."""
-    scheme, sep, rest = uri.partition("://")
-    if not sep or not scheme.lower().startswith("zk"):
-        return uri
-    hosts, slash, root = rest.partition("/")
-    return f"{scheme}://{zk_hosts(hosts)}{slash}{root}"
-
-
-def resolve_metadata_uri(values: dict[str, Any]) -> str:
-    """The metadata store a configuration names: ``metadataServiceUri``, else ``zkServers`` under
-    ``zkLedgersRootPath`` (``zk://`` keeps the layout the root was formatted with), else "" (none).
-    """
-    if values["metadataServiceUri"]:
-        return normalise_uri(values["metadataServiceUri"])
-    if values["zkServers"]:
-        return f"zk://{zk_hosts(values['zkServers'])}{values['zkLedgersRootPath']}"
-    return ""
 
 
 KEYS: tuple[Key, ...] = (
