@@ -23,7 +23,7 @@ from bookie.client.digest import (DigestManager, check_digest_type, master_key,
 from bookie.client.drivers import OpRunner, Throttle, WriterDriver
 from bookie.client.errors import (ClientClosedError, DigestMismatchError, InvalidArgumentError,
                                   NoSuchLedgerError, NotEnoughBookiesError, UnauthorizedError)
-from bookie.client.handle import LedgerHandle
+from bookie.client.handle_api import LedgerHandle, LedgerHandleAdv
 from bookie.client.io import IOThread
 from bookie.client.metadata import ClientStore, LedgerMetadata, to_info
 from bookie.client.protocol.lac import LacQuorumOp
@@ -78,6 +78,7 @@ class BookKeeper:
         self._writers: weakref.WeakValueDictionary[int, WriterDriver] = \
             weakref.WeakValueDictionary()
         self._pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="bookkeeper")
+        self._metrics = None  # the client's metrics (bookie.client.metrics), when on
 
     @classmethod
     def from_conf(cls, path: str, metadata=None, **keys) -> "BookKeeper":
@@ -148,6 +149,25 @@ class BookKeeper:
                 password while the client's ``allowEmptyPassword`` is off.
             NotEnoughBookiesError: fewer than E writable bookies registered.
         """
+        return self._create(ensemble_size, write_quorum, ack_quorum, digest, password, custom,
+                            adv=False)
+
+    def create_ledger_adv(self, ensemble_size: int = 3, write_quorum: int = 2,
+                          ack_quorum: int = 2, digest: str | None = None,
+                          password: bytes | None = None,
+                          custom: dict | None = None) -> LedgerHandleAdv:
+        """``create_ledger`` whose handle takes the entry ids from its caller:
+        ``add_entry(entry_id, data)``, ids out of order within the window (the client's
+        ``throttle``); the LAC advances over the contiguous prefix only
+        (``bookie.client.handle_api``).  Raises as ``create_ledger``."""
+        return self._create(ensemble_size, write_quorum, ack_quorum, digest, password, custom,
+                            adv=True)
+
+    def create_ledger_adv_async(self, *args, **kwargs) -> Future:
+        return self._pool.submit(self.create_ledger_adv, *args, **kwargs)
+
+    def _create(self, ensemble_size, write_quorum, ack_quorum, digest, password, custom, *,
+                adv: bool) -> LedgerHandle:
         self._check_open()
         try:
             check_quorums(ensemble_size, write_quorum, ack_quorum)
@@ -181,8 +201,13 @@ class BookKeeper:
                               encode_many=dm.encode_many)
         driver = self._runner.start_writer(writer, key, lac_interval_s / 2)
         self._writers[ledger_id] = driver
+        if adv:
+            return LedgerHandleAdv(ledger_id, info, dm, key, self._runner, self._store,
+                                   self.config.nettyMaxFrameSizeBytes, writer=driver,
+                                   window=self.config.throttle, metrics=self._metrics)
         return LedgerHandle(ledger_id, info, dm, key, self._runner, self._store,
-                            self.config.nettyMaxFrameSizeBytes, writer=driver)
+                            self.config.nettyMaxFrameSizeBytes, writer=driver,
+                            metrics=self._metrics)
 
     def create_ledger_async(self, *args, **kwargs) -> Future:
         return self._pool.submit(self.create_ledger, *args, **kwargs)
@@ -223,7 +248,8 @@ class BookKeeper:
         if info.state is not LedgerState.CLOSED:
             lac = self._runner.wait(self._runner.run(LacQuorumOp(info, False), ledger_id, key))
         return LedgerHandle(ledger_id, info, dm, key, self._runner, self._store,
-                            self.config.nettyMaxFrameSizeBytes, last_add_confirmed=lac)
+                            self.config.nettyMaxFrameSizeBytes, last_add_confirmed=lac,
+                            metrics=self._metrics)
 
     def recover_with_credential(self, ledger_id: int, credential: bytes, password: bytes = b"") -> None:
         """Recover (fence, re-replicate the tail, close) a ledger that is not closed, proving
