@@ -25,6 +25,7 @@ from bookie.client.errors import (ClientClosedError, DigestMismatchError, Invali
                                   NoSuchLedgerError, NotEnoughBookiesError, UnauthorizedError)
 from bookie.client.handle_api import LedgerHandle, LedgerHandleAdv
 from bookie.client.io import IOThread
+from bookie.client.metrics import ClientMetrics
 from bookie.client.metadata import ClientStore, LedgerMetadata, to_info
 from bookie.client.protocol.lac import LacQuorumOp
 from bookie.client.protocol.ledger import LedgerState, choose_ensemble
@@ -67,18 +68,23 @@ class BookKeeper:
         self._throttle = Throttle(cfg.throttle)
         self._rng = random.Random()
         self._closed = False
+        # the client's metrics (bookie.client.metrics: shared by the process's clients), when on
+        self._metrics = ClientMetrics() if cfg.enableClientMetrics else None
+        write_metadata = self._store.write_metadata
+        if self._metrics is not None:
+            write_metadata = self._metrics.counted_metadata_writes(write_metadata)
         self._io = IOThread(
             add_timeout_s=cfg.addEntryTimeout, read_timeout_s=cfg.readTimeout,
             batch_max_entries=cfg.addBatchMaxEntries, batch_max_bytes=cfg.addBatchMaxBytes,
-            list_bookies=self._store.list_writable, write_metadata=self._store.write_metadata)
+            list_bookies=self._store.list_writable, write_metadata=write_metadata)
         self._io.curve = curve
         self._runner = OpRunner(self._io, self._throttle, cfg.operationTimeout,
                                 cfg.speculativeReadTimeout / 1000.0)
+        self._runner.metrics = self._metrics
         # the writers this client runs, by ledger id: deleting one's ledger ends it
         self._writers: weakref.WeakValueDictionary[int, WriterDriver] = \
             weakref.WeakValueDictionary()
         self._pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="bookkeeper")
-        self._metrics = None  # the client's metrics (bookie.client.metrics), when on
 
     @classmethod
     def from_conf(cls, path: str, metadata=None, **keys) -> "BookKeeper":

@@ -100,6 +100,9 @@ class ClientConfig:
     # How ensembles are chosen: "default" (BookKeeper's DefaultEnsemblePlacementPolicy: E
     # writable bookies at random); the rack- and region-aware policies are not built here.
     ensemblePlacementPolicy: str = "default"
+    # Client metrics on prometheus_client (bookie.client.metrics, docs/metrics.md): the
+    # bookkeeper_client_* families, shared by every client of the process that turns them on.
+    enableClientMetrics: bool = False
     # BookKeeper's keys of this file that mean nothing here (IGNORED_KEYS), as given: not a key.
     ignored_keys: tuple = dataclasses.field(default=(), repr=False, compare=False)
 

@@ -322,12 +322,15 @@ class OpRunner:
         self.operation_timeout_s = operation_timeout_s
         # speculativeReadTimeout: a READ unanswered this long is asked of the next replica
         self.speculative_read_timeout_s = speculative_read_timeout_s
+        self.metrics = None  # the client's ClientMetrics (bookie.client.metrics), when on
 
     def run(self, op, ledger_id: int, master_key: bytes, collect: bool = False, key_flags: int = 0) -> Future:
         """Start ``op``; a Future of its result (with ``collect``, of the entries it delivered).
         Cancelling the Future ends the operation: it sends nothing more.  ``key_flags``: sent
         with its fences and recovery adds (RECOVERY_CREDENTIAL: ``master_key`` is that)."""
         fut: Future = Future()
+        if self.metrics is not None:
+            self.metrics.watch(op, fut)
 
         def start():
             if fut.cancelled():

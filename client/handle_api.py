@@ -2,7 +2,8 @@
 
 ``LedgerHandle`` here is what ``BookKeeper.create_ledger`` and ``open_ledger`` return: the
 handle of ``bookie.client.handle`` plus BookKeeper's ``ReadHandle`` / ``WriteHandle`` calls that
-it lacks, and the client's metrics (``bookie.client.metrics``) when they are on:
+it lacks, and the timing of adds for the client's metrics (``bookie.client.metrics``) when they
+are on:
 
 - ``read_unconfirmed_entries(first, last)``: entries past the last-add-confirmed too, as far as
   the bookies hold them (BookKeeper's ``readUnconfirmed``);
@@ -105,12 +106,6 @@ class LedgerHandle(handle.LedgerHandle):
         if self._metrics is not None:
             callback = self._metrics.timed_adds(callback)
         super().add_entries_callback(payloads, callback)
-
-    def _read_op(self, first: int, last: int) -> Future:
-        fut = super()._read_op(first, last)
-        if self._metrics is not None:
-            self._metrics.count_reads(fut)
-        return fut
 
     def _check_range(self, first: int, last: int) -> None:
         if first < 0 or last < first:
