@@ -145,3 +145,35 @@ def test_the_auditor_follows_the_delay_put_through_the_admin_api():
             frags = bk.ledger_metadata(lh.ledger_id).fragments
             return all(victim not in ensemble for _, ensemble in frags)
         waiting.wait_for(healed, 120, f"ledger {lh.ledger_id} healed around {victim}")
+
+
+PARITY_PATHS = [("GET", "/api/v1/bookie/is_ready", None),
+                ("GET", "/api/v1/bookie/list_disk_file", None),
+                ("GET", "/api/v1/bookie/cluster_info", None),
+                ("GET", "/api/v1/autorecovery/list_under_replicated_ledger", None),
+                ("GET", "/api/v1/autorecovery/who_is_auditor", None),
+                ("PUT", "/api/v1/autorecovery/trigger_audit", None),
+                ("GET", "/api/v1/autorecovery/lost_bookie_recovery_delay", None),
+                ("PUT", "/api/v1/autorecovery/lost_bookie_recovery_delay",
+                 b'{"delay_seconds": 5}')]
+
+
+def test_the_new_paths_are_behind_the_token_like_the_others(tmp_path):
+    from bookie.appliance.shell_security import gentoken
+    token_file = str(tmp_path / "admin.token")
+    gentoken(token_file)
+    with open(token_file) as f:
+        token = f.read().strip()
+    with LocalBookies(1, base_dir=str(tmp_path / "e"), admin_http=True,
+                      conf={"httpServerAuthTokenFile": token_file}) as lb:
+        for method, path, body in PARITY_PATHS:
+            for auth, want in ((None, 401), (f"Bearer {token}", 200)):
+                conn = http.client.HTTPConnection("127.0.0.1", lb.http_ports[0], timeout=30)
+                try:
+                    conn.request(method, path, body=body,
+                                 headers={"Authorization": auth} if auth else {})
+                    r = conn.getresponse()
+                    r.read()
+                    assert r.status == want, (method, path, auth is not None, r.status)
+                finally:
+                    conn.close()
