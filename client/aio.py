@@ -169,6 +169,11 @@ class AsyncLedgerHandle:
     async def read_entry(self, entry_id: int) -> LedgerEntry:
         return (await asyncio.wrap_future(self.sync.read_entries_async(entry_id, entry_id)))[0]
 
+    async def force(self) -> int:
+        """``LedgerHandle.force``: every entry added so far acknowledged, and (deferred sync)
+        the LAC advanced over them; the last entry id covered."""
+        return await asyncio.wrap_future(self.sync.force_async())
+
     async def read_unconfirmed_entries(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries ``first`` .. ``last``, past the LAC too (``read_unconfirmed_entries``)."""
         return await asyncio.wrap_future(self.sync.read_unconfirmed_entries_async(first, last))

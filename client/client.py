@@ -147,8 +147,11 @@ class BookKeeper:
 
     def create_ledger(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
                       digest: str | None = None, password: bytes | None = None,
-                      custom: dict | None = None) -> LedgerHandle:
+                      custom: dict | None = None, write_flags=()) -> LedgerHandle:
         """Create a ledger on ``ensemble_size`` writable bookies and open it for writing.
+
+        ``write_flags``: BookKeeper's ``WriteFlag`` names; ``["deferred_sync"]``: the LAC stays
+        at the last ``handle.force()`` (adds still complete once acknowledged).
 
         Raises:
             InvalidArgumentError: not E >= Qw >= Qa >= 1, unknown digest type, or an empty
@@ -156,25 +159,26 @@ class BookKeeper:
             NotEnoughBookiesError: fewer than E writable bookies registered.
         """
         return self._create(ensemble_size, write_quorum, ack_quorum, digest, password, custom,
-                            adv=False)
+                            adv=False, write_flags=write_flags)
 
     def create_ledger_adv(self, ensemble_size: int = 3, write_quorum: int = 2,
                           ack_quorum: int = 2, digest: str | None = None,
                           password: bytes | None = None,
-                          custom: dict | None = None) -> LedgerHandleAdv:
+                          custom: dict | None = None, write_flags=()) -> LedgerHandleAdv:
         """``create_ledger`` whose handle takes the entry ids from its caller:
         ``add_entry(entry_id, data)``, ids out of order within the window (the client's
         ``throttle``); the LAC advances over the contiguous prefix only
         (``bookie.client.handle_api``).  Raises as ``create_ledger``."""
         return self._create(ensemble_size, write_quorum, ack_quorum, digest, password, custom,
-                            adv=True)
+                            adv=True, write_flags=write_flags)
 
     def create_ledger_adv_async(self, *args, **kwargs) -> Future:
         return self._pool.submit(self.create_ledger_adv, *args, **kwargs)
 
     def _create(self, ensemble_size, write_quorum, ack_quorum, digest, password, custom, *,
-                adv: bool) -> LedgerHandle:
+                adv: bool, write_flags=()) -> LedgerHandle:
         self._check_open()
+        deferred_sync = _deferred_sync(write_flags)
         try:
             check_quorums(ensemble_size, write_quorum, ack_quorum)
         except ValueError as exc:
@@ -204,7 +208,7 @@ class BookKeeper:
         lac_interval_s = self.config.explicitLacInterval / 1000.0
         writer = LedgerWriter(info, version, dm.encode, rng=self._rng,
                               explicit_lac_interval_s=lac_interval_s,
-                              encode_many=dm.encode_many)
+                              encode_many=dm.encode_many, deferred_sync=deferred_sync)
         driver = self._runner.start_writer(writer, key, lac_interval_s / 2)
         self._writers[ledger_id] = driver
         if adv:
@@ -407,3 +411,19 @@ class BookKeeper:
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosedError("the BookKeeper client is closed; create a new one")
+
+
+WRITE_FLAGS = ("deferred_sync",)  # BookKeeper's WriteFlag names this client has
+
+
+def _deferred_sync(write_flags) -> bool:
+    """Whether ``write_flags`` (names, any case: ``deferred_sync`` / ``DEFERRED_SYNC``) ask for
+    deferred sync.  Raises InvalidArgumentError for a name it does not know."""
+    if isinstance(write_flags, str):
+        write_flags = [write_flags]
+    names = {str(f).lower() for f in write_flags or ()}
+    unknown = names - set(WRITE_FLAGS)
+    if unknown:
+        raise InvalidArgumentError(f"unknown write flag(s) {', '.join(sorted(unknown))}; known: "
+                                   f"{', '.join(WRITE_FLAGS)}")
+    return "deferred_sync" in names

@@ -219,6 +219,7 @@ class WriterDriver(Driver):
         super().__init__(io, writer, writer.ledger_id, master_key)
         self.batches: collections.deque[list] = collections.deque()
         self.close_futures: list[Future] = []
+        self.force_futures: collections.deque[Future] = collections.deque()  # in force order
         self.throttle = throttle
         self.tick_s = tick_s
         if tick_s > 0:
@@ -253,6 +254,10 @@ class WriterDriver(Driver):
         self.close_futures.append(future)
         self.io.execute(self, self.op.close(time.monotonic()))
 
+    def force(self, future: Future) -> None:
+        self.force_futures.append(future)
+        self.io.execute(self, self.op.force(time.monotonic()))
+
     def end_with(self, error: BookKeeperError) -> None:
         """The ledger went away under the writer (deleted by this client): pending adds fail
         with ``error``, and so do later adds and the close."""
@@ -269,6 +274,13 @@ class WriterDriver(Driver):
             self._complete(a.first, a.last, None)
         elif kind is A.FailAdds:
             self._complete(a.first, a.last, a.error)
+        elif kind is A.Forced:
+            if self.force_futures:
+                f = self.force_futures.popleft()
+                if a.error is not None:
+                    fail(f, a.error)
+                else:
+                    resolve(f, a.last)
         elif kind is A.Finished:
             futures, self.close_futures = self.close_futures, []
             for f in futures:
@@ -302,6 +314,8 @@ class WriterDriver(Driver):
             call_back(callback, lo, hi, error)
         for f in self.close_futures:
             fail(f, error)
+        while self.force_futures:
+            fail(self.force_futures.popleft(), error)
 
 
 # ---- the runner ---------------------------------------------------------------------------------
@@ -385,6 +399,13 @@ class OpRunner:
         """Close the writer's ledger; a Future of the closed LedgerInfo."""
         fut: Future = Future()
         self.io.submit_to(driver, driver.close, fut)
+        return fut
+
+    def force_writer(self, driver: WriterDriver) -> Future:
+        """A Future of the last entry id a force of the writer covers, once every entry added
+        before it is acknowledged and (deferred sync) the LAC moved there."""
+        fut: Future = Future()
+        self.io.submit_to(driver, driver.force, fut)
         return fut
 
     def end_writer(self, driver: WriterDriver, error: BookKeeperError) -> None:

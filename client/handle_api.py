@@ -9,7 +9,9 @@ are on:
   the bookies hold them (BookKeeper's ``readUnconfirmed``);
 - ``try_read_last_add_confirmed()``: the first bookie's LAC, no quorum waited for (BookKeeper's
   ``tryReadLastAddConfirmed``); the handle keeps it if it is higher;
-- ``last_add_pushed``: the highest entry id handed to the bookies (the writer's), or the LAC.
+- ``last_add_pushed``: the highest entry id handed to the bookies (the writer's), or the LAC;
+- ``force()``: the writer's; waits for every entry added so far, and with deferred sync
+  (``create_ledger(write_flags=["deferred_sync"])``) advances the LAC over them.
 
 ``LedgerHandleAdv`` (from ``BookKeeper.create_ledger_adv``) takes the entry id from its caller:
 ``add_entry(entry_id, data)``.  Ids may come out of order within the client's window (its
@@ -51,8 +53,23 @@ class LedgerHandle(handle.LedgerHandle):
         """The writer's: the highest entry id handed to the bookies (confirmed or not);
         a reader's: its last-add-confirmed."""
         if self._writer is not None:
-            return self._writer.op.pending.next_entry_id - 1
+            return self._writer.op.last_add_pushed
         return self.last_add_confirmed
+
+    def force(self, timeout_s: float | None = None) -> int:
+        """Wait until every entry added so far is acknowledged (durable), then - for a ledger
+        created with ``write_flags=["deferred_sync"]`` - advance the LAC over them; returns the
+        last entry id covered (-1: none).  Forces complete in the order they were asked.
+
+        Raises:
+            LedgerClosedError: a reader's handle.  LedgerFencedError, NotEnoughBookiesError,
+                ...: the writer failed before the entries were acknowledged.
+        """
+        return self._runner.wait(self.force_async(), timeout_s)
+
+    def force_async(self) -> Future:
+        """A Future of ``force``'s result."""
+        return self._runner.force_writer(self._writer_driver())
 
     def read_unconfirmed_entries(self, first: int, last: int) -> Iterator[LedgerEntry]:
         """Entries ``first`` .. ``last`` in order, past the last-add-confirmed too: what the

@@ -102,3 +102,40 @@ def test_the_asyncio_forms(bookkeeper_ensemble):
             assert rh.last_add_confirmed == 2
             await lh.close()
     asyncio.run(run())
+
+
+def test_deferred_sync_keeps_the_lac_until_force(bookkeeper):
+    lh = bookkeeper.create_ledger(3, 2, 2, password=PW, write_flags=["deferred_sync"])
+    assert [lh.add_entry(b"d%d" % i) for i in range(3)] == [0, 1, 2]  # acknowledged
+    assert lh.last_add_confirmed == -1 and lh.last_add_pushed == 2
+    rh = bookkeeper.open_ledger(lh.ledger_id, password=PW, recovery=False)
+    time.sleep(0.5)  # several explicit LAC intervals: an idle writer would have told its LAC
+    assert rh.try_read_last_add_confirmed() == -1 and rh.read_last_add_confirmed() == -1
+    assert lh.force() == 2 and lh.last_add_confirmed == 2
+    deadline = time.monotonic() + 20  # force sends the bookies the new LAC at once
+    while rh.try_read_last_add_confirmed() < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert rh.last_add_confirmed == 2
+    assert [e.data for e in rh.read_entries(0, 2)] == [b"d0", b"d1", b"d2"]
+    lh.add_entry(b"d3")
+    lh.close()
+    assert bookkeeper.ledger_metadata(lh.ledger_id).last_entry_id == 3
+
+
+def test_write_flags_are_checked(bookkeeper):
+    with pytest.raises(InvalidArgumentError, match="unknown write flag"):
+        bookkeeper.create_ledger(3, 2, 2, password=PW, write_flags=["deferred_synk"])
+    lh = bookkeeper.create_ledger(3, 2, 2, password=PW, write_flags=["DEFERRED_SYNC"])
+    assert lh.add_entry(b"x") == 0 and lh.last_add_confirmed == -1
+    lh.close()
+
+
+def test_deferred_sync_asyncio(bookkeeper_ensemble):
+    async def run():
+        async with AsyncBookKeeper(bookkeeper_ensemble.metadata_uri) as bk:
+            lh = await bk.create_ledger(3, 2, 2, password=PW, write_flags=["deferred_sync"])
+            assert await lh.add_many([b"a", b"b"]) == [0, 1]
+            assert lh.last_add_confirmed == -1
+            assert await lh.force() == 1 and lh.last_add_confirmed == 1
+            await lh.close()
+    asyncio.run(run())
