@@ -176,3 +176,12 @@ def resolve_metadata_uri(values: dict[str, Any]) -> str:
     if values["zkServers"]:
         return f"zk://{zk_hosts(values['zkServers'])}{values['zkLedgersRootPath']}"
     return ""
+
+
+def check_location(location: str) -> str | None:
+    """None when ``location`` is a bookie location ``/REGION/RACK`` (BookKeeper's network
+    location: two non-empty parts), else a complaint (``bookieLocation``, placement)."""
+    parts = location.split("/")
+    if len(parts) != 3 or parts[0] or not parts[1] or not parts[2]:
+        return "must be /REGION/RACK, e.g. /eu-west/rack1"
+    return None

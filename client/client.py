@@ -29,6 +29,7 @@ from bookie.client.metrics import ClientMetrics
 from bookie.client.metadata import ClientStore, LedgerMetadata, to_info
 from bookie.client.protocol.lac import LacQuorumOp
 from bookie.client.protocol.ledger import LedgerState, choose_ensemble
+from bookie.client.protocol.placement import Placement
 from bookie.client.protocol.quorum import check_quorums
 from bookie.client.protocol.recovery import RecoveryOp
 from bookie.client.protocol.writer import LedgerWriter
@@ -70,13 +71,17 @@ class BookKeeper:
         self._closed = False
         # the client's metrics (bookie.client.metrics: shared by the process's clients), when on
         self._metrics = ClientMetrics() if cfg.enableClientMetrics else None
+        # rack- or region-aware placement (client/protocol/placement.py), or None: at random
+        self._placement = None if cfg.placement_policy == "default" else Placement(
+            cfg.placement_policy, {}, cfg.minNumRacksPerWriteQuorum,
+            cfg.enforceMinNumRacksPerWriteQuorum)
         write_metadata = self._store.write_metadata
         if self._metrics is not None:
             write_metadata = self._metrics.counted_metadata_writes(write_metadata)
         self._io = IOThread(
             add_timeout_s=cfg.addEntryTimeout, read_timeout_s=cfg.readTimeout,
             batch_max_entries=cfg.addBatchMaxEntries, batch_max_bytes=cfg.addBatchMaxBytes,
-            list_bookies=self._store.list_writable, write_metadata=write_metadata)
+            list_bookies=self._list_writable, write_metadata=write_metadata)
         self._io.curve = curve
         self._runner = OpRunner(self._io, self._throttle, cfg.operationTimeout,
                                 cfg.speculativeReadTimeout / 1000.0)
@@ -191,8 +196,16 @@ class BookKeeper:
                 "refusing to create a ledger with an empty password (its master key is "
                 "well known); pass password=b'...' (or the client's passwd key), or set the "
                 "client key allowEmptyPassword=True to accept it")
-        writable = self._store.list_writable()
-        ensemble = choose_ensemble(ensemble_size, writable, self._rng)
+        writable = self._list_writable()
+        if self._placement is None:
+            ensemble = choose_ensemble(ensemble_size, writable, self._rng)
+        else:
+            ensemble = self._placement.choose(ensemble_size, write_quorum, writable, self._rng)
+            short = ensemble and self._placement.short_of(ensemble, write_quorum)
+            if short:
+                raise NotEnoughBookiesError(f"cannot create a ledger on {ensemble_size} "
+                                            f"bookies: {short}"
+                                            f"{self._placement.domains_of(writable)}")
         if ensemble is None:
             raise NotEnoughBookiesError(
                 f"cannot create a ledger on {ensemble_size} bookies: only {len(writable)} "
@@ -208,7 +221,8 @@ class BookKeeper:
         lac_interval_s = self.config.explicitLacInterval / 1000.0
         writer = LedgerWriter(info, version, dm.encode, rng=self._rng,
                               explicit_lac_interval_s=lac_interval_s,
-                              encode_many=dm.encode_many, deferred_sync=deferred_sync)
+                              encode_many=dm.encode_many, deferred_sync=deferred_sync,
+                              placement=self._placement)
         driver = self._runner.start_writer(writer, key, lac_interval_s / 2)
         self._writers[ledger_id] = driver
         if adv:
@@ -402,6 +416,14 @@ class BookKeeper:
         return log.link_ledgers(self, name, ledger_ids, version)
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _list_writable(self) -> list[str]:
+        """The writable bookies; with a rack- or region-aware policy, their locations read
+        into the placement first (creates and ensemble changes then place by them)."""
+        writable = self._store.list_writable()
+        if self._placement is not None:
+            self._placement.locations = self._store.locations(writable)
+        return writable
 
     def _password(self, password) -> bytes:
         if password is None:

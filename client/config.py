@@ -56,11 +56,14 @@ IGNORED_KEYS = frozenset({
     "zkRetryBackoffStartMs", "zkRetryBackoffMaxMs", "zkRequestRateLimit", "clientRole",
     "bookieAddressResolverEnabled", "enableBookieAddressTracking",
 })
-# ensemblePlacementPolicy: the spellings of the one policy this client has.
-DEFAULT_PLACEMENT = frozenset({"default", "org.apache.bookkeeper.client.DefaultEnsemblePlacementPolicy"})
-PLACEMENT_NOT_HERE = ("rackaware", "regionaware",
-                      "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy",
-                      "org.apache.bookkeeper.client.RegionAwareEnsemblePlacementPolicy")
+# ensemblePlacementPolicy: each policy (client/protocol/placement.py) by its spellings.
+PLACEMENT_POLICIES = {
+    "default": "default", "org.apache.bookkeeper.client.DefaultEnsemblePlacementPolicy": "default",
+    "rackaware": "rackaware",
+    "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy": "rackaware",
+    "regionaware": "regionaware",
+    "org.apache.bookkeeper.client.RegionAwareEnsemblePlacementPolicy": "regionaware",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,9 +100,12 @@ class ClientConfig:
     # zkLedgersRootPath (hosts separated by , or ;).
     metadataServiceUri: str = ""
     zkServers: str = ""
-    # How ensembles are chosen: "default" (BookKeeper's DefaultEnsemblePlacementPolicy: E
-    # writable bookies at random); the rack- and region-aware policies are not built here.
+    # How ensembles are chosen (client/protocol/placement.py): "default" (E writable bookies at
+    # random), "rackaware" (every write quorum over as many racks as there are: the bookies'
+    # bookieLocation /REGION/RACK), "regionaware" (over regions); BookKeeper's class names too.
     ensemblePlacementPolicy: str = "default"
+    minNumRacksPerWriteQuorum: int = 2  # the spread an enforced policy insists on
+    enforceMinNumRacksPerWriteQuorum: bool = False  # refuse ensembles below it (else best effort)
     # Client metrics on prometheus_client (bookie.client.metrics, docs/metrics.md): the
     # bookkeeper_client_* families, shared by every client of the process that turns them on.
     enableClientMetrics: bool = False
@@ -178,11 +184,15 @@ class ClientConfig:
             "lmdb:///abs/path")
         need(self.zkLedgersRootPath.startswith("/"), "zkLedgersRootPath",
              "must be an absolute path such as /ledgers")
-        need(self.ensemblePlacementPolicy in DEFAULT_PLACEMENT, "ensemblePlacementPolicy",
-             "only 'default' (random writable bookies) is built here"
-             + ("; rack- and region-aware placement is not" if self.ensemblePlacementPolicy
-                in PLACEMENT_NOT_HERE else ""))
+        need(self.ensemblePlacementPolicy in PLACEMENT_POLICIES, "ensemblePlacementPolicy",
+             "must be default, rackaware or regionaware (or BookKeeper's class name of one)")
+        need(self.minNumRacksPerWriteQuorum >= 1, "minNumRacksPerWriteQuorum", "must be >= 1")
         self.zk_security()
+
+    @property
+    def placement_policy(self) -> str:
+        """ensemblePlacementPolicy as ``default``, ``rackaware`` or ``regionaware``."""
+        return PLACEMENT_POLICIES[self.ensemblePlacementPolicy]
 
     @property
     def metadata_uri(self) -> str:

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from bookie import properties
 from bookie.metadata.errors import AccessDeniedError, InvalidUriError
-from bookie.properties import (PropertiesError, format_bool, normalise_uri,  # noqa: F401
+from bookie.properties import (PropertiesError, check_location, format_bool, normalise_uri,  # noqa: F401
                                parse_value, resolve_metadata_uri, zk_hosts)
 from bookie.metadata.uri import parse_uri
 
@@ -93,6 +93,10 @@ def _uri(v):
     return None
 
 
+def _location(v):
+    return check_location(v) if v else None
+
+
 def _zk_root(v):
     return None if v.startswith("/") and v.strip("/") else "must be an absolute ZooKeeper path such as /ledgers"
 
@@ -101,6 +105,7 @@ KEYS: tuple[Key, ...] = (
     # -- network -------------------------------------------------------------------------------
     Key("bookiePort", "int", 3181, "Port of the add socket; the read socket listens on bookiePort+1.", _port, attr="bookie_port"),
     Key("listeningInterface", "str", "127.0.0.1", "Address both sockets bind to.", attr="listening_interface"),
+    Key("bookieLocation", "str", "", "Where the bookie is, /REGION/RACK (BookKeeper's rack names): published in its registration, so clients with ensemblePlacementPolicy=rackaware or regionaware spread every write quorum over racks or regions (docs/client.md). Empty: /default-region/default-rack.", _location, attr="bookie_location"),
     Key("advertisedAddress", "str", "", "Host the bookie registers under (default: listeningInterface).", attr="advertised_address"),
     Key("nettyMaxFrameSizeBytes", "int", 5 * 1024 * 1024, "Largest entry accepted, in bytes; larger adds get BAD_REQUEST.", _range(64, 1 << 30), unit="bytes", attr="max_entry_size_bytes"),
     Key("maxPendingAddRequestsPerThread", "int", 100_000, "Adds waiting for the journal before new ones get TOO_MANY_REQUESTS.", _range(1), attr="max_pending_adds"),

@@ -63,7 +63,8 @@ BatchEncoder = Callable[[int, int, int, list], tuple[list, list]]
 class LedgerWriter:
     def __init__(self, info: LedgerInfo, version, encode: Encoder, *,
                  rng: random.Random | None = None, explicit_lac_interval_s: float = 0.0,
-                 encode_many: BatchEncoder | None = None, deferred_sync: bool = False):
+                 encode_many: BatchEncoder | None = None, deferred_sync: bool = False,
+                 placement=None):
         self.info = info
         self.version = version
         self.ledger_id = info.ledger_id
@@ -87,6 +88,7 @@ class LedgerWriter:
         self._lac_sent = self.pending.lac  # highest LAC bookies surely know
         self._behind_since: float | None = None  # since when the LAC is ahead of _lac_sent
         self.deferred_sync = deferred_sync
+        self.placement = placement  # client.protocol.placement.Placement, or None (random)
         self._forced_lac = info.last_entry_id  # deferred sync: the LAC made visible by force()
         self._force_targets: list[int] = []  # deferred forces, each: the last entry it covers
         self._handlers = {
@@ -305,7 +307,7 @@ class LedgerWriter:
         positions = set(self._to_replace)
         writable = [b for b in event.writable if b not in self._bad_bookies]
         new_info = replace_bookies(self.info, self.ensemble, sorted(positions), writable,
-                                   self.pending.lac + 1, self._rng)
+                                   self.pending.lac + 1, self._rng, self.placement)
         if new_info is None:
             failed = ", ".join(self.ensemble[p] for p in sorted(positions))
             return self._fail(NotEnoughBookiesError(
@@ -313,6 +315,13 @@ class LedgerWriter:
                 f"{len(set(writable) - set(self.ensemble))} writable bookie(s) outside the "
                 f"ensemble are registered to replace them; start more bookies or make them "
                 f"writable", ledger_id=self.ledger_id))
+        short = self.placement and self.placement.short_of(new_info.last_ensemble,
+                                                           self.info.write_quorum)
+        if short:
+            return self._fail(NotEnoughBookiesError(
+                f"ledger {self.ledger_id}: cannot replace bookie(s) "
+                f"{', '.join(self.ensemble[p] for p in sorted(positions))}: {short}"
+                f"{self.placement.domains_of(writable)}", ledger_id=self.ledger_id))
         self._changing = positions
         return [A.WriteMetadata(new_info, self.version, "ensemble")]
 

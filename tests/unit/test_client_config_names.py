@@ -58,13 +58,17 @@ def test_the_metadata_store_is_named_as_client_conf_names_it(keys, uri):
     assert ClientConfig.build(keys).metadata_uri == uri
 
 
-def test_a_bad_metadata_uri_and_a_placement_not_built_are_refused():
+def test_a_bad_metadata_uri_and_an_unknown_placement_are_refused():
     with pytest.raises(InvalidArgumentError, match="metadataServiceUri"):
         ClientConfig.build(metadataServiceUri="http://x")
     assert ClientConfig.build(ensemblePlacementPolicy="org.apache.bookkeeper.client."
-                                                      "DefaultEnsemblePlacementPolicy")
-    with pytest.raises(InvalidArgumentError, match="rack- and region-aware placement is not"):
-        ClientConfig.build(ensemblePlacementPolicy="rackaware")
+                                                      "DefaultEnsemblePlacementPolicy"
+                              ).placement_policy == "default"
+    assert ClientConfig.build(ensemblePlacementPolicy="org.apache.bookkeeper.client."
+                                                      "RackawareEnsemblePlacementPolicy"
+                              ).placement_policy == "rackaware"
+    with pytest.raises(InvalidArgumentError, match="must be default, rackaware or regionaware"):
+        ClientConfig.build(ensemblePlacementPolicy="zoneaware")
 
 
 def test_client_conf_file_with_bookkeeper_names(tmp_path):
