@@ -316,7 +316,7 @@ def _ledgermetadata(args: argparse.Namespace) -> int:
 def _bookieformat(args: argparse.Namespace) -> int:
     from bookie.metadata import MetadataError
     from bookie.workers.config import BookieConfig, ConfigError, parse_overrides
-    from bookie.workers.layout import (
+    from bookie.storage.layout import (
         LayoutError, check_not_in_use, dirs_holding_data, format_bookie)
     try:
         conf = BookieConfig.load(args.conf, parse_overrides(args.set))

@@ -468,7 +468,7 @@ def _updatecookie(args) -> int:
 
     from bookie.metadata import CookieNotFoundError
     from bookie.workers.config import BookieConfig, parse_overrides
-    from bookie.workers.layout import (
+    from bookie.storage.layout import (
         LAYOUT_VERSION, _has_data, _read_json, _write_atomic, all_dirs, check_not_in_use,
         current_dir, expected_cookie)
 

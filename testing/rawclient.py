@@ -2,6 +2,12 @@
 
 It bypasses every quorum rule (that is the replication client's job, ``bookie.client``) and
 speaks the frames of ``bookie.wire`` directly, one request at a time or pipelined.
+
+A bookie with a metadata store stores nothing under a ledger id the store does not know, and
+only for the key the ledger's metadata names (``bookie.core.ledgers``, invariant 1): a raw test
+that writes to ids of its own choosing first makes the store know them (``create_ledgers``, which
+needs the store's own access, as a writer's client has).  A bookie run without a metadata store
+binds each id to the key of its first add.
 """
 
 from __future__ import annotations
@@ -121,3 +127,23 @@ class RawBookieClient:
 def make_entry(ledger_id: int, entry_id: int, payload: bytes, lac: int = -1) -> bytes:
     """An entry with a zero 8-byte digest field (the bookie never checks digests)."""
     return wire.pack_entry(ledger_id, entry_id, lac, 0, b"\0" * 8, payload)
+
+
+def create_ledgers(metadata_uri: str, ledger_ids, master_key: bytes | None, zk_security=None,
+                   ensemble: list[str] | None = None) -> None:
+    """Make the metadata store know ``ledger_ids`` (ids a raw test chose), owned by
+    ``master_key`` (its ``key_check`` in each record; None: no check, as an older client's
+    ledger, bound on each bookie by its first add).  ``ensemble``: the bookies of the ledgers'
+    one fragment (default: one placeholder)."""
+    from bookie.metadata import open_metadata
+    from bookie.metadata.ledger import LedgerMetadata, make_key_check
+    ensemble = list(ensemble or ["127.0.0.1:1"])
+    n = len(ensemble)
+    store = open_metadata(metadata_uri, zk_security=zk_security)
+    try:
+        for ledger_id in ledger_ids:
+            meta = LedgerMetadata(n, n, n, fragments=[(0, ensemble)],
+                                  key_check=make_key_check(master_key) if master_key else b"")
+            store._write_raw_ledger(ledger_id, meta.to_bytes())
+    finally:
+        store.close()
