@@ -265,7 +265,8 @@ class BookKeeper:
         info = to_info(ledger_id, meta)
         if recovery and info.state is not LedgerState.CLOSED:
             # one operation: mark IN_RECOVERY, fence, re-replicate the tail, close (all CAS)
-            op = RecoveryOp(info, dm.decode, version, rng=self._rng)
+            op = RecoveryOp(info, dm.decode, version, rng=self._rng,
+                            placement=self._placement)
             self._runner.wait(self._runner.run(op, ledger_id, key))
             info = op.info  # the closed metadata (the future's completion orders this read)
         lac = None
@@ -287,7 +288,7 @@ class BookKeeper:
         if info.state is LedgerState.CLOSED:
             return
         dm = DigestManager(ledger_id, meta.digest_type, password)
-        op = RecoveryOp(info, dm.decode, version, rng=self._rng)
+        op = RecoveryOp(info, dm.decode, version, rng=self._rng, placement=self._placement)
         self._runner.wait(self._runner.run(op, ledger_id, credential, key_flags=RECOVERY_CREDENTIAL))
 
     def open_ledger_async(self, *args, **kwargs) -> Future:
