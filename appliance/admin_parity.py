@@ -42,7 +42,7 @@ FILE_TYPES = {"journal": "journal files", "entrylog": "entrylog files", "index":
 
 
 def is_ready(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import HttpError, Response
+    from bookie.appliance.admin import Response
     sup = api.sup
     reason = ""
     dead = sorted(role for role, w in sup.workers.items()
@@ -85,7 +85,7 @@ def list_disk_file(api: AdminApi, req: Request) -> Response:
 
 
 def sanity(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import HttpError, Response
+    from bookie.appliance.admin import Response
     from bookie import wire
     from bookie.autorecovery.copier import Bookies, CopyError, Key
     from bookie.autorecovery.worker import curve_keys
@@ -122,7 +122,7 @@ def sanity(api: AdminApi, req: Request) -> Response:
 
 
 def cluster_info(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import HttpError, Response
+    from bookie.appliance.admin import Response
     from bookie.metadata.errors import NoSuchNodeError
     from bookie.metadata.store import COOKIES
     from bookie.metadata.underreplication import UnderReplication
@@ -149,7 +149,7 @@ def cluster_info(api: AdminApi, req: Request) -> Response:
 
 
 def list_under_replicated(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import HttpError, Response
+    from bookie.appliance.admin import Response
     from bookie.metadata.underreplication import UnderReplication
     with_missing = req.bool_param("print_missing_replica")
 
@@ -162,21 +162,21 @@ def list_under_replicated(api: AdminApi, req: Request) -> Response:
 
 
 def who_is_auditor(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import HttpError, Response
+    from bookie.appliance.admin import Response
     from bookie.metadata.underreplication import UnderReplication
     return Response({"Auditor": api.with_store(
         lambda store: _auditor_bookie(UnderReplication(store).auditor()))})
 
 
 def trigger_audit(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import HttpError, Response
+    from bookie.appliance.admin import Response
     from bookie.metadata.underreplication import UnderReplication
     version = api.with_store(lambda store: UnderReplication(store).trigger_audit())
     return Response({"triggered": True, "trigger": version})
 
 
 def get_lost_bookie_recovery_delay(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import HttpError, Response
+    from bookie.appliance.admin import Response
     from bookie.metadata.underreplication import UnderReplication
     stored = api.with_store(lambda store: UnderReplication(store).lost_bookie_recovery_delay())
     configured = api.sup.conf.value("lostBookieRecoveryDelay")
