@@ -130,18 +130,19 @@ def read_properties(path: str, what: str = "--conf") -> dict[str, str]:
     return parse_properties(text, path)
 
 
-def parse_assignments(items: Iterable[str] | None, flag: str = "--set") -> dict[str, str]:
+def parse_assignments(items: Iterable[str] | None, flag: str = "--set",
+                      form: str = "KEY=VALUE") -> dict[str, str]:
     """Command-line ``KEY=VALUE`` items (``--set``) -> ``{key: raw value}``; a later item wins.
 
     Raises:
-        PropertiesError: an item without ``=`` or with an empty key, named with ``flag``.
+        PropertiesError: an item without ``=`` or with an empty key, named with ``flag``
+            (``--set 'x': expected KEY=VALUE``, the tool's own spelling ``form``).
     """
     out: dict[str, str] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise PropertiesError(f"{flag} {item!r}: expected KEY=VALUE (as a key=value line "
-                                  f"of a configuration file)")
+            raise PropertiesError(f"{flag} {item!r}: expected {form}")
         out[key.strip()] = value
     return out
 

@@ -439,7 +439,7 @@ del _key
 def parse_overrides(items: list[str] | None) -> dict[str, str]:
     """Turn ``--set key=value`` items into a dict; a malformed item is a ConfigError."""
     try:
-        return properties.parse_assignments(items, "--set")
+        return properties.parse_assignments(items, "--set", form="key=value")
     except PropertiesError as e:
         raise ConfigError(str(e)) from None
 
