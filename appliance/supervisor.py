@@ -279,7 +279,8 @@ class Supervisor:
         from bookie.metadata import MetadataError, NodeExistsError
 
         info = {"add_port": self.conf.bookie_port, "read_port": self.conf.bookie_port + 1,
-                "host": self.conf.bookie_host, "pid": os.getpid()}
+                "host": self.conf.bookie_host, "pid": os.getpid(),
+                "location": self.conf.bookie_location}  # placement (client/protocol/placement.py)
         try:
             self.registration = self._open_store().register_bookie(
                 self.conf.bookie_id, readonly=self.readonly, info=info)
