@@ -100,9 +100,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--conf", metavar="FILE", default=None, help="bookie configuration file")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                    help="override one configuration key (repeatable)")
-    p.add_argument("--non-interactive", action="store_true",
+    p.add_argument("--non-interactive", "-nonInteractive", action="store_true",
                    help="never ask: abort if data exists, unless --force")
-    p.add_argument("--force", action="store_true", help="wipe existing data")
+    p.add_argument("--force", "-force", action="store_true", help="wipe existing data")
     p.set_defaults(func=_bookieformat)
 
     from bookie.appliance import shell_recovery
@@ -144,16 +144,20 @@ def add_zk_auth_option(parser: argparse.ArgumentParser) -> None:
 def _zk_security(args: argparse.Namespace):
     """The ZooKeeper credentials and ACL of a shell command (None: none): from
     --zk-digest-auth-file, else the --conf file's zkEnableSecurity / zkDigestAuthFile."""
+    if "_zk_security" in vars(args):  # read once: a tool may have become the bookie's user since
+        return args._zk_security
     from bookie.metadata import MetadataError, load_zk_security
     from bookie.workers.config import BookieConfig, ConfigError
+    security = None
     try:
         if getattr(args, "zk_digest_auth_file", None):
-            return load_zk_security(True, args.zk_digest_auth_file)
-        if getattr(args, "conf", None):
-            return BookieConfig.load(args.conf, check_dirs=False).zk_security
+            security = load_zk_security(True, args.zk_digest_auth_file)
+        elif getattr(args, "conf", None):
+            security = BookieConfig.load(args.conf, check_dirs=False).zk_security
     except (ConfigError, MetadataError) as e:
         raise CliError(str(e)) from None
-    return None
+    args._zk_security = security
+    return security
 
 
 def client_keys(args: argparse.Namespace) -> dict:
@@ -304,10 +308,14 @@ def _ledgermetadata(args: argparse.Namespace) -> int:
 def _bookieformat(args: argparse.Namespace) -> int:
     from bookie.metadata import MetadataError
     from bookie.workers.config import BookieConfig, ConfigError, parse_overrides
+    from bookie.appliance.privileges import run_as_owner
+    from bookie.workers import dirlock  # noqa: F401 - imported before the switch of user
     from bookie.workers.layout import (
-        LayoutError, check_not_in_use, dirs_holding_data, format_bookie)
+        LayoutError, all_dirs, check_not_in_use, dirs_holding_data, format_bookie)
     try:
         conf = BookieConfig.load(args.conf, parse_overrides(args.set))
+        _import_store_modules(conf.metadata_uri)
+        run_as_owner(all_dirs(conf), "bookieformat")
         check_not_in_use(conf, purpose="format it")  # before asking; format_bookie checks again
         force = args.force
         holding = dirs_holding_data(conf)
@@ -327,3 +335,13 @@ def _bookieformat(args: argparse.Namespace) -> int:
     print(f"bookieformat: wiped {len(wiped)} directories" if wiped else
           "bookieformat: nothing to wipe")
     return 0
+
+
+def _import_store_modules(uri: str | None) -> None:
+    """Import what opening ``uri`` needs while the interpreter's files are still readable (a
+    tool that switches to the bookie's user does so after its imports)."""
+    from bookie.metadata import open_metadata  # noqa: F401
+    if uri and uri.startswith("lmdb"):
+        from bookie.metadata import embedded  # noqa: F401
+    elif uri:
+        from bookie.metadata import zk  # noqa: F401

@@ -148,8 +148,12 @@ class _Progress:
 # -- handlers ------------------------------------------------------------------------------------
 
 def _rebuild_index(args: argparse.Namespace) -> int:
+    from bookie.appliance.privileges import run_as_owner
+    from bookie.workers import dirlock  # noqa: F401 - imported before the switch of user
+    from bookie.workers.layout import all_dirs
     from bookie.workers.rebuild import rebuild_index
     conf = _conf(args)
+    run_as_owner(all_dirs(conf), "rebuild-index")
     progress = _Progress("rebuild-index")
     try:
         report = rebuild_index(conf, progress, fence_all=args.fence_all)

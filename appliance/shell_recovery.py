@@ -29,7 +29,7 @@ import time
 from typing import Callable
 
 from bookie.appliance.errors import CliError
-from bookie.appliance.shell import _client_keys, _print_json, _uri, _with_store
+from bookie.appliance.shell import _client_keys, _print_json, _uri, _with_store, _zk_security
 from bookie.client import options as client_options
 
 
@@ -474,8 +474,16 @@ def _updatecookie(args) -> int:
 
     if not args.conf:
         raise CliError("updatecookie needs the bookie's configuration: --conf FILE")
+    from bookie.appliance.privileges import run_as_owner
+    from bookie.appliance.shell import _import_store_modules
+    from bookie.workers import dirlock  # noqa: F401 - imported before the switch of user
+
     conf = BookieConfig.load(args.conf, parse_overrides(args.set), check_dirs=False)
     dirs = all_dirs(conf)
+    if not args.list:
+        _import_store_modules(_uri(args))
+        _zk_security(args)  # the credentials file may be readable by root only: checked now
+        run_as_owner(dirs, "updatecookie")
     found = {d: _read_json(os.path.join(current_dir(d), "cookie")) for d in dirs}
     cookies = [c for c in found.values() if c]
     if not cookies:
