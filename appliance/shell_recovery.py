@@ -9,7 +9,8 @@
     deleteledger LEDGER_ID [--force]                       remove a ledger
     simpletest [--ensemble-size E ...] [--entries N]       write and read N entries on the cluster
     bookiesanity [--bookie ID]                             write and read on this bookie only
-    bookieinfo                                             free / total disk per bookie
+    bookieinfo                                             free / total disk per bookie (exit
+                                                           status 1 if one does not answer)
     updatecookie --conf F [--list | --delete --force]      rewrite a stopped bookie's cookie
 
 Each takes ``--metadata URI`` or ``--conf FILE`` (a bookie's configuration) and ``--json``.
@@ -442,9 +443,10 @@ def _bookieinfo(args) -> int:
                         rows.append({"bookie": bookie, "readonly": readonly, "error": str(e)})
         finally:
             bookies.close()
+        unanswered = [row["bookie"] for row in rows if "error" in row]
         if args.json:
             _print_json({"bookies": rows})
-            return 0
+            return 1 if unanswered else 0
         if not rows:
             print("no bookies registered")
         for row in rows:
@@ -454,6 +456,10 @@ def _bookieinfo(args) -> int:
             else:
                 print(f"{row['bookie']}{flag}: free {row['free_bytes'] / 2**30:.2f} GiB of "
                       f"{row['total_bytes'] / 2**30:.2f} GiB")
+        if unanswered:  # a registered bookie that does not answer is a failure to look at
+            print(f"bookieinfo: {len(unanswered)} of {len(rows)} bookies did not answer"
+                  f"{client_options.curve_hint(_client_keys(args))}", file=sys.stderr)
+            return 1
         return 0
     return _with_store(args, body)
 

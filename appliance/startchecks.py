@@ -68,10 +68,24 @@ def check_ports_free(conf: BookieConfig) -> None:
                 if e.errno == errno.EADDRNOTAVAIL:
                     raise StartRefused(f"listeningInterface={host} is not an address of this "
                                        f"host") from None
+                if e.errno in (errno.EACCES, errno.EPERM):
+                    raise StartRefused(
+                        f"permission denied binding {key}={port} on {host}: ports below "
+                        f"{_unprivileged_port_start()} need root or CAP_NET_BIND_SERVICE, and "
+                        f"the bookie runs as {_owner(os.geteuid())}; configure a port of "
+                        f"{_unprivileged_port_start()} or above") from None
                 busy.append(f"{key}={port}" + (f" ({what})" if what else ""))
     if busy:
         raise StartRefused(f"port in use on {host}: {', '.join(busy)}; stop what listens there "
                            f"or configure another port")
+
+
+def _unprivileged_port_start() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_unprivileged_port_start") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return 1024
 
 
 def is_loopback(host: str) -> bool:
