@@ -30,7 +30,8 @@ import time
 from typing import Callable
 
 from bookie.appliance.errors import CliError
-from bookie.appliance.shell import _client_keys, _print_json, _uri, _with_store, _zk_security
+from bookie.appliance.shell import (
+    _client_keys, _print_json, _uri, _with_store, _zk_security, ask)
 from bookie.client import options as client_options
 
 
@@ -56,6 +57,8 @@ def register(commands, metadata_command: Callable) -> None:
                          "ledgers reported as having lost entries.", _listunderreplicated)
     p.add_argument("--missing-replica", "-missingreplica", metavar="BOOKIE",
                    help="only ledgers missing a copy on this bookie")
+    p.add_argument("--print-missing-replica", "-printmissingreplica", action="store_true",
+                   help="BookKeeper's flag to show the missing copies: always shown here")
 
     p = metadata_command("autorecovery", "Enable, disable or show cluster-wide autorecovery.",
                          _autorecovery)
@@ -102,6 +105,18 @@ def register(commands, metadata_command: Callable) -> None:
     group.add_argument("--delete", "-delete", action="store_true",
                        help="remove the bookie's cookie from the store (with --force)")
     p.add_argument("--force", "-force", action="store_true")
+
+    p = metadata_command("expandstorage", "Add new, empty ledger or index directories to a "
+                         "stopped bookie: list them in its configuration first; its cookie (in "
+                         "its directories and the store) then names them.", _expandstorage)
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a key")
+
+
+def _expandstorage(args) -> int:
+    """``updatecookie`` limited to added directories (BookKeeper's ``expandstorage``)."""
+    args.list = args.delete = args.force = False
+    args.expand_only = True
+    return _updatecookie(args)
 
 
 def _batch_args(p: argparse.ArgumentParser) -> None:
@@ -321,11 +336,9 @@ def _deleteledger(args) -> int:
             store.read_ledger(ledger_id)
         except NoSuchLedgerError:
             raise CliError(f"no ledger {ledger_id}") from None
-        if not args.force:
-            answer = input(f"Delete ledger {ledger_id}? (y/N) ")
-            if answer.strip().lower() not in ("y", "yes"):
-                print("deleteledger: nothing changed", file=sys.stderr)
-                return 1
+        if not args.force and not ask(f"Delete ledger {ledger_id}? (y/N) "):
+            print(f"deleteledger: ledger {ledger_id} kept", file=sys.stderr)
+            return 1
         store.remove_ledger(ledger_id)
         if args.json:
             _print_json({"deleted": ledger_id})
@@ -466,6 +479,22 @@ def _bookieinfo(args) -> int:
 
 # -- cookies -----------------------------------------------------------------------------------
 
+def _check_expansion(old: dict, new: dict) -> None:
+    """expandstorage adds directories and changes nothing else."""
+    if old.get("bookie_id") != new.get("bookie_id"):
+        raise CliError(f"expandstorage adds directories only; the bookie id changes ("
+                       f"{old.get('bookie_id')} -> {new.get('bookie_id')}): use updatecookie")
+    if old.get("journal_dir") != new.get("journal_dir"):
+        raise CliError("expandstorage adds directories only; the journal directory changed")
+    for key in ("ledger_dirs", "index_dirs"):
+        gone = set(old.get(key) or []) - set(new.get(key) or [])
+        if gone:
+            raise CliError(f"expandstorage adds directories only; the configuration no longer "
+                           f"names {', '.join(sorted(gone))}")
+    if old.get("ledger_dirs") == new.get("ledger_dirs") and \
+            old.get("index_dirs") == new.get("index_dirs"):
+        raise CliError("expandstorage: the configuration names no new directory")
+
 def _updatecookie(args) -> int:
     """The cookie a bookie's configuration calls for now, written to its directories and the
     store; only changes of bookie id and added directories (the instance id is kept, and a
@@ -479,7 +508,8 @@ def _updatecookie(args) -> int:
         current_dir, expected_cookie)
 
     if not args.conf:
-        raise CliError("updatecookie needs the bookie's configuration: --conf FILE")
+        raise CliError(f"{'expandstorage' if getattr(args, 'expand_only', False) else 'updatecookie'}"
+                       f" needs the bookie's configuration: --conf FILE")
     from bookie.appliance.privileges import run_as_owner
     from bookie.appliance.shell import _import_store_modules
     from bookie.workers import dirlock  # noqa: F401 - imported before the switch of user
@@ -498,6 +528,8 @@ def _updatecookie(args) -> int:
     if any(c.get("instance_id") != old.get("instance_id") for c in cookies):
         raise CliError("the directories hold cookies of different bookies; refusing")
     new = expected_cookie(conf, old.get("instance_id", ""))
+    if getattr(args, "expand_only", False):
+        _check_expansion(old, new)
 
     def body(store) -> int:
         old_id = old.get("bookie_id", "")
