@@ -259,6 +259,8 @@ ROUTES = {
     "/api/v1/ledger/list": {"GET": list_ledgers},
     "/api/v1/ledger/metadata": {"GET": ledger_metadata},
 }
+from bookie.appliance import admin_ops  # noqa: E402 - the operator's paths (imports this module)
+admin_ops.register(ROUTES)
 METRICS_ROUTES = {"/metrics": ROUTES["/metrics"]}  # prometheusStatsHttpPort serves only this
 
 
