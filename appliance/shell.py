@@ -52,7 +52,7 @@ def _quiet_kazoo(handler: Callable) -> Callable:
 def register(subparsers: Any) -> None:
     """Add the ``shell`` command group to the ``bookie`` parser."""
     shell = subparsers.add_parser("shell", help="administration: format, list bookies and ledgers",
-                                  description=__doc__.split("\n\n")[0])
+                                  description=__doc__.split("\n\n")[0].replace("``", ""))
     commands = shell.add_subparsers(dest="shell_command", metavar="SUBCOMMAND")
     commands.required = True
 
