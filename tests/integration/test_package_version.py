@@ -4,6 +4,7 @@ build sorts above: a rebuild of the same version installs as an upgrade."""
 import os
 import re
 import subprocess
+import sys
 import time
 
 import bookie
@@ -24,7 +25,7 @@ def deb_version(**env) -> str:
 
 def test_the_program_reports_the_projects_one_version():
     assert bookie.__version__ == project_version()
-    out = subprocess.run([os.path.join(os.path.dirname(os.sys.executable), "python"), "-m",
+    out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "python"), "-m",
                           "bookie", "--version"], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == f"bookie {project_version()}"
     with open(os.path.join(REPO, "__init__.py")) as f:
