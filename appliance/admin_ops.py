@@ -105,8 +105,8 @@ def resume(api: AdminApi, req: Request) -> Response:
 # -- this bookie's files -------------------------------------------------------------------------
 
 def last_log_mark(api: AdminApi, req: Request) -> Response:
-    from bookie.workers.journal import read_lastmark
-    from bookie.workers.layout import current_dir
+    from bookie.storage.journal import read_lastmark
+    from bookie.storage.layout import current_dir
     return Response({d: read_lastmark(current_dir(d)) for d in api.sup.conf.ledger_dirs})
 
 
@@ -119,9 +119,9 @@ def expand_storage(api: AdminApi, req: Request) -> Response:
 def read_ledger(api: AdminApi, req: Request) -> Response:
     """Entries of a ledger as this bookie stores them (a striped ledger: its share), read from
     its index and entry logs beside the workers (read-only LMDB transactions)."""
-    from bookie.workers.inspect import (
+    from bookie.storage.inspect import (
         IndexUnreadable, digest_kind, indexed_entries, ledger_dirs_of, open_index_readonly)
-    from bookie.workers.storage import EntryLogReader
+    from bookie.storage.entrylog import EntryLogReader
 
     ledger_id = req.int_param("ledger_id", 0, (1 << 63) - 1)
     first = req.int_param("start_entry_id", 0, (1 << 63) - 1, default=0)

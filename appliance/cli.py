@@ -18,7 +18,7 @@ from bookie.metadata import MetadataError
 from bookie.testing.localbookies import LocalBookieError
 from bookie.workers import logs
 from bookie.workers.config import ConfigError
-from bookie.workers.layout import LayoutError
+from bookie.storage.layout import LayoutError
 
 _GROUPS = (run_cmd, localbookie, shell, autorecovery_cmd, bench_cli)
 

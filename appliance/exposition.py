@@ -18,7 +18,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from bookie import __version__
 from bookie.appliance.memory_watch import anon_rss_bytes
 from bookie.workers.metrics import SPEC_BY_NAME, FromFirstScrape
-from bookie.workers.ring import DURABLE, WRITE
+from bookie.storage.ring import DURABLE, WRITE
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"

@@ -409,8 +409,8 @@ def _bookieformat(args: argparse.Namespace) -> int:
     from bookie.metadata import MetadataError
     from bookie.workers.config import BookieConfig, ConfigError, parse_overrides
     from bookie.appliance.privileges import run_as_owner
-    from bookie.workers import dirlock  # noqa: F401 - imported before the switch of user
-    from bookie.workers.layout import (
+    from bookie.storage import dirlock  # noqa: F401 - imported before the switch of user
+    from bookie.storage.layout import (
         LayoutError, all_dirs, check_not_in_use, dirs_holding_data, format_bookie)
     try:
         conf = BookieConfig.load(args.conf, parse_overrides(args.set))
@@ -452,9 +452,9 @@ def _initbookie(args: argparse.Namespace) -> int:
 
     from bookie.appliance.privileges import run_as_owner
     from bookie.metadata import CookieNotFoundError, MetadataError, open_metadata
-    from bookie.workers import dirlock  # noqa: F401 - imported before the switch of user
+    from bookie.storage import dirlock  # noqa: F401 - imported before the switch of user
     from bookie.workers.config import BookieConfig, ConfigError, parse_overrides
-    from bookie.workers.layout import (
+    from bookie.storage.layout import (
         LayoutError, all_dirs, check_or_stamp, dirs_holding_data)
     try:
         conf = BookieConfig.load(args.conf, parse_overrides(args.set), check_dirs=False)

@@ -121,7 +121,7 @@ def _conf(args: argparse.Namespace):
     """The bookie's configuration; its directories must hold a bookie's data (a wrong --conf is
     one line, not an empty listing)."""
     from bookie.workers.config import BookieConfig, parse_overrides
-    from bookie.workers.layout import current_dir
+    from bookie.storage.layout import current_dir
     conf = BookieConfig.load(args.conf, parse_overrides(args.set))
     for d in [conf.journal_dir, *conf.ledger_dirs]:
         if not os.path.isdir(current_dir(d)):
@@ -168,9 +168,9 @@ class _Progress:
 
 def _rebuild_index(args: argparse.Namespace) -> int:
     from bookie.appliance.privileges import run_as_owner
-    from bookie.workers import dirlock  # noqa: F401 - imported before the switch of user
-    from bookie.workers.layout import all_dirs
-    from bookie.workers.rebuild import rebuild_index
+    from bookie.storage import dirlock  # noqa: F401 - imported before the switch of user
+    from bookie.storage.index_rebuild import rebuild_index
+    from bookie.storage.layout import all_dirs
     conf = _conf(args)
     run_as_owner(all_dirs(conf), "rebuild-index")
     progress = _Progress("rebuild-index")
@@ -193,8 +193,8 @@ def _rebuild_index(args: argparse.Namespace) -> int:
 
 
 def _consistency(args: argparse.Namespace) -> int:
-    from bookie.workers.inspect import IndexUnreadable
-    from bookie.workers.rebuild import consistency_check
+    from bookie.storage.inspect import IndexUnreadable
+    from bookie.storage.index_verify import consistency_check
     conf = _conf(args)
     progress = _Progress("localconsistencycheck")
     try:
@@ -218,14 +218,14 @@ def _consistency(args: argparse.Namespace) -> int:
 
 
 def _journal_dir(conf) -> str:
-    from bookie.workers.layout import current_dir
+    from bookie.storage.layout import current_dir
     return current_dir(conf.journal_dir)
 
 
 def _readjournal(args: argparse.Namespace) -> int:
-    from bookie.workers import records
-    from bookie.workers.inspect import iter_journal
-    from bookie.workers.journal import CorruptJournalError, journal_name, read_file_header
+    from bookie.storage import records
+    from bookie.storage.inspect import iter_journal
+    from bookie.storage.journal import CorruptJournalError, journal_name, read_file_header
     directory, journal_id = None, None
     if args.journal_id and os.path.sep in args.journal_id:
         path = args.journal_id
@@ -284,12 +284,12 @@ def _readjournal(args: argparse.Namespace) -> int:
 
 
 def _log_path(args: argparse.Namespace) -> str:
-    from bookie.workers.storage import find_log
+    from bookie.storage.entrylog import find_log
     if os.path.sep in args.log or args.log.endswith(".log"):
         if not os.path.exists(args.log):
             raise CliError(f"{args.log}: no such file")
         return args.log
-    from bookie.workers.inspect import ledger_dirs_of
+    from bookie.storage.inspect import ledger_dirs_of
     log_id = _int_id(args.log, "entry log")
     try:
         return find_log(ledger_dirs_of(_conf(args)), log_id)
@@ -298,7 +298,8 @@ def _log_path(args: argparse.Namespace) -> str:
 
 
 def _readlog(args: argparse.Namespace) -> int:
-    from bookie.workers.inspect import EntryLogFile, InspectError, entry_fields
+    from bookie.storage import records
+    from bookie.storage.inspect import EntryLogFile, InspectError, entry_fields
     path = _log_path(args)
     try:
         elog = EntryLogFile(path)
@@ -308,6 +309,8 @@ def _readlog(args: argparse.Namespace) -> int:
     with elog:
         for pos, rec in elog.records():
             if args.ledger_id is not None and rec.ledger_id != args.ledger_id:
+                continue
+            if rec.type != records.ADD_BATCH:  # a FENCE or LAC record: no entries
                 continue
             for e in elog.entries(rec, pos):
                 if args.entry_id is not None and e.entry_id != args.entry_id:
@@ -341,8 +344,8 @@ def _readlog(args: argparse.Namespace) -> int:
 
 
 def _lastmark(args: argparse.Namespace) -> int:
-    from bookie.workers.inspect import ledger_dirs_of
-    from bookie.workers.journal import journal_files, read_lastmark
+    from bookie.storage.inspect import ledger_dirs_of
+    from bookie.storage.journal import journal_files, read_lastmark
     conf = _conf(args)
     marks = {d: read_lastmark(d) for d in ledger_dirs_of(conf)}
     replay_from = min(marks.values())
@@ -360,9 +363,9 @@ def _lastmark(args: argparse.Namespace) -> int:
 
 
 def _listfiles(args: argparse.Namespace) -> int:
-    from bookie.workers.inspect import log_paths
-    from bookie.workers.journal import journal_name, list_journals
-    from bookie.workers.inspect import index_path, ledger_dirs_of
+    from bookie.storage.inspect import log_paths
+    from bookie.storage.journal import journal_name, list_journals
+    from bookie.storage.inspect import index_path, ledger_dirs_of
     conf = _conf(args)
     every = not (args.journal or args.entrylog or args.index)
     doc: dict[str, list] = {}
@@ -422,9 +425,9 @@ def _readledger(args: argparse.Namespace) -> int:
 
 
 def _ledger_local(args: argparse.Namespace) -> list[dict]:
-    from bookie.workers.inspect import (
+    from bookie.storage.inspect import (
         IndexUnreadable, digest_kind, indexed_entries, ledger_dirs_of, open_index_readonly)
-    from bookie.workers.storage import EntryLogReader
+    from bookie.storage.entrylog import EntryLogReader
     conf = _conf(args)
     try:
         env, index = open_index_readonly(conf)
@@ -491,7 +494,7 @@ def _log_argument(p: argparse.ArgumentParser) -> None:
 
 def _ledger_map(args: argparse.Namespace) -> tuple[str, dict[int, list[int]]]:
     """(path, {ledger_id: [entries, bytes]}) of the entry log the command names."""
-    from bookie.workers.inspect import EntryLogFile, InspectError
+    from bookie.storage.inspect import EntryLogFile, InspectError
     named = [x for x in (args.log, args.log_id, args.log_filename) if x]
     if len(named) != 1:
         raise CliError("name one entry log: LOG, -logId HEX or -logFilename PATH")
@@ -554,7 +557,7 @@ def _activeledgers(args: argparse.Namespace) -> int:
 
 
 def _ledger_index(args: argparse.Namespace) -> int:
-    from bookie.workers.inspect import IndexUnreadable, indexed_entries, open_index_readonly
+    from bookie.storage.inspect import IndexUnreadable, indexed_entries, open_index_readonly
     ledger_id = ledger_id_of(args, "ledger")
     conf = _conf(args)
     try:

@@ -503,7 +503,7 @@ def _updatecookie(args) -> int:
 
     from bookie.metadata import CookieNotFoundError
     from bookie.workers.config import BookieConfig, parse_overrides
-    from bookie.workers.layout import (
+    from bookie.storage.layout import (
         LAYOUT_VERSION, _has_data, _read_json, _write_atomic, all_dirs, check_not_in_use,
         current_dir, expected_cookie)
 
@@ -512,7 +512,7 @@ def _updatecookie(args) -> int:
                        f" needs the bookie's configuration: --conf FILE")
     from bookie.appliance.privileges import run_as_owner
     from bookie.appliance.shell import _import_store_modules
-    from bookie.workers import dirlock  # noqa: F401 - imported before the switch of user
+    from bookie.storage import dirlock  # noqa: F401 - imported before the switch of user
 
     conf = BookieConfig.load(args.conf, parse_overrides(args.set), check_dirs=False)
     dirs = all_dirs(conf)

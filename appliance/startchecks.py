@@ -191,7 +191,7 @@ def check_dirs_usable(conf: BookieConfig) -> None:
     that this process may not read and write (a file left by a tool run as root, say), whose it
     is, and the fix: a permission problem named as one, before any check reads the files and
     takes the missing access for missing data."""
-    from bookie.workers.layout import all_dirs, current_dir
+    from bookie.storage.layout import all_dirs, current_dir
 
     for top in all_dirs(conf):
         pending = [current_dir(top)]

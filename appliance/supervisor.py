@@ -1,11 +1,11 @@
 """The supervisor: one per bookie.  Starts, watches, restarts and stops the workers.
 
-Start order: lock the bookie's directories (``workers/dirlock.py``: a second bookie on them is
+Start order: lock the bookie's directories (``storage/dirlock.py``: a second bookie on them is
 refused, naming the pid that holds them); resolve ``bookiePort=0`` (the port the directories
 were stamped with, else a free one); check that every listening port is free; remove what a
 predecessor killed without stopping left behind (run directory; an older bookie's ring
 directory); check the directory layout and cookies, and the cookie in the metadata store (which
-must exist); check the index against the entry logs (``workers/rebuild.py``: a mismatch names
+must exist); check the index against the entry logs (``storage/index_rebuild.py``: a mismatch names
 the fix); create the shared-memory ring (a memfd: no name, inherited by the workers that map
 it); start the journal worker (it finds the journal's end) and wait until it is ready; start
 the add worker (it replays the journal from LastLogMark) and wait; start the read
@@ -47,15 +47,15 @@ from bookie.appliance.exposition import BookieRegistry
 from bookie.appliance.memory_watch import MemoryWatch
 from bookie.appliance.startchecks import StartRefused, check_admin_security, \
     check_client_security, check_dirs_usable, check_ports_free
-from bookie.workers import diskcheck
+from bookie.core import diskcheck
 from bookie.workers.config import BookieConfig
-from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
+from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock
 from bookie.metadata.recovery_secret import write_secret_file
-from bookie.workers.layout import LayoutError, all_dirs, check_or_stamp, remembered_port
-from bookie.workers.rebuild import check_index
+from bookie.storage.layout import LayoutError, all_dirs, check_or_stamp, remembered_port
+from bookie.storage.index_check import check_index
 from bookie.workers.common import free_port_pair, log_line as log, set_pdeathsig
 from bookie.workers.gc_worker import request_gc
-from bookie.workers.ring import NO_ROOM, READONLY, Ring
+from bookie.storage.ring import NO_ROOM, READONLY, Ring
 
 ROLES_IN_START_ORDER = ("journal", "add", "read", "gc")
 RING_ROLES = ("journal", "add", "read")
@@ -137,14 +137,14 @@ class Supervisor:
         if conf.metadata_uri:
             self._check_cookie_in_store(cookie)
         secret = self._recovery_secret() if conf.metadata_uri else None
-        index_problem = check_index(conf)  # the index against the entry logs (workers/rebuild.py)
+        index_problem = check_index(conf)  # the index against the entry logs (storage/index_rebuild.py)
         if index_problem:
             raise StartRefused(index_problem)
         self.started = True
         self.run_dir = tempfile.mkdtemp(prefix=f"bk{conf.bookie_port}-")
         self.metrics = BookieRegistry(self, self.run_dir)
         self.lock.set_runtime(self.run_dir)  # before it has files: none leaks if we are killed
-        # no name anywhere: the workers inherit the descriptor (workers/ring.py)
+        # no name anywhere: the workers inherit the descriptor (storage/ring.py)
         self.ring = Ring.create_memfd(f"bookie-{conf.bookie_port}-ring", conf.ring_size_bytes)
         with open(os.path.join(self.run_dir, "ring.path"), "w") as f:
             f.write(self.ring.address)
@@ -191,7 +191,7 @@ class Supervisor:
             cmd = [sys.executable, "-m", "bookie.autorecovery", "--conf",
                    os.path.join(self.run_dir, "bookie.conf"), "--ready-fd", str(wfd)]
         # The lock's descriptors go to every worker: the directories stay locked while any
-        # process of this bookie lives (workers/dirlock.py); the ring's to those that map it.
+        # process of this bookie lives (storage/dirlock.py); the ring's to those that map it.
         ring_fds = (self.ring.fd,) if role in RING_ROLES else ()
         w.proc = subprocess.Popen(cmd, pass_fds=(wfd, *self.lock.fds, *ring_fds),
                                   preexec_fn=set_pdeathsig,
@@ -356,7 +356,7 @@ class Supervisor:
             w.proc.kill()
 
     def _check_disks(self) -> None:
-        """Each directory's state (bookie.workers.diskcheck: ok / warn / full, with the
+        """Each directory's state (bookie.core.diskcheck: ok / warn / full, with the
         low-water mark); read-only while any is full, and a GC pass with a major compaction
         asked for when one fills (again every gcWaitTime while full)."""
         conf = self.conf

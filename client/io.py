@@ -48,6 +48,7 @@ import numpy as np
 import zmq
 
 from bookie import wire
+from bookie.client.connection import connect
 from bookie.client.errors import BookKeeperError, ClientClosedError
 from bookie.client.protocol import actions as A
 from bookie.wire import Flag, Op
@@ -281,15 +282,7 @@ class IOThread:
     def _socket(self, bookie: str, kind: int):
         sock = self._sockets.get((bookie, kind))
         if sock is None:
-            host, port = bookie.rsplit(":", 1)
-            sock = self._ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.SNDHWM, 0)
-            sock.setsockopt(zmq.RCVHWM, 0)
-            sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
-            if self.curve is not None:
-                self.curve.apply(sock, bookie)
-            sock.connect(f"tcp://{host}:{int(port) + kind}")
+            sock = connect(self._ctx, bookie, kind, self.curve, unbounded=True, keepalive=True)
             self._sockets[(bookie, kind)] = sock
             self._socket_keys[sock] = (bookie, kind)
             self._poller.register(sock, zmq.POLLIN)

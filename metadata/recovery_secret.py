@@ -5,7 +5,7 @@ Theory of operation
 Healing a ledger writes recovery copies of its entries to a new bookie and, for a ledger left
 open, fences it first; a bookie lets both through only to whoever proves a right to the
 ledger.  The ledger's master key would do, but nothing hands it out: the metadata holds a
-digest of the password, the bookies an HMAC of the key (``bookie.workers.ledgers``).  So the
+digest of the password, the bookies an HMAC of the key (``bookie.core.ledgers``).  So the
 cluster keeps one more secret, 32 random bytes at ``SECRET_PATH`` under the store's root,
 created once by the first bookie or healer that needs it (create-if-absent, then read back,
 so two racing creators end up with the same bytes).  From it each ledger gets its own

@@ -20,7 +20,7 @@ import tempfile
 import time
 
 from bookie.workers.common import free_port_pair, set_pdeathsig
-from bookie.workers.layout import remembered_port
+from bookie.storage.layout import remembered_port
 
 
 class LocalBookieError(RuntimeError):
@@ -308,9 +308,9 @@ class LocalBookies:
     def _remove_run_leftovers(self, i: int) -> None:
         """Remove what bookie i, SIGKILLed and not started again, left outside its directories
         (its run directory under /tmp): the bookie's next start would, and none is coming.  The
-        same rule as that start's: the path its directory lock records (workers/dirlock.py)."""
-        from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
-        from bookie.workers.layout import LayoutError
+        same rule as that start's: the path its directory lock records (storage/dirlock.py)."""
+        from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock
+        from bookie.storage.layout import LayoutError
         journal = self.overrides(i)["journalDirectory"]
         if not os.path.isdir(journal):
             return

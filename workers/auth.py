@@ -13,7 +13,7 @@ Enrolment is a directory, ``curveClientKeysDirectory``, with one subdirectory pe
 public key files as ``bookie shell genkey`` writes them (``NAME.key``).  NAME is the principal.
 The handler answers ZeroMQ with the principal as the connection's User-Id; every message from that
 connection carries it, ``Gate.refusal`` maps it to its role for each request, and the workers
-count a principal's pending places by it (``bookie.workers.shares``):
+count a principal's pending places by it (``bookie.core.shares``):
 
     reader   READ, READ_LAC (long polls too), INFO
     writer   the reader's, plus ADD (recovery adds too), WRITE_LAC, and the FENCE flag

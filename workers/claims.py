@@ -1,28 +1,22 @@
-"""Whose ledger id is it: the metadata store's answer when two keys meet on one id.
+"""Who owns a ledger id: the metadata store's answer, asked once, before anything is stored.
 
 Theory of operation
 -------------------
-A bookie binds a ledger id to the key of the first add it sees for it (``bookie.workers.ledgers``
-rule 1).  Ledger ids are handed out in order, so anyone who may send adds can send one for the
-next id before its ledger exists, and bind the id here to a key of its own: the ledger's writer
-then gets UNAUTHORIZED (or FENCED, after a fence that binds nothing but fences) from this bookie.
-The GC purges what a bookie holds under an id the store never created (``gc_policy``), but only
-if its pass runs before the id is handed out.
+The ledger rule book (``bookie.core.ledgers``, invariant 1) lets nothing be stored or fenced
+under an id this bookie holds nothing for until the metadata store has said whether the ledger
+exists and which key owns it (its ``key_check``).  ``OwnerLookup.owner`` asks and returns a
+``bookie.core.ledgers.Owner`` or the check's bytes; the rule book decides with it.
 
-This closes the rest of that window.  A writer stores a one-way check of its ledger's master key
-in the metadata (``LedgerMetadata.key_check``).  When a request's key meets a ledger held here by
-another key (``LedgerTable.claimed_by_other``), the add worker asks ``ClaimCheck.is_writer``;
-when the store's check matches the request's key, what is held here was put there by someone
-who reached the id first, and the add worker purges it (rule 7) and serves the request.
-
-Cost and abuse: nothing on the normal path (only a refused request can lead here).  A ledger's
-check never changes once created, so it is kept (``CACHE``: ledger id -> check, the oldest
-dropped first) and a second meeting on the same ledger costs a SHA-256, not a lookup.  A miss
-(no such ledger yet, or no check in it) is not kept: the ledger may be created a moment later.
-Lookups are limited to ``LOOKUPS_PER_S`` a second, and after the store fails one, none is made
-for ``BACKOFF_S``: a flood of refused requests cannot turn into a flood of metadata reads, nor
-block the add worker (each lookup waits at most ``TIMEOUT_S``).  Past the limit a request gets
-the refusal it would have got without this module.
+Cost and abuse.  A lookup happens once per ledger per bookie: on its first request, after which
+the ledger's binding is in the index.  A ledger's check never changes once created, so it is
+kept (``CACHE``: ledger id -> check, the oldest dropped first); an id the store does not know is
+not kept (the ledger may be created a moment later).  Lookups are limited to ``LOOKUPS_PER_S`` a
+second, and after the store fails one, none is made for ``BACKOFF_S``: a flood of requests for
+made-up ids cannot turn into a flood of metadata reads, nor block the add worker for long (each
+lookup waits at most ``TIMEOUT_S``).  Past the limit the answer is ``Owner.UNAVAILABLE``: the
+request is refused TOO_MANY_REQUESTS and nothing is stored; a writer's client backs off and
+sends again.  On ZooKeeper the read follows a ``sync`` (``read_ledger_latest``): the writer
+may have created the ledger through another server a moment ago.
 """
 
 from __future__ import annotations
@@ -30,7 +24,7 @@ from __future__ import annotations
 import collections
 import time
 
-from bookie.metadata.ledger import key_check_matches
+from bookie.core.ledgers import Owner
 
 CACHE = 65_536  # ledgers whose check is kept
 LOOKUPS_PER_S = 200
@@ -38,8 +32,9 @@ TIMEOUT_S = 2.0  # the most one lookup may block the add worker
 BACKOFF_S = 5.0
 
 
-class ClaimCheck:
-    """Reads ledgers' key checks from the metadata store, opened at the first need."""
+class OwnerLookup:
+    """Reads ledgers' key checks from the metadata store, opened at the first need.  Without a
+    store (``uri`` empty) every answer is ``Owner.NO_STORE``."""
 
     def __init__(self, uri: str, zk_security=None, log=None, clock=time.monotonic, opener=None):
         self.uri = uri
@@ -53,26 +48,29 @@ class ClaimCheck:
         self.lookups = 0  # this second's
         self.quiet_until = 0.0
         self.lookups_total = 0
+        self.unavailable_total = 0
 
-    def is_writer(self, ledger_id: int, master_key: bytes) -> bool:
-        """True when the metadata store's check of the ledger says ``master_key`` is its
-        writer's; False when it says otherwise, has no check, has no such ledger, or cannot be
-        asked now."""
+    def owner(self, ledger_id: int):
+        """The store's answer for ``ledger_id``: the ledger's ``key_check`` (bytes), or
+        ``Owner.NO_CHECK`` / ``UNKNOWN`` / ``UNAVAILABLE`` / ``NO_STORE``."""
+        if not self.uri:
+            return Owner.NO_STORE
         check = self.checks.get(ledger_id)
-        if check is None:
-            check = self._lookup(ledger_id)
-            if not check:
-                return False
-        return key_check_matches(check, master_key)
+        if check is not None:
+            return check or Owner.NO_CHECK
+        answer = self._lookup(ledger_id)
+        if answer is Owner.UNAVAILABLE:
+            self.unavailable_total += 1
+        return answer
 
-    def _lookup(self, ledger_id: int) -> bytes | None:
+    def _lookup(self, ledger_id: int):
         now = self.clock()
         if now < self.quiet_until:
-            return None
+            return Owner.UNAVAILABLE
         if now - self.window >= 1.0:
             self.window, self.lookups = now, 0
         if self.lookups >= LOOKUPS_PER_S:
-            return None
+            return Owner.UNAVAILABLE
         self.lookups += 1
         self.lookups_total += 1
         from bookie.metadata import MetadataError, NoSuchLedgerError, open_metadata
@@ -82,17 +80,17 @@ class ClaimCheck:
                 self.store = opener(self.uri, timeout_s=TIMEOUT_S, zk_security=self.zk_security)
             meta, _ = self.store.read_ledger_latest(ledger_id)  # the writer created it just now
         except NoSuchLedgerError:
-            return None
+            return Owner.UNKNOWN
         except MetadataError as e:  # includes a record that does not decode
             self.quiet_until = now + BACKOFF_S
-            self.log("ledger claim check: metadata store unavailable", level="warning",
+            self.log("ledger owner lookup: metadata store unavailable", level="warning",
                      ledger=ledger_id, error=f"{type(e).__name__}: {e}")
-            return None
+            return Owner.UNAVAILABLE
         check = bytes(meta.key_check)
-        self.checks[ledger_id] = check  # b"": an older client's ledger, never reclaimed
+        self.checks[ledger_id] = check  # b"": an older client's ledger (first-add binding)
         if len(self.checks) > CACHE:
             self.checks.popitem(last=False)
-        return check
+        return check or Owner.NO_CHECK
 
     def close(self) -> None:
         if self.store is not None:

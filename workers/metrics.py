@@ -51,7 +51,6 @@ SPECS: tuple[Spec, ...] = (
     Spec("bookie_add_bytes_total", "counter", "Bytes of entries accepted by the add worker.", (), "BOOKIE_ADD_ENTRY_BYTES", "add"),
     Spec("bookie_add_pending", "gauge", "Adds placed in the ring and waiting for the journal to make them durable.", (), "JOURNAL_QUEUE_SIZE (in requests)", "add"),
     Spec("bookie_checkpoint_seconds", "histogram", "Duration of a checkpoint: fdatasync the entry logs, sync the index, persist LastLogMark.", (), "", "add"),
-    Spec("bookie_ledgers_reclaimed_total", "counter", "Ledger ids taken back for their writer: another key held the id here, and the metadata store's key check named the writer (what the other key put there is purged).", (), "", "add"),
     Spec("bookie_fences_total", "counter", "Fence records journaled for the read worker.", (), "", "add"),
     Spec("bookie_requests_total", "counter", "Requests answered, by operation (ADD, READ, READ_LAC, WRITE_LAC, INFO, FENCE) and status (OK or the error's name).", ("op", "status"), "ADD_ENTRY_REQUEST / READ_ENTRY_REQUEST (success and failure)", "add, read"),
     Spec("bookie_replies_dropped_total", "counter", "Answers that could not be sent (the client's queue was full or it was gone).", (), "", "add, read"),
@@ -74,7 +73,6 @@ SPECS: tuple[Spec, ...] = (
     # -- GC worker -------------------------------------------------------------------------------
     Spec("bookie_gc_runs_total", "counter", "Garbage collection passes completed.", (), "", "gc"),
     Spec("bookie_gc_deleted_ledgers_total", "counter", "Ledgers dropped from the index because the metadata store no longer has them.", (), "", "gc"),
-    Spec("bookie_gc_purged_ledgers_total", "counter", "Ledgers purged from the index (no tombstone) because the metadata store never created their id: squatted or mistaken requests.", (), "", "gc"),
     Spec("bookie_gc_deleted_entry_logs_total", "counter", "Entry logs deleted because nothing live was left in them.", (), "", "gc"),
     Spec("bookie_ledgers", "gauge", "Ledgers this bookie holds (in its index), as of the last GC pass.", (), "ACTIVE_LEDGER_COUNT", "gc"),
     Spec("bookie_entry_logs", "gauge", "Entry log files on the ledger disks, as of the last GC pass.", (), "ACTIVE_ENTRY_LOG_COUNT", "gc"),
@@ -129,7 +127,6 @@ STAT_METRICS = {
     "journal_position_bytes": "bookie_journal_position_bytes",
     "gc_runs_total": "bookie_gc_runs_total",
     "gc_deleted_ledgers_total": "bookie_gc_deleted_ledgers_total",
-    "gc_purged_ledgers_total": "bookie_gc_purged_ledgers_total",
     "gc_deleted_logs_total": "bookie_gc_deleted_entry_logs_total",
     "ledgers": "bookie_ledgers",
     "entry_logs": "bookie_entry_logs",

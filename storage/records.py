@@ -5,8 +5,13 @@ Record layout (little-endian)::
 
     0  4  body_len   u32, bytes after this 8-byte header
     4  1  type       1 ADD_BATCH, 2 FENCE, 3 LAC
-    5  1  flags      bit 0 = recovery add (ADD_BATCH); bit 1 = FLAG_STORED_KEY
-    6  2  key_len    u16, length of the master key that follows the type-specific header
+    5  1  flags      bit 0 FLAG_RECOVERY: a recovery add (ADD_BATCH)
+                     bit 1 FLAG_STORED_KEY: the key field is the stored form of the key
+                     bit 2 FLAG_VERIFIED: (FENCE) its key was checked against the owner the
+                           metadata store named, so it binds the ledger
+                     bit 3 FLAG_OWNER_CHECK: the key field is the owner's ``key_check`` from the
+                           metadata (a copy or fence on the recovery credential)
+    6  2  key_len    u16, length of the key field that follows the type-specific header
 
     ADD_BATCH body:  ledger_id i64 | count u32 | pad u32 | master_key | lengths u32[count] | data
     FENCE body:      ledger_id i64 | master_key
@@ -15,9 +20,14 @@ Record layout (little-endian)::
 ``data`` holds the entries back to back exactly as the client formatted them (see
 ``bookie.wire``), so an entry's bytes inside a record are the bytes a read returns.  Every record
 carries the ledger's master key in the form the bookie stores (``FLAG_STORED_KEY``: the one-way
-``bookie.workers.ledgers.stored_key``, never the key a client sends; records of older bookies
-lack the flag and hold the raw key): replaying the journal alone rebuilds the ledger table.  A
-FENCE with an empty key fences a ledger no add has bound on this bookie.
+``bookie.core.ledgers.stored_key``, never the key a client sends; records of older bookies
+lack the flag and hold the raw key), or the owner's check: replaying the journal alone, or the
+entry logs alone, rebuilds the ledger table (``bookie.core.ledgers``).  A FENCE with an empty key
+fences a ledger no key has bound on this bookie.
+
+The journal holds every record; an entry log holds every record of the ledgers of its
+directory too (ADD_BATCH as placed, FENCE and LAC as placed, and compaction's restatements),
+so that what the journal rolls away is still on disk when the index must be rebuilt.
 """
 
 from __future__ import annotations
@@ -27,6 +37,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from bookie.core.ledgers import (ADD_BATCH, FENCE, FLAG_OWNER_CHECK, FLAG_RECOVERY,  # noqa: F401 - the codes
+                                 FLAG_STORED_KEY, FLAG_VERIFIED, LAC)
 from bookie.wire import LENGTHS_DTYPE, batch_ids
 
 REC_HEADER = struct.Struct("<IBBH")
@@ -35,37 +47,36 @@ ADD_HEAD = struct.Struct("<qII")  # ledger_id, count, pad
 FENCE_HEAD = struct.Struct("<q")
 LAC_HEAD = struct.Struct("<qq")
 
-ADD_BATCH, FENCE, LAC = 1, 2, 3
-FLAG_RECOVERY = 1
-FLAG_STORED_KEY = 2  # the key field holds the stored form, not the client's key
-
 
 class RecordError(ValueError):
     """A record whose header or sizes cannot be valid."""
 
 
-def add_batch_parts(ledger_id: int, master_key: bytes, lengths_frame, data, recovery: bool):
+def add_batch_parts(ledger_id: int, master_key: bytes, lengths_frame, data, recovery: bool = False,
+                    flags: int | None = None):
     """The parts of an ADD_BATCH record, for a gather copy; returns (parts, size, data_offset).
-    ``master_key`` is the stored form (every record builder here sets FLAG_STORED_KEY).
+    ``master_key`` and ``flags`` are what the rule book said the record carries
+    (``bookie.core.ledgers.Placed``); without ``flags``, a stored key and ``recovery``.
 
     ``data_offset`` is where ``data`` starts inside the record.
     """
+    if flags is None:
+        flags = FLAG_STORED_KEY | (FLAG_RECOVERY if recovery else 0)
     count = len(lengths_frame) // 4
     body_len = ADD_HEAD.size + len(master_key) + len(lengths_frame) + len(data)
-    head = REC_HEADER.pack(body_len, ADD_BATCH, FLAG_STORED_KEY | (FLAG_RECOVERY if recovery else 0),
-                           len(master_key)) + ADD_HEAD.pack(ledger_id, count, 0)
+    head = REC_HEADER.pack(body_len, ADD_BATCH, flags, len(master_key)) + ADD_HEAD.pack(ledger_id, count, 0)
     data_offset = len(head) + len(master_key) + len(lengths_frame)
     return (head, master_key, lengths_frame, data), REC_HEADER_SIZE + body_len, data_offset
 
 
-def fence_record(ledger_id: int, master_key: bytes) -> bytes:
+def fence_record(ledger_id: int, master_key: bytes, flags: int = FLAG_STORED_KEY) -> bytes:
     body = FENCE_HEAD.pack(ledger_id) + master_key
-    return REC_HEADER.pack(len(body), FENCE, FLAG_STORED_KEY, len(master_key)) + body
+    return REC_HEADER.pack(len(body), FENCE, flags, len(master_key)) + body
 
 
-def lac_record(ledger_id: int, lac: int, master_key: bytes) -> bytes:
+def lac_record(ledger_id: int, lac: int, master_key: bytes, flags: int = FLAG_STORED_KEY) -> bytes:
     body = LAC_HEAD.pack(ledger_id, lac) + master_key
-    return REC_HEADER.pack(len(body), LAC, FLAG_STORED_KEY, len(master_key)) + body
+    return REC_HEADER.pack(len(body), LAC, flags, len(master_key)) + body
 
 
 class Record(NamedTuple):

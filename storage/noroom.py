@@ -55,3 +55,16 @@ class Held:
     def store(self, storage) -> None:
         storage.store_batch(self.ledger_id, [self.data], self.size, self.data_offset,
                             self.entry_ids, self.lengths, self.offsets)
+
+
+class HeldRecord:
+    """One FENCE or LAC record placed in the ring but not yet in the entry log."""
+
+    __slots__ = ("ledger_id", "record")
+
+    def __init__(self, ledger_id: int, record: bytes):
+        self.ledger_id = ledger_id
+        self.record = bytes(record)
+
+    def store(self, storage) -> None:
+        storage.store_record(self.ledger_id, self.record)

@@ -10,14 +10,13 @@ mark (``MetadataStore.ledger_id_high_water``: every id handed out so far is at o
 - **ledgers to drop** (deleted): held here, absent from the store, and at or below the mark.
   A ledger exists in the store before its first add reaches any bookie, so one held in a
   snapshot taken before the listing and missing from the listing was deleted.  It leaves a
-  tombstone in the index: a deleted ledger stays deleted (``bookie.workers.ledgers`` rule 5).
-- **ledgers to purge** (never created): held here, absent from the store, and *above* the mark.
-  The store had not handed that id out when the mark was read, so what this bookie holds of it
-  came from a request for a ledger nobody created: a typo, a stale client, or someone squatting
-  an id ahead of its creation.  Its entries and its ledger record go, and *no tombstone*: a
-  tombstone would make the real ledger that later gets this id answer NO_LEDGER here forever.
+  tombstone in the index: a deleted ledger stays deleted (``bookie.core.ledgers`` invariant 6).
+- **ledgers kept although absent**: held here, absent from the store, and *above* the mark.
+  A bookie with a metadata store never holds such an id (it asks the store before it stores
+  anything: ``bookie.core.ledgers`` invariant 1), so only data written while the bookie ran
+  without a store can be there; it is left alone rather than guessed at.
 - **dead entry logs**: logs whose ledger map names only ledgers absent from the store (each
-  one dropped or purged now, or earlier).  For the same reason, a ledger in a map of the
+  one dropped now, or earlier).  For the same reason, a ledger in a map of the
   snapshot and missing from the later listing is gone (deleted, or never created); its bytes
   count as dead for compaction too, which works from the index after the plan is carried out.
 - never a log being written (in the snapshot's current logs) nor one newer than the newest of
@@ -30,23 +29,10 @@ an id at or below it was handed out before the listing began, so its absence fro
 means it was deleted.  Read after the listing, a ledger created in between would be at or below
 the mark and missing from the listing, and would be tombstoned as "deleted" on the eve of its
 first add.  An id above the mark that the store *has* handed out by the listing is in the
-listing and kept; one handed out after the listing is above the mark, not held yet (its first
-add reaches the bookie after its creation), or else purged as never created and then written
-afresh by the writer's next add.
+listing and kept; one handed out after the listing is above the mark and kept.
 
-Why purge rather than keep a never-created ledger until its id is handed out: whatever this
-bookie holds under such an id was sent by someone who is not the ledger's writer.  Kept, its
-master key would be bound to the id (the first add binds it, ``ledgers`` rule 1) and the real
-writer's adds would be refused UNAUTHORIZED; its fence would refuse them FENCED; its entries
-would sit where the real ledger's entries go and could be read back as the real ledger's.  So
-the squatted data is purged, and the real ledger starts clean.  (An id squatted *after* the last
-GC pass and created before the next one is given back by the add worker itself, at the writer's
-first request: ``bookie.workers.claims``.)
-
-The worker carries the plan out in this order: ledgers leave the index (dropped ones leave a
-tombstone, purged ones a purge marker the add worker takes in: it forgets its cached binding
-and records where in the journal, so that a replay skips the squatter's records),
-then dead log files are unlinked, then their maps are forgotten; a crash anywhere in between
+The worker carries the plan out in this order: dropped ledgers are appended to the durable list
+of deletes, then leave the index (a tombstone each), then dead log files are unlinked, then their maps are forgotten; a crash anywhere in between
 leaves facts from which the next plan finishes the job (a map whose file is gone is forgotten
 then).
 """
@@ -62,11 +48,10 @@ class GcPlan:
     drop_ledgers: list[int]  # deleted: leave the index (entries, ledger record), tombstone left
     delete_logs: list[int]  # entry log files to unlink
     forget_maps: list[int]  # ledger maps to remove from the index (their logs are dead)
-    purge_ledgers: list[int] = dataclasses.field(default_factory=list)  # never created: no tombstone
 
     @property
     def empty(self) -> bool:
-        return not (self.drop_ledgers or self.purge_ledgers or self.delete_logs or self.forget_maps)
+        return not (self.drop_ledgers or self.delete_logs or self.forget_maps)
 
 
 def plan(held_ledgers: Iterable[int], metadata_ledgers: Iterable[int],
@@ -85,14 +70,16 @@ def plan(held_ledgers: Iterable[int], metadata_ledgers: Iterable[int],
             taken as deleted, as before there was a mark).
     Returns:
         the plan, every list ascending.  Invariants: no ledger in ``metadata_ledgers`` is
-        dropped or purged; a ledger absent from it is dropped (tombstoned) when at or below
-        ``high_water`` and purged (no tombstone) when above it; a log is deleted (or its
+        dropped; a ledger absent from it is dropped (tombstoned) when at or below
+        ``high_water`` and kept when above it; a log is deleted (or its
         map forgotten) only if it has a map and every ledger in it is absent from
         ``metadata_ledgers``; no current log, nor any log newer than the newest current one,
         is ever deleted.
     """
     in_store = set(metadata_ledgers)
     gone = set(held_ledgers) - in_store
+    # above the mark: created after the listing began, or never created (only a bookie that ran
+    # without a metadata store holds such an id): not deleted
     never_created = {lid for lid in gone if high_water is not None and lid > high_water}
     current = set(current_logs)
     newest_current = max(current, default=0)
@@ -108,6 +95,5 @@ def plan(held_ledgers: Iterable[int], metadata_ledgers: Iterable[int],
     dead_logs = sorted(log_id for log_id in set(logs_on_disk) | set(log_maps) if dead(log_id))
     on_disk = set(logs_on_disk)
     return GcPlan(drop_ledgers=sorted(gone - never_created),
-                  purge_ledgers=sorted(never_created),
                   delete_logs=[log_id for log_id in dead_logs if log_id in on_disk],
                   forget_maps=dead_logs)

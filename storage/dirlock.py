@@ -30,7 +30,7 @@ import time
 
 import orjson
 
-from bookie.workers.layout import LayoutError
+from bookie.storage.layout import LayoutError
 
 LOCK_FILE = "bookie.lock"
 RUNTIME_KEYS = ("run_dir", "ring")

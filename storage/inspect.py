@@ -4,8 +4,8 @@ CRC digests a bookie can check without a ledger's password.
 
 Nothing here writes; every function may run beside a live bookie (the files it reads are only
 ever appended to, and a torn tail reads as the end of data).  The formats are specified where
-they are written: entry logs in ``bookie.workers.storage``, journals in
-``bookie.workers.journal``, records in ``bookie.workers.records``.
+they are written: entry logs in ``bookie.storage.ledger_storage``, journals in
+``bookie.storage.journal``, records in ``bookie.storage.records``.
 
 Where an entry log's written data ends
 --------------------------------------
@@ -32,13 +32,14 @@ import lmdb
 import orjson
 
 from bookie import wire
-from bookie.workers import records
-from bookie.workers.journal import CorruptJournalError, journal_files, scan_file
-from bookie.workers.layout import current_dir
-from bookie.workers.storage import LOC, LOG_HEADER_SIZE, LOG_MAGIC, Index, list_logs, log_name
+from bookie.storage import records
+from bookie.storage.journal import CorruptJournalError, journal_files, scan_file
+from bookie.storage.layout import current_dir
+from bookie.storage.index import LOC, Index
+from bookie.storage.entrylog import LOG_HEADER_SIZE, LOG_MAGIC, list_logs, log_name
 
 _U64 = struct.Struct(">Q")
-_ENTRY_KEY = struct.Struct(">QQ")  # the index's entries key (bookie.workers.storage)
+_ENTRY_KEY = struct.Struct(">QQ")  # the index's entries key (bookie.storage.ledger_storage)
 
 
 class InspectError(ValueError):
@@ -135,9 +136,8 @@ class EntryLogFile:
                 return
             try:
                 rec = records.parse(buf, pos)
-                if rec.type != records.ADD_BATCH or rec.size <= records.REC_HEADER_SIZE:
-                    raise records.RecordError(f"record type {rec.type} has no place in an "
-                                              f"entry log")
+                if rec.size <= records.REC_HEADER_SIZE:
+                    raise records.RecordError("an empty record has no place in an entry log")
             except (records.RecordError, ValueError, struct.error) as e:
                 zeros = not bytes(buf[pos:pos + records.REC_HEADER_SIZE]).strip(b"\0")
                 scan.stop = "zeros" if zeros else f"unreadable record at offset {pos}: {e}"

@@ -15,7 +15,10 @@ undone by ``recover`` at the next start (or the next pass)::
 
     1 intent     allocate ``new``; commit {"old", "new", "state": "copying"}; sync the index
     2 copy       create ``new`` in old's directory; copy the live entries of every held ledger
-                 of old's map as ADD_BATCH records (rate-limited); each entry is checked
+                 of old's map as ADD_BATCH records bound as the ledger is
+                 (``StoredLedger.copy_binding``), each ledger's followed by its fence and
+                 explicit LAC restated (``state_records``), so that a rebuild from ``new``
+                 alone reaches the ledger's state (rate-limited); each entry is checked
                  against its index key (ledger id and entry id in its header)
     3 sync       fdatasync ``new`` (it was synced every 4 MiB while copied, so this one is short)
     4 repoint    every entry whose location is *still* in ``old`` (compare-and-set: one moved
@@ -56,10 +59,11 @@ import numpy as np
 import orjson
 
 from bookie.wire import ENTRY_HEADER, LENGTHS_DTYPE
-from bookie.workers import records
-from bookie.workers.journal import fsync_dir
-from bookie.workers.storage import (LOC, LOG_HEADER_SIZE, LOG_KEY, Index, create_log,
-                                    entry_key, find_log, log_name)
+from bookie.core.ledgers import StoredLedger
+from bookie.storage import records
+from bookie.storage.journal import fsync_dir
+from bookie.storage.index import LOC, LOG_KEY, Index, entry_key
+from bookie.storage.entrylog import LOG_HEADER_SIZE, create_log, find_log, log_name
 
 STATE_KEY = b"compaction"
 SKIPPED_KEY = b"compaction_skipped"
@@ -193,9 +197,10 @@ def _set_state(index: Index, state: dict | None, skip: int | None = None) -> Non
     index.env.sync(True)
 
 
-def live_entries(index: Index, log_id: int) -> list[tuple[int, bytes, np.ndarray]]:
-    """The entries the index places in ``log_id``: [(ledger_id, master_key, rows)], rows an
-    int64 array of (entry_id, offset, length) in offset order.  One read snapshot."""
+def live_entries(index: Index, log_id: int) -> list[tuple[int, StoredLedger, np.ndarray]]:
+    """What ``log_id`` holds of live ledgers: [(ledger_id, the ledger's state, rows)], rows an
+    int64 array of (entry_id, offset, length) in offset order (empty for a ledger of the map
+    whose only bytes here are FENCE or LAC records).  One read snapshot."""
     out = []
     with index.env.begin() as txn:
         raw = txn.get(LOG_KEY.pack(log_id), db=index.logs)
@@ -214,9 +219,8 @@ def live_entries(index: Index, log_id: int) -> list[tuple[int, bytes, np.ndarray
                         lg, off, ln = LOC.unpack(v)
                         if lg == log_id:
                             rows.append((eid, off, ln))
-            if rows:
-                arr = np.array(rows, dtype=np.int64)
-                out.append((ledger_id, bytes.fromhex(rec["key"]), arr[np.argsort(arr[:, 1])]))
+            arr = np.array(rows, dtype=np.int64).reshape(-1, 3)
+            out.append((ledger_id, StoredLedger.from_dict(rec), arr[np.argsort(arr[:, 1])]))
     return out
 
 
@@ -298,7 +302,8 @@ def compact_log(index: Index, ledger_dirs: list[str], log_id: int, throttle: Thr
             crash("created")
             pos = LOG_HEADER_SIZE
             unsynced = 0
-            for ledger_id, key, rows in ledgers:
+            for ledger_id, info, rows in ledgers:
+                placed = info.copy_binding()  # core/ledgers.py: the copies bind as the ledger is
                 for start in range(0, len(rows), RECORD_MAX_ENTRIES):
                     chunk = rows[start:start + RECORD_MAX_ENTRIES]
                     # also bound a record's size (entries may be large)
@@ -313,8 +318,8 @@ def compact_log(index: Index, ledger_dirs: list[str], log_id: int, throttle: Thr
                             raise Abandoned("out of time")
                         data = _read_entries(old_fd, log_id, ledger_id, part)
                         lengths = part[:, 2].astype(LENGTHS_DTYPE).tobytes()
-                        parts, size, data_offset = records.add_batch_parts(ledger_id, key, lengths,
-                                                                           data, False)
+                        parts, size, data_offset = records.add_batch_parts(
+                            ledger_id, placed.key, lengths, data, flags=placed.flags)
                         blob = b"".join(parts)
                         n = os.pwrite(new_fd, blob, pos)
                         if n != len(blob):
@@ -332,6 +337,15 @@ def compact_log(index: Index, ledger_dirs: list[str], log_id: int, throttle: Thr
                         if wait > 0:
                             sleep(wait)
                     crash("copying")
+                # the ledger's fence and explicit LAC, restated: a rebuild from the new log
+                # alone must not lose them (core/ledgers.py invariants 4 and 5)
+                for rtype, state, lac in info.state_records():
+                    rec = (records.fence_record(ledger_id, state.key, state.flags) if rtype == records.FENCE
+                           else records.lac_record(ledger_id, lac, state.key, state.flags))
+                    if os.pwrite(new_fd, rec, pos) != len(rec):
+                        raise OSError(f"short write to {log_name(new_id)}")
+                    moves.append((ledger_id, None, len(rec)))
+                    pos += len(rec)
             os.fdatasync(new_fd)
             crash("synced")
             new_size = os.fstat(new_fd).st_blocks * 512
@@ -395,6 +409,9 @@ def _repoint(index: Index, log_id: int, new_id: int, items, crash=lambda step: N
                 txn.put(STATE_KEY, orjson.dumps(state), db=index.meta)
             get, put, db = txn.get, txn.put, index.entries
             for ledger, k, new, ln in items[start:start + REPOINT_BATCH_ENTRIES]:
+                if k is None:  # a FENCE or LAC record: bytes of the ledger in new's map
+                    counts[ledger] = counts.get(ledger, 0) + ln
+                    continue
                 v = get(k, db=db)
                 if v is not None and v[:4] == old_prefix:
                     put(k, new, db=db)
@@ -418,6 +435,9 @@ def _items(moves, new_id: int) -> list:
     out = []
     for ledger_id, rows, offs in moves:
         lid = str(ledger_id)
+        if rows is None:  # a restated FENCE or LAC record of ``offs`` bytes
+            out.append((lid, None, None, offs))
+            continue
         out += [(lid, entry_key(ledger_id, eid), LOC.pack(new_id, new_off, ln), ln)
                 for (eid, _, ln), new_off in zip(rows.tolist(), offs.tolist())]
     return out
@@ -430,9 +450,10 @@ def _items_from_log(ledger_dirs: list[str], new_id: int) -> list:
         buf = f.read()
     out = []
     for pos, rec in records.iter_records(buf, LOG_HEADER_SIZE):
-        if rec.type != records.ADD_BATCH:
-            continue
         lid = str(rec.ledger_id)
+        if rec.type != records.ADD_BATCH:
+            out.append((lid, None, None, rec.size))
+            continue
         off = pos + rec.data_offset
         for ln in rec.lengths.tolist():
             _, eid, _, _ = ENTRY_HEADER.unpack_from(buf, off)

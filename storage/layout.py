@@ -143,7 +143,7 @@ def check_or_stamp(conf) -> dict:
 
 
 def key_salt(conf) -> bytes:
-    """The salt of the master keys' stored form (``bookie.workers.ledgers.stored_key``): the
+    """The salt of the master keys' stored form (``bookie.core.ledgers.stored_key``): the
     cookie's instance id, chosen at the first start and kept until the bookie is formatted."""
     cookie = _read_json(os.path.join(current_dir(conf.journal_dir), "cookie"))
     instance = cookie.get("instance_id") if isinstance(cookie, dict) else None
@@ -186,7 +186,7 @@ def format_bookie(conf, force: bool = False) -> list[str]:
             directories (``DirectoryInUseError``, naming its pid); nothing changed.
         MetadataError: the configured metadata store cannot be opened; nothing changed.
     """
-    from bookie.workers.dirlock import DirectoryLock
+    from bookie.storage.dirlock import DirectoryLock
 
     lock = DirectoryLock.acquire(all_dirs(conf), purpose="format it")
     store = None
@@ -219,6 +219,6 @@ def format_bookie(conf, force: bool = False) -> list[str]:
 
 def check_not_in_use(conf, purpose: str) -> None:
     """Raise ``DirectoryInUseError`` (naming the pid) if a bookie holds the directories now."""
-    from bookie.workers.dirlock import DirectoryLock
+    from bookie.storage.dirlock import DirectoryLock
 
     DirectoryLock.acquire(all_dirs(conf), purpose=purpose).release()

@@ -6,9 +6,9 @@ from __future__ import annotations
 import threading
 import time
 
-from bookie.workers.journal import write_lastmark
-from bookie.workers.noroom import no_room
-from bookie.workers.storage import LedgerStorage
+from bookie.storage.journal import write_lastmark
+from bookie.storage.noroom import no_room
+from bookie.storage.ledger_storage import LedgerStorage
 
 
 def sync_to_mark(storage: LedgerStorage, ledger_dirs: list[str], mark: int) -> None:

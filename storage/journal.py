@@ -1,6 +1,6 @@
 """The journal: on-disk format, writer, scanner (replay) and LastLogMark.
 
-When a group is written is decided by bookie.workers.group_commit.
+When a group is written is decided by bookie.core.group_commit.
 
 On-disk format (journal format 2)
 ---------------------------------
@@ -24,7 +24,7 @@ preallocated in ``journalPreAllocSizeMB`` steps)::
       24  4  body_crc       crc32 of the body
       28  4  header_crc     crc32 of bytes 0..28
     body: ``body_len`` bytes = ring bytes [start, start + body_len): whole records
-    (see bookie.workers.records).
+    (see bookie.storage.records).
 
 Groups of one journal are contiguous in logical offsets, within a file and across files.  A
 group is written with one ``writev`` straight from the shared-memory ring and made durable by

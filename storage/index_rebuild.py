@@ -11,17 +11,19 @@ Everything the LMDB index holds can be found again on the bookie's disks:
   copy, so a crash in between leaves both (identical bytes).  A rebuild takes the copy in the
   log with the higher id, as the live index did; neither a rebuild nor a check calls that
   corruption.
-- **ledger records** (master key, fenced, explicit LAC): every record carries its ledger's
-  master key; FENCE and LAC records are in the journal only.  A rebuild applies, through the
-  one ledger table of ``bookie.workers.ledgers``, the entry logs' records and then every record
-  of every journal file still on disk (backups included).  A fence the journal no longer holds
-  is restored when the ledger has a recovery add anywhere in the logs (recovery only follows a
-  fence, and a ledger under recovery must refuse its old writer anyway), or when the old index
-  can still be read and says so: what the old index holds is merged in only where it adds
-  protection (fenced, a higher explicit LAC, deletion tombstones).
+- **ledger records** (binding, fenced, explicit LAC, deleted): every record carries its
+  ledger's key (or its owner's check), and the entry logs hold every FENCE and LAC record as
+  well as the adds (compaction restates them beside the copies it makes).  A rebuild marks
+  deleted every id of the bookie's durable list of deletes (``bookie.storage.deletes``), then
+  applies, through the one ledger table of ``bookie.core.ledgers``, every record of every entry
+  log and then every record of every journal file still on disk (backups included): the rule
+  book's invariant 8 makes that the table the live path built, whatever journal files rolled
+  away and whatever was compacted.  What the old index still holds, when it can be read, is
+  merged in only where it adds protection (fenced, a higher explicit LAC, deletion tombstones).
 - **ledger maps** (bytes per ledger in each log, the GC's and compaction's input): counted from
-  the entries the rebuilt index points at, plus deleted ledgers' entries (the dead share
-  compaction reclaims); a log whose entries were all copied elsewhere gets an empty map.
+  the entries the rebuilt index points at, the FENCE and LAC records of live ledgers, plus
+  deleted ledgers' entries (the dead share compaction reclaims); a log whose entries were all
+  copied elsewhere gets an empty map.
 - **other bookkeeping** in ``meta`` (the log id sequence, a compaction's step record) is kept
   from the old index when it can be read; a log a compaction was still copying into (state
   "copying": never synced nor pointed at) is not indexed, and its recovery removes it.
@@ -44,138 +46,26 @@ the bookie's directory lock throughout, so no bookie runs on the directories mea
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import os
 import shutil
-import struct
 import time
 from collections import defaultdict
-from collections.abc import Callable
 
 import lmdb
 import numpy as np
 import orjson
 
-from bookie import wire
-from bookie.workers import records
-from bookie.workers.inspect import (
+from bookie.storage import deletes, records
+from bookie.storage.inspect import (
     EntryLogFile, IndexUnreadable, InspectError, digest_kind, in_child, index_path,
-    indexed_entries, iter_journal, ledger_dirs_of, log_paths, open_index_readonly)
-from bookie.workers.journal import fsync_dir
-from bookie.workers.layout import LayoutError, all_dirs, current_dir, key_salt
-from bookie.workers.ledgers import LedgerTable, StoredLedger
-from bookie.workers.storage import LEDGER_KEY, LOC, EntryLogReader, Index, log_name
+    iter_journal, ledger_dirs_of, log_paths, open_index_readonly)
+from bookie.storage.journal import fsync_dir
+from bookie.storage.layout import LayoutError, all_dirs, current_dir, key_salt
+from bookie.core.ledgers import LedgerTable, StoredLedger
+from bookie.storage.index import LEDGER_KEY, LOC, Index
+from bookie.storage.entrylog import EntryLogReader, log_name
+from bookie.storage.index_check import Progress
 
-REBUILD_HINT = "bookie shell rebuild-index --conf FILE"
-MAX_OPEN_LOGS = 128
-_IDS = struct.Struct(">qq")
-
-
-# ---- the check at start-up ---------------------------------------------------------------------
-
-def check_index(conf) -> str | None:
-    """Check the index against the entry logs' tails and the logs' maps (fast: no scan), in a
-    child process (``in_child``).
-
-    Returns:
-        None when they agree, else one line saying what disagrees and naming the fix.
-    """
-    try:
-        problem = in_child(lambda: _index_problem(conf), f"the index {index_path(conf)}")
-    except IndexUnreadable as e:
-        problem = str(e)
-    if problem is None:
-        return None
-    return f"{problem}; the index is a cache of the entry logs: rebuild it with '{REBUILD_HINT}'"
-
-
-def _index_problem(conf) -> str | None:
-    logs = dict(log_paths(ledger_dirs_of(conf)))
-    try:
-        env, index = open_index_readonly(conf)
-    except IndexUnreadable as e:
-        if "does not exist" in str(e) and not logs:
-            return None  # a new bookie: the add worker creates the index
-        if "does not exist" in str(e):
-            return f"{e}, but {len(logs)} entry logs hold data"
-        return str(e)
-    files: dict[int, int] = {}
-    try:
-        with env.begin(buffers=False) as txn:
-            return _tails_problem(index, txn, logs, files) or _maps_problem(index, txn, logs)
-    except lmdb.Error as e:
-        return f"the index {index_path(conf)} is damaged: {e}"
-    finally:
-        for fd in files.values():
-            os.close(fd)
-        env.close()
-
-
-def _located_entry_problem(ledger_id: int, entry_id: int, loc, logs: dict[int, str],
-                           files: dict[int, int]) -> str | None:
-    log_id, offset, length = loc
-    path = logs.get(log_id)
-    if path is None:
-        return (f"ledger {ledger_id} entry {entry_id} is indexed in entry log {log_name(log_id)}, "
-                f"which is missing")
-    fd = files.get(log_id)
-    if fd is None:
-        if len(files) >= MAX_OPEN_LOGS:  # a big bookie has more logs than a process has fds
-            os.close(files.pop(next(iter(files))))
-        fd = files[log_id] = os.open(path, os.O_RDONLY)
-    size = os.fstat(fd).st_size
-    if offset + length > size or length < wire.ENTRY_HEADER_SIZE:
-        return (f"ledger {ledger_id} entry {entry_id} is indexed at {log_name(log_id)} offset "
-                f"{offset} (+{length} bytes), past the end of that {size}-byte file")
-    head = os.pread(fd, 16, offset)
-    if _IDS.unpack(head) != (ledger_id, entry_id):
-        got = _IDS.unpack(head)
-        return (f"ledger {ledger_id} entry {entry_id} is indexed at {log_name(log_id)} offset "
-                f"{offset}, but ledger {got[0]} entry {got[1]} lies there")
-    return None
-
-
-def _tails_problem(index: Index, txn, logs: dict[int, str], files: dict[int, int]) -> str | None:
-    """Each log's indexed tail lies inside the log and is the entry the index says.
-
-    The tail of a log is the furthest of the ledgers' last entries that lie in it: one cursor
-    step per ledger (the index's pages), then one read per log (the disks): cheap on a bookie
-    with many ledgers and a cold page cache.
-    """
-    tails: dict[int, tuple[int, int, tuple[int, int, int]]] = {}  # log -> (ledger, entry, loc)
-    for ledger_id in index.ledger_ids(txn):
-        last = index.last_entry(txn, ledger_id)
-        if last is None:
-            continue
-        entry_id, loc = last
-        held = tails.get(loc[0])
-        if held is None or loc[1] + loc[2] > held[2][1] + held[2][2]:
-            tails[loc[0]] = (ledger_id, entry_id, loc)
-    for ledger_id, entry_id, loc in tails.values():
-        problem = _located_entry_problem(ledger_id, entry_id, loc, logs, files)
-        if problem:
-            return problem
-    return None
-
-
-def _maps_problem(index: Index, txn, logs: dict[int, str]) -> str | None:
-    """A ledger map of a missing log is a GC or compaction leftover only when no live ledger of
-    it still has its first or last entry indexed in that log."""
-    for log_id, ledgers in index.log_maps(txn).items():
-        if log_id in logs:
-            continue
-        for ledger_id in ledgers:
-            if index.get_ledger(txn, ledger_id) is None:
-                continue  # deleted (or never recorded): the map is the GC's leftover
-            ends = [index.locate(txn, ledger_id, 0), index.last_entry(txn, ledger_id)]
-            for loc in ends:
-                if loc is not None and (loc[0] if len(loc) == 3 else loc[1][0]) == log_id:
-                    return (f"the index maps ledger {ledger_id} to entry log {log_name(log_id)}, "
-                            f"which is missing")
-    return None
-
-
-# ---- rebuild -----------------------------------------------------------------------------------
 
 @dataclasses.dataclass
 class RebuildReport:
@@ -192,7 +82,6 @@ class RebuildReport:
     seconds: float = 0.0
 
 
-Progress = Callable[[str, int, int, int], None]  # (phase, done, total, entries)
 
 
 def rebuild_index(conf, progress: Progress | None = None, fence_all: bool = False) -> RebuildReport:
@@ -207,7 +96,7 @@ def rebuild_index(conf, progress: Progress | None = None, fence_all: bool = Fals
         DirectoryInUseError: a bookie runs on these directories (nothing was changed).
         OSError: a disk error; the old index is left in place.
     """
-    from bookie.workers.dirlock import DirectoryLock
+    from bookie.storage.dirlock import DirectoryLock
 
     lock = DirectoryLock.acquire(all_dirs(conf), purpose="rebuild its index")
     try:
@@ -235,7 +124,7 @@ class _Salvage:
             return None
 
 
-COMPACTION_KEY = b"compaction"  # bookie.workers.compaction's step record in ``meta``
+COMPACTION_KEY = b"compaction"  # bookie.storage.compaction's step record in ``meta``
 
 
 def _salvage(conf, report: RebuildReport) -> _Salvage:
@@ -281,12 +170,11 @@ def _rebuild(conf, progress: Progress, fence_all: bool) -> RebuildReport:
     try:
         index = Index(env)
         table = LedgerTable(salt=_salt(conf))  # keys in their stored form, as the bookie's
-        for ledger_id in old.tombstones:
-            table.mark_deleted(ledger_id)
+        for ledger_id in old.tombstones | deletes.read(ledger_dirs_of(conf)[0]):
+            table.mark_deleted(ledger_id)  # before any record: deleted stays deleted
         found = _index_logs(conf, index, table, report, progress, skip)
         _apply_journal(conf, table, report, progress)
-        _write_ledgers(index, table, old.records, old.tombstones, found.recovered, report,
-                       fence_all)
+        _write_ledgers(index, table, old.records, old.tombstones, report, fence_all)
         _write_maps(index, found, report, progress)
         _write_meta(conf, index, old.meta)
         env.sync(True)
@@ -307,7 +195,9 @@ def _rebuild(conf, progress: Progress, fence_all: bool) -> RebuildReport:
 class _Found:
     """What the walk over the entry logs found besides the locations it indexed."""
 
-    recovered: set[int] = dataclasses.field(default_factory=set)  # ledgers with a recovery add
+    # bytes of live ledgers' FENCE and LAC records per log (in the maps, as on the live path)
+    state_bytes: dict[int, dict[int, int]] = dataclasses.field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int)))
     whole: set[int] = dataclasses.field(default_factory=set)  # logs read to their end
     # bytes of deleted ledgers per log: not indexed, but in the maps, so that compaction sees
     # them as the dead share of their logs (as in the live index's maps)
@@ -357,15 +247,18 @@ def _index_each_log(logs, index, table, report, progress, found: _Found, earlier
                 report.warnings.append(f"{path}: its header says log id {elog.log_id}: skipped")
                 continue
             for pos, rec in elog.records():
-                if not table.apply(rec):
+                applied = table.apply(rec)
+                if rec.type != records.ADD_BATCH:
+                    if applied:
+                        found.state_bytes[log_id][rec.ledger_id] += rec.size
+                    continue
+                if not applied:
                     if table.get(rec.ledger_id).deleted:
                         found.deleted_bytes[log_id][rec.ledger_id] += int(rec.lengths.sum())
                     else:
                         report.warnings.append(f"{path} offset {pos}: ledger {rec.ledger_id} with "
                                                f"another master key than its first record: skipped")
                     continue
-                if rec.flags & records.FLAG_RECOVERY:
-                    found.recovered.add(rec.ledger_id)
                 _put_record(index, txn, elog, pos, rec, earlier, report)
                 now = time.monotonic()
                 if now - last_note >= 1.0:
@@ -428,8 +321,7 @@ def _apply_journal(conf, table: LedgerTable, report: RebuildReport, progress: Pr
 
 
 def _write_ledgers(index: Index, table: LedgerTable, old_records: dict[int, StoredLedger],
-                   tombstones: set[int], recovered: set[int], report: RebuildReport,
-                   fence_all: bool) -> None:
+                   tombstones: set[int], report: RebuildReport, fence_all: bool) -> None:
     for ledger_id, old in old_records.items():
         if table.get(ledger_id) is None and ledger_id not in tombstones:
             table.ledgers[ledger_id] = StoredLedger(old.master_key, old.fenced, old.lac)
@@ -443,7 +335,7 @@ def _write_ledgers(index: Index, table: LedgerTable, old_records: dict[int, Stor
             if old is not None and old.master_key == info.master_key:
                 info.fenced = info.fenced or old.fenced
                 info.lac = max(info.lac, old.lac)
-            info.fenced = info.fenced or ledger_id in recovered or fence_all
+            info.fenced = info.fenced or fence_all
             index.put_ledger(txn, ledger_id, info.as_dict())
             report.ledgers += 1
             report.fenced += info.fenced
@@ -469,6 +361,9 @@ def _write_maps(index: Index, found: _Found, report: RebuildReport, progress: Pr
     an empty map: the GC may delete it.  A damaged log keeps no map unless something of it is
     counted (what follows the damage is unknown, so the GC must keep it)."""
     maps = found.deleted_bytes
+    for log_id, counts in found.state_bytes.items():
+        for ledger_id, n in counts.items():
+            maps[log_id][ledger_id] += n
     report.entries = 0
     with index.env.begin() as txn, txn.cursor(db=index.entries) as cur:
         for k, v in cur:
@@ -483,114 +378,3 @@ def _write_maps(index: Index, found: _Found, report: RebuildReport, progress: Pr
 
 
 # ---- local consistency check ---------------------------------------------------------------------
-
-@dataclasses.dataclass
-class ConsistencyReport:
-    entries: int = 0
-    ledgers: int = 0
-    digests_checked: int = 0
-    digests_unknown: int = 0  # entries of ledgers with a MAC or no digest
-    problems: list[str] = dataclasses.field(default_factory=list)
-    problem_count: int = 0
-
-    MAX_LISTED = 100
-
-    def problem(self, line: str) -> None:
-        self.problem_count += 1
-        if len(self.problems) < self.MAX_LISTED:
-            self.problems.append(line)
-
-
-def consistency_check(conf, ledger_id: int | None = None,
-                      progress: Progress | None = None) -> ConsistencyReport:
-    """Every indexed entry is present in its entry log, is the entry it is indexed as, and (for
-    ledgers with a CRC digest) passes its digest.  Read-only; may run beside a live bookie: one
-    short read transaction per ledger, and an entry that looks missing is looked up again in a
-    fresh one (the bookie may have rolled a new log, or the GC or a compaction moved it).
-
-    Raises:
-        IndexUnreadable: no index, or it cannot be opened.
-    """
-    progress = progress or (lambda *a: None)
-    env, index = open_index_readonly(conf)
-    checker = _Checker(conf, env, index)
-    last_note = 0.0
-    try:
-        with env.begin() as txn:
-            ledgers = [ledger_id] if ledger_id is not None else index.ledger_ids(txn)
-        for lid in ledgers:
-            checker.report.ledgers += 1
-            checker.ledger(lid)
-            now = time.monotonic()
-            if now - last_note >= 1.0:
-                last_note = now
-                progress("ledgers", checker.report.ledgers, len(ledgers), checker.report.entries)
-    finally:
-        checker.close()
-        env.close()
-    return checker.report
-
-
-class _Checker:
-    def __init__(self, conf, env, index: Index):
-        self.conf, self.env, self.index = conf, env, index
-        self.logs = dict(log_paths(ledger_dirs_of(conf)))
-        self.files: dict[int, int] = {}
-        self.report = ConsistencyReport()
-
-    def close(self) -> None:
-        for fd in self.files.values():
-            os.close(fd)
-
-    def _read(self, ledger_id: int, entry_id: int, loc) -> bytes | None:
-        """The entry's bytes, or None when it is gone meanwhile; a problem goes to the report."""
-        problem = _located_entry_problem(ledger_id, entry_id, loc, self.logs, self.files)
-        if problem:  # look again: a log rolled, moved or deleted since this transaction began
-            self.logs = dict(log_paths(ledger_dirs_of(self.conf)))
-            with self.env.begin() as txn:
-                loc = self.index.locate(txn, ledger_id, entry_id)
-            if loc is None:
-                return None
-            problem = _located_entry_problem(ledger_id, entry_id, loc, self.logs, self.files)
-            if problem:
-                self.report.problem(problem)
-                return None
-        return os.pread(self.files[loc[0]], loc[2], loc[1])
-
-    def _located(self, ledger_id: int, chunk: int = 10_000):
-        """The ledger's indexed entries, ``chunk`` at a time, each chunk from a short read
-        transaction (a long one would keep the bookie's index from reusing its pages)."""
-        first = 0
-        while True:
-            with self.env.begin() as txn:
-                found = indexed_entries(self.index, txn, ledger_id, first)
-                part = list(itertools.islice(found, chunk))
-            yield from part
-            if len(part) < chunk:
-                return
-            first = part[-1][0] + 1
-
-    def ledger(self, ledger_id: int) -> None:
-        report = self.report
-        kind = None
-        unknown: list[int] = []
-        for entry_id, loc in self._located(ledger_id):
-            report.entries += 1
-            entry = self._read(ledger_id, entry_id, loc)
-            if entry is None:
-                continue
-            got = digest_kind(entry)
-            if got is None:
-                unknown.append(entry_id)
-            elif kind is None or got == kind:
-                kind = got
-                report.digests_checked += 1
-            else:
-                report.problem(f"ledger {ledger_id} entry {entry_id}: {got} digest where the "
-                               f"ledger's other entries have {kind}")
-        if kind is None:
-            report.digests_unknown += len(unknown)  # a MAC (needs the password) or no digest
-            return
-        for entry_id in unknown:
-            report.problem(f"ledger {ledger_id} entry {entry_id}: digest mismatch (the ledger's "
-                           f"other entries pass {kind})")

@@ -17,7 +17,7 @@ each heap is rebuilt from the live polls once stale entries outnumber live ones,
 within a constant factor of ``limit``.  ``park`` refuses past ``limit``, and past ``per_key``
 polls of one key (the worker's key is the client connection), and past ``per_principal`` polls
 of one principal (``park``'s ``principal``: the client's enrolled key, or its host; see
-``bookie.workers.shares``), so one client cannot take every place, however many connections it
+``bookie.core.shares``), so one client cannot take every place, however many connections it
 opens: the worker answers TOO_MANY_REQUESTS instead of parking.  Both counts are dictionaries
 updated once per park and once per poll leaving: O(1).
 """
@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 import itertools
 
-from bookie.workers.shares import Held
+from bookie.core.shares import Held
 
 
 class LongPolls:
