@@ -47,7 +47,7 @@ import orjson
 from bookie.appliance.exposition import BookieRegistry
 from bookie.appliance.memory_watch import MemoryWatch
 from bookie.appliance.startchecks import StartRefused, check_admin_security, \
-    check_client_security, check_ports_free
+    check_client_security, check_dirs_usable, check_ports_free
 from bookie.core import diskcheck
 from bookie.workers.config import BookieConfig
 from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock
@@ -128,6 +128,7 @@ class Supervisor:
         conf = self.conf
         os.umask(0o077)  # every file and directory the bookie makes is its user's alone
         check_ports_free(conf)
+        check_dirs_usable(conf)  # a root-owned file named as one, not as missing data
         security = check_client_security(conf)  # refuses an exposed bookie without CURVE
         self.admin_token, admin_note = check_admin_security(conf)  # and an exposed admin API
         if conf.metadata_uri:

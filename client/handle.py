@@ -154,7 +154,7 @@ class LedgerHandle:
             LedgerClosedError: a handle opened for reading.  ClientClosedError.
         """
         writer = self._writer_driver()
-        payloads = [p if type(p) is bytes else bytes(p) for p in payloads]
+        payloads = [p if type(p) is bytes else entry_bytes(p) for p in payloads]
         limit = self._max_frame_size_bytes - 32 - self._dm.size
         if payloads and max(map(len, payloads)) > limit:
             size = max(map(len, payloads))
@@ -367,3 +367,18 @@ class LedgerHandle:
             self._lac = self._info.last_entry_id
             return True
         return False
+
+
+def entry_bytes(data) -> bytes:
+    """An entry's payload as bytes: bytes-like objects are copied; anything else (a str, whose
+    encoding only the caller knows; an int, which ``bytes()`` would turn into zeros) is an
+    ``InvalidArgumentError`` saying what to pass."""
+    if isinstance(data, str):
+        raise InvalidArgumentError("an entry is bytes, not str: encode it (data.encode()) or "
+                                   "pass bytes")
+    try:
+        with memoryview(data) as view:
+            return view.tobytes()
+    except TypeError:
+        raise InvalidArgumentError(f"an entry is bytes (or a bytes-like object), not "
+                                   f"{type(data).__name__}") from None

@@ -112,6 +112,24 @@ def request_gc(run_dir: str, major: bool = False, minor: bool = False) -> None:
             pass
 
 
+def suspend_compaction(run_dir: str, kind: str, flag: bool) -> None:
+    """Suspend (or resume) the running bookie's major or minor compaction: a file in its run
+    dir (PUT /api/v1/bookie/gc/suspend_compaction); a new run starts unsuspended."""
+    path = os.path.join(run_dir, f"compaction.{kind}.suspended")
+    if flag:
+        with open(path, "w"):
+            pass
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def compaction_suspended(run_dir: str, kind: str) -> bool:
+    return os.path.exists(os.path.join(run_dir, f"compaction.{kind}.suspended"))
+
+
 def _take(run_dir: str, name: str) -> bool:
     try:
         os.unlink(os.path.join(run_dir, name))
@@ -363,6 +381,9 @@ def run(ctx) -> int:
                         seconds=f"{time.monotonic() - started:.3f}")
             ctx.write_stats({**totals, **count_holdings(index, ledger_dirs)})
             kind = compactor.due(time.monotonic(), request)
+            if kind and compaction_suspended(ctx.run_dir, kind):
+                ctx.log("compaction suspended; pass skipped", kind=kind)
+                kind = None
             if kind:
                 try:
                     compactor.run(kind)

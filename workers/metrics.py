@@ -274,6 +274,75 @@ class LocalCounter:
             (self._counter.labels(*labels) if labels else self._counter).inc(n)
 
 
+# Documented label values a family carries from the first scrape (zero until counted).
+REQUEST_OPS = ("ADD", "READ", "READ_LAC", "WRITE_LAC", "INFO", "FENCE")
+DOCUMENTED_LABELS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "bookie_requests_total": tuple((op, "OK") for op in REQUEST_OPS),
+}
+
+
+def family_name(spec: Spec) -> str:
+    """The name prometheus_client gives the family of ``spec`` (a counter's without _total)."""
+    return spec.name[:-len("_total")] if spec.kind == "counter" else spec.name
+
+
+def zero_family(spec: Spec, label_values=()):
+    """A family of ``spec`` with one zero sample per label set in ``label_values`` (one
+    unlabelled sample when the spec has no labels)."""
+    from prometheus_client.core import (
+        CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily)
+
+    labels = list(spec.labels) or None
+    sets = list(label_values) if spec.labels else [()]
+    if spec.kind == "counter":
+        family = CounterMetricFamily(family_name(spec), spec.meaning, labels=labels)
+        for values in sets:
+            family.add_metric(list(values), 0)
+    elif spec.kind == "gauge":
+        family = GaugeMetricFamily(spec.name, spec.meaning, labels=labels)
+        for values in sets:
+            family.add_metric(list(values), 0)
+    else:
+        family = HistogramMetricFamily(spec.name, spec.meaning, labels=labels)
+        buckets = [(repr(float(b)), 0) for b in spec.buckets] + [("+Inf", 0)]
+        for values in sets:
+            family.add_metric(list(values), buckets, 0)
+    return family
+
+
+class FromFirstScrape:
+    """Wraps the collector of the workers' figures so that every family of ``SPECS`` a worker
+    produces is exported from the first scrape on, with every documented label value: zero
+    until its first event (an alert on ``increase(bookie_internal_errors_total[5m])`` fires on
+    the first error, not the second; a dashboard shows 0, not "no data").
+
+    A worker's families appear in its multiprocess files only once it touches them, and some
+    (compaction, autorecovery) wait for their first pass; what no process has written yet is
+    zero by definition: nothing was counted, no pass ran.  The supervisor's own families come
+    from its collector, always.
+    """
+
+    def __init__(self, inner, specs: tuple[Spec, ...] = SPECS):
+        self.inner = inner
+        self.specs = [s for s in specs if s.source != "supervisor"]
+
+    def collect(self):
+        seen = {}
+        for family in self.inner.collect():
+            seen[family.name] = family
+        for spec in self.specs:
+            family = seen.get(family_name(spec))
+            documented = DOCUMENTED_LABELS.get(spec.name, ())
+            if family is None:
+                seen[family_name(spec)] = zero_family(spec, documented)
+                continue
+            present = {tuple(s.labels.get(k, "") for k in spec.labels) for s in family.samples}
+            missing = [v for v in documented if v not in present]
+            if missing:
+                family.samples.extend(zero_family(spec, missing).samples)
+        yield from seen.values()
+
+
 def metrics_markdown() -> str:
     """The metric table as Markdown, for docs/metrics.md."""
     rows = ["| name | type | labels | from | BookKeeper | meaning |",
