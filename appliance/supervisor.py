@@ -341,6 +341,11 @@ class Supervisor:
             except WorkerStartError as e:
                 if self.stopping:
                     return
+                if e.returncode in FATAL_EXITS:  # corruption found while starting: no retry
+                    self.request_stop(f"{w.role} worker {FATAL_EXITS[e.returncode]} (exit status "
+                                      f"{e.returncode}) while restarting; stopping the bookie",
+                                      e.returncode)
+                    return
                 w.restarts.append(time.monotonic())
                 how = f"a failed restart ({e})"
                 self.log("worker restart failed; retrying", level="warning", role=w.role,
