@@ -145,7 +145,7 @@ def metrics(api: AdminApi, req: Request) -> Response:
 
 def server_config(api: AdminApi, req: Request) -> Response:
     conf = api.sup.conf
-    return Response({key.name: conf.value(key.name) for key in KEYS})
+    return Response({key.name: conf.public_value(key.name) for key in KEYS})  # secrets hidden
 
 
 def bookie_info(api: AdminApi, req: Request) -> Response:

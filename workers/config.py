@@ -207,8 +207,16 @@ KEYS: tuple[Key, ...] = (
     Key("openLedgerRereplicationGracePeriod", "int", 30_000, "A marked ledger still open is fenced and recovered (closed) only after this long, so a live writer can replace the bookie itself (ms).", _range(0), unit="ms", attr="open_ledger_rereplication_grace_s"),
     Key("rereplicationEntryBatchSize", "int", 10, "Entries a replication worker reads and adds per request.", _range(1, 65536), attr="rereplication_entry_batch_size"),
     Key("replicationRateByBytes", "int", -1, "Largest re-replication rate of one worker, bytes per second (-1: unlimited).", _range(-1), attr="replication_rate_bytes_per_s"),
-    Key("autoRecoveryLedgerPasswords", "str", "", "Comma-separated fallback passwords for replication workers (matched against the metadata's password digest; the empty one is always tried). Ledgers heal without them on the cluster recovery credential (docs/autorecovery.md); a listed password serves bookies that refuse the credential and open mac ledgers, which are reported, not healed, without it.", attr="autorecovery_ledger_passwords"),
+    Key("autoRecoveryLedgerPasswords", "str", "", "Comma-separated fallback passwords for replication workers (matched against the metadata's password digest; the empty one is always tried). Ledgers heal without them on the cluster recovery credential (docs/autorecovery.md); a listed password serves bookies that refuse the credential and open mac ledgers, which are reported, not healed, without it. A secret: only in a configuration file, never with --set (prefer autoRecoveryLedgerPasswordsFile); the admin API's server_config hides it.", attr="autorecovery_ledger_passwords"),
+    Key("autoRecoveryLedgerPasswordsFile", "str", "", "A file (mode 0600 or stricter) of fallback passwords for replication workers, one a line; added to autoRecoveryLedgerPasswords.", attr="autorecovery_ledger_passwords_file"),
 )
+
+# Keys whose values are secrets -> the key naming a file to put them in instead.  They are
+# refused on a command line (``--set``: process arguments show in ``ps`` to every local user) and
+# hidden in every dump of a configuration served to others (``public_value``).
+SECRET_KEYS = {"autoRecoveryLedgerPasswords": "autoRecoveryLedgerPasswordsFile"}
+HIDDEN = "(secret, not shown)"
+MAX_PASSWORDS_FILE_BYTES = 64 * 1024
 
 KEY_BY_NAME = {k.name: k for k in KEYS}
 
@@ -278,6 +286,34 @@ class BookieConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self._values)
+
+    def public_value(self, name: str) -> Any:
+        """``value(name)``, but a set secret key (``SECRET_KEYS``) as ``HIDDEN``: what the
+        configuration dumps served to others (the admin API) show."""
+        value = self._values[name]
+        return HIDDEN if name in SECRET_KEYS and value else value
+
+    def autorecovery_passwords(self) -> list[bytes]:
+        """The replication workers' fallback passwords: autoRecoveryLedgerPasswords, then the
+        lines of autoRecoveryLedgerPasswordsFile (read and checked as every secret file).
+
+        Raises:
+            ConfigError: one line naming autoRecoveryLedgerPasswordsFile.
+        """
+        from bookie.metadata.secret_file import read_private_file
+
+        out = [p.encode() for p in self.autorecovery_ledger_passwords.split(",") if p]
+        path = self.autorecovery_ledger_passwords_file
+        if not path:
+            return out
+        try:
+            raw = read_private_file("autoRecoveryLedgerPasswordsFile", path, MAX_PASSWORDS_FILE_BYTES)
+        except AccessDeniedError as e:
+            raise ConfigError(str(e)) from None
+        if len(raw) > MAX_PASSWORDS_FILE_BYTES:
+            raise ConfigError(f"autoRecoveryLedgerPasswordsFile: {path} is over "
+                              f"{MAX_PASSWORDS_FILE_BYTES} bytes")
+        return out + [line for line in raw.splitlines() if line]
 
     # -- derived values ------------------------------------------------------------------------
     @property
@@ -354,6 +390,8 @@ class BookieConfig:
         if 0 < values["maxAddMessageSizeBytes"] < values["nettyMaxFrameSizeBytes"] + 64 * 1024:
             raise ConfigError(f"maxAddMessageSizeBytes={values['maxAddMessageSizeBytes']} must be at "
                               f"least nettyMaxFrameSizeBytes + 65536 (an add of the largest entry)")
+        if values["autoRecoveryLedgerPasswordsFile"] and check_dirs:  # a bookie's own start
+            cls(values, []).autorecovery_passwords()
         warnings += _check_metadata_keys(values, raw)
         warnings += _check_http_keys(values)
         _check_disk_and_compaction_keys(values)
@@ -478,13 +516,19 @@ del _key
 
 
 def parse_overrides(items: list[str] | None) -> dict[str, str]:
-    """Turn ``--set key=value`` items into a dict; a malformed item is a ConfigError."""
+    """Turn ``--set key=value`` items into a dict; a malformed item, or a secret key (its value
+    would show in ``ps``), is a ConfigError (the latter naming the file-based key to use)."""
     out = {}
     for item in items or []:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key=value")
         k, v = item.split("=", 1)
-        out[k.strip()] = v
+        k = k.strip()
+        if k in SECRET_KEYS:
+            raise ConfigError(f"--set {k}: a secret is not taken on the command line (every local "
+                              f"user sees it in ps); put it in {SECRET_KEYS[k]} (a 0600 file) "
+                              f"or in the --conf file")
+        out[k] = v
     return out
 
 
