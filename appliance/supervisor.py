@@ -474,7 +474,10 @@ class Supervisor:
         conf = self.conf
         api = admin.AdminApi(self, self.metrics)
         limits = {"max_connections": conf.http_server_max_connections,
-                  "idle_timeout_s": conf.http_server_idle_timeout_s}
+                  "idle_timeout_s": conf.http_server_idle_timeout_s,
+                  "request_timeout_s": conf.http_server_request_timeout_s,
+                  "max_per_peer": conf.http_server_max_connections_per_address,
+                  "allowed_hosts": admin.allowed_hosts(conf)}
         try:
             if conf.metrics_port:
                 self.http = admin.start_server(conf.listening_interface, conf.metrics_port, api,
