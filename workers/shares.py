@@ -12,7 +12,7 @@ quarters to the others.
 
 The principal of a request (``principal_of``):
 
-- under CURVE, the enrolled key's name: the User-Id the ZAP handler gave the connection
+- under CURVE, the enrolled key itself (z85): the User-Id the ZAP handler gave the connection
   (workers/auth.py), which every message of the connection carries;
 - without CURVE, the peer's IP address (``Peer-Address``), so one host's connections share one
   share; except a loopback peer, whose principal is its connection.  A bookie without CURVE
@@ -41,7 +41,7 @@ def share(limit: int) -> int:
 
 
 def curve_principal(frame, ident):
-    """The principal of a request under CURVE: its enrolled key's name."""
+    """The principal of a request under CURVE: its enrolled key."""
     return frame.get("User-Id")
 
 
