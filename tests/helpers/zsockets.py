@@ -7,9 +7,10 @@ from bookie import wire
 from bookie.wire import Flag, Op
 
 
-def raw_dealer(ctx, bookie: str, port_offset: int, curve=None):
+def raw_dealer(ctx, bookie: str, port_offset: int, curve=None, source: str | None = None):
     """A DEALER on ``bookie``'s add (``port_offset`` 0) or read (1) socket, and a monitor of its
-    disconnections; ``curve`` (client/auth.py ClientCurve) secures it first."""
+    disconnections; ``curve`` (client/auth.py ClientCurve) secures it first; ``source``: the
+    local address to connect from (another host, as far as the bookie can tell)."""
     s = ctx.socket(zmq.DEALER)
     s.setsockopt(zmq.LINGER, 0)
     s.setsockopt(zmq.SNDHWM, 0)
@@ -18,7 +19,8 @@ def raw_dealer(ctx, bookie: str, port_offset: int, curve=None):
         curve.apply(s, bookie)
     monitor = s.get_monitor_socket(zmq.EVENT_DISCONNECTED)
     host, port = bookie.rsplit(":", 1)
-    s.connect(f"tcp://{host}:{int(port) + port_offset}")
+    via = f"{source}:0;" if source else ""
+    s.connect(f"tcp://{via}{host}:{int(port) + port_offset}")
     return s, monitor
 
 
