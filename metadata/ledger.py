@@ -29,9 +29,10 @@ to test password guesses fast, nor against every ledger at once.  A verifier (``
 
     0x02 | log2(N) | r | p | salt (16 random bytes) | scrypt(label | key, salt, N, r, p) (32)
 
-(``hashlib.scrypt``, memory-hard: N=2**14, r=8, p=1 take 16 MiB and tens of milliseconds per
-evaluation; the parameters travel with the verifier, so they can be raised later and older
-verifiers still check).  A new record holds one verifier over the ledger's master key, as
+(``hashlib.scrypt``, memory-hard: N=2**12, r=8, p=1 take 4 MiB and about 10 ms per evaluation
+on one core, thousands of times a SHA-256; the parameters travel with the verifier, so they can
+be raised later and older verifiers still check.  2**14 made a log that rolls every few hundred
+entries spend most of its time creating ledgers on a loaded 2-core host).  A new record holds one verifier over the ledger's master key, as
 ``key_verifier`` and as ``password_digest`` (a client checks a password by its master key: one
 scrypt per ``create_ledger`` and per ``open_ledger``, and per guess).  Salted per ledger: two
 ledgers of one password share nothing.
@@ -74,7 +75,7 @@ KEY_CHECK_SIZE = 48  # older records: 16 bytes of salt, 32 of SHA-256
 LEGACY_PASSWORD_DIGEST_SIZE = 32  # older records: SHA-256(label | password)
 VERIFIER_VERSION = 2
 VERIFIER_SIZE = 52  # version, log2(N), r, p, 16 bytes of salt, 32 of scrypt
-SCRYPT_LOG2_N, SCRYPT_R, SCRYPT_P = 14, 8, 1  # 16 MiB, tens of ms: what new verifiers use
+SCRYPT_LOG2_N, SCRYPT_R, SCRYPT_P = 12, 8, 1  # 4 MiB, ~10 ms: what new verifiers use
 _MAX_LOG2_N, _MAX_R, _MAX_P = 20, 16, 4  # a record asking for more is not evaluated
 _MEMO_SIZE = 4096
 _memo: "collections.OrderedDict[bytes, bool]" = collections.OrderedDict()
