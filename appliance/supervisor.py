@@ -270,7 +270,12 @@ class Supervisor:
         from bookie.metadata import MetadataError
         from bookie.metadata.recovery_secret import recovery_secret
         try:
-            return recovery_secret(self._open_store())
+            secret = recovery_secret(self._open_store())
+            if secret is None:  # once per start: what autorecovery heals with instead
+                self.log("no recovery secret: the metadata store has no place only bookies read "
+                         "(set zkBookieDigestAuthFile); autorecovery heals with "
+                         "autoRecoveryLedgerPasswords only", level="warning")
+            return secret
         except MetadataError as e:
             raise LayoutError(f"metadata store {self.conf.metadata_uri}: {e}") from None
 

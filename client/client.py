@@ -270,7 +270,7 @@ class BookKeeper:
 
     def read_record(self, path: str) -> tuple[bytes, int]:
         """``(data, version)`` of the custom record at ``path`` (absolute, under the metadata
-        root; keep to your own subtree - the logs recipe uses ``/logs``).
+        root, within ``/records`` or ``/logs``: the rest is the cluster's and refused).
 
         Raises:
             NoSuchRecordError.  InvalidArgumentError: a malformed path.

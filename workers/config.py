@@ -186,6 +186,7 @@ KEYS: tuple[Key, ...] = (
     Key("zkTimeout", "int", 10_000, "Metadata store session / call timeout (ms).", _range(100), unit="ms", attr="metadata_timeout_s"),
     Key("zkEnableSecurity", "bool", False, "ZooKeeper: every node the bookie creates gets an ACL giving ALL to the digest principal of zkDigestAuthFile only; false: open ACL (docs/security.md). Needs zkDigestAuthFile.", attr="zk_enable_security"),
     Key("zkDigestAuthFile", "str", "", "ZooKeeper: a file (mode 0600 or stricter) holding the cluster's digest credentials `user:password` on one line, sent to ZooKeeper on every connection (docs/security.md).", attr="zk_digest_auth_file"),
+    Key("zkBookieDigestAuthFile", "str", "", "Bookies only: a file (mode 0600) holding the bookies' own ZooKeeper credentials user:password, another principal than zkDigestAuthFile's. The cluster recovery secret lives under <root>/PRIVATE, readable by this principal only; without it (on ZooKeeper) there is no recovery secret and autorecovery heals with autoRecoveryLedgerPasswords (docs/security.md).", attr="zk_bookie_digest_auth_file"),
     Key("registrationLeaseMs", "int", 5_000, "Lease of the bookie's registration in the embedded store (ms).", _range(200), unit="ms", attr="registration_lease_s"),
     # -- supervision and observability ---------------------------------------------------------
     Key("workerRestartLimit", "int", 5, "Worker restarts allowed within a minute before the bookie stops.", _range(0), attr="worker_restart_limit"),
@@ -344,9 +345,12 @@ class BookieConfig:
         for ``open_metadata``, or None (no credentials, security off).  Raises ConfigError."""
         if not hasattr(self, "_zk_security"):
             from bookie.metadata.zk_acl import load_zk_security
+            from bookie.metadata.zk_acl import with_bookie_credentials
             try:
-                self._zk_security = load_zk_security(self._values["zkEnableSecurity"],
-                                                     self._values["zkDigestAuthFile"])
+                self._zk_security = with_bookie_credentials(
+                    load_zk_security(self._values["zkEnableSecurity"],
+                                     self._values["zkDigestAuthFile"]),
+                    self._values["zkBookieDigestAuthFile"])
             except AccessDeniedError as e:
                 raise ConfigError(str(e)) from None
         return self._zk_security
