@@ -18,6 +18,7 @@ from bookie import wire
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Op, Status
+from zsockets import zmtp_partial_sender
 
 LIMIT_MB = 160
 KEY = b"frames-test-master-key"
@@ -86,3 +87,75 @@ def test_many_frame_adds_shut_their_connection_and_never_restart_the_add_worker(
     with RawBookieClient(ens.bookies[0], timeout_s=10) as c:
         status, entries = c.read(ledger, written[0] - 1)
         assert status == Status.OK
+
+
+@pytest.mark.security  # a worker killed on purpose, and a restart: opt-in (-m security)
+def test_a_memory_kill_shuts_the_peer_that_held_the_most_out(ens):
+    """Twelve connections of one peer, each with 15 MiB of a message that never ends (under the
+    add size limit, so none is shut alone), pass the add worker's 160 MiB budget: the worker is
+    killed, and the one started after it shuts that peer's connections out."""
+    host, port = ens.bookies[0].rsplit(":", 1)
+    held = []
+    try:
+        try:
+            for _ in range(12):
+                s, send_frame = zmtp_partial_sender(host, int(port), source="127.0.0.3")
+                held.append(s)
+                send_frame(wire.pack_header(Op.ADD, 0, 1, 5))
+                for _ in range(15):
+                    send_frame(b"m" * (1 << 20))
+                if "worker over its memory limit" in ens.log(0):
+                    break
+        except OSError:
+            pass  # the worker was killed under us: its connections went with it
+        deadline = time.monotonic() + 20
+        while "peer shut out" not in ens.log(0):
+            assert time.monotonic() < deadline, ens.log(0)[-3000:]
+            time.sleep(0.1)
+        assert "worker over its memory limit" in ens.log(0)
+        assert "peer=127.0.0.3" in ens.log(0)
+        deadline = time.monotonic() + 20
+        while True:  # the restarted worker serves, but not that peer
+            try:
+                late, _ = zmtp_partial_sender(host, int(port), source="127.0.0.3")
+                break
+            except OSError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        held.append(late)
+        assert closed_by_peer(late, 5.0)  # shut down as soon as the worker sees it
+    finally:
+        for s in held:
+            s.close()
+    with RawBookieClient(ens.bookies[0], timeout_s=10) as c:  # another peer is served
+        assert c.add(31, [make_entry(31, 0, b"after")], KEY) == Status.OK
+
+
+def test_a_message_that_never_ends_is_shut_past_the_add_size_limit(ens):
+    host, port = ens.bookies[0].rsplit(":", 1)
+    s, send_frame = zmtp_partial_sender(host, int(port), source="127.0.0.2")
+    try:
+        send_frame(wire.pack_header(Op.ADD, 0, 1, 5))
+        try:
+            for _ in range(200):
+                send_frame(b"m" * (1 << 20))
+        except OSError:
+            pass  # reset, or a broken pipe: shut already
+        assert closed_by_peer(s, 5.0)
+    finally:
+        s.close()
+    assert "a message over the add size limit still arriving" in ens.log(0)
+    assert "worker over its memory limit" not in ens.log(0)
+
+
+def closed_by_peer(sock, timeout_s: float) -> bool:
+    """True once the other end has closed ``sock`` (end of stream or reset) within the time."""
+    sock.settimeout(timeout_s)
+    try:
+        while sock.recv(4096):
+            pass
+        return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
