@@ -141,7 +141,8 @@ class Status(enum.IntEnum):
     BAD_VERSION = 103  # protocol version not spoken by this bookie
     FENCED = 104  # ledger fenced: normal adds refused (recovery adds pass)
     READ_ONLY = 105  # bookie is read-only: adds refused
-    TOO_MANY_REQUESTS = 106  # back-pressure: try again later
+    TOO_MANY_REQUESTS = 106  # back-pressure (or the metadata store cannot be asked now): try again later
+    ENTRY_EXISTS = 107  # an add of an entry this bookie holds with other bytes: entries are write-once
     NO_LEDGER = 402  # this bookie holds nothing for the ledger
     NO_ENTRY = 403  # this bookie does not hold the entry
 

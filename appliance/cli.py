@@ -18,7 +18,7 @@ from bookie.metadata import MetadataError
 from bookie.testing.localbookies import LocalBookieError
 from bookie.workers import logs
 from bookie.workers.config import ConfigError
-from bookie.workers.layout import LayoutError
+from bookie.storage.layout import LayoutError
 
 _GROUPS = (run_cmd, localbookie, shell, autorecovery_cmd, bench_cli)
 
@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logs.install_logging()  # the client's records (bookie.client) as the bookie's log lines
+    logs.install_library_logging()  # and kazoo's, in the same format (--log-format json too)
     try:
         rc = args.func(args)
     except KeyboardInterrupt:

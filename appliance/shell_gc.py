@@ -42,7 +42,7 @@ def running_bookie(journal_dir: str) -> dict:
     Raises:
         CliError: no bookie runs there.
     """
-    from bookie.workers.dirlock import LOCK_FILE
+    from bookie.storage.dirlock import LOCK_FILE
 
     path = os.path.join(journal_dir, LOCK_FILE)
     try:

@@ -1,11 +1,11 @@
 """The supervisor: one per bookie.  Starts, watches, restarts and stops the workers.
 
-Start order: lock the bookie's directories (``workers/dirlock.py``: a second bookie on them is
+Start order: lock the bookie's directories (``storage/dirlock.py``: a second bookie on them is
 refused, naming the pid that holds them); resolve ``bookiePort=0`` (the port the directories
 were stamped with, else a free one); check that every listening port is free; remove what a
 predecessor killed without stopping left behind (run directory; an older bookie's ring
 directory); check the directory layout and cookies, and the cookie in the metadata store (which
-must exist); check the index against the entry logs (``workers/rebuild.py``: a mismatch names
+must exist); check the index against the entry logs (``storage/index_rebuild.py``: a mismatch names
 the fix); create the shared-memory ring (a memfd: no name, inherited by the workers that map
 it); start the journal worker (it finds the journal's end) and wait until it is ready; start
 the add worker (it replays the journal from LastLogMark) and wait; start the read
@@ -24,7 +24,8 @@ gone, whether it stopped cleanly or was killed.
 
 A worker that dies is restarted (the add worker first waits until the journal has written what
 it left in the ring, then replays; the journal continues from the end of its files), at most
-``workerRestartLimit`` times a minute; past that, or when the journal reports corruption (exit
+``workerRestartLimit`` times a minute (a restart that fails - the new worker killed before it was
+ready - counts as one more and is retried); past that, or when the journal reports corruption (exit
 status 3), the bookie stops cleanly and says why.
 """
 
@@ -46,16 +47,16 @@ import orjson
 from bookie.appliance.exposition import BookieRegistry
 from bookie.appliance.memory_watch import MemoryWatch
 from bookie.appliance.startchecks import StartRefused, check_admin_security, \
-    check_client_security, check_ports_free
-from bookie.workers import diskcheck
+    check_client_security, check_dirs_usable, check_ports_free
+from bookie.core import diskcheck
 from bookie.workers.config import BookieConfig
-from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
+from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock
 from bookie.metadata.recovery_secret import write_secret_file
-from bookie.workers.layout import LayoutError, all_dirs, check_or_stamp, remembered_port
-from bookie.workers.rebuild import check_index
+from bookie.storage.layout import LayoutError, all_dirs, check_or_stamp, remembered_port
+from bookie.storage.index_check import check_index
 from bookie.workers.common import free_port_pair, log_line as log, set_pdeathsig
 from bookie.workers.gc_worker import request_gc
-from bookie.workers.ring import NO_ROOM, READONLY, Ring
+from bookie.storage.ring import NO_ROOM, READONLY, Ring
 
 ROLES_IN_START_ORDER = ("journal", "add", "read", "gc")
 RING_ROLES = ("journal", "add", "read")
@@ -127,6 +128,7 @@ class Supervisor:
         conf = self.conf
         os.umask(0o077)  # every file and directory the bookie makes is its user's alone
         check_ports_free(conf)
+        check_dirs_usable(conf)  # a root-owned file named as one, not as missing data
         security = check_client_security(conf)  # refuses an exposed bookie without CURVE
         self.admin_token, admin_note = check_admin_security(conf)  # and an exposed admin API
         if conf.metadata_uri:
@@ -136,14 +138,14 @@ class Supervisor:
         if conf.metadata_uri:
             self._check_cookie_in_store(cookie)
         secret = self._recovery_secret() if conf.metadata_uri else None
-        index_problem = check_index(conf)  # the index against the entry logs (workers/rebuild.py)
+        index_problem = check_index(conf)  # the index against the entry logs (storage/index_rebuild.py)
         if index_problem:
             raise StartRefused(index_problem)
         self.started = True
         self.run_dir = tempfile.mkdtemp(prefix=f"bk{conf.bookie_port}-")
         self.metrics = BookieRegistry(self, self.run_dir)
         self.lock.set_runtime(self.run_dir)  # before it has files: none leaks if we are killed
-        # no name anywhere: the workers inherit the descriptor (workers/ring.py)
+        # no name anywhere: the workers inherit the descriptor (storage/ring.py)
         self.ring = Ring.create_memfd(f"bookie-{conf.bookie_port}-ring", conf.ring_size_bytes)
         with open(os.path.join(self.run_dir, "ring.path"), "w") as f:
             f.write(self.ring.address)
@@ -190,7 +192,7 @@ class Supervisor:
             cmd = [sys.executable, "-m", "bookie.autorecovery", "--conf",
                    os.path.join(self.run_dir, "bookie.conf"), "--ready-fd", str(wfd)]
         # The lock's descriptors go to every worker: the directories stay locked while any
-        # process of this bookie lives (workers/dirlock.py); the ring's to those that map it.
+        # process of this bookie lives (storage/dirlock.py); the ring's to those that map it.
         ring_fds = (self.ring.fd,) if role in RING_ROLES else ()
         w.proc = subprocess.Popen(cmd, pass_fds=(wfd, *self.lock.fds, *ring_fds),
                                   preexec_fn=set_pdeathsig,
@@ -283,7 +285,8 @@ class Supervisor:
         from bookie.metadata import MetadataError, NodeExistsError
 
         info = {"add_port": self.conf.bookie_port, "read_port": self.conf.bookie_port + 1,
-                "host": self.conf.bookie_host, "pid": os.getpid()}
+                "host": self.conf.bookie_host, "pid": os.getpid(),
+                "location": self.conf.bookie_location}  # placement (client/protocol/placement.py)
         try:
             self.registration = self._open_store().register_bookie(
                 self.conf.bookie_id, readonly=self.readonly, info=info)
@@ -328,23 +331,37 @@ class Supervisor:
         if rc in FATAL_EXITS:
             self.request_stop(f"{w.role} worker {FATAL_EXITS[rc]} ({how}); stopping the bookie", rc)
             return
-        now = time.monotonic()
         if w.killed_for_memory:  # not a crash: no client may stop the bookie this way
             w.killed_for_memory = False
         else:
-            w.restarts.append(now)
+            w.restarts.append(time.monotonic())
+        self.log("worker died; restarting it", role=w.role, pid=w.proc.pid, cause=how)
+        # A restart that fails (the new worker killed before it was ready: an OOM kill, a slow
+        # start) is one more restart under the same limit, never a reason of its own to stop.
+        while not self._over_restart_limit(w, how):
+            w.restarts_total += 1
+            try:
+                self._start_worker(w.role)
+                return
+            except WorkerStartError as e:
+                if self.stopping:
+                    return
+                w.restarts.append(time.monotonic())
+                how = f"a failed restart ({e})"
+                self.log("worker restart failed; retrying", level="warning", role=w.role,
+                         error=str(e))
+
+    def _over_restart_limit(self, w: Worker, how: str) -> bool:
+        """Forget restarts older than a minute; past ``workerRestartLimit`` stop the bookie
+        (and say so): True."""
+        now = time.monotonic()
         while w.restarts and now - w.restarts[0] > 60:
             w.restarts.popleft()
         if len(w.restarts) > self.conf.worker_restart_limit:
             self.request_stop(f"{w.role} worker died with {how} {len(w.restarts)} times in a "
                               f"minute; stopping the bookie", 1)
-            return
-        self.log("worker died; restarting it", role=w.role, pid=w.proc.pid, cause=how)
-        w.restarts_total += 1
-        try:
-            self._start_worker(w.role)
-        except WorkerStartError as e:
-            self.request_stop(f"restart failed: {e}", 1)
+            return True
+        return False
 
     def _check_memory(self) -> None:
         """Kill the workers over workerMemoryLimitMB; the watch loop restarts them (memory_watch.py)."""
@@ -360,7 +377,7 @@ class Supervisor:
             w.proc.kill()
 
     def _check_disks(self) -> None:
-        """Each directory's state (bookie.workers.diskcheck: ok / warn / full, with the
+        """Each directory's state (bookie.core.diskcheck: ok / warn / full, with the
         low-water mark); read-only while any is full, and a GC pass with a major compaction
         asked for when one fills (again every gcWaitTime while full)."""
         conf = self.conf

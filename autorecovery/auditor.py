@@ -31,6 +31,7 @@ class Auditor:
         self.store = store
         self.ur = UnderReplication(store)
         self.membership = rules.Membership(delay_s, unseen_grace_s)
+        self.configured_delay_s = float(delay_s)
         self.bookie_check_interval_s = bookie_check_interval_s
         self.log = log or (lambda event, **fields: None)
         self.clock = clock
@@ -51,6 +52,8 @@ class Auditor:
     def tick(self) -> bool:
         """One look at membership; a full pass when due.  Returns True if a pass ran."""
         now = self.clock()
+        set_in_store = self.ur.recovery_delay_s()  # lostbookierecoverydelay -set, over ours
+        self.membership.delay_s = self.configured_delay_s if set_in_store is None else set_in_store
         registered = self.registered()
         self.membership.observe(now, registered)
         lost = self.membership.lost(now)

@@ -5,9 +5,9 @@ Theory of operation
 Two phases in one directory, one after the other, each for ``--time`` seconds:
 
 - ``journal``: the bookie's journal code as its worker runs it: a producer thread places journal
-  records (ADD_BATCH records of ``--batch`` entries, bookie.workers.records) in a ring
-  (bookie.workers.ring, a memfd as the bookie's) and a committer thread runs the journal worker's
-  own step, bookie.workers.group_commit.GroupCommitter: the GroupCommitPolicy decides, then the
+  records (ADD_BATCH records of ``--batch`` entries, bookie.storage.records) in a ring
+  (bookie.storage.ring, a memfd as the bookie's) and a committer thread runs the journal worker's
+  own step, bookie.core.group_commit.GroupCommitter: the GroupCommitPolicy decides, then the
   ring's bytes [durable, write) go as one group through JournalWriter.append (one writev, one
   fdatasync) and the durable cursor is published.  A record's latency runs from when the producer offered it (its
   intended time with ``--rate``) to the end of the fdatasync that covered it.  At most
@@ -38,10 +38,11 @@ import numpy as np
 
 from bookie.bench.bookie_bench import MASTER_KEY, EntryBatcher
 from bookie.bench.report import NS_PER_S, Meter
-from bookie.workers import records
-from bookie.workers.group_commit import GroupCommitPolicy, GroupCommitter
-from bookie.workers.journal import JournalWriter
-from bookie.workers.ring import DURABLE, WRITE, Ring
+from bookie.storage import records
+from bookie.core.group_commit import GroupCommitPolicy
+from bookie.storage.journal_groups import GroupCommitter
+from bookie.storage.journal import JournalWriter
+from bookie.storage.ring import DURABLE, WRITE, Ring
 
 RING_BYTES = 64 * 1024 * 1024  # journalRingSizeMB's default
 

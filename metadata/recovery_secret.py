@@ -5,7 +5,7 @@ Theory of operation
 Healing a ledger writes recovery copies of its entries to a new bookie and, for a ledger left
 open, fences it first; a bookie lets both through only to whoever proves a right to the
 ledger.  The ledger's master key would do, but nothing hands it out: the metadata holds a
-digest of the password, the bookies an HMAC of the key (``bookie.workers.ledgers``).  So the
+digest of the password, the bookies an HMAC of the key (``bookie.core.ledgers``).  So the
 cluster keeps one more secret, 32 random bytes in the bookies' private place of the store
 (``bookie.metadata.private``: on ZooKeeper a node only the bookies' own principal,
 ``zkBookieDigestAuthFile``, may read; in the embedded store a 0600 file beside it), created once

@@ -271,7 +271,7 @@ class MetadataStore(abc.ABC):
         """An id at or above every ledger id this store has handed out so far (-1: none yet);
         ``create_ledger`` never hands out an id at or below a value read earlier.  Cheap: one
         read.  It may overshoot (ids skipped are never handed out), never undershoot: the GC
-        takes an id above it for one never created (``bookie.workers.gc_policy``)."""
+        takes an id above it for one never created (``bookie.core.gc_policy``)."""
 
     @abc.abstractmethod
     def read_ledger(self, ledger_id: int) -> tuple[LedgerMetadata, int]:

@@ -16,6 +16,9 @@ ZooKeeper and the embedded store behave the same, and the contract suite runs on
     /underreplication/disable                 present: autorecovery is disabled cluster-wide
                                               (auditor and workers idle; marks are kept)
     /underreplication/triggeraudit            its version grows by one per ``triggeraudit``
+    /underreplication/lostBookieRecoveryDelay the cluster's lostBookieRecoveryDelay in seconds
+                                              (``bookie shell lostbookierecoverydelay -set N``),
+                                              over each auditor's configured one; absent: theirs
     /underreplication/lost/{ledger_id}        persistent; the auditor found entries with no
                                               live copy.  Written once, so a ledger is reported
                                               once however often the auditor changes.
@@ -40,6 +43,7 @@ LOCKS = UNDERREPLICATION + "/locks"
 ELECTION = UNDERREPLICATION + "/auditorelection"
 DISABLE = UNDERREPLICATION + "/disable"
 TRIGGER = UNDERREPLICATION + "/triggeraudit"
+DELAY = UNDERREPLICATION + "/lostBookieRecoveryDelay"
 LOST = UNDERREPLICATION_LOST  # MARKS and LOST are data (see store.py); the others coordinate
 
 
@@ -217,6 +221,32 @@ class UnderReplication:
         """The trigger's version (-1 before the first trigger)."""
         version = self.store.exists(TRIGGER)
         return -1 if version is None else version
+
+    def recovery_delay_s(self) -> int | None:
+        """The cluster-wide lostBookieRecoveryDelay (seconds) set in the store, or None."""
+        try:
+            data, _ = self.store.get(DELAY)
+        except NoSuchNodeError:
+            return None
+        try:
+            return int(data.decode())
+        except ValueError:
+            return None
+
+    def set_recovery_delay_s(self, delay_s: int) -> None:
+        """Set the cluster-wide lostBookieRecoveryDelay; every auditor uses it from its next
+        look at membership."""
+        data = str(int(delay_s)).encode()
+        while True:
+            try:
+                self.store.set(DELAY, data, None)
+                return
+            except NoSuchNodeError:
+                try:
+                    self.store.create(DELAY, data)
+                    return
+                except NodeExistsError:
+                    continue
 
     # -- lost data ---------------------------------------------------------------------------
 

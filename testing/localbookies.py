@@ -20,8 +20,8 @@ import tempfile
 import time
 
 from bookie.workers.common import free_port_pair, set_pdeathsig
+from bookie.storage.layout import remembered_port
 from bookie.workers.config import SECRET_KEYS
-from bookie.workers.layout import remembered_port
 
 
 class LocalBookieError(RuntimeError):
@@ -148,8 +148,8 @@ class LocalBookies:
         """The ZooKeeper credentials and ACL of ``conf``'s zkEnableSecurity / zkDigestAuthFile
         (None: none).  Raises AccessDeniedError (a MetadataError) naming the key."""
         from bookie.metadata import load_zk_security
-        enabled = str(self.conf.get("zkEnableSecurity", "false")).strip().lower()
-        return load_zk_security(enabled in ("true", "yes", "on", "1"),
+        from bookie.properties import parse_bool
+        return load_zk_security(parse_bool(str(self.conf.get("zkEnableSecurity", "false"))),
                                 str(self.conf.get("zkDigestAuthFile", "")))
 
     def client_keys(self) -> dict:
@@ -317,9 +317,9 @@ class LocalBookies:
     def _remove_run_leftovers(self, i: int) -> None:
         """Remove what bookie i, SIGKILLed and not started again, left outside its directories
         (its run directory under /tmp): the bookie's next start would, and none is coming.  The
-        same rule as that start's: the path its directory lock records (workers/dirlock.py)."""
-        from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
-        from bookie.workers.layout import LayoutError
+        same rule as that start's: the path its directory lock records (storage/dirlock.py)."""
+        from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock
+        from bookie.storage.layout import LayoutError
         journal = self.overrides(i)["journalDirectory"]
         if not os.path.isdir(journal):
             return

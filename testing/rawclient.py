@@ -2,6 +2,12 @@
 
 It bypasses every quorum rule (that is the replication client's job, ``bookie.client``) and
 speaks the frames of ``bookie.wire`` directly, one request at a time or pipelined.
+
+A bookie with a metadata store stores nothing under a ledger id the store does not know, and
+only for the key the ledger's metadata names (``bookie.core.ledgers``, invariant 1): a raw test
+that writes to ids of its own choosing first makes the store know them (``create_ledgers``, which
+needs the store's own access, as a writer's client has).  A bookie run without a metadata store
+binds each id to the key of its first add.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import orjson
 import zmq
 
 from bookie import wire
+from bookie.client.connection import ADD, READ, connect
 from bookie.wire import Flag, Op, Status
 
 
@@ -23,16 +30,10 @@ class RawBookieClient:
     def __init__(self, bookie_id: str, timeout_s: float = 10.0, ctx: zmq.Context | None = None,
                  curve=None):
         """``curve``: a ``bookie.client.auth.ClientCurve`` to speak CURVE with the bookie."""
-        host, port = bookie_id.rsplit(":", 1)
         self.ctx = ctx or zmq.Context.instance()
         self.timeout_ms = int(timeout_s * 1000)
-        self.add_sock = self.ctx.socket(zmq.DEALER)
-        self.read_sock = self.ctx.socket(zmq.DEALER)
-        for s, p in ((self.add_sock, int(port)), (self.read_sock, int(port) + 1)):
-            s.setsockopt(zmq.LINGER, 0)
-            if curve is not None:
-                curve.apply(s, bookie_id)
-            s.connect(f"tcp://{host}:{p}")
+        self.add_sock = connect(self.ctx, bookie_id, ADD, curve)
+        self.read_sock = connect(self.ctx, bookie_id, READ, curve)
         self._ids = itertools.count(1)
 
     def close(self) -> None:
@@ -121,3 +122,23 @@ class RawBookieClient:
 def make_entry(ledger_id: int, entry_id: int, payload: bytes, lac: int = -1) -> bytes:
     """An entry with a zero 8-byte digest field (the bookie never checks digests)."""
     return wire.pack_entry(ledger_id, entry_id, lac, 0, b"\0" * 8, payload)
+
+
+def create_ledgers(metadata_uri: str, ledger_ids, master_key: bytes | None, zk_security=None,
+                   ensemble: list[str] | None = None) -> None:
+    """Make the metadata store know ``ledger_ids`` (ids a raw test chose), owned by
+    ``master_key`` (its ``key_check`` in each record; None: no check, as an older client's
+    ledger, bound on each bookie by its first add).  ``ensemble``: the bookies of the ledgers'
+    one fragment (default: one placeholder)."""
+    from bookie.metadata import open_metadata
+    from bookie.metadata.ledger import LedgerMetadata, make_key_check
+    ensemble = list(ensemble or ["127.0.0.1:1"])
+    n = len(ensemble)
+    store = open_metadata(metadata_uri, zk_security=zk_security)
+    try:
+        for ledger_id in ledger_ids:
+            meta = LedgerMetadata(n, n, n, fragments=[(0, ensemble)],
+                                  key_check=make_key_check(master_key) if master_key else b"")
+            store._write_raw_ledger(ledger_id, meta.to_bytes())
+    finally:
+        store.close()

@@ -7,7 +7,7 @@ Per loop iteration (everything batched; no per-entry Python work on the hot path
    readable by the read worker from the moment its ack leaves (read-after-ack).
 2. Take every request waiting on the add socket and the control socket (fences from the read
    worker).  Check its frames here (header, sizes, ids, read-only) and ask the ledger table
-   (``bookie.workers.ledgers``: master key, fenced) whether it may go; place each accepted one
+   (``bookie.core.ledgers``: master key, fenced) whether it may go; place each accepted one
    once in the shared-memory ring as a record, apply that record to the table.  The journal is
    woken as soon as the iteration's first record is placed (its write and fdatasync overlap the
    rest of this iteration), and once more at the end if more records followed.
@@ -34,30 +34,35 @@ import zmq
 
 from bookie import wire
 from bookie.metadata.recovery_secret import read_secret_file
-from bookie.workers.layout import current_dir, key_salt
+from bookie.storage.layout import current_dir, key_salt
 from bookie.wire import Op, Status
-from bookie.workers import records
-from bookie.workers.answers import Pending
+from bookie.storage import records
+from bookie.core.answers import Pending
 from bookie.workers.auth import server_curve
 from bookie.workers.common import (REFUSALS_PER_CONNECTION_PER_S, ClientServer, ConnectionCap,
                                    RefusalBudget, guard_client_socket, make_socket)
-from bookie.workers.checkpoint import Checkpointer, checkpoint
-from bookie.workers.claims import ClaimCheck
+from bookie.storage.checkpoint import Checkpointer, checkpoint
+from bookie.workers.claims import OwnerLookup, OwnerResolver
 from bookie.workers.frame_guard import FrameGuard
-from bookie.workers.gc_worker import purge_ledgers
-from bookie.workers.journal import lastmark_of, scan
-from bookie.workers.ledgers import Rejected
-from bookie.workers.noroom import RETRY_S, Held, no_room
-from bookie.workers.ring import ADD_EPOCH, DURABLE, NO_ROOM, READONLY, WRITE, Doorbell, Ring
-from bookie.workers.shares import PendingAdds, principal_of
-from bookie.workers.storage import EntryLogs, Index, LedgerStorage, open_index
+from bookie.storage.journal import lastmark_of, scan
+from bookie.core.ledgers import Owner, Rejected
+from bookie.storage.noroom import RETRY_S, Held, HeldRecord, no_room
+from bookie.storage.ring import ADD_EPOCH, DURABLE, NO_ROOM, READONLY, WRITE, Doorbell, Ring
+from bookie.core.shares import PendingAdds, principal_of
+from bookie.storage.entrylog import EntryLogs
+from bookie.storage.index import Index, open_index
+from bookie.storage.ledger_storage import LedgerStorage
 
 MAX_MESSAGES_PER_ITERATION = 512
 FENCE_OP = -1  # a fence journaled for the read worker (bookie_requests_total{op="FENCE"})
 
 
 def store_replayed(storage: LedgerStorage, rec: records.Record, buf, pos: int) -> None:
-    """Store the entries of an ADD_BATCH record read back from the journal."""
+    """Store a record read back from the journal: an ADD_BATCH's entries, or a FENCE or LAC
+    record itself, in the entry log (as the live path did)."""
+    if rec.type != records.ADD_BATCH:
+        storage.store_record(rec.ledger_id, bytes(buf[pos:pos + rec.size]))
+        return
     offsets, _, entry_ids = records.batch_entries(rec, buf, pos)
     storage.store_batch(rec.ledger_id, [buf[pos:pos + rec.size]], rec.size,
                         rec.data_offset, entry_ids, rec.lengths, offsets)
@@ -70,19 +75,16 @@ def replay(ctx, ring: Ring, storage: LedgerStorage, jdir: str, ledger_dirs: list
     ctx.log("replaying journal", at=mark, to=end, bytes=end - mark, percent="0.0")
     n_records = 0
     last_report = t0
-    storage.load_purges()
     for group in scan(jdir, mark):
         if group.start >= end:
             break
         for off, rec in records.iter_records(group.body):
             if group.start + off + rec.size <= mark:
                 continue
-            if storage.placed_before_purge(rec.ledger_id, group.start + off):
-                continue  # placed on a squatter's binding the GC purged (storage.py, purged_at)
             if storage.table.apply(rec):
                 store_replayed(storage, rec, group.body, off)
             n_records += 1
-        storage.commit(position=end)  # everything replayed was placed before a purge seen now
+        storage.commit()
         now = time.monotonic()
         if now - last_report > 2.0:
             last_report = now
@@ -91,7 +93,6 @@ def replay(ctx, ring: Ring, storage: LedgerStorage, jdir: str, ledger_dirs: list
                     percent=f"{100.0 * done / max(1, end - mark):.1f}",
                     mb_per_s=f"{done / max(1e-9, now - t0) / 1e6:.1f}")
     checkpoint(storage, ledger_dirs, end)
-    storage.forget_purges_before(end)
     ctx.log("replay done", from_mark=mark, to=end, records=n_records,
             seconds=f"{time.monotonic() - t0:.2f}")
     return n_records
@@ -154,8 +155,10 @@ def run(ctx) -> int:
     server.cap = cap
     server.frame_guard = FrameGuard(cap, conf.max_add_message_size_bytes, ctx.run_dir, ctx.log)
     server.gate = curve.gate if curve else None
-    if conf.metadata_uri:  # a store to ask whose a contested ledger id is (claims.py)
-        server.claims = ClaimCheck(conf.metadata_uri, conf.zk_security, ctx.log)
+    # who owns an id the bookie holds nothing for: asked before anything is stored, and keys
+    # verified against the owner's check, both off this loop (claims.py)
+    server.owners = OwnerResolver(OwnerLookup(conf.metadata_uri, conf.zk_security, ctx.log))
+    storage.table.verify = server.owners.verified
     # one principal holds at most a share of the pending adds; flooding connections are shut
     server.refusals = RefusalBudget(REFUSALS_PER_CONNECTION_PER_S, cap, server.log_shut)
     server.pending = PendingAdds(conf.max_pending_adds, principal_of(bool(curve)), server.refusals)
@@ -166,8 +169,8 @@ def run(ctx) -> int:
     finally:
         server.shutdown()
         server.frame_guard.close()
-        if server.claims is not None:
-            server.claims.close()
+        server.owners.close()
+        storage.close()
         for s in (cap, clients, control, durable_in, wake, lac_pub):
             s.close()
         if curve:
@@ -195,7 +198,11 @@ class AddServer(ClientServer):
         self.last_checkpoint = time.monotonic()
         self.last_stats = 0.0
         self.gate = None  # workers/auth.py Gate when CURVE is on
-        self.claims = None  # workers/claims.py ClaimCheck when there is a metadata store
+        self.owners: OwnerResolver | None = None  # workers/claims.py
+        # requests waiting for the store's answer or a key's verdict, per ledger, in order
+        self.parked: dict[int, collections.deque] = {}
+        self.parked_count = 0
+        self.current = None  # (socket, frames, internal, taken_at) of the message being handled
         self.stalled: collections.deque = collections.deque()  # (socket, frames, internal, taken_at) waiting for ring room
         self.checkpointer = Checkpointer(ctx, storage, ledger_dirs)
         self.add_latency = ctx.metrics.histogram("bookie_add_entry_seconds")
@@ -217,6 +224,7 @@ class AddServer(ClientServer):
         poller.register(self.control, zmq.POLLIN)
         if self.cap is not None:
             poller.register(self.cap.monitor, zmq.POLLIN)
+        poller.register(self.owners.fileno(), zmq.POLLIN)
         flush_s = self.conf.flush_interval_s
         while not self.ctx.stopping:
             timeout = 5 if self.pending else 50
@@ -227,6 +235,8 @@ class AddServer(ClientServer):
                 self.cap.drain()
             self.answer_durable()
             self.rung, self.unrung = False, False
+            if self.owners.fileno() in events:
+                self.resume(self.owners.drain())
             self.retry_stalled()
             if not self.stalled:
                 if self.control in events:
@@ -334,6 +344,37 @@ class AddServer(ClientServer):
                 break
             self.stalled.popleft()
 
+    def park(self, ledger_id: int, key: bytes, credential: bool) -> bool:
+        """True when the message being handled waits (parked) for what deciding it needs: the
+        store's answer about the ledger, or the verdict on its key (claims.py).  A ledger with
+        parked messages parks every later one too, so their order holds."""
+        if ledger_id not in self.parked:
+            info = self.storage.table.ledgers.get(ledger_id)
+            if info is not None and info.master_key:  # bound: nothing to ask (the hot path)
+                return False
+            if self.owners.ready(self.storage.table, ledger_id, key, credential):
+                return False
+        if self.parked_count >= self.max_pending:
+            raise Rejected(Status.TOO_MANY_REQUESTS)
+        self.parked.setdefault(ledger_id, collections.deque()).append(self.current)
+        self.parked_count += 1
+        return True
+
+    def resume(self, ledger_ids: set[int]) -> None:
+        """Handle again, in order, the messages parked for these ledgers."""
+        for ledger_id in ledger_ids:
+            waiting = self.parked.pop(ledger_id, None)
+            while waiting:
+                sock, frames, internal, self.taken_at = waiting.popleft()
+                self.parked_count -= 1
+                if ledger_id in self.parked:  # parked again (another key): the rest follow it
+                    self.parked[ledger_id].append((sock, frames, internal, self.taken_at))
+                    self.parked_count += 1
+                elif not self.handle(sock, frames, internal, retry=True):
+                    self.stalled.append((sock, frames, internal, self.taken_at))
+            if ledger_id not in self.parked:
+                self.owners.consume(ledger_id)
+
     def take(self, sock, internal: bool) -> None:
         for _ in range(MAX_MESSAGES_PER_ITERATION):
             try:
@@ -350,6 +391,7 @@ class AddServer(ClientServer):
     # -- one request -----------------------------------------------------------------------------
     def handle(self, sock, frames, internal: bool, retry: bool) -> bool:
         """Handle one message; False when the ring is full (the caller retries it later)."""
+        self.current = (sock, frames, internal, self.taken_at)
         if internal:
             return self.handle_control(frames)
         if len(frames) < 2:
@@ -414,7 +456,7 @@ class AddServer(ClientServer):
         passes what the journal made durable (the journal must never restart below it)."""
         return min(self.safe_to, self.ring.get(DURABLE))
 
-    # -- no room on the ledger disks (workers/noroom.py) -----------------------------------------
+    # -- no room on the ledger disks (storage/noroom.py) -----------------------------------------
     def commit(self, final: bool = False) -> None:
         """Commit the index; on want of space turn read-only, and retry while read-only."""
         now = time.monotonic()
@@ -425,7 +467,7 @@ class AddServer(ClientServer):
             while self.held:
                 self.held[0].store(self.storage)
                 self.held.popleft()
-            gone = self.storage.commit(position=self.ring.get(WRITE))
+            gone = self.storage.commit()
         except Exception as e:  # noqa: BLE001 - only want of space is survived
             if not no_room(e):
                 raise
@@ -464,6 +506,19 @@ class AddServer(ClientServer):
                 self.turn_full(e)
         self.held.append(Held(ledger_id, slices, size, data_offset, entry_ids, lengths, offsets))
 
+    def store_record(self, ledger_id: int, rec: bytes) -> None:
+        """Write a placed FENCE or LAC record to the entry log, or hold it while there is no
+        room (in order with the held adds: storage/noroom.py)."""
+        if not self.held:
+            try:
+                self.storage.store_record(ledger_id, rec)
+                return
+            except Exception as e:  # noqa: BLE001 - only want of space is survived
+                if not no_room(e):
+                    raise
+                self.turn_full(e)
+        self.held.append(HeldRecord(ledger_id, rec))
+
     def handle_add(self, ident, flags, request_id, ledger_id, body) -> bool:
         if len(body) != 3:
             raise Rejected(Status.BAD_REQUEST, "ADD takes master key, lengths and data frames")
@@ -482,15 +537,26 @@ class AddServer(ClientServer):
             raise Rejected(Status.BAD_REQUEST, "negative entry id")
         recovery = bool(flags & wire.Bits.RECOVERY_ADD)
         credential = bool(flags & wire.Bits.RECOVERY_CREDENTIAL)
-        key = self.checked(self.storage.table.check_add, ledger_id, key, credential,
-                           recovery, credential)  # now the stored form
-        parts, size, data_offset = records.add_batch_parts(ledger_id, key, lengths_frame, data, recovery)
+        if self.park(ledger_id, key, credential):
+            return True
+        table = self.storage.table
+        placed = table.check_add(ledger_id, key, recovery, credential, self.owner_of(ledger_id))
+        held = self.storage.held_entries(ledger_id, entry_ids)
+        if held:  # entries are write-once (core/ledgers.py invariant 7)
+            lengths_frame, data, lengths, offsets, entry_ids = self.new_entries(
+                held, lengths_frame, data, lengths, offsets, entry_ids)
+            if not len(entry_ids):  # all held, identical: stored nothing; answered in order
+                self.pending.append(Pending(self.ring.get(WRITE), [ident, wire.pack_header(
+                    Op.ADD, Status.OK, request_id, ledger_id)], ledger_id, Op.ADD, self.taken_at))
+                self.stats["add_duplicates_total"] += len(held)
+                return True
+        parts, size, data_offset = records.add_batch_parts(ledger_id, placed.key, lengths_frame, data,
+                                                           flags=placed.flags)
         if not self.room_for(size):
             return False
         start, end = self.place(parts)
-        flags = records.FLAG_STORED_KEY | (records.FLAG_RECOVERY if recovery else 0)
-        self.storage.table.apply(records.Record(records.ADD_BATCH, flags, ledger_id, key, -1,
-                                                lengths, data_offset, size))
+        table.apply(records.Record(records.ADD_BATCH, placed.flags, ledger_id, placed.key, -1,
+                                   lengths, data_offset, size))
         self.store(ledger_id, start, end, size, data_offset, entry_ids, lengths, offsets)
         self.moved.add(ledger_id)
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.ADD, Status.OK, request_id, ledger_id)],
@@ -500,36 +566,28 @@ class AddServer(ClientServer):
         self.stats["add_requests_total"] += 1
         return True
 
-    def checked(self, check, ledger_id: int, key: bytes, credential: bool, *args) -> bytes:
-        """``check(ledger_id, key, *args)``, a check of the ledger table; when it refuses because
-        another key holds the ledger and ``reclaim`` gives the id back to this key, once more."""
-        try:
-            return check(ledger_id, key, *args)
-        except Rejected as e:
-            if credential or not self.reclaim(ledger_id, key, e):
-                raise
-            return check(ledger_id, key, *args)
+    def owner_of(self, ledger_id: int):
+        """The metadata store's answer about an id this bookie holds nothing for (None when the
+        table holds the ledger: no need to ask)."""
+        if not self.storage.table.needs_owner(ledger_id):
+            return None
+        return self.owners.owner(ledger_id) or Owner.UNAVAILABLE
 
-    def reclaim(self, ledger_id: int, key: bytes, refusal: Rejected) -> bool:
-        """A request with ``key`` was refused because another key holds the ledger here.  When
-        the metadata store's key check says ``key`` is the ledger's writer's, purge what the
-        other key put here, as the GC purges a never-created id (ledgers.py rule 7, claims.py),
-        and return True: the caller checks the request again.  The other key's requests still
-        waiting for the journal then get NO_LEDGER, and a replay skips their records."""
-        table = self.storage.table
-        if (self.claims is None or refusal.status not in (Status.UNAUTHORIZED, Status.FENCED)
-                or not table.claimed_by_other(ledger_id, key) or not self.claims.is_writer(ledger_id, key)):
-            return False
-        index = self.storage.index
-        with index.env.begin(write=True) as txn:
-            purge_ledgers(index, txn, [ledger_id])
-        self.commit(final=True)  # takes the purge in; binding forgotten
-        if table.get(ledger_id) is not None:
-            return False  # not taken in (no room on the ledger disks): the refusal stands
-        self.stats["ledgers_reclaimed_total"] += 1
-        self.ctx.log("ledger id reclaimed for its writer from another key", level="warning",
-                     ledger=ledger_id)
-        return True
+    def new_entries(self, held: dict, lengths_frame, data, lengths, offsets, entry_ids):
+        """The batch without the entries this bookie holds; Rejected(ENTRY_EXISTS) when one of
+        them differs from the bytes held (nothing is stored then)."""
+        mv = memoryview(data)
+        for i, was in held.items():
+            o, n = int(offsets[i]), int(lengths[i])
+            if mv[o:o + n] != was:
+                raise Rejected(Status.ENTRY_EXISTS, f"entry {int(entry_ids[i])} is held with other bytes")
+        keep = [i for i in range(len(entry_ids)) if i not in held]
+        if not keep:
+            return lengths_frame, data, lengths[:0], offsets[:0], entry_ids[:0]
+        parts = [bytes(mv[int(offsets[i]):int(offsets[i]) + int(lengths[i])]) for i in keep]
+        new_lengths, new_data = wire.pack_batch(parts)
+        lengths2, offsets2 = wire.batch_offsets(new_lengths, len(new_data), self.max_entry)
+        return new_lengths, new_data, lengths2, offsets2, entry_ids[keep]
 
     def handle_write_lac(self, ident, request_id, ledger_id, body) -> bool:
         if len(body) != 2 or len(body[1]) != wire.WRITE_LAC_BODY.size:
@@ -538,12 +596,13 @@ class AddServer(ClientServer):
         (lac,) = wire.WRITE_LAC_BODY.unpack(body[1].bytes)
         if lac < -1:
             raise Rejected(Status.BAD_REQUEST, "lac out of range")
-        key = self.storage.table.check_write_lac(ledger_id, key)  # now the stored form
-        rec = records.lac_record(ledger_id, lac, key)
+        placed = self.storage.table.check_write_lac(ledger_id, key)
+        rec = records.lac_record(ledger_id, lac, placed.key, placed.flags)
         if not self.room_for(len(rec)):
             return False
         _, end = self.place([rec])
-        self.storage.table.apply(records.parse(rec, 0))
+        if self.storage.table.apply(records.parse(rec, 0)):
+            self.store_record(ledger_id, rec)
         self.moved.add(ledger_id)
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.WRITE_LAC, Status.OK, request_id, ledger_id)],
                                     ledger_id, Op.WRITE_LAC, self.taken_at))
@@ -565,16 +624,19 @@ class AddServer(ClientServer):
         token = frames[4].bytes
         credential = frames[1].bytes == b"C"
         try:
-            key = self.checked(self.storage.table.check_fence, ledger_id, key, credential, credential)
+            if self.park(ledger_id, key, credential):
+                return True
+            placed = self.storage.table.check_fence(ledger_id, key, credential, self.owner_of(ledger_id))
         except Rejected as e:
             self.count(FENCE_OP, e.status)
             self.control.send_multipart([ident, b"F", token, wire.STATUS.pack(e.status)])
             return True
-        rec = records.fence_record(ledger_id, key)
+        rec = records.fence_record(ledger_id, placed.key, placed.flags)
         if not self.room_for(len(rec)):
             return False
         _, end = self.place([rec])
-        self.storage.table.apply(records.parse(rec, 0))
+        if self.storage.table.apply(records.parse(rec, 0)):
+            self.store_record(ledger_id, rec)
         self.stats["fences_total"] += 1
         # Answer once the fence record is durable (DESIGN invariant 4).
         self.pending.append(Pending(end, [None, ident, b"F", token, wire.STATUS.pack(Status.OK)], ledger_id,

@@ -14,13 +14,12 @@ public key files as ``bookie shell genkey`` writes them (``NAME.key``).  The pri
 key itself, not its file's name: the handler answers ZeroMQ with the public key (z85) as the
 connection's User-Id; every message from that connection carries it, ``Gate.refusal`` maps it
 to its role for each request, and the workers count a principal's pending places by it
-(``bookie.workers.shares``).  NAME is what logs and messages call the key; one NAME is one key
+(``bookie.core.shares``).  NAME is what logs and messages call the key; one NAME is one key
 in one role: the same NAME in two roles, or one key in two files, is refused at load (one
 line), and left out (a warning) at a reload.  Were the name the principal, ``reader/app.key``
 of one key and ``admin/app.key`` of another would give the reader's key admin rights, and a
 key whose file was removed would keep its open connections while another key of that name
-stayed enrolled.
-
+stayed enrolled.  The roles:
 
     reader   READ, READ_LAC (long polls too), INFO
     writer   the reader's, plus ADD (recovery adds too), WRITE_LAC, and the FENCE flag

@@ -22,7 +22,7 @@ from bookie import __version__, wire
 from bookie.workers import logs
 from bookie.workers.config import BookieConfig
 from bookie.workers.metrics import Metrics
-from bookie.workers.ring import READONLY
+from bookie.storage.ring import READONLY
 
 
 def log_line(name: str, event: str, level: str | None = None, **fields) -> None:

@@ -2,16 +2,16 @@
 the supervisor asks (the admin API's ``PUT /api/v1/bookie/gc`` creates ``gc.request`` in the run
 dir; the worker looks for it every 100 ms, the same tick it sleeps on anyway).
 
-What to delete is decided by ``bookie.workers.gc_policy.plan`` (its module says why it is safe);
+What to delete is decided by ``bookie.core.gc_policy.plan`` (its module says why it is safe);
 this module only gathers the facts in the order the plan needs (the index snapshot, then the
 store's ledger id high-water mark, then the metadata listing) and carries the plan out: deleted
-ledgers leave the index in short write transactions (a tombstone each), ledgers the store never
-created are purged (no tombstone; ``purge_ledgers``),
-then dead entry logs are unlinked (their directories fsynced), then their maps are forgotten.
+ledgers are first appended to the bookie's durable list of deletes (``bookie.storage.deletes``:
+a rebuilt index must not bring them back), then leave the index in short write transactions (a
+tombstone each), then dead entry logs are unlinked (their directories fsynced), then their maps are forgotten.
 After the scan-and-compare step, a pass may compact: a *major* compaction every
 ``majorCompactionInterval`` (or when asked with ``forceMajor``), else a *minor* one every
 ``minorCompactionInterval`` (or ``forceMinor``).  Which logs, and how each is rewritten without
-ever losing or leaking anything, is ``bookie.workers.compaction``; this loop bounds a pass in
+ever losing or leaking anything, is ``bookie.storage.compaction``; this loop bounds a pass in
 time (``*CompactionMaxTimeMillis``) and I/O (``compactionRateBy*``), keeps writing within
 ``diskUsageThreshold + compactionDiskMargin``, logs progress (logs done / to do, bytes
 reclaimed) and publishes it as metrics.  A step a crash interrupted is finished or undone
@@ -31,8 +31,10 @@ counts what the bookie holds (the ``bookie_ledgers`` and ``bookie_entry_logs`` g
 A metadata outage never stops the worker: it becomes ready without the store, opens it (and
 lists the ledgers) at each run, and a run the store could not answer is skipped with one log
 line, tried again at the next one.  A listing with no ledgers at all while this bookie holds
-some deletes nothing (``EmptyListingRefused``): a store answering an empty list by mistake (a
-wrong root, a wiped or restored-empty store) must not take every ledger of every bookie with it.
+some deletes nothing (``EmptyListingRefused``) unless the store's ledger id high-water mark is at
+or above every id held (``gc_policy.empty_listing_trusted``): a store answering an empty list by
+mistake (a wrong root, a wiped or restored-empty store) must not take every ledger of every bookie
+with it, while a cluster whose ledgers were all deleted gets its space back.
 """
 
 from __future__ import annotations
@@ -41,16 +43,18 @@ import os
 import time
 
 import lmdb
-import orjson
 
 import shutil
 import signal
 
-from bookie.workers import compaction, gc_policy
-from bookie.workers.journal import fsync_dir
-from bookie.workers.layout import current_dir
-from bookie.workers.noroom import no_room
-from bookie.workers.storage import LEDGER_KEY, LOG_KEY, Index, find_log, list_logs, open_index
+from bookie.storage import compaction
+from bookie.core import gc_policy
+from bookie.storage.journal import fsync_dir
+from bookie.storage.layout import current_dir
+from bookie.storage.noroom import no_room
+from bookie.storage import deletes
+from bookie.storage.index import LOG_KEY, Index, open_index
+from bookie.storage.entrylog import find_log, list_logs
 
 DROP_BATCH_ENTRIES = 10_000  # entries per write transaction: keep the add worker's commits flowing
 
@@ -71,29 +75,14 @@ def collect(index: Index, store, ledger_dirs: list[str]) -> gc_policy.GcPlan:
         current = index.current_logs(txn)
     high_water = store.ledger_id_high_water()  # after the snapshot, before the listing (gc_policy)
     in_store = list(store.list_ledgers())
-    if not in_store and held:
+    if not in_store and not gc_policy.empty_listing_trusted(held, high_water):
         raise EmptyListingRefused(
-            f"the metadata store lists no ledgers but this bookie holds {len(held)}; deleting "
+            f"the metadata store lists no ledgers but this bookie holds {len(held)}, up to id "
+            f"{max(held)}, above the store's ledger id high-water mark {high_water}; deleting "
             f"nothing (a store answering an empty list by mistake must not empty the bookie)")
     on_disk = [log_id for d in ledger_dirs for log_id in list_logs(d)]
     plan = gc_policy.plan(held, in_store, maps, current, on_disk, high_water)
-    for ledger_id in plan.drop_ledgers:
-        while True:
-            with index.env.begin(write=True) as txn:
-                n = index.delete_ledger(txn, ledger_id, DROP_BATCH_ENTRIES)
-            if n < DROP_BATCH_ENTRIES:
-                break
-    # Never created: most entries in short transactions, then markers, the rest, the records
-    # and the log-map bytes in one (``purge_ledgers`` says why one).
-    for ledger_id in plan.purge_ledgers:
-        while True:
-            with index.env.begin(write=True) as txn:  # no mark yet: record and binding stay
-                n = index.delete_entries(txn, ledger_id, DROP_BATCH_ENTRIES, drop_record=False)
-            if n < DROP_BATCH_ENTRIES:
-                break
-    if plan.purge_ledgers:
-        with index.env.begin(write=True) as txn:
-            purge_ledgers(index, txn, plan.purge_ledgers)
+    deletes.delete_ledgers(index, ledger_dirs, plan.drop_ledgers, DROP_BATCH_ENTRIES)
     touched = set()
     for log_id in plan.delete_logs:
         try:
@@ -111,27 +100,6 @@ def collect(index: Index, store, ledger_dirs: list[str]) -> gc_policy.GcPlan:
     return plan
 
 
-def purge_ledgers(index: Index, txn, ledger_ids) -> None:
-    """Finish purging ledgers the store never created, in one transaction: a purge marker each
-    (``Index.purged``), their remaining entries, their records, their bytes in every log map;
-    never a tombstone.  One transaction, so that the add worker (which takes the markers in and
-    only then lets a new binding of the id in) never sees a marker before the data is gone, and
-    the maps never lose bytes of a ledger bound after the purge (its log could be deleted)."""
-    ids = set(ledger_ids)
-    for ledger_id in ids:
-        txn.put(LEDGER_KEY.pack(ledger_id), b"", db=index.purged)
-        index.delete_entries(txn, ledger_id, 1 << 62, drop_record=True)  # what is left
-    names = {str(lid) for lid in ids}
-    changed = {}
-    with txn.cursor(db=index.logs) as cur:
-        for k, v in cur:
-            counts = orjson.loads(v)
-            if names & counts.keys():
-                changed[bytes(k)] = {a: b for a, b in counts.items() if a not in names}
-    for k, counts in changed.items():
-        txn.put(k, orjson.dumps(counts), db=index.logs)
-
-
 GC_REQUEST_FILE = "gc.request"  # in the run dir: the supervisor asks for a pass now (PUT /api/v1/bookie/gc)
 
 
@@ -142,6 +110,24 @@ def request_gc(run_dir: str, major: bool = False, minor: bool = False) -> None:
     for name in [*names, GC_REQUEST_FILE]:  # the plain file last: its sight starts the pass
         with open(os.path.join(run_dir, name), "w"):
             pass
+
+
+def suspend_compaction(run_dir: str, kind: str, flag: bool) -> None:
+    """Suspend (or resume) the running bookie's major or minor compaction: a file in its run
+    dir (PUT /api/v1/bookie/gc/suspend_compaction); a new run starts unsuspended."""
+    path = os.path.join(run_dir, f"compaction.{kind}.suspended")
+    if flag:
+        with open(path, "w"):
+            pass
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def compaction_suspended(run_dir: str, kind: str) -> bool:
+    return os.path.exists(os.path.join(run_dir, f"compaction.{kind}.suspended"))
 
 
 def _take(run_dir: str, name: str) -> bool:
@@ -343,7 +329,7 @@ def run(ctx) -> int:
     ctx.log("gc worker ready", every_s=conf.gc_wait_s)
     ctx.ready()  # the store is opened by the runs: an outage must not stop the bookie starting
     last_problem = ""
-    totals = {"gc_runs_total": 0, "gc_deleted_ledgers_total": 0, "gc_purged_ledgers_total": 0,
+    totals = {"gc_runs_total": 0, "gc_deleted_ledgers_total": 0,
               "gc_deleted_logs_total": 0}
     ctx.write_stats({**totals, **count_holdings(index, ledger_dirs)})
     next_run = time.monotonic() + conf.gc_wait_s
@@ -387,15 +373,17 @@ def run(ctx) -> int:
                 last_problem = ""
             totals["gc_runs_total"] += 1
             totals["gc_deleted_ledgers_total"] += len(done.drop_ledgers)
-            totals["gc_purged_ledgers_total"] += len(done.purge_ledgers)
             totals["gc_deleted_logs_total"] += len(done.delete_logs)
             if not done.empty or forced:
-                ctx.log("gc", deleted_ledgers=len(done.drop_ledgers), purged_ledgers=len(done.purge_ledgers),
+                ctx.log("gc", deleted_ledgers=len(done.drop_ledgers),
                         deleted_logs=len(done.delete_logs),
                         forgotten_maps=len(done.forget_maps), requested=forced,
                         seconds=f"{time.monotonic() - started:.3f}")
             ctx.write_stats({**totals, **count_holdings(index, ledger_dirs)})
             kind = compactor.due(time.monotonic(), request)
+            if kind and compaction_suspended(ctx.run_dir, kind):
+                ctx.log("compaction suspended; pass skipped", kind=kind)
+                kind = None
             if kind:
                 try:
                     compactor.run(kind)

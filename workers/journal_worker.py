@@ -19,11 +19,12 @@ import os
 import select
 import time
 
-from bookie.workers.layout import current_dir
-from bookie.workers.group_commit import GroupCommitPolicy, GroupCommitter
-from bookie.workers.journal import (CorruptJournalError, JournalFormatError, JournalWriter,
+from bookie.storage.layout import current_dir
+from bookie.core.group_commit import GroupCommitPolicy
+from bookie.storage.journal_groups import GroupCommitter
+from bookie.storage.journal import (CorruptJournalError, JournalFormatError, JournalWriter,
                                     check_journal, delete_old_journals, lastmark_of)
-from bookie.workers.ring import BASE, DURABLE, JOURNAL_EPOCH, WRITE, Doorbell, Ring
+from bookie.storage.ring import BASE, DURABLE, JOURNAL_EPOCH, WRITE, Doorbell, Ring
 
 EXIT_CORRUPT = 3
 EXIT_SYNC_FAILED = 4  # fatal: see below

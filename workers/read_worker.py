@@ -20,9 +20,9 @@ ledger with different keys each learn their own outcome.
 Long polls park until the add worker publishes that the ledger moved, or until their timeout;
 a ledger deleted meanwhile answers NO_LEDGER.  What one client can make this worker hold is
 bounded (docs/security.md "Limits"): parked long polls plus waiting fences at
-``maxPendingReadRequestsPerThread`` (``bookie.workers.long_polls``: no step scans them), of
+``maxPendingReadRequestsPerThread`` (``bookie.core.long_polls``: no step scans them), of
 which one connection may park a quarter and one principal (its enrolled key, or its host:
-``bookie.workers.shares``) may park a quarter and have a quarter of fences waiting, and
+``bookie.core.shares``) may park a quarter and have a quarter of fences waiting, and
 reply bytes a connection has not read yet at ``maxReadReplyBytesPerConnection`` (large replies
 are sent tracked; ZeroMQ releases them once they are in the kernel); past either, the answer is
 TOO_MANY_REQUESTS.  No request, however malformed or unlucky, may
@@ -40,15 +40,16 @@ import numpy as np
 import zmq
 
 from bookie import wire
-from bookie.workers.layout import current_dir
+from bookie.storage.layout import current_dir
 from bookie.wire import Bits, Op, Status
 from bookie.workers.auth import server_curve
 from bookie.workers.common import (REFUSALS_PER_CONNECTION_PER_S, ClientServer, ConnectionCap,
                                    RefusalBudget, guard_client_socket, make_socket)
-from bookie.workers.long_polls import LongPolls
-from bookie.workers.shares import Held, address_principal, principal_of, share
-from bookie.workers.ring import Ring
-from bookie.workers.storage import EntryLogReader, Index, open_index
+from bookie.core.long_polls import LongPolls
+from bookie.core.shares import Held, address_principal, principal_of, share
+from bookie.storage.ring import Ring
+from bookie.storage.entrylog import EntryLogReader
+from bookie.storage.index import Index, open_index
 
 MAX_MESSAGES_PER_ITERATION = 256
 FENCE_TOKEN = struct.Struct("<Q")
@@ -359,7 +360,7 @@ class ReadServer(ClientServer):
 
     def may_fence(self, ledger_id: int) -> bool:
         """A fence of a ledger the index holds always may go; one of an unknown ledger (it would
-        be fenced unbound: bookie.workers.ledgers rule 2) takes a token of a bucket refilled at
+        be fenced unbound: bookie.core.ledgers rule 2) takes a token of a bucket refilled at
         UNBOUND_FENCES_PER_S, so a flood of fences of new ids costs the bookie a bounded rate."""
         with self.snapshot() as txn:
             if self.index.get_ledger(txn, ledger_id) is not None or self.index.is_deleted(txn, ledger_id):

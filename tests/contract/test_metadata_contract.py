@@ -336,7 +336,7 @@ def test_format_refuses_existing_data_unless_forced(metadata_store):
 
 
 def test_the_ledger_id_high_water_mark_bounds_every_id_handed_out_and_none_to_come(metadata_store):
-    # The GC's rule (bookie.workers.gc_policy): an id above a mark read earlier was never
+    # The GC's rule (bookie.core.gc_policy): an id above a mark read earlier was never
     # handed out; an id handed out is at or below every mark read after its create.
     marks = [metadata_store.ledger_id_high_water()]
     ids = []

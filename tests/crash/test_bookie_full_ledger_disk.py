@@ -1,6 +1,6 @@
 """A bookie stopped while its ledger disk is full, and started again before there is room: the
 add that met the full disk was never acknowledged, every acknowledged entry survives, and the
-start waits for room instead of failing (workers/noroom.py, docs/architecture.md crash table)."""
+start waits for room instead of failing (storage/noroom.py, docs/architecture.md crash table)."""
 
 import os
 import time

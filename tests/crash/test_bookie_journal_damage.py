@@ -9,7 +9,7 @@ import pytest
 
 from bookie.testing import LocalBookies, LocalBookieError
 from bookie.testing.rawclient import RawBookieClient, make_entry
-from bookie.workers import journal
+from bookie.storage import journal
 from bookie.wire import Status
 from journal_forgery import adversarial_payload
 from waiting import poll

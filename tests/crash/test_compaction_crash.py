@@ -1,7 +1,7 @@
 """A bookie SIGKILLed during compaction loses nothing and leaks nothing (opt-in: -m crash).
 
 Chosen points: the GC worker kills its whole bookie (BOOKIE_COMPACTION_CRASH_AT) right after
-each durable step of bookie.workers.compaction.  Random points: the test kills the bookie at a
+each durable step of bookie.storage.compaction.  Random points: the test kills the bookie at a
 random moment of a slow (rate-limited) compaction, several rounds in a row.  After each crash the
 bookie restarts, the kept ledger reads back byte for byte, a new compaction finishes the job,
 and every entry log on disk is named by the index (no leak).  The same steps are checked
@@ -25,7 +25,8 @@ from bookie.metadata import LedgerMetadata, open_metadata  # noqa: E402
 from bookie.testing import LocalBookies  # noqa: E402
 from bookie.testing.rawclient import RawBookieClient  # noqa: E402
 from bookie.wire import Status  # noqa: E402
-from bookie.workers.storage import Index, list_logs, open_index  # noqa: E402
+from bookie.storage.index import Index, open_index
+from bookie.storage.entrylog import list_logs  # noqa: E402
 
 STEPS = ("intent", "created", "copying", "synced", "repointing", "repointed", "deleted")
 

@@ -1,5 +1,5 @@
 """Compaction with a real bookie: interleaved ledgers, one deleted, its space comes back and the
-other reads back byte for byte, before and after a restart (bookie.workers.compaction)."""
+other reads back byte for byte, before and after a restart (bookie.storage.compaction)."""
 
 import glob
 import os

@@ -1,6 +1,6 @@
 """A ledger disk that fills up (a real tmpfs): the bookie turns read-only and registers so, asks
 for a GC pass with a major compaction itself, and once a deleted ledger's space is back below
-the low-water mark it takes adds again (bookie.workers.diskcheck, docs/configuration.md)."""
+the low-water mark it takes adds again (bookie.core.diskcheck, docs/configuration.md)."""
 
 import os
 

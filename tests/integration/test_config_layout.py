@@ -8,7 +8,7 @@ import pytest
 
 from bookie.workers import config
 from bookie.workers.config import BookieConfig, ConfigError
-from bookie.workers.layout import LayoutError, check_or_stamp, format_bookie
+from bookie.storage.layout import LayoutError, check_or_stamp, format_bookie
 
 
 def _conf(tmp_path, **over):

@@ -81,7 +81,7 @@ def test_missing_ledger_is_one_line_error(capsys, tmp_path):
 
 def test_bookieformat_wipes_the_configured_directories(capsys, tmp_path):
     from bookie.workers.config import BookieConfig
-    from bookie.workers.layout import check_or_stamp
+    from bookie.storage.layout import check_or_stamp
 
     (tmp_path / "j").mkdir()
     (tmp_path / "l").mkdir()

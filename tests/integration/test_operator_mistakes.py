@@ -178,7 +178,7 @@ def test_metaformat_wipes_under_registered_bookies_only_when_told_explicitly(zk_
 
 
 def test_the_directory_lock_is_held_while_any_process_that_inherited_it_lives(tmp_path):
-    from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
+    from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock
 
     dirs = [str(tmp_path / "journal"), str(tmp_path / "ledgers")]
     for d in dirs:
@@ -200,7 +200,7 @@ def test_the_directory_lock_is_held_while_any_process_that_inherited_it_lives(tm
 
 _SUPERVISOR_KILLED_WHILE_ITS_WORKER_STOPS = """
 import subprocess, sys
-from bookie.workers.dirlock import DirectoryLock
+from bookie.storage.dirlock import DirectoryLock
 lock = DirectoryLock.acquire(sys.argv[1:])
 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"], pass_fds=lock.fds,
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -209,7 +209,7 @@ print("locked", flush=True)
 
 
 def test_a_start_waits_for_the_workers_of_a_killed_bookie_to_stop(tmp_path):
-    from bookie.workers.dirlock import DirectoryInUseError, DirectoryLock
+    from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock
 
     supervisor = subprocess.run([sys.executable, "-c", _SUPERVISOR_KILLED_WHILE_ITS_WORKER_STOPS,
                                  str(tmp_path)], capture_output=True, text=True, timeout=30)
@@ -223,7 +223,7 @@ def test_a_start_waits_for_the_workers_of_a_killed_bookie_to_stop(tmp_path):
 
 
 def test_a_successor_finds_only_what_a_killed_bookie_made(tmp_path):
-    from bookie.workers.dirlock import DirectoryLock
+    from bookie.storage.dirlock import DirectoryLock
 
     run_dir = tempfile.mkdtemp(prefix="bk1-")
     ring = tmp_path / "bookie-1-1.ring"

@@ -16,7 +16,7 @@ import pytest
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Status
-from bookie.workers.ring import Ring
+from bookie.storage.ring import Ring
 
 NOBODY = 65534
 KEY = b"host-test-master-key"

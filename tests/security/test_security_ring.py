@@ -1,4 +1,4 @@
-"""The add -> journal ring has no name (workers/ring.py: a memfd the workers inherit): nothing of a
+"""The add -> journal ring has no name (storage/ring.py: a memfd the workers inherit): nothing of a
 bookie is in /dev/shm while it runs or after it is SIGKILLed, only the bookie's own processes
 hold the ring, and its size is sealed."""
 
@@ -12,7 +12,7 @@ import pytest
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Status
-from bookie.workers.ring import DATA_OFFSET, Ring
+from bookie.storage.ring import DATA_OFFSET, Ring
 
 KEY = b"ring-test-master-key"
 

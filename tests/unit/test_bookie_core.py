@@ -1,4 +1,4 @@
-"""The bookie's ledger table (bookie.workers.ledgers): its rules one by one, and the property
+"""The bookie's ledger table (bookie.core.ledgers): its rules one by one, and the property
 that the live add path and a journal replay from any LastLogMark build the same table."""
 
 import pytest
@@ -6,8 +6,10 @@ from hypothesis import given, settings, strategies as st
 
 from bookie.testing.rawclient import make_entry
 from bookie.wire import Status
-from bookie.workers import records
-from bookie.workers.ledgers import LedgerTable, Rejected, StoredLedger, stored_key
+from bookie.storage import records
+from bookie.core.ledgers import LedgerTable, Owner, Rejected, StoredLedger, stored_key
+
+NO_STORE = Owner.NO_STORE  # a bookie without a metadata store: first-add binding
 
 KEY = b"right-key"
 OTHER = b"other-key"
@@ -83,16 +85,17 @@ def test_once_fenced_a_ledger_is_never_unfenced_and_refuses_only_normal_adds():
 
 
 def test_fencing_a_ledger_never_seen_creates_it_fenced_and_bound_to_no_key():
+    # (no metadata store to name the owner: invariant 2)
     table = LedgerTable()
-    assert table.check_fence(7, OTHER) == sk(7, OTHER)  # the record carries the fencer's key ...
-    assert table.apply(fence_record(7, OTHER)) is False
-    # ... kept as who fenced it (rule 7), never bound
-    assert table.get(7) == StoredLedger(b"", fenced=True, fenced_by=sk(7, OTHER)) and table.dirty == {7}
+    assert table.check_fence(7, OTHER, owner=NO_STORE).key == b""  # no owner vouches: no key ...
+    assert table.apply(fence_record(7, OTHER)) is True
+    # ... and even a keyed record of it (an older bookie's) binds nothing
+    assert table.get(7) == StoredLedger(b"", fenced=True) and table.dirty == {7}
     # the fence holds against every normal add, whatever its key ...
     assert refused(table.check_add, 7, KEY, False) == Status.FENCED
     assert refused(table.check_add, 7, OTHER, False) == Status.FENCED
     # ... and the fencer's key was not bound: the first recovery add binds its own
-    assert table.check_add(7, KEY, True) == sk(7, KEY)
+    assert table.check_add(7, KEY, True).key == sk(7, KEY)
     assert table.apply(add_record(7, KEY, recovery=True)) is True
     assert table.get(7) == StoredLedger(sk(7, KEY), fenced=True)
     assert refused(table.check_add, 7, OTHER, True) == Status.UNAUTHORIZED
@@ -102,7 +105,7 @@ def test_a_fence_or_explicit_lac_never_squats_a_ledger_id():
     table = LedgerTable()
     assert refused(table.check_write_lac, 9, OTHER) == Status.NO_LEDGER
     # a keyed record of the squatter (as an older bookie journaled it) binds nothing either
-    assert table.apply(fence_record(9, OTHER)) is False
+    assert table.apply(fence_record(9, OTHER)) is True  # fences, binds nothing
     assert table.apply(lac_record(9, 5, OTHER)) is False
     assert table.get(9).master_key == b""
     assert table.apply(add_record(9, KEY, recovery=True)) is True
@@ -111,7 +114,7 @@ def test_a_fence_or_explicit_lac_never_squats_a_ledger_id():
 
 def test_the_bookie_keeps_only_a_salted_one_way_form_of_the_key():
     table = LedgerTable(salt=b"instance-1")
-    key = table.check_add(1, KEY, False)
+    key = table.check_add(1, KEY, False, owner=NO_STORE).key
     assert KEY not in key and key == stored_key(b"instance-1", 1, KEY)
     assert key != stored_key(b"instance-2", 1, KEY) and key != stored_key(b"instance-1", 2, KEY)
     parts, _, _ = records.add_batch_parts(1, key, b"\x28\0\0\0", b"e" * 40, False)
@@ -123,7 +126,7 @@ def test_the_bookie_keeps_only_a_salted_one_way_form_of_the_key():
 def test_keys_of_an_older_bookie_are_derived_on_load_and_on_replay():
     old_index = {1: {"key": KEY.hex(), "fenced": False, "lac": 3}}
     table = LedgerTable(lambda lid: StoredLedger.from_dict(old_index[lid]) if lid in old_index else None)
-    assert table.check_add(1, KEY, False) == sk(1, KEY)
+    assert table.check_add(1, KEY, False).key == sk(1, KEY)
     assert refused(table.check_add, 1, OTHER, False) == Status.UNAUTHORIZED
     assert table.dirty == {1} and table.get(1).as_dict()["key"] == sk(1, KEY).hex()
     rec = legacy(records.add_batch_parts(2, KEY, b"\x28\0\0\0", b"e" * 40, False)[0][0]
@@ -248,13 +251,13 @@ def live_path(steps):
         op, ledger_id, key = req[:3]
         try:
             if op == "add":
-                stored = table.check_add(ledger_id, key, req[3])
+                stored = table.check_add(ledger_id, key, req[3], owner=NO_STORE).key
                 rec = add_record(ledger_id, key, n, req[3])
             elif op == "fence":
-                stored = table.check_fence(ledger_id, key)
+                stored = table.check_fence(ledger_id, key, owner=NO_STORE).key
                 rec = fence_record(ledger_id, key if stored else b"")
             else:
-                stored = table.check_write_lac(ledger_id, key)
+                stored = table.check_write_lac(ledger_id, key).key
                 rec = lac_record(ledger_id, req[3], key)
             assert rec.master_key == stored
         except Rejected as e:

@@ -1,5 +1,5 @@
 """Compaction: the pure plan and throttle, and the transactional steps on a real LMDB index and
-real entry logs, with a process SIGKILLed at every step (bookie.workers.compaction)."""
+real entry logs, with a process SIGKILLed at every step (bookie.storage.compaction)."""
 
 import os
 import signal
@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bookie.testing.rawclient import make_entry
-from bookie.workers import compaction, records
-from bookie.workers.storage import EntryLogReader, EntryLogs, Index, list_logs, open_index
+from bookie.storage import compaction, records
+from bookie.storage.entrylog import EntryLogReader, EntryLogs, list_logs
+from bookie.storage.index import Index, open_index
 
 KEY = b"unit-key"
 MAP_SIZE_BYTES = 64 << 20
@@ -242,7 +243,7 @@ def test_an_entry_moved_meanwhile_keeps_its_new_place(tmp_path):
 
 # -- disk states and the keys ----------------------------------------------------------------------
 def test_a_disk_is_full_from_the_threshold_until_it_falls_below_the_low_water_mark():
-    from bookie.workers.diskcheck import FULL, OK, WARN, classify
+    from bookie.core.diskcheck import FULL, OK, WARN, classify
 
     def step(used, prev):
         return classify(used, prev, threshold=0.95, warn=0.90, lwm=0.85)

@@ -15,9 +15,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bookie.workers import records
-from bookie.workers.storage import (EntryLogReader, EntryLogs, Index, find_log, list_logs,
-                                    open_index)
+from bookie.storage import records
+from bookie.storage.entrylog import EntryLogReader, EntryLogs, find_log, list_logs
+from bookie.storage.index import Index, open_index
 
 KEY = b"entry-log-key"
 MAP_SIZE_BYTES = 64 * 1024 * 1024

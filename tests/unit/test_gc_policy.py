@@ -9,9 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bookie.metadata import LedgerMetadata, open_metadata
-from bookie.workers import gc_policy, records
+from bookie.core import gc_policy
+from bookie.storage import records
 from bookie.workers.gc_worker import collect
-from bookie.workers.storage import EntryLogReader, EntryLogs, Index, list_logs, open_index
+from bookie.storage.entrylog import EntryLogReader, EntryLogs, list_logs
+from bookie.storage.index import Index, open_index
 
 # -- the plan ------------------------------------------------------------------------------------
 
@@ -36,35 +38,32 @@ def _plan(f):
 @given(_facts)
 def test_a_ledger_in_the_metadata_store_is_never_dropped(f):
     p = _plan(f)
-    assert not (set(p.drop_ledgers) | set(p.purge_ledgers)) & f["in_store"]
-    # and every other held one goes, one way or the other
-    assert set(p.drop_ledgers) | set(p.purge_ledgers) == f["held"] - f["in_store"]
-    assert not set(p.drop_ledgers) & set(p.purge_ledgers)
+    assert not set(p.drop_ledgers) & f["in_store"]
 
 
 @settings(max_examples=150, deadline=None)
 @given(_facts)
-def test_an_id_above_the_high_water_mark_is_purged_without_a_tombstone(f):
-    # Above the mark: the store never handed the id out, so a tombstone would squat it for the
-    # ledger that later gets it.  At or below: handed out and gone from the store, so deleted.
+def test_an_id_above_the_high_water_mark_is_kept(f):
+    # Above the mark: the store had not handed the id out when the listing began (created since,
+    # or held only by a bookie that once ran without a store): never deleted on a guess.  At or
+    # below: handed out and gone from the store, so deleted.
     p = _plan(f)
     gone = f["held"] - f["in_store"]
     mark = f["high_water"]
     if mark is None:  # no mark: every ledger gone from the store is taken as deleted
-        assert set(p.drop_ledgers) == gone and p.purge_ledgers == []
+        assert set(p.drop_ledgers) == gone
         return
-    assert set(p.purge_ledgers) == {lid for lid in gone if lid > mark}
     assert set(p.drop_ledgers) == {lid for lid in gone if lid <= mark}
-    assert p.purge_ledgers == sorted(p.purge_ledgers)
+    assert p.drop_ledgers == sorted(p.drop_ledgers)
 
 
 @settings(max_examples=150, deadline=None)
 @given(_facts)
 def test_the_mark_changes_which_ledgers_leave_a_tombstone_never_which_logs_die(f):
-    # Compaction and log deletion see a purged ledger's bytes as dead, exactly like a deleted one.
+    # Compaction and log deletion see the bytes of any ledger gone from the store as dead.
     p, unmarked = _plan(f), _plan({**f, "high_water": None})
     assert (p.delete_logs, p.forget_maps) == (unmarked.delete_logs, unmarked.forget_maps)
-    assert sorted(p.drop_ledgers + p.purge_ledgers) == unmarked.drop_ledgers
+    assert set(p.drop_ledgers) <= set(unmarked.drop_ledgers)
 
 
 @settings(max_examples=150, deadline=None)
@@ -106,13 +105,31 @@ def test_a_ledger_created_after_the_snapshot_keeps_nothing_from_being_collected(
     assert (p.drop_ledgers, p.delete_logs, p.forget_maps) == ([1], [1], [1])
 
 
-def test_a_squatted_id_is_purged_and_a_deleted_one_tombstoned_in_the_same_run():
-    # Store handed out ids up to 5 (mark 5); 3 was deleted; 1006 was squatted ahead of use.
+def test_an_id_above_the_mark_is_kept_and_a_deleted_one_tombstoned_in_the_same_run():
+    # Store handed out ids up to 5 (mark 5); 3 was deleted; 1006 is above the mark.
     p = gc_policy.plan(held_ledgers=[2, 3, 1006], metadata_ledgers=[2, 4, 5],
                        log_maps={1: {3: 10, 1006: 20}, 2: {2: 5, 1006: 7}}, current_logs=[3],
                        logs_on_disk=[1, 2, 3], high_water=5)
-    assert (p.drop_ledgers, p.purge_ledgers, p.delete_logs) == ([3], [1006], [1])
-    assert not p.empty and gc_policy.plan([9], [1], {}, [], [], high_water=5).purge_ledgers == [9]
+    assert (p.drop_ledgers, p.delete_logs) == ([3], [1])
+    assert gc_policy.plan([9], [1], {}, [], [], high_water=5).empty
+
+
+@given(st.sets(_ids, max_size=15), st.one_of(st.none(), st.integers(-1, 31)))
+def test_an_empty_listing_is_acted_on_only_when_the_mark_covers_every_held_id(held, high_water):
+    trusted = gc_policy.empty_listing_trusted(held, high_water)
+    if not held:
+        assert trusted
+    elif high_water is None or any(lid > high_water for lid in held):
+        assert not trusted  # a wrong, wiped or restored store: it never handed these ids out
+    else:
+        assert trusted  # every id held was handed out, and none is listed: all deleted
+
+
+def test_a_wiped_store_is_not_trusted_and_a_deleted_cluster_is():
+    assert not gc_policy.empty_listing_trusted({3, 7}, -1)  # counter started again
+    assert not gc_policy.empty_listing_trusted({3, 7}, 5)  # id 7 never handed out here
+    assert gc_policy.empty_listing_trusted({3, 7}, 7)
+    assert gc_policy.empty_listing_trusted(set(), None)
 
 
 def test_no_current_logs_recorded_means_no_log_is_deleted():
@@ -228,12 +245,10 @@ def test_a_run_interrupted_after_unlinking_forgets_the_maps_next_time(tmp_path):
         store.close()
 
 
-def test_a_gc_run_purges_a_squatted_id_without_a_tombstone_and_the_add_side_forgets_it(tmp_path):
-    # A ledger id the store has not handed out yet, written here ahead of its creation: the run
-    # purges it (entries, record, log-map bytes), leaves no tombstone and a marker the add
-    # worker's next commit consumes, forgetting its cached binding; the deleted one is tombstoned.
-    from bookie.workers.ledgers import StoredLedger
-    from bookie.workers.storage import LedgerStorage
+def test_a_gc_run_lists_the_deleted_ledgers_durably_before_it_tombstones_them(tmp_path):
+    # The index is a cache: a rebuild from logs that still hold a deleted ledger's entries must
+    # not bring it back, so the run appends its id to the durable list first.
+    from bookie.storage import deletes
     d = str(tmp_path / "a")
     os.makedirs(d)
     meta = LedgerMetadata(1, 1, 1, fragments=[(0, ["127.0.0.1:3181"])])
@@ -243,59 +258,19 @@ def test_a_gc_run_purges_a_squatted_id_without_a_tombstone_and_the_add_side_forg
     index = Index(env)
     try:
         kept, deleted = store.create_ledger(meta)[0], store.create_ledger(meta)[0]
-        squatted = store.ledger_id_high_water() + 1000
-        _write_ledgers(logs, index, {lid: [os.urandom(900) for _ in range(6)]
-                                     for lid in (kept, deleted, squatted)})
+        _write_ledgers(logs, index, {lid: [os.urandom(900) for _ in range(6)] for lid in (kept, deleted)})
         store.remove_ledger(deleted)
-        storage = LedgerStorage(index, logs)
-        assert storage.table.get(squatted).master_key  # bound and cached, as in the add worker
-        assert storage.commit() == set() and not storage.table.dirty  # then idle
-
+        assert deletes.read(d) == set()
         done = collect(index, store, [d])
-
-        assert (done.drop_ledgers, done.purge_ledgers) == ([deleted], [squatted])
+        assert done.drop_ledgers == [deleted] and deletes.read(d) == {deleted}
         with env.begin() as txn:
-            assert index.is_deleted(txn, deleted) and not index.is_deleted(txn, squatted)
-            assert index.get_ledger(txn, squatted) is None and index.last_entry(txn, squatted) is None
-            assert all(squatted not in m for m in index.log_maps(txn).values())
-            assert index.purge_markers(txn) == {squatted}
-        # An add placed on the stale binding after the purge, before the add worker took it in
-        # (the live path stores, then commits): never indexed, never in a map, answered NO_LEDGER.
-        payload = b"late squatter entry"
-        parts, size, data_offset = records.add_batch_parts(
-            squatted, storage.table.get(squatted).master_key, struct.pack("<I", len(payload)),
-            payload, recovery=False)
-        storage.store_batch(squatted, parts, size, data_offset, np.array([99]),
-                            np.array([len(payload)]), np.array([0]))
-        assert storage.commit() == {squatted}  # no journal position: dropped, not taken in yet
-        assert squatted in storage.table.ledgers
-        assert storage.commit(position=5000) == {squatted}
-        with env.begin() as txn:
-            assert index.locate(txn, squatted, 99) is None and index.get_ledger(txn, squatted) is None
-            assert all(squatted not in m for m in index.log_maps(txn).values())
-        assert squatted not in storage.table.ledgers
-        with env.begin() as txn:
-            assert index.purge_markers(txn) == set()
-        assert storage.table.get(squatted) is None  # a later add binds the id afresh
-        # A replay skips the squatter's records placed before the purge was taken in, no others.
-        replaying = LedgerStorage(index, logs)
-        replaying.load_purges()
-        assert replaying.placed_before_purge(squatted, 4999)
-        assert not replaying.placed_before_purge(squatted, 5000)
-        assert not replaying.placed_before_purge(kept, 0)
-        replaying.forget_purges_before(4999)
-        assert replaying.placed_before_purge(squatted, 4999)  # LastLogMark not past it yet
-        replaying.forget_purges_before(5000)
-        replaying.load_purges()
-        assert not replaying.placed_before_purge(squatted, 4999)
-        assert storage.table.get(deleted) == StoredLedger.tombstone()
-        assert collect(index, store, [d]).purge_ledgers == []
-        # An idle add worker (nothing placed since its last commit) takes a purge in too.
-        again = store.ledger_id_high_water() + 5
-        _write_ledgers(logs, index, {again: [b"x"]})
-        assert storage.table.get(again) and storage.commit() == set() and not storage.table.dirty
-        assert collect(index, store, [d]).purge_ledgers == [again]
-        assert storage.commit(position=6000) == {again} and again not in storage.table.ledgers
+            assert index.is_deleted(txn, deleted) and not index.is_deleted(txn, kept)
+        # a torn tail (a crash mid-append) is ignored, and the next append cuts it
+        with open(deletes.path_of(d), "ab") as f:
+            f.write(b"\x01\x02\x03")
+        assert deletes.read(d) == {deleted}
+        deletes.append(d, [kept + 100])
+        assert deletes.read(d) == {deleted, kept + 100}
     finally:
         logs.close()
         env.close()

@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from bookie.workers import journal, records
-from bookie.workers.group_commit import GroupCommitPolicy
-from bookie.workers.journal import (CorruptJournalError, JournalWriter,
+from bookie.storage import journal, records
+from bookie.core.group_commit import GroupCommitPolicy
+from bookie.storage.journal import (CorruptJournalError, JournalWriter,
                                     delete_old_journals, journal_end, journal_name, list_journals,
                                     read_lastmark, scan, write_lastmark)
 

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from bookie.workers import journal, records
-from bookie.workers.journal import (CorruptJournalError, JournalWriter, journal_end, journal_name,
+from bookie.storage import journal, records
+from bookie.storage.journal import (CorruptJournalError, JournalWriter, journal_end, journal_name,
                                     list_journals, scan)
 from journal_forgery import adversarial_payload, guessed_salt_group, old_format_group
 

@@ -2,7 +2,7 @@
 
 from hypothesis import given, settings, strategies as st
 
-from bookie.workers.long_polls import LongPolls
+from bookie.core.long_polls import LongPolls
 
 park = st.tuples(st.just("park"), st.integers(0, 3), st.integers(-1, 6), st.integers(0, 20))
 ops = st.lists(st.one_of(

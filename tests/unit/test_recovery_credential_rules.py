@@ -1,6 +1,7 @@
-"""The cluster recovery credential in the bookie's ledger table (bookie.workers.ledgers rule 6)
-and on the wire: it acts for the ledger's key on recovery adds and fences only, binds nothing,
-and the live path and a journal replay from any LastLogMark store the same entries."""
+"""The cluster recovery credential in the bookie's ledger table (bookie.core.ledgers invariant 3)
+and on the wire: it acts for the ledger's key on recovery adds and fences only, its copies belong
+to the owner the metadata names (and bind nothing where no owner is named), and the live path and
+a journal replay from any LastLogMark store the same entries."""
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -9,18 +10,23 @@ from bookie import wire
 from bookie.metadata.recovery_secret import credential
 from bookie.testing.rawclient import make_entry
 from bookie.wire import Flag, Op, Status
-from bookie.workers import records
-from bookie.workers.ledgers import LedgerTable, Rejected, StoredLedger, stored_key
+from bookie.storage import records
+from bookie.core.ledgers import LedgerTable, Owner, Rejected, StoredLedger, stored_key
+from bookie.metadata.ledger import make_key_check
 
 SECRET = bytes(range(32))
 KEY = b"the-writers-key"
 
 
-def add_record(ledger_id, stored, entry_id=0, recovery=False):
+def add_record(ledger_id, stored, entry_id=0, recovery=False, flags=None):
     entry = make_entry(ledger_id, entry_id, b"payload")
     parts, _, _ = records.add_batch_parts(ledger_id, stored, len(entry).to_bytes(4, "little"),
-                                          entry, recovery)
+                                          entry, recovery, flags=flags)
     return records.parse(b"".join(parts), 0)
+
+
+def placed_record(ledger_id, placed, entry_id=0):
+    return add_record(ledger_id, placed.key, entry_id, flags=placed.flags)
 
 
 def refused(fn, *args):
@@ -41,23 +47,39 @@ def test_on_a_bound_ledger_it_acts_as_the_writers_key():
     table = LedgerTable(recovery_secret=SECRET)
     table.apply(add_record(1, stored_key(b"", 1, KEY)))
     bound = table.get(1).master_key
-    assert table.check_add(1, credential(SECRET, 1), True, True) == bound
-    assert table.check_fence(1, credential(SECRET, 1), True) == bound
+    assert table.check_add(1, credential(SECRET, 1), True, True).key == bound
+    assert table.check_fence(1, credential(SECRET, 1), True).key == bound
     table.apply(records.parse(records.fence_record(1, bound), 0))
     assert table.get(1).fenced and table.get(1).master_key == bound
     assert table.apply(add_record(1, bound, 1, recovery=True)) is True
 
 
-def test_on_an_unknown_ledger_it_binds_nothing():
+def test_on_a_ledger_whose_metadata_names_no_key_it_binds_nothing():
     table = LedgerTable(recovery_secret=SECRET)
-    assert table.check_add(2, credential(SECRET, 2), True, True) == b""
+    assert table.check_add(2, credential(SECRET, 2), True, True, Owner.NO_CHECK).key == b""
     assert table.apply(add_record(2, b"", 0, recovery=True)) is True  # the copy is stored
     assert table.get(2) == StoredLedger(b"")  # unbound, not fenced
-    assert table.check_fence(3, credential(SECRET, 3), True) == b""  # an unbound fence
+    assert table.check_fence(3, credential(SECRET, 3), True, Owner.NO_STORE).key == b""  # an unbound fence
     # the first add with a real key binds as before
     assert refused(table.check_add, 2, KEY, False) is None
     table.apply(add_record(2, stored_key(b"", 2, KEY), 1))
     assert table.get(2).master_key == stored_key(b"", 2, KEY)
+
+
+def test_copies_on_the_credential_belong_to_the_owner_the_metadata_names():
+    table = LedgerTable(recovery_secret=SECRET)
+    check = make_key_check(KEY)
+    placed = table.check_add(4, credential(SECRET, 4), True, True, check)
+    assert placed.key == check and placed.flags & records.FLAG_OWNER_CHECK
+    assert table.apply(placed_record(4, placed)) is True
+    assert table.get(4) == StoredLedger(b"", owner_check=check)
+    # a stranger's first add does not take the healed copies: its key is not the owner's
+    assert refused(table.check_add, 4, b"stranger", False) == Status.UNAUTHORIZED
+    assert refused(table.check_fence, 4, b"stranger") == Status.UNAUTHORIZED
+    # the owner's key passes, and its first record binds the ledger for good
+    owner = table.check_add(4, KEY, False)
+    table.apply(placed_record(4, owner, 1))
+    assert table.get(4) == StoredLedger(stored_key(b"", 4, KEY))
 
 
 @pytest.mark.parametrize("secret, cred", [
@@ -103,6 +125,8 @@ def test_the_wire_flag_passes_where_it_belongs(op, flags):
 # -- live path vs replay, with credential copies among the writer's requests ----------------------
 
 LEDGERS = st.integers(0, 2)
+# what the metadata store says of each ledger: no store, a ledger naming no key, one naming KEY
+OWNERS = {0: Owner.NO_STORE, 1: Owner.NO_CHECK, 2: make_key_check(KEY)}
 request = st.one_of(
     st.tuples(st.just("add"), LEDGERS, st.sampled_from([KEY, b"other"]), st.booleans()),
     st.tuples(st.just("fence"), LEDGERS, st.sampled_from([KEY, b"other"])),
@@ -119,14 +143,17 @@ def live(steps):
     for n, req in enumerate(steps):
         op, lid = req[:2]
         try:
+            owner = OWNERS[lid]
             if op == "add":
-                rec = add_record(lid, table.check_add(lid, req[2], req[3]), n, req[3])
+                rec = placed_record(lid, table.check_add(lid, req[2], req[3], owner=owner), n)
             elif op == "fence":
-                rec = records.parse(records.fence_record(lid, table.check_fence(lid, req[2])), 0)
+                p = table.check_fence(lid, req[2], owner=owner)
+                rec = records.parse(records.fence_record(lid, p.key, p.flags), 0)
             elif op == "cred_add":
-                rec = add_record(lid, table.check_add(lid, credential(SECRET, lid), True, True), n, True)
+                rec = placed_record(lid, table.check_add(lid, credential(SECRET, lid), True, True, owner), n)
             else:
-                rec = records.parse(records.fence_record(lid, table.check_fence(lid, credential(SECRET, lid), True)), 0)
+                p = table.check_fence(lid, credential(SECRET, lid), True, owner)
+                rec = records.parse(records.fence_record(lid, p.key, p.flags), 0)
         except Rejected:
             continue
         journal.append(rec)

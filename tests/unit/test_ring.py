@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bookie.workers.ring import DURABLE, WRITE, Ring
+from bookie.storage.ring import DURABLE, WRITE, Ring
 
 
 def _split(record: bytes, n_parts: int, rng: random.Random) -> list[bytes]:

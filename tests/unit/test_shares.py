@@ -1,12 +1,12 @@
-"""Principals and per-principal shares of pending places (workers/shares.py), as pure logic."""
+"""Principals and per-principal shares of pending places (core/shares.py), as pure logic."""
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from bookie import wire
 from bookie.wire import Op, Status
-from bookie.workers.answers import Pending
-from bookie.workers.shares import PendingAdds, address_principal, curve_principal, share
+from bookie.core.answers import Pending
+from bookie.core.shares import PendingAdds, address_principal, curve_principal, share
 
 
 class Frame:  # what the workers read of a zmq.Frame

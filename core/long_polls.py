@@ -1,0 +1,138 @@
+"""The read worker's parked long polls: bounded in number, woken and expired without scans.
+
+Theory of operation
+-------------------
+A READ_LAC with LONG_POLL whose ledger has not passed the client's ``previous`` LAC parks here
+until the ledger's LAC passes it or its deadline comes.  Clients control how many polls arrive
+and on which ledgers, so every step must cost O(log n) of the polls concerned, never a walk over
+all parked polls (300k polls on one ledger made each wake-up a full scan, and expiry quadratic):
+
+- ``_polls``: seq -> (ledger_id, previous, deadline, request), the live polls;
+- per ledger, a heap of (previous, seq): a LAC ``lac`` wakes exactly the polls with
+  ``previous < lac``, popped from the top;
+- one heap of (deadline, seq) for expiry.
+
+Removal from the heaps is lazy (an entry whose seq is no longer live is skipped when it surfaces);
+each heap is rebuilt from the live polls once stale entries outnumber live ones, so memory stays
+within a constant factor of ``limit``.  ``park`` refuses past ``limit``, and past ``per_key``
+polls of one key (the worker's key is the client connection), and past ``per_principal`` polls
+of one principal (``park``'s ``principal``: the client's enrolled key, or its host; see
+``bookie.core.shares``), so one client cannot take every place, however many connections it
+opens: the worker answers TOO_MANY_REQUESTS instead of parking.  Both counts are dictionaries
+updated once per park and once per poll leaving: O(1).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+
+from bookie.core.shares import Held
+
+
+class LongPolls:
+    def __init__(self, limit: int, per_key: int | None = None, key=None,
+                 per_principal: int | None = None):
+        self.limit = limit
+        self.key = key or (lambda request: None)  # the key of a request (its connection)
+        # live polls per key and per principal, counted only where there is a limit (None: none)
+        self.per_key, self.per_principal = per_key, per_principal
+        self._per_key, self._per_principal = Held(per_key), Held(per_principal)
+        self._polls: dict[int, tuple] = {}  # seq -> (ledger_id, previous, deadline, request, principal)
+        self._by_ledger: dict[int, list] = {}
+        self._live_per_ledger: dict[int, int] = {}
+        self._deadlines: list = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._polls)
+
+    def waiting_on(self, ledger_id: int) -> bool:
+        return ledger_id in self._live_per_ledger
+
+    def full(self) -> bool:
+        return len(self._polls) >= self.limit
+
+    def park(self, ledger_id: int, previous: int, deadline: float, request, principal=None) -> bool:
+        """Park a poll; False (nothing parked) when ``limit`` polls are parked already, or its
+        key's ``per_key``, or its principal's ``per_principal`` (None: not counted)."""
+        if self.full():
+            return False
+        counted = self.per_principal is not None and principal is not None
+        if counted and self._per_principal.full(principal):
+            return False
+        if self.per_key is not None:
+            k = self.key(request)
+            if self._per_key.full(k):
+                return False
+            self._per_key.take(k)
+        if counted:
+            self._per_principal.take(principal)
+        else:
+            principal = None
+        seq = next(self._seq)
+        self._polls[seq] = (ledger_id, previous, deadline, request, principal)
+        heapq.heappush(self._by_ledger.setdefault(ledger_id, []), (previous, seq))
+        self._live_per_ledger[ledger_id] = self._live_per_ledger.get(ledger_id, 0) + 1
+        heapq.heappush(self._deadlines, (deadline, seq))
+        if len(self._deadlines) > 2 * len(self._polls) + 1024:
+            self._deadlines = [(p[2], s) for s, p in self._polls.items()]
+            heapq.heapify(self._deadlines)
+        return True
+
+    def ledger_moved(self, ledger_id: int, lac: int | None) -> list:
+        """The requests to answer now that the ledger's LAC is ``lac`` (None: it is gone, all of
+        its polls are answered)."""
+        heap = self._by_ledger.get(ledger_id)
+        out = []
+        while heap and (lac is None or heap[0][0] < lac):
+            _, seq = heapq.heappop(heap)
+            poll = self._polls.pop(seq, None)
+            if poll is not None:
+                out.append(poll[3])
+                self._forget(ledger_id, poll, compact=False)  # popping: this heap shrinks anyway
+        return out
+
+    def drop_where(self, pred) -> int:
+        """Remove the polls whose request ``pred`` accepts (their connection was shut down:
+        nobody is left to answer).  A walk over every poll: for rare events only."""
+        gone = [seq for seq, poll in self._polls.items() if pred(poll[3])]
+        for seq in gone:
+            poll = self._polls.pop(seq)
+            self._forget(poll[0], poll)
+        return len(gone)
+
+    def next_deadline(self) -> float | None:
+        while self._deadlines and self._deadlines[0][1] not in self._polls:
+            heapq.heappop(self._deadlines)
+        return self._deadlines[0][0] if self._deadlines else None
+
+    def expired(self, now: float) -> list:
+        """The requests whose deadline has come, removed."""
+        out = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, seq = heapq.heappop(self._deadlines)
+            poll = self._polls.pop(seq, None)
+            if poll is None:
+                continue  # answered already
+            out.append(poll[3])
+            self._forget(poll[0], poll)
+        return out
+
+    def _forget(self, ledger_id: int, poll: tuple, compact: bool = True) -> None:
+        """One live poll of the ledger left ``_polls``; count it out of its key and principal,
+        drop or compact its ledger's heap."""
+        if self.per_key is not None:
+            self._per_key.give(self.key(poll[3]))
+        if poll[4] is not None:
+            self._per_principal.give(poll[4])
+        left = self._live_per_ledger[ledger_id] - 1
+        if left == 0:
+            del self._live_per_ledger[ledger_id], self._by_ledger[ledger_id]
+            return
+        self._live_per_ledger[ledger_id] = left
+        heap = self._by_ledger[ledger_id]
+        if compact and len(heap) > 2 * left + 64:  # mostly expired entries: keep the live ones
+            live = [e for e in heap if e[1] in self._polls]
+            heapq.heapify(live)
+            self._by_ledger[ledger_id] = live

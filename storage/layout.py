@@ -1,0 +1,224 @@
+"""Directory layout, layout version and cookies.
+
+Every configured directory (journal, ledger, index) holds a ``current/`` subdirectory with:
+
+- ``VERSION``: the layout version (``LAYOUT_VERSION``); a bookie refuses a layout it does not know.
+- ``cookie``: JSON naming the bookie and its whole disk set (bookie id, journal directory,
+  ledger directories, index directories, an instance id chosen at first start).
+
+On first start (no cookie anywhere, directories empty of data) the cookie is stamped into every
+directory and, when a metadata store is configured, into the store.  On every later start each
+directory's cookie must equal the expected one: a directory that lost its cookie, a cookie from
+another disk set, or a changed configuration is refused with a message saying which directory
+and what differs (BookKeeper's "missing disks or directories" rule).  To start over after a real
+disk change: ``bookie shell bookieformat --force`` wipes the bookie's directories.
+
+Beside ``current/`` each directory holds ``bookie.lock``, locked while a bookie runs on it
+(``dirlock.py``); ``bookieformat`` refuses the directories of a running bookie.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+
+import orjson
+
+LAYOUT_VERSION = 1
+
+
+class LayoutError(RuntimeError):
+    """The directories do not belong to this bookie as configured; the message says why."""
+
+
+def current_dir(directory: str) -> str:
+    return os.path.join(directory, "current")
+
+
+def all_dirs(conf) -> list[str]:
+    dirs = [conf.journal_dir, *conf.ledger_dirs, *conf.configured_index_dirs]
+    seen, out = set(), []
+    for d in dirs:
+        real = os.path.realpath(d)
+        if real not in seen:
+            seen.add(real)
+            out.append(d)
+    return out
+
+
+def expected_cookie(conf, instance_id: str) -> dict:
+    return {
+        "layout_version": LAYOUT_VERSION,
+        "bookie_id": conf.bookie_id,
+        "journal_dir": os.path.realpath(conf.journal_dir),
+        "ledger_dirs": [os.path.realpath(d) for d in conf.ledger_dirs],
+        "index_dirs": [os.path.realpath(d) for d in conf.index_dirs],
+        "instance_id": instance_id,
+    }
+
+
+def _read_json(path: str):
+    try:
+        with open(path, "rb") as f:
+            return orjson.loads(f.read())
+    except FileNotFoundError:
+        return None
+    except (OSError, orjson.JSONDecodeError) as e:
+        raise LayoutError(f"{path}: unreadable ({e})") from None
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _has_data(cur: str) -> bool:
+    try:
+        names = os.listdir(cur)
+    except FileNotFoundError:
+        return False
+    return any(n not in ("VERSION", "cookie", "cookie.tmp") for n in names)
+
+
+def check_or_stamp(conf) -> dict:
+    """Verify the cookies of every directory, or stamp them on a first start.
+
+    Returns:
+        the cookie (a dict).
+    Raises:
+        LayoutError: a directory with a missing, foreign or changed cookie, or data without one.
+    """
+    dirs = all_dirs(conf)
+    found = {}
+    for d in dirs:
+        cur = current_dir(d)
+        version = None
+        try:
+            with open(os.path.join(cur, "VERSION")) as f:
+                version = int(f.read().strip())
+        except FileNotFoundError:
+            pass
+        except ValueError:
+            raise LayoutError(f"{cur}/VERSION: not a layout version number") from None
+        if version is not None and version != LAYOUT_VERSION:
+            raise LayoutError(f"{d}: layout version {version}, this bookie knows {LAYOUT_VERSION}")
+        found[d] = _read_json(os.path.join(cur, "cookie"))
+    cookies = [c for c in found.values() if c is not None]
+    if not cookies:
+        for d in dirs:
+            if _has_data(current_dir(d)):
+                raise LayoutError(f"{d}: holds bookie data but no cookie; refusing to start "
+                                  f"(run 'bookie shell bookieformat' to wipe it)")
+        cookie = expected_cookie(conf, uuid.uuid4().hex)
+        for d in dirs:
+            cur = current_dir(d)
+            os.makedirs(cur, mode=0o700, exist_ok=True)
+            _write_atomic(os.path.join(cur, "VERSION"), f"{LAYOUT_VERSION}\n".encode())
+            _write_atomic(os.path.join(cur, "cookie"), orjson.dumps(cookie))
+        return cookie
+    instance = cookies[0].get("instance_id", "")
+    want = expected_cookie(conf, instance)
+    for d, c in found.items():
+        if c is None:
+            raise LayoutError(f"{d}: has no cookie while the bookie's other directories do "
+                              f"(a new or replaced disk?); refusing to start. Restore the "
+                              f"directory, or wipe the bookie with 'bookie shell bookieformat'")
+    for d, c in found.items():
+        if c != want:
+            diff = sorted(k for k in set(c) | set(want) if c.get(k) != want.get(k))
+            raise LayoutError(f"{d}: cookie does not match this bookie's configuration "
+                              f"(differs in: {', '.join(diff)}); missing disks or directories? "
+                              f"Restore the configuration, or wipe with 'bookie shell bookieformat'")
+    return want
+
+
+def key_salt(conf) -> bytes:
+    """The salt of the master keys' stored form (``bookie.core.ledgers.stored_key``): the
+    cookie's instance id, chosen at the first start and kept until the bookie is formatted."""
+    cookie = _read_json(os.path.join(current_dir(conf.journal_dir), "cookie"))
+    instance = cookie.get("instance_id") if isinstance(cookie, dict) else None
+    if not instance:
+        raise LayoutError(f"{conf.journal_dir}: no cookie with an instance id; the supervisor "
+                          f"stamps it before starting workers")
+    return str(instance).encode()
+
+
+def dirs_holding_data(conf) -> list[str]:
+    """The bookie's directories (journal, ledger, index) that hold bookie data now."""
+    return [d for d in all_dirs(conf) if os.path.exists(current_dir(d))]
+
+
+def remembered_port(dirs: list[str]) -> int | None:
+    """The port a bookie's directories were stamped with (the port of the cookie's bookie id),
+    or None before the first start.  A bookie configured with ``bookiePort=0`` (or a local
+    ensemble started again on its directories) comes back on it, so a restart is the same
+    bookie, with the same cookie, not a new one."""
+    for d in dirs:
+        cookie = _read_json(os.path.join(current_dir(d), "cookie"))
+        if isinstance(cookie, dict):
+            _, _, port = str(cookie.get("bookie_id", "")).rpartition(":")
+            if port.isdigit() and 0 < int(port) < 65536:
+                return int(port)
+    return None
+
+
+def format_bookie(conf, force: bool = False) -> list[str]:
+    """Wipe the bookie's data (``bookie shell bookieformat``) and its cookie in the store.
+
+    Holds the directory lock (``dirlock``) while it works: the directories of a running bookie
+    are refused, and no bookie can start on them half-wiped.  The metadata store is opened
+    before anything is wiped, so a store that cannot be used changes nothing.
+
+    Returns:
+        the directories wiped.
+    Raises:
+        LayoutError: a directory holds data and ``force`` is not set, or a bookie runs on the
+            directories (``DirectoryInUseError``, naming its pid); nothing changed.
+        MetadataError: the configured metadata store cannot be opened; nothing changed.
+    """
+    from bookie.storage.dirlock import DirectoryLock
+
+    lock = DirectoryLock.acquire(all_dirs(conf), purpose="format it")
+    store = None
+    try:
+        holding = dirs_holding_data(conf)
+        if holding and not force:
+            raise LayoutError(f"{', '.join(holding)} hold bookie data; pass --force to wipe")
+        bookie_id = conf.bookie_id
+        if conf.bookie_port == 0:  # the id the bookie ran under is in its cookie
+            port = remembered_port(all_dirs(conf))
+            bookie_id = f"{conf.bookie_host}:{port}" if port else None
+        if conf.metadata_uri:
+            from bookie.metadata import open_metadata
+            store = open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s,
+                                  zk_security=conf.zk_security)
+        for d in holding:
+            shutil.rmtree(current_dir(d))
+        if store is not None and bookie_id is not None:
+            from bookie.metadata import CookieNotFoundError
+            try:
+                store.remove_cookie(bookie_id)
+            except CookieNotFoundError:
+                pass
+        return holding
+    finally:
+        if store is not None:
+            store.close()
+        lock.release()
+
+
+def check_not_in_use(conf, purpose: str) -> None:
+    """Raise ``DirectoryInUseError`` (naming the pid) if a bookie holds the directories now."""
+    from bookie.storage.dirlock import DirectoryLock
+
+    DirectoryLock.acquire(all_dirs(conf), purpose=purpose).release()
