@@ -20,6 +20,7 @@ import zmq
 import zmq.auth
 
 from bookie.client.auth import ClientCurve
+from bookie.metadata import LedgerMetadata, open_metadata
 from bookie.testing import LocalBookieError, LocalBookies
 from bookie.testing.rawclient import BookieTimeout, RawBookieClient, make_entry
 from bookie.wire import Status
@@ -75,8 +76,9 @@ def test_a_removed_key_is_cut_though_another_key_now_has_its_name(keys, tmp_path
     clients = enrol(keys["root"], {"writer/app": "app1"}, keys)
     conf = {"curveSecretKeyFile": keys["bookie"][1], "curveClientKeysDirectory": clients,
             "flushInterval": 50}
-    ledger = 7401
     with LocalBookies(1, base_dir=str(tmp_path / "e"), conf=conf) as ens:
+        with open_metadata(ens.metadata_uri) as store:  # a ledger the store made (no key check)
+            ledger, _ = store.create_ledger(LedgerMetadata(1, 1, 1, fragments=[(0, [ens.bookies[0]])]))
         old = connect(ens, keys, "app1")
         try:
             assert old.add(ledger, [make_entry(ledger, 0, b"e0")], PASSWORD) == Status.OK

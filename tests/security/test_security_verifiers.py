@@ -8,8 +8,7 @@ Against a real bookie and its metadata store, through the real client:
   microseconds of a SHA-256): the test times a wrong guess against the stored values;
 - the right password opens, a wrong one is refused before anything is fenced, and a record in
   the older form (SHA-256 digest, salted SHA-256 key check) still opens and still refuses;
-- a squatted id is still taken back by the writer's first add (the bookie checks the new
-  verifier).
+- the bookie checks a request's key against the new verifier before it stores anything.
 """
 
 from __future__ import annotations
@@ -106,13 +105,13 @@ def test_right_password_opens_wrong_is_refused_and_older_records_still_verify(en
         assert key_check_matches(stored(ens, old_id).key_check, master_key(PASSWORD))
 
 
-def test_a_squatted_id_is_still_taken_back_by_its_writer(ens):
+def test_the_bookie_checks_the_new_verifier_before_it_stores_anything(ens):
+    """The bookie looks a new ledger's owner up and verifies the request's key against the
+    ledger's key check (bookie.workers.claims): the writer's key passes, another is refused."""
     with BookKeeper(ens.metadata_uri) as bk, RawBookieClient(ens.bookies[0]) as raw:
-        with open_metadata(ens.metadata_uri) as store:
-            nxt = store.ledger_id_high_water() + 1
-        assert raw.add(nxt, [make_entry(nxt, 0, b"squat")], b"s" * 20) == Status.OK
         h = bk.create_ledger(1, 1, 1, password=PASSWORD)
-        assert h.ledger_id == nxt
+        lid = h.ledger_id
+        assert raw.add(lid, [make_entry(lid, 0, b"squat")], b"s" * 20) == Status.UNAUTHORIZED
         h.add_entry(b"mine")
         h.close()
-        assert bk.open_ledger(nxt, password=PASSWORD).read_entries_async(0, 0).result()[0].data == b"mine"
+        assert bk.open_ledger(lid, password=PASSWORD).read_entries_async(0, 0).result()[0].data == b"mine"
