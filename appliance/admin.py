@@ -32,6 +32,7 @@ import io
 import os
 import shutil
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -296,9 +297,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def setup(self):
         self.timeout = self.server.idle_timeout_s  # each write; reads: the deadline below
+        self.tls_failed = False
+        if isinstance(self.request, ssl.SSLSocket):  # the handshake here, not in the accept loop
+            self.request.settimeout(self.server.request_timeout_s)
+            try:
+                self.request.do_handshake()
+            except (ssl.SSLError, OSError) as e:  # plain HTTP, a bad client, too slow: closed
+                self.tls_failed = True
+                self.server.log("admin connection closed", level="debug",
+                                reason=f"TLS handshake: {e}"[:200])
         super().setup()
         self.deadline = RequestDeadline(self.server.request_timeout_s, self.server.idle_timeout_s)
         self.rfile = io.BufferedReader(_DeadlineReader(self.connection, self.deadline))
+
+    def handle(self):
+        if not self.tls_failed:
+            super().handle()
 
     def handle_one_request(self):
         now = time.monotonic()
@@ -484,7 +498,7 @@ class AdminHttpServer(http.server.ThreadingHTTPServer):
     def __init__(self, address, api: AdminApi, routes: dict, log, max_connections: int = 32,
                  idle_timeout_s: float = 10.0, token: bytes | None = None,
                  request_timeout_s: float = 10.0, max_per_peer: int = 8,
-                 allowed_hosts: frozenset[str] | None = None):
+                 allowed_hosts: frozenset[str] | None = None, tls: ssl.SSLContext | None = None):
         from bookie.appliance.admin_auth import BearerAuth
 
         self.api = api
@@ -497,6 +511,8 @@ class AdminHttpServer(http.server.ThreadingHTTPServer):
         self.places = ConnectionPlaces(max_connections, max_per_peer)
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         super().__init__(address, _Handler)
+        if tls is not None:  # every accepted connection speaks TLS; no plain HTTP at all
+            self.socket = tls.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
         self.thread = None
 
     @property
@@ -558,6 +574,36 @@ def allowed_hosts(conf) -> frozenset[str] | None:
     extra = [h.strip() for h in conf.http_server_allowed_hosts.split(",") if h.strip()]
     return allowed_host_names(conf.http_server_host, conf.listening_interface,
                               conf.advertised_address, socket.gethostname(), extra=extra)
+
+
+def tls_context(conf) -> ssl.SSLContext | None:
+    """The HTTP servers' TLS (httpServerTlsCertFile / httpServerTlsKeyFile), or None.
+
+    Raises:
+        ValueError: one line naming the key: one set without the other, a key file open to
+            group or other, or a certificate and key that do not load.
+    """
+    from bookie.metadata.errors import AccessDeniedError
+    from bookie.metadata.secret_file import read_private_file
+
+    cert, key = conf.http_server_tls_cert_file, conf.http_server_tls_key_file
+    if not cert and not key:
+        return None
+    if not cert or not key:
+        raise ValueError("httpServerTlsCertFile and httpServerTlsKeyFile go together: set both "
+                         "(HTTPS) or neither (plain HTTP)")
+    try:
+        read_private_file("httpServerTlsKeyFile", key, 1 << 20)
+    except AccessDeniedError as e:
+        raise ValueError(str(e)) from None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"httpServerTlsCertFile={cert}, httpServerTlsKeyFile={key}: cannot load "
+                         f"them ({getattr(e, 'reason', None) or e.strerror or e})") from None
+    return context
 
 
 def start_server(host: str, port: int, api: AdminApi, routes: dict, log, **limits) -> AdminHttpServer:

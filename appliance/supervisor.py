@@ -501,6 +501,10 @@ class Supervisor:
                   "max_per_peer": conf.http_server_max_connections_per_address,
                   "allowed_hosts": admin.allowed_hosts(conf)}
         try:
+            limits["tls"] = admin.tls_context(conf)
+        except ValueError as e:
+            raise StartRefused(str(e)) from None
+        try:
             if conf.metrics_port:
                 self.http = admin.start_server(conf.listening_interface, conf.metrics_port, api,
                                                admin.METRICS_ROUTES, self.log, **limits)
