@@ -56,10 +56,30 @@ def with_info(meta: LedgerMetadata, info: LedgerInfo) -> LedgerMetadata:
         length=info.length, fragments=[(first, list(ens)) for first, ens in info.fragments])
 
 
+# Custom records live here: the logs recipe's and the user's own.  Every other node under the
+# metadata root is the cluster's (ledgers, cookies, registrations, under-replication marks, the
+# bookies' private nodes): no client call reads or writes them as records.
+RECORD_ROOTS = ("/logs", "/records")
+
+
+def check_record_path(path: str, what: str = "record") -> None:
+    """InvalidArgumentError unless ``path`` is one of ``RECORD_ROOTS`` or below one."""
+    parts = path.split("/") if isinstance(path, str) else []
+    inside = (len(parts) >= 2 and parts[0] == "" and "/" + parts[1] in RECORD_ROOTS
+              and not any(p in (".", "..") for p in parts[2:]))
+    if not inside:
+        raise InvalidArgumentError(f"{what}: {str(path)[:200]!r} is not a record path: records "
+                                   f"live under {' or '.join(RECORD_ROOTS)}; the rest of the "
+                                   f"metadata store is the cluster's")
+
+
 @contextlib.contextmanager
 def _translated(ledger_id: int | None = None, what: str = "metadata store call",
                 path: str | None = None):
-    """Re-raise metadata store errors as the client's exception classes (the table above)."""
+    """Re-raise metadata store errors as the client's exception classes (the table above);
+    a record ``path`` outside ``RECORD_ROOTS`` is refused before the store is asked."""
+    if path is not None:
+        check_record_path(path, what)
     try:
         yield
     except StoreNoSuchLedger:
