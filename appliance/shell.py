@@ -113,6 +113,8 @@ def register(subparsers: Any) -> None:
     shell_security.register(commands)
     from bookie.appliance import shell_zk
     shell_zk.register(commands, metadata_command)
+    from bookie.appliance import shell_placement  # setrack (issue 24.1)
+    shell_placement.register(commands, metadata_command)
 
 
 # -- handlers ----------------------------------------------------------------------------------
