@@ -10,4 +10,14 @@ imports only the layers below it; docs/architecture.md, "Layers"):
 - ``bookie.appliance``: the commands (supervisor, CLI, shell, localbookie).
 """
 
-__version__ = "0.1.0"
+def _version() -> str:
+    """The installed distribution's version: written once, in pyproject.toml."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("bookie")
+    except PackageNotFoundError:  # a checkout imported without being installed
+        return "0+unknown"
+
+
+__version__ = _version()

@@ -1,6 +1,6 @@
 """``python -m bookie``: the ``bookie`` command (the commands layer, bookie.appliance.cli)."""
 import sys
 
-from .appliance.cli import main
+from .appliance.console import main
 
 sys.exit(main())

@@ -274,6 +274,8 @@ ROUTES = {
         "GET": admin_parity.get_lost_bookie_recovery_delay,
         "PUT": admin_parity.put_lost_bookie_recovery_delay},
 }
+from bookie.appliance import admin_ops  # noqa: E402 - the operator's paths (imports this module)
+admin_ops.register(ROUTES)
 METRICS_ROUTES = {"/metrics": ROUTES["/metrics"]}  # prometheusStatsHttpPort serves only this
 
 

@@ -178,7 +178,7 @@ def trigger_audit(api: AdminApi, req: Request) -> Response:
 def get_lost_bookie_recovery_delay(api: AdminApi, req: Request) -> Response:
     from bookie.appliance.admin import Response
     from bookie.metadata.underreplication import UnderReplication
-    stored = api.with_store(lambda store: UnderReplication(store).lost_bookie_recovery_delay())
+    stored = api.with_store(lambda store: UnderReplication(store).recovery_delay_s())
     configured = api.sup.conf.value("lostBookieRecoveryDelay")
     return Response({"delay_seconds": configured if stored is None else stored,
                      "source": "configuration" if stored is None else "metadata store"})
@@ -191,7 +191,7 @@ def put_lost_bookie_recovery_delay(api: AdminApi, req: Request) -> Response:
     if isinstance(delay, bool) or not isinstance(delay, int) or not 0 <= delay <= 10 ** 7:
         raise HttpError(400, 'expected {"delay_seconds": N}, N a whole number of seconds '
                              '0..10000000')
-    api.with_store(lambda store: UnderReplication(store).set_lost_bookie_recovery_delay(delay))
+    api.with_store(lambda store: UnderReplication(store).set_recovery_delay_s(delay))
     return Response({"delay_seconds": delay, "source": "metadata store"})
 
 

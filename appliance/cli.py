@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logs.install_logging()  # the client's records (bookie.client) as the bookie's log lines
+    logs.install_library_logging()  # and kazoo's, in the same format (--log-format json too)
     try:
         rc = args.func(args)
     except KeyboardInterrupt:

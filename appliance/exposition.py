@@ -17,7 +17,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 
 from bookie import __version__
 from bookie.appliance.memory_watch import anon_rss_bytes
-from bookie.workers.metrics import SPEC_BY_NAME
+from bookie.workers.metrics import SPEC_BY_NAME, FromFirstScrape
 from bookie.storage.ring import DURABLE, WRITE
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -100,7 +100,8 @@ class BookieRegistry:
         self.dir = os.path.join(run_dir, "metrics")
         os.makedirs(self.dir, exist_ok=True)
         self.registry = CollectorRegistry(auto_describe=False)
-        MultiProcessCollector(self.registry, path=self.dir)
+        # every documented family from the first scrape, zero until its first event
+        self.registry.register(FromFirstScrape(MultiProcessCollector(None, path=self.dir)))
         self.registry.register(SupervisorCollector(sup))
 
     def worker_env(self) -> dict:

@@ -52,14 +52,16 @@ def _quiet_kazoo(handler: Callable) -> Callable:
 def register(subparsers: Any) -> None:
     """Add the ``shell`` command group to the ``bookie`` parser."""
     shell = subparsers.add_parser("shell", help="administration: format, list bookies and ledgers",
-                                  description=__doc__.split("\n\n")[0])
+                                  description=__doc__.split("\n\n")[0].replace("``", ""))
     commands = shell.add_subparsers(dest="shell_command", metavar="SUBCOMMAND")
     commands.required = True
 
     def metadata_command(name: str, help_text: str, handler: Callable) -> argparse.ArgumentParser:
         parser = commands.add_parser(name, help=help_text, description=help_text)
-        parser.add_argument("--metadata", metavar="URI", default=None,
-                            help=f"metadata service URI (default: the --conf file's, else ${ENV_URI})")
+        parser.add_argument("--metadata", metavar="URI", default=None, type=metadata_uri_arg,
+                            help=f"metadata service URI (default: the --conf file's, else "
+                                 f"${ENV_URI}); BookKeeper's ';' between ZooKeeper hosts is "
+                                 f"accepted")
         parser.add_argument("--conf", metavar="FILE", default=None,
                             help="a bookie's configuration file: its metadataServiceUri (and "
                                  "zkEnableSecurity, zkDigestAuthFile)")
@@ -74,21 +76,29 @@ def register(subparsers: Any) -> None:
 
     p = metadata_command("metaformat", "Create and initialise the cluster metadata store; with "
                          "--force wipe what is there first.", _metaformat)
-    p.add_argument("--non-interactive", action="store_true",
+    p.add_argument("--non-interactive", "-nonInteractive", action="store_true",
                    help="never ask: abort if metadata exists, unless --force")
-    p.add_argument("--force", action="store_true",
-                   help="wipe existing metadata (refused while bookies are registered)")
+    p.add_argument("--force", "-force", action="store_true",
+                   help="wipe existing metadata (refused while bookies are registered); on a "
+                        "terminal it still asks, unless --non-interactive")
     p.add_argument("--force-while-bookies-registered", action="store_true",
                    help="wipe even while bookies are registered (running): their ledgers and "
                         "cookies go, and they must be reformatted; implies --force")
 
     p = metadata_command("listbookies", "List the bookies registered as available.", _listbookies)
-    p.add_argument("--readonly", action="store_true", help="list read-only bookies instead")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--readwrite", "-rw", action="store_true",
+                       help="writable bookies (the default)")
+    which.add_argument("--readonly", "-ro", action="store_true",
+                       help="list read-only bookies instead")
+    which.add_argument("--all", "-a", action="store_true",
+                       help="writable and read-only bookies, each marked")
 
-    metadata_command("listledgers", "List every ledger id, ascending.", _listledgers)
+    p = metadata_command("listledgers", "List every ledger id, ascending.", _listledgers)
+    p.add_argument("--meta", "-m", action="store_true", help="each ledger's metadata too")
 
     p = metadata_command("ledgermetadata", "Print one ledger's metadata.", _ledgermetadata)
-    p.add_argument("ledger_id", metavar="LEDGER_ID", type=int)
+    add_ledger_id_argument(p)
 
     from bookie.appliance import shell_disk  # the storage tools (imports this module's helpers)
     shell_disk.register(commands)
@@ -100,10 +110,21 @@ def register(subparsers: Any) -> None:
     p.add_argument("--conf", metavar="FILE", default=None, help="bookie configuration file")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                    help="override one configuration key (repeatable)")
-    p.add_argument("--non-interactive", action="store_true",
+    p.add_argument("--non-interactive", "-nonInteractive", action="store_true",
                    help="never ask: abort if data exists, unless --force")
-    p.add_argument("--force", action="store_true", help="wipe existing data")
+    p.add_argument("--force", "-force", action="store_true", help="wipe existing data")
     p.set_defaults(func=_bookieformat)
+
+    p = commands.add_parser("initbookie", help="Initialise this bookie's directories and its "
+                            "cookie (refused when they hold data or the id has a cookie).",
+                            description="Initialise a new bookie: its journal, ledger and index "
+                                        "directories must be empty and its id must have no "
+                                        "cookie in the metadata store; then both are stamped, "
+                                        "as its first start would.")
+    p.add_argument("--conf", metavar="FILE", default=None, help="bookie configuration file")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                   help="override one configuration key (repeatable)")
+    p.set_defaults(func=_initbookie)
 
     from bookie.appliance import shell_recovery
     shell_recovery.register(commands, metadata_command)
@@ -113,8 +134,44 @@ def register(subparsers: Any) -> None:
     shell_security.register(commands)
     from bookie.appliance import shell_zk
     shell_zk.register(commands, metadata_command)
+    from bookie.appliance import shell_cluster
+    shell_cluster.register(commands, metadata_command)
     from bookie.appliance import shell_placement  # setrack (issue 24.1)
     shell_placement.register(commands, metadata_command)
+
+
+# -- BookKeeper's spellings, prompts -------------------------------------------------------------
+
+def metadata_uri_arg(text: str) -> str:
+    """``--metadata``: BookKeeper's ``;`` between ZooKeeper hosts becomes ``,``, as in the
+    configuration file's metadataServiceUri."""
+    from bookie.workers.config import normalise_uri
+    return normalise_uri(text)
+
+
+def add_ledger_id_argument(parser: argparse.ArgumentParser) -> None:
+    """LEDGER_ID, positional or as BookKeeper's ``-ledgerid N`` (``--ledger-id N``)."""
+    parser.add_argument("ledger_id", metavar="LEDGER_ID", type=int, nargs="?")
+    parser.add_argument("--ledger-id", "-ledgerid", dest="ledger_id_opt", metavar="N", type=int,
+                        default=None, help="the ledger, as BookKeeper spells it")
+
+
+def ledger_id_of(args: argparse.Namespace, verb: str) -> int:
+    """The ledger a command names (positional or -ledgerid); CliError when none or two."""
+    ids = {x for x in (args.ledger_id, args.ledger_id_opt) if x is not None}
+    if len(ids) != 1:
+        raise CliError(f"name one ledger: {verb} LEDGER_ID (or -ledgerid N)")
+    return ids.pop()
+
+
+def ask(question: str) -> bool:
+    """Ask a yes/no question on stdin; end of input (Ctrl-D, a closed pipe) answers no."""
+    try:
+        answer = input(question)
+    except EOFError:
+        print(file=sys.stderr)  # the prompt's line ends; the caller says what happened
+        return False
+    return answer.strip().lower() in ("y", "yes")
 
 
 # -- handlers ----------------------------------------------------------------------------------
@@ -131,7 +188,7 @@ def _uri(args: argparse.Namespace) -> str:
             raise CliError(f"{args.conf} names no metadata store (metadataServiceUri, zkServers)")
     if not uri and getattr(args, "client_conf", None):  # BookKeeper's client.conf may name it
         uri = _client_conf_uri(args)
-    uri = uri or os.environ.get(ENV_URI)
+    uri = uri or (metadata_uri_arg(os.environ[ENV_URI]) if os.environ.get(ENV_URI) else None)
     if not uri:
         raise CliError(f"no metadata store: pass --metadata URI or --conf FILE, or set {ENV_URI}")
     return uri
@@ -148,16 +205,20 @@ def add_zk_auth_option(parser: argparse.ArgumentParser) -> None:
 def _zk_security(args: argparse.Namespace):
     """The ZooKeeper credentials and ACL of a shell command (None: none): from
     --zk-digest-auth-file, else the --conf file's zkEnableSecurity / zkDigestAuthFile."""
+    if "_zk_security" in vars(args):  # read once: a tool may have become the bookie's user since
+        return args._zk_security
     from bookie.metadata import MetadataError, load_zk_security
     from bookie.workers.config import BookieConfig, ConfigError
+    security = None
     try:
         if getattr(args, "zk_digest_auth_file", None):
-            return load_zk_security(True, args.zk_digest_auth_file)
-        if getattr(args, "conf", None):
-            return BookieConfig.load(args.conf, check_dirs=False).zk_security
+            security = load_zk_security(True, args.zk_digest_auth_file)
+        elif getattr(args, "conf", None):
+            security = BookieConfig.load(args.conf, check_dirs=False).zk_security
     except (ConfigError, MetadataError) as e:
         raise CliError(str(e)) from None
-    return None
+    args._zk_security = security
+    return security
 
 
 def client_keys(args: argparse.Namespace) -> dict:
@@ -228,6 +289,9 @@ def _metaformat(args: argparse.Namespace) -> int:
 
     def body(store) -> int:
         force = args.force or args.force_while_bookies_registered
+        if (force and store.has_data() and not args.non_interactive and sys.stdin.isatty()
+                and not _confirmed_wipe(store, args)):  # BookKeeper's -force asks on a terminal
+            return 1
         if not existed and not force and store.has_data():
             # Data without a layout record: a store made before stores had to be created
             # (a bookie made it).  Initialised now, keeping the data; only --force wipes it.
@@ -237,10 +301,7 @@ def _metaformat(args: argparse.Namespace) -> int:
         if store.has_data() and not force:
             if args.non_interactive:
                 raise CliError("the metadata store already holds data; add --force to wipe it")
-            _refuse_while_registered(store, args)
-            answer = input("The metadata store already holds data. Wipe it? (y/N) ")
-            if answer.strip().lower() not in ("y", "yes"):
-                print("metaformat aborted; nothing changed", file=sys.stderr)
+            if not _confirmed_wipe(store, args):
                 return 1
             force = True
         if force:
@@ -254,17 +315,37 @@ def _metaformat(args: argparse.Namespace) -> int:
     return _with_store(args, body, create=True)  # the one shell command that makes a store
 
 
+def _confirmed_wipe(store, args: argparse.Namespace) -> bool:
+    _refuse_while_registered(store, args)
+    if ask("The metadata store already holds data. Wipe it? (y/N) "):
+        return True
+    print("metaformat aborted; nothing changed", file=sys.stderr)
+    return False
+
+
 def _refuse_while_registered(store, args: argparse.Namespace) -> None:
     """Wiping under running bookies takes their cookies and ledgers from under them: only
     when told so explicitly."""
     registered = store.list_bookies() + store.list_bookies(readonly=True)
-    if registered and not args.force_while_bookies_registered:
+    if registered and not getattr(args, "force_while_bookies_registered", False):
         raise CliError(f"bookies are registered (running) in this store: {', '.join(registered)}; "
                        f"stop them first, or add --force-while-bookies-registered to wipe anyway")
 
 
 def _listbookies(args: argparse.Namespace) -> int:
     def body(store) -> int:
+        if args.all:
+            writable, readonly = store.list_bookies(), store.list_bookies(readonly=True)
+            if args.json:
+                _print_json({"writable": writable, "readonly": readonly})
+                return 0
+            if not writable and not readonly:
+                print("no bookies registered")
+            for bookie_id in writable:
+                print(bookie_id)
+            for bookie_id in readonly:
+                print(f"{bookie_id} (read-only)")
+            return 0
         bookies = store.list_bookies(readonly=args.readonly)
         if args.json:
             _print_json({"readonly" if args.readonly else "writable": bookies})
@@ -279,49 +360,76 @@ def _listbookies(args: argparse.Namespace) -> int:
 
 
 def _listledgers(args: argparse.Namespace) -> int:
+    from bookie.metadata import NoSuchLedgerError
+
     def body(store) -> int:
-        if args.json:
-            _print_json({"ledgers": list(store.list_ledgers())})
+        if not args.meta:
+            if args.json:
+                _print_json({"ledgers": list(store.list_ledgers())})
+                return 0
+            for ledger_id in store.list_ledgers():
+                print(ledger_id)
             return 0
+        docs = []
         for ledger_id in store.list_ledgers():
-            print(ledger_id)
+            try:
+                meta, version = store.read_ledger(ledger_id)
+            except NoSuchLedgerError:  # deleted while listing
+                continue
+            if args.json:
+                docs.append({"ledger_id": ledger_id, "version": version, **meta.to_dict()})
+            else:
+                print(_describe(ledger_id, meta, version))
+        if args.json:
+            _print_json({"ledgers": docs})
         return 0
     return _with_store(args, body)
 
 
 def _ledgermetadata(args: argparse.Namespace) -> int:
+    ledger_id = ledger_id_of(args, "ledgermetadata")
+
     def body(store) -> int:
-        meta, version = store.read_ledger(args.ledger_id)
+        meta, version = store.read_ledger(ledger_id)
         if args.json:
-            _print_json({"ledger_id": args.ledger_id, "version": version, **meta.to_dict()})
+            _print_json({"ledger_id": ledger_id, "version": version, **meta.to_dict()})
             return 0
-        created = datetime.datetime.fromtimestamp(meta.ctime_ms / 1000, datetime.timezone.utc)
-        lines = [
-            f"ledger {args.ledger_id} (metadata version {version})",
-            f"  state:          {meta.state.value}",
-            f"  ensemble/quorums: E={meta.ensemble_size} Qw={meta.write_quorum} "
-            f"Qa={meta.ack_quorum}",
-            f"  last entry:     {meta.last_entry_id}  length: {meta.length} bytes",
-            f"  digest:         {meta.digest_type}",
-            f"  created:        {created.isoformat(timespec='milliseconds')}",
-        ]
-        for key, value in sorted(meta.custom.items()):
-            lines.append(f"  custom {key}: {value}")
-        lines.append("  fragments:")
-        for first, ensemble in meta.fragments:
-            lines.append(f"    from entry {first}: {', '.join(ensemble)}")
-        print("\n".join(lines))
+        print(_describe(ledger_id, meta, version))
         return 0
     return _with_store(args, body)
+
+
+def _describe(ledger_id: int, meta, version) -> str:
+    """A ledger's metadata as text, for people."""
+    created = datetime.datetime.fromtimestamp(meta.ctime_ms / 1000, datetime.timezone.utc)
+    lines = [
+        f"ledger {ledger_id} (metadata version {version})",
+        f"  state:          {meta.state.value}",
+        f"  ensemble/quorums: E={meta.ensemble_size} Qw={meta.write_quorum} "
+        f"Qa={meta.ack_quorum}",
+        f"  last entry:     {meta.last_entry_id}  length: {meta.length} bytes",
+        f"  digest:         {meta.digest_type}",
+        f"  created:        {created.isoformat(timespec='milliseconds')}",
+    ]
+    for key, value in sorted(meta.custom.items()):
+        lines.append(f"  custom {key}: {value}")
+    lines.append("  fragments:")
+    for first, ensemble in meta.fragments:
+        lines.append(f"    from entry {first}: {', '.join(ensemble)}")
+    return "\n".join(lines)
 
 
 def _bookieformat(args: argparse.Namespace) -> int:
     from bookie.metadata import MetadataError
     from bookie.workers.config import BookieConfig, ConfigError, parse_overrides
+    from bookie.appliance.privileges import run_as_owner
+    from bookie.storage import dirlock  # noqa: F401 - imported before the switch of user
     from bookie.storage.layout import (
-        LayoutError, check_not_in_use, dirs_holding_data, format_bookie)
+        LayoutError, all_dirs, check_not_in_use, dirs_holding_data, format_bookie)
     try:
         conf = BookieConfig.load(args.conf, parse_overrides(args.set))
+        _import_store_modules(conf.metadata_uri)
+        run_as_owner(all_dirs(conf), "bookieformat")
         check_not_in_use(conf, purpose="format it")  # before asking; format_bookie checks again
         force = args.force
         holding = dirs_holding_data(conf)
@@ -330,8 +438,7 @@ def _bookieformat(args: argparse.Namespace) -> int:
                 print(f"bookieformat: {', '.join(holding)} hold bookie data; pass --force to wipe",
                       file=sys.stderr)
                 return 1
-            answer = input(f"Wipe bookie data in {', '.join(holding)}? [y/N] ").strip().lower()
-            if answer not in ("y", "yes"):
+            if not ask(f"Wipe bookie data in {', '.join(holding)}? [y/N] "):
                 print("bookieformat: nothing changed", file=sys.stderr)
                 return 1
             force = True
@@ -340,4 +447,60 @@ def _bookieformat(args: argparse.Namespace) -> int:
         raise CliError(str(e)) from None
     print(f"bookieformat: wiped {len(wiped)} directories" if wiped else
           "bookieformat: nothing to wipe")
+    return 0
+
+
+def _import_store_modules(uri: str | None) -> None:
+    """Import what opening ``uri`` needs while the interpreter's files are still readable (a
+    tool that switches to the bookie's user does so after its imports)."""
+    from bookie.metadata import open_metadata  # noqa: F401
+    if uri and uri.startswith("lmdb"):
+        from bookie.metadata import embedded  # noqa: F401
+    elif uri:
+        from bookie.metadata import zk  # noqa: F401
+
+
+def _initbookie(args: argparse.Namespace) -> int:
+    """BookKeeper's ``initbookie``: stamp a new bookie's directories and store cookie."""
+    import orjson
+
+    from bookie.appliance.privileges import run_as_owner
+    from bookie.metadata import CookieNotFoundError, MetadataError, open_metadata
+    from bookie.storage import dirlock  # noqa: F401 - imported before the switch of user
+    from bookie.workers.config import BookieConfig, ConfigError, parse_overrides
+    from bookie.storage.layout import (
+        LayoutError, all_dirs, check_or_stamp, dirs_holding_data)
+    try:
+        conf = BookieConfig.load(args.conf, parse_overrides(args.set), check_dirs=False)
+        if not conf.metadata_uri:
+            raise CliError("initbookie needs the metadata store (metadataServiceUri): the "
+                           "cookie is kept there too")
+        if conf.bookie_port == 0:
+            raise CliError("initbookie needs the bookie's id: set bookiePort (0 picks a port "
+                           "at the first start)")
+        _import_store_modules(conf.metadata_uri)
+        run_as_owner(all_dirs(conf), "initbookie")
+        lock = dirlock.DirectoryLock.acquire(all_dirs(conf), purpose="initialise it")
+        try:
+            holding = dirs_holding_data(conf)
+            if holding:
+                raise CliError(f"{', '.join(holding)} hold bookie data already: this bookie "
+                               f"is initialised ('bookie shell bookieformat' wipes it)")
+            with open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s,
+                               zk_security=conf.zk_security) as store:
+                try:
+                    store.read_cookie(conf.bookie_id)
+                    raise CliError(f"{conf.bookie_id} has a cookie in the metadata store: "
+                                   f"another bookie uses this id ('bookie shell cookie_get "
+                                   f"{conf.bookie_id}')")
+                except CookieNotFoundError:
+                    pass
+                cookie = check_or_stamp(conf)
+                store.write_cookie(conf.bookie_id, orjson.dumps(cookie))
+        finally:
+            lock.release()
+    except (ConfigError, LayoutError, MetadataError, OSError) as e:
+        raise CliError(str(e)) from None
+    print(f"bookie {conf.bookie_id} initialised: {len(all_dirs(conf))} directories stamped, "
+          f"cookie written to the metadata store")
     return 0

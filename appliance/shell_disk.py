@@ -7,6 +7,9 @@
     lastmark               the LastLogMark of each ledger directory
     listfilesondisc        journal files, entry logs and the index, with sizes
     readledger             a ledger's entries, from this bookie's storage or through the client
+    readlogmetadata        an entry log's ledger map: the ledgers in it, their entries and bytes
+    activeledgers          the ledgers of one entry log that the metadata store still has
+    ledger                 a ledger's index: each entry's entry log, offset and length
 
 Each takes the bookie's configuration (``--conf FILE``, ``--set key=value``) to find its
 directories, prints text for people or one JSON document with ``--json``, and refuses a
@@ -24,7 +27,9 @@ import sys
 from typing import Any
 
 from bookie.appliance.errors import CliError
-from bookie.appliance.shell import _client_keys, _print_json, _zk_security, add_zk_auth_option
+from bookie.appliance.shell import (
+    _client_keys, _print_json, _zk_security, add_ledger_id_argument, add_zk_auth_option,
+    ledger_id_of, metadata_uri_arg)
 
 _DATA_PREVIEW = 48  # payload bytes shown per entry in text output
 
@@ -83,17 +88,31 @@ def register(commands: Any) -> None:
         "bookie's own storage (index and entry logs, no network); with --metadata URI, through "
         "the replication client (opened without recovery: nothing is fenced; entries up to the "
         "last-add-confirmed).", _readledger, selects_local_mode=True)
-    p.add_argument("ledger_id", metavar="LEDGER_ID", type=int)
+    add_ledger_id_argument(p)
     p.add_argument("--entry-from", "-firstentryid", type=int, default=0)
     p.add_argument("--entry-to", "-lastentryid", type=int, default=None,
                    help="last entry (default: the last one there is)")
-    p.add_argument("--metadata", metavar="URI", default=None,
+    p.add_argument("--metadata", metavar="URI", default=None, type=metadata_uri_arg,
                    help="read through the client from the bookies of this metadata store")
     p.add_argument("--password", default=None, help="the ledger's password (client mode)")
     add_zk_auth_option(p)
     p.add_argument("--data", action="store_true", help="show the bytes of each entry")
     from bookie.client import options as client_options
     client_options.add_arguments(p, set_flags=())  # --set is the bookie's key here (--conf mode)
+
+    p = disk_command("readlogmetadata", "Print an entry log's ledger map: each ledger with "
+                     "entries in it, their count and bytes.", _readlogmetadata)
+    _log_argument(p)
+    p = disk_command("activeledgers", "List the ledgers with entries in one entry log that the "
+                     "metadata store (the --conf file's) still has: what compaction would keep.",
+                     _activeledgers)
+    _log_argument(p)
+    p.add_argument("--timeout-s", type=float, default=10.0, help=argparse.SUPPRESS)
+    p = disk_command("ledger", "Print a ledger's index on this bookie: each entry's entry log, "
+                     "offset and length (BookKeeper's 'ledger' command).", _ledger_index)
+    add_ledger_id_argument(p)
+    p.add_argument("--meta", "-m", action="store_true",
+                   help="also the ledger's record in the index (fenced, key, LAC)")
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -148,8 +167,12 @@ class _Progress:
 # -- handlers ------------------------------------------------------------------------------------
 
 def _rebuild_index(args: argparse.Namespace) -> int:
+    from bookie.appliance.privileges import run_as_owner
+    from bookie.storage import dirlock  # noqa: F401 - imported before the switch of user
     from bookie.storage.index_rebuild import rebuild_index
+    from bookie.storage.layout import all_dirs
     conf = _conf(args)
+    run_as_owner(all_dirs(conf), "rebuild-index")
     progress = _Progress("rebuild-index")
     try:
         report = rebuild_index(conf, progress, fence_all=args.fence_all)
@@ -374,6 +397,7 @@ def _file(path: str) -> dict:
 
 
 def _readledger(args: argparse.Namespace) -> int:
+    args.ledger_id = ledger_id_of(args, "readledger")
     if args.metadata and (args.conf or args.set):
         raise CliError("readledger: give --metadata URI (through the client) or --conf FILE "
                        "(this bookie's storage), not both")
@@ -455,3 +479,114 @@ def _ledger_via_client(args: argparse.Namespace) -> list[dict]:
         from bookie.client.options import curve_hint
         hint = curve_hint(keys) if isinstance(e, BookKeeperError) else ""
         raise CliError(f"ledger {args.ledger_id}: {e}{hint}") from None
+
+
+# -- entry-log maps and the index of one ledger ---------------------------------------------------
+
+def _log_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("log", metavar="LOG", nargs="?", default=None,
+                   help="entry log id (hex as in the file name) or path")
+    p.add_argument("--log-id", "-logId", "-logid", dest="log_id", metavar="HEX", default=None,
+                   help="the entry log's id, as BookKeeper spells it")
+    p.add_argument("--log-filename", "-logFilename", "-filename", dest="log_filename",
+                   metavar="PATH", default=None, help="the entry log's path")
+
+
+def _ledger_map(args: argparse.Namespace) -> tuple[str, dict[int, list[int]]]:
+    """(path, {ledger_id: [entries, bytes]}) of the entry log the command names."""
+    from bookie.storage.inspect import EntryLogFile, InspectError
+    named = [x for x in (args.log, args.log_id, args.log_filename) if x]
+    if len(named) != 1:
+        raise CliError("name one entry log: LOG, -logId HEX or -logFilename PATH")
+    args.log = named[0]
+    path = _log_path(args)
+    try:
+        elog = EntryLogFile(path)
+    except (InspectError, OSError) as e:
+        raise CliError(str(e)) from None
+    ledgers: dict[int, list[int]] = {}
+    with elog:
+        for pos, rec in elog.records():
+            figures = ledgers.setdefault(rec.ledger_id, [0, 0])
+            figures[0] += len(rec.lengths)
+            figures[1] += int(rec.lengths.sum())
+    return path, ledgers
+
+
+def _readlogmetadata(args: argparse.Namespace) -> int:
+    path, ledgers = _ledger_map(args)
+    if args.json:
+        _print_json({"path": path, "ledgers": [{"ledger_id": k, "entries": v[0], "bytes": v[1]}
+                                               for k, v in sorted(ledgers.items())]})
+        return 0
+    print(f"entry log {path}: {len(ledgers)} ledgers, "
+          f"{sum(v[1] for v in ledgers.values())} bytes of entries")
+    for ledger_id, (entries, size) in sorted(ledgers.items()):
+        print(f"  ledger {ledger_id}: {entries} entries, {size} bytes")
+    return 0
+
+
+def _activeledgers(args: argparse.Namespace) -> int:
+    from bookie.metadata import MetadataError, NoSuchLedgerError, open_metadata
+    conf = _conf(args)
+    if not conf.metadata_uri:
+        raise CliError("activeledgers needs the metadata store: the --conf file names none "
+                       "(metadataServiceUri)")
+    path, ledgers = _ledger_map(args)
+    active = []
+    try:
+        with open_metadata(conf.metadata_uri, timeout_s=args.timeout_s,
+                           zk_security=conf.zk_security) as store:
+            for ledger_id in sorted(ledgers):
+                try:
+                    store.read_ledger(ledger_id)
+                except NoSuchLedgerError:
+                    continue
+                active.append(ledger_id)
+    except MetadataError as e:
+        raise CliError(str(e)) from None
+    if args.json:
+        _print_json({"path": path, "active": active,
+                     "deleted": sorted(set(ledgers) - set(active))})
+        return 0
+    if not active:
+        print(f"no active ledger in {path}")
+    for ledger_id in active:
+        print(ledger_id)
+    return 0
+
+
+def _ledger_index(args: argparse.Namespace) -> int:
+    from bookie.storage.inspect import IndexUnreadable, indexed_entries, open_index_readonly
+    ledger_id = ledger_id_of(args, "ledger")
+    conf = _conf(args)
+    try:
+        env, index = open_index_readonly(conf)
+    except IndexUnreadable as e:
+        raise CliError(str(e)) from None
+    try:
+        with env.begin() as txn:
+            if index.last_entry(txn, ledger_id) is None:
+                raise CliError(f"ledger {ledger_id}: this bookie holds no entry of it")
+            rows = [{"entry_id": e, "log_id": loc[0], "offset": loc[1], "length": loc[2]}
+                    for e, loc in indexed_entries(index, txn, ledger_id)]
+            record = _ledger_record(index, txn, ledger_id) if args.meta else None
+    finally:
+        env.close()
+    if args.json:
+        _print_json({"ledger_id": ledger_id, "entries": rows,
+                     **({"record": record} if args.meta else {})})
+        return 0
+    if args.meta:
+        print(f"ledger {ledger_id}: {record}")
+    for row in rows:
+        print(f"entry {row['entry_id']}: entry log {row['log_id']:x} offset {row['offset']} "
+              f"length {row['length']}")
+    return 0
+
+
+def _ledger_record(index, txn, ledger_id: int) -> dict:
+    """The index's record of the ledger (fenced, LAC...); its master key is never shown."""
+    record = index.get_ledger(txn, ledger_id) or {}
+    return {k: ("(held)" if "key" in k.lower() else v.hex() if isinstance(v, bytes) else v)
+            for k, v in record.items()}

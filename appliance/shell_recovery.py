@@ -9,7 +9,8 @@
     deleteledger LEDGER_ID [--force]                       remove a ledger
     simpletest [--ensemble-size E ...] [--entries N]       write and read N entries on the cluster
     bookiesanity [--bookie ID]                             write and read on this bookie only
-    bookieinfo                                             free / total disk per bookie
+    bookieinfo                                             free / total disk per bookie (exit
+                                                           status 1 if one does not answer)
     updatecookie --conf F [--list | --delete --force]      rewrite a stopped bookie's cookie
 
 Each takes ``--metadata URI`` or ``--conf FILE`` (a bookie's configuration) and ``--json``.
@@ -29,7 +30,8 @@ import time
 from typing import Callable
 
 from bookie.appliance.errors import CliError
-from bookie.appliance.shell import _client_keys, _print_json, _uri, _with_store
+from bookie.appliance.shell import (
+    _client_keys, _print_json, _uri, _with_store, _zk_security, ask)
 from bookie.client import options as client_options
 
 
@@ -55,6 +57,8 @@ def register(commands, metadata_command: Callable) -> None:
                          "ledgers reported as having lost entries.", _listunderreplicated)
     p.add_argument("--missing-replica", "-missingreplica", metavar="BOOKIE",
                    help="only ledgers missing a copy on this bookie")
+    p.add_argument("--print-missing-replica", "-printmissingreplica", action="store_true",
+                   help="BookKeeper's flag to show the missing copies: always shown here")
 
     p = metadata_command("autorecovery", "Enable, disable or show cluster-wide autorecovery.",
                          _autorecovery)
@@ -101,6 +105,18 @@ def register(commands, metadata_command: Callable) -> None:
     group.add_argument("--delete", "-delete", action="store_true",
                        help="remove the bookie's cookie from the store (with --force)")
     p.add_argument("--force", "-force", action="store_true")
+
+    p = metadata_command("expandstorage", "Add new, empty ledger or index directories to a "
+                         "stopped bookie: list them in its configuration first; its cookie (in "
+                         "its directories and the store) then names them.", _expandstorage)
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a key")
+
+
+def _expandstorage(args) -> int:
+    """``updatecookie`` limited to added directories (BookKeeper's ``expandstorage``)."""
+    args.list = args.delete = args.force = False
+    args.expand_only = True
+    return _updatecookie(args)
 
 
 def _batch_args(p: argparse.ArgumentParser) -> None:
@@ -320,11 +336,9 @@ def _deleteledger(args) -> int:
             store.read_ledger(ledger_id)
         except NoSuchLedgerError:
             raise CliError(f"no ledger {ledger_id}") from None
-        if not args.force:
-            answer = input(f"Delete ledger {ledger_id}? (y/N) ")
-            if answer.strip().lower() not in ("y", "yes"):
-                print("deleteledger: nothing changed", file=sys.stderr)
-                return 1
+        if not args.force and not ask(f"Delete ledger {ledger_id}? (y/N) "):
+            print(f"deleteledger: ledger {ledger_id} kept", file=sys.stderr)
+            return 1
         store.remove_ledger(ledger_id)
         if args.json:
             _print_json({"deleted": ledger_id})
@@ -442,9 +456,10 @@ def _bookieinfo(args) -> int:
                         rows.append({"bookie": bookie, "readonly": readonly, "error": str(e)})
         finally:
             bookies.close()
+        unanswered = [row["bookie"] for row in rows if "error" in row]
         if args.json:
             _print_json({"bookies": rows})
-            return 0
+            return 1 if unanswered else 0
         if not rows:
             print("no bookies registered")
         for row in rows:
@@ -454,11 +469,31 @@ def _bookieinfo(args) -> int:
             else:
                 print(f"{row['bookie']}{flag}: free {row['free_bytes'] / 2**30:.2f} GiB of "
                       f"{row['total_bytes'] / 2**30:.2f} GiB")
+        if unanswered:  # a registered bookie that does not answer is a failure to look at
+            print(f"bookieinfo: {len(unanswered)} of {len(rows)} bookies did not answer"
+                  f"{client_options.curve_hint(_client_keys(args))}", file=sys.stderr)
+            return 1
         return 0
     return _with_store(args, body)
 
 
 # -- cookies -----------------------------------------------------------------------------------
+
+def _check_expansion(old: dict, new: dict) -> None:
+    """expandstorage adds directories and changes nothing else."""
+    if old.get("bookie_id") != new.get("bookie_id"):
+        raise CliError(f"expandstorage adds directories only; the bookie id changes ("
+                       f"{old.get('bookie_id')} -> {new.get('bookie_id')}): use updatecookie")
+    if old.get("journal_dir") != new.get("journal_dir"):
+        raise CliError("expandstorage adds directories only; the journal directory changed")
+    for key in ("ledger_dirs", "index_dirs"):
+        gone = set(old.get(key) or []) - set(new.get(key) or [])
+        if gone:
+            raise CliError(f"expandstorage adds directories only; the configuration no longer "
+                           f"names {', '.join(sorted(gone))}")
+    if old.get("ledger_dirs") == new.get("ledger_dirs") and \
+            old.get("index_dirs") == new.get("index_dirs"):
+        raise CliError("expandstorage: the configuration names no new directory")
 
 def _updatecookie(args) -> int:
     """The cookie a bookie's configuration calls for now, written to its directories and the
@@ -473,9 +508,18 @@ def _updatecookie(args) -> int:
         current_dir, expected_cookie)
 
     if not args.conf:
-        raise CliError("updatecookie needs the bookie's configuration: --conf FILE")
+        raise CliError(f"{'expandstorage' if getattr(args, 'expand_only', False) else 'updatecookie'}"
+                       f" needs the bookie's configuration: --conf FILE")
+    from bookie.appliance.privileges import run_as_owner
+    from bookie.appliance.shell import _import_store_modules
+    from bookie.storage import dirlock  # noqa: F401 - imported before the switch of user
+
     conf = BookieConfig.load(args.conf, parse_overrides(args.set), check_dirs=False)
     dirs = all_dirs(conf)
+    if not args.list:
+        _import_store_modules(_uri(args))
+        _zk_security(args)  # the credentials file may be readable by root only: checked now
+        run_as_owner(dirs, "updatecookie")
     found = {d: _read_json(os.path.join(current_dir(d), "cookie")) for d in dirs}
     cookies = [c for c in found.values() if c]
     if not cookies:
@@ -484,6 +528,8 @@ def _updatecookie(args) -> int:
     if any(c.get("instance_id") != old.get("instance_id") for c in cookies):
         raise CliError("the directories hold cookies of different bookies; refusing")
     new = expected_cookie(conf, old.get("instance_id", ""))
+    if getattr(args, "expand_only", False):
+        _check_expansion(old, new)
 
     def body(store) -> int:
         old_id = old.get("bookie_id", "")

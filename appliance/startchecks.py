@@ -1,4 +1,5 @@
-"""Checks before a bookie starts: the ports it will listen on are free, its client sockets
+"""Checks before a bookie starts: its directories are its own to read and write, the ports it
+will listen on are free (and its user may bind them), its client sockets
 are not exposed beyond loopback without CURVE, and its HTTP admin API not beyond loopback
 without a token (unless the operator opted out).  A refusal is ``StartRefused``: one line, exit
 status 2."""
@@ -6,8 +7,11 @@ status 2."""
 from __future__ import annotations
 
 import errno
+import os
+import pwd
 import re
 import socket
+import stat
 
 from bookie.metadata.errors import AccessDeniedError
 from bookie.metadata.secret_file import MAX_SECRET_FILE_BYTES, read_private_file
@@ -64,10 +68,24 @@ def check_ports_free(conf: BookieConfig) -> None:
                 if e.errno == errno.EADDRNOTAVAIL:
                     raise StartRefused(f"listeningInterface={host} is not an address of this "
                                        f"host") from None
+                if e.errno in (errno.EACCES, errno.EPERM):
+                    raise StartRefused(
+                        f"permission denied binding {key}={port} on {host}: ports below "
+                        f"{_unprivileged_port_start()} need root or CAP_NET_BIND_SERVICE, and "
+                        f"the bookie runs as {_owner(os.geteuid())}; configure a port of "
+                        f"{_unprivileged_port_start()} or above") from None
                 busy.append(f"{key}={port}" + (f" ({what})" if what else ""))
     if busy:
         raise StartRefused(f"port in use on {host}: {', '.join(busy)}; stop what listens there "
                            f"or configure another port")
+
+
+def _unprivileged_port_start() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_unprivileged_port_start") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return 1024
 
 
 def is_loopback(host: str) -> bool:
@@ -159,3 +177,43 @@ def check_admin_security(conf: BookieConfig) -> tuple[bytes | None, tuple[str, s
     return None, ("warning", f"admin API beyond loopback without authentication "
                              f"(httpServerAllowUnauthenticated=true): anyone who reaches "
                              f"httpServerHost={host or '(all addresses)'} {changes}")
+
+
+def _owner(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def check_dirs_usable(conf: BookieConfig) -> None:
+    """Raise ``StartRefused`` naming the first file or directory under the bookie's directories
+    that this process may not read and write (a file left by a tool run as root, say), whose it
+    is, and the fix: a permission problem named as one, before any check reads the files and
+    takes the missing access for missing data."""
+    from bookie.storage.layout import all_dirs, current_dir
+
+    for top in all_dirs(conf):
+        pending = [current_dir(top)]
+        while pending:
+            path = pending.pop()
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            is_dir = stat.S_ISDIR(st.st_mode)
+            if not os.access(path, os.R_OK | os.W_OK | (os.X_OK if is_dir else 0)):
+                _refuse_permission(path, st, top)
+            if is_dir:
+                pending.extend(os.path.join(path, name) for name in os.listdir(path))
+
+
+def _refuse_permission(path: str, st: os.stat_result, top: str) -> None:
+    me = _owner(os.geteuid())
+    raise StartRefused(
+        f"permission denied: {path} is owned by {_owner(st.st_uid)} (mode "
+        f"{st.st_mode & 0o777:04o}) and the bookie runs as {me}: a tool run as another user "
+        f"wrote it; give the bookie's directories back to it (chown -R {me}: {top}) and run "
+        f"the shell's storage tools as {me}")

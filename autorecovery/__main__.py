@@ -15,6 +15,8 @@ def main(argv=None) -> int:
     p.add_argument("--ready-fd", type=int)
     args = p.parse_args(argv)
     conf = BookieConfig.load(args.conf, check_dirs=False)
+    from bookie.workers import logs
+    logs.install_library_logging()  # kazoo's records as log lines of the bookie's format
     from bookie.autorecovery.worker import main as run
     return run(conf, args.ready_fd)
 

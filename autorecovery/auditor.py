@@ -31,7 +31,7 @@ class Auditor:
         self.store = store
         self.ur = UnderReplication(store)
         self.membership = rules.Membership(delay_s, unseen_grace_s)
-        self.configured_delay_s = delay_s  # lostBookieRecoveryDelay; the cluster's stored one wins
+        self.configured_delay_s = float(delay_s)
         self.bookie_check_interval_s = bookie_check_interval_s
         self.log = log or (lambda event, **fields: None)
         self.clock = clock
@@ -52,8 +52,8 @@ class Auditor:
     def tick(self) -> bool:
         """One look at membership; a full pass when due.  Returns True if a pass ran."""
         now = self.clock()
-        stored = self.ur.lost_bookie_recovery_delay()  # PUT .../lost_bookie_recovery_delay
-        self.membership.delay_s = float(self.configured_delay_s if stored is None else stored)
+        set_in_store = self.ur.recovery_delay_s()  # lostbookierecoverydelay -set, over ours
+        self.membership.delay_s = self.configured_delay_s if set_in_store is None else set_in_store
         registered = self.registered()
         self.membership.observe(now, registered)
         lost = self.membership.lost(now)

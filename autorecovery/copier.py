@@ -22,6 +22,7 @@ from typing import NamedTuple
 import zmq
 
 from bookie import wire
+from bookie.client.connection import connect
 from bookie.wire import Flag, Op, Status
 
 
@@ -88,12 +89,7 @@ class Bookies:
         key = (bookie, int(read))
         sock = self._socks.get(key)
         if sock is None:
-            host, port = bookie.rsplit(":", 1)
-            sock = self.ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            if self.curve is not None:
-                self.curve.apply(sock, bookie)
-            sock.connect(f"tcp://{host}:{int(port) + int(read)}")
+            sock = connect(self.ctx, bookie, int(read), self.curve)
             self._socks[key] = sock
         return sock
 

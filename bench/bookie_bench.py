@@ -36,6 +36,7 @@ import numpy as np
 import zmq
 
 from bookie import wire
+from bookie.client.connection import connect, parse_bookie  # noqa: F401 - bench.cli checks --bookie with it
 from bookie.bench.report import NS_PER_S, Meter
 
 MASTER_KEY = b"bookie-bench-key-20b"  # any fixed 20 bytes
@@ -101,9 +102,21 @@ class Ledgers:
         self.acked_upto = {lid: -1 for lid in self.ids}
 
     @classmethod
-    def new(cls, count: int) -> "Ledgers":
-        """Random ledger ids, far from the small ids a metadata store hands out."""
-        return cls([int.from_bytes(os.urandom(7), "big") | (1 << 56) for _ in range(count)])
+    def new(cls, count: int, store=None, bookie: str = "") -> "Ledgers":
+        """``count`` ledgers for the run.  A bookie with a metadata store stores nothing under
+        an id the store does not know (bookie.core.ledgers): with ``store``, the ledgers are
+        created there (owned by the bench's key; ``drop`` removes them after the run, so the
+        bookie's GC reclaims their space); without one (a bookie run without a store), random
+        ids far from the small ids a store hands out."""
+        if store is None:
+            return cls([int.from_bytes(os.urandom(7), "big") | (1 << 56) for _ in range(count)])
+        from bookie.metadata.ledger import LedgerMetadata, make_key_check
+        meta = LedgerMetadata(1, 1, 1, key_check=make_key_check(MASTER_KEY), fragments=[(0, [bookie])])
+        return cls([store.create_ledger(meta)[0] for _ in range(count)])
+
+    def drop(self, store) -> None:
+        for ledger_id in self.ids:
+            store.remove_ledger(ledger_id)
 
 
 class AddPipeline:
@@ -170,8 +183,8 @@ class AddPipeline:
             return None
         if status not in (wire.Status.OK, wire.Status.TOO_MANY_REQUESTS):
             name = wire.Status(status).name if status in wire.Status._value2member_map_ else status
-            hint = (" (its GC dropped the made-up ledger, which the metadata store does not know: "
-                    "run against a bookie whose gcWaitTime is longer than the run)"
+            hint = (" (a bookie with a metadata store stores nothing under an id the store does "
+                    "not know: give the bench the bookie's store with --metadata URI)"
                     if name == "NO_LEDGER" else "")
             raise BenchError(f"the bookie answered {name} to an ADD of ledger {send.ledger_id}{hint}")
         if status == wire.Status.OK:
@@ -192,16 +205,9 @@ class BookieConnection:
     def __init__(self, ctx: zmq.Context, bookie: str, timeout_s: float, port_offset: int = 0,
                  curve=None):
         """``curve``: a ``bookie.client.auth.ClientCurve`` for a bookie that speaks CURVE."""
-        host, port = parse_bookie(bookie)
         self.bookie = bookie
         self.timeout_s = timeout_s
-        self.sock = ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        if curve is not None:
-            curve.apply(self.sock, bookie)
-        self.sock.setsockopt(zmq.SNDHWM, 0)
-        self.sock.setsockopt(zmq.RCVHWM, 0)
-        self.sock.connect(f"tcp://{host}:{port + port_offset}")
+        self.sock = connect(ctx, bookie, port_offset, curve, unbounded=True)
 
     def close(self) -> None:
         self.sock.close(0)
@@ -246,16 +252,6 @@ class BookieConnection:
                 return out
 
 
-def parse_bookie(bookie: str) -> tuple[str, int]:
-    """"host:port" -> (host, port).
-
-    Raises:
-        ValueError: not host:port with a port in 1..65534 (the read socket is port + 1).
-    """
-    host, sep, port = bookie.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65535:
-        raise ValueError(f"bookie address {bookie!r} is not host:port")
-    return host, int(port)
 
 
 def run_phase(conn: BookieConnection, batcher: EntryBatcher, meter: Meter, pipe: AddPipeline,
@@ -344,13 +340,16 @@ def disk_baseline(directory: str, count: int = 400, emit=None) -> dict:
         os.unlink(path)
 
 
-def run(params: dict, bookie: str, *, emit=None, data_dir: str | None = None) -> dict:
+def run(params: dict, bookie: str, *, emit=None, data_dir: str | None = None,
+        metadata_uri: str | None = None) -> dict:
     """The whole ``bench bookie`` run against ``bookie`` ("host:port").
 
     Args:
         params: the validated options (see ``bookie bench bookie --help``); recorded as given.
         emit: where progress lines go (None: quiet).
         data_dir: the bookie's data directory when it is local, for the host's disk figures.
+        metadata_uri: the bookie's metadata store, where the run's ledgers are created (and
+            removed after); None for a bookie run without a store.
     Returns:
         the result dict (see bench/README.md).
     Raises:
@@ -365,9 +364,13 @@ def run(params: dict, bookie: str, *, emit=None, data_dir: str | None = None) ->
     from bookie.client.config import ClientConfig
     curve = client_curve(ClientConfig.build(params.get("client_keys") or {}))
     conn = BookieConnection(ctx, bookie, params["timeout"], curve=curve)
+    store = ledgers = None
     try:
         host["bookie_info"] = conn.info()
-        ledgers = Ledgers.new(params["ledgers"])
+        if metadata_uri:
+            from bookie.metadata import open_metadata
+            store = open_metadata(metadata_uri, timeout_s=params["timeout"])
+        ledgers = Ledgers.new(params["ledgers"], store, bookie)
         phases = {}
         clock = time.monotonic_ns
         if params["sync_time"] > 0 and data_dir is not None:
@@ -391,6 +394,10 @@ def run(params: dict, bookie: str, *, emit=None, data_dir: str | None = None) ->
     finally:
         conn.close()
         ctx.term()
+        if store is not None:
+            if ledgers is not None:
+                ledgers.drop(store)
+            store.close()
     figures = {"entry_bytes": batcher.entry_size}
     return build_result("bookie", dict(params, bookie=bookie), phases, host=host,
                         started=started, figures=figures)

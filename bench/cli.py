@@ -137,6 +137,9 @@ def _register_bookie(tools) -> None:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--bookie", metavar="HOST:PORT", help="the bookie's add socket")
     _local(p, where, many=False)
+    p.add_argument("--metadata", metavar="URI",
+                   help="with --bookie: the bookie's metadata service, where the run creates its "
+                        "ledgers (removed after); a bookie with a store refuses ids it does not know")
     p.add_argument("--batch", type=int, default=100, metavar="N",
                    help="entries per ADD message in the pipelined phase (default 100)")
     p.add_argument("--window", type=int, default=16, metavar="N",
@@ -442,10 +445,13 @@ def _cmd_bookie(args) -> int:
     emit = progress_emitter(args)
     try:
         if args.bookie is not None:
-            result = bookie_bench.run(params, args.bookie, emit=emit)
+            result = bookie_bench.run(params, args.bookie, emit=emit, metadata_uri=args.metadata)
         else:
+            if args.metadata is not None:
+                raise BenchOptionError("--metadata goes with --bookie (--localbookie makes its own store)")
             with local_bookies(1, args.data_dir) as (lb, base):
-                result = bookie_bench.run(params, lb.bookies[0], emit=emit, data_dir=base)
+                result = bookie_bench.run(params, lb.bookies[0], emit=emit, data_dir=base,
+                                          metadata_uri=lb.metadata_uri)
     except bookie_bench.BenchError as e:
         raise BenchOptionError(str(e)) from None
     return finish(args, result)

@@ -20,7 +20,7 @@ import zmq.auth
 from bookie import wire
 from bookie.client.auth import ClientCurve
 from bookie.testing import LocalBookies
-from bookie.testing.rawclient import RawBookieClient, make_entry
+from bookie.testing.rawclient import RawBookieClient, create_ledgers, make_entry
 from bookie.wire import Op, Status
 
 WINDOW = 64  # requests in flight
@@ -72,6 +72,7 @@ def main(argv: list[str]) -> int:
             ledger = 1
             for r in range(rounds):
                 for name, ens, cc in (("plain", plain, None), ("curve", secured, curve)):
+                    create_ledgers(ens.metadata_uri, [ledger], KEY)  # bookies store only known ids
                     adds, reads = one_round(ens.bookies[0], cc, ledger, n)
                     ledger += 1
                     print(f"round {r} {name}: adds/s {adds:.0f} reads/s {reads:.0f} "

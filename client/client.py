@@ -83,6 +83,7 @@ class BookKeeper:
             batch_max_entries=cfg.addBatchMaxEntries, batch_max_bytes=cfg.addBatchMaxBytes,
             list_bookies=self._list_writable, write_metadata=write_metadata)
         self._io.curve = curve
+        self._io.pacer.retry_s = cfg.operationTimeout  # reads refused TOO_MANY_REQUESTS: retried
         self._runner = OpRunner(self._io, self._throttle, cfg.operationTimeout,
                                 cfg.speculativeReadTimeout / 1000.0)
         self._runner.metrics = self._metrics

@@ -38,8 +38,8 @@ from bookie.metadata.embedded_env import (
     node_key)
 from bookie.metadata.embedded_leases import LeaseRules, next_counter
 from bookie.metadata.errors import (
-    BadVersionError, CorruptMetadataError, MetadataError, NodeExistsError, NoSuchLedgerError,
-    NoSuchNodeError, NoSuchStoreError, NotEmptyError)
+    AccessDeniedError, BadVersionError, CorruptMetadataError, MetadataError, NodeExistsError,
+    NoSuchLedgerError, NoSuchNodeError, NoSuchStoreError, NotEmptyError)
 from bookie.metadata.ledger import LedgerMetadata
 from bookie.metadata.store import (
     LAYOUT, Cancel, MetadataStore, Watch, check_path)
@@ -83,6 +83,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._closed = False
         if not create and not os.path.isfile(os.path.join(path, DATA_FILE)):
             # Checked before LMDB opens anything: opening would create the file.
+            _refuse_if_not_ours(path)  # a store of another user is not a missing one
             raise NoSuchStoreError(f"lmdb://{path}", "no metadata store in that directory")
         if create:
             try:
@@ -544,3 +545,24 @@ class EmbeddedMetadataStore(MetadataStore):
                         log.warning("dropping metadata lease on close: %s", e)
             ENVIRONMENTS.release(self.path)
         self._closed = True
+
+
+def _refuse_if_not_ours(path: str) -> None:
+    """Raise ``AccessDeniedError`` when ``path`` exists but this user may not enter it (the
+    bookie's store, 0700, opened by another user): named as a permission problem, with the user
+    to run as, rather than as a store that does not exist."""
+    import pwd
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    if os.access(path, os.R_OK | os.X_OK):
+        return
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        owner = f"uid {st.st_uid}"
+    raise AccessDeniedError(f"lmdb://{path}: permission denied: the metadata store is {owner}'s "
+                            f"(mode {st.st_mode & 0o777:04o}); run this as {owner} "
+                            f"(sudo -u {owner} ...)")

@@ -16,9 +16,9 @@ ZooKeeper and the embedded store behave the same, and the contract suite runs on
     /underreplication/disable                 present: autorecovery is disabled cluster-wide
                                               (auditor and workers idle; marks are kept)
     /underreplication/triggeraudit            its version grows by one per ``triggeraudit``
-    /underreplication/lostbookierecoverydelay persistent; JSON {"delay_seconds": N}: the
-                                              lostBookieRecoveryDelay an operator set for the
-                                              cluster (admin API), over each bookie's own
+    /underreplication/lostBookieRecoveryDelay the cluster's lostBookieRecoveryDelay in seconds
+                                              (``bookie shell lostbookierecoverydelay -set N``),
+                                              over each auditor's configured one; absent: theirs
     /underreplication/lost/{ledger_id}        persistent; the auditor found entries with no
                                               live copy.  Written once, so a ledger is reported
                                               once however often the auditor changes.
@@ -43,7 +43,7 @@ LOCKS = UNDERREPLICATION + "/locks"
 ELECTION = UNDERREPLICATION + "/auditorelection"
 DISABLE = UNDERREPLICATION + "/disable"
 TRIGGER = UNDERREPLICATION + "/triggeraudit"
-DELAY = UNDERREPLICATION + "/lostbookierecoverydelay"  # JSON {"delay_seconds": N}
+DELAY = UNDERREPLICATION + "/lostBookieRecoveryDelay"
 LOST = UNDERREPLICATION_LOST  # MARKS and LOST are data (see store.py); the others coordinate
 
 
@@ -222,6 +222,32 @@ class UnderReplication:
         version = self.store.exists(TRIGGER)
         return -1 if version is None else version
 
+    def recovery_delay_s(self) -> int | None:
+        """The cluster-wide lostBookieRecoveryDelay (seconds) set in the store, or None."""
+        try:
+            data, _ = self.store.get(DELAY)
+        except NoSuchNodeError:
+            return None
+        try:
+            return int(data.decode())
+        except ValueError:
+            return None
+
+    def set_recovery_delay_s(self, delay_s: int) -> None:
+        """Set the cluster-wide lostBookieRecoveryDelay; every auditor uses it from its next
+        look at membership."""
+        data = str(int(delay_s)).encode()
+        while True:
+            try:
+                self.store.set(DELAY, data, None)
+                return
+            except NoSuchNodeError:
+                try:
+                    self.store.create(DELAY, data)
+                    return
+                except NodeExistsError:
+                    continue
+
     # -- lost data ---------------------------------------------------------------------------
 
     def report_lost(self, ledger_id: int, detail: dict) -> bool:
@@ -240,30 +266,3 @@ class UnderReplication:
             self.store.delete(join(LOST, str(int(ledger_id))))
         except NoSuchNodeError:
             pass
-
-    # -- the cluster's lostBookieRecoveryDelay (set through the admin API) ---------------------
-
-    def lost_bookie_recovery_delay(self) -> int | None:
-        """The delay (s) an operator stored for the whole cluster, or None (each auditor then
-        uses its bookie's configured lostBookieRecoveryDelay)."""
-        try:
-            data, _ = self.store.get(DELAY)
-        except NoSuchNodeError:
-            return None
-        delay = _load(data).get("delay_seconds")
-        return delay if isinstance(delay, int) and not isinstance(delay, bool) and delay >= 0 \
-            else None
-
-    def set_lost_bookie_recovery_delay(self, delay_s: int) -> None:
-        """Store the cluster's delay (s); every auditor uses it from its next tick."""
-        data = orjson.dumps({"delay_seconds": int(delay_s)})
-        while True:
-            try:
-                self.store.set(DELAY, data, None)
-                return
-            except NoSuchNodeError:
-                try:
-                    self.store.create(DELAY, data)
-                    return
-                except NodeExistsError:
-                    continue

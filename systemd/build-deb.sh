@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Build the appliance's Debian package from this checkout:
 #
-#   bash systemd/build-deb.sh            ->  dist/bookie_<version>_<arch>.deb
+#   bash systemd/build-deb.sh            ->  dist/bookie_<version>+b<UTC time>_<arch>.deb
+#
+# The version is pyproject.toml's (the project's one version) with a build suffix every later
+# build sorts above (systemd/deb-version.sh), so installing a rebuild upgrades.
 #
 # What goes in it:
 #   /opt/bookie                      a virtual environment of Debian's python3.11 holding the
@@ -9,7 +12,10 @@
 #   /usr/bin/bookie                  -> /opt/bookie/bin/bookie
 #   /etc/bookie/bookie.conf          conffile, from systemd/bookie.conf.example
 #   /lib/systemd/system/bookie.service
-#   /usr/share/doc/bookie/           README.md and docs/*.md
+#   /usr/share/doc/bookie/           README.md, docs/*.md, docs/prometheus/alerts.yml, the
+#                                    copyright file and the changelog
+#   /usr/share/man/man1/bookie.1.gz  the man page, made from the command's own --help
+#   /usr/share/lintian/overrides/bookie   why the /opt/bookie environment is as it is
 # and the maintainer scripts in systemd/debian/ (bookie user, /var/lib/bookie/{journal,ledgers},
 # the embedded metadata store; remove keeps the data, purge deletes it).
 #
@@ -38,9 +44,10 @@ python_package=python$("$python" -c 'import sys; print("%d.%d" % sys.version_inf
 dpkg -s "$python_package" >/dev/null 2>&1 \
     || die "$python is not Debian's $python_package (apt-get install $python_package)"
 
-version=$(sed -n 's/^version *= *"\([^"]*\)".*/\1/p' "$src/pyproject.toml" | head -n 1)
-[ -n "$version" ] || die "no version in pyproject.toml"
+version=$(bash "$src/systemd/deb-version.sh") || die "no version in pyproject.toml"
 arch=$(dpkg --print-architecture)
+# Who answers for the package (debian/control's Maintainer and the changelog's trailer).
+maintainer=${BOOKIE_DEB_MAINTAINER:-Bookie appliance maintainers <bookie@packages.invalid>}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/bookie-deb.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -77,11 +84,23 @@ if grep -rlI -- "$work" "$venv/bin" "$venv/pyvenv.cfg"; then
 fi
 
 install -d "$root/usr/bin" "$root/etc/bookie" "$root/lib/systemd/system" \
-    "$root/usr/share/doc/bookie"
+    "$root/usr/share/doc/bookie/prometheus" "$root/usr/share/man/man1" \
+    "$root/usr/share/lintian/overrides"
 ln -s "$prefix/bin/bookie" "$root/usr/bin/bookie"
 install -m 0644 "$src/systemd/bookie.conf.example" "$root/etc/bookie/bookie.conf"
 install -m 0644 "$src/systemd/bookie.service" "$root/lib/systemd/system/bookie.service"
 install -m 0644 "$src/README.md" "$src"/docs/*.md "$root/usr/share/doc/bookie/"
+install -m 0644 "$src/docs/prometheus/alerts.yml" "$root/usr/share/doc/bookie/prometheus/"
+install -m 0644 "$src/systemd/debian/copyright" "$root/usr/share/doc/bookie/copyright"
+sed -e "s/@VERSION@/$version/" -e "s/@MAINTAINER@/$maintainer/" \
+    -e "s/@DATE@/$(date -u -R)/" "$src/systemd/debian/changelog.in" \
+    | gzip -9n > "$root/usr/share/doc/bookie/changelog.gz"
+chmod 0644 "$root/usr/share/doc/bookie/changelog.gz"
+# The man page from the program's own help, as the installed program prints it.
+(cd / && COLUMNS=80 "$venv/bin/python" -B "$src/systemd/manpage.py" "$version") \
+    | gzip -9n > "$root/usr/share/man/man1/bookie.1.gz"
+chmod 0644 "$root/usr/share/man/man1/bookie.1.gz"
+install -m 0644 "$src/systemd/debian/lintian-overrides" "$root/usr/share/lintian/overrides/bookie"
 
 install -d -m 0755 "$root/DEBIAN"
 install -m 0644 "$src/systemd/debian/conffiles" "$root/DEBIAN/conffiles"
@@ -89,7 +108,8 @@ install -m 0755 "$src/systemd/debian/postinst" "$src/systemd/debian/prerm" \
     "$src/systemd/debian/postrm" "$root/DEBIAN/"
 installed_kb=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 sed -e "s/@VERSION@/$version/" -e "s/@ARCH@/$arch/" -e "s/@PYTHON_PACKAGE@/$python_package/" \
-    -e "s/@INSTALLED_SIZE@/$installed_kb/" "$src/systemd/debian/control.in" \
+    -e "s/@INSTALLED_SIZE@/$installed_kb/" -e "s/@MAINTAINER@/$maintainer/" \
+    "$src/systemd/debian/control.in" \
     > "$root/DEBIAN/control"
 
 mkdir -p "$src/dist"

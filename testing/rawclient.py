@@ -18,6 +18,7 @@ import orjson
 import zmq
 
 from bookie import wire
+from bookie.client.connection import ADD, READ, connect
 from bookie.wire import Flag, Op, Status
 
 
@@ -29,16 +30,10 @@ class RawBookieClient:
     def __init__(self, bookie_id: str, timeout_s: float = 10.0, ctx: zmq.Context | None = None,
                  curve=None):
         """``curve``: a ``bookie.client.auth.ClientCurve`` to speak CURVE with the bookie."""
-        host, port = bookie_id.rsplit(":", 1)
         self.ctx = ctx or zmq.Context.instance()
         self.timeout_ms = int(timeout_s * 1000)
-        self.add_sock = self.ctx.socket(zmq.DEALER)
-        self.read_sock = self.ctx.socket(zmq.DEALER)
-        for s, p in ((self.add_sock, int(port)), (self.read_sock, int(port) + 1)):
-            s.setsockopt(zmq.LINGER, 0)
-            if curve is not None:
-                curve.apply(s, bookie_id)
-            s.connect(f"tcp://{host}:{p}")
+        self.add_sock = connect(self.ctx, bookie_id, ADD, curve)
+        self.read_sock = connect(self.ctx, bookie_id, READ, curve)
         self._ids = itertools.count(1)
 
     def close(self) -> None:

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # The README's test command: set up a bare machine, then run the default suite.
 # The long crash rounds are opt-in:  bash tests/run.sh -m crash
+# BOOKIE_SKIP_SETUP=1 skips the setup (a machine already set up); PYTHON picks the interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tests/setup.sh
-exec python3 -m pytest -q "$@"
+[ "${BOOKIE_SKIP_SETUP:-0}" = 1 ] || bash tests/setup.sh
+# One -q whoever asks: pytest's -qq would drop the final "N passed" line.
+quiet=(-q)
+for arg in "$@"; do
+  case $arg in -q|--quiet) quiet=() ;; esac
+done
+exec "${PYTHON:-python3}" -m pytest "${quiet[@]}" "$@"

@@ -11,6 +11,7 @@ import importlib
 import os
 import sys
 
+from bookie.workers import logs
 from bookie.workers.config import BookieConfig
 from bookie.workers.common import WorkerContext, raise_open_files_limit
 
@@ -29,6 +30,7 @@ def main(argv=None) -> int:
     p.add_argument("--run-dir", required=True)
     p.add_argument("--ready-fd", type=int)
     args = p.parse_args(argv)
+    logs.install_library_logging()  # kazoo's records as log lines of the worker's format
     os.umask(0o077)  # as the supervisor's: what a worker creates is the bookie user's alone
     raise_open_files_limit()  # client connections are descriptors (capped: maxClientConnections)
     conf = BookieConfig.load(args.conf, check_dirs=False)

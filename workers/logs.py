@@ -232,3 +232,22 @@ def install_logging(logger_name: str = "bookie") -> None:
     logger.addHandler(handler)
     logger.setLevel({10: logging.DEBUG, 20: logging.INFO, 30: logging.WARNING}.get(current_level(), logging.ERROR))
     logger.propagate = False
+
+
+# Libraries whose records become log lines of ours (their own level), instead of Python's
+# last-resort handler writing them as plain text (kazoo's "Connection dropped", say) between the
+# logfmt or JSON lines of a bookie.
+LIBRARY_LOGGERS = {"kazoo": logging.WARNING}
+
+
+def install_library_logging() -> None:
+    """Send the libraries' records (``LIBRARY_LOGGERS``) to stderr as this module's lines."""
+    for name, level in LIBRARY_LOGGERS.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(h.formatter, LineFormatter) for h in logger.handlers):
+            handler = _StderrHandler()
+            handler.setFormatter(LineFormatter())
+            logger.addHandler(handler)
+            logger.propagate = False
+        if logger.level == logging.NOTSET or logger.level < level:
+            logger.setLevel(level)

@@ -51,7 +51,6 @@ SPECS: tuple[Spec, ...] = (
     Spec("bookie_add_bytes_total", "counter", "Bytes of entries accepted by the add worker.", (), "BOOKIE_ADD_ENTRY_BYTES", "add"),
     Spec("bookie_add_pending", "gauge", "Adds placed in the ring and waiting for the journal to make them durable.", (), "JOURNAL_QUEUE_SIZE (in requests)", "add"),
     Spec("bookie_checkpoint_seconds", "histogram", "Duration of a checkpoint: fdatasync the entry logs, sync the index, persist LastLogMark.", (), "", "add"),
-    Spec("bookie_ledgers_reclaimed_total", "counter", "Ledger ids taken back for their writer: another key held the id here, and the metadata store's key check named the writer (what the other key put there is purged).", (), "", "add"),
     Spec("bookie_fences_total", "counter", "Fence records journaled for the read worker.", (), "", "add"),
     Spec("bookie_requests_total", "counter", "Requests answered, by operation (ADD, READ, READ_LAC, WRITE_LAC, INFO, FENCE) and status (OK or the error's name).", ("op", "status"), "ADD_ENTRY_REQUEST / READ_ENTRY_REQUEST (success and failure)", "add, read"),
     Spec("bookie_replies_dropped_total", "counter", "Answers that could not be sent (the client's queue was full or it was gone).", (), "", "add, read"),
@@ -74,7 +73,6 @@ SPECS: tuple[Spec, ...] = (
     # -- GC worker -------------------------------------------------------------------------------
     Spec("bookie_gc_runs_total", "counter", "Garbage collection passes completed.", (), "", "gc"),
     Spec("bookie_gc_deleted_ledgers_total", "counter", "Ledgers dropped from the index because the metadata store no longer has them.", (), "", "gc"),
-    Spec("bookie_gc_purged_ledgers_total", "counter", "Ledgers purged from the index (no tombstone) because the metadata store never created their id: squatted or mistaken requests.", (), "", "gc"),
     Spec("bookie_gc_deleted_entry_logs_total", "counter", "Entry logs deleted because nothing live was left in them.", (), "", "gc"),
     Spec("bookie_ledgers", "gauge", "Ledgers this bookie holds (in its index), as of the last GC pass.", (), "ACTIVE_LEDGER_COUNT", "gc"),
     Spec("bookie_entry_logs", "gauge", "Entry log files on the ledger disks, as of the last GC pass.", (), "ACTIVE_ENTRY_LOG_COUNT", "gc"),
@@ -129,7 +127,6 @@ STAT_METRICS = {
     "journal_position_bytes": "bookie_journal_position_bytes",
     "gc_runs_total": "bookie_gc_runs_total",
     "gc_deleted_ledgers_total": "bookie_gc_deleted_ledgers_total",
-    "gc_purged_ledgers_total": "bookie_gc_purged_ledgers_total",
     "gc_deleted_logs_total": "bookie_gc_deleted_entry_logs_total",
     "ledgers": "bookie_ledgers",
     "entry_logs": "bookie_entry_logs",
@@ -275,6 +272,75 @@ class LocalCounter:
         counts, self.counts = self.counts, {}
         for labels, n in counts.items():
             (self._counter.labels(*labels) if labels else self._counter).inc(n)
+
+
+# Documented label values a family carries from the first scrape (zero until counted).
+REQUEST_OPS = ("ADD", "READ", "READ_LAC", "WRITE_LAC", "INFO", "FENCE")
+DOCUMENTED_LABELS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "bookie_requests_total": tuple((op, "OK") for op in REQUEST_OPS),
+}
+
+
+def family_name(spec: Spec) -> str:
+    """The name prometheus_client gives the family of ``spec`` (a counter's without _total)."""
+    return spec.name[:-len("_total")] if spec.kind == "counter" else spec.name
+
+
+def zero_family(spec: Spec, label_values=()):
+    """A family of ``spec`` with one zero sample per label set in ``label_values`` (one
+    unlabelled sample when the spec has no labels)."""
+    from prometheus_client.core import (
+        CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily)
+
+    labels = list(spec.labels) or None
+    sets = list(label_values) if spec.labels else [()]
+    if spec.kind == "counter":
+        family = CounterMetricFamily(family_name(spec), spec.meaning, labels=labels)
+        for values in sets:
+            family.add_metric(list(values), 0)
+    elif spec.kind == "gauge":
+        family = GaugeMetricFamily(spec.name, spec.meaning, labels=labels)
+        for values in sets:
+            family.add_metric(list(values), 0)
+    else:
+        family = HistogramMetricFamily(spec.name, spec.meaning, labels=labels)
+        buckets = [(repr(float(b)), 0) for b in spec.buckets] + [("+Inf", 0)]
+        for values in sets:
+            family.add_metric(list(values), buckets, 0)
+    return family
+
+
+class FromFirstScrape:
+    """Wraps the collector of the workers' figures so that every family of ``SPECS`` a worker
+    produces is exported from the first scrape on, with every documented label value: zero
+    until its first event (an alert on ``increase(bookie_internal_errors_total[5m])`` fires on
+    the first error, not the second; a dashboard shows 0, not "no data").
+
+    A worker's families appear in its multiprocess files only once it touches them, and some
+    (compaction, autorecovery) wait for their first pass; what no process has written yet is
+    zero by definition: nothing was counted, no pass ran.  The supervisor's own families come
+    from its collector, always.
+    """
+
+    def __init__(self, inner, specs: tuple[Spec, ...] = SPECS):
+        self.inner = inner
+        self.specs = [s for s in specs if s.source != "supervisor"]
+
+    def collect(self):
+        seen = {}
+        for family in self.inner.collect():
+            seen[family.name] = family
+        for spec in self.specs:
+            family = seen.get(family_name(spec))
+            documented = DOCUMENTED_LABELS.get(spec.name, ())
+            if family is None:
+                seen[family_name(spec)] = zero_family(spec, documented)
+                continue
+            present = {tuple(s.labels.get(k, "") for k in spec.labels) for s in family.samples}
+            missing = [v for v in documented if v not in present]
+            if missing:
+                family.samples.extend(zero_family(spec, missing).samples)
+        yield from seen.values()
 
 
 def metrics_markdown() -> str:

@@ -280,9 +280,14 @@ class LedgerWriter:
                 f"recovery; unconfirmed adds may or may not be in it - open the ledger to see",
                 ledger_id=lid)
         if status == Status.UNAUTHORIZED:
+            # The password was checked against the ledger's metadata when it was created or
+            # opened: a refusal here is the bookie's, of this client or of this key.
             return UnauthorizedError(
-                f"bookie {bookie} refused the master key of ledger {lid}: wrong password",
-                ledger_id=lid)
+                f"bookie {bookie} refused adds to ledger {lid} (UNAUTHORIZED) although the "
+                f"password matches the ledger's metadata: the bookie speaks CURVE and enrols "
+                f"this client's key as a reader only (adds need the key in its "
+                f"curveClientKeysDirectory/writer/), or it holds ledger {lid} under another "
+                f"password", ledger_id=lid)
         return BookieError(f"bookie {bookie} rejected adds to ledger {lid} with status "
                            f"{Status(status).name} (entry too large for the bookie's "
                            f"nettyMaxFrameSizeBytes, or a client/bookie version mismatch)",
@@ -314,7 +319,10 @@ class LedgerWriter:
                 f"ledger {self.ledger_id}: bookie(s) {failed} failed and only "
                 f"{len(set(writable) - set(self.ensemble))} writable bookie(s) outside the "
                 f"ensemble are registered to replace them; start more bookies or make them "
-                f"writable", ledger_id=self.ledger_id))
+                f"writable (a bookie that runs but never answers this client speaks CURVE and "
+                f"does not admit it: set the client's curveSecretKeyFile and curveServerKeys, "
+                f"and enrol its public key in the bookie's curveClientKeysDirectory)",
+                ledger_id=self.ledger_id))
         short = self.placement and self.placement.short_of(new_info.last_ensemble,
                                                            self.info.write_quorum)
         if short:

@@ -56,18 +56,24 @@ def run_tool(capsys, *argv) -> tuple[int, dict, str]:
 
 @pytest.fixture(scope="module")
 def three_bookies():
-    # bench bookie writes ledgers the metadata store does not know: the bookies' GC must not run
-    # during the module, or it drops them (rightly) under the tool.
-    with LocalBookies(3, conf={"gcWaitTime": str(3600 * 1000)}) as ens:
+    with LocalBookies(3) as ens:
         yield ens
 
 
 def test_bench_bookie_end_to_end(capsys, three_bookies, tmp_path):
     results = tmp_path / "results.jsonl"
+    from bookie.metadata import open_metadata
+    with open_metadata(three_bookies.metadata_uri) as store:
+        before = set(store.list_ledgers())
     rc, result, err = run_tool(capsys, "bookie", "--bookie", three_bookies.bookies[0],
+                               "--metadata", three_bookies.metadata_uri,
                                "--time", "1", "--sync-time", "0.3", "--warmup-messages", "200",
                                "--json-out", str(results))
     assert rc == 0
+    # the run's ledgers were created in the store (a bookie stores nothing under ids it does
+    # not know) and removed after it
+    with open_metadata(three_bookies.metadata_uri) as store:
+        assert set(store.list_ledgers()) == before
     assert_documented_fields(result)
     sync, pipelined = result["phases"]["sync"], result["phases"]["pipelined"]
     assert sync["ops"] > 0 and pipelined["ops"] > 0 and pipelined["errors"] == 0

@@ -117,12 +117,12 @@ def test_lost_bookie_recovery_delay_is_read_and_set_cluster_wide(ens, ur):
     assert call(ens, "GET", path) == (200, {"delay_seconds": 3600, "source": "configuration"})
     assert call(ens, "PUT", path, b'{"delay_seconds": 7}') == \
         (200, {"delay_seconds": 7, "source": "metadata store"})
-    assert ur.lost_bookie_recovery_delay() == 7
+    assert ur.recovery_delay_s() == 7
     assert call(ens, "GET", path, i=1) == (200, {"delay_seconds": 7, "source": "metadata store"})
     for bad in (b'{"delay_seconds": -1}', b'{"delay_seconds": "7"}', b'{"delay": 7}', b"[]"):
         status, doc = call(ens, "PUT", path, bad)
         assert status == 400 and "delay_seconds" in doc["error"] or "JSON" in doc["error"], bad
-    ur.set_lost_bookie_recovery_delay(3600)
+    ur.set_recovery_delay_s(3600)
 
 
 @pytest.mark.autorecovery_slow  # kills a bookie and waits for the heal (about 20 s)

@@ -7,7 +7,9 @@ installed unit's ExecStart as the ``bookie`` user with the installed configurati
 emulation of the unit's file-system sandbox), a smoke write/read through the installed client;
 where systemd-nspawn is installed, the unit under a real systemd in a container (serve, restart
 after SIGKILL, clean stop); reinstall, remove (data kept), purge (data gone).
-``BOOKIE_DEB=path/bookie_<version>_<arch>.deb`` skips the build.
+``BOOKIE_DEB=path/bookie_<version>_<arch>.deb`` skips the build. The round also runs lintian
+on the package (no error, no warning), checks its version (the project's, with the build
+suffix), and removes it while a bookie started by hand runs (prerm stops it).
 """
 
 from __future__ import annotations
@@ -276,7 +278,7 @@ def machine_for_the_package():
     """This machine, checked fit for a package round and held for it alone; the package is
     purged afterwards, whatever happened."""
     assert os.geteuid() == 0, "installing a package needs root"
-    for tool in ("dpkg-deb", "apt-get", "runuser", "systemd-analyze"):
+    for tool in ("dpkg-deb", "apt-get", "runuser", "systemd-analyze", "lintian"):
         assert shutil.which(tool), f"{tool} missing: run tests/setup.sh"
     with open("/run/lock/bookie-package-test.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -302,6 +304,16 @@ def test_the_package_installs_serves_a_client_and_purges_its_data(machine_for_th
     assert re.fullmatch(r"bookie_[0-9][^_]*_[a-z0-9]+\.deb", os.path.basename(deb))
     info = sh(["dpkg-deb", "--field", deb, "Depends"]).stdout
     assert "python3.11" in info and "adduser" in info
+    # The project's one version with the build suffix a later build sorts above.
+    with open(os.path.join(REPO, "pyproject.toml")) as f:
+        version = re.search(r'^version *= *"([^"]+)"', f.read(), re.M).group(1)
+    assert sh(["dpkg-deb", "--field", deb, "Version"]).stdout.strip().startswith(version + "+b")
+    # lintian: no error and no warning (the /opt/bookie environment is overridden, with why).
+    r = sh(["lintian", "--fail-on", "error,warning", "--suppress-tags", "unused-override",
+            deb], check=False, timeout_s=900)
+    print(r.stdout + r.stderr)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert not re.search(r"^[EW]: ", r.stdout, re.M), r.stdout
 
     # Install: the user, the directories, the store, the unit; nothing enabled or started.
     r = sh([*APT, "install", os.path.abspath(deb)], env=APT_ENV)
@@ -317,7 +329,9 @@ def test_the_package_installs_serves_a_client_and_purges_its_data(machine_for_th
     with open(CONF_EXAMPLE, encoding="utf-8") as f, open("/etc/bookie/bookie.conf") as g:
         assert f.read() == g.read()
     assert not os.path.exists("/etc/systemd/system/multi-user.target.wants/bookie.service")
-    sh(["/usr/bin/bookie", "--version"])  # the package's command, whatever else is on PATH
+    # the package's command, whatever else is on PATH, reports the project's one version
+    assert sh(["/usr/bin/bookie", "--version"]).stdout.strip() == f"bookie {version}"
+    assert os.path.exists("/usr/share/man/man1/bookie.1.gz")
 
     # The installed unit passes verify (its ExecStart exists now) and keeps its score.
     r = sh(["systemd-analyze", "verify", "/lib/systemd/system/bookie.service"])
@@ -381,8 +395,20 @@ def test_the_package_installs_serves_a_client_and_purges_its_data(machine_for_th
     assert sh(["runuser", "-u", "bookie", "--", "bookie", "shell", "listledgers", "--metadata",
                conf.metadata_uri]).stdout.split() == instance and "0" in instance
 
+    # Remove while a bookie started by hand runs (no systemd): prerm stops it through its
+    # directory lock before the program goes, cleanly.
+    with open(log_path, "wb") as log:
+        by_hand = subprocess.Popen(["runuser", "-u", "bookie", "--", *exec_start], stdout=log,
+                                   stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+                                   preexec_fn=lambda: os.umask(0o077))
+    deadline = time.monotonic() + 120
+    while b"supervisor: bookie serving" not in open(log_path, "rb").read():
+        assert by_hand.poll() is None and time.monotonic() < deadline, open(log_path).read()
+        time.sleep(0.2)
+    r = sh([*APT, "remove", "bookie"], env=APT_ENV)
+    assert "stopping the bookie" in r.stdout + r.stderr
+    assert by_hand.wait(60) == 0 and "bookie stopped" in open(log_path).read()
     # Remove: the program goes, the data and the configuration stay.
-    sh([*APT, "remove", "bookie"], env=APT_ENV)
     assert installed_state() == "rc"
     assert not os.path.exists("/opt/bookie") and not os.path.lexists("/usr/bin/bookie")
     assert os.path.exists(f"{DATA}/metadata/data.mdb")

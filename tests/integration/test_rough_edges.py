@@ -1,0 +1,97 @@
+"""The operator's rough edges (issue 25, finding 8), each against the real command or bookie:
+Ctrl-C in the first moments of ``bookie run``, kazoo's lines under ``--log-format json``, an
+entry that is not bytes, ``bookie shell --help`` in plain text, and ``tests/run.sh -q`` printing
+its pass count.  (EOF at the deleteledger prompt: test_bookkeeper_verbs.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bookie.client import BookKeeper
+from bookie.client.errors import InvalidArgumentError
+from bookie.testing import LocalBookies
+from bookie.workers.common import free_port_pair
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def bookie_run(tmp_path, *extra: str) -> subprocess.Popen:
+    port = free_port_pair("127.0.0.1")
+    return subprocess.Popen(
+        [sys.executable, "-m", "bookie", "run", "--set", f"journalDirectory={tmp_path}",
+         "--set", f"ledgerDirectories={tmp_path}", "--set", f"bookiePort={port}", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture(scope="module")
+def interpreter_start_s() -> float:
+    """How long this interpreter takes to start (its site imports) before any code of the
+    bookie runs: a Ctrl-C in that time is Python's own start-up failing, not the command's."""
+    slowest = 0.0
+    for _ in range(3):
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, "-c", "pass"], check=True, timeout=60)
+        slowest = max(slowest, time.monotonic() - t0)
+    return slowest * 1.5
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.05, 0.15, 0.3, 0.6])
+def test_ctrl_c_early_in_bookie_run_stops_without_a_traceback(tmp_path, delay_s,
+                                                             interpreter_start_s):
+    proc = bookie_run(tmp_path)
+    time.sleep(interpreter_start_s + delay_s)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err, err[-3000:]
+    # 130: interrupted before the bookie's own handler; 0: stopped cleanly by it;
+    # -2: before the interpreter installed any handler at all (nothing printed either way)
+    assert proc.returncode in (0, 130, -signal.SIGINT), (proc.returncode, err[-3000:])
+
+
+def test_kazoos_lines_are_json_under_log_format_json(tmp_path):
+    dead = free_port_pair("127.0.0.1")
+    proc = bookie_run(tmp_path, "--log-format", "json", "--set",
+                      f"metadataServiceUri=zk://127.0.0.1:{dead}/ledgers", "--set", "zkTimeout=1500")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err[-3000:]
+    lines = err.splitlines()
+    docs = [json.loads(line) for line in lines]  # every line, kazoo's too
+    assert any(d["process"].startswith("kazoo") for d in docs), err[-3000:]
+    assert any(d["event"] == "refusing to start" for d in docs)
+
+
+def test_an_entry_that_is_not_bytes_is_a_clear_error_and_the_ledger_goes_on(tmp_path):
+    with LocalBookies(1, base_dir=str(tmp_path / "e")) as ens, BookKeeper(ens.metadata_uri) as bk:
+        lh = bk.create_ledger(1, 1, 1, password=b"edges")
+        for bad, named in (("text", "not str"), (5, "not int")):
+            with pytest.raises(InvalidArgumentError) as refused:
+                lh.add_entry(bad)
+            assert not isinstance(refused.value, TypeError)
+            assert named in str(refused.value)
+        assert lh.add_entry(bytearray(b"ok")) == 0
+        assert lh.add_entry(memoryview(b"also ok")) == 1
+        lh.close()
+        got = [e.data for e in bk.open_ledger(lh.ledger_id, password=b"edges").read_entries(0, 1)]
+    assert got == [b"ok", b"also ok"]
+
+
+def test_shell_help_is_plain_text():
+    out = subprocess.run([sys.executable, "-m", "bookie", "shell", "--help"], capture_output=True,
+                         text=True, timeout=60).stdout
+    assert "``" not in out and "bookie shell: administration" in out
+
+
+def test_run_sh_quiet_prints_the_pass_count():
+    env = {**os.environ, "BOOKIE_SKIP_SETUP": "1", "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", "tests/run.sh", "-q", "-p", "no:randomly",
+                           "tests/unit/test_metrics.py"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
