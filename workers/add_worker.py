@@ -342,8 +342,12 @@ class AddServer(ClientServer):
         """True when the message being handled waits (parked) for what deciding it needs: the
         store's answer about the ledger, or the verdict on its key (claims.py).  A ledger with
         parked messages parks every later one too, so their order holds."""
-        if ledger_id not in self.parked and self.owners.ready(self.storage.table, ledger_id, key, credential):
-            return False
+        if ledger_id not in self.parked:
+            info = self.storage.table.ledgers.get(ledger_id)
+            if info is not None and info.master_key:  # bound: nothing to ask (the hot path)
+                return False
+            if self.owners.ready(self.storage.table, ledger_id, key, credential):
+                return False
         if self.parked_count >= self.max_pending:
             raise Rejected(Status.TOO_MANY_REQUESTS)
         self.parked.setdefault(ledger_id, collections.deque()).append(self.current)
