@@ -39,6 +39,10 @@ from bookie.client.protocol.ledger import LedgerInfo
 
 __all__ = ["ClientStore", "to_info", "with_info", "LedgerMetadata"]
 
+# Bookie locations an operator set (``bookie shell setrack``): one node per bookie id, holding
+# ``/REGION/RACK``; placement prefers it to the bookie's own bookieLocation.  A setting, not data.
+LOCATIONS = "/bookielocations"
+
 
 def to_info(ledger_id: int, meta: LedgerMetadata) -> LedgerInfo:
     """The protocol's view of a stored record."""
@@ -178,11 +182,22 @@ class ClientStore:
             return self.store.list_bookies(readonly=False)
 
     def locations(self, bookies) -> dict[str, str]:
-        """bookie id -> the ``location`` (``/REGION/RACK``, from its ``bookieLocation``) it
-        published when it registered; bookies with none (or gone meanwhile) are left out."""
+        """bookie id -> its location ``/REGION/RACK``: the one an operator set (``bookie shell
+        setrack``, under ``LOCATIONS``), else the one it published when it registered (its
+        ``bookieLocation``); bookies with neither (or gone meanwhile) are left out."""
         out = {}
         with _translated(what="reading bookie locations"):
+            try:
+                set_by_operator = set(self.store.children(LOCATIONS))
+            except NoSuchNodeError:
+                set_by_operator = set()
             for bookie in bookies:
+                if bookie in set_by_operator:
+                    try:
+                        out[bookie] = self.store.get(f"{LOCATIONS}/{bookie}")[0].decode()
+                        continue
+                    except NoSuchNodeError:
+                        pass  # removed meanwhile: the registration's, as below
                 info = self.store.bookie_info(bookie) or {}
                 if isinstance(info.get("location"), str) and info["location"]:
                     out[bookie] = info["location"]
