@@ -32,6 +32,8 @@ import urllib.parse
 
 import orjson
 
+from bookie.appliance import admin_parity
+from bookie.properties import PropertiesError, parse_bool
 from bookie.workers.config import KEYS
 from bookie.workers.gc_worker import request_gc
 
@@ -77,10 +79,12 @@ class Request:
         return value
 
     def bool_param(self, name: str) -> bool:
-        raw = (self.param(name) or "false").lower()
-        if raw not in ("true", "false", "1", "0"):
-            raise HttpError(400, f"parameter {name}: expected true or false, got {raw[:20]!r}")
-        return raw in ("true", "1")
+        raw = self.param(name) or "false"
+        try:
+            return parse_bool(raw)  # the vocabulary of every configuration surface
+        except PropertiesError:
+            raise HttpError(400, f"parameter {name}: expected true or false, got "
+                                 f"{raw[:20]!r}") from None
 
     def json(self) -> dict:
         if not self.body.strip():
@@ -258,6 +262,17 @@ ROUTES = {
     "/api/v1/bookie/list_bookies": {"GET": list_bookies},
     "/api/v1/ledger/list": {"GET": list_ledgers},
     "/api/v1/ledger/metadata": {"GET": ledger_metadata},
+    # BookKeeper's further paths (issue 24.6): appliance/admin_parity.py
+    "/api/v1/bookie/is_ready": {"GET": admin_parity.is_ready},
+    "/api/v1/bookie/list_disk_file": {"GET": admin_parity.list_disk_file},
+    "/api/v1/bookie/sanity": {"GET": admin_parity.sanity},
+    "/api/v1/bookie/cluster_info": {"GET": admin_parity.cluster_info},
+    "/api/v1/autorecovery/list_under_replicated_ledger": {"GET": admin_parity.list_under_replicated},
+    "/api/v1/autorecovery/who_is_auditor": {"GET": admin_parity.who_is_auditor},
+    "/api/v1/autorecovery/trigger_audit": {"PUT": admin_parity.trigger_audit},
+    "/api/v1/autorecovery/lost_bookie_recovery_delay": {
+        "GET": admin_parity.get_lost_bookie_recovery_delay,
+        "PUT": admin_parity.put_lost_bookie_recovery_delay},
 }
 from bookie.appliance import admin_ops  # noqa: E402 - the operator's paths (imports this module)
 admin_ops.register(ROUTES)

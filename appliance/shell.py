@@ -184,6 +184,8 @@ def _uri(args: argparse.Namespace) -> str:
             raise CliError(str(e)) from None
         if not uri:
             raise CliError(f"{args.conf} names no metadata store (metadataServiceUri, zkServers)")
+    if not uri and getattr(args, "client_conf", None):  # BookKeeper's client.conf may name it
+        uri = _client_conf_uri(args)
     uri = uri or (metadata_uri_arg(os.environ[ENV_URI]) if os.environ.get(ENV_URI) else None)
     if not uri:
         raise CliError(f"no metadata store: pass --metadata URI or --conf FILE, or set {ENV_URI}")
@@ -221,6 +223,16 @@ def client_keys(args: argparse.Namespace) -> dict:
     """The client configuration keys that carry the shell's ZooKeeper credentials."""
     sec = _zk_security(args)
     return {} if sec is None else {"zkEnableSecurity": sec.enabled, "zkDigestAuthFile": sec.source}
+
+
+def _client_conf_uri(args: argparse.Namespace) -> str:
+    """The metadata store the ``--client-conf`` file (with ``--set``) names, or ""."""
+    from bookie.client import options
+    from bookie.client.errors import InvalidArgumentError
+    try:
+        return options.metadata_uri(options.from_args(args))
+    except InvalidArgumentError as e:
+        raise CliError(str(e)) from None
 
 
 def _client_keys(args: argparse.Namespace) -> dict:

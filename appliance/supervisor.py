@@ -24,7 +24,8 @@ gone, whether it stopped cleanly or was killed.
 
 A worker that dies is restarted (the add worker first waits until the journal has written what
 it left in the ring, then replays; the journal continues from the end of its files), at most
-``workerRestartLimit`` times a minute; past that, or when the journal reports corruption (exit
+``workerRestartLimit`` times a minute (a restart that fails - the new worker killed before it was
+ready - counts as one more and is retried); past that, or when the journal reports corruption (exit
 status 3), the bookie stops cleanly and says why.
 """
 
@@ -279,7 +280,8 @@ class Supervisor:
         from bookie.metadata import MetadataError, NodeExistsError
 
         info = {"add_port": self.conf.bookie_port, "read_port": self.conf.bookie_port + 1,
-                "host": self.conf.bookie_host, "pid": os.getpid()}
+                "host": self.conf.bookie_host, "pid": os.getpid(),
+                "location": self.conf.bookie_location}  # placement (client/protocol/placement.py)
         try:
             self.registration = self._open_store().register_bookie(
                 self.conf.bookie_id, readonly=self.readonly, info=info)
@@ -324,23 +326,37 @@ class Supervisor:
         if rc in FATAL_EXITS:
             self.request_stop(f"{w.role} worker {FATAL_EXITS[rc]} ({how}); stopping the bookie", rc)
             return
-        now = time.monotonic()
         if w.killed_for_memory:  # not a crash: no client may stop the bookie this way
             w.killed_for_memory = False
         else:
-            w.restarts.append(now)
+            w.restarts.append(time.monotonic())
+        self.log("worker died; restarting it", role=w.role, pid=w.proc.pid, cause=how)
+        # A restart that fails (the new worker killed before it was ready: an OOM kill, a slow
+        # start) is one more restart under the same limit, never a reason of its own to stop.
+        while not self._over_restart_limit(w, how):
+            w.restarts_total += 1
+            try:
+                self._start_worker(w.role)
+                return
+            except WorkerStartError as e:
+                if self.stopping:
+                    return
+                w.restarts.append(time.monotonic())
+                how = f"a failed restart ({e})"
+                self.log("worker restart failed; retrying", level="warning", role=w.role,
+                         error=str(e))
+
+    def _over_restart_limit(self, w: Worker, how: str) -> bool:
+        """Forget restarts older than a minute; past ``workerRestartLimit`` stop the bookie
+        (and say so): True."""
+        now = time.monotonic()
         while w.restarts and now - w.restarts[0] > 60:
             w.restarts.popleft()
         if len(w.restarts) > self.conf.worker_restart_limit:
             self.request_stop(f"{w.role} worker died with {how} {len(w.restarts)} times in a "
                               f"minute; stopping the bookie", 1)
-            return
-        self.log("worker died; restarting it", role=w.role, pid=w.proc.pid, cause=how)
-        w.restarts_total += 1
-        try:
-            self._start_worker(w.role)
-        except WorkerStartError as e:
-            self.request_stop(f"restart failed: {e}", 1)
+            return True
+        return False
 
     def _check_memory(self) -> None:
         """Kill the workers over workerMemoryLimitMB; the watch loop restarts them (memory_watch.py)."""

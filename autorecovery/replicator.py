@@ -6,9 +6,13 @@ and ends in one of the outcomes below; only RETRY and WAIT leave the mark for la
 * HEALED   - no fragment names a missing bookie any more; the mark is removed.
 * SETTLED  - the mark was stale (ledger deleted, bookies back, nothing names them); removed.
 * LOST     - some entries have no live copy; reported once (``/underreplication/lost``), the
-             rest healed, the mark removed: it is never retried.
-* WAIT     - an open ledger inside ``openLedgerRereplicationGracePeriod``; its writer may still
-             replace the bookie itself.
+             rest healed (a range with a live copy is copied even where its neighbours in the
+             fragment have none), the mark removed: it is never retried.
+* WAIT     - an open ledger whose last fragment names a missing bookie, inside
+             ``openLedgerRereplicationGracePeriod``; its writer may still replace the bookie
+             itself.  Only such a ledger is fenced and recovered once the grace is over
+             (``rules.needs_fence``); a missing bookie in earlier fragments of an open ledger is
+             copied around with the ledger open, its writer left alone.
 * RETRY    - a bookie did not answer, no replacement is writable, or recovery failed.
 
 Keys: copies and the recovery of an open ledger prove their right with the ledger's cluster
@@ -79,6 +83,7 @@ class Replicator:
         self.exclude: set[str] = set()  # never a replacement (bookies being recovered)
         self.copied_bytes = 0
         self.copied_entries = 0
+        self.lost_reported = 0  # ledgers this replicator was the first to report lost
         self._secret: bytes | None = None
 
     def close(self) -> None:
@@ -176,14 +181,14 @@ class Replicator:
         password = self._password(meta)
         if meta.state is not LedgerState.CLOSED and skip_open:
             return WAIT
-        if meta.state is not LedgerState.CLOSED and password is None and meta.digest_type == "mac":
+        if rules.needs_fence(meta, dead) and password is None and meta.digest_type == "mac":
             # its recovery must check the entries' MACs, keyed by the password (module doc)
             self._report_lost(ledger_id, {"reason": "open mac ledger; password unknown to "
                                           "autorecovery", "missing": sorted(dead)})
             if not self.dry_run:
                 self.ur.unmark(ledger_id, mark_version)
             return LOST
-        if meta.state is not LedgerState.CLOSED:
+        if rules.needs_fence(meta, dead):  # earlier fragments of an open ledger: no fence
             since = mark_ctime_s if mark_ctime_s is not None else meta.ctime_ms / 1000.0
             if not force and time.time() - since < self.grace_s:
                 return WAIT
@@ -194,17 +199,18 @@ class Replicator:
             except NoSuchLedgerError:
                 self._settle(ledger_id, "deleted", mark_version)
                 return SETTLED
-            if meta.state is not LedgerState.CLOSED:
+            if rules.needs_fence(meta, dead):
                 return RETRY
             dead = (set(missing) & rules.named_bookies(meta)) - (set() if force else registered)
         keys = self._keys(ledger_id, password)
         outcome = HEALED
         for heal in rules.plan_ledger(meta, dead, self.rng, unavailable):
-            if heal.unhealable:
+            if heal.unhealable:  # reported once; what has a source is still copied
                 self._report_lost(ledger_id, {"reason": "no live copy", "first": heal.first,
                                               "last": heal.last, "bookie": heal.bookie})
                 outcome = LOST
-                continue
+                if not heal.copies:
+                    continue
             result = self._heal_fragment(ledger_id, heal, keys)
             if result == LOST:
                 outcome = LOST
@@ -312,5 +318,6 @@ class Replicator:
             self.log("would report lost entries", level="error", ledger_id=ledger_id, **detail)
             return
         if self.ur.report_lost(ledger_id, detail):
+            self.lost_reported += 1
             self.log("ledger lost entries: no live copy to heal from", level="error",
                      ledger_id=ledger_id, **detail)

@@ -13,17 +13,29 @@ holds are ``first .. next fragment's first - 1`` (the last fragment: up to ``las
 a closed ledger; an open ledger's last fragment is unbounded).  Entry ``e`` lives on the write
 set of Qw positions starting at ``e % E`` (``client.protocol.quorum.write_set``).
 
-The auditor (``audit_ledger``):
-* a ledger naming a lost bookie is marked under-replicated, missing those bookies;
-* if some entry of a closed range has its whole write set on lost bookies, its data is gone:
-  the ledger is reported once as lost (never marked, so never retried); nothing can copy it.
+The auditor (``audit_ledger``) plans per entry range - per residue class of a fragment, the
+entries that share one write set:
+* a ledger with some range that names a lost bookie and still has a live copy is marked
+  under-replicated, missing those bookies: a worker copies what has a source;
+* a range whose whole write set is on lost bookies has no copy left: the ledger is reported once
+  as lost (its fragment in the report) and that range is never the reason for a mark, so it is
+  never retried.  Both can hold of one ledger (a partial loss): what has a source is copied,
+  the rest reported once.
 
-A replication worker (``plan_ledger``) heals one (fragment, lost position) at a time: entries
+Fencing (``needs_fence``, BookKeeper's rule): an open ledger is fenced and recovered (closed)
+only when a lost bookie is in its *last* fragment, the one its writer may still be writing to.
+A lost bookie only in earlier fragments is healed by copying those fragments while the ledger
+stays open: its writer replaced the bookie itself already, and must not be fenced for it.
+
+A replication worker (``plan_ledger``) heals one (fragment, lost position) at a time (never the
+unbounded last fragment of an open ledger: that one is recovered first): entries
 of the fragment whose write set holds that position are copied from another, live member of
 their write set to a replacement bookie, which must be writable and not in that fragment's
 ensemble (so it never already holds a copy and no write set names one bookie twice); then the
 fragment's ensemble gets the replacement at that position, by compare-and-swap
-(``replace_bookie``).  A fragment with no entries is repointed without copying.  The copy for
+(``replace_bookie``).  A fragment with no entries is repointed without copying.  A position
+some of whose ranges have no live copy (``unhealable``) still gets the ranges that have one
+copied and is repointed; one with no copy of anything is reported and left as it is.  The copy for
 residue class ``r`` (entries with ``e % E == r``) reads from one source with a strided read.
 
 A mark is settled (``settle_mark``): removed when the ledger is gone, when none of its missing
@@ -139,17 +151,35 @@ def audit_ledger(meta: LedgerMetadata, lost: set[str]) -> LedgerAudit:
     if not missing:
         return LedgerAudit()
     E, Qw = meta.ensemble_size, meta.write_quorum
+    lost = set(lost)
     lost_ranges, healable = [], False
     for first, last, ensemble in fragment_ranges(meta):
-        if not set(ensemble) & set(lost):
+        if not set(ensemble) & lost:
             continue
-        if last != UNBOUNDED:  # an open tail: recovery closes it first, then it is audited again
-            if any(all(ensemble[p] in lost for p in write_set(r, E, Qw))
-                   for r in _residues(first, last, E)):
-                lost_ranges.append((first, last))
+        if last == UNBOUNDED:  # an open tail: recovery closes it first, then it is audited again
+            healable = True
+            continue
+        gone = False
+        for r in _residues(first, last, E):  # per range of entries sharing one write set
+            members = [ensemble[p] for p in write_set(r, E, Qw)]
+            if not lost & set(members):
                 continue
-        healable = True
+            if all(m in lost for m in members):
+                gone = True  # no copy left of these entries: reported, never marked for
+            else:
+                healable = True  # a live copy to copy from
+        if gone:
+            lost_ranges.append((first, last))
     return LedgerAudit(tuple(missing), tuple(lost_ranges), healable)
+
+
+def needs_fence(meta: LedgerMetadata, dead: set[str]) -> bool:
+    """Whether healing ``meta`` for the loss of ``dead`` must fence and recover it first: only
+    an open (not closed) ledger whose *last* fragment names a dead bookie (module docstring:
+    Fencing).  Earlier fragments are copied with the ledger open."""
+    if meta.state is LedgerState.CLOSED or not meta.fragments:
+        return False
+    return bool(set(meta.fragments[-1][1]) & set(dead))
 
 
 # -- replication -------------------------------------------------------------------------------
@@ -180,17 +210,22 @@ class FragmentHeal:
 
 def plan_ledger(meta: LedgerMetadata, dead: set[str], rng: random.Random | None = None,
                 unavailable: set[str] | None = None) -> list[FragmentHeal]:
-    """Every (fragment, dead position) of a ledger to heal, in fragment order.  A closed ledger
-    only: an open one is recovered (closed) first.  Sources are the members of each write set
-    not in ``unavailable`` (default: ``dead``; a decommissioned bookie that still runs is
-    replaced but may serve its copies), shuffled to spread the reads."""
-    if meta.state is not LedgerState.CLOSED:
-        raise ValueError("plan_ledger needs a closed ledger; recover an open one first")
+    """Every (fragment, dead position) of a ledger to heal, in fragment order.  A closed
+    ledger, or an open one whose last fragment names no dead bookie (``needs_fence``: else
+    recover it first); an open ledger's last fragment is never planned.  Sources are the
+    members of each write set not in ``unavailable`` (default: ``dead``; a decommissioned
+    bookie that still runs is replaced but may serve its copies), shuffled to spread the
+    reads."""
+    if needs_fence(meta, dead):
+        raise ValueError("plan_ledger: the open ledger's last fragment names a dead bookie; "
+                         "recover it first")
     rng = rng or random.Random()
     unavailable = set(dead) if unavailable is None else set(unavailable)
     E, Qw = meta.ensemble_size, meta.write_quorum
     heals = []
     for first, last, ensemble in fragment_ranges(meta):
+        if last == UNBOUNDED:
+            continue  # an open ledger's tail: its writer's (and it names no dead bookie)
         for position, bookie in enumerate(ensemble):
             if bookie not in dead:
                 continue

@@ -127,7 +127,8 @@ class AutorecoveryWorker:
             "bookie_autorecovery_marked_ledgers_total":
                 self.counts["marked"] + (auditor.marked_total if auditor else 0),
             "bookie_autorecovery_lost_ledgers_total":
-                self.counts["lost"] + (auditor.lost_reported_total if auditor else 0),
+                self.counts["lost"] + self.replicator.lost_reported
+                + (auditor.lost_reported_total if auditor else 0),
             "bookie_autorecovery_rereplicated_ledgers_total": self.counts["healed"],
             "bookie_autorecovery_rereplicated_entries_total": self.replicator.copied_entries,
             "bookie_autorecovery_rereplicated_bytes_total": self.replicator.copied_bytes,
@@ -156,8 +157,7 @@ class AutorecoveryWorker:
                 outcome = self.replicator.heal(ledger_id, found[0], mark_ctime_s)
                 if outcome in (RETRY, WAIT):
                     self._retry_after[ledger_id] = now + (5.0 if outcome == RETRY else 1.0)
-                elif outcome == LOST:
-                    self.counts["lost"] += 1
+                elif outcome == LOST:  # counted once, by whoever reported it first
                     self._retry_after.pop(ledger_id, None)
                 elif outcome == HEALED:
                     self.counts["healed"] += 1

@@ -115,8 +115,9 @@ def _ledger_options(p: argparse.ArgumentParser, *, ensemble: int, quorum: int) -
 def _register_writes(tools) -> None:
     p = tools.add_parser("writes", help="add throughput and latency through the client "
                                         "(BenchThroughputLatency)")
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--metadata", metavar="URI", help="metadata service of a running ensemble")
+    where = p.add_mutually_exclusive_group()  # or the --client-conf file's metadataServiceUri
+    where.add_argument("--metadata", metavar="URI", help="metadata service of a running ensemble "
+                                                         "(default: the --client-conf file's)")
     _local(p, where, many=True)
     _ledger_options(p, ensemble=3, quorum=2)
     p.add_argument("--ledgers", type=int, default=1, metavar="N",
@@ -163,8 +164,9 @@ def _register_bookie(tools) -> None:
 def _register_reads(tools) -> None:
     p = tools.add_parser("reads", help="read throughput and latency through the client: a "
                                        "closed ledger, or tailing a live writer")
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--metadata", metavar="URI", help="metadata service of a running ensemble")
+    where = p.add_mutually_exclusive_group()  # or the --client-conf file's metadataServiceUri
+    where.add_argument("--metadata", metavar="URI", help="metadata service of a running ensemble "
+                                                         "(default: the --client-conf file's)")
     _local(p, where, many=True)
     what = p.add_mutually_exclusive_group()
     what.add_argument("--ledger", type=int, metavar="ID",
@@ -203,8 +205,9 @@ def _register_spark(tools) -> None:
     p = tools.add_parser("spark", help="the Spark source (a DataFrame count of a ledger) and "
                                        "sink next to the raw client's read rate (needs "
                                        "bookie[spark])")
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--metadata", metavar="URI", help="metadata service of a running ensemble")
+    where = p.add_mutually_exclusive_group()  # or the --client-conf file's metadataServiceUri
+    where.add_argument("--metadata", metavar="URI", help="metadata service of a running ensemble "
+                                                         "(default: the --client-conf file's)")
     _local(p, where, many=True)
     p.add_argument("--entries", type=int, default=100000, metavar="N",
                    help="entries written, read, counted and sunk (default 100000)")
@@ -338,12 +341,20 @@ def check_entries(args) -> None:
 
 
 def check_client_keys(args) -> None:
-    """``--client-conf`` / ``--set`` checked, as ``args.client_keys`` (typed; in the params)."""
+    """``--client-conf`` / ``--set`` checked, as ``args.client_keys`` (typed; in the params).
+    A tool that needs an ensemble and was given neither ``--metadata`` nor ``--localbookie``
+    takes the metadata store the client keys name (``metadataServiceUri``, ``zkServers``)."""
     from bookie.client.errors import InvalidArgumentError
+    unplaced = "metadata" in args and args.metadata is None and args.localbookie is None
     try:
         args.client_keys = client_options.from_args(args)
+        if unplaced:
+            args.metadata = client_options.metadata_uri(args.client_keys) or None
     except InvalidArgumentError as e:
         raise BenchOptionError(str(e)) from None
+    if unplaced and args.metadata is None:
+        raise BenchOptionError("no ensemble: give --metadata URI, --localbookie N, or a "
+                               "--client-conf file with metadataServiceUri")
 
 
 def params_of(args, drop=("func", "command", "bench_tool", "quiet", "json_out", "plot",

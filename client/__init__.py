@@ -13,7 +13,7 @@ See docs/client.md for every call.
 
 from bookie.client.aio import AsyncBookKeeper, AsyncLedgerHandle
 from bookie.client.client import BookKeeper
-from bookie.client.handle import LedgerHandle
+from bookie.client.handle_api import LedgerHandle, LedgerHandleAdv
 from bookie.client.config import ClientConfig
 from bookie.client.digest import LedgerEntry
 from bookie.client.errors import (BadVersionError, BKTimeoutError, BookieError,
@@ -29,7 +29,7 @@ from bookie.client.log import (AsyncLogWriter, LogFencedError, LogPosition, LogR
 from bookie.client.protocol.ledger import LedgerInfo
 
 __all__ = [
-    "BookKeeper", "LedgerHandle", "AsyncBookKeeper", "AsyncLedgerHandle", "ClientConfig",
+    "BookKeeper", "LedgerHandle", "LedgerHandleAdv", "AsyncBookKeeper", "AsyncLedgerHandle", "ClientConfig",
     "LedgerEntry", "LedgerInfo",
     "BookKeeperError", "LedgerFencedError", "LedgerClosedError", "NoSuchLedgerError",
     "NoSuchEntryError", "NotEnoughBookiesError", "BadVersionError", "DigestMismatchError",

@@ -20,21 +20,29 @@ from typing import AsyncIterator
 from bookie.client.client import BookKeeper
 from bookie.client.digest import LedgerEntry
 from bookie.client.errors import BKTimeoutError
-from bookie.client.handle import READ_CHUNK, LedgerHandle, check_entry_range
+from bookie.client.handle import READ_CHUNK, check_entry_range
+from bookie.client.handle_api import LedgerHandle
 
 
 class AsyncBookKeeper:
     """asyncio client; arguments as for ``BookKeeper``.  Use ``async with`` or ``await
     AsyncBookKeeper.connect(...)``, and ``await close()``."""
 
-    def __init__(self, metadata, config=None, **keys):
+    def __init__(self, metadata=None, config=None, **keys):
         self._args = (metadata, config, keys)
         self._bk: BookKeeper | None = None
 
     @classmethod
-    async def connect(cls, metadata, config=None, **keys) -> "AsyncBookKeeper":
+    async def connect(cls, metadata=None, config=None, **keys) -> "AsyncBookKeeper":
         self = cls(metadata, config, **keys)
         await self._open()
+        return self
+
+    @classmethod
+    async def from_conf(cls, path: str, metadata=None, **keys) -> "AsyncBookKeeper":
+        """``BookKeeper.from_conf`` (the file read and the client opened off the loop)."""
+        self = cls(metadata)
+        self._bk = await asyncio.to_thread(BookKeeper.from_conf, path, metadata, **keys)
         return self
 
     async def _open(self) -> None:
@@ -61,6 +69,11 @@ class AsyncBookKeeper:
     async def create_ledger(self, *args, **kwargs) -> "AsyncLedgerHandle":
         return AsyncLedgerHandle(await asyncio.wrap_future(
             self._bk.create_ledger_async(*args, **kwargs)), self._bk)
+
+    async def create_ledger_adv(self, *args, **kwargs) -> "AsyncLedgerHandle":
+        """``BookKeeper.create_ledger_adv``: the handle's ``add_entry(entry_id, data)``."""
+        return AsyncLedgerHandle(await asyncio.wrap_future(
+            self._bk.create_ledger_adv_async(*args, **kwargs)), self._bk)
 
     async def open_ledger(self, *args, **kwargs) -> "AsyncLedgerHandle":
         return AsyncLedgerHandle(await asyncio.wrap_future(
@@ -108,6 +121,16 @@ class AsyncLedgerHandle:
     def is_closed(self) -> bool:
         return self.sync.is_closed
 
+    @property
+    def last_add_pushed(self) -> int:
+        return self.sync.last_add_pushed
+
+    async def add_entry(self, entry_id: int, data) -> int:
+        """A ``create_ledger_adv`` ledger's add: ``data`` as entry ``entry_id`` (ids out of
+        order within the window); its id once it and every earlier entry are confirmed."""
+        return await asyncio.wrap_future(
+            await self._hand_over(1, lambda a: self.sync.add_entry_async(*a), (entry_id, data)))
+
     async def add(self, data) -> int:
         """Add one entry; its entry id once confirmed (entries confirm in order)."""
         return await asyncio.wrap_future(await self._hand_over(1, self.sync.add_entry_async, data))
@@ -145,6 +168,19 @@ class AsyncLedgerHandle:
 
     async def read_entry(self, entry_id: int) -> LedgerEntry:
         return (await asyncio.wrap_future(self.sync.read_entries_async(entry_id, entry_id)))[0]
+
+    async def force(self) -> int:
+        """``LedgerHandle.force``: every entry added so far acknowledged, and (deferred sync)
+        the LAC advanced over them; the last entry id covered."""
+        return await asyncio.wrap_future(self.sync.force_async())
+
+    async def read_unconfirmed_entries(self, first: int, last: int) -> list[LedgerEntry]:
+        """Entries ``first`` .. ``last``, past the LAC too (``read_unconfirmed_entries``)."""
+        return await asyncio.wrap_future(self.sync.read_unconfirmed_entries_async(first, last))
+
+    async def try_read_last_add_confirmed(self) -> int:
+        """The first bookie's LAC, no quorum waited for (``try_read_last_add_confirmed``)."""
+        return await asyncio.wrap_future(self.sync.try_read_last_add_confirmed_async())
 
     async def read_last_add_confirmed(self) -> int:
         return await asyncio.to_thread(self.sync.read_last_add_confirmed)

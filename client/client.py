@@ -11,6 +11,7 @@ are ``LedgerHandle`` objects (``bookie.client.handle``).
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import random
 import weakref
 from concurrent.futures import Future
@@ -22,11 +23,13 @@ from bookie.client.digest import (DigestManager, check_digest_type, master_key,
 from bookie.client.drivers import OpRunner, Throttle, WriterDriver
 from bookie.client.errors import (ClientClosedError, DigestMismatchError, InvalidArgumentError,
                                   NoSuchLedgerError, NotEnoughBookiesError, UnauthorizedError)
-from bookie.client.handle import LedgerHandle
+from bookie.client.handle_api import LedgerHandle, LedgerHandleAdv
 from bookie.client.io import IOThread
+from bookie.client.metrics import ClientMetrics
 from bookie.client.metadata import ClientStore, LedgerMetadata, to_info
 from bookie.client.protocol.lac import LacQuorumOp
 from bookie.client.protocol.ledger import LedgerState, choose_ensemble
+from bookie.client.protocol.placement import Placement
 from bookie.client.protocol.quorum import check_quorums
 from bookie.client.protocol.recovery import RecoveryOp
 from bookie.client.protocol.writer import LedgerWriter
@@ -37,35 +40,73 @@ RECOVERY_CREDENTIAL = int(Flag.RECOVERY_CREDENTIAL)
 
 __all__ = ["BookKeeper", "LedgerHandle"]
 
+log = logging.getLogger("bookie.client")
+
 
 class BookKeeper:
     """A client of a set of bookies registered in one metadata store.
 
     Args:
         metadata: a metadata service URI (``zk://host:port/ledgers``, ``lmdb:///path``) or an
-            open ``MetadataStore`` (then not closed by this client).
+            open ``MetadataStore`` (then not closed by this client); None: the one the keys
+            name (``metadataServiceUri``, or ``zkServers`` under ``zkLedgersRootPath``).
         config: a ``ClientConfig`` or dict of BookKeeper client keys; ``**keys`` override it.
     """
 
-    def __init__(self, metadata, config=None, **keys):
+    def __init__(self, metadata=None, config=None, **keys):
         self.config = cfg = ClientConfig.build(config, **keys)
+        if metadata is None:
+            metadata = cfg.metadata_uri
+            if not metadata:
+                raise InvalidArgumentError("no metadata store: pass a URI, or the client key "
+                                           "metadataServiceUri (or zkServers)")
+        if cfg.ignored_keys:
+            log.info("client configuration keys with no meaning here, ignored: %s",
+                     ", ".join(cfg.ignored_keys))
         curve = client_curve(cfg)  # bad key files fail here, before anything is opened
         self._store = ClientStore.open(metadata, timeout_s=cfg.zkTimeout / 1000.0,
                                        zk_security=cfg.zk_security())
         self._throttle = Throttle(cfg.throttle)
         self._rng = random.Random()
         self._closed = False
+        # the client's metrics (bookie.client.metrics: shared by the process's clients), when on
+        self._metrics = ClientMetrics() if cfg.enableClientMetrics else None
+        # rack- or region-aware placement (client/protocol/placement.py), or None: at random
+        self._placement = None if cfg.placement_policy == "default" else Placement(
+            cfg.placement_policy, {}, cfg.minNumRacksPerWriteQuorum,
+            cfg.enforceMinNumRacksPerWriteQuorum)
+        write_metadata = self._store.write_metadata
+        if self._metrics is not None:
+            write_metadata = self._metrics.counted_metadata_writes(write_metadata)
         self._io = IOThread(
             add_timeout_s=cfg.addEntryTimeout, read_timeout_s=cfg.readTimeout,
             batch_max_entries=cfg.addBatchMaxEntries, batch_max_bytes=cfg.addBatchMaxBytes,
-            list_bookies=self._store.list_writable, write_metadata=self._store.write_metadata)
+            list_bookies=self._list_writable, write_metadata=write_metadata)
         self._io.curve = curve
+        self._io.pacer.retry_s = cfg.operationTimeout  # reads refused TOO_MANY_REQUESTS: retried
         self._runner = OpRunner(self._io, self._throttle, cfg.operationTimeout,
                                 cfg.speculativeReadTimeout / 1000.0)
+        self._runner.metrics = self._metrics
         # the writers this client runs, by ledger id: deleting one's ledger ends it
         self._writers: weakref.WeakValueDictionary[int, WriterDriver] = \
             weakref.WeakValueDictionary()
         self._pool = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="bookkeeper")
+
+    @classmethod
+    def from_conf(cls, path: str, metadata=None, **keys) -> "BookKeeper":
+        """A client configured by the properties file ``path`` (BookKeeper's ``client.conf``:
+        its metadataServiceUri, or zkServers, names the store unless ``metadata`` does), with
+        ``keys`` over the file's.
+
+        Raises:
+            InvalidArgumentError: an unreadable or malformed file, an unknown key, a bad value,
+                no metadata store named; one line naming it.
+        """
+        cfg = ClientConfig.from_file(path, **keys)
+        if metadata is None and not cfg.metadata_uri:
+            raise InvalidArgumentError(f"{path} names no metadata store (metadataServiceUri or "
+                                       f"zkServers)")
+        return cls(metadata, cfg)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -112,15 +153,38 @@ class BookKeeper:
 
     def create_ledger(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
                       digest: str | None = None, password: bytes | None = None,
-                      custom: dict | None = None) -> LedgerHandle:
+                      custom: dict | None = None, write_flags=()) -> LedgerHandle:
         """Create a ledger on ``ensemble_size`` writable bookies and open it for writing.
+
+        ``write_flags``: BookKeeper's ``WriteFlag`` names; ``["deferred_sync"]``: the LAC stays
+        at the last ``handle.force()`` (adds still complete once acknowledged).
 
         Raises:
             InvalidArgumentError: not E >= Qw >= Qa >= 1, unknown digest type, or an empty
                 password while the client's ``allowEmptyPassword`` is off.
             NotEnoughBookiesError: fewer than E writable bookies registered.
         """
+        return self._create(ensemble_size, write_quorum, ack_quorum, digest, password, custom,
+                            adv=False, write_flags=write_flags)
+
+    def create_ledger_adv(self, ensemble_size: int = 3, write_quorum: int = 2,
+                          ack_quorum: int = 2, digest: str | None = None,
+                          password: bytes | None = None,
+                          custom: dict | None = None, write_flags=()) -> LedgerHandleAdv:
+        """``create_ledger`` whose handle takes the entry ids from its caller:
+        ``add_entry(entry_id, data)``, ids out of order within the window (the client's
+        ``throttle``); the LAC advances over the contiguous prefix only
+        (``bookie.client.handle_api``).  Raises as ``create_ledger``."""
+        return self._create(ensemble_size, write_quorum, ack_quorum, digest, password, custom,
+                            adv=True, write_flags=write_flags)
+
+    def create_ledger_adv_async(self, *args, **kwargs) -> Future:
+        return self._pool.submit(self.create_ledger_adv, *args, **kwargs)
+
+    def _create(self, ensemble_size, write_quorum, ack_quorum, digest, password, custom, *,
+                adv: bool, write_flags=()) -> LedgerHandle:
         self._check_open()
+        deferred_sync = _deferred_sync(write_flags)
         try:
             check_quorums(ensemble_size, write_quorum, ack_quorum)
         except ValueError as exc:
@@ -133,8 +197,16 @@ class BookKeeper:
                 "refusing to create a ledger with an empty password (its master key is "
                 "well known); pass password=b'...' (or the client's passwd key), or set the "
                 "client key allowEmptyPassword=True to accept it")
-        writable = self._store.list_writable()
-        ensemble = choose_ensemble(ensemble_size, writable, self._rng)
+        writable = self._list_writable()
+        if self._placement is None:
+            ensemble = choose_ensemble(ensemble_size, writable, self._rng)
+        else:
+            ensemble = self._placement.choose(ensemble_size, write_quorum, writable, self._rng)
+            short = ensemble and self._placement.short_of(ensemble, write_quorum)
+            if short:
+                raise NotEnoughBookiesError(f"cannot create a ledger on {ensemble_size} "
+                                            f"bookies: {short}"
+                                            f"{self._placement.domains_of(writable)}")
         if ensemble is None:
             raise NotEnoughBookiesError(
                 f"cannot create a ledger on {ensemble_size} bookies: only {len(writable)} "
@@ -150,11 +222,17 @@ class BookKeeper:
         lac_interval_s = self.config.explicitLacInterval / 1000.0
         writer = LedgerWriter(info, version, dm.encode, rng=self._rng,
                               explicit_lac_interval_s=lac_interval_s,
-                              encode_many=dm.encode_many)
+                              encode_many=dm.encode_many, deferred_sync=deferred_sync,
+                              placement=self._placement)
         driver = self._runner.start_writer(writer, key, lac_interval_s / 2)
         self._writers[ledger_id] = driver
+        if adv:
+            return LedgerHandleAdv(ledger_id, info, dm, key, self._runner, self._store,
+                                   self.config.nettyMaxFrameSizeBytes, writer=driver,
+                                   window=self.config.throttle, metrics=self._metrics)
         return LedgerHandle(ledger_id, info, dm, key, self._runner, self._store,
-                            self.config.nettyMaxFrameSizeBytes, writer=driver)
+                            self.config.nettyMaxFrameSizeBytes, writer=driver,
+                            metrics=self._metrics)
 
     def create_ledger_async(self, *args, **kwargs) -> Future:
         return self._pool.submit(self.create_ledger, *args, **kwargs)
@@ -188,14 +266,16 @@ class BookKeeper:
         info = to_info(ledger_id, meta)
         if recovery and info.state is not LedgerState.CLOSED:
             # one operation: mark IN_RECOVERY, fence, re-replicate the tail, close (all CAS)
-            op = RecoveryOp(info, dm.decode, version, rng=self._rng)
+            op = RecoveryOp(info, dm.decode, version, rng=self._rng,
+                            placement=self._placement)
             self._runner.wait(self._runner.run(op, ledger_id, key))
             info = op.info  # the closed metadata (the future's completion orders this read)
         lac = None
         if info.state is not LedgerState.CLOSED:
             lac = self._runner.wait(self._runner.run(LacQuorumOp(info, False), ledger_id, key))
         return LedgerHandle(ledger_id, info, dm, key, self._runner, self._store,
-                            self.config.nettyMaxFrameSizeBytes, last_add_confirmed=lac)
+                            self.config.nettyMaxFrameSizeBytes, last_add_confirmed=lac,
+                            metrics=self._metrics)
 
     def recover_with_credential(self, ledger_id: int, credential: bytes, password: bytes = b"") -> None:
         """Recover (fence, re-replicate the tail, close) a ledger that is not closed, proving
@@ -209,7 +289,7 @@ class BookKeeper:
         if info.state is LedgerState.CLOSED:
             return
         dm = DigestManager(ledger_id, meta.digest_type, password)
-        op = RecoveryOp(info, dm.decode, version, rng=self._rng)
+        op = RecoveryOp(info, dm.decode, version, rng=self._rng, placement=self._placement)
         self._runner.wait(self._runner.run(op, ledger_id, credential, key_flags=RECOVERY_CREDENTIAL))
 
     def open_ledger_async(self, *args, **kwargs) -> Future:
@@ -339,6 +419,14 @@ class BookKeeper:
 
     # -- internals -----------------------------------------------------------------------------
 
+    def _list_writable(self) -> list[str]:
+        """The writable bookies; with a rack- or region-aware policy, their locations read
+        into the placement first (creates and ensemble changes then place by them)."""
+        writable = self._store.list_writable()
+        if self._placement is not None:
+            self._placement.locations = self._store.locations(writable)
+        return writable
+
     def _password(self, password) -> bytes:
         if password is None:
             return self.config.passwd
@@ -347,3 +435,19 @@ class BookKeeper:
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosedError("the BookKeeper client is closed; create a new one")
+
+
+WRITE_FLAGS = ("deferred_sync",)  # BookKeeper's WriteFlag names this client has
+
+
+def _deferred_sync(write_flags) -> bool:
+    """Whether ``write_flags`` (names, any case: ``deferred_sync`` / ``DEFERRED_SYNC``) ask for
+    deferred sync.  Raises InvalidArgumentError for a name it does not know."""
+    if isinstance(write_flags, str):
+        write_flags = [write_flags]
+    names = {str(f).lower() for f in write_flags or ()}
+    unknown = names - set(WRITE_FLAGS)
+    if unknown:
+        raise InvalidArgumentError(f"unknown write flag(s) {', '.join(sorted(unknown))}; known: "
+                                   f"{', '.join(WRITE_FLAGS)}")
+    return "deferred_sync" in names

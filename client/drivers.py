@@ -219,6 +219,7 @@ class WriterDriver(Driver):
         super().__init__(io, writer, writer.ledger_id, master_key)
         self.batches: collections.deque[list] = collections.deque()
         self.close_futures: list[Future] = []
+        self.force_futures: collections.deque[Future] = collections.deque()  # in force order
         self.throttle = throttle
         self.tick_s = tick_s
         if tick_s > 0:
@@ -253,6 +254,10 @@ class WriterDriver(Driver):
         self.close_futures.append(future)
         self.io.execute(self, self.op.close(time.monotonic()))
 
+    def force(self, future: Future) -> None:
+        self.force_futures.append(future)
+        self.io.execute(self, self.op.force(time.monotonic()))
+
     def end_with(self, error: BookKeeperError) -> None:
         """The ledger went away under the writer (deleted by this client): pending adds fail
         with ``error``, and so do later adds and the close."""
@@ -269,6 +274,13 @@ class WriterDriver(Driver):
             self._complete(a.first, a.last, None)
         elif kind is A.FailAdds:
             self._complete(a.first, a.last, a.error)
+        elif kind is A.Forced:
+            if self.force_futures:
+                f = self.force_futures.popleft()
+                if a.error is not None:
+                    fail(f, a.error)
+                else:
+                    resolve(f, a.last)
         elif kind is A.Finished:
             futures, self.close_futures = self.close_futures, []
             for f in futures:
@@ -302,6 +314,8 @@ class WriterDriver(Driver):
             call_back(callback, lo, hi, error)
         for f in self.close_futures:
             fail(f, error)
+        while self.force_futures:
+            fail(self.force_futures.popleft(), error)
 
 
 # ---- the runner ---------------------------------------------------------------------------------
@@ -322,12 +336,15 @@ class OpRunner:
         self.operation_timeout_s = operation_timeout_s
         # speculativeReadTimeout: a READ unanswered this long is asked of the next replica
         self.speculative_read_timeout_s = speculative_read_timeout_s
+        self.metrics = None  # the client's ClientMetrics (bookie.client.metrics), when on
 
     def run(self, op, ledger_id: int, master_key: bytes, collect: bool = False, key_flags: int = 0) -> Future:
         """Start ``op``; a Future of its result (with ``collect``, of the entries it delivered).
         Cancelling the Future ends the operation: it sends nothing more.  ``key_flags``: sent
         with its fences and recovery adds (RECOVERY_CREDENTIAL: ``master_key`` is that)."""
         fut: Future = Future()
+        if self.metrics is not None:
+            self.metrics.watch(op, fut)
 
         def start():
             if fut.cancelled():
@@ -382,6 +399,13 @@ class OpRunner:
         """Close the writer's ledger; a Future of the closed LedgerInfo."""
         fut: Future = Future()
         self.io.submit_to(driver, driver.close, fut)
+        return fut
+
+    def force_writer(self, driver: WriterDriver) -> Future:
+        """A Future of the last entry id a force of the writer covers, once every entry added
+        before it is acknowledged and (deferred sync) the LAC moved there."""
+        fut: Future = Future()
+        self.io.submit_to(driver, driver.force, fut)
         return fut
 
     def end_writer(self, driver: WriterDriver, error: BookKeeperError) -> None:

@@ -21,6 +21,7 @@ from bookie.client.metadata import ClientStore
 from bookie.client.protocol.lac import LacQuorumOp, LongPollLacOp
 from bookie.client.protocol.ledger import LedgerInfo, LedgerState
 from bookie.client.protocol.reader import ReadOp
+from bookie.client.protocol.staleness import refresh_wanted, worth_retrying
 
 READ_CHUNK = 2048  # entries per read operation while iterating a range
 
@@ -222,10 +223,68 @@ class LedgerHandle:
         return next(iter(self.read_entries(entry_id, entry_id)))
 
     def _read_op(self, first: int, last: int) -> Future:
-        op = ReadOp(self.metadata, first, last, self._dm.decode,
+        """A Future of the entries ``first``..``last``.  A reader's read that fails for want
+        of entries its LAC covers re-reads the metadata and, if the entries moved to another
+        ensemble meanwhile (the writer replaced bookies), reads again there
+        (``client/protocol/staleness.py``)."""
+        info = self.metadata
+        fut = self._start_read(info, first, last)
+        if self._writer is not None:
+            return fut  # the writer's view is the newest there is
+        outer: Future = Future()
+        self._follow(fut, outer, info, first, last)
+        return outer
+
+    def _start_read(self, info: LedgerInfo, first: int, last: int) -> Future:
+        op = ReadOp(info, first, last, self._dm.decode,
                     decode_many=self._dm.decode_many, avoid=self._runner.suspect_bookies(),
                     speculative_timeout_s=self._runner.speculative_read_timeout_s)
         return self._runner.run(op, self.ledger_id, self._master_key, collect=True)
+
+    def _follow(self, fut: Future, outer: Future, info: LedgerInfo, first: int,
+                last: int) -> None:
+        """Complete ``outer`` with the read ``fut`` (made with ``info``), or with a read
+        again on a fresh view of the metadata when the staleness rules say so.  Cancelling
+        ``outer`` cancels the read in flight."""
+        outer.add_done_callback(lambda o: o.cancelled() and fut.cancel())
+
+        def refreshed(r: Future, error: BaseException) -> None:  # on the metadata pool
+            fresh = None if r.exception() is not None else r.result()
+            if fresh is None or outer.done() or not worth_retrying(info, fresh, first, last):
+                fail(outer, error)
+                return
+            try:
+                again = self._start_read(fresh, first, last)
+            except BaseException as exc:  # the client closed meanwhile: to the caller
+                fail(outer, exc)
+                return
+            self._follow(again, outer, fresh, first, last)
+
+        def done(f: Future) -> None:  # on the I/O thread
+            if f.cancelled():
+                outer.cancel()
+                return
+            error = f.exception()
+            if error is None:
+                resolve(outer, f.result())
+            elif outer.done() or not refresh_wanted(error, last, self._lac):
+                fail(outer, error)
+            else:
+                try:
+                    reread = self._runner.io.offload(self._reread_info)
+                except BaseException:  # the client is closing: the read's own error stands
+                    fail(outer, error)
+                    return
+                reread.add_done_callback(lambda r: refreshed(r, error))
+        fut.add_done_callback(done)
+
+    def _reread_info(self) -> LedgerInfo:
+        """The ledger's metadata as the store has it now (kept as this reader's view)."""
+        info, _ = self._store.read_info(self.ledger_id)
+        self._info = info
+        if info.state is LedgerState.CLOSED:
+            self._lac = max(self._lac, info.last_entry_id)
+        return info
 
     def read_last_add_confirmed(self) -> int:
         """Ask the bookies for the LAC (refreshing the metadata first); returns and keeps it."""

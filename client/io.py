@@ -21,6 +21,7 @@ timeouts, metadata results) and executes the actions it returns:
   back as events through ``submit``;
 * ``Suspect`` marks a bookie as failing lately (as a timeout does): later reads start their
   entries elsewhere until it answers again;
+* READs are paced per bookie, and retried after TOO_MANY_REQUESTS (client/pacing.py);
 * everything else (Confirm, FailAdds, Deliver, Finished) goes to the driver's own outputs.
 
 Nothing here decides protocol questions; it only moves bytes and time.
@@ -50,6 +51,7 @@ import zmq
 from bookie import wire
 from bookie.client.connection import connect
 from bookie.client.errors import BookKeeperError, ClientClosedError
+from bookie.client.pacing import ReadPacer
 from bookie.client.protocol import actions as A
 from bookie.wire import Flag, Op
 
@@ -91,10 +93,11 @@ class Driver:
 
 
 class _Request:
-    __slots__ = ("driver", "action", "key", "deadline")
+    __slots__ = ("driver", "action", "key", "deadline", "charge", "busy")
 
-    def __init__(self, driver, action, key, deadline):
+    def __init__(self, driver, action, key, deadline, charge=0, busy=None):
         self.driver, self.action, self.key, self.deadline = driver, action, key, deadline
+        self.charge, self.busy = charge, busy  # READs: ReadPacer's charge, (refused at, times)
 
 
 class IOThread:
@@ -132,6 +135,7 @@ class IOThread:
         # bookie -> when a request to it last timed out or could not be sent; cleared by its
         # next answer.  Reads start each entry at a replica not in here (slow-bookie avoidance).
         self._suspects: dict[str, float] = {}
+        self.pacer = ReadPacer()  # READs in flight per bookie (client/pacing.py)
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=name + "-meta")
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._started = threading.Event()
@@ -169,6 +173,10 @@ class IOThread:
                 fut.set_exception(exc)
         self.submit(run)
         return fut
+
+    def offload(self, fn, *args) -> Future:
+        """Run ``fn(*args)`` (a blocking store call) on the metadata pool; a Future of it."""
+        return self._pool.submit(fn, *args)
 
     def close(self, timeout_s: float = 10.0) -> None:
         if self._closing:
@@ -245,7 +253,9 @@ class IOThread:
                 else:
                     box[0].extend(a.entry_ids)
                     box[1].extend(a.entries)
-            elif kind is A.SendRead or kind is A.SendReadLac or kind is A.SendWriteLac:
+            elif kind is A.SendRead:
+                self._send_read(driver, a)
+            elif kind is A.SendReadLac or kind is A.SendWriteLac:
                 self._send(driver, a)
             elif kind is A.Suspect:
                 self._suspects[a.bookie] = time.monotonic()
@@ -308,9 +318,34 @@ class IOThread:
         stale = [rid for rid, req in self._inflight.items() if req.key == (bookie, kind)]
         for rid in stale:
             req = self._inflight.pop(rid)
+            self._release(req)
             self.run_for(req.driver, req.driver.event, _response(req.action, A.TIMEOUT))
 
-    def _send(self, driver: Driver, a, sizes=None) -> None:
+    def _send_read(self, driver: Driver, a: A.SendRead, busy=None) -> None:
+        """Send a READ now, or hold it until its bookie has room (client/pacing.py)."""
+        charge = self.pacer.admit(a.bookie, a.max_count)
+        if not charge:
+            return self.pacer.hold(a.bookie, (driver, a.max_count, a, busy))
+        self._send(driver, a, charge=charge, busy=busy)
+
+    def _release(self, req: _Request, answer=None) -> None:
+        """A READ left flight (``answer``: its OK frames): charge back, held READs sent."""
+        charge, req.charge = req.charge, 0
+        if not charge:
+            return  # not a READ, or released already
+        self.pacer.learn(req.key[0], answer)
+        for (driver, _, a, busy), again in self.pacer.release(req.key[0], charge):
+            self.run_for(driver, self._send, driver, a, None, again, busy)
+
+    def _refused_busy(self, req: _Request, now: float) -> bool:
+        """A READ answered TOO_MANY_REQUESTS: True if it is sent again after a back-off."""
+        (since, refusals), driver, a = req.busy or (now, 0), req.driver, req.action
+        delay = None if driver.over else self.pacer.retry_delay(since, refusals, now)
+        if delay is not None:
+            self.later(delay, lambda: self._send_read(driver, a, (since, refusals + 1)), driver)
+        return delay is not None
+
+    def _send(self, driver: Driver, a, sizes=None, charge: int = 0, busy=None) -> None:
         rid = next(self._ids)
         now = time.monotonic()
         if isinstance(a, A.SendAdd):
@@ -346,13 +381,14 @@ class IOThread:
             frames = [wire.pack_header(Op.WRITE_LAC, 0, rid, driver.ledger_id),
                       driver.master_key, wire.WRITE_LAC_BODY.pack(a.lac)]
         deadline = now + timeout_s
-        self._inflight[rid] = _Request(driver, a, (a.bookie, kind), deadline)
+        self._inflight[rid] = req = _Request(driver, a, (a.bookie, kind), deadline, charge, busy)
         heapq.heappush(self._deadlines, (deadline, rid))
         try:
             wire.send_frames(self._socket(a.bookie, kind), frames, copy=len(frames[-1]) < 65536)
         except zmq.ZMQError as exc:
             log.debug("send to %s failed: %s", a.bookie, exc)
             del self._inflight[rid]
+            self._release(req)
             self._suspects[a.bookie] = time.monotonic()
             driver.event(_response(a, A.UNREACHABLE))
             self._reset_socket(a.bookie, kind)
@@ -400,6 +436,10 @@ class IOThread:
                 continue  # answered after its timeout
             if self._suspects and key[0] in self._suspects:
                 del self._suspects[key[0]]
+            if req.charge:
+                self._release(req, frames if status == 0 else None)
+                if status == wire.Status.TOO_MANY_REQUESTS and self._refused_busy(req, time.monotonic()):
+                    continue
             self.run_for(req.driver, _deliver_answer, req, status, frames)
 
     def _expire(self, now: float) -> None:
@@ -409,6 +449,7 @@ class IOThread:
             req = self._inflight.pop(rid, None)
             if req is None:
                 continue
+            self._release(req)
             if req.driver.over:
                 # Its operation ended without it (a speculative read got the entries from
                 # another replica): resetting the socket now would fail the requests sent on it

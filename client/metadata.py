@@ -157,6 +157,17 @@ class ClientStore:
         with _translated(what="listing writable bookies"):
             return self.store.list_bookies(readonly=False)
 
+    def locations(self, bookies) -> dict[str, str]:
+        """bookie id -> the ``location`` (``/REGION/RACK``, from its ``bookieLocation``) it
+        published when it registered; bookies with none (or gone meanwhile) are left out."""
+        out = {}
+        with _translated(what="reading bookie locations"):
+            for bookie in bookies:
+                info = self.store.bookie_info(bookie) or {}
+                if isinstance(info.get("location"), str) and info["location"]:
+                    out[bookie] = info["location"]
+        return out
+
     # -- custom records ------------------------------------------------------------------------
 
     def get_record(self, path: str) -> tuple[bytes, int]:

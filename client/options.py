@@ -18,52 +18,30 @@ starts: an unknown key or a bad value is an ``InvalidArgumentError`` of one line
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
+from bookie import properties
 from bookie.client.config import ClientConfig
 from bookie.client.errors import InvalidArgumentError
-
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
+from bookie.properties import PropertiesError
 
 
 def parse_properties(text: str, source: str) -> dict[str, str]:
-    """``key=value`` lines -> raw strings; a line that is neither that nor a comment is refused."""
-    out: dict[str, str] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        if not s or s[0] in "#!":
-            continue
-        sep = min((i for i in (s.find("="), s.find(":")) if i >= 0), default=-1)
-        if sep <= 0:
-            raise InvalidArgumentError(f"{source}:{lineno}: expected key=value, got {s!r}")
-        out[s[:sep].strip()] = s[sep + 1:].strip()
-    return out
+    """``key=value`` lines -> raw strings (bookie.properties); a malformed line is refused."""
+    try:
+        return properties.parse_properties(text, source)
+    except PropertiesError as e:
+        raise InvalidArgumentError(str(e)) from None
 
 
 def typed(raw: dict[str, str], source: str) -> dict:
-    """Raw strings -> values of each key's type.  Unknown keys pass through untouched (for
-    ``ClientConfig.build`` to name, with the list of known ones)."""
-    types = {f.name: f.type for f in dataclasses.fields(ClientConfig)}
+    """Raw strings -> values of each key's type (``ClientConfig.convert``).  Unknown keys pass
+    through untouched (for ``ClientConfig.build`` to name, with the list of known ones)."""
     out: dict = {}
     for key, text in raw.items():
-        kind = types.get(key, "str")
         try:
-            if kind == "int":
-                out[key] = int(text.strip().replace("_", ""))
-            elif kind == "float":
-                out[key] = float(text.strip())
-            elif kind == "bool":
-                low = text.strip().lower()
-                if low not in _TRUE | _FALSE:
-                    raise ValueError("not true or false")
-                out[key] = low in _TRUE
-            else:
-                out[key] = text
-        except ValueError:
-            what = {"int": "an integer", "float": "a number"}.get(kind, "true or false")
-            raise InvalidArgumentError(f"{source}: client key {key}={text!r} is not {what}") \
-                from None
+            out[key] = text if key == "passwd" else ClientConfig.convert(key, text)
+        except InvalidArgumentError as e:
+            raise InvalidArgumentError(f"{source}: {e}") from None
     return out
 
 
@@ -77,23 +55,23 @@ def client_keys(conf_file: str | None = None, overrides: list[str] | None = None
             bad value; one line naming it.
     """
     keys: dict = {}
-    if conf_file:
-        try:
-            with open(conf_file, encoding="utf-8") as f:
-                text = f.read()
-        except (OSError, UnicodeDecodeError) as e:
-            raise InvalidArgumentError(f"--client-conf {conf_file}: "
-                                       f"{getattr(e, 'strerror', None) or e}") from None
-        keys.update(typed(parse_properties(text, conf_file), f"--client-conf {conf_file}"))
-    for item in overrides or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise InvalidArgumentError(f"--set {item!r}: expected KEY=VALUE")
-        keys.update(typed({key.strip(): value}, "--set"))
+    try:
+        if conf_file:
+            keys.update(typed(properties.read_properties(conf_file, "--client-conf"),
+                              f"--client-conf {conf_file}"))
+        keys.update(typed(properties.parse_assignments(overrides, "--set"), "--set"))
+    except PropertiesError as e:
+        raise InvalidArgumentError(str(e)) from None
     ClientConfig.build(keys)  # unknown keys, ranges, a CURVE pair that goes together
     from bookie.client.auth import client_curve
     client_curve(ClientConfig.build(keys))  # key files readable now, not after the tool started
     return keys
+
+
+def metadata_uri(keys: dict) -> str:
+    """The metadata store ``keys`` (as ``client_keys`` returns them) name: metadataServiceUri,
+    else zkServers under zkLedgersRootPath, else ""."""
+    return ClientConfig.build(keys).metadata_uri
 
 
 def curve_hint(keys: dict) -> str:
@@ -111,9 +89,10 @@ def add_arguments(parser: argparse.ArgumentParser, set_flags: tuple[str, ...] = 
     each of ``set_flags``, where the tool has no other ``--set``)."""
     group = parser.add_argument_group("client configuration (a CURVE bookie needs the keys)")
     group.add_argument("--client-conf", metavar="FILE", default=None,
-                       help="client properties file (key=value lines, as a bookie's "
-                            "configuration): e.g. curveSecretKeyFile, curveServerKeys, "
-                            "readTimeout, speculativeReadTimeout")
+                       help="client properties file (key=value lines, BookKeeper's "
+                            "client.conf): e.g. metadataServiceUri (used when --metadata is "
+                            "not given), curveSecretKeyFile, curveServerKeys, "
+                            "readEntryTimeoutSec, speculativeReadTimeout")
     group.add_argument(*set_flags, "--client-set", dest="client_set", metavar="KEY=VALUE",
                        action="append", default=[],
                        help="one client key, over --client-conf (repeatable)")

@@ -31,6 +31,17 @@ the mark and missing from the listing, and would be tombstoned as "deleted" on t
 first add.  An id above the mark that the store *has* handed out by the listing is in the
 listing and kept; one handed out after the listing is above the mark and kept.
 
+An empty listing (issue 21, defect 6): a store that answers "no ledgers at all" while this bookie
+holds some is either a cluster whose ledgers were all deleted, or a store answering by mistake (a
+wrong root, a wiped store, one restored empty from a backup).  The high-water mark tells them
+apart: the real store handed out every id this bookie holds (a ledger exists in the store before
+its first add reaches a bookie), so its mark is at or above all of them; a wrong, wiped or
+restored store has not handed those ids out (its counter starts again, or stops at the backup),
+so its mark is below at least one.  ``empty_listing_trusted`` is that rule: an empty listing is
+acted on only when the mark, read before it, covers every held id; otherwise nothing is
+deleted (and a held id above the mark - data written while the bookie ran without a store -
+keeps the guard on until the store hands that id out).
+
 The worker carries the plan out in this order: dropped ledgers are appended to the durable list
 of deletes, then leave the index (a tombstone each), then dead log files are unlinked, then their maps are forgotten; a crash anywhere in between
 leaves facts from which the next plan finishes the job (a map whose file is gone is forgotten
@@ -97,3 +108,20 @@ def plan(held_ledgers: Iterable[int], metadata_ledgers: Iterable[int],
     return GcPlan(drop_ledgers=sorted(gone - never_created),
                   delete_logs=[log_id for log_id in dead_logs if log_id in on_disk],
                   forget_maps=dead_logs)
+
+
+def empty_listing_trusted(held_ledgers: Iterable[int], high_water: int | None) -> bool:
+    """Whether a listing with no ledgers may be acted on while this bookie holds
+    ``held_ledgers`` (theory of operation: "An empty listing").
+
+    Returns:
+        True when nothing is held, or when the store's high-water mark (read after the
+        snapshot, before the listing) is known and at or above every held ledger id: the
+        store handed each of them out and lists none, so all were deleted.  False otherwise
+        (an unknown mark, or a held id the store has not handed out): a store answering an
+        empty list by mistake must not empty the bookie.
+    """
+    top = max(held_ledgers, default=None)
+    if top is None:
+        return True
+    return high_water is not None and top <= high_water

@@ -21,6 +21,8 @@ import dataclasses
 import json
 import re
 
+from bookie.properties import PropertiesError, parse_bool
+
 EARLIEST, LATEST = -2, -1
 
 READ_DEFAULTS = {
@@ -55,10 +57,10 @@ def _flag(opts: dict, name: str, default: bool) -> bool:
     value = opts.get(name)
     if value is None:
         return default
-    text = str(value).strip().lower()
-    if text not in ("true", "false"):
-        raise OptionError(f"option {name}: {value!r} is not true or false")
-    return text == "true"
+    try:
+        return parse_bool(value)
+    except PropertiesError as e:
+        raise OptionError(f"option {name}: {e}") from None
 
 
 def _int(opts: dict, name: str, default: int | None, minimum: int = 1) -> int | None:
@@ -92,23 +94,24 @@ def parse_ledger_list(text: str) -> list[int]:
 
 
 def client_config(opts: dict) -> dict:
-    """The ``bookkeeper.<key>`` options as client keys, typed as the client's config."""
-    from bookie.client import ClientConfig
-    fields = {f.name.lower(): f for f in dataclasses.fields(ClientConfig)}
+    """The ``bookkeeper.<key>`` options as client keys, typed as the client's config
+    (``ClientConfig.convert``: booleans by the one vocabulary of ``bookie.properties``, so
+    ``bookkeeper.allowEmptyPassword=false`` is False)."""
+    from bookie.client import ClientConfig, InvalidArgumentError
+    from bookie.client.config import accepted_names
+    names = {name.lower(): name for name in accepted_names()}
     config = {}
     for key, value in opts.items():
         if not key.lower().startswith("bookkeeper."):
             continue
-        field = fields.get(key.lower()[len("bookkeeper."):])
-        if field is None:
+        name = names.get(key.lower()[len("bookkeeper."):])
+        if name is None:
             raise OptionError(f"option {key}: not a client key (known: "
-                              f"{', '.join(sorted(f.name for f in fields.values()))})")
-        kind = {"int": int, "float": float, "bytes": str.encode}.get(
-            getattr(field.type, "__name__", str(field.type)), str)
+                              f"{', '.join(sorted(names.values()))})")
         try:
-            config[field.name] = kind(str(value))
-        except ValueError:
-            raise OptionError(f"option {key}: {value!r} is not a {field.type}") from None
+            config[name] = ClientConfig.convert(name, str(value))
+        except InvalidArgumentError as e:
+            raise OptionError(f"option {key}: {e}") from None
     return config
 
 

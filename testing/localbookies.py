@@ -147,8 +147,8 @@ class LocalBookies:
         """The ZooKeeper credentials and ACL of ``conf``'s zkEnableSecurity / zkDigestAuthFile
         (None: none).  Raises AccessDeniedError (a MetadataError) naming the key."""
         from bookie.metadata import load_zk_security
-        enabled = str(self.conf.get("zkEnableSecurity", "false")).strip().lower()
-        return load_zk_security(enabled in ("true", "yes", "on", "1"),
+        from bookie.properties import parse_bool
+        return load_zk_security(parse_bool(str(self.conf.get("zkEnableSecurity", "false"))),
                                 str(self.conf.get("zkDigestAuthFile", "")))
 
     def client_keys(self) -> dict:

@@ -42,9 +42,9 @@ from bookie.workers.auth import server_curve
 from bookie.workers.common import (REFUSALS_PER_CONNECTION_PER_S, ClientServer, ConnectionCap,
                                    RefusalBudget, guard_client_socket, make_socket)
 from bookie.storage.checkpoint import Checkpointer, checkpoint
-from bookie.workers.claims import OwnerLookup
+from bookie.workers.claims import OwnerLookup, OwnerResolver
 from bookie.storage.journal import lastmark_of, scan
-from bookie.core.ledgers import Rejected
+from bookie.core.ledgers import Owner, Rejected
 from bookie.storage.noroom import RETRY_S, Held, HeldRecord, no_room
 from bookie.storage.ring import ADD_EPOCH, DURABLE, NO_ROOM, READONLY, WRITE, Doorbell, Ring
 from bookie.core.shares import PendingAdds, principal_of
@@ -153,8 +153,10 @@ def run(ctx) -> int:
     server = AddServer(ctx, ring, storage, clients, control, wake, lac_pub, ledger_dirs)
     server.cap = cap
     server.gate = curve.gate if curve else None
-    # who owns an id the bookie holds nothing for: asked before anything is stored (claims.py)
-    server.owners = OwnerLookup(conf.metadata_uri, conf.zk_security, ctx.log)
+    # who owns an id the bookie holds nothing for: asked before anything is stored, and keys
+    # verified against the owner's check, both off this loop (claims.py)
+    server.owners = OwnerResolver(OwnerLookup(conf.metadata_uri, conf.zk_security, ctx.log))
+    storage.table.verify = server.owners.verified
     # one principal holds at most a share of the pending adds; flooding connections are shut
     server.refusals = RefusalBudget(REFUSALS_PER_CONNECTION_PER_S, cap, server.log_shut)
     server.pending = PendingAdds(conf.max_pending_adds, principal_of(bool(curve)), server.refusals)
@@ -193,7 +195,11 @@ class AddServer(ClientServer):
         self.last_checkpoint = time.monotonic()
         self.last_stats = 0.0
         self.gate = None  # workers/auth.py Gate when CURVE is on
-        self.owners: OwnerLookup | None = None  # workers/claims.py
+        self.owners: OwnerResolver | None = None  # workers/claims.py
+        # requests waiting for the store's answer or a key's verdict, per ledger, in order
+        self.parked: dict[int, collections.deque] = {}
+        self.parked_count = 0
+        self.current = None  # (socket, frames, internal, taken_at) of the message being handled
         self.stalled: collections.deque = collections.deque()  # (socket, frames, internal, taken_at) waiting for ring room
         self.checkpointer = Checkpointer(ctx, storage, ledger_dirs)
         self.add_latency = ctx.metrics.histogram("bookie_add_entry_seconds")
@@ -214,6 +220,7 @@ class AddServer(ClientServer):
         poller.register(self.control, zmq.POLLIN)
         if self.cap is not None:
             poller.register(self.cap.monitor, zmq.POLLIN)
+        poller.register(self.owners.fileno(), zmq.POLLIN)
         flush_s = self.conf.flush_interval_s
         while not self.ctx.stopping:
             timeout = 5 if self.pending else 50
@@ -224,6 +231,8 @@ class AddServer(ClientServer):
                 self.cap.drain()
             self.answer_durable()
             self.rung, self.unrung = False, False
+            if self.owners.fileno() in events:
+                self.resume(self.owners.drain())
             self.retry_stalled()
             if not self.stalled:
                 if self.control in events:
@@ -329,6 +338,37 @@ class AddServer(ClientServer):
                 break
             self.stalled.popleft()
 
+    def park(self, ledger_id: int, key: bytes, credential: bool) -> bool:
+        """True when the message being handled waits (parked) for what deciding it needs: the
+        store's answer about the ledger, or the verdict on its key (claims.py).  A ledger with
+        parked messages parks every later one too, so their order holds."""
+        if ledger_id not in self.parked:
+            info = self.storage.table.ledgers.get(ledger_id)
+            if info is not None and info.master_key:  # bound: nothing to ask (the hot path)
+                return False
+            if self.owners.ready(self.storage.table, ledger_id, key, credential):
+                return False
+        if self.parked_count >= self.max_pending:
+            raise Rejected(Status.TOO_MANY_REQUESTS)
+        self.parked.setdefault(ledger_id, collections.deque()).append(self.current)
+        self.parked_count += 1
+        return True
+
+    def resume(self, ledger_ids: set[int]) -> None:
+        """Handle again, in order, the messages parked for these ledgers."""
+        for ledger_id in ledger_ids:
+            waiting = self.parked.pop(ledger_id, None)
+            while waiting:
+                sock, frames, internal, self.taken_at = waiting.popleft()
+                self.parked_count -= 1
+                if ledger_id in self.parked:  # parked again (another key): the rest follow it
+                    self.parked[ledger_id].append((sock, frames, internal, self.taken_at))
+                    self.parked_count += 1
+                elif not self.handle(sock, frames, internal, retry=True):
+                    self.stalled.append((sock, frames, internal, self.taken_at))
+            if ledger_id not in self.parked:
+                self.owners.consume(ledger_id)
+
     def take(self, sock, internal: bool) -> None:
         for _ in range(MAX_MESSAGES_PER_ITERATION):
             try:
@@ -343,6 +383,7 @@ class AddServer(ClientServer):
     # -- one request -----------------------------------------------------------------------------
     def handle(self, sock, frames, internal: bool, retry: bool) -> bool:
         """Handle one message; False when the ring is full (the caller retries it later)."""
+        self.current = (sock, frames, internal, self.taken_at)
         if internal:
             return self.handle_control(frames)
         if len(frames) < 2:
@@ -488,6 +529,8 @@ class AddServer(ClientServer):
             raise Rejected(Status.BAD_REQUEST, "negative entry id")
         recovery = bool(flags & wire.Bits.RECOVERY_ADD)
         credential = bool(flags & wire.Bits.RECOVERY_CREDENTIAL)
+        if self.park(ledger_id, key, credential):
+            return True
         table = self.storage.table
         placed = table.check_add(ledger_id, key, recovery, credential, self.owner_of(ledger_id))
         held = self.storage.held_entries(ledger_id, entry_ids)
@@ -520,7 +563,7 @@ class AddServer(ClientServer):
         table holds the ledger: no need to ask)."""
         if not self.storage.table.needs_owner(ledger_id):
             return None
-        return self.owners.owner(ledger_id)
+        return self.owners.owner(ledger_id) or Owner.UNAVAILABLE
 
     def new_entries(self, held: dict, lengths_frame, data, lengths, offsets, entry_ids):
         """The batch without the entries this bookie holds; Rejected(ENTRY_EXISTS) when one of
@@ -573,6 +616,8 @@ class AddServer(ClientServer):
         token = frames[4].bytes
         credential = frames[1].bytes == b"C"
         try:
+            if self.park(ledger_id, key, credential):
+                return True
             placed = self.storage.table.check_fence(ledger_id, key, credential, self.owner_of(ledger_id))
         except Rejected as e:
             self.count(FENCE_OP, e.status)

@@ -1,4 +1,5 @@
-"""Who owns a ledger id: the metadata store's answer, asked once, before anything is stored.
+"""Who owns a ledger id: the metadata store's answer, asked once, before anything is stored;
+and whether a key is the one the owner's check names.  Both off the add worker's loop.
 
 Theory of operation
 -------------------
@@ -17,16 +18,33 @@ lookup waits at most ``TIMEOUT_S``).  Past the limit the answer is ``Owner.UNAVA
 request is refused TOO_MANY_REQUESTS and nothing is stored; a writer's client backs off and
 sends again.  On ZooKeeper the read follows a ``sync`` (``read_ledger_latest``): the writer
 may have created the ledger through another server a moment ago.
+
+Off the loop.  A lookup may wait for the store, and a ledger's check is a slow, memory-hard
+verifier (tens to hundreds of milliseconds of CPU): neither may stall every other client of the
+add worker.  ``OwnerResolver`` runs both on a thread of their own: the add worker asks
+``ready`` whether everything a request needs is known; when it is not, the request is parked
+(with every later request for the same ledger, so their order holds) and the work queued; the
+thread's answers come back through a pipe the loop polls, and the parked requests are handled
+again, now deciding at once.  Verifications are remembered per (check, key), so a ledger costs
+one at each bookie; at most ``MAX_JOBS`` are queued (a flood of made-up keys against a ledger
+not bound yet gets TOO_MANY_REQUESTS past that, never an unbounded queue of CPU work).
 """
 
 from __future__ import annotations
 
 import collections
+import os
+import queue
+import threading
 import time
 
-from bookie.core.ledgers import Owner
+from bookie.core.ledgers import Owner, Rejected
+from bookie.metadata.ledger import key_check_matches
+from bookie.wire import MAX_MASTER_KEY, Status
 
-CACHE = 65_536  # ledgers whose check is kept
+CACHE = 65_536  # ledgers whose check is kept (and (check, key) answers: a quarter of it)
+MAX_JOBS = 256  # lookups and verifications queued at most
+FRESH_S = 1.0  # the most an answer that is not kept (no such ledger, store unavailable) is used
 LOOKUPS_PER_S = 200
 TIMEOUT_S = 2.0  # the most one lookup may block the add worker
 BACKOFF_S = 5.0
@@ -96,3 +114,139 @@ class OwnerLookup:
         if self.store is not None:
             self.store.close()
             self.store = None
+
+
+class OwnerResolver:
+    """The store's answers and the checks' verdicts for the add worker's loop, worked out on a
+    thread of their own (module docstring).  The loop calls ``ready`` and ``verified``, polls
+    ``fileno`` and calls ``drain`` when it is readable; only the thread calls the lookup."""
+
+    def __init__(self, lookup: OwnerLookup, verify=key_check_matches):
+        self.lookup = lookup
+        self._verify = verify
+        self.known: collections.OrderedDict[int, object] = collections.OrderedDict()  # kept answers
+        self.fresh: dict[int, tuple[object, float]] = {}  # answers used for FRESH_S only
+        self.verdicts: collections.OrderedDict[tuple[bytes, bytes], bool] = collections.OrderedDict()
+        self.queued: set[tuple[int, bytes]] = set()
+        self.jobs: queue.Queue = queue.Queue()
+        self.done: collections.deque = collections.deque()
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._r, False)
+        self.verifications_total = 0
+        self._thread = threading.Thread(target=self._run, name="owner-resolver", daemon=True)
+        self._thread.start()
+
+    def fileno(self) -> int:
+        return self._r
+
+    # -- the loop's side -------------------------------------------------------------------------
+    def owner(self, ledger_id: int):
+        """The store's answer for ``ledger_id`` if known now, else None."""
+        if not self.lookup.uri:
+            return Owner.NO_STORE
+        answer = self.known.get(ledger_id)
+        if answer is not None:
+            return answer
+        fresh = self.fresh.get(ledger_id)
+        if fresh is not None and time.monotonic() - fresh[1] < FRESH_S:
+            return fresh[0]
+        return None
+
+    def consume(self, ledger_id: int) -> None:
+        """The requests parked for ``ledger_id`` were decided: an answer that is not kept (no
+        such ledger yet, store unavailable) is not used again (the ledger may be created, the
+        store come back, a moment later)."""
+        self.fresh.pop(ledger_id, None)
+
+    def ready(self, table, ledger_id: int, key: bytes, credential: bool) -> bool:
+        """True when ``table`` can decide a request for ``ledger_id`` with ``key`` now (past
+        ``MAX_JOBS`` too: the decision is then TOO_MANY_REQUESTS); False when the missing work
+        was queued and the caller parks the request until ``drain`` names the ledger."""
+        if not credential and not 0 < len(key) <= MAX_MASTER_KEY:
+            return True  # refused for its size, nothing to look up
+        check = table.owner_check_of(ledger_id)
+        if table.needs_owner(ledger_id):
+            owner = self.owner(ledger_id)
+            if owner is None:
+                return not self._queue(ledger_id, b"" if credential else bytes(key), None)
+            check = owner if isinstance(owner, bytes) else b""
+        if not check or credential or (check, bytes(key)) in self.verdicts:
+            return True
+        return not self._queue(ledger_id, bytes(key), check)
+
+    def verified(self, check: bytes, master_key: bytes) -> bool:
+        """The verdict for the table (``LedgerTable.verify``), as the thread worked it out.
+
+        Raises:
+            Rejected(TOO_MANY_REQUESTS): none yet (the queue was full when ``ready`` asked):
+                the loop never works a verifier out itself.
+        """
+        answer = self.verdicts.get((check, bytes(master_key)))
+        if answer is None:
+            raise Rejected(Status.TOO_MANY_REQUESTS, "key verifications queued: try again")
+        return answer
+
+    def _queue(self, ledger_id: int, key: bytes, check: bytes | None) -> bool:
+        """Queue the work a request needs (``check``: verify ``key`` against it; None: ask the
+        store first); False when the queue is full (nothing queued)."""
+        if (ledger_id, key) in self.queued:
+            return True
+        if len(self.queued) >= MAX_JOBS:
+            return False  # decided now: owner() answers None (UNAVAILABLE), verified() refuses
+        self.queued.add((ledger_id, key))
+        self.jobs.put((ledger_id, key, check))
+        return True
+
+    def drain(self) -> set[int]:
+        """Take the thread's answers in; returns the ledgers whose parked requests may go on."""
+        try:
+            while os.read(self._r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        ready = set()
+        while self.done:
+            ledger_id, key, owner, verdict = self.done.popleft()
+            self.queued.discard((ledger_id, key))
+            if owner is not None:
+                if isinstance(owner, bytes) or owner is Owner.NO_CHECK:
+                    self.known[ledger_id] = owner
+                    if len(self.known) > CACHE:
+                        self.known.popitem(last=False)
+                else:
+                    self.fresh[ledger_id] = (owner, time.monotonic())
+            if verdict is not None:
+                self.verdicts[verdict[0]] = verdict[1]
+                if len(self.verdicts) > CACHE // 4:
+                    self.verdicts.popitem(last=False)
+            ready.add(ledger_id)
+        if len(self.fresh) > CACHE:
+            self.fresh.clear()
+        return ready
+
+    # -- the thread ------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            ledger_id, key, check = job
+            owner = verdict = None
+            try:
+                if check is None:
+                    owner = self.lookup.owner(ledger_id)
+                    check = owner if isinstance(owner, bytes) else b""
+                if check and key:
+                    verdict = ((check, key), bool(self._verify(check, key)))
+                    self.verifications_total += 1
+            except Exception:  # noqa: BLE001 - an answer must come back, or the requests wait forever
+                owner = Owner.UNAVAILABLE
+            self.done.append((ledger_id, key, owner, verdict))
+            os.write(self._w, b"\0")
+
+    def close(self) -> None:
+        self.jobs.put(None)
+        self._thread.join(timeout=5)
+        os.close(self._r)
+        os.close(self._w)
+        self.lookup.close()

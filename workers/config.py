@@ -31,7 +31,10 @@ import difflib
 import os
 from typing import Any, Callable
 
+from bookie import properties
 from bookie.metadata.errors import AccessDeniedError, InvalidUriError
+from bookie.properties import (PropertiesError, check_location, format_bool, normalise_uri,  # noqa: F401
+                               parse_value, resolve_metadata_uri, zk_hosts)
 from bookie.metadata.uri import parse_uri
 
 
@@ -90,43 +93,19 @@ def _uri(v):
     return None
 
 
+def _location(v):
+    return check_location(v) if v else None
+
+
 def _zk_root(v):
     return None if v.startswith("/") and v.strip("/") else "must be an absolute ZooKeeper path such as /ledgers"
-
-
-def zk_hosts(text: str) -> str:
-    """ZooKeeper hosts as the metadata URI wants them: ``host:port`` joined by ``,``.
-
-    BookKeeper writes ``,`` in ``zkServers`` and ``;`` inside a metadata service URI (where ``,``
-    is awkward); either separator, and spaces around hosts, are accepted here.
-    """
-    return ",".join(h.strip() for h in text.replace(";", ",").split(",") if h.strip())
-
-
-def normalise_uri(uri: str) -> str:
-    """A metadata URI with BookKeeper's ``;`` between ZooKeeper hosts rewritten to ``,``."""
-    scheme, sep, rest = uri.partition("://")
-    if not sep or not scheme.lower().startswith("zk"):
-        return uri
-    hosts, slash, root = rest.partition("/")
-    return f"{scheme}://{zk_hosts(hosts)}{slash}{root}"
-
-
-def resolve_metadata_uri(values: dict[str, Any]) -> str:
-    """The metadata store a configuration names: ``metadataServiceUri``, else ``zkServers`` under
-    ``zkLedgersRootPath`` (``zk://`` keeps the layout the root was formatted with), else "" (none).
-    """
-    if values["metadataServiceUri"]:
-        return normalise_uri(values["metadataServiceUri"])
-    if values["zkServers"]:
-        return f"zk://{zk_hosts(values['zkServers'])}{values['zkLedgersRootPath']}"
-    return ""
 
 
 KEYS: tuple[Key, ...] = (
     # -- network -------------------------------------------------------------------------------
     Key("bookiePort", "int", 3181, "Port of the add socket; the read socket listens on bookiePort+1.", _port, attr="bookie_port"),
     Key("listeningInterface", "str", "127.0.0.1", "Address both sockets bind to.", attr="listening_interface"),
+    Key("bookieLocation", "str", "", "Where the bookie is, /REGION/RACK (BookKeeper's rack names): published in its registration, so clients with ensemblePlacementPolicy=rackaware or regionaware spread every write quorum over racks or regions (docs/client.md). Empty: /default-region/default-rack.", _location, attr="bookie_location"),
     Key("advertisedAddress", "str", "", "Host the bookie registers under (default: listeningInterface).", attr="advertised_address"),
     Key("nettyMaxFrameSizeBytes", "int", 5 * 1024 * 1024, "Largest entry accepted, in bytes; larger adds get BAD_REQUEST.", _range(64, 1 << 30), unit="bytes", attr="max_entry_size_bytes"),
     Key("maxPendingAddRequestsPerThread", "int", 100_000, "Adds waiting for the journal before new ones get TOO_MANY_REQUESTS.", _range(1), attr="max_pending_adds"),
@@ -212,34 +191,18 @@ KEYS: tuple[Key, ...] = (
 
 KEY_BY_NAME = {k.name: k for k in KEYS}
 
-_TRUE = {"true", "yes", "on", "1"}
-_FALSE = {"false", "no", "off", "0"}
-
-
 def _convert(key: Key, raw: Any) -> Any:
-    if not isinstance(raw, str):
-        value = raw
-    elif key.type == "int":
-        try:
-            value = int(raw.strip().replace("_", ""))
-        except ValueError:
-            raise ConfigError(f"{key.name}: {raw!r} is not an integer") from None
-    elif key.type == "float":
-        try:
-            value = float(raw.strip())
-        except ValueError:
-            raise ConfigError(f"{key.name}: {raw!r} is not a number") from None
-    elif key.type == "bool":
-        low = raw.strip().lower()
-        if low not in _TRUE | _FALSE:
-            raise ConfigError(f"{key.name}: {raw!r} is not true or false")
-        value = low in _TRUE
-    elif key.type == "dirs":
-        value = [p.strip() for p in raw.split(",") if p.strip()]
-    else:
-        value = raw.strip()
-    if key.type == "int" and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ConfigError(f"{key.name}: {value!r} is not an integer")
+    """``raw`` (text as written, or a value given by code) typed as ``key`` says, by the one
+    vocabulary of bookie.properties, then checked."""
+    try:
+        if key.type in ("int", "float", "bool"):
+            value = parse_value(key.type, raw)
+        elif key.type == "dirs" and isinstance(raw, str):
+            value = [p.strip() for p in raw.split(",") if p.strip()]
+        else:
+            value = raw.strip() if isinstance(raw, str) else raw
+    except PropertiesError as e:
+        raise ConfigError(f"{key.name}: {e}") from None
     if key.check is not None:
         complaint = key.check(value)
         if complaint:
@@ -248,17 +211,11 @@ def _convert(key: Key, raw: Any) -> Any:
 
 
 def parse_properties(text: str, source: str = "<config>") -> dict[str, str]:
-    """Parse Java-properties text into raw strings (no typing yet)."""
-    out: dict[str, str] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        if not s or s[0] in "#!":
-            continue
-        sep = min((i for i in (s.find("="), s.find(":")) if i >= 0), default=-1)
-        if sep <= 0:
-            raise ConfigError(f"{source}:{lineno}: expected key=value, got {s!r}")
-        out[s[:sep].strip()] = s[sep + 1:].strip()
-    return out
+    """Parse Java-properties text into raw strings (no typing yet): bookie.properties."""
+    try:
+        return properties.parse_properties(text, source)
+    except PropertiesError as e:
+        raise ConfigError(str(e)) from None
 
 
 class BookieConfig:
@@ -334,9 +291,11 @@ class BookieConfig:
         if path is not None:
             try:
                 with open(path, encoding="utf-8") as f:
-                    raw.update(parse_properties(f.read(), path))
-            except OSError as e:
-                raise ConfigError(f"--conf: cannot read {path}: {e.strerror}") from None
+                    text = f.read()
+            except (OSError, UnicodeDecodeError) as e:
+                raise ConfigError(f"--conf: cannot read {path}: "
+                                  f"{getattr(e, 'strerror', None) or e}") from None
+            raw.update(parse_properties(text, path))
         raw.update(overrides or {})
         return cls.from_mapping(raw, check_dirs=check_dirs)
 
@@ -397,7 +356,7 @@ class BookieConfig:
             if key.type == "dirs":
                 v = ",".join(v)
             elif key.type == "bool":
-                v = "true" if v else "false"
+                v = format_bool(v)
             lines.append(f"{key.name}={v}")
         return "\n".join(lines) + "\n"
 
@@ -479,13 +438,10 @@ del _key
 
 def parse_overrides(items: list[str] | None) -> dict[str, str]:
     """Turn ``--set key=value`` items into a dict; a malformed item is a ConfigError."""
-    out = {}
-    for item in items or []:
-        if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected key=value")
-        k, v = item.split("=", 1)
-        out[k.strip()] = v
-    return out
+    try:
+        return properties.parse_assignments(items, "--set", form="key=value")
+    except PropertiesError as e:
+        raise ConfigError(str(e)) from None
 
 
 def keys_help() -> str:

@@ -31,8 +31,10 @@ counts what the bookie holds (the ``bookie_ledgers`` and ``bookie_entry_logs`` g
 A metadata outage never stops the worker: it becomes ready without the store, opens it (and
 lists the ledgers) at each run, and a run the store could not answer is skipped with one log
 line, tried again at the next one.  A listing with no ledgers at all while this bookie holds
-some deletes nothing (``EmptyListingRefused``): a store answering an empty list by mistake (a
-wrong root, a wiped or restored-empty store) must not take every ledger of every bookie with it.
+some deletes nothing (``EmptyListingRefused``) unless the store's ledger id high-water mark is at
+or above every id held (``gc_policy.empty_listing_trusted``): a store answering an empty list by
+mistake (a wrong root, a wiped or restored-empty store) must not take every ledger of every bookie
+with it, while a cluster whose ledgers were all deleted gets its space back.
 """
 
 from __future__ import annotations
@@ -73,9 +75,10 @@ def collect(index: Index, store, ledger_dirs: list[str]) -> gc_policy.GcPlan:
         current = index.current_logs(txn)
     high_water = store.ledger_id_high_water()  # after the snapshot, before the listing (gc_policy)
     in_store = list(store.list_ledgers())
-    if not in_store and held:
+    if not in_store and not gc_policy.empty_listing_trusted(held, high_water):
         raise EmptyListingRefused(
-            f"the metadata store lists no ledgers but this bookie holds {len(held)}; deleting "
+            f"the metadata store lists no ledgers but this bookie holds {len(held)}, up to id "
+            f"{max(held)}, above the store's ledger id high-water mark {high_water}; deleting "
             f"nothing (a store answering an empty list by mistake must not empty the bookie)")
     on_disk = [log_id for d in ledger_dirs for log_id in list_logs(d)]
     plan = gc_policy.plan(held, in_store, maps, current, on_disk, high_water)

@@ -93,6 +93,14 @@ class FailAdds:
 
 
 @dataclasses.dataclass(slots=True)
+class Forced:
+    """A ``force`` of the writer is done: every entry up to ``last`` is acknowledged (durable)
+    and the LAC advanced to it; or it failed with ``error`` (forces complete in order)."""
+    last: int
+    error: BookKeeperError | None = None
+
+
+@dataclasses.dataclass(slots=True)
 class ListBookies:
     """Ask the metadata store for the writable bookies (answer: BookiesListed)."""
 

@@ -109,3 +109,49 @@ class LongPollLacOp:
             self.done = True
             return [A.Finished(result=self.max_lac)]
         return []
+
+
+class FirstLacOp:
+    """BookKeeper's ``tryReadLastAddConfirmed``: ask every bookie of the last fragment for its
+    LAC without fencing, and finish with the first OK answer (no quorum is waited for: a LAC
+    is a lower bound, and a reader may use a low one).  When no bookie answers OK, it finishes
+    with -1 if some answered that they hold nothing, else with a LedgerRecoveryError naming
+    each bookie's failure."""
+
+    def __init__(self, info: LedgerInfo):
+        self.info = info
+        self.pending = set(info.last_ensemble)
+        self.nothing_there = False
+        self.done = False
+        self._errors: list[str] = []
+
+    def start(self) -> list:
+        return [A.SendReadLac(b, fence=False) for b in self.info.last_ensemble]
+
+    def handle(self, event, now: float = 0.0) -> list:
+        if self.done or not isinstance(event, A.LacResponse):
+            return []
+        bookie = event.request.bookie
+        self.pending.discard(bookie)
+        if event.status == Status.OK:
+            return self._finish(result=event.lac)
+        if event.status in NOTHING_THERE:
+            self.nothing_there = True
+        elif event.status == Status.UNAUTHORIZED:
+            return self._finish(error=UnauthorizedError(
+                f"bookie {bookie} refused the master key of ledger {self.info.ledger_id}: "
+                f"wrong password", ledger_id=self.info.ledger_id))
+        else:
+            self._errors.append(f"{bookie}: {A.status_name(event.status)}")
+        if self.pending:
+            return []
+        if self.nothing_there:
+            return self._finish(result=-1)
+        return self._finish(error=LedgerRecoveryError(
+            f"could not read the last-add-confirmed of ledger {self.info.ledger_id}: no bookie "
+            f"of its last ensemble answered ({'; '.join(self._errors)})",
+            ledger_id=self.info.ledger_id))
+
+    def _finish(self, result=None, error: BookKeeperError | None = None) -> list:
+        self.done = True
+        return [A.Finished(result=result, error=error)]

@@ -93,12 +93,15 @@ def choose_ensemble(ensemble_size: int, writable: Sequence[str], rng: random.Ran
 
 def replace_bookies(info: LedgerInfo, ensemble: Sequence[str], failed_positions: Sequence[int],
                     writable: Sequence[str], first_entry_id: int,
-                    rng: random.Random | None = None) -> LedgerInfo | None:
+                    rng: random.Random | None = None, placement=None) -> LedgerInfo | None:
     """Metadata with a fragment starting at ``first_entry_id`` whose ensemble is ``ensemble``
     with each failed position replaced by a writable bookie not already in the ensemble.
 
     If the last fragment already starts at ``first_entry_id`` (nothing was written to it), it is
     replaced instead of followed, so no empty fragment is recorded.
+
+    ``placement`` (a ``Placement``): replacements keep the write sets spread over racks or
+    regions (client/protocol/placement.py); None: at random.
 
     Returns:
         the new LedgerInfo, or None when there are not enough writable bookies.
@@ -109,8 +112,12 @@ def replace_bookies(info: LedgerInfo, ensemble: Sequence[str], failed_positions:
     candidates = sorted(set(writable) - exclude)
     if len(candidates) < len(failed):
         return None
-    picks = iter((rng or random).sample(candidates, len(failed)))
-    new_ensemble = tuple(next(picks) if p in failed else b for p, b in enumerate(ensemble))
+    if placement is not None:  # a client.protocol.placement.Placement: keep the spread
+        new_ensemble = placement.replace(ensemble, sorted(failed), info.write_quorum, writable,
+                                         rng)
+    else:
+        picks = iter((rng or random).sample(candidates, len(failed)))
+        new_ensemble = tuple(next(picks) if p in failed else b for p, b in enumerate(ensemble))
     assert len(set(new_ensemble)) == len(new_ensemble) and set(keep) <= set(new_ensemble)
     fragments = list(info.fragments)
     if fragments and fragments[-1][0] >= first_entry_id:

@@ -75,12 +75,15 @@ class RecoveryOp:
         "marking", "fencing", "reading", "draining", "closing", "done")
 
     def __init__(self, info: LedgerInfo, decode: Decoder, version,
-                 rng: random.Random | None = None):
+                 rng: random.Random | None = None, placement=None):
         """
         Args:
             info: the ledger's metadata as read, at ``version`` (any state).
             decode: checks and unpacks a formatted entry (raises DigestMismatchError).
+            placement: the client's rack- or region-aware ``Placement`` for replacements
+                (None: at random).
         """
+        self.placement = placement
         self.info = info  # where re-adds go (gains the fragments of ensemble changes)
         self.version = version
         self._written = info  # where the old writer wrote: reads always follow this
@@ -398,7 +401,7 @@ class RecoveryOp:
         first = max(self._anchor + 1, self._written.last_fragment_first)
         candidates = [b for b in writable if b not in self._failed]
         new = replace_bookies(self.info, self.info.last_ensemble, self._failed_positions(),
-                              candidates, first, self._rng)
+                              candidates, first, self._rng, self.placement)
         if new is None:  # nobody can take over: settle for Qa acks where there are enough
             self._no_spare = True
             self._add_problems.append(f"no spare among {len(writable)} writable bookies")

@@ -24,6 +24,14 @@ States::
   with last entry = LAC; a lost CAS is decided by ``ledger.close_decision``.
 
 Confirm / FailAdds actions come out in entry order, so futures complete in entry order.
+
+Deferred sync (``deferred_sync``, BookKeeper's ``WriteFlag.DEFERRED_SYNC``): an add is still
+confirmed to its caller once Qa bookies acknowledged it, but the LAC the writer makes visible -
+``lac``, piggybacked on entries, told in explicit LACs - stays at the last *forced* entry.
+``force()`` waits until every entry added before it is acknowledged, then moves the visible LAC
+there (Forced action, explicit LAC to the bookies).  ``close`` closes at the last acknowledged
+entry, as a force would.  (The bookies here make an add durable before they acknowledge it, so
+acknowledged entries are durable already; the flag changes what readers see, not durability.)
 """
 
 from __future__ import annotations
@@ -55,7 +63,8 @@ BatchEncoder = Callable[[int, int, int, list], tuple[list, list]]
 class LedgerWriter:
     def __init__(self, info: LedgerInfo, version, encode: Encoder, *,
                  rng: random.Random | None = None, explicit_lac_interval_s: float = 0.0,
-                 encode_many: BatchEncoder | None = None):
+                 encode_many: BatchEncoder | None = None, deferred_sync: bool = False,
+                 placement=None):
         self.info = info
         self.version = version
         self.ledger_id = info.ledger_id
@@ -78,6 +87,10 @@ class LedgerWriter:
         self._explicit_lac_s = explicit_lac_interval_s
         self._lac_sent = self.pending.lac  # highest LAC bookies surely know
         self._behind_since: float | None = None  # since when the LAC is ahead of _lac_sent
+        self.deferred_sync = deferred_sync
+        self.placement = placement  # client.protocol.placement.Placement, or None (random)
+        self._forced_lac = info.last_entry_id  # deferred sync: the LAC made visible by force()
+        self._force_targets: list[int] = []  # deferred forces, each: the last entry it covers
         self._handlers = {
             A.AddResponse: self._on_add_response, A.BookiesListed: self._on_bookies,
             A.MetadataWritten: self._on_metadata_written,
@@ -89,7 +102,16 @@ class LedgerWriter:
 
     @property
     def lac(self) -> int:
+        """The LAC this writer makes visible: the last confirmed entry, or with deferred sync
+        the last forced one."""
+        if self.deferred_sync:
+            return min(self.pending.lac, self._forced_lac)
         return self.pending.lac
+
+    @property
+    def last_add_pushed(self) -> int:
+        """The highest entry id handed out (acknowledged or not)."""
+        return self.pending.next_entry_id - 1
 
     @property
     def outstanding(self) -> int:
@@ -107,7 +129,7 @@ class LedgerWriter:
         """
         if self.state != WRITING:
             raise self._refusal()
-        pending, lac = self.pending, self.pending.lac
+        pending, lac = self.pending, self.lac
         first = pending.next_entry_id
         datas, lengths = self._encode_many(first, lac, self.length, payloads)
         if not datas:
@@ -156,14 +178,35 @@ class LedgerWriter:
             return []
         return self._fail(error)
 
+    def force(self, now: float = 0.0) -> list:
+        """Make every entry added so far visible in the LAC once all are acknowledged: a
+        Forced(last) comes out then (at once when nothing is outstanding), in the order the
+        forces were asked.  Without deferred sync the LAC is visible already: it only waits."""
+        if self.state not in (WRITING, CLOSING):
+            return [A.Forced(self.lac, self._refusal() if self.state == FAILED else None)]
+        self._force_targets.append(self.last_add_pushed)
+        return self._forces_done()
+
+    def _forces_done(self) -> list:
+        out: list = []
+        while self._force_targets and self.pending.lac >= self._force_targets[0]:
+            last = self._force_targets.pop(0)
+            self._forced_lac = max(self._forced_lac, last)
+            out.append(A.Forced(last))
+        if out and self.deferred_sync and self.lac > self._lac_sent:
+            self._lac_sent = self.lac  # readers see the forced LAC now, not at the next tick
+            out = [A.SendWriteLac(b, self._lac_sent) for p, b in enumerate(self.ensemble)
+                   if not self.pending.position_failed(p)] + out
+        return out
+
     def tick(self, now: float) -> list:
         """Explicit LAC: when the bookies have lagged the LAC for the explicit LAC interval
         (no add carried it since it moved: adds paused, or the last ones are draining), tell
         them, so tailing readers see every confirmed entry within about that interval."""
-        if (self._explicit_lac_s <= 0 or self.state != WRITING or self.pending.lac <= self._lac_sent
+        if (self._explicit_lac_s <= 0 or self.state != WRITING or self.lac <= self._lac_sent
                 or self._behind_since is None or now - self._behind_since < self._explicit_lac_s):
             return []
-        self._lac_sent = self.pending.lac
+        self._lac_sent = self.lac
         self._behind_since = None
         return [A.SendWriteLac(b, self._lac_sent) for p, b in enumerate(self.ensemble)
                 if not self.pending.position_failed(p)]
@@ -213,6 +256,8 @@ class LedgerWriter:
                 head = 0
             self._lengths_head = head
             out: list = [A.Confirm(first, last)]
+            if self._force_targets:
+                out += self._forces_done()
             if self.state == CLOSING:
                 out += self._maybe_write_close()
             return out
@@ -267,7 +312,7 @@ class LedgerWriter:
         positions = set(self._to_replace)
         writable = [b for b in event.writable if b not in self._bad_bookies]
         new_info = replace_bookies(self.info, self.ensemble, sorted(positions), writable,
-                                   self.pending.lac + 1, self._rng)
+                                   self.pending.lac + 1, self._rng, self.placement)
         if new_info is None:
             failed = ", ".join(self.ensemble[p] for p in sorted(positions))
             return self._fail(NotEnoughBookiesError(
@@ -278,6 +323,13 @@ class LedgerWriter:
                 f"does not admit it: set the client's curveSecretKeyFile and curveServerKeys, "
                 f"and enrol its public key in the bookie's curveClientKeysDirectory)",
                 ledger_id=self.ledger_id))
+        short = self.placement and self.placement.short_of(new_info.last_ensemble,
+                                                           self.info.write_quorum)
+        if short:
+            return self._fail(NotEnoughBookiesError(
+                f"ledger {self.ledger_id}: cannot replace bookie(s) "
+                f"{', '.join(self.ensemble[p] for p in sorted(positions))}: {short}"
+                f"{self.placement.domains_of(writable)}", ledger_id=self.ledger_id))
         self._changing = positions
         return [A.WriteMetadata(new_info, self.version, "ensemble")]
 
@@ -355,7 +407,7 @@ class LedgerWriter:
         return [self._close_request()]
 
     def _close_request(self) -> A.WriteMetadata:
-        lac = self.pending.lac
+        lac = self.pending.lac  # with deferred sync too: a close forces what was acknowledged
         closed = self.info.replace(state=LedgerState.CLOSED, last_entry_id=lac,
                                    length=self.confirmed_length)
         return A.WriteMetadata(closed, self.version, "close")
@@ -374,6 +426,8 @@ class LedgerWriter:
         self.length = self.confirmed_length
         if dropped:
             out.append(A.FailAdds(dropped[0], dropped[1], error))
+        forces, self._force_targets = self._force_targets, []
+        out += [A.Forced(last, error) for last in forces]
         if was_closing:
             if isinstance(error, NotEnoughBookiesError):
                 # Nothing pending any more: the ledger can still be closed at its LAC.

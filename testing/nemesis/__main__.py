@@ -28,6 +28,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--disk", action="store_true", help="full-disk faults (tmpfs; needs root)")
     p.add_argument("--network", action="store_true", help="network namespaces and partitions, "
                    "packet loss and slow links (needs root, ip, nft, tc)")
+    p.add_argument("--lifecycle", action="store_true", help="lifecycle faults too: compactions, "
+                   "index rebuilds, bookies lost for good and decommissioned (autorecovery on), "
+                   "a squatting client, disks filling to read-only (tmpfs: root)")
     p.add_argument("--dir", default=None, help="keep everything under this directory")
     p.add_argument("--keep", action="store_true", help="keep logs and histories after a pass")
     p.add_argument("--print-schedule", type=int, metavar="ROUNDS", default=None,
@@ -46,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     opts = Options(seed=seed, time_s=args.time_s, round_s=args.round_s, bookies=args.bookies,
                    metadata=args.metadata, writers=args.writers, disk=args.disk,
-                   network=args.network, base_dir=args.dir, keep=args.keep)
+                   network=args.network, base_dir=args.dir, keep=args.keep,
+                   lifecycle=args.lifecycle)
     if args.print_schedule is not None:
         import signal
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the listing quietly

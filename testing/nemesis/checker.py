@@ -28,7 +28,17 @@ The rules, each a violation ``kind`` when broken:
                             it holds
 ``interleaved_writers``     a log holds appends of an earlier writer after a later one's
 ``log_read_not_prefix``     a ``read_log`` returned what is not a prefix of the final log
+``read_unacknowledged``     a non-recovery read returned a payload never added to that ledger
+``close_below_ack``         a writer's own ``close`` closed below an entry it had acknowledged
+``close_not_final``         recovery after the writer's own close found another last entry
+``reader_violation``        a reader told LAC = n could not read up to n within its timeout
+                            (the client process recorded it; counted apart, as
+                            ``reader_violations``)
 ==========================  ===================================================================
+
+A recovered ledger may legitimately end above its last acknowledged entry (adds that were
+sent but never acknowledged, which recovery found on enough bookies): the report names them
+(``kept_unacknowledged``) and they must be payloads added to that ledger.
 """
 
 from __future__ import annotations
@@ -77,6 +87,8 @@ class RoundReport:
     unverified: int = 0
     reads_checked: int = 0
     lacs_checked: int = 0
+    reader_violations: int = 0
+    kept_unacknowledged: list[str] = field(default_factory=list)  # "ledger L entry E: w:s"
     violations: list[Violation] = field(default_factory=list)
 
     def add(self, kind: str, where: str, detail: str) -> None:
@@ -106,6 +118,7 @@ def _check_ledgers(events: list[dict], ledgers: dict[int, FinalLedger], report: 
     recovered: dict[int, list[int]] = defaultdict(list)
     reads: list[dict] = []
     lacs: dict[tuple, list[dict]] = defaultdict(list)
+    closes: dict[int, list[dict]] = defaultdict(list)
     touched: set[int] = set()
     for ev in events:
         kind = ev["ev"]
@@ -132,12 +145,21 @@ def _check_ledgers(events: list[dict], ledgers: dict[int, FinalLedger], report: 
             reads.append(ev)
         elif kind == "lac":
             lacs[(ev["p"], ev["h"], ev["l"])].append(ev)
+        elif kind == "close":
+            closes[ev["l"]].append(ev)
+        elif kind == "reader_violation":
+            report.reader_violations += 1
+            report.add("reader_violation", f"ledger {ev['l']} read by {ev['p']}",
+                       f"told LAC {ev['lac']}, entry {ev['e']} unreadable for "
+                       f"{ev['t'] - ev['t0']:.1f} s: {ev.get('err')}")
 
     for ledger_id in sorted(touched | set(acked)):
         _check_ledger(ledger_id, ledgers.get(ledger_id), invoked[ledger_id], acked[ledger_id],
                       fenced_at.get(ledger_id), recovered[ledger_id], report)
+        _check_closes(ledger_id, closes[ledger_id], acked[ledger_id], ledgers.get(ledger_id),
+                      report)
     for ev in reads:
-        _check_read(ev, ledgers.get(ev["l"]), report)
+        _check_read(ev, ledgers.get(ev["l"]), report, invoked[ev["l"]])
     for (process, handle, ledger_id), seen in lacs.items():
         _check_lacs(process, ledger_id, seen, ledgers.get(ledger_id), report)
 
@@ -174,6 +196,11 @@ def _check_ledger(ledger_id: int, final: FinalLedger | None, invoked: set, acked
         if other != last:
             report.add("recoveries_disagree", where, f"a recovery closed it at {other}, "
                        f"the final state is {last}")
+    top = max(acked, default=-1)
+    for entry_id in range(top + 1, last + 1):
+        ident = parse_payload(final.entries.get(entry_id, b""))
+        report.kept_unacknowledged.append(
+            f"ledger {ledger_id} entry {entry_id}: {_ident(*ident) if ident else 'no payload'}")
     last_seq: dict[str, int] = {}
     for entry_id in range(0, last + 1):
         data = final.entries.get(entry_id)
@@ -192,12 +219,33 @@ def _check_ledger(ledger_id: int, final: FinalLedger | None, invoked: set, acked
         last_seq[writer] = seq
 
 
-def _check_read(ev: dict, final: FinalLedger | None, report: RoundReport) -> None:
+def _check_closes(ledger_id: int, closes: list[dict], acked: dict, final: FinalLedger | None,
+                  report: RoundReport) -> None:
+    """The writer's own close: at or above everything it had acknowledged, and what recovery
+    finds afterwards."""
+    for ev in closes:
+        where = f"ledger {ledger_id} closed by {ev['p']}"
+        below = [e for e, (_, _, t0) in acked.items() if e > ev["last"] and t0 < ev["t"]]
+        if below:
+            report.add("close_below_ack", where, f"closed at {ev['last']} below acknowledged "
+                       f"entries {sorted(below)[:8]}")
+        if final is not None and final.last_entry is not None and final.last_entry != ev["last"]:
+            report.add("close_not_final", where, f"the writer closed it at {ev['last']}, "
+                       f"recovery found it closed at {final.last_entry}")
+
+
+def _check_read(ev: dict, final: FinalLedger | None, report: RoundReport,
+                invoked: set | None = None) -> None:
     where = f"ledger {ev['l']} entry {ev['e']} read by {ev['p']}"
     report.reads_checked += 1
     if ev.get("id") is None:
         report.add("unwritten_bytes", where, f"the bytes read (fingerprint {ev['d']}) are no "
                    "payload any writer produces")
+    elif invoked is not None:
+        writer, _, seq = ev["id"].rpartition(":")
+        if (writer, int(seq)) not in invoked:
+            report.add("read_unacknowledged", where, f"read {ev['id']}, never added to this "
+                       "ledger")
     if ev["e"] > ev["lac"]:
         report.add("read_past_lac", where, f"the handle's LAC was {ev['lac']}")
     if final is None or final.last_entry is None:
@@ -299,11 +347,26 @@ def _check_log(name: str, final: FinalLog | None, invoked: set, acked: list[dict
             report.add("gap", pos, f"{_ident(writer, seq)} follows a missing "
                        f"{_ident(writer, expected)}")
         next_seq[writer] = max(expected, seq + 1)
+    prefixes = _prefix_digests(final_ids, {ev["n"] for ev in reads if "n" in ev})
     for ev in reads:
-        seen = [tuple(r) for r in ev["recs"]]
-        if seen != [tuple(r) for r in final_ids[:len(seen)]]:
-            first_bad = next((i for i, r in enumerate(seen)
-                              if i >= len(final_ids) or tuple(final_ids[i]) != r), len(seen))
+        if "recs" in ev:
+            seen = [tuple(r) for r in ev["recs"]]
+            n, ok = len(seen), seen == [tuple(r) for r in final_ids[:len(seen)]]
+        else:
+            n, ok = ev["n"], prefixes.get(ev["n"]) == ev["h"]
+        if not ok:
             report.add("log_read_not_prefix", f"{where} read by {ev['p']}",
-                       f"record {first_bad} of {len(seen)} read differs from the final log of "
+                       f"the {n} records read are not the first {n} of the final log of "
                        f"{len(final_ids)} records")
+
+
+def _prefix_digests(records: list[tuple], lengths: set[int]) -> dict[int, str]:
+    """``client_proc.records_digest`` of ``records[:n]`` for every n in ``lengths`` (one pass)."""
+    import hashlib
+    h = hashlib.sha1()
+    out = {0: h.hexdigest()[:20]} if 0 in lengths else {}
+    for i, (ledger_id, entry_id, ident) in enumerate(records):
+        h.update(f"{ledger_id},{entry_id},{ident};".encode())
+        if i + 1 in lengths:
+            out[i + 1] = h.copy().hexdigest()[:20]
+    return out

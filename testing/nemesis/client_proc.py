@@ -20,6 +20,12 @@ start them inside a network namespace.
   writer (the nemesis's log takeover).
 - ``log_reader``: ``read_log(log)`` from the start, over and over.
 - ``recover``: ``open_ledger(ledger, recovery=True)`` once (the nemesis's concurrent recovery).
+- ``deleter``: ``delete_ledger`` of each of ``ledgers``, one every ``pace_s`` (deletes as a
+  step of the workload, while the round's faults happen).
+
+A tailer told LAC = n (by ``read_last_add_confirmed`` or a long poll) must be able to read
+every entry up to n: when a read of them fails, it retries until ``OP_TIMEOUT_S`` has passed
+since it was told, and then records a ``reader_violation``.
 """
 
 from __future__ import annotations
@@ -199,17 +205,48 @@ def _tail_step(rh, handle_no, next_entry, hist, rng) -> int:
     t0 = time.monotonic()
     lac = rh.read_last_add_confirmed()
     hist.record("lac", l=rh.ledger_id, h=handle_no, v=lac, t0=t0)
-    entries = rh.read_new_entries_async(next_entry - 1, timeout_s=1.0, max_entries=256) \
-        .result(OP_TIMEOUT_S)
+    try:
+        entries = rh.read_new_entries_async(next_entry - 1, timeout_s=1.0, max_entries=256) \
+            .result(OP_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001
+        told = rh.last_add_confirmed
+        if told < next_entry:
+            raise
+        hist.record("error", msg=f"tail {rh.ledger_id}: {_err(exc)}")
+        entries = _read_told(rh, handle_no, next_entry, min(told, next_entry + 255), told, t0,
+                             hist)
     _record_reads(rh, handle_no, entries, hist)
     if entries:
         next_entry = entries[-1].entry_id + 1
     lac = rh.last_add_confirmed
+    if lac >= next_entry:  # told more than the long poll returned: it must read
+        more = _read_told(rh, handle_no, next_entry, min(lac, next_entry + 255), lac,
+                          time.monotonic(), hist)
+        _record_reads(rh, handle_no, more, hist)
+        if more:
+            next_entry = more[-1].entry_id + 1
     if lac >= 0 and rng.random() < 0.2:
         first = rng.randint(0, lac)
         last = min(lac, first + rng.randint(0, 64))
         _record_reads(rh, handle_no, rh.read_entries_async(first, last).result(OP_TIMEOUT_S), hist)
     return next_entry
+
+
+def _read_told(rh, handle_no, first, last, told, told_at, hist) -> list:
+    """Read ``first``..``last`` (<= the LAC the reader was told, ``told``), retrying until
+    ``OP_TIMEOUT_S`` after ``told_at``; on failure record a ``reader_violation`` and return []."""
+    error = None
+    while time.monotonic() - told_at < OP_TIMEOUT_S:
+        try:
+            return rh.read_entries(first, last)
+        except Exception as exc:  # noqa: BLE001
+            error = _err(exc)
+            if "NoSuchLedger" in error or _Stop.requested:  # deleted meanwhile, or told to stop
+                return []
+            time.sleep(0.5)
+    hist.record("reader_violation", l=rh.ledger_id, h=handle_no, lac=told, e=first,
+                err=error or "timed out", t0=told_at)
+    return []
 
 
 # -- logs -------------------------------------------------------------------------------------
@@ -265,6 +302,9 @@ def run_log_writer(bk, spec: dict, hist: HistoryWriter) -> None:
 
 
 def run_log_reader(bk, spec: dict, hist: HistoryWriter) -> None:
+    """Reads the whole log over and over; records how many records it saw and a digest of
+    their (ledger, entry, payload identity) list (``records_digest``): a log living for the
+    whole run grows too long to list in every event."""
     from bookie.client import read_log
     while not _Stop.requested:
         t0 = time.monotonic()
@@ -272,12 +312,22 @@ def run_log_reader(bk, spec: dict, hist: HistoryWriter) -> None:
             recs = []
             for rec in read_log(bk, spec["log"], digest=DIGEST, password=PASSWORD):
                 ident = parse_payload(rec.data)
-                recs.append([rec.ledger_id, rec.entry_id,
-                             f"{ident[0]}:{ident[1]}" if ident else None])
-            hist.record("log_read", log=spec["log"], recs=recs, t0=t0)
+                recs.append((rec.ledger_id, rec.entry_id,
+                             f"{ident[0]}:{ident[1]}" if ident else None))
+            hist.record("log_read", log=spec["log"], n=len(recs), h=records_digest(recs), t0=t0)
         except Exception as exc:  # noqa: BLE001
             hist.record("error", msg=f"read_log {spec['log']}: {_err(exc)}")
-        time.sleep(1.0)
+        time.sleep(spec.get("pause_s", 2.0))
+
+
+def records_digest(recs) -> str:
+    """A digest of a list of (ledger_id, entry_id, identity) records (the checker computes the
+    same of the final log's prefixes)."""
+    import hashlib
+    h = hashlib.sha1()
+    for ledger_id, entry_id, ident in recs:
+        h.update(f"{ledger_id},{entry_id},{ident};".encode())
+    return h.hexdigest()[:20]
 
 
 # -- recovery ---------------------------------------------------------------------------------
@@ -291,8 +341,22 @@ def run_recover(bk, spec: dict, hist: HistoryWriter) -> None:
         hist.record("error", msg=f"recover {spec['ledger']}: {_err(exc)}", t0=t0)
 
 
+def run_deleter(bk, spec: dict, hist: HistoryWriter) -> None:
+    for ledger_id in spec["ledgers"]:
+        if _Stop.requested:
+            return
+        time.sleep(spec.get("pace_s", 1.0))
+        t0 = time.monotonic()
+        hist.record("delete", l=ledger_id)
+        try:
+            bk.delete_ledger(ledger_id)
+            hist.record("deleted", l=ledger_id, t0=t0)
+        except Exception as exc:  # noqa: BLE001
+            hist.record("delete_fail", l=ledger_id, err=_err(exc), t0=t0)
+
+
 ROLES = {"writer": run_writer, "tailer": run_tailer, "log_writer": run_log_writer,
-         "log_reader": run_log_reader, "recover": run_recover}
+         "log_reader": run_log_reader, "recover": run_recover, "deleter": run_deleter}
 
 
 def main(argv: list[str]) -> int:

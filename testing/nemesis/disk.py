@@ -69,6 +69,22 @@ class DiskFaults:
                     pass
         self.full.add((i, which))
 
+    def fill_to(self, i: int, which: str, fraction: float) -> None:
+        """Fill bookie ``i``'s ``which`` disk until ``fraction`` of it is in use (past the
+        bookie's ``diskUsageThreshold``, short of ENOSPC): the disk check turns it read-only."""
+        path = self.path(i, which)
+        st = os.statvfs(path)
+        total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+        want = max(0, int(total * fraction) - (total - free))
+        with open(os.path.join(path, BALLAST), "ab", buffering=0) as f:
+            chunk = b"\0" * (1 << 20)
+            try:
+                while want > 0:
+                    want -= f.write(chunk[:min(len(chunk), want)])
+            except OSError:
+                pass
+        self.full.add((i, which))
+
     def free(self, i: int, which: str) -> None:
         try:
             os.unlink(os.path.join(self.path(i, which), BALLAST))

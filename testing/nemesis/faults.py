@@ -16,10 +16,11 @@ import signal
 import threading
 
 from bookie.testing.localbookies import LocalBookieError
+from bookie.testing.nemesis.lifecycle import LifecycleFaults
 from bookie.testing.nemesis.schedule import Fault
 
 
-class Nemesis:
+class Nemesis(LifecycleFaults):
     """Injects faults into one cluster.
 
     Args:
@@ -50,6 +51,12 @@ class Nemesis:
         self._starting: set[int] = set()
         self._restarts: list[threading.Thread] = []
         self._restarting: set[int] = set()  # being stopped and started by a thread
+        # Bookies a thread has stopped and wants started: started by ``tick`` in the runner's
+        # own thread, because a bookie gets SIGTERM (PDEATHSIG) when the thread that started
+        # it ends.
+        self._to_start: list[int] = []
+        self._to_start_lock = threading.Lock()
+        self._lifecycle_init()
 
     # -- one fault -------------------------------------------------------------------------------
     def inject(self, fault: Fault):
@@ -100,10 +107,8 @@ class Nemesis:
                 self.bookies.stop(i)
             except LocalBookieError as exc:
                 self.log(f"nemesis: {exc}")
-            try:
-                self._start(i)
             finally:
-                self._restarting.discard(i)
+                self.start_later(i)
         thread = threading.Thread(target=restart, name=f"restart-bookie-{i}", daemon=True)
         thread.start()
         self._restarts.append(thread)
@@ -250,6 +255,22 @@ class Nemesis:
                 if pid == -p.pid or pid == p.pid or pid in _group_members(p.pid):
                     self._cont(pid)
 
+    def start_later(self, i: int) -> None:
+        """From a thread: bookie ``i`` is to be started (by ``tick``, in the runner's thread);
+        it counts as restarting until then."""
+        with self._to_start_lock:
+            self._to_start.append(i)
+
+    def tick(self) -> None:
+        """Start the bookies threads asked for (``start_later``); the runner calls this often."""
+        with self._to_start_lock:
+            pending, self._to_start = self._to_start, []
+        for i in pending:
+            try:
+                self._start(i)
+            finally:
+                self._restarting.discard(i)
+
     def _start(self, i: int) -> None:
         """Start bookie ``i`` without waiting (``heal_all`` waits)."""
         if self.bookies.running(i):
@@ -270,7 +291,8 @@ class Nemesis:
                     self.bookies.wait_serving(i)
                     break
                 except LocalBookieError as exc:
-                    self.log(f"nemesis: bookie {i} did not come back (try {attempt + 1})")
+                    self.log(f"nemesis: bookie {i} did not come back (try {attempt + 1}): "
+                             f"{str(exc).splitlines()[0]}")
                     if attempt + 1 == attempts or self.bookies.running(i):
                         self.bookie_exits.append(f"bookie {i} did not come back: "
                                                  f"{str(exc).splitlines()[0]}")
@@ -282,8 +304,9 @@ class Nemesis:
     def heal_all(self, heals: list) -> None:
         """Run the pending heals, then bring every part of the cluster back."""
         for thread in self._restarts:
-            thread.join(60.0)
+            thread.join(300.0)  # a decommission or a rebuild takes a while
         self._restarts.clear()
+        self.tick()
         if self.network is not None:
             self.network.heal()
         for pid in list(self.paused_pids):
@@ -312,6 +335,9 @@ class Nemesis:
 
 class _Skip(Exception):
     """The fault's target is not there at the moment."""
+
+
+Nemesis._Skip = _Skip  # the lifecycle faults raise it too
 
 
 def _group_members(pgid: int) -> set[int]:

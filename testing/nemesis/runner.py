@@ -1,34 +1,52 @@
 """Runs the nemesis: a cluster, rounds of workload under seeded faults, a check after each.
 
-One round: start the workload (``workload.Workload``); inject the round's faults at their
-times and heal each when it ends (``faults.Nemesis``); at the end heal everything, stop the
-clients, recover every ledger and the log the round wrote (from a client of the runner, on the
-healed cluster), read them back and check the history against them (``checker``).  The rounds
-go on until ``time_s`` has passed (at least one); the summary adds them up.
+One round: start the workload (``workload.Workload``: writers, tailers, the run's log writer
+and reader, a deleter of earlier rounds' ledgers); inject the round's faults at their times
+and heal each when it ends (``faults.Nemesis``); at the end heal everything, stop the round's
+clients, recover every ledger the round wrote and the log (from a client of the runner, on the
+healed cluster), read them back and check the history against them (``checker``).  Then the
+quiescent point (``quiescent.check_state``): healing around bookies lost for good is waited
+for, every acknowledged entry still known (``catalogue``: this round's ledgers, those kept
+from earlier rounds, the run writer's) is read from every bookie of its write set, and no
+deleted ledger may be back.  The run's own writer and tailer (``tag="run"``) go on through
+every round; at the end they stop, their ledgers are recovered and checked, and (with
+``--lifecycle``, autorecovery on) the auditor is asked for a full check and every kept entry
+must be on Qw bookies.  The summary adds it all up and ends with one JSON line.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import os
+import random
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 
 from bookie.testing.localbookies import LocalBookies
 from bookie.testing.nemesis.checker import FinalLedger, FinalLog, RoundReport, Violation, check_round
+from bookie.testing.nemesis.catalogue import Catalogue, acked_entries
 from bookie.testing.nemesis.faults import Nemesis
 from bookie.testing.nemesis.history import load_history
+from bookie.testing.nemesis.payload import make_payload
+from bookie.testing.nemesis.quiescent import audit_and_wait, check_state
 from bookie.testing.nemesis.schedule import enabled_kinds, make_schedule
-from bookie.testing.nemesis.workload import CLIENT_CONFIG, Workload
+from bookie.testing.nemesis.workload import CLIENT_CONFIG, LOG_NAME, Workload
 
 # Bookies under the nemesis: quick failure detection, small files (tmpfs disks), many restarts.
 BOOKIE_CONF = {"gcWaitTime": 2000, "diskCheckInterval": 1000, "workerRestartLimit": 1000,
                "zkTimeout": 4000, "journalMaxSizeMB": 8, "journalMaxBackups": 2,
                "logSizeLimit": 8 << 20, "journalPreAllocSizeMB": 1}
+# With --lifecycle: autorecovery on every bookie, quick to act on a lost bookie and on an
+# open ledger whose writer is gone.
+LIFECYCLE_CONF = {"autoRecoveryDaemonEnabled": "true", "lostBookieRecoveryDelay": 0,
+                  "openLedgerRereplicationGracePeriod": 5000}
 RECOVERY_ATTEMPTS = 3
+HEAL_TIMEOUT_S = 120.0
+SAMPLE = 200  # entries read per ledger kept from an earlier round, at each round's check
+LOG_KINDS = ("append", "log_ack", "log_fail", "log_open")
 
 
 @dataclass
@@ -44,12 +62,14 @@ class Options:
     network: bool = False
     base_dir: str | None = None
     keep: bool = False
+    lifecycle: bool = False
 
     def replay_command(self) -> str:
         cmd = (f"python -m bookie.testing.nemesis --seed {self.seed} --time {self.time_s:g} "
                f"--round {self.round_s:g} --bookies {self.bookies} --metadata {self.metadata} "
                f"--writers {self.writers}")
-        return cmd + (" --disk" if self.disk else "") + (" --network" if self.network else "")
+        return cmd + (" --disk" if self.disk else "") + (" --network" if self.network else "") \
+            + (" --lifecycle" if self.lifecycle else "")
 
 
 @dataclass
@@ -65,6 +85,14 @@ class Summary:
     reads_checked: int = 0
     lacs_checked: int = 0
     client_errors: int = 0
+    replica_checks: int = 0
+    replica_entries: int = 0
+    below_qw: int = 0
+    reader_violations: int = 0
+    kept_unacknowledged: int = 0
+    kept_ledgers: int = 0
+    deleted_ledgers: int = 0
+    squat_answers: collections.Counter = field(default_factory=collections.Counter)
     violations: list[tuple[int, Violation]] = field(default_factory=list)
     incidents: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -74,8 +102,10 @@ class Summary:
     def ok(self) -> bool:
         return not self.violations and self.rounds > 0
 
-    def add(self, round_no: int, report: RoundReport) -> None:
-        self.rounds += 1
+    def add(self, round_no: int, report: RoundReport, count_round: bool = True) -> None:
+        self.rounds += 1 if count_round else 0
+        self.reader_violations += report.reader_violations
+        self.kept_unacknowledged += len(report.kept_unacknowledged)
         self.acked += report.acked
         self.checked += report.checked
         self.lost += report.lost
@@ -90,7 +120,8 @@ class Summary:
         skipped = ", ".join(f"{k}={v}" for k, v in sorted(self.skipped.items())) or "none"
         lines = [
             f"nemesis: seed {o.seed}, {o.bookies} bookies, metadata {o.metadata}, "
-            f"disk faults {'on' if o.disk else 'off'}, network faults {'on' if o.network else 'off'}",
+            f"disk faults {'on' if o.disk else 'off'}, network faults {'on' if o.network else 'off'}, "
+            f"lifecycle faults {'on' if o.lifecycle else 'off'}",
             f"  rounds: {self.rounds} in {self.elapsed_s:.0f} s",
             f"  faults injected: {sum(self.faults.values())} ({faults})",
             f"  faults skipped (target not there, or round over): "
@@ -106,13 +137,46 @@ class Summary:
             lines.append("    by kind: " + ", ".join(f"{k}={n}" for k, n in sorted(by_kind.items())))
         for round_no, v in self.violations[:20]:
             lines.append(f"    round {round_no}: {v}")
+        lines.append(f"  replica checks: {self.replica_checks} copies of {self.replica_entries} "
+                     f"entries; below Qw: {self.below_qw}; reader violations: "
+                     f"{self.reader_violations}; recovery kept unacknowledged entries: "
+                     f"{self.kept_unacknowledged}")
+        lines.append(f"  ledgers kept across rounds: {self.kept_ledgers}, deleted: "
+                     f"{self.deleted_ledgers}")
+        if self.squat_answers:
+            lines.append("  squatter's answers: " + ", ".join(
+                f"{k}={v}" for k, v in sorted(self.squat_answers.items())))
         lines.append(f"  incidents (bookie crashes and tracebacks; not safety violations): "
                      f"{len(self.incidents)}")
         lines += [f"    {line}" for line in self.incidents[:20]]
         lines += [f"  note: {n}" for n in self.notes[:20]]
         if not self.ok:
             lines.append(f"  FAILED: replay with: {o.replay_command()}")
+        lines.append(json.dumps(self.figures(), sort_keys=True))
         return "\n".join(lines)
+
+    def figures(self) -> dict:
+        """The summary as one JSON object (the last line of the output)."""
+        reader = sum(1 for _, v in self.violations if v.kind == "reader_violation")
+        return {
+            "seed": self.options.seed, "seconds": round(self.elapsed_s, 1),
+            "rounds": self.rounds, "lifecycle": self.options.lifecycle,
+            "faults": dict(sorted(self.faults.items())),
+            "skipped": dict(sorted(self.skipped.items())),
+            "entries_acknowledged": self.acked, "entries_checked": self.checked,
+            "replica_checks": self.replica_checks, "replica_entries": self.replica_entries,
+            "below_qw": self.below_qw, "lost": self.lost, "unverified": self.unverified,
+            "violations": len(self.violations) - reader,
+            "violation_kinds": dict(sorted(collections.Counter(
+                v.kind for _, v in self.violations if v.kind != "reader_violation").items())),
+            "reader_violations": self.reader_violations,
+            "client_errors": self.client_errors, "incidents": len(self.incidents),
+            "reads_checked": self.reads_checked, "lacs_checked": self.lacs_checked,
+            "kept_unacknowledged": self.kept_unacknowledged,
+            "kept_ledgers": self.kept_ledgers, "deleted_ledgers": self.deleted_ledgers,
+            "squat_answers": dict(sorted(self.squat_answers.items())),
+            "ok": self.ok,
+        }
 
 
 def run(opts: Options, log=None, network=None) -> Summary:
@@ -120,7 +184,8 @@ def run(opts: Options, log=None, network=None) -> Summary:
 
     ``network`` is a ready ``network.Network`` when network faults are on (the caller runs in
     its control namespace)."""
-    log = log or (lambda line: print(line, flush=True))
+    t_start = time.monotonic()
+    log = log or (lambda line: print(f"[{time.monotonic() - t_start:6.1f}s] {line}", flush=True))
     base_dir = opts.base_dir or tempfile.mkdtemp(prefix="bookie-nemesis-")
     os.makedirs(base_dir, exist_ok=True)
     summary = Summary(opts)
@@ -132,26 +197,38 @@ def run(opts: Options, log=None, network=None) -> Summary:
         if opts.metadata == "zk":
             zookeeper = _start_zookeeper(network)
             metadata_uri = _format_zk_root(zookeeper)
+        conf = dict(BOOKIE_CONF, **(LIFECYCLE_CONF if opts.lifecycle else {}))
         bookies = LocalBookies(opts.bookies, metadata_uri=metadata_uri,
-                               base_dir=os.path.join(base_dir, "cluster"), conf=BOOKIE_CONF,
+                               base_dir=os.path.join(base_dir, "cluster"), conf=conf,
                                hosts=network.bookie_hosts() if network else None,
                                command_prefix=network.bookie_prefixes() if network else None)
-        if opts.disk:
+        if opts.disk or opts.lifecycle:
             disk = _mount_disks(bookies, summary)
         with bookies:
             nemesis = Nemesis(bookies, zookeeper=zookeeper, disk=disk, network=network,
                               zk_session_s=BOOKIE_CONF["zkTimeout"] / 1000.0,
                               client_session_s=CLIENT_CONFIG["zkTimeout"] / 1000.0, log=log)
-            round_no = 0
-            while round_no == 0 or time.monotonic() - started + opts.round_s <= opts.time_s:
-                report = _round(opts, round_no, base_dir, bookies, nemesis, network, summary, log)
-                summary.add(round_no, report)
-                log(f"round {round_no}: acked {report.acked}, checked {report.checked}, "
-                    f"lost {report.lost}, violations {len(report.violations)}")
-                round_no += 1
+            state = _RunState(opts, base_dir, bookies, network)
+            state.run_workload.start()
+            try:
+                round_no = 0
+                while round_no == 0 or time.monotonic() - started + opts.round_s <= opts.time_s:
+                    report = _round(opts, round_no, base_dir, bookies, nemesis, network,
+                                    summary, log, state)
+                    summary.add(round_no, report)
+                    log(f"round {round_no}: acked {report.acked}, checked {report.checked}, "
+                        f"lost {report.lost}, violations {len(report.violations)}")
+                    round_no += 1
+            finally:
+                state.run_workload.stop()
+            _finish(opts, round_no, bookies, nemesis, summary, log, state)
             summary.faults = nemesis.injected
             summary.skipped = nemesis.skipped
             summary.notes += nemesis.bookie_exits
+            summary.incidents += nemesis.findings
+            summary.squat_answers = nemesis.squat_answers
+            summary.kept_ledgers = len(state.catalogue.kept)
+            summary.deleted_ledgers = len(state.catalogue.deleted)
             if summary.violations or opts.keep:
                 summary.notes.append(f"bookie logs kept under {bookies.base_dir}")
                 bookies._own_dir = False
@@ -168,19 +245,64 @@ def run(opts: Options, log=None, network=None) -> Summary:
     return summary
 
 
+class _RunState:
+    """What outlives a round: the catalogue of kept and deleted ledgers, the log's history,
+    and the run's own writer and tailer."""
+
+    def __init__(self, opts: Options, base_dir: str, bookies, network):
+        self.catalogue = Catalogue(opts.seed)
+        self.log_events: list[dict] = []
+        self.run_dir = os.path.join(base_dir, "run")
+        os.makedirs(self.run_dir, exist_ok=True)
+        self.run_workload = Workload(self.run_dir, bookies.metadata_uri, opts.seed, 0, 1,
+                                     opts.bookies, prefix=network.client_prefix if network
+                                     else None, lifecycle=opts.lifecycle, tag="run",
+                                     with_log=False)
+        self.reader_violations_seen = 0
+
+    def log_acked(self) -> dict[int, dict[int, tuple[str, int]]]:
+        """The log's acknowledged appends: ledger id -> entry id -> (writer, seq)."""
+        out: dict[int, dict[int, tuple[str, int]]] = {}
+        for ev in self.log_events:
+            if ev["ev"] == "log_ack":
+                out.setdefault(ev["l"], {})[ev["e"]] = (ev["w"], ev["s"])
+        return out
+
+    def targets(self, round_no: int | None,
+                extra: dict[int, dict] | None = None) -> dict[int, dict[int, bytes]]:
+        """Every ledger the quiescent check reads: kept ones, and ``extra`` (entry -> (w, s)).
+        Ledgers kept from rounds before ``round_no`` are read on a sample of ``SAMPLE``
+        entries (seeded; their first and last always), so that a long run's checks stay
+        short; ``round_no`` None (the end of the run) reads every entry."""
+        out = {}
+        for lid, kept in self.catalogue.kept.items():
+            acked = kept.acked
+            if round_no is not None and kept.round_no < round_no and len(acked) > SAMPLE:
+                ids = sorted(acked)
+                rng = random.Random(f"sample:{lid}:{round_no}")
+                pick = {ids[0], ids[-1], *rng.sample(ids, SAMPLE)}
+                acked = {e: acked[e] for e in pick}
+            out[lid] = {e: make_payload(w, s) for e, (w, s) in acked.items()}
+        for lid, acked in (extra or {}).items():
+            out.setdefault(lid, {e: make_payload(w, s) for e, (w, s) in acked.items()})
+        return out
+
+
 DISK_BOOKIES = 2  # bookies with tmpfs journal and ledger disks (--disk)
 
 
 def schedule_kinds(opts: Options) -> tuple[str, ...]:
     """The fault kinds of a run: from the options alone (a fault the machine cannot inject,
     like a full disk where nothing can be mounted, is drawn and skipped), so a seed replays."""
-    return enabled_kinds(zookeeper=opts.metadata == "zk", disk=opts.disk, network=opts.network)
+    return enabled_kinds(zookeeper=opts.metadata == "zk", disk=opts.disk, network=opts.network,
+                         lifecycle=opts.lifecycle)
 
 
 def round_schedule(opts: Options, round_no: int):
     """Round ``round_no``'s faults: a function of the options and the seed only."""
+    disk_bookies = min(DISK_BOOKIES, opts.bookies) if opts.disk or opts.lifecycle else 0
     return make_schedule(opts.seed, round_no, opts.round_s, schedule_kinds(opts), opts.bookies,
-                         opts.writers, min(DISK_BOOKIES, opts.bookies) if opts.disk else 0)
+                         opts.writers, disk_bookies)
 
 
 def _start_zookeeper(network):
@@ -210,11 +332,13 @@ def _mount_disks(bookies, summary: Summary):
 
 
 def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesis,
-           network, summary: Summary, log) -> RoundReport:
+           network, summary: Summary, log, state: _RunState) -> RoundReport:
     directory = os.path.join(base_dir, f"round-{round_no}")
     os.makedirs(directory, exist_ok=True)
     workload = Workload(directory, bookies.metadata_uri, opts.seed, round_no, opts.writers,
-                        opts.bookies, prefix=network.client_prefix if network else None)
+                        opts.bookies, prefix=network.client_prefix if network else None,
+                        lifecycle=opts.lifecycle,
+                        deletes=state.catalogue.due_for_delete(round_no), round_s=opts.round_s)
     nemesis.workload = workload
     faults = round_schedule(opts, round_no)
     log_offsets = [os.path.getsize(bookies.log_path(i)) if os.path.exists(bookies.log_path(i))
@@ -238,6 +362,7 @@ def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesi
             if heal is not None:
                 duration_s = max(fault.duration_s, nemesis.min_duration_s(fault.kind))
                 active.append((fault.at_s + duration_s, heal))
+        nemesis.tick()
         for item in [a for a in active if a[0] <= now_s]:
             active.remove(item)
             try:
@@ -248,7 +373,9 @@ def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesi
     for fault in faults[next_fault:]:  # a slow injection (a bookie's stop) ate their time
         nemesis.skipped[fault.kind] += 1
         log(f"nemesis: skip {fault.describe()}: the round ended first")
+    log(f"round {round_no}: faults over; healing")
     nemesis.heal_all([heal for _, heal in active])
+    log(f"round {round_no}: healed; stopping the clients")
     killed = workload.stop()
     if killed:
         log(f"round {round_no}: clients that did not stop in time: {', '.join(killed)}")
@@ -257,11 +384,78 @@ def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesi
     events = load_history(directory)
     summary.client_errors += sum(1 for ev in events if ev["ev"] == "error")
     ledger_ids = sorted({ev["l"] for ev in events if ev["ev"] in ("create", "ack")})
-    ledgers, logs = final_state(bookies.metadata_uri, ledger_ids, workload.log_name, log)
-    report = check_round(events, ledgers, logs)
-    if not report.violations:
-        _cleanup(bookies.metadata_uri, ledger_ids, workload.log_name)
+    nemesis.ledger_ids_seen.update(ledger_ids)
+    log(f"round {round_no}: recovering {len(ledger_ids)} ledgers and the log")
+    ledgers, logs = final_state(bookies.metadata_uri, ledger_ids, LOG_NAME, log)
+    state.log_events += [ev for ev in events if ev["ev"] in LOG_KINDS]
+    checked = [ev for ev in events if ev["ev"] not in LOG_KINDS] + state.log_events
+    checked.sort(key=lambda e: e["t"])
+    report = check_round(checked, ledgers, logs)
+    state.catalogue.note_deletes(events)
+    state.catalogue.add_round(round_no, events, ledgers)
+    _run_writer_violations(state, report)
+    extra = acked_entries(load_history(state.run_dir))
+    extra.update(state.log_acked())
+    _quiescent(opts, bookies, nemesis, summary, state, report, require_qw=False,
+               round_no=round_no, extra=extra)
     return report
+
+
+def _run_writer_violations(state: _RunState, report: RoundReport) -> None:
+    """The run's tailer's reader violations recorded since the last quiescent point."""
+    found = [ev for ev in load_history(state.run_dir) if ev["ev"] == "reader_violation"]
+    for ev in found[state.reader_violations_seen:]:
+        report.reader_violations += 1
+        report.add("reader_violation", f"ledger {ev['l']} read by {ev['p']}",
+                   f"told LAC {ev['lac']}, entry {ev['e']} unreadable for "
+                   f"{ev['t'] - ev['t0']:.1f} s: {ev.get('err')}")
+    state.reader_violations_seen = len(found)
+
+
+def _quiescent(opts: Options, bookies, nemesis: Nemesis, summary: Summary, state: _RunState,
+               report: RoundReport, require_qw: bool, round_no: int | None = None,
+               extra=None) -> None:
+    from bookie.testing.nemesis.client_proc import PASSWORD
+    started = time.monotonic()
+    try:
+        replicas = check_state(bookies.metadata_uri, PASSWORD, state.targets(round_no, extra),
+                               state.catalogue.deleted, set(nemesis.lost_ids), require_qw,
+                               HEAL_TIMEOUT_S, state.catalogue.settle_failed_deletes)
+    except Exception as exc:  # noqa: BLE001 - the harness could not look: say so, loudly
+        summary.incidents.append(f"quiescent check could not run: {type(exc).__name__}: {exc}")
+        report.add("unverified_replicas", "the cluster", f"the quiescent check could not run: "
+                   f"{type(exc).__name__}: {exc}")
+        return
+    summary.replica_checks += replicas.replica_checks
+    summary.replica_entries += replicas.entries
+    summary.below_qw += replicas.below_qw
+    for kind, where, detail in replicas.violations:
+        report.add(kind, where, detail)
+    summary.notes.append(f"quiescent check: {replicas.entries} entries, "
+                         f"{replicas.replica_checks} copies in {time.monotonic() - started:.1f} s")
+
+
+def _finish(opts: Options, rounds: int, bookies, nemesis: Nemesis, summary: Summary, log,
+            state: _RunState) -> None:
+    """The end of the run: the run's writer stopped, its ledgers recovered and checked, and
+    the last quiescent point (with --lifecycle: after a full audit, every entry on Qw)."""
+    events = load_history(state.run_dir)
+    summary.client_errors += sum(1 for ev in events if ev["ev"] == "error")
+    ledger_ids = sorted({ev["l"] for ev in events if ev["ev"] in ("create", "ack")})
+    ledgers, _ = final_state(bookies.metadata_uri, ledger_ids, None, log)
+    report = check_round([ev for ev in events if ev["ev"] != "reader_violation"], ledgers, {})
+    _run_writer_violations(state, report)
+    state.catalogue.add_round(rounds, events, ledgers)
+    if opts.lifecycle:
+        log("final check: a full audit, then every copy of every entry kept")
+        why = audit_and_wait(bookies.metadata_uri, HEAL_TIMEOUT_S)
+        if why:
+            report.add("not_healed", "the cluster", why)
+    _quiescent(opts, bookies, nemesis, summary, state, report, require_qw=opts.lifecycle,
+               extra=state.log_acked())
+    summary.add(rounds, report, count_round=False)
+    log(f"run writer and final check: acked {report.acked}, checked {report.checked}, "
+        f"lost {report.lost}, violations {len(report.violations)}")
 
 
 def _incidents(bookies, offsets: list[int]) -> list[str]:
@@ -316,6 +510,8 @@ def final_state(metadata_uri: str, ledger_ids: list[int], log_name: str, log):
     with BookKeeper(metadata_uri, config) as bk:
         for ledger_id in ledger_ids:
             ledgers[ledger_id] = _recover_ledger(bk, ledger_id, DIGEST, PASSWORD, log)
+        if log_name is None:
+            return ledgers, logs
         try:
             writer = open_log(bk, log_name, 3, 2, 2, digest=DIGEST, password=PASSWORD, create=False)
             writer.close()
@@ -344,21 +540,3 @@ def _recover_ledger(bk, ledger_id: int, digest: str, password: bytes, log) -> Fi
             log(f"recovery of ledger {ledger_id} failed (attempt {attempt + 1}): {error}")
             time.sleep(2.0)
     return FinalLedger(ledger_id, None, error=error)
-
-
-def _cleanup(metadata_uri: str, ledger_ids: list[int], log_name: str) -> None:
-    """Delete what the round wrote (the bookies' GC reclaims the space)."""
-    from bookie.client import BookKeeper
-    try:
-        with BookKeeper(metadata_uri, CLIENT_CONFIG) as bk:
-            try:
-                bk.delete_log(log_name)
-            except Exception:  # noqa: BLE001 - best effort
-                pass
-            for ledger_id in ledger_ids:
-                try:
-                    bk.delete_ledger(ledger_id)
-                except Exception:  # noqa: BLE001
-                    pass
-    except Exception as exc:  # noqa: BLE001
-        print(f"nemesis: cleanup failed: {exc}", file=sys.stderr)

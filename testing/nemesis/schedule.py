@@ -34,6 +34,25 @@ Fault kinds (``KINDS``; which are drawn depends on the run's options, ``enabled_
 ``lossy``              drop a share of the packets between a node and everyone else
 ``slow``               rate-limit a node's outgoing link (queueing delay, no netem needed)
 =====================  =================================================================
+
+Lifecycle kinds (``--lifecycle``; ``lifecycle.py`` injects them):
+
+=====================  =================================================================
+``compaction``         a GC pass with a forced minor or major compaction (``triggergc``)
+``rebuild_index``      stop a bookie, lose or damage its index, ``rebuild-index``, start
+``lost_for_good``      SIGKILL a bookie, wipe its disks, start an empty replacement under a
+                       new id; autorecovery heals around it (and, for target ``operator``,
+                       ``bookie shell recover`` too)
+``decommission``       ``bookie shell decommissionbookie`` of a live, read-only bookie,
+                       then the same replacement
+``squat``              a hostile client: adds with a wrong key to live ledgers, adds that
+                       squat ledger ids not created yet, a fence with a wrong key
+``disk_readonly``      fill a bookie's ledger disk past ``diskUsageThreshold`` (it turns
+                       read-only), then drain it (tmpfs disks: root)
+=====================  =================================================================
+
+At most one of ``LOSS_KINDS`` per round: a loss before the last one's healing could take two
+copies of an entry, which no ack quorum the workload uses promises to survive.
 """
 
 from __future__ import annotations
@@ -48,7 +67,10 @@ PROCESS_KINDS = ("kill_bookie", "restart_bookie", "pause_bookie", "kill_role", "
 ZK_KINDS = ("zk_restart", "zk_pause", "expire_bookie", "expire_client")
 DISK_KINDS = ("disk_full",)
 NET_KINDS = ("partition", "partitioned_recovery", "lossy", "slow")
-KINDS = PROCESS_KINDS + ZK_KINDS + DISK_KINDS + NET_KINDS
+LIFECYCLE_KINDS = ("compaction", "rebuild_index", "lost_for_good", "decommission", "squat",
+                   "disk_readonly")
+LOSS_KINDS = ("lost_for_good", "decommission")
+KINDS = PROCESS_KINDS + ZK_KINDS + DISK_KINDS + NET_KINDS + LIFECYCLE_KINDS
 
 
 @dataclass(frozen=True)
@@ -66,7 +88,8 @@ class Fault:
                 f"for {self.duration_s:.2f}s")
 
 
-def enabled_kinds(*, zookeeper: bool, disk: bool, network: bool) -> tuple[str, ...]:
+def enabled_kinds(*, zookeeper: bool, disk: bool, network: bool,
+                  lifecycle: bool = False) -> tuple[str, ...]:
     """The fault kinds a run with these capabilities draws from, in a fixed order."""
     kinds = list(PROCESS_KINDS)
     if zookeeper:
@@ -75,6 +98,8 @@ def enabled_kinds(*, zookeeper: bool, disk: bool, network: bool) -> tuple[str, .
         kinds += DISK_KINDS
     if network:
         kinds += NET_KINDS
+    if lifecycle:
+        kinds += LIFECYCLE_KINDS
     return tuple(kinds)
 
 
@@ -98,6 +123,8 @@ def make_schedule(seed: int, round_no: int, round_s: float, kinds: tuple[str, ..
         # Floored to the millisecond, so that start + duration never passes end_by.
         duration_s = math.floor(min(rng.uniform(0.5, 4.0), end_by - start_s) * 1000) / 1000
         active = [f for f in faults if f.at_s + f.duration_s > start_s]
+        if kind in LOSS_KINDS and any(f.kind in LOSS_KINDS for f in faults):
+            target = None
         if target is not None and len(active) < max_active:
             faults.append(Fault(start_s, kind, target, duration_s))
         at_s += rng.expovariate(1.0 / mean_gap_s)
@@ -139,4 +166,12 @@ def _target(rng: random.Random, kind: str, bookies: int, writers: int,
         return bookie, rng.choice((64, 256, 1024))  # kbit/s
     if kind in ("log_takeover", "zk_restart", "zk_pause"):
         return ()
+    if kind == "compaction":
+        return bookie, rng.choice(("gc", "minor", "major"))
+    if kind == "rebuild_index":
+        return bookie, rng.choice(("lost", "damaged"))
+    if kind == "lost_for_good":
+        return bookie, rng.choice(("auto", "operator"))
+    if kind == "disk_readonly":
+        return (rng.randrange(disk_bookies),) if disk_bookies else None
     return (bookie,)

@@ -4,6 +4,10 @@ Slots: writer ``i`` (modes sync, async, bulk in turn, each with a tailer followi
 writer and one log reader.  A killed writer's slot gets a new process (a new generation) when
 the fault ends; concurrent recoveries and log takeovers are short-lived extra processes.
 Every process writes its own history file in the round's directory.
+
+The run's own workload (``tag="run"``, no log, no deleter) is a ``Workload`` too: one writer
+and its tailer started with the run and stopped at its end, whose ledgers (and tailer) live
+across every round and meet every fault.
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ from bookie.workers.common import set_pdeathsig
 WRITER_MODES = ("sync", "async", "bulk")
 # (ensemble, write quorum, ack quorum): Qw > Qa exercises fencing's (Qw - Qa) + 1 rule.
 QUORUMS = ((3, 2, 2), (3, 3, 2), (2, 2, 2), (3, 2, 1), (2, 2, 1))
+# With lifecycle faults a bookie may be lost for good: an entry acknowledged by one bookie
+# alone may legitimately go with it, so every ack quorum is at least 2.
+LIFECYCLE_QUORUMS = ((3, 2, 2), (3, 3, 2), (2, 2, 2))
+LOG_NAME = "nemesis-log"  # one log for the whole run: each round's log writer takes it over
 CLIENT_CONFIG = {"addEntryTimeout": 2.0, "readTimeout": 2.0, "operationTimeout": 30.0,
                  "zkTimeout": 6000, "explicitLacInterval": 50}
 
@@ -37,19 +45,30 @@ class Workload:
         bookies: number of bookies (quorums keep one bookie spare when they can).
         prefix: ``prefix(name)`` -> argv prefix to start a client process with (a network
             namespace), or None.
+        lifecycle: quorums with an ack quorum of at least 2 (``LIFECYCLE_QUORUMS``).
+        tag: prefix of the process names (default ``r<round_no>``).
+        with_log: start the log writer and reader (the run's own workload does not).
+        deletes: ledger ids a deleter process deletes during the round.
     """
 
     def __init__(self, directory: str, metadata_uri: str, seed: int, round_no: int,
-                 writers: int, bookies: int, prefix=None):
+                 writers: int, bookies: int, prefix=None, *, lifecycle: bool = False,
+                 tag: str | None = None, with_log: bool = True, deletes=(),
+                 round_s: float = 15.0):
         self.directory = directory
         self.metadata_uri = metadata_uri
         self.round_no = round_no
+        self.tag = tag or f"r{round_no}"
         self.n_writers = writers
         self.prefix = prefix or (lambda name: [])
-        rng = random.Random(f"workload:{seed}:{round_no}")
-        fits = [q for q in QUORUMS if q[0] <= max(2, bookies - 1)] or [QUORUMS[-1]]
+        rng = random.Random(f"workload:{seed}:{self.tag}")
+        menu = LIFECYCLE_QUORUMS if lifecycle else QUORUMS
+        fits = [q for q in menu if q[0] <= max(2, bookies - 1)] or [menu[-1]]
         self.quorums = [rng.choice(fits) for _ in range(writers)]
-        self.log_name = f"nemesis-r{round_no}"
+        self.log_name = LOG_NAME
+        self.with_log = with_log
+        self.deletes = list(deletes)
+        self.round_s = round_s
         self.procs: dict[str, subprocess.Popen] = {}
         self.writer_names: list[str] = []
         self.paused: set[str] = set()
@@ -69,19 +88,19 @@ class Workload:
                                                 stdin=subprocess.DEVNULL, preexec_fn=set_pdeathsig)
 
     def _writer_name(self, slot: int) -> str:
-        return f"r{self.round_no}w{slot}g{self._generation[slot]}"
+        return f"{self.tag}w{slot}g{self._generation[slot]}"
 
     def _start_writer(self, slot: int) -> None:
         name = self._writer_name(slot)
         self._spawn(name, "writer", mode=WRITER_MODES[slot % len(WRITER_MODES)],
-                    quorum=self.quorums[slot], seed=self.round_no * 100 + slot,
+                    quorum=self.quorums[slot], seed=f"{self.tag}:{slot}",
                     close_at_end=slot % 2 == 0)
         self._spawn(f"{name}t", "tailer", follow=self.history_path(name), seed=slot)
         self.writer_names[slot] = name
 
     def _start_log_writer(self) -> None:
         gen = self._generation[self.n_writers]
-        name = f"r{self.round_no}log" + (f"g{gen}" if gen else "")
+        name = f"{self.tag}log" + (f"g{gen}" if gen else "")
         self._spawn(name, "log_writer", log=self.log_name)
         self.writer_names[self.n_writers] = name
 
@@ -89,8 +108,12 @@ class Workload:
         self.writer_names = [""] * (self.n_writers + 1)  # the last slot: the log writer
         for slot in range(self.n_writers):
             self._start_writer(slot)
-        self._start_log_writer()
-        self._spawn(f"r{self.round_no}logread", "log_reader", log=self.log_name)
+        if self.with_log:
+            self._start_log_writer()
+            self._spawn(f"{self.tag}logread", "log_reader", log=self.log_name)
+        if self.deletes:
+            self._spawn(f"{self.tag}del", "deleter", ledgers=self.deletes,
+                        pace_s=max(0.05, self.round_s * 0.8 / (len(self.deletes) + 1)))
 
     def wait_writing(self, timeout_s: float = 30.0) -> bool:
         """Wait until every writer has created its first ledger (client processes take seconds
@@ -153,13 +176,13 @@ class Workload:
             return None
         for _ in range(2):
             self._extra += 1
-            self._spawn(f"r{self.round_no}rec{self._extra}", "recover", ledger=ledger_id)
+            self._spawn(f"{self.tag}rec{self._extra}", "recover", ledger=ledger_id)
         return ledger_id
 
     def log_takeover(self) -> None:
         """A one-shot writer opens the log (fencing its writer), appends a few entries, closes."""
         self._extra += 1
-        self._spawn(f"r{self.round_no}take{self._extra}", "log_writer", log=self.log_name,
+        self._spawn(f"{self.tag}take{self._extra}", "log_writer", log=self.log_name,
                     max_appends=5)
 
     # -- end of round ----------------------------------------------------------------------------

@@ -110,3 +110,13 @@ def test_coordination_nodes_are_not_data_that_format_must_protect(metadata_store
     assert metadata_store.has_data() is False
     ur.mark(1, ["a:1"])
     assert metadata_store.has_data() is True
+
+
+def test_the_cluster_lost_bookie_recovery_delay_is_stored_and_replaced(metadata_store):
+    ur = UnderReplication(metadata_store)
+    assert ur.recovery_delay_s() is None
+    ur.set_recovery_delay_s(30)
+    assert ur.recovery_delay_s() == 30
+    ur.set_recovery_delay_s(0)
+    assert UnderReplication(metadata_store).recovery_delay_s() == 0
+    assert metadata_store.has_data() is False  # a setting, not data that format must protect

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bookie.metadata import LedgerMetadata, open_metadata
 from bookie.testing import LocalBookies
-from bookie.testing.rawclient import RawBookieClient, make_entry
+from bookie.testing.rawclient import RawBookieClient, create_ledgers, make_entry
 from bookie.wire import Status
 from bookie.workers.common import free_port_pair
 from bookie.workers.config import KEYS
@@ -95,6 +95,7 @@ def test_bookie_info_gives_free_and_total_space(ens):
 
 def test_readonly_is_set_and_lifted_through_the_api(ens):
     lid = 7_000_001
+    create_ledgers(ens.metadata_uri, [lid], KEY)  # a bookie stores only ids its store knows
     assert call_json(ens, "GET", "/api/v1/bookie/state/readonly") == (200, {"readOnly": False})
     status, got = call_json(ens, "PUT", "/api/v1/bookie/state/readonly", b'{"readOnly": true}')
     assert status == 200 and got["readOnly"] is True and got["forcedReadOnly"] is True

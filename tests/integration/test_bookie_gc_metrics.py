@@ -182,3 +182,27 @@ def test_several_ledger_directories_share_the_entry_logs(tmp_path):
                                          for d, n in zip(dirs, per_dir)))
                 for lid in ids[2:]:
                     assert c.read(lid, 0, 1000) == (Status.OK, written[lid])
+
+
+def test_a_bookie_whose_ledgers_were_all_deleted_reclaims_their_space():
+    """Issue 21, defect 6: the empty-listing guard refused forever once every ledger of the
+    cluster was deleted; the store's high-water mark shows the listing is true."""
+    with LocalBookies(1, conf={"gcWaitTime": 300, "logSizeLimit": 64 * 1024,
+                               "flushInterval": 50}) as solo:
+        ledger_dir = os.path.join(solo.bookie_dir(0), "ledgers", "current")
+        with open_metadata(solo.metadata_uri) as store, RawBookieClient(solo.bookies[0]) as c:
+            meta = LedgerMetadata(1, 1, 1, fragments=[(0, [solo.bookies[0]])])
+            doomed = [store.create_ledger(meta)[0] for _ in range(2)]
+            for lid in doomed:
+                for k in range(10):
+                    entries = [make_entry(lid, k * 10 + i, b"d" * 1000) for i in range(10)]
+                    assert c.add(lid, entries, KEY) == Status.OK
+            logs_before = set(glob.glob(os.path.join(ledger_dir, "*.log")))
+            for lid in doomed:
+                store.remove_ledger(lid)
+            assert list(store.list_ledgers()) == []
+            assert _wait(lambda: all(c.read(lid, 0)[0] == Status.NO_LEDGER for lid in doomed),
+                         30), solo.log(0)[-2000:]
+            assert _wait(lambda: len(set(glob.glob(os.path.join(ledger_dir, "*.log"))))
+                         < len(logs_before), 30)
+        assert "gc refused to delete" not in solo.log(0)

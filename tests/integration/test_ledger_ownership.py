@@ -25,8 +25,8 @@ from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, create_ledgers, make_entry
 from bookie.wire import Flag, Op, Status
 from bookie.workers import claims
-from bookie.workers.claims import OwnerLookup
-from bookie.core.ledgers import Owner
+from bookie.workers.claims import OwnerLookup, OwnerResolver
+from bookie.core.ledgers import LedgerTable, Owner, Rejected
 
 CONF = {"gcWaitTime": 600_000, "flushInterval": 50, "entryLogFilePreallocationEnabled": "false",
         "minorCompactionInterval": 0, "majorCompactionInterval": 0}
@@ -309,3 +309,54 @@ def test_a_ledger_whose_metadata_names_no_key_keeps_first_add_binding(one):
     with RawBookieClient(ens.bookies[0]) as raw:
         assert raw.add(lid, [make_entry(lid, 0, b"first")], STRANGER) == Status.OK
         assert raw.add(lid, [make_entry(lid, 1, b"second")], KEY) == Status.UNAUTHORIZED
+
+
+def test_the_resolver_works_lookups_and_verdicts_out_off_the_loop(tmp_path):
+    uri = f"lmdb://{tmp_path}/md"
+    with open_metadata(uri, create=True) as store:
+        lid = store.create_ledger(LedgerMetadata(1, 1, 1, key_check=make_key_check(KEY),
+                                                 fragments=[(0, ["b:1"])]))[0]
+    resolver = OwnerResolver(OwnerLookup(uri))
+    table = LedgerTable(verify=resolver.verified)
+    try:
+        def settle(ledger_id, key, credential=False):
+            while not resolver.ready(table, ledger_id, key, credential):
+                deadline = time.monotonic() + 10
+                while not resolver.done and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                assert ledger_id in resolver.drain()
+        # the first request only queues work: the loop never waits for the store or a verifier
+        assert not resolver.ready(table, lid, KEY, False)
+        settle(lid, KEY)
+        assert table.check_add(lid, KEY, False, owner=resolver.owner(lid)).key
+        settle(lid, STRANGER)
+        with pytest.raises(Rejected) as refused:
+            table.check_add(lid, STRANGER, False, owner=resolver.owner(lid))
+        assert refused.value.status == Status.UNAUTHORIZED
+        settle(lid + 1000, KEY)  # nobody created it
+        with pytest.raises(Rejected) as refused:
+            table.check_add(lid + 1000, KEY, False, owner=resolver.owner(lid + 1000))
+        assert refused.value.status == Status.NO_LEDGER
+        assert resolver.verifications_total == 2  # one per (check, key), however often asked
+        assert resolver.ready(table, lid, b"", False)  # a bad key size is refused at once
+    finally:
+        resolver.close()
+
+
+@pytest.mark.security
+def test_on_zookeeper_every_bookie_asks_the_store_before_it_stores(zk_uri):
+    """The same rule with three bookies on ZooKeeper (the lookup follows a sync: the writer may
+    have created the ledger through another server a moment ago)."""
+    with LocalBookies(3, metadata_uri=zk_uri, conf=CONF) as ens, open_metadata(zk_uri) as store, \
+            BookKeeper(zk_uri) as bk:
+        nxt = store.ledger_id_high_water() + 1
+        for b in ens.bookies:
+            with RawBookieClient(b) as raw:
+                assert raw.add(nxt, [make_entry(nxt, 0, b"squat")], STRANGER) == Status.NO_LEDGER
+                assert raw.fence(nxt + 1, STRANGER) == Status.NO_LEDGER
+        for _ in range(2):
+            lh = _create(bk, 3)
+            for i in range(5):
+                lh.add_entry(b"real %d" % i, timeout_s=10)
+            lh.close()
+            assert _read_back(bk, lh.ledger_id) == [b"real %d" % i for i in range(5)]

@@ -3,9 +3,13 @@
 Each test runs ``python -m bookie.testing.nemesis`` as a process of its own (network
 namespaces are entered by that process alone), with a fixed seed so that CI replays the same
 fault schedule; ``BOOKIE_NEMESIS_SEED`` picks another.  The seeds were picked for the mix of
-faults their ten-second round draws (``--print-schedule 1`` lists it): seed 17 on the embedded
-store restarts a bookie, races two recoveries, pauses a worker and a writer and fills a disk;
-seed 9 on ZooKeeper partitions the network twice, recovers a ledger behind a partition,
+faults their round draws (``--print-schedule 1`` lists it): seed 1445 on the embedded store
+with ``--lifecycle --disk`` loses a bookie for good (an empty one takes its place under a new
+id; autorecovery and an operator's ``recover`` heal around it), races two recoveries, sends a
+squatter's wrong-key and squatting traffic, fills a ledger disk and pauses a writer (where
+tmpfs cannot be mounted, seed 110 without ``--disk``: a bookie lost for good, a restart, a
+compaction, the squatter, a writer killed); its check reads every copy of every acknowledged
+entry from each bookie and, after a full audit, wants every entry on Qw bookies.  Seed 9 on ZooKeeper partitions the network twice, recovers a ledger behind a partition,
 pauses ZooKeeper, restarts a bookie, pauses a writer and drops packets.  On a violation the test fails with the
 harness's summary, which names the seed and the command that replays it.
 """
@@ -47,12 +51,21 @@ def netns_tools():
     assert can_netns(), "network faults need root with ip, nft and tc: run tests/setup.sh"
 
 
-def test_acknowledged_entries_survive_process_faults_and_full_disks_on_the_embedded_store():
-    extra = ["--disk"] if can_mount() else []
-    out = run_nemesis(17, "--time", "10", "--round", "10", "--bookies", "4",
-                      "--metadata", "lmdb", *extra, timeout_s=240)
-    assert "violations: 0" in out
-    assert "lost: 0" in out
+def figures(out: str) -> dict:
+    """The JSON line that ends the harness's summary."""
+    import json
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_acknowledged_entries_survive_lifecycle_faults_and_full_disks_on_the_embedded_store():
+    seed, extra = (1445, ["--disk"]) if can_mount() else (110, [])
+    out = run_nemesis(seed, "--time", "8", "--round", "8", "--bookies", "4", "--writers", "2",
+                      "--metadata", "lmdb", "--lifecycle", *extra, timeout_s=300)
+    result = figures(out)
+    assert result["violations"] == 0 and result["reader_violations"] == 0, out[-6000:]
+    assert result["lost"] == 0 and result["ok"]
+    assert result["faults"].get("lost_for_good") == 1 and result["faults"].get("squat") == 1
+    assert result["replica_checks"] >= 2 * result["entries_checked"] > 0
 
 
 @pytest.mark.usefixtures("netns_tools")
@@ -146,3 +159,57 @@ def test_the_harness_reports_acknowledged_entries_that_a_short_close_dropped(tmp
     kinds = {v.kind for v in report.violations}
     assert {"closed_below_ack", "lost"} <= kinds
     assert report.lost >= 10
+
+
+def test_the_quiescent_check_reads_every_copy_and_finds_one_gone_and_a_deleted_ledger_back(
+        tmp_path):
+    """The per-replica check has teeth, on real bookies: a (3,2,2) ledger whose bookie 0 is
+    then killed has entries on one bookie of their write set only (under the ack quorum), a
+    ledger lost by bookie 0 is never healed, and a ledger the catalogue says was deleted but
+    the store still lists has come back."""
+    from bookie.client import BookKeeper
+    from bookie.testing import LocalBookies
+    from bookie.testing.nemesis.client_proc import DIGEST, PASSWORD
+    from bookie.testing.nemesis.quiescent import check_state
+
+    with LocalBookies(3, base_dir=str(tmp_path / "cluster")) as bookies:
+        with BookKeeper(bookies.metadata_uri) as bk:
+            lh = bk.create_ledger(3, 2, 2, digest=DIGEST, password=PASSWORD)
+            payloads = {lh.add_entry(f"entry {i}".encode()): f"entry {i}".encode()
+                        for i in range(30)}
+            lh.close()
+            other = bk.create_ledger(3, 2, 2, digest=DIGEST, password=PASSWORD)
+            other.add_entry(b"x")
+            other.close()
+        healthy = check_state(bookies.metadata_uri, PASSWORD, {lh.ledger_id: payloads},
+                              set(), set(), require_qw=True)
+        assert healthy.violations == [] and healthy.replica_checks == 60
+        bookies.kill(0)
+        report = check_state(bookies.metadata_uri, PASSWORD, {lh.ledger_id: payloads},
+                             {other.ledger_id}, {bookies.bookies[0]}, require_qw=True,
+                             heal_timeout_s=0.5, read_timeout_s=2.0)
+    kinds = sorted({v[0] for v in report.violations})
+    assert kinds == ["deleted_came_back", "not_healed", "under_replicated"], \
+        report.violations
+
+
+def test_a_bookie_the_nemesis_restarts_from_a_thread_stays_up(tmp_path):
+    """A bookie gets SIGTERM (PDEATHSIG) when the thread that started it ends: a restart (or
+    an index rebuild, or a decommission) done in a thread of the nemesis must leave the start
+    to the runner's own thread (``Nemesis.tick``), or the bookie dies as the thread ends."""
+    from bookie.testing import LocalBookies
+    from bookie.testing.nemesis.faults import Nemesis
+    from bookie.testing.nemesis.schedule import Fault
+
+    with LocalBookies(1, base_dir=str(tmp_path / "cluster")) as bookies:
+        nemesis = Nemesis(bookies, log=print)
+        old = bookies.procs[0].pid
+        nemesis.inject(Fault(0.0, "restart_bookie", (0,), 1.0))
+        deadline = time.monotonic() + 120
+        while 0 in nemesis._restarting or bookies.procs[0].pid == old:  # as a round does
+            assert time.monotonic() < deadline, "the restart never finished"
+            nemesis.tick()
+            time.sleep(0.05)
+        bookies.wait_serving(0)
+        time.sleep(1.0)
+        assert bookies.running(0), bookies.log(0)[-3000:]

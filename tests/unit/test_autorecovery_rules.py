@@ -73,6 +73,31 @@ def test_a_ledger_with_lost_and_healable_fragments_is_reported_and_marked_once_h
     assert audit.lost_ranges == ((0, 9),) and audit.mark  # fragment 10 still has POOL[3]
 
 
+def test_a_partial_loss_is_marked_for_what_has_a_copy_and_reported_for_the_rest():
+    # (3, 2, 2) on A, B, C; B and C lost: entries e % 3 == 1 had both copies on B and C (gone),
+    # the others still have a copy on A - marked, so that a worker copies them
+    meta = closed(3, 2, 2, [(0, POOL[:3])], 29)
+    audit = rules.audit_ledger(meta, {POOL[1], POOL[2]})
+    assert audit.lost_ranges == ((0, 29),) and audit.mark
+    heals = rules.plan_ledger(meta, {POOL[1], POOL[2]}, random.Random(1))
+    assert [(h.bookie, h.unhealable) for h in heals] == [(POOL[1], True), (POOL[2], True)]
+    copied = {(h.bookie, c.residue, c.sources) for h in heals for c in h.copies}
+    assert copied == {(POOL[1], 0, (POOL[0],)), (POOL[2], 2, (POOL[0],))}
+
+
+def test_an_open_ledger_is_fenced_only_for_a_loss_in_its_last_fragment():
+    healed_itself = LedgerMetadata(3, 2, 2, fragments=[(0, POOL[:3]),
+                                                       (10, [POOL[0], POOL[3], POOL[2]])])
+    assert not rules.needs_fence(healed_itself, {POOL[1]})  # the writer replaced it already
+    assert rules.needs_fence(healed_itself, {POOL[3]})
+    assert rules.needs_fence(LedgerMetadata(3, 2, 2, fragments=[(0, POOL[:3])]), {POOL[1]})
+    assert not rules.needs_fence(closed(3, 2, 2, [(0, POOL[:3])], 9), {POOL[1]})
+    audit = rules.audit_ledger(healed_itself, {POOL[1]})
+    assert audit.mark and audit.lost_ranges == ()
+    heals = rules.plan_ledger(healed_itself, {POOL[1]}, random.Random(1))
+    assert [(h.first, h.last, h.position) for h in heals] == [(0, 9, 1)]  # never the open tail
+
+
 def test_an_empty_trailing_fragment_loses_nothing():
     meta = closed(2, 1, 1, [(0, POOL[:2]), (10, POOL[2:4])], 9)
     assert rules.audit_ledger(meta, {POOL[2], POOL[3]}).lost_ranges == ()

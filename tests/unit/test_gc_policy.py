@@ -114,6 +114,24 @@ def test_an_id_above_the_mark_is_kept_and_a_deleted_one_tombstoned_in_the_same_r
     assert gc_policy.plan([9], [1], {}, [], [], high_water=5).empty
 
 
+@given(st.sets(_ids, max_size=15), st.one_of(st.none(), st.integers(-1, 31)))
+def test_an_empty_listing_is_acted_on_only_when_the_mark_covers_every_held_id(held, high_water):
+    trusted = gc_policy.empty_listing_trusted(held, high_water)
+    if not held:
+        assert trusted
+    elif high_water is None or any(lid > high_water for lid in held):
+        assert not trusted  # a wrong, wiped or restored store: it never handed these ids out
+    else:
+        assert trusted  # every id held was handed out, and none is listed: all deleted
+
+
+def test_a_wiped_store_is_not_trusted_and_a_deleted_cluster_is():
+    assert not gc_policy.empty_listing_trusted({3, 7}, -1)  # counter started again
+    assert not gc_policy.empty_listing_trusted({3, 7}, 5)  # id 7 never handed out here
+    assert gc_policy.empty_listing_trusted({3, 7}, 7)
+    assert gc_policy.empty_listing_trusted(set(), None)
+
+
 def test_no_current_logs_recorded_means_no_log_is_deleted():
     p = gc_policy.plan([1], [], {1: {1: 10}}, current_logs=[], logs_on_disk=[1])
     assert p.drop_ledgers == [1] and p.delete_logs == [] and p.forget_maps == []

@@ -1,0 +1,150 @@
+"""Ensemble placement by rack and region (BookKeeper's ensemble placement policies), pure.
+
+Theory of operation
+-------------------
+A bookie's location is ``/REGION/RACK`` (its ``bookieLocation`` key, published in its
+registration); a bookie with none is at ``DEFAULT_LOCATION``.  The policy decides what a
+"domain" is: ``rackaware`` spreads over racks (the whole location), ``regionaware`` over
+regions (its first part), ``default`` has no domains (every bookie its own: a random choice).
+
+Entry ``e`` goes to the ``write_quorum`` positions from ``e % E`` on (wrapping), so the write
+sets of an ensemble are its E windows of ``write_quorum`` consecutive positions.  The *spread*
+of an ensemble is the fewest distinct domains any of its write sets covers; the best possible
+is ``min(write_quorum, domains available)``.
+
+- ``choose`` deals the candidates' domains round-robin (each domain's bookies shuffled, the
+  domains in a random order), which puts consecutive positions in different domains, tries
+  that ``TRIES`` times with fresh random orders and keeps the ensemble of the highest spread
+  (the first that reaches the best possible).  So ledgers still spread over all bookies.
+- ``replace`` fills each failed position with the candidate that keeps the write sets through
+  that position most spread; among equals it prefers the lost bookie's own domain (a rack
+  outage heals inside the rack when the other racks are taken), then chance.
+- With ``enforce`` (``enforceMinNumRacksPerWriteQuorum``), an ensemble whose spread is below
+  ``min_domains`` (``minNumRacksPerWriteQuorum``, capped at ``write_quorum``) is refused: the
+  caller raises NotEnoughBookiesError naming the domains there are.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Mapping, Sequence
+
+from bookie.properties import check_location  # noqa: F401  (the one spelling of a location)
+
+DEFAULT_LOCATION = "/default-region/default-rack"
+POLICIES = ("default", "rackaware", "regionaware")
+TRIES = 32
+
+
+def write_sets(ensemble_size: int, write_quorum: int) -> list[list[int]]:
+    """The E windows of ``write_quorum`` consecutive positions (wrapping)."""
+    return [[(s + k) % ensemble_size for k in range(write_quorum)] for s in range(ensemble_size)]
+
+
+class Placement:
+    """The placement rule of one client.
+
+    Args:
+        policy: ``default``, ``rackaware`` or ``regionaware``.
+        locations: bookie id -> ``/REGION/RACK`` (missing: DEFAULT_LOCATION); read at each call,
+            so the caller may refresh it in place.
+        min_domains: ``minNumRacksPerWriteQuorum``; enforce: refuse ensembles below it.
+    """
+
+    def __init__(self, policy: str = "default", locations: Mapping[str, str] | None = None,
+                 min_domains: int = 2, enforce: bool = False):
+        if policy not in POLICIES:
+            raise ValueError(f"unknown placement policy {policy!r}")
+        self.policy = policy
+        self.locations = dict(locations or {})
+        self.min_domains = min_domains
+        self.enforce = enforce
+
+    def domain(self, bookie: str) -> str:
+        location = self.locations.get(bookie) or DEFAULT_LOCATION
+        if self.policy == "regionaware":
+            return "/" + location.split("/")[1]
+        if self.policy == "rackaware":
+            return location
+        return bookie
+
+    def spread(self, ensemble: Sequence[str], write_quorum: int) -> int:
+        """The fewest distinct domains any write set of ``ensemble`` covers."""
+        return min(len({self.domain(ensemble[p]) for p in ws})
+                   for ws in write_sets(len(ensemble), write_quorum))
+
+    def short_of(self, ensemble: Sequence[str], write_quorum: int) -> str | None:
+        """With ``enforce``: why ``ensemble`` misses the minimum (naming the domains), else None."""
+        if not self.enforce or self.policy == "default":
+            return None
+        need = min(self.min_domains, write_quorum)
+        got = self.spread(ensemble, write_quorum)
+        if got >= need:
+            return None
+        kind = "regions" if self.policy == "regionaware" else "racks"
+        return (f"a write quorum of {write_quorum} spans only {got} of the {need} {kind} "
+                f"required (minNumRacksPerWriteQuorum, enforced); {kind} of the writable "
+                f"bookies: ")
+
+    def choose(self, ensemble_size: int, write_quorum: int, writable: Sequence[str],
+               rng: random.Random | None = None, exclude=()) -> tuple[str, ...] | None:
+        """E distinct bookies from ``writable`` minus ``exclude``, spread as above; None when
+        there are too few."""
+        rng = rng or random.Random()
+        candidates = sorted(set(writable) - set(exclude))
+        if len(candidates) < ensemble_size:
+            return None
+        if self.policy == "default":
+            return tuple(rng.sample(candidates, ensemble_size))
+        by_domain: dict[str, list[str]] = {}
+        for b in candidates:
+            by_domain.setdefault(self.domain(b), []).append(b)
+        best_possible = min(write_quorum, len(by_domain))
+        best, best_spread = None, -1
+        for _ in range(TRIES):
+            pools = [rng.sample(v, len(v)) for v in by_domain.values()]
+            rng.shuffle(pools)
+            dealt: list[str] = []
+            while len(dealt) < ensemble_size:
+                for pool in pools:
+                    if pool and len(dealt) < ensemble_size:
+                        dealt.append(pool.pop())
+            got = self.spread(dealt, write_quorum)
+            if got > best_spread:
+                best, best_spread = tuple(dealt), got
+            if got >= best_possible:
+                break
+        return best
+
+    def replace(self, ensemble: Sequence[str], failed: Sequence[int], write_quorum: int,
+                writable: Sequence[str], rng: random.Random | None = None
+                ) -> tuple[str, ...] | None:
+        """``ensemble`` with each failed position replaced by a writable bookie not in it,
+        keeping the spread (see the theory of operation); None when there are too few."""
+        rng = rng or random.Random()
+        new = list(ensemble)
+        taken = set(ensemble)
+        candidates = sorted(set(writable) - taken)
+        if len(candidates) < len(failed):
+            return None
+        size = len(ensemble)
+        for pos in sorted(failed):
+            lost_domain = self.domain(ensemble[pos])
+            through = [ws for ws in write_sets(size, write_quorum) if pos in ws]
+            rng.shuffle(candidates)
+
+            def score(b: str) -> tuple[int, int]:
+                new[pos] = b
+                worst = min(len({self.domain(new[p]) for p in ws}) for ws in through)
+                return worst, int(self.domain(b) == lost_domain)
+            pick = max(candidates, key=score) if self.policy != "default" else candidates[0]
+            new[pos] = pick
+            candidates.remove(pick)
+        return tuple(new)
+
+    def domains_of(self, bookies: Sequence[str]) -> str:
+        """``domain: n bookie(s)`` for the message of an enforced refusal."""
+        counts: dict[str, int] = {}
+        for b in bookies:
+            counts[self.domain(b)] = counts.get(self.domain(b), 0) + 1
+        return ", ".join(f"{d} ({n})" for d, n in sorted(counts.items())) or "none"

@@ -1,0 +1,254 @@
+"""Lifecycle faults: what happens to bookies over months, squeezed into a round.
+
+``LifecycleFaults`` is mixed into ``faults.Nemesis``; each ``_<kind>`` method starts one fault
+of ``schedule.LIFECYCLE_KINDS`` and returns its heal (or None).  They drive the operator's own
+tools as processes (``python -m bookie shell ...``), so what is exercised is what an operator
+runs:
+
+- ``compaction``: ``bookie shell triggergc`` (``--minor`` / ``--major``) on a running bookie;
+- ``rebuild_index``: the bookie stopped (SIGTERM), its LMDB index removed or damaged,
+  ``bookie shell rebuild-index`` run on its directories, the bookie started again;
+- ``lost_for_good``: SIGKILL, every file of the bookie wiped, an empty bookie started in its
+  place under a new id (a new port); the old id is in ``lost_ids`` until the run ends, and the
+  runner's quiescent check waits for no ledger to name it (autorecovery; for target
+  ``operator`` also ``bookie shell recover OLD_ID``);
+- ``decommission``: the bookie turned read-only, ``bookie shell decommissionbookie ID`` while it
+  still runs, then stopped, wiped and replaced as above (nothing was lost: its ledgers were
+  copied first); if the decommission fails the bookie is left as it was and turned writable;
+- ``squat``: a hostile raw client (``testing.rawclient``) sends bookie ``i`` adds with a wrong
+  master key to the writers' live ledgers (entries 0 and 1, which exist), adds to ledger ids
+  above every id seen (not created yet: a squat), and a fence with a wrong key; what the
+  bookie answered is counted in ``squat_answers``, and any bytes it let in are found by the
+  checker (they are no payload any writer produced);
+- ``disk_readonly``: a ballast file fills bookie ``i``'s tmpfs ledger disk past
+  ``diskUsageThreshold`` (the disk check turns it read-only); the heal drains it (the ballast
+  removed, the bookie writable again once under the low-water mark).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+SHELL_TIMEOUT_S = 240.0
+
+
+def shell(args: list[str], timeout_s: float = SHELL_TIMEOUT_S,
+          stdout: list | None = None) -> tuple[int, str]:
+    """Run ``python -m bookie shell ARGS``; returns (exit status, its output's last lines).
+    ``stdout``, a list, receives the whole standard output."""
+    cmd = [sys.executable, "-m", "bookie", "shell", *args]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return -1, f"timed out after {timeout_s:g} s"
+    if stdout is not None:
+        stdout.append(done.stdout)
+    out = (done.stdout + done.stderr).strip().splitlines()
+    return done.returncode, " | ".join(out[-3:])[:400]
+
+
+def wipe(path: str) -> None:
+    """Remove everything under ``path`` (a mount point under it stays, emptied)."""
+    if not os.path.isdir(path):
+        return
+    for name in os.listdir(path):
+        child = os.path.join(path, name)
+        if os.path.ismount(child):
+            wipe(child)
+        elif os.path.isdir(child) and not os.path.islink(child):
+            if any(os.path.ismount(os.path.join(child, n)) for n in os.listdir(child)):
+                wipe(child)
+            else:
+                shutil.rmtree(child, ignore_errors=True)
+        else:
+            try:
+                os.unlink(child)
+            except FileNotFoundError:
+                pass
+
+
+class LifecycleFaults:
+    """The lifecycle half of the nemesis (see the module docstring).  Expects the attributes
+    and helpers ``faults.Nemesis`` defines (``bookies``, ``workload``, ``disk``, ``log``,
+    ``_alive``, ``_start``, ``_restarting``, ``_restarts``, ``_Skip``)."""
+
+    def _lifecycle_init(self) -> None:
+        self.lost_ids: list[str] = []          # bookie ids gone for good this run
+        self.findings: list[str] = []          # what an operator step or the squatter met
+        self.squat_answers = collections.Counter()
+        self.ledger_ids_seen: set[int] = set()  # the runner adds every ledger id it knows
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _set_args(self, i: int) -> list[str]:
+        args = []
+        for key, value in self.bookies.overrides(i).items():
+            args += ["--set", f"{key}={value}"]
+        return args
+
+    def _in_thread(self, i: int | None, name: str, body) -> None:
+        """Run ``body`` in a thread; bookie ``i`` (if any) counts as restarting meanwhile."""
+        if i is not None:
+            self._restarting.add(i)
+
+        def run() -> None:
+            try:
+                body()
+            except Exception as exc:  # noqa: BLE001 - a harness step that failed: a finding
+                self.findings.append(f"{name}: {type(exc).__name__}: {exc}")
+            finally:
+                if i is not None:
+                    self.start_later(i)  # the runner's thread starts it (or finds it running)
+        thread = threading.Thread(target=run, name=name, daemon=True)
+        thread.start()
+        self._restarts.append(thread)
+
+    def _replace(self, i: int) -> str:
+        """Bookie ``i`` (stopped) wiped and started empty under a new id; returns the old id."""
+        from bookie.testing import localbookies
+        old = self.bookies.bookies[i]
+        wipe(self.bookies.bookie_dir(i))
+        port = localbookies.free_port_pair("127.0.0.1")
+        self.bookies.ports[i] = port
+        self.bookies.bookies[i] = f"{self.bookies.hosts[i]}:{port}"
+        self.lost_ids.append(old)
+        self.log(f"nemesis: bookie {i} {old} replaced by an empty {self.bookies.bookies[i]}")
+        return old
+
+    # -- the faults -------------------------------------------------------------------------------
+    def _compaction(self, i: int, kind: str):
+        self._alive(i)
+        extra = {"gc": [], "minor": ["--minor"], "major": ["--major"]}[kind]
+
+        def body() -> None:
+            status, out = shell(["triggergc", *self._set_args(i), *extra], timeout_s=60)
+            if status != 0 and self.bookies.running(i):
+                self.findings.append(f"triggergc {kind} on bookie {i}: exit {status}: {out}")
+        self._in_thread(None, f"compaction-{i}", body)
+        return None
+
+    def _rebuild_index(self, i: int, how: str):
+        self._alive(i)
+        self._cont_group(i)
+
+        def body() -> None:
+            self.bookies.stop(i)
+            index = os.path.join(self.bookies.bookie_dir(i), "ledgers", "current", "index")
+            if how == "lost":
+                shutil.rmtree(index, ignore_errors=True)
+            else:
+                _damage(os.path.join(index, "data.mdb"))
+            status, out = shell(["rebuild-index", *self._set_args(i)])
+            if status != 0:
+                self.findings.append(f"rebuild-index ({how}) of bookie {i}: exit {status}: {out}")
+        self._in_thread(i, f"rebuild-index-{i}", body)
+        return None
+
+    def _lost_for_good(self, i: int, how: str):
+        self._alive(i)
+        self._cont_group(i)
+        self.bookies.kill(i)
+        old = self._replace(i)
+        self._start(i)
+        if how == "operator":
+            def body() -> None:
+                time.sleep(2.0)
+                status, out = shell(["recover", old, "--metadata", self.bookies.metadata_uri])
+                if status != 0:
+                    self.findings.append(f"recover {old}: exit {status}: {out}")
+            self._in_thread(None, f"recover-{i}", body)
+        return None
+
+    def _decommission(self, i: int):
+        self._alive(i)
+        self._cont_group(i)
+        self.bookies.set_readonly(i, True)
+        bookie_id = self.bookies.bookies[i]
+
+        def body() -> None:
+            status, out = shell(["decommissionbookie", bookie_id, "--metadata",
+                                 self.bookies.metadata_uri])
+            if status != 0:
+                self.findings.append(f"decommissionbookie {bookie_id}: exit {status}: {out}")
+                if self.bookies.running(i):
+                    self.bookies.set_readonly(i, False)
+                return
+            self.bookies.stop(i)
+            self._replace(i)
+        self._in_thread(i, f"decommission-{i}", body)
+        return None
+
+    def _squat(self, i: int):
+        self._alive(i)
+        from bookie.testing.rawclient import RawBookieClient, make_entry
+        from bookie.wire import Status
+        live = [self.workload.current_ledger(s) for s in range(self.workload.n_writers)]
+        live = [lid for lid in live if lid is not None]
+        top = max(self.ledger_ids_seen | set(live), default=0)
+        rng = random.Random(f"squat:{i}:{top}")
+        key = rng.randbytes(20)
+        bookie_id = self.bookies.bookies[i]
+        holders = self._holders(live)
+        answers = self.squat_answers
+        with RawBookieClient(bookie_id, timeout_s=5.0) as raw:
+            for lid in live:
+                # "held": the ledger's metadata names this bookie, so it knows the real key
+                where = "held" if bookie_id in holders.get(lid, ()) else "not_held"
+                for entry_id in (0, 1):
+                    status = Status(raw.add(lid, [make_entry(lid, entry_id, b"squat:wrong-key")],
+                                            key))
+                    answers[f"wrong_key_add_{where}:{status.name}"] += 1
+                    if status == Status.OK and where == "held":
+                        self.findings.append(f"squat: bookie {i} accepted an add with a wrong "
+                                             f"key to ledger {lid} entry {entry_id}, which it "
+                                             f"holds")
+                status = Status(raw.fence(lid, key))
+                answers[f"wrong_key_fence_{where}:{status.name}"] += 1
+                if status == Status.OK and where == "held":
+                    self.findings.append(f"squat: bookie {i} accepted a fence with a wrong key "
+                                         f"on ledger {lid}, which it holds")
+            for lid in range(top + 1, top + 4):
+                status = Status(raw.add(lid, [make_entry(lid, 0, b"squat:future-ledger")], key))
+                answers[f"squat_add:{status.name}"] += 1
+        return None
+
+    def _holders(self, ledger_ids: list[int]) -> dict[int, set[str]]:
+        """Ledger id -> every bookie id its metadata names (any fragment)."""
+        from bookie.metadata import open_metadata
+        out: dict[int, set[str]] = {}
+        try:
+            with open_metadata(self.bookies.metadata_uri, timeout_s=10.0) as store:
+                for lid in ledger_ids:
+                    try:
+                        meta = store.read_ledger(lid)[0]
+                    except Exception:  # noqa: BLE001 - deleted meanwhile: held by no one
+                        continue
+                    out[lid] = {b for _, ensemble in meta.fragments for b in ensemble}
+        except Exception as exc:  # noqa: BLE001
+            self.findings.append(f"squat: metadata unreadable: {exc}")
+        return out
+
+    def _disk_readonly(self, i: int):
+        if self.disk is None or i >= self.disk.count:
+            raise self._Skip("no tmpfs ledger disk under this bookie")
+        self._alive(i)
+        self.disk.fill_to(i, "ledgers", 0.985)
+        return lambda: self.disk.free(i, "ledgers")
+
+
+def _damage(path: str) -> None:
+    """Overwrite a stretch in the middle of an LMDB file with garbage (a damaged index)."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return
+    with open(path, "r+b") as f:
+        f.seek(size // 3)
+        f.write(os.urandom(min(64 << 10, max(4096, size // 3))))

@@ -1,0 +1,135 @@
+"""Autorecovery plans per entry range, and leaves a writer that healed itself alone (issue 21,
+defects 2 and 3), with real bookies and the autorecovery daemon in each.
+
+* Partial loss: a closed (3, 2, 2) ledger of 30 entries on A, B, C; B and C die together.
+  The 10 entries whose both copies were on B and C are gone, but the 20 others still have a
+  copy on A: they are copied to the two spare bookies, the ledger is reported lost once and
+  never marked again, and when A dies too those 20 entries still read back.
+* A writer on (3, 2, 2) loses a bookie, replaces it itself and writes on: autorecovery copies
+  its first fragment without fencing it, and the writer's adds go on past
+  ``openLedgerRereplicationGracePeriod``.
+
+Opt-in (``-m autorecovery_slow``): each waits out a recovery delay and a grace period.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from bookie import wire
+from bookie.client import BookKeeper
+from bookie.client.digest import master_key, password_digest
+from bookie.client.protocol.quorum import write_set
+from bookie.metadata import open_metadata
+from bookie.metadata.ledger import LedgerMetadata, LedgerState
+from bookie.metadata.underreplication import UnderReplication
+from bookie.testing import LocalBookies
+from bookie.testing.rawclient import RawBookieClient
+from bookie.wire import Status
+import waiting
+
+FAST = {"autoRecoveryDaemonEnabled": "true", "lostBookieRecoveryDelay": "2",
+        "openLedgerRereplicationGracePeriod": "1000", "gcWaitTime": "600000",
+        "zkTimeout": "4000"}
+BOUND_S = 120.0  # generous: the machine is shared and loaded
+
+
+def _dump(lb):
+    for i in range(lb.n):
+        print(f"--- bookie {i} ({lb.bookies[i]}) log tail ---\n{lb.log(i)[-4000:]}")
+
+
+def _closed_ledger(uri, bookies, entries=30) -> int:
+    """A closed (3, 2, 2) ledger on ``bookies``, every entry on its whole write set."""
+    with open_metadata(uri) as store:
+        meta = LedgerMetadata(3, 2, 2, digest_type="dummy", password_digest=password_digest(b""),
+                              fragments=[(0, list(bookies))])
+        ledger_id, version = store.create_ledger(meta)
+        for e in range(entries):
+            for p in write_set(e, 3, 2):
+                with RawBookieClient(bookies[p], timeout_s=30) as c:
+                    entry = wire.pack_entry(ledger_id, e, e - 1, 0, b"", b"part-%d" % e)
+                    assert c.add(ledger_id, [entry], master_key(b"")) == Status.OK
+        meta.state, meta.last_entry_id = LedgerState.CLOSED, entries - 1
+        store.write_ledger(ledger_id, meta, version)
+    return ledger_id
+
+
+def _names_any(store, ledger_id, bookies) -> bool:
+    meta, _ = store.read_ledger(ledger_id)
+    return any(b in ens for _, ens in meta.fragments for b in bookies)
+
+
+@pytest.mark.autorecovery_slow
+def test_a_partial_loss_copies_what_has_a_source_and_reports_the_rest_once(tmp_path):
+    with LocalBookies(5, base_dir=str(tmp_path / "b"), conf=FAST) as lb:
+        try:
+            a, b, c = lb.bookies[:3]
+            ledger_id = _closed_ledger(lb.metadata_uri, [a, b, c])
+            lb.kill(1)
+            lb.kill(2)
+            with open_metadata(lb.metadata_uri) as store:
+                ur = UnderReplication(store)
+                waiting.wait_for(lambda: not _names_any(store, ledger_id, {b, c}), BOUND_S,
+                                 "the ledger no longer names B or C", step_s=0.2)
+                waiting.wait_for(lambda: ledger_id in ur.lost(), BOUND_S, "reported lost")
+                waiting.wait_for(lambda: ur.marks() == {}, BOUND_S, "no mark left")
+                time.sleep(3)  # several auditor and worker rounds: never marked again
+                assert ur.marks() == {} and list(ur.lost()) == [ledger_id]
+                meta, _ = store.read_ledger(ledger_id)
+            ensemble = meta.fragments[0][1]
+            for e in range(30):  # what had a copy on A now has two, identical
+                if e % 3 == 1:
+                    continue
+                for p in write_set(e, 3, 2):
+                    with RawBookieClient(ensemble[p], timeout_s=30) as cl:
+                        status, got = cl.read(ledger_id, e)
+                        assert status == Status.OK and got[0].endswith(b"part-%d" % e), (e, p)
+            logs = "".join(lb.log(i) for i in (0, 3, 4))
+            assert logs.count(f"ledger lost entries: no live copy to heal from "
+                              f"ledger_id={ledger_id}") == 1
+            lb.kill(0)  # A too: the 20 entries copied survive it
+            for e in range(30):
+                if e % 3 == 1:
+                    continue
+                p = next(p for p in write_set(e, 3, 2) if ensemble[p] != a)
+                with RawBookieClient(ensemble[p], timeout_s=30) as cl:
+                    status, got = cl.read(ledger_id, e)
+                    assert status == Status.OK and got[0].endswith(b"part-%d" % e), e
+        except BaseException:
+            _dump(lb)
+            raise
+
+
+@pytest.mark.autorecovery_slow
+def test_a_writer_that_replaced_a_lost_bookie_itself_is_never_fenced(tmp_path):
+    with LocalBookies(5, base_dir=str(tmp_path / "b"), conf=FAST) as lb:
+        try:
+            with BookKeeper(lb.metadata_uri, {"addEntryTimeout": 2.0, "readTimeout": 2.0},
+                            allowEmptyPassword=True) as bk:
+                lh = bk.create_ledger(3, 2, 2)
+                for i in range(10):
+                    lh.add_entry(b"w%d" % i, timeout_s=30)
+                victim = lh.metadata.fragments[0][1][1]
+                lb.kill(lb.bookies.index(victim))
+                n = 10
+                deadline = time.monotonic() + 25  # delay 2 s + grace 1 s, many times over
+                healed_at = None
+                while time.monotonic() < deadline:
+                    lh.add_entry(b"w%d" % n, timeout_s=30)  # LedgerFencedError: the defect
+                    n += 1
+                    time.sleep(0.05)
+                    frags = bk.ledger_metadata(lh.ledger_id).fragments
+                    if healed_at is None and not any(victim in e for _, e in frags):
+                        healed_at = n
+                assert len(lh.metadata.fragments) > 1  # the writer replaced the bookie itself
+                assert healed_at is not None, "the first fragment was never healed"
+                assert not bk.ledger_metadata(lh.ledger_id).is_closed
+                lh.close(timeout_s=30)
+                rh = bk.open_ledger(lh.ledger_id)
+                assert [x.data for x in rh.read_entries(0, n - 1)] == [b"w%d" % i for i in range(n)]
+        except BaseException:
+            _dump(lb)
+            raise

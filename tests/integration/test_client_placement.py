@@ -1,0 +1,71 @@
+"""Rack-aware placement (issue 24.1, the client's part) on real bookies: bookies published with
+their bookieLocation, a rackaware client spreads every write quorum over the racks, keeps the
+spread through an ensemble change, and with enforcement refuses a ledger naming the racks."""
+
+from __future__ import annotations
+
+import pytest
+
+from bookie.client import BookKeeper, NotEnoughBookiesError
+from bookie.testing import LocalBookies
+
+PW = b"pw"
+RACKAWARE = {"ensemblePlacementPolicy": "rackaware", "addEntryTimeout": 2.0,
+             "readTimeout": 2.0}
+
+
+@pytest.fixture(scope="module")
+def racks():
+    """Two bookies in rack /dc1/a and two in /dc1/b, registered in one metadata store."""
+    with LocalBookies(2, conf={"bookieLocation": "/dc1/a"}) as a, \
+            LocalBookies(2, metadata_uri=a.metadata_uri,
+                         conf={"bookieLocation": "/dc1/b"}) as b:
+        yield a, b, {**{x: "/dc1/a" for x in a.bookies}, **{x: "/dc1/b" for x in b.bookies}}
+
+
+def test_bookies_publish_their_location(racks):
+    a, b, where = racks
+    with BookKeeper(a.metadata_uri) as bk:
+        for bookie, location in where.items():
+            assert bk.metadata_store.bookie_info(bookie)["location"] == location
+
+
+def test_every_write_quorum_spans_both_racks(racks):
+    a, _, where = racks
+    with BookKeeper(a.metadata_uri, RACKAWARE) as bk:
+        for _ in range(12):
+            lh = bk.create_ledger(2, 2, 2, password=PW)
+            assert {where[x] for x in lh.metadata.last_ensemble} == {"/dc1/a", "/dc1/b"}
+            lh.close()
+        lh = bk.create_ledger(4, 2, 2, password=PW)
+        ens = lh.metadata.last_ensemble
+        assert all(where[ens[p]] != where[ens[(p + 1) % 4]] for p in range(4))
+        lh.close()
+
+
+def test_enforcement_refuses_naming_the_racks(racks):
+    a, _, _ = racks
+    with BookKeeper(a.metadata_uri, RACKAWARE, minNumRacksPerWriteQuorum=3,
+                    enforceMinNumRacksPerWriteQuorum=True) as bk:
+        with pytest.raises(NotEnoughBookiesError, match=r"spans only 2 of the 3 racks.*"
+                                                        r"/dc1/a \(2\), /dc1/b \(2\)"):
+            bk.create_ledger(3, 3, 2, password=PW)
+        lh = bk.create_ledger(2, 2, 2, password=PW)  # 2 racks suffice for a quorum of 2
+        lh.close()
+
+
+def test_an_ensemble_change_keeps_the_spread(racks):
+    a, b, where = racks
+    with BookKeeper(a.metadata_uri, RACKAWARE) as bk:
+        lh = bk.create_ledger(2, 2, 2, password=PW)
+        assert lh.add_entry(b"before") == 0
+        lost = next(x for x in lh.metadata.last_ensemble if where[x] == "/dc1/a")
+        a.kill(a.bookies.index(lost))
+        try:
+            assert lh.add_entry(b"after") == 1  # waits for the change (Qa = Qw)
+            frags = lh.metadata.fragments
+            assert len(frags) == 2 and lost not in frags[-1][1]
+            assert {where[x] for x in frags[-1][1]} == {"/dc1/a", "/dc1/b"}  # the other a
+        finally:
+            a.start(a.bookies.index(lost))
+        lh.close()

@@ -1,0 +1,200 @@
+"""The grown-up nemesis's pure parts: lifecycle kinds in the schedule, the per-replica rules,
+the catalogue of ledgers living across rounds, and the checker's new rules (each shown to fire
+on a history that breaks it and to stay quiet on one that keeps it)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from bookie.testing.nemesis.catalogue import Catalogue
+from bookie.testing.nemesis.checker import FinalLedger, FinalLog, check_round
+from bookie.testing.nemesis.client_proc import records_digest
+from bookie.testing.nemesis.payload import fingerprint, make_payload
+from bookie.testing.nemesis.replicas import (CORRUPT, MISSING, UNREACHABLE, judge_ledger,
+                                             write_set_ids)
+from bookie.testing.nemesis.schedule import (LIFECYCLE_KINDS, LOSS_KINDS, enabled_kinds,
+                                             make_schedule)
+
+W = "r0w0g0.0"
+
+
+def ev(kind, t, **fields):
+    return {"ev": kind, "p": fields.pop("p", "writer"), "t": t, **fields}
+
+
+def acked_history(ledger_id=1, n=5, writer=W, t=1.0):
+    events = [ev("create", t, l=ledger_id, w=writer)]
+    for s in range(n):
+        events.append(ev("add", t + s * 0.01, l=ledger_id, w=writer, s=s, n=1))
+        events.append(ev("ack", t + s * 0.01 + 0.005, l=ledger_id, w=writer, s=s, n=1, e=s,
+                         t0=t + s * 0.01))
+    return events
+
+
+def final(ledger_id=1, n=5, writer=W, last=None):
+    last = n - 1 if last is None else last
+    return {ledger_id: FinalLedger(ledger_id, last, {e: make_payload(writer, e)
+                                                     for e in range(last + 1)})}
+
+
+def kinds(report):
+    return sorted({v.kind for v in report.violations})
+
+
+# -- schedule ---------------------------------------------------------------------------------
+
+def test_lifecycle_kinds_carry_the_names_the_summary_reports():
+    assert {"compaction", "rebuild_index", "lost_for_good", "decommission",
+            "squat"} <= set(LIFECYCLE_KINDS)
+
+
+def test_lifecycle_faults_are_drawn_only_with_lifecycle_on():
+    off = enabled_kinds(zookeeper=False, disk=False, network=False)
+    on = enabled_kinds(zookeeper=False, disk=False, network=False, lifecycle=True)
+    assert not set(off) & set(LIFECYCLE_KINDS)
+    assert set(LIFECYCLE_KINDS) <= set(on)
+    drawn = {f.kind for seed in range(30) for f in make_schedule(seed, 0, 30, on, 5, 3, 2)}
+    assert set(LIFECYCLE_KINDS) <= drawn
+
+
+@settings(max_examples=60)
+@given(st.integers(min_value=0, max_value=2**31), st.integers(min_value=0, max_value=40))
+def test_at_most_one_bookie_is_lost_for_good_or_decommissioned_per_round(seed, round_no):
+    on = enabled_kinds(zookeeper=True, disk=True, network=False, lifecycle=True)
+    faults = make_schedule(seed, round_no, 60.0, on, 5, 3, 2)
+    assert sum(1 for f in faults if f.kind in LOSS_KINDS) <= 1
+
+
+def test_without_tmpfs_disks_no_disk_readonly_is_drawn():
+    on = enabled_kinds(zookeeper=False, disk=False, network=False, lifecycle=True)
+    for seed in range(20):
+        assert all(f.kind != "disk_readonly" for f in make_schedule(seed, 0, 60, on, 5, 3, 0))
+
+
+# -- per-replica rules ------------------------------------------------------------------------
+
+FRAGMENTS = [(0, ["a", "b", "c"]), (10, ["a", "d", "c"])]
+
+
+def test_the_write_set_follows_the_fragment_of_the_entry():
+    assert write_set_ids(FRAGMENTS, 0, 3, 2) == ["a", "b"]
+    assert write_set_ids(FRAGMENTS, 4, 3, 2) == ["b", "c"]
+    assert write_set_ids(FRAGMENTS, 10, 3, 2) == ["d", "c"]
+    assert write_set_ids(FRAGMENTS, 11, 3, 3) == ["c", "a", "d"]
+
+
+def copies_of(entries, holders, bad=None):
+    """Entry -> {bookie: payload} for every bookie in ``holders``; ``bad``: bookie -> value."""
+    out = {}
+    for e, payload in entries.items():
+        out[e] = {b: payload for b in holders}
+        out[e].update(bad or {})
+    return out
+
+
+EXPECTED = {e: make_payload(W, e) for e in range(4)}
+
+
+def test_every_copy_in_place_passes_and_counts_each_copy():
+    report = judge_ledger(1, EXPECTED, copies_of(EXPECTED, "abc"), 2, 3, require_qw=True)
+    assert report.violations == [] and report.replica_checks == 12 and report.entries == 4
+
+
+def test_fewer_than_qa_copies_is_under_replicated():
+    report = judge_ledger(1, EXPECTED, copies_of(EXPECTED, "ab", {"b": MISSING}), 2, 2, False)
+    assert [v[0] for v in report.violations] == ["under_replicated"]
+
+
+def test_a_bookie_that_does_not_answer_does_not_hold_the_entry():
+    report = judge_ledger(1, EXPECTED, copies_of(EXPECTED, "ab", {"a": UNREACHABLE}), 2, 2, False)
+    assert [v[0] for v in report.violations] == ["under_replicated"]
+
+
+def test_other_bytes_or_a_bad_digest_on_one_replica_differ():
+    other = copies_of(EXPECTED, "abc", {"c": make_payload("someone", 1)})
+    assert [v[0] for v in judge_ledger(1, EXPECTED, other, 2, 3, False).violations] == \
+        ["replica_differs"]
+    corrupt = copies_of(EXPECTED, "abc", {"c": CORRUPT})
+    assert [v[0] for v in judge_ledger(1, EXPECTED, corrupt, 2, 3, False).violations] == \
+        ["replica_differs"]
+
+
+def test_below_qw_is_counted_and_is_a_violation_only_once_healing_had_its_time():
+    copies = copies_of(EXPECTED, "abc", {"c": MISSING})
+    before = judge_ledger(1, EXPECTED, copies, 2, 3, require_qw=False)
+    assert before.violations == [] and before.below_qw == 4
+    after = judge_ledger(1, EXPECTED, copies, 2, 3, require_qw=True)
+    assert [v[0] for v in after.violations] == ["below_qw"]
+
+
+# -- the catalogue ----------------------------------------------------------------------------
+
+def test_kept_ledgers_come_due_for_delete_in_a_later_round_except_the_whole_run_share():
+    cat = Catalogue(seed=3, keep_share=0.5)
+    for lid in range(1, 21):
+        cat.add_round(0, acked_history(ledger_id=lid, n=2), final(ledger_id=lid, n=2))
+    assert len(cat.kept) == 20 and cat.due_for_delete(0) == []
+    due = cat.due_for_delete(1)
+    assert 0 < len(due) < 20 and all(not cat.kept[lid].whole_run for lid in due)
+    cat.note_deletes([ev("deleted", 5.0, l=due[0]), ev("delete_fail", 5.0, l=due[1])])
+    assert due[0] in cat.deleted and due[0] not in cat.kept
+    cat.settle_failed_deletes(lambda lid: lid != due[1])  # the failed delete took effect
+    assert due[1] in cat.deleted and not cat.maybe_deleted
+
+
+def test_an_unrecovered_ledger_is_not_kept():
+    cat = Catalogue(seed=1)
+    cat.add_round(0, acked_history(), {1: FinalLedger(1, None, error="boom")})
+    assert cat.kept == {}
+
+
+# -- the checker's new rules ------------------------------------------------------------------
+
+def test_a_reader_told_a_lac_it_could_not_read_is_a_reader_violation():
+    events = acked_history() + [ev("reader_violation", 9.0, p="tailer", l=1, h=1, lac=4, e=3,
+                                   err="BookieError: entry 3 is on none of its replicas",
+                                   t0=2.0)]
+    report = check_round(events, final(), {})
+    assert kinds(report) == ["reader_violation"] and report.reader_violations == 1
+
+
+def test_the_writers_own_close_below_an_acknowledged_entry_is_a_violation():
+    good = acked_history() + [ev("close", 2.0, l=1, last=4)]
+    assert check_round(good, final(), {}).violations == []
+    bad = acked_history() + [ev("close", 2.0, l=1, last=3)]
+    assert kinds(check_round(bad, final(last=3), {})) == ["close_below_ack", "closed_below_ack",
+                                                          "lost"]
+
+
+def test_recovery_finding_another_end_than_the_writers_close_is_a_violation():
+    events = acked_history() + [ev("add", 1.9, l=1, w=W, s=5, n=1), ev("close", 2.0, l=1, last=4)]
+    report = check_round(events, final(n=6), {})
+    assert kinds(report) == ["close_not_final"]
+
+
+def test_recovery_keeping_an_unacknowledged_add_is_named_not_a_violation():
+    events = acked_history() + [ev("add", 1.9, l=1, w=W, s=5, n=1)]
+    report = check_round(events, final(n=6), {})
+    assert report.violations == []
+    assert report.kept_unacknowledged == [f"ledger 1 entry 5: {W}:5"]
+
+
+def test_a_read_of_a_payload_never_added_to_that_ledger_is_a_violation():
+    stranger = make_payload("r0w1g0.0", 2)  # a real payload, of another writer's ledger
+    read = ev("read", 3.0, p="tailer", l=1, h=1, e=2, lac=4, d=fingerprint(stranger),
+              id="r0w1g0.0:2")
+    assert "read_unacknowledged" in kinds(check_round(acked_history() + [read], final(), {}))
+
+
+def test_a_log_read_recorded_as_a_digest_must_be_a_prefix_of_the_final_log():
+    records = [(0, e, "w1", e) for e in range(4)]
+    events = []
+    for l, e, w, s in records:
+        events += [ev("append", 1.0 + e, log="log", w=w, s=s),
+                   ev("log_ack", 1.1 + e, log="log", w=w, s=s, l=l, e=e, t0=1.0 + e)]
+    ids = [(l, e, f"{w}:{s}") for l, e, w, s in records]
+    final_log = {"log": FinalLog("log", [(l, e, make_payload(w, s)) for l, e, w, s in records])}
+    good = ev("log_read", 9.0, p="reader", log="log", n=3, h=records_digest(ids[:3]))
+    bad = ev("log_read", 9.1, p="reader", log="log", n=2, h=records_digest([ids[0], ids[2]]))
+    assert check_round(events + [good], {}, final_log).violations == []
+    assert kinds(check_round(events + [bad], {}, final_log)) == ["log_read_not_prefix"]

@@ -1,0 +1,41 @@
+"""The pure rules of a reader's stale metadata (client/protocol/staleness.py)."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bookie.client.errors import (BKTimeoutError, BookieError, DigestMismatchError,
+                                  NoSuchEntryError, UnauthorizedError)
+from bookie.client.protocol.ledger import LedgerInfo
+from bookie.client.protocol.staleness import refresh_wanted, worth_retrying
+
+A, B, C, D, E = "a:1", "b:1", "c:1", "d:1", "e:1"
+OLD = LedgerInfo(7, 3, 2, 2, fragments=((0, (A, B, C)),))
+NEW = OLD.replace(fragments=((0, (A, B, C)), (10, (A, D, E))))
+
+
+def test_a_missing_confirmed_entry_refreshes_the_view():
+    assert refresh_wanted(NoSuchEntryError("x"), 10, told_lac=19)
+    assert refresh_wanted(BKTimeoutError("x"), 19, told_lac=19)
+    assert refresh_wanted(BookieError("x"), 12, told_lac=19)
+
+
+def test_an_entry_past_the_told_lac_or_a_bad_copy_does_not():
+    assert not refresh_wanted(NoSuchEntryError("x"), 20, told_lac=19)
+    assert not refresh_wanted(DigestMismatchError("x"), 10, told_lac=19)
+    assert not refresh_wanted(UnauthorizedError("x"), 10, told_lac=19)
+
+
+def test_a_new_fragment_over_the_range_is_worth_a_retry_and_the_same_view_is_not():
+    assert worth_retrying(OLD, NEW, 9, 12)
+    assert worth_retrying(OLD, NEW, 10, 10)
+    assert not worth_retrying(OLD, NEW, 0, 9)  # the range is all in the unchanged fragment
+    assert not worth_retrying(NEW, NEW, 0, 19)
+
+
+@given(st.integers(0, 30), st.integers(0, 30), st.integers(1, 30))
+def test_a_retry_is_worth_it_exactly_when_some_entry_moved(first, span, cut):
+    last = first + span
+    moved = any(OLD.ensemble_for(e) != NEW.ensemble_for(e) for e in range(first, last + 1))
+    assert worth_retrying(OLD, NEW, first, last) == moved
+    other = OLD.replace(fragments=((0, (A, B, C)), (cut, (A, B, C))))  # same bookies, cut
+    assert not worth_retrying(OLD, other, first, last)  # a cut with the same bookies moves nothing
