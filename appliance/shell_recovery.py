@@ -79,9 +79,12 @@ def register(commands, metadata_command: Callable) -> None:
 
     p = metadata_command("simpletest", "Write N entries to a new ledger on the cluster, read "
                          "them back, delete the ledger.", _simpletest)
-    p.add_argument("--ensemble-size", "-ensemble", type=int, default=3)
-    p.add_argument("--write-quorum", "-writeQuorum", type=int, default=2)
-    p.add_argument("--ack-quorum", "-ackQuorum", type=int, default=2)
+    p.add_argument("--ensemble-size", "-ensemble", type=int, default=None,
+                   help="default: 3, or every writable bookie when fewer are registered")
+    p.add_argument("--write-quorum", "-writeQuorum", type=int, default=None,
+                   help="default: 2, at most the ensemble size")
+    p.add_argument("--ack-quorum", "-ackQuorum", type=int, default=None,
+                   help="default: 2, at most the write quorum")
     p.add_argument("--entries", "-numEntries", type=int, default=100)
     client_options.add_arguments(p)
 
@@ -348,10 +351,22 @@ def _deleteledger(args) -> int:
     return _with_store(args, body)
 
 
+def _simpletest_quorums(args, writable: int) -> None:
+    """BookKeeper's defaults (E=3, Qw=2, Qa=2), fitted to a smaller cluster (the one-bookie
+    appliance: E=Qw=Qa=1) where the operator named no size."""
+    if args.ensemble_size is None:
+        args.ensemble_size = max(1, min(3, writable))
+    if args.write_quorum is None:
+        args.write_quorum = min(2, args.ensemble_size)
+    if args.ack_quorum is None:
+        args.ack_quorum = min(2, args.write_quorum)
+
+
 def _simpletest(args) -> int:
     from bookie.client import BookKeeper, BookKeeperError
     say = _progress(args)
     keys = _client_keys(args)
+    _with_store(args, lambda store: _simpletest_quorums(args, len(store.list_bookies())))
     try:
         with BookKeeper(_uri(args), keys) as bk:
             t0 = time.monotonic()

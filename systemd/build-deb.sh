@@ -76,6 +76,15 @@ for record in "$venv"/lib/python*/site-packages/bookie-*.dist-info; do
     rm -f "$record/direct_url.json"
     sed -i '/direct_url\.json/d' "$record/RECORD"
 done
+# The dependencies' shared libraries are not executable. They are not stripped: the wheels'
+# bundled libraries were rewritten by auditwheel (patchelf), and strip breaks their load
+# commands ("ELF load command address/offset not page-aligned", numpy's OpenBLAS).
+find "$venv" -type f \( -name '*.so' -o -name '*.so.*' \) -exec chmod 0644 {} +
+# The newest C library symbol version they need: the package's libc6 dependency.
+glibc=$(find "$venv" -type f \( -name '*.so' -o -name '*.so.*' \) -print0 \
+    | xargs -0 -r objdump -T 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' \
+    | sort -uV | tail -n 1)
+[ -n "$glibc" ] || die "no C library version found in the environment's objects"
 # Bytecode now, recorded under its final path (tracebacks name /opt/bookie/...): the service
 # cannot write next to its modules (ProtectSystem=strict), so nothing is compiled at run time.
 "$venv/bin/python" -m compileall -q -j 0 -s "$root" -p / "$venv/lib" >/dev/null
@@ -109,6 +118,7 @@ install -m 0755 "$src/systemd/debian/postinst" "$src/systemd/debian/prerm" \
 installed_kb=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 sed -e "s/@VERSION@/$version/" -e "s/@ARCH@/$arch/" -e "s/@PYTHON_PACKAGE@/$python_package/" \
     -e "s/@INSTALLED_SIZE@/$installed_kb/" -e "s/@MAINTAINER@/$maintainer/" \
+    -e "s/@GLIBC@/$glibc/" \
     "$src/systemd/debian/control.in" \
     > "$root/DEBIAN/control"
 

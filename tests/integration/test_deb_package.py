@@ -26,6 +26,7 @@ import stat
 import subprocess
 import tempfile
 import time
+import urllib.request
 
 import pytest
 
@@ -372,6 +373,16 @@ def test_the_package_installs_serves_a_client_and_purges_its_data(machine_for_th
         assert "wrote and read back 10 entries" in r.stdout
         assert sh(["runuser", "-u", "bookie", "--", "bookie", "shell", "listbookies",
                    "--metadata", conf.metadata_uri]).stdout.split() == [conf.bookie_id]
+        # appliance.md's "Check": the health check names a metric that exists, and the
+        # storage tools read beside the running bookie.
+        if conf.metrics_port:
+            with urllib.request.urlopen(f"http://127.0.0.1:{conf.metrics_port}/metrics",
+                                        timeout=30) as r:
+                up = [line for line in r.read().decode().splitlines()
+                      if line.startswith("bookie_worker_up")]
+            assert up and all(line.endswith(" 1.0") for line in up), up
+        assert "OK:" in sh(["runuser", "-u", "bookie", "--", "bookie", "shell",
+                            "localconsistencycheck", "--conf", "/etc/bookie/bookie.conf"]).stdout
     finally:
         # SIGTERM to the supervisor (runuser's child), as systemd's KillMode=mixed does.
         supervisor = bookie_supervisor(runuser.pid)
@@ -384,6 +395,13 @@ def test_the_package_installs_serves_a_client_and_purges_its_data(machine_for_th
             raise
     assert status == 0, open(log_path).read()
     assert "bookie stopped" in open(log_path).read()
+
+    # appliance.md's rebuild-index, run as root by mistake: it becomes the bookie user, and
+    # nothing under /var/lib/bookie is root's afterwards.
+    sh(["/usr/bin/bookie", "shell", "rebuild-index", "--conf", "/etc/bookie/bookie.conf"])
+    root_owned = [os.path.join(parent, name) for parent, dirs, files in os.walk(DATA)
+                  for name in dirs + files if os.lstat(os.path.join(parent, name)).st_uid == 0]
+    assert root_owned == [], root_owned
 
     under_systemd_in_a_container(conf)
 

@@ -341,3 +341,22 @@ def test_the_resolver_works_lookups_and_verdicts_out_off_the_loop(tmp_path):
         assert resolver.ready(table, lid, b"", False)  # a bad key size is refused at once
     finally:
         resolver.close()
+
+
+@pytest.mark.security
+def test_on_zookeeper_every_bookie_asks_the_store_before_it_stores(zk_uri):
+    """The same rule with three bookies on ZooKeeper (the lookup follows a sync: the writer may
+    have created the ledger through another server a moment ago)."""
+    with LocalBookies(3, metadata_uri=zk_uri, conf=CONF) as ens, open_metadata(zk_uri) as store, \
+            BookKeeper(zk_uri) as bk:
+        nxt = store.ledger_id_high_water() + 1
+        for b in ens.bookies:
+            with RawBookieClient(b) as raw:
+                assert raw.add(nxt, [make_entry(nxt, 0, b"squat")], STRANGER) == Status.NO_LEDGER
+                assert raw.fence(nxt + 1, STRANGER) == Status.NO_LEDGER
+        for _ in range(2):
+            lh = _create(bk, 3)
+            for i in range(5):
+                lh.add_entry(b"real %d" % i, timeout_s=10)
+            lh.close()
+            assert _read_back(bk, lh.ledger_id) == [b"real %d" % i for i in range(5)]

@@ -95,3 +95,13 @@ def test_run_sh_quiet_prints_the_pass_count():
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
+
+
+def test_simpletest_defaults_fit_the_one_bookie_appliance(tmp_path, capsys):
+    from bookie.appliance.cli import main
+
+    with LocalBookies(1, base_dir=str(tmp_path / "e")) as ens:
+        rc = main(["shell", "simpletest", "--metadata", ens.metadata_uri, "--entries", "5"])
+        out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert out.startswith("simpletest: OK: 5 entries") and "(E=1 Qw=1 Qa=1)" in out, out
