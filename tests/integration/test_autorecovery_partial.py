@@ -9,12 +9,15 @@ defects 2 and 3), with real bookies and the autorecovery daemon in each.
   its first fragment without fencing it, and the writer's adds go on past
   ``openLedgerRereplicationGracePeriod``.
 
-Opt-in (``-m autorecovery_slow``): each waits out a recovery delay and a grace period.
+The lost ledger is counted once in ``bookie_autorecovery_lost_ledgers_total`` (reported by the
+auditor, healed by a worker). Opt-in (``-m autorecovery_slow``): each waits out a recovery delay
+and a grace period.
 """
 
 from __future__ import annotations
 
 import time
+import urllib.request
 
 import pytest
 
@@ -57,6 +60,17 @@ def _closed_ledger(uri, bookies, entries=30) -> int:
     return ledger_id
 
 
+def _lost_ledgers_counted(lb, bookies) -> float:
+    """``bookie_autorecovery_lost_ledgers_total`` summed over ``bookies`` (their /metrics)."""
+    total = 0.0
+    for i in bookies:
+        with urllib.request.urlopen(f"{lb.admin_url(i)}/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("bookie_autorecovery_lost_ledgers_total"):
+                    total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 def _names_any(store, ledger_id, bookies) -> bool:
     meta, _ = store.read_ledger(ledger_id)
     return any(b in ens for _, ens in meta.fragments for b in bookies)
@@ -64,7 +78,7 @@ def _names_any(store, ledger_id, bookies) -> bool:
 
 @pytest.mark.autorecovery_slow
 def test_a_partial_loss_copies_what_has_a_source_and_reports_the_rest_once(tmp_path):
-    with LocalBookies(5, base_dir=str(tmp_path / "b"), conf=FAST) as lb:
+    with LocalBookies(5, base_dir=str(tmp_path / "b"), conf=FAST, admin_http=True) as lb:
         try:
             a, b, c = lb.bookies[:3]
             ledger_id = _closed_ledger(lb.metadata_uri, [a, b, c])
@@ -90,6 +104,10 @@ def test_a_partial_loss_copies_what_has_a_source_and_reports_the_rest_once(tmp_p
             logs = "".join(lb.log(i) for i in (0, 3, 4))
             assert logs.count(f"ledger lost entries: no live copy to heal from "
                               f"ledger_id={ledger_id}") == 1
+            waiting.wait_for(lambda: _lost_ledgers_counted(lb, (0, 3, 4)) >= 1, 30,
+                             "the lost ledger in the metrics")
+            time.sleep(2)
+            assert _lost_ledgers_counted(lb, (0, 3, 4)) == 1  # reported and healed: counted once
             lb.kill(0)  # A too: the 20 entries copied survive it
             for e in range(30):
                 if e % 3 == 1:
