@@ -238,7 +238,7 @@ def _read_told(rh, handle_no, first, last, told, told_at, hist) -> list:
     error = None
     while time.monotonic() - told_at < OP_TIMEOUT_S:
         try:
-            return rh.read_entries(first, last)
+            return list(rh.read_entries(first, last))  # an iterator: errors come as it is read
         except Exception as exc:  # noqa: BLE001
             error = _err(exc)
             if "NoSuchLedger" in error or _Stop.requested:  # deleted meanwhile, or told to stop

@@ -198,3 +198,50 @@ def test_a_log_read_recorded_as_a_digest_must_be_a_prefix_of_the_final_log():
     bad = ev("log_read", 9.1, p="reader", log="log", n=2, h=records_digest([ids[0], ids[2]]))
     assert check_round(events + [good], {}, final_log).violations == []
     assert kinds(check_round(events + [bad], {}, final_log)) == ["log_read_not_prefix"]
+
+
+# -- the tailer's told-LAC reads ---------------------------------------------------------------
+
+class _Handle:
+    """A read handle whose ``read_entries`` is an iterator (as the client's is) that fails for
+    the first ``failures`` calls, the error raised only as it is iterated."""
+
+    ledger_id = 7
+
+    def __init__(self, failures):
+        self.failures = failures
+
+    def read_entries(self, first, last):
+        self.failures -= 1
+        failing = self.failures >= 0
+        for entry_id in range(first, last + 1):
+            if failing:
+                raise TimeoutError(f"entry {entry_id}: no replica answered in time")
+            yield entry_id
+
+
+class _History:
+    def __init__(self):
+        self.events = []
+
+    def record(self, ev, **fields):
+        self.events.append({"ev": ev, **fields})
+
+
+def test_a_told_read_retries_errors_the_iterator_raises_late_and_then_reads(monkeypatch):
+    from bookie.testing.nemesis import client_proc
+    import time
+    monkeypatch.setattr(client_proc.time, "sleep", lambda s: None)
+    hist = _History()
+    got = client_proc._read_told(_Handle(failures=2), 1, 3, 5, 5, time.monotonic(), hist)
+    assert got == [3, 4, 5] and hist.events == []
+
+
+def test_a_told_read_that_never_succeeds_records_a_reader_violation(monkeypatch):
+    from bookie.testing.nemesis import client_proc
+    import time
+    monkeypatch.setattr(client_proc, "OP_TIMEOUT_S", 0.2)
+    hist = _History()
+    got = client_proc._read_told(_Handle(failures=10**6), 1, 3, 5, 5, time.monotonic(), hist)
+    assert got == [] and [e["ev"] for e in hist.events] == ["reader_violation"]
+    assert hist.events[0]["lac"] == 5 and "no replica answered" in hist.events[0]["err"]
