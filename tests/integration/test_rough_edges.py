@@ -42,7 +42,7 @@ def interpreter_start_s() -> float:
     return slowest * 1.5
 
 
-@pytest.mark.parametrize("delay_s", [0.0, 0.05, 0.15, 0.3, 0.6])
+@pytest.mark.parametrize("delay_s", [0.0, 0.02, 0.05, 0.1, 0.15, 0.3, 0.6])
 def test_ctrl_c_early_in_bookie_run_stops_without_a_traceback(tmp_path, delay_s,
                                                              interpreter_start_s):
     proc = bookie_run(tmp_path)
