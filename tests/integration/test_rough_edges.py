@@ -105,3 +105,15 @@ def test_simpletest_defaults_fit_the_one_bookie_appliance(tmp_path, capsys):
         out, err = capsys.readouterr()
     assert rc == 0, err
     assert out.startswith("simpletest: OK: 5 entries") and "(E=1 Qw=1 Qa=1)" in out, out
+
+
+def test_localbookie_started_again_on_its_dir_gathers_no_smoke_ledgers(tmp_path):
+    from bookie.metadata import open_metadata
+
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-m", "bookie", "localbookie", "1", "--dir",
+                               str(tmp_path / "d"), "--exit-after-smoke"],
+                              capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 0 and "smoke: wrote and read back" in proc.stdout, proc.stderr
+    with open_metadata(f"lmdb://{tmp_path / 'd' / 'metadata'}") as store:
+        assert list(store.list_ledgers()) == []
