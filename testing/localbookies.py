@@ -186,8 +186,9 @@ class LocalBookies:
         start_at = self._log_offsets.get(i, 0)
         while time.monotonic() < deadline:
             p = self.procs[i]
-            if p.poll() is not None:
-                raise LocalBookieError(f"bookie {i} exited with status {p.returncode}:\n{self.log(i)[-3000:]}")
+            if p.poll() is not None:  # what this start wrote, not a running instance's log
+                raise LocalBookieError(f"bookie {i} exited with status {p.returncode}:\n"
+                                       f"{self._log_since(i, start_at)[-3000:]}")
             with open(self.log_path(i), "rb") as f:
                 f.seek(start_at)
                 text = f.read()
@@ -276,6 +277,14 @@ class LocalBookies:
     def running(self, i: int) -> bool:
         p = self.procs[i]
         return p is not None and p.poll() is None
+
+    def _log_since(self, i: int, offset: int) -> str:
+        try:
+            with open(self.log_path(i), "rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace").rstrip("\n")
+        except OSError:
+            return ""
 
     def log(self, i: int) -> str:
         try:

@@ -117,3 +117,24 @@ def test_localbookie_started_again_on_its_dir_gathers_no_smoke_ledgers(tmp_path)
         assert proc.returncode == 0 and "smoke: wrote and read back" in proc.stdout, proc.stderr
     with open_metadata(f"lmdb://{tmp_path / 'd' / 'metadata'}") as store:
         assert list(store.list_ledgers()) == []
+
+
+def test_a_second_localbookie_on_a_dir_in_use_says_so_without_the_first_ones_log(tmp_path):
+    first = subprocess.Popen([sys.executable, "-m", "bookie", "localbookie", "1", "--dir",
+                              str(tmp_path / "d"), "--no-smoke"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        for line in first.stdout:
+            if "serving" in line or time.monotonic() > deadline:
+                break
+        second = subprocess.run([sys.executable, "-m", "bookie", "localbookie", "1", "--dir",
+                                 str(tmp_path / "d"), "--no-smoke"], capture_output=True,
+                                text=True, timeout=180)
+        assert second.returncode == 2, second.stderr
+        assert "refusing to start" in second.stderr
+        assert "bookie serving" not in second.stderr  # the running instance's lines stay out
+        assert len(second.stderr.splitlines()) <= 3, second.stderr
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
