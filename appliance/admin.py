@@ -13,9 +13,14 @@ with a status and a message; every answer but /metrics is JSON.  What the server
   Bearer <token>`` (appliance/admin_auth.py), checked before the route, the parameters or the
   body are looked at: a request without it is 401 with ``WWW-Authenticate: Bearer`` whatever
   its path (its body read and dropped), and its connection is closed;
-- each connection is served by a thread of its own, at most ``max_connections`` at a time (one
-  more is answered 503 at once and closed), and a connection that sends nothing for
-  ``idle_timeout_s`` is closed, so a half-open client costs a thread only that long.
+- without a token, a request whose ``Host`` is not a name of this bookie is 403 (DNS rebinding;
+  GET /heartbeat excepted), checked before the route;
+- each connection is served by a thread of its own, at most ``max_connections`` at a time and
+  ``max_per_peer`` per peer address; past a cap the new connection takes the place of the one
+  that has waited longest for a request it has not sent whole, and only when none is waiting is
+  it answered 503 and closed; a connection that sends nothing for ``idle_timeout_s``, or has not
+  sent a whole request (line, headers, body) within ``request_timeout_s``, is closed
+  (appliance/http_guard.py: slowloris).
 
 docs/admin.md lists every path with an example.
 """
@@ -23,16 +28,20 @@ docs/admin.md lists every path with an example.
 from __future__ import annotations
 
 import http.server
+import io
 import os
 import shutil
 import socket
+import ssl
 import sys
 import threading
+import time
 import urllib.parse
 
 import orjson
 
 from bookie.appliance import admin_parity
+from bookie.appliance.http_guard import ConnectionPlaces, RequestDeadline, host_refusal
 from bookie.properties import PropertiesError, parse_bool
 from bookie.workers.config import KEYS
 from bookie.workers.gc_worker import request_gc
@@ -149,7 +158,7 @@ def metrics(api: AdminApi, req: Request) -> Response:
 
 def server_config(api: AdminApi, req: Request) -> Response:
     conf = api.sup.conf
-    return Response({key.name: conf.value(key.name) for key in KEYS})
+    return Response({key.name: conf.public_value(key.name) for key in KEYS})  # secrets hidden
 
 
 def bookie_info(api: AdminApi, req: Request) -> Response:
@@ -287,8 +296,37 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     sys_version = ""
 
     def setup(self):
-        self.timeout = self.server.idle_timeout_s  # applies to every read of this connection
+        self.timeout = self.server.idle_timeout_s  # each write; reads: the deadline below
+        self.tls_failed = False
+        if isinstance(self.request, ssl.SSLSocket):  # the handshake here, not in the accept loop
+            self.request.settimeout(self.server.request_timeout_s)
+            try:
+                self.request.do_handshake()
+            except (ssl.SSLError, OSError) as e:  # plain HTTP, a bad client, too slow: closed
+                self.tls_failed = True
+                self.server.log("admin connection closed", level="debug",
+                                reason=f"TLS handshake: {e}"[:200])
         super().setup()
+        self.deadline = RequestDeadline(self.server.request_timeout_s, self.server.idle_timeout_s)
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, self.deadline))
+
+    def handle(self):
+        if not self.tls_failed:
+            super().handle()
+
+    def handle_one_request(self):
+        now = time.monotonic()
+        self.deadline.start(now)  # the whole next request must arrive by then
+        self.server.places.waiting(self.request, now)
+        super().handle_one_request()
+        if not self.server.places.holds(self.request):  # evicted meanwhile
+            self.close_connection = True
+
+    def _request_read(self) -> None:
+        """The request is in whole: no deadline for the answer, and its place is kept."""
+        self.deadline.done()
+        self.connection.settimeout(self.server.idle_timeout_s)
+        self.server.places.serving(self.request)
 
     def do_GET(self):  # noqa: N802 - http.server's names
         self._dispatch("GET")
@@ -330,6 +368,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _answer(self, method: str) -> Response:
         split = urllib.parse.urlsplit(self.path)
         path = self._path()
+        self._check_host(method, path)
         self._authenticate(method, path)
         methods = self.server.routes.get(path)
         if methods is None:
@@ -342,7 +381,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                                           max_num_fields=50)
         except ValueError as e:
             raise HttpError(400, f"bad query string: {e}") from None
-        return handler(self.server.api, Request(method, path, query, self._body()))
+        body = self._body()
+        self._request_read()
+        return handler(self.server.api, Request(method, path, query, body))
+
+    def _check_host(self, method: str, path: str) -> None:
+        """403 for a Host that is not this bookie's, on a server that takes no token."""
+        if self.server.auth is not None or (method, path) == ("GET", "/heartbeat"):
+            return
+        refusal = host_refusal(self.headers.get_all("Host") or [], self.server.allowed_hosts)
+        if refusal is None:
+            return
+        self.server.log("admin request refused: Host", level="warning",
+                        peer=self.client_address[0], host=(self.headers.get("Host") or "")[:100])
+        self.close_connection = True
+        raise HttpError(403, refusal)
 
     def _authenticate(self, method: str, path: str) -> None:
         """401 unless the server needs no token, the route is public, or the token is right."""
@@ -417,16 +470,35 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.server.log("admin connection closed", level="debug", reason=(format % args)[:200])
 
 
+class _DeadlineReader(io.RawIOBase):
+    """A connection's reads, each bounded by its ``RequestDeadline`` (a TimeoutError past it)."""
+
+    def __init__(self, sock: socket.socket, deadline: RequestDeadline):
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        self._sock.settimeout(self._deadline.read_timeout_s(time.monotonic()))
+        return self._sock.recv_into(b)
+
+
 class AdminHttpServer(http.server.ThreadingHTTPServer):
-    """One thread per connection, at most ``max_connections``; idle connections time out.
-    With a ``token``, every request but GET /heartbeat must carry it (``auth``)."""
+    """One thread per connection, at most ``max_connections`` (``max_per_peer`` per address;
+    see appliance/http_guard.py for who gives way); idle and slow connections time out.
+    With a ``token``, every request but GET /heartbeat must carry it (``auth``); without one,
+    ``allowed_hosts`` (None: any) are the ``Host`` names served."""
 
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 64
 
     def __init__(self, address, api: AdminApi, routes: dict, log, max_connections: int = 32,
-                 idle_timeout_s: float = 10.0, token: bytes | None = None):
+                 idle_timeout_s: float = 10.0, token: bytes | None = None,
+                 request_timeout_s: float = 10.0, max_per_peer: int = 8,
+                 allowed_hosts: frozenset[str] | None = None, tls: ssl.SSLContext | None = None):
         from bookie.appliance.admin_auth import BearerAuth
 
         self.api = api
@@ -434,9 +506,13 @@ class AdminHttpServer(http.server.ThreadingHTTPServer):
         self.log = log
         self.auth = BearerAuth(token, log) if token else None  # None: serves anyone
         self.idle_timeout_s = idle_timeout_s
-        self._slots = threading.BoundedSemaphore(max_connections)
+        self.request_timeout_s = request_timeout_s
+        self.allowed_hosts = allowed_hosts
+        self.places = ConnectionPlaces(max_connections, max_per_peer)
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         super().__init__(address, _Handler)
+        if tls is not None:  # every accepted connection speaks TLS; no plain HTTP at all
+            self.socket = tls.wrap_socket(self.socket, server_side=True, do_handshake_on_connect=False)
         self.thread = None
 
     @property
@@ -444,20 +520,26 @@ class AdminHttpServer(http.server.ThreadingHTTPServer):
         return self.server_address[1]
 
     def process_request(self, request, client_address):
-        if not self._slots.acquire(blocking=False):
+        admission = self.places.admit(request, client_address[0], time.monotonic())
+        for victim in admission.evict:  # its thread reads end-of-file and ends
+            try:
+                victim.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if not admission.admitted:
             self._refuse_busy(request)
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self.places.release(request)
             raise
 
     def process_request_thread(self, request, client_address):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self.places.release(request)
 
     def _refuse_busy(self, request) -> None:
         body = orjson.dumps({"error": "too many connections; try again"})
@@ -483,6 +565,45 @@ class AdminHttpServer(http.server.ThreadingHTTPServer):
     def stop(self) -> None:
         self.shutdown()
         self.server_close()
+
+
+def allowed_hosts(conf) -> frozenset[str] | None:
+    """The ``Host`` names the bookie's HTTP servers answer without a token (http_guard)."""
+    from bookie.appliance.http_guard import allowed_host_names
+
+    extra = [h.strip() for h in conf.http_server_allowed_hosts.split(",") if h.strip()]
+    return allowed_host_names(conf.http_server_host, conf.listening_interface,
+                              conf.advertised_address, socket.gethostname(), extra=extra)
+
+
+def tls_context(conf) -> ssl.SSLContext | None:
+    """The HTTP servers' TLS (httpServerTlsCertFile / httpServerTlsKeyFile), or None.
+
+    Raises:
+        ValueError: one line naming the key: one set without the other, a key file open to
+            group or other, or a certificate and key that do not load.
+    """
+    from bookie.metadata.errors import AccessDeniedError
+    from bookie.metadata.secret_file import read_private_file
+
+    cert, key = conf.http_server_tls_cert_file, conf.http_server_tls_key_file
+    if not cert and not key:
+        return None
+    if not cert or not key:
+        raise ValueError("httpServerTlsCertFile and httpServerTlsKeyFile go together: set both "
+                         "(HTTPS) or neither (plain HTTP)")
+    try:
+        read_private_file("httpServerTlsKeyFile", key, 1 << 20)
+    except AccessDeniedError as e:
+        raise ValueError(str(e)) from None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"httpServerTlsCertFile={cert}, httpServerTlsKeyFile={key}: cannot load "
+                         f"them ({getattr(e, 'reason', None) or e.strerror or e})") from None
+    return context
 
 
 def start_server(host: str, port: int, api: AdminApi, routes: dict, log, **limits) -> AdminHttpServer:

@@ -136,6 +136,8 @@ def register(subparsers: Any) -> None:
     shell_zk.register(commands, metadata_command)
     from bookie.appliance import shell_cluster
     shell_cluster.register(commands, metadata_command)
+    from bookie.appliance import shell_placement  # setrack (issue 24.1)
+    shell_placement.register(commands, metadata_command)
 
 
 # -- BookKeeper's spellings, prompts -------------------------------------------------------------

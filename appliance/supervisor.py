@@ -272,7 +272,12 @@ class Supervisor:
         from bookie.metadata import MetadataError
         from bookie.metadata.recovery_secret import recovery_secret
         try:
-            return recovery_secret(self._open_store())
+            secret = recovery_secret(self._open_store())
+            if secret is None:  # once per start: what autorecovery heals with instead
+                self.log("no recovery secret: the metadata store has no place only bookies read "
+                         "(set zkBookieDigestAuthFile); autorecovery heals with "
+                         "autoRecoveryLedgerPasswords only", level="warning")
+            return secret
         except MetadataError as e:
             raise LayoutError(f"metadata store {self.conf.metadata_uri}: {e}") from None
 
@@ -340,6 +345,11 @@ class Supervisor:
                 return
             except WorkerStartError as e:
                 if self.stopping:
+                    return
+                if e.returncode in FATAL_EXITS:  # corruption found while starting: no retry
+                    self.request_stop(f"{w.role} worker {FATAL_EXITS[e.returncode]} (exit status "
+                                      f"{e.returncode}) while restarting; stopping the bookie",
+                                      e.returncode)
                     return
                 w.restarts.append(time.monotonic())
                 how = f"a failed restart ({e})"
@@ -491,7 +501,14 @@ class Supervisor:
         conf = self.conf
         api = admin.AdminApi(self, self.metrics)
         limits = {"max_connections": conf.http_server_max_connections,
-                  "idle_timeout_s": conf.http_server_idle_timeout_s}
+                  "idle_timeout_s": conf.http_server_idle_timeout_s,
+                  "request_timeout_s": conf.http_server_request_timeout_s,
+                  "max_per_peer": conf.http_server_max_connections_per_address,
+                  "allowed_hosts": admin.allowed_hosts(conf)}
+        try:
+            limits["tls"] = admin.tls_context(conf)
+        except ValueError as e:
+            raise StartRefused(str(e)) from None
         try:
             if conf.metrics_port:
                 self.http = admin.start_server(conf.listening_interface, conf.metrics_port, api,

@@ -38,9 +38,9 @@ from bookie.autorecovery.copier import (Bookies, CopyError, EntryMissing, Key, R
                                         copy_residue)
 from bookie.client.auth import client_curve
 from bookie.client.config import ClientConfig
-from bookie.client.digest import master_key, password_digest
+from bookie.client.digest import master_key
 from bookie.metadata import BadVersionError, NoSuchLedgerError
-from bookie.metadata.ledger import LedgerState
+from bookie.metadata.ledger import LedgerState, password_matches
 from bookie.metadata.recovery_secret import credential, recovery_secret
 from bookie.metadata.underreplication import UnderReplication
 from bookie.wire import Flag
@@ -95,7 +95,7 @@ class Replicator:
         if not meta.password_digest:
             return b""
         for p in self.passwords:
-            if password_digest(p) == bytes(meta.password_digest):
+            if password_matches(meta.password_digest, p, master_key(p)):  # any record's form
                 return p
         return None
 

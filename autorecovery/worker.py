@@ -63,7 +63,7 @@ class AutorecoveryWorker:
                                    lease_ms=round(conf.registration_lease_s * 1000),
                                    zk_security=conf.zk_security)
         self.ur = UnderReplication(self.store)
-        passwords = [p.encode() for p in conf.autorecovery_ledger_passwords.split(",") if p]
+        passwords = conf.autorecovery_passwords()  # the key and the 0600 file's lines
         self.replicator = Replicator(
             self.store, passwords, batch=conf.rereplication_entry_batch_size,
             rate_bytes_per_s=conf.replication_rate_bytes_per_s,

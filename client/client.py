@@ -18,8 +18,7 @@ from concurrent.futures import Future
 
 from bookie.client.auth import client_curve
 from bookie.client.config import ClientConfig
-from bookie.client.digest import (DigestManager, check_digest_type, master_key,
-                                  password_digest)
+from bookie.client.digest import DigestManager, check_digest_type, master_key
 from bookie.client.drivers import OpRunner, Throttle, WriterDriver
 from bookie.client.errors import (ClientClosedError, DigestMismatchError, InvalidArgumentError,
                                   NoSuchLedgerError, NotEnoughBookiesError, UnauthorizedError)
@@ -33,7 +32,7 @@ from bookie.client.protocol.placement import Placement
 from bookie.client.protocol.quorum import check_quorums
 from bookie.client.protocol.recovery import RecoveryOp
 from bookie.client.protocol.writer import LedgerWriter
-from bookie.metadata.ledger import make_key_check
+from bookie.metadata.ledger import make_verifier, password_matches
 from bookie.wire import Flag
 
 RECOVERY_CREDENTIAL = int(Flag.RECOVERY_CREDENTIAL)
@@ -213,8 +212,9 @@ class BookKeeper:
                 f"writable bookie(s) registered ({', '.join(sorted(writable)) or 'none'}); start "
                 f"more bookies or lower ensemble_size")
         key = master_key(password)
+        verifier = make_verifier(key)  # one scrypt serves both (metadata/ledger.py)
         meta = LedgerMetadata(ensemble_size, write_quorum, ack_quorum, digest_type=digest,
-                              password_digest=password_digest(password), key_check=make_key_check(key),
+                              password_digest=verifier, key_check=verifier,
                               custom=dict(custom or {}), fragments=[(0, list(ensemble))])
         ledger_id, version = self._store.create_ledger(meta)
         info = to_info(ledger_id, meta)
@@ -257,7 +257,8 @@ class BookKeeper:
             raise DigestMismatchError(f"ledger {ledger_id} was written with digest "
                                       f"{meta.digest_type}, opened with {digest}",
                                       ledger_id=ledger_id)
-        if meta.password_digest and meta.password_digest != password_digest(password):
+        if meta.password_digest and not password_matches(meta.password_digest, password,
+                                                         master_key(password)):
             raise UnauthorizedError(f"wrong password for ledger {ledger_id} (checked against "
                                     f"the metadata store; nothing was fenced)",
                                     ledger_id=ledger_id)
@@ -349,7 +350,7 @@ class BookKeeper:
 
     def read_record(self, path: str) -> tuple[bytes, int]:
         """``(data, version)`` of the custom record at ``path`` (absolute, under the metadata
-        root; keep to your own subtree - the logs recipe uses ``/logs``).
+        root, within ``/records`` or ``/logs``: the rest is the cluster's and refused).
 
         Raises:
             NoSuchRecordError.  InvalidArgumentError: a malformed path.

@@ -22,9 +22,10 @@ SHA-1(b"ledger" + password), 20 bytes, as in BookKeeper; a bookie binds a ledger
 master key it sees and refuses others.  The MAC key differs from the master key on purpose:
 bookies learn the master key, and must not be able to forge digests with it.
 
-The metadata store keeps ``password_digest(password)``, SHA-256 over a fixed prefix and the
-password, so that opening with a wrong password fails before anything is fenced, without the
-store learning the master key.
+The metadata store keeps a slow, salted verifier of the master key as the ledger's
+``password_digest`` (metadata/ledger.py ``make_verifier``), so that opening with a wrong
+password fails before anything is fenced, without the store learning the master key or
+handing out a fast guessing oracle.  ``password_digest`` here is the older records' form.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def master_key(password: bytes) -> bytes:
 
 
 def password_digest(password: bytes) -> bytes:
-    """What the metadata store keeps to check a password (not the master key)."""
+    """What older records keep to check a password (new ones: metadata/ledger.py verifiers)."""
     return hashlib.sha256(b"bookie-ledger-password:" + bytes(password)).digest()
 
 

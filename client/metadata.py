@@ -39,6 +39,10 @@ from bookie.client.protocol.ledger import LedgerInfo
 
 __all__ = ["ClientStore", "to_info", "with_info", "LedgerMetadata"]
 
+# Bookie locations an operator set (``bookie shell setrack``): one node per bookie id, holding
+# ``/REGION/RACK``; placement prefers it to the bookie's own bookieLocation.  A setting, not data.
+LOCATIONS = "/bookielocations"
+
 
 def to_info(ledger_id: int, meta: LedgerMetadata) -> LedgerInfo:
     """The protocol's view of a stored record."""
@@ -56,10 +60,30 @@ def with_info(meta: LedgerMetadata, info: LedgerInfo) -> LedgerMetadata:
         length=info.length, fragments=[(first, list(ens)) for first, ens in info.fragments])
 
 
+# Custom records live here: the logs recipe's and the user's own.  Every other node under the
+# metadata root is the cluster's (ledgers, cookies, registrations, under-replication marks, the
+# bookies' private nodes): no client call reads or writes them as records.
+RECORD_ROOTS = ("/logs", "/records")
+
+
+def check_record_path(path: str, what: str = "record") -> None:
+    """InvalidArgumentError unless ``path`` is one of ``RECORD_ROOTS`` or below one."""
+    parts = path.split("/") if isinstance(path, str) else []
+    inside = (len(parts) >= 2 and parts[0] == "" and "/" + parts[1] in RECORD_ROOTS
+              and not any(p in (".", "..") for p in parts[2:]))
+    if not inside:
+        raise InvalidArgumentError(f"{what}: {str(path)[:200]!r} is not a record path: records "
+                                   f"live under {' or '.join(RECORD_ROOTS)}; the rest of the "
+                                   f"metadata store is the cluster's")
+
+
 @contextlib.contextmanager
 def _translated(ledger_id: int | None = None, what: str = "metadata store call",
                 path: str | None = None):
-    """Re-raise metadata store errors as the client's exception classes (the table above)."""
+    """Re-raise metadata store errors as the client's exception classes (the table above);
+    a record ``path`` outside ``RECORD_ROOTS`` is refused before the store is asked."""
+    if path is not None:
+        check_record_path(path, what)
     try:
         yield
     except StoreNoSuchLedger:
@@ -158,11 +182,22 @@ class ClientStore:
             return self.store.list_bookies(readonly=False)
 
     def locations(self, bookies) -> dict[str, str]:
-        """bookie id -> the ``location`` (``/REGION/RACK``, from its ``bookieLocation``) it
-        published when it registered; bookies with none (or gone meanwhile) are left out."""
+        """bookie id -> its location ``/REGION/RACK``: the one an operator set (``bookie shell
+        setrack``, under ``LOCATIONS``), else the one it published when it registered (its
+        ``bookieLocation``); bookies with neither (or gone meanwhile) are left out."""
         out = {}
         with _translated(what="reading bookie locations"):
+            try:
+                set_by_operator = set(self.store.children(LOCATIONS))
+            except NoSuchNodeError:
+                set_by_operator = set()
             for bookie in bookies:
+                if bookie in set_by_operator:
+                    try:
+                        out[bookie] = self.store.get(f"{LOCATIONS}/{bookie}")[0].decode()
+                        continue
+                    except NoSuchNodeError:
+                        pass  # removed meanwhile: the registration's, as below
                 info = self.store.bookie_info(bookie) or {}
                 if isinstance(info.get("location"), str) and info["location"]:
                     out[bookie] = info["location"]

@@ -9,8 +9,9 @@ Record format (format version 1).  One JSON object, encoded with orjson, UTF-8:
       "last_entry_id": int,               # -1 = no entry; meaningful once CLOSED
       "length": int,                      # bytes in the ledger; meaningful once CLOSED
       "digest_type": "crc32" | "crc32c" | "mac" | "dummy",
-      "password_digest": base64 string,   # digest of the ledger password, never the password
-      "key_check": base64 string,         # optional: salt | SHA-256 over the master key (below)
+      "password_digest": base64 string,   # verifier of the ledger password, never the password
+      "key_verifier": base64 string,      # optional: the scrypt verifier of the master key (below)
+      "key_check": base64 string,         # optional, older records: salt | SHA-256 over the key
       "ctime_ms": int,                    # creation time, ms since the epoch
       "custom": {str: str},
       "fragments": [[first_entry_id, [bookie_id, ...]], ...]   # ascending, first one at 0
@@ -21,10 +22,27 @@ readers; a change older readers must not misread bumps ``format_version``.  The 
 version (for compare-and-swap) is kept by the store, never inside the record.
 
 ``key_check`` lets a bookie tell the ledger's writer from someone who reached the ledger's id
-first (``bookie.workers.claims``): 16 random bytes of salt, then SHA-256 over a label, the salt
-and the ledger's master key (``make_key_check``).  One-way and salted per ledger, so the store
-hands out neither the key nor a value that serves another ledger.  A record without it (an older
-client's) leaves the first binding of the id on each bookie as it was.
+first (``bookie.workers.claims``), and ``password_digest`` lets a client refuse a wrong password
+before it fences anything.  Both are **verifiers**: whoever reads the metadata must not be able
+to test password guesses fast, nor against every ledger at once.  A verifier (``make_verifier``,
+52 bytes) is self-describing:
+
+    0x02 | log2(N) | r | p | salt (16 random bytes) | scrypt(label | key, salt, N, r, p) (32)
+
+(``hashlib.scrypt``, memory-hard: N=2**12, r=8, p=1 take 4 MiB and about 10 ms per evaluation
+on one core, thousands of times a SHA-256; the parameters travel with the verifier, so they can
+be raised later and older verifiers still check.  2**14 made a log that rolls every few hundred
+entries spend most of its time creating ledgers on a loaded 2-core host).  A new record holds one verifier over the ledger's master key, as
+``key_verifier`` and as ``password_digest`` (a client checks a password by its master key: one
+scrypt per ``create_ledger`` and per ``open_ledger``, and per guess).  Salted per ledger: two
+ledgers of one password share nothing.
+
+Older records still verify: a ``password_digest`` of 32 bytes is SHA-256 over a label and the
+password, a ``key_check`` of 48 bytes is 16 bytes of salt and SHA-256 over a label, the salt and
+the key (``key_check_matches`` and ``password_matches`` take every form).  A record without a key
+check leaves the first binding of the id on each bookie as it was.  Older clients refuse to open
+a new record (its ``password_digest`` is not their SHA-256: "wrong password") and older bookies
+see no ``key_check`` in it (they keep the first binding): both fail closed.
 """
 
 from __future__ import annotations
@@ -32,11 +50,13 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import collections
 import dataclasses
 import enum
 import hashlib
 import hmac
 import os
+import threading
 import time
 from typing import Any
 
@@ -49,21 +69,81 @@ DIGEST_TYPES = ("crc32", "crc32c", "mac", "dummy")
 
 
 _KEY_CHECK_LABEL = b"bookie-ledger-key-check\0"
-KEY_CHECK_SIZE = 48  # 16 bytes of salt, 32 of SHA-256
+_VERIFIER_LABEL = b"bookie-ledger-key-verifier\0"
+_PASSWORD_LABEL = b"bookie-ledger-password:"
+KEY_CHECK_SIZE = 48  # older records: 16 bytes of salt, 32 of SHA-256
+LEGACY_PASSWORD_DIGEST_SIZE = 32  # older records: SHA-256(label | password)
+VERIFIER_VERSION = 2
+VERIFIER_SIZE = 52  # version, log2(N), r, p, 16 bytes of salt, 32 of scrypt
+SCRYPT_LOG2_N, SCRYPT_R, SCRYPT_P = 12, 8, 1  # 4 MiB, ~10 ms: what new verifiers use
+_MAX_LOG2_N, _MAX_R, _MAX_P = 20, 16, 4  # a record asking for more is not evaluated
+_MEMO_SIZE = 4096
+_memo: "collections.OrderedDict[bytes, bool]" = collections.OrderedDict()
+_memo_lock = threading.Lock()
+
+
+def _scrypt(key: bytes, salt: bytes, log2_n: int, r: int, p: int) -> bytes:
+    n = 1 << log2_n
+    return hashlib.scrypt(_VERIFIER_LABEL + bytes(key), salt=salt, n=n, r=r, p=p,
+                          maxmem=2 * 128 * r * n * p + (1 << 20), dklen=32)
+
+
+def make_verifier(master_key: bytes, log2_n: int = SCRYPT_LOG2_N, r: int = SCRYPT_R,
+                  p: int = SCRYPT_P) -> bytes:
+    """A new record's verifier of ``master_key`` (format in the module docstring)."""
+    salt = os.urandom(16)
+    return bytes((VERIFIER_VERSION, log2_n, r, p)) + salt + _scrypt(master_key, salt, log2_n, r, p)
+
+
+def verifier_parameters(verifier: bytes) -> dict | None:
+    """``{"kdf": "scrypt", "n": N, "r": r, "p": p}`` of a verifier, None for an older form."""
+    if len(verifier) != VERIFIER_SIZE or verifier[0] != VERIFIER_VERSION:
+        return None
+    return {"kdf": "scrypt", "n": 1 << verifier[1], "r": verifier[2], "p": verifier[3]}
 
 
 def make_key_check(master_key: bytes) -> bytes:
-    """The ``key_check`` a writer stores with a new ledger: salt | SHA-256(label | salt | key)."""
-    salt = os.urandom(16)
-    return salt + hashlib.sha256(_KEY_CHECK_LABEL + salt + bytes(master_key)).digest()
+    """The ``key_check`` a writer stores with a new ledger: ``make_verifier(master_key)``."""
+    return make_verifier(master_key)
 
 
 def key_check_matches(check: bytes, master_key: bytes) -> bool:
-    """True when ``master_key`` is the key ``check`` was made from (constant time)."""
-    if len(check) != KEY_CHECK_SIZE:
+    """True when ``master_key`` is the key ``check`` was made from (constant time): a verifier
+    (one scrypt), or an older record's salted SHA-256.  Answers are remembered (the last 4,096
+    pairs, by a SHA-256 of both), so asking again about one pair costs a SHA-256."""
+    check = bytes(check)
+    if len(check) == KEY_CHECK_SIZE:
+        salt = check[:16]
+        return hmac.compare_digest(check[16:], hashlib.sha256(_KEY_CHECK_LABEL + salt + bytes(master_key)).digest())
+    params = verifier_parameters(check)
+    if params is None or check[1] > _MAX_LOG2_N or not 1 <= check[2] <= _MAX_R or not 1 <= check[3] <= _MAX_P:
         return False
-    salt = bytes(check[:16])
-    return hmac.compare_digest(check[16:], hashlib.sha256(_KEY_CHECK_LABEL + salt + bytes(master_key)).digest())
+    pair = hashlib.sha256(check + b"\0" + bytes(master_key)).digest()
+    with _memo_lock:
+        known = _memo.get(pair)
+        if known is not None:
+            _memo.move_to_end(pair)
+            return known
+    answer = hmac.compare_digest(check[20:], _scrypt(master_key, check[4:20], check[1], check[2], check[3]))
+    with _memo_lock:
+        _memo[pair] = answer
+        if len(_memo) > _MEMO_SIZE:
+            _memo.popitem(last=False)
+    return answer
+
+
+def legacy_password_digest(password: bytes) -> bytes:
+    """An older record's ``password_digest``: SHA-256(label | password), unsalted."""
+    return hashlib.sha256(_PASSWORD_LABEL + bytes(password)).digest()
+
+
+def password_matches(digest: bytes, password: bytes, master_key: bytes) -> bool:
+    """True when a record's ``password_digest`` names ``password`` (whose master key is
+    ``master_key``): a verifier of the master key, or an older record's SHA-256."""
+    digest = bytes(digest)
+    if len(digest) == LEGACY_PASSWORD_DIGEST_SIZE:
+        return hmac.compare_digest(digest, legacy_password_digest(password))
+    return verifier_parameters(digest) is not None and key_check_matches(digest, master_key)
 
 
 class LedgerState(str, enum.Enum):
@@ -138,8 +218,10 @@ class LedgerMetadata:
             raise ValueError(f"digest_type must be one of {DIGEST_TYPES}, got {self.digest_type!r}")
         if not isinstance(self.password_digest, (bytes, bytearray)):
             raise ValueError("password_digest must be bytes")
-        if not isinstance(self.key_check, (bytes, bytearray)) or len(self.key_check) not in (0, KEY_CHECK_SIZE):
-            raise ValueError(f"key_check must be {KEY_CHECK_SIZE} bytes or empty")
+        if not isinstance(self.key_check, (bytes, bytearray)) or len(self.key_check) not in (
+                0, KEY_CHECK_SIZE, VERIFIER_SIZE):
+            raise ValueError(f"key_check must be {VERIFIER_SIZE} bytes (or {KEY_CHECK_SIZE}: an "
+                             f"older record's) or empty")
         if not isinstance(self.custom, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in self.custom.items()):
             raise ValueError("custom must map str to str")
@@ -193,8 +275,9 @@ class LedgerMetadata:
             "custom": dict(self.custom),
             "fragments": [[first, list(ensemble)] for first, ensemble in self.fragments],
         }
-        if self.key_check:
-            doc["key_check"] = base64.b64encode(bytes(self.key_check)).decode("ascii")
+        if self.key_check:  # a verifier under its own name: older bookies see no key_check
+            field = "key_check" if len(self.key_check) == KEY_CHECK_SIZE else "key_verifier"
+            doc[field] = base64.b64encode(bytes(self.key_check)).decode("ascii")
         return doc
 
     def to_bytes(self) -> bytes:
@@ -226,7 +309,8 @@ class LedgerMetadata:
                 length=doc["length"],
                 digest_type=doc["digest_type"],
                 password_digest=base64.b64decode(doc["password_digest"], validate=True),
-                key_check=base64.b64decode(doc.get("key_check", ""), validate=True),
+                key_check=base64.b64decode(doc.get("key_verifier") or doc.get("key_check", ""),
+                                           validate=True),
                 ctime_ms=doc["ctime_ms"],
                 custom=doc["custom"],
                 fragments=list(doc["fragments"]),

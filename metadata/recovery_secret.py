@@ -6,9 +6,15 @@ Healing a ledger writes recovery copies of its entries to a new bookie and, for 
 open, fences it first; a bookie lets both through only to whoever proves a right to the
 ledger.  The ledger's master key would do, but nothing hands it out: the metadata holds a
 digest of the password, the bookies an HMAC of the key (``bookie.core.ledgers``).  So the
-cluster keeps one more secret, 32 random bytes at ``SECRET_PATH`` under the store's root,
-created once by the first bookie or healer that needs it (create-if-absent, then read back,
-so two racing creators end up with the same bytes).  From it each ledger gets its own
+cluster keeps one more secret, 32 random bytes in the bookies' private place of the store
+(``bookie.metadata.private``: on ZooKeeper a node only the bookies' own principal,
+``zkBookieDigestAuthFile``, may read; in the embedded store a 0600 file beside it), created once
+by the first bookie or healer that needs it (create-if-absent, then read back, so two racing
+creators end up with the same bytes).  Where the store has no private place (ZooKeeper without
+``zkBookieDigestAuthFile``) there is no recovery secret: bookies accept no credential and
+autorecovery heals with ``autoRecoveryLedgerPasswords`` only, as before the secret existed (the
+supervisor says so once at start).  An older ordinary node ``/RECOVERYSECRET`` (readable by
+every client) is never used.  From it each ledger gets its own
 *recovery credential*::
 
     credential(ledger) = HMAC-SHA256(secret, b"bookie-recovery\\0" | ledger id as u64 big-endian)
@@ -17,8 +23,8 @@ A request that carries it (wire flag RECOVERY_CREDENTIAL) may do what the ledger
 when it recovers - a recovery add, a fence - and nothing else: never a normal add or an
 explicit LAC write.  The bookie's supervisor reads the secret at start and hands it to its add
 worker in a file of its private run directory (mode 0600); it never travels on a command line
-or in a log.  Whoever can read this node can fence and write recovery copies of every ledger:
-protect the metadata store (docs/autorecovery.md, docs/security.md).
+or in a log.  Whoever can read the secret can fence and write recovery copies of every ledger
+(docs/autorecovery.md, docs/security.md).
 """
 
 from __future__ import annotations
@@ -28,10 +34,12 @@ import os
 import secrets
 import struct
 
-from bookie.metadata.errors import CorruptMetadataError, NodeExistsError, NoSuchNodeError
+from bookie.metadata.errors import CorruptMetadataError, NodeExistsError
+from bookie.metadata.private import private_store
 from bookie.metadata.store import RECOVERYSECRET
 
-SECRET_PATH = RECOVERYSECRET
+SECRET_PATH = RECOVERYSECRET  # older versions' ordinary node: never read
+SECRET_NAME = "RECOVERYSECRET"  # in the private place
 SECRET_SIZE = 32
 RUN_DIR_FILE = "recovery.secret"  # the supervisor's hand-over to its add worker
 _LABEL = b"bookie-recovery\0"
@@ -40,25 +48,37 @@ _LEDGER = struct.Struct(">Q")
 
 def recovery_secret(store, create: bool = True) -> bytes | None:
     """The cluster's recovery secret; made now if there is none and ``create`` (else None).
+    None too where the store has no place only bookies reach (``protected(store)`` is None).
 
     Raises:
-        CorruptMetadataError: the node holds something other than SECRET_SIZE bytes.
+        CorruptMetadataError: the secret holds something other than SECRET_SIZE bytes.
+        AccessDeniedError: the private place is not private (named in the message).
         MetadataError: the store failed.
     """
-    try:
-        data, _ = store.get(SECRET_PATH)
-    except NoSuchNodeError:
+    place = private_store(store)
+    if place is None:
+        return None
+    data = place.get(SECRET_NAME)
+    if data is None:
         if not create:
             return None
         try:
-            store.create(SECRET_PATH, secrets.token_bytes(SECRET_SIZE))
+            place.create(SECRET_NAME, secrets.token_bytes(SECRET_SIZE))
         except NodeExistsError:
             pass  # another bookie or healer made it first: its bytes win
-        data, _ = store.get(SECRET_PATH)
-    if len(data) != SECRET_SIZE:
-        raise CorruptMetadataError(f"{SECRET_PATH} holds {len(data)} bytes, not a "
+        data = place.get(SECRET_NAME)
+    if data is None or len(data) != SECRET_SIZE:
+        raise CorruptMetadataError(f"{place.where}: {SECRET_NAME} holds "
+                                   f"{0 if data is None else len(data)} bytes, not a "
                                    f"{SECRET_SIZE}-byte recovery secret")
     return bytes(data)
+
+
+def protected(store) -> str | None:
+    """Where ``store`` keeps the secret from everyone but the bookies, or None: no such place
+    (no recovery secret; autorecovery uses autoRecoveryLedgerPasswords)."""
+    place = private_store(store)
+    return None if place is None else place.where
 
 
 def credential(secret: bytes, ledger_id: int) -> bytes:

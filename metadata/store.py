@@ -370,7 +370,8 @@ class MetadataStore(abc.ABC):
             top = self.children("/")
         except NoSuchNodeError:
             return False
-        known = {p.strip("/").split("/")[0] for p in SKELETON + (LAYOUT, INSTANCEID, RECOVERYSECRET)}
+        known = {p.strip("/").split("/")[0] for p in SKELETON + (LAYOUT, INSTANCEID, RECOVERYSECRET,
+                                                                   "/PRIVATE")}
         # "HW-...": the flat ZooKeeper layout's ledger_id_high_water node, there for a moment
         return any(name not in known and not name.isdigit() and name != "idgen"
                    and not name.startswith("HW-") for name in top)

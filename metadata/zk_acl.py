@@ -10,7 +10,15 @@ Two configuration keys, the same in the bookie's and the client's configuration:
                        credentials sent to ZooKeeper (``addauth digest``).  Required by
                        zkEnableSecurity (SASL is not supported)
 
-``ZkSecurity`` carries both to ``open_metadata``; ``load_zk_security`` reads and checks the file
+A third key, in the bookie's configuration only:
+
+    zkBookieDigestAuthFile  a file holding the bookies' own ``user:password`` (0600), another
+                       principal than zkDigestAuthFile's: the bookies authenticate with both,
+                       and the recovery secret (metadata/recovery_secret.py) lives under
+                       ``/PRIVATE``, whose ACL gives ALL to this principal and nothing to anyone
+                       else, clients and zkDigestAuthFile's holders included
+
+``ZkSecurity`` carries them to ``open_metadata``; ``load_zk_security`` reads and checks the file
 (one-line ``AccessDeniedError`` naming the key when it is unusable, the password never shown).
 ``root_acl_problem`` judges the root's ACL at open (an unprotected tree with security on, a
 protected one with it off, a tree of other principals), and ``protect_tree`` applies the ACL to
@@ -29,7 +37,9 @@ from bookie.metadata.errors import AccessDeniedError
 from bookie.metadata.secret_file import read_private_file
 
 ENABLE_KEY = "zkEnableSecurity"
+PRIVATE = "/PRIVATE"  # the bookies' private nodes (the recovery secret) under the root
 DIGEST_KEY = "zkDigestAuthFile"
+BOOKIE_DIGEST_KEY = "zkBookieDigestAuthFile"
 _USER = re.compile(r"^[^:\s]+$")
 
 
@@ -41,11 +51,23 @@ class ZkSecurity:
     user: str = ""
     password: str = dataclasses.field(default="", repr=False)
     source: str = ""  # the file the credentials came from, for messages
+    bookie_user: str = ""  # zkBookieDigestAuthFile's: the bookies' own principal
+    bookie_password: str = dataclasses.field(default="", repr=False)
 
     @property
     def auth_data(self) -> list[tuple[str, str]] | None:
         """kazoo's ``auth_data``: the digest credentials, or None when there are none."""
-        return [("digest", f"{self.user}:{self.password}")] if self.user else None
+        auth = [("digest", f"{self.user}:{self.password}")] if self.user else []
+        if self.bookie_user:
+            auth.append(("digest", f"{self.bookie_user}:{self.bookie_password}"))
+        return auth or None
+
+    @property
+    def bookie_acl(self) -> list[ACL] | None:
+        """The ACL of the bookies' private nodes: ALL to the bookies' principal only (None:
+        no such principal configured)."""
+        return [make_digest_acl(self.bookie_user, self.bookie_password, all=True)] \
+            if self.bookie_user else None
 
     @property
     def principal(self) -> str:
@@ -58,7 +80,7 @@ class ZkSecurity:
         return [make_digest_acl(self.user, self.password, all=True)] if self.enabled else None
 
 
-def load_zk_security(enabled: bool, auth_file: str) -> ZkSecurity | None:
+def load_zk_security(enabled: bool, auth_file: str, key: str = DIGEST_KEY) -> ZkSecurity | None:
     """The security of a configuration (None: no credentials, security off).
 
     Raises:
@@ -70,7 +92,7 @@ def load_zk_security(enabled: bool, auth_file: str) -> ZkSecurity | None:
             raise AccessDeniedError(f"{ENABLE_KEY}=true needs {DIGEST_KEY}: a file (mode 0600) "
                                     f"holding the cluster's ZooKeeper credentials user:password")
         return None
-    raw = read_private_file(DIGEST_KEY, auth_file)
+    raw = read_private_file(key, auth_file)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -79,9 +101,22 @@ def load_zk_security(enabled: bool, auth_file: str) -> ZkSecurity | None:
     user, sep, password = lines[0].strip("\r").partition(":")
     if (len(raw) > 4096 or len(lines) != 1 or not sep or not _USER.match(user) or not password
             or password != password.strip() or "\x00" in text):
-        raise AccessDeniedError(f"{DIGEST_KEY}: {auth_file} must hold one line user:password "
+        raise AccessDeniedError(f"{key}: {auth_file} must hold one line user:password "
                                 f"(a user without ':' or blanks, a non-empty password)")
     return ZkSecurity(enabled=bool(enabled), user=user, password=password, source=auth_file)
+
+
+def with_bookie_credentials(security: ZkSecurity | None, auth_file: str) -> ZkSecurity | None:
+    """``security`` plus the bookies' own principal of ``zkBookieDigestAuthFile`` (checked as
+    zkDigestAuthFile is); ``security`` itself when ``auth_file`` is empty."""
+    if not auth_file:
+        return security
+    own = load_zk_security(False, auth_file, key=BOOKIE_DIGEST_KEY)
+    if security is not None and own.user == security.user:
+        raise AccessDeniedError(f"{BOOKIE_DIGEST_KEY}: the user {own.user!r} is the one of "
+                                f"{DIGEST_KEY}: the bookies need a principal of their own")
+    return dataclasses.replace(security or ZkSecurity(), bookie_user=own.user,
+                               bookie_password=own.password)
 
 
 def _ids(acls) -> dict[str, int]:
@@ -139,6 +174,8 @@ def protect_tree(client, root: str, security: ZkSecurity) -> int:
     todo = [root]
     while todo:
         path = todo.pop()
+        if path == root + PRIVATE:
+            continue  # the bookies' own (their principal's ACL), not the cluster's
         try:
             client.set_acls(path, security.acl)
             kids = client.get_children(path)

@@ -21,6 +21,7 @@ import time
 
 from bookie.workers.common import free_port_pair, set_pdeathsig
 from bookie.storage.layout import remembered_port
+from bookie.workers.config import SECRET_KEYS
 
 
 class LocalBookieError(RuntimeError):
@@ -169,8 +170,16 @@ class LocalBookies:
         cmd = [*self.command_prefix[i], sys.executable, "-m", "bookie", "run"]
         if self.log_format:
             cmd += ["--log-format", self.log_format]
+        secret = {k: v for k, v in o.items() if k in SECRET_KEYS}  # never on a command line
+        if secret:
+            path = os.path.join(self.bookie_dir(i), "secret.conf")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.writelines(f"{k}={v}\n" for k, v in secret.items())
+            cmd += ["--conf", path]
         for k, v in o.items():
-            cmd += ["--set", f"{k}={v}"]
+            if k not in secret:
+                cmd += ["--set", f"{k}={v}"]
         log = open(self.log_path(i), "ab")
         self._log_offsets[i] = log.tell()  # wait_serving reads this start's lines only
         # Own session: kill(i) can SIGKILL the whole bookie at once.  PDEATHSIG: the bookies

@@ -43,6 +43,7 @@ from bookie.workers.common import (REFUSALS_PER_CONNECTION_PER_S, ClientServer, 
                                    RefusalBudget, guard_client_socket, make_socket)
 from bookie.storage.checkpoint import Checkpointer, checkpoint
 from bookie.workers.claims import OwnerLookup, OwnerResolver
+from bookie.workers.frame_guard import FrameGuard
 from bookie.storage.journal import lastmark_of, scan
 from bookie.core.ledgers import Owner, Rejected
 from bookie.storage.noroom import RETRY_S, Held, HeldRecord, no_room
@@ -152,6 +153,7 @@ def run(ctx) -> int:
 
     server = AddServer(ctx, ring, storage, clients, control, wake, lac_pub, ledger_dirs)
     server.cap = cap
+    server.frame_guard = FrameGuard(cap, conf.max_add_message_size_bytes, ctx.run_dir, ctx.log)
     server.gate = curve.gate if curve else None
     # who owns an id the bookie holds nothing for: asked before anything is stored, and keys
     # verified against the owner's check, both off this loop (claims.py)
@@ -166,6 +168,7 @@ def run(ctx) -> int:
         server.serve(durable_in)
     finally:
         server.shutdown()
+        server.frame_guard.close()
         server.owners.close()
         storage.close()
         for s in (cap, clients, control, durable_in, wake, lac_pub):
@@ -207,6 +210,7 @@ class AddServer(ClientServer):
         self.safe_to = ring.get(WRITE)  # end of what is in the entry log and index (noroom.py)
         self.held: collections.deque[Held] = collections.deque()
         self.cap = None  # ConnectionCap of the client socket
+        self.frame_guard = None  # workers/frame_guard.py: messages still arriving, per connection
         self.full = False  # no room for our writes: read-only until a retry succeeds
         self.next_retry = 0.0
         self.rung = self.unrung = False  # journal woken this iteration / placed since
@@ -242,6 +246,8 @@ class AddServer(ClientServer):
             if self.unrung:
                 self.wake.ring()
             self.commit()
+            if self.frame_guard is not None:  # drained: no whole message left in ZeroMQ's queue
+                self.frame_guard.check(not self.stalled and not self.clients.get(zmq.EVENTS) & zmq.POLLIN)
             now = time.monotonic()
             if now - self.last_checkpoint >= flush_s:
                 self.checkpoint(now)
@@ -376,6 +382,8 @@ class AddServer(ClientServer):
             except zmq.Again:
                 break
             self.taken_at = time.monotonic()
+            if not internal and self.frame_guard is not None:
+                self.frame_guard.delivered(frames)
             if not self.handle(sock, frames, internal, retry=False):
                 self.stalled.append((sock, frames, internal, self.taken_at))
                 break

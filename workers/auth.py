@@ -10,10 +10,16 @@ handshake.  A key not enrolled is denied there, the handshake fails, and the con
 carries a request: an unknown key gets no answer at all.
 
 Enrolment is a directory, ``curveClientKeysDirectory``, with one subdirectory per role; each holds
-public key files as ``bookie shell genkey`` writes them (``NAME.key``).  NAME is the principal.
-The handler answers ZeroMQ with the principal as the connection's User-Id; every message from that
-connection carries it, ``Gate.refusal`` maps it to its role for each request, and the workers
-count a principal's pending places by it (``bookie.core.shares``):
+public key files as ``bookie shell genkey`` writes them (``NAME.key``).  The principal is the
+key itself, not its file's name: the handler answers ZeroMQ with the public key (z85) as the
+connection's User-Id; every message from that connection carries it, ``Gate.refusal`` maps it
+to its role for each request, and the workers count a principal's pending places by it
+(``bookie.core.shares``).  NAME is what logs and messages call the key; one NAME is one key
+in one role: the same NAME in two roles, or one key in two files, is refused at load (one
+line), and left out (a warning) at a reload.  Were the name the principal, ``reader/app.key``
+of one key and ``admin/app.key`` of another would give the reader's key admin rights, and a
+key whose file was removed would keep its open connections while another key of that name
+stayed enrolled.  The roles:
 
     reader   READ, READ_LAC (long polls too), INFO
     writer   the reader's, plus ADD (recovery adds too), WRITE_LAC, and the FENCE flag
@@ -72,17 +78,18 @@ def load_secret(path: str) -> tuple[bytes, bytes]:
 
 
 def load_enrolment(directory: str, on_bad=None) -> dict[bytes, tuple[str, str]]:
-    """Public key (z85) -> (principal, role), from ``directory/ROLE/NAME.key``.
+    """Public key (z85) -> (NAME, role), from ``directory/ROLE/NAME.key``.
 
-    ``on_bad(message)``: called for a key file that cannot be read (or a missing directory),
-    which is then left out; None: raise AuthError instead.
+    ``on_bad(message)``: called for a key file that cannot be read (or a missing directory), or
+    for a NAME in two roles or a key in two files (all of them then left out); None: raise
+    AuthError instead.
     """
     if not os.path.isdir(directory):
         if on_bad is None:
             raise AuthError(f"curveClientKeysDirectory={directory} is not a directory")
         on_bad(f"curveClientKeysDirectory={directory} is not a directory")
         return {}
-    keys: dict[bytes, tuple[str, str]] = {}
+    found: list[tuple[bytes, str, str]] = []  # (key, NAME, role) of every readable file
     for role in ROLES:
         sub = os.path.join(directory, role)
         if not os.path.isdir(sub):
@@ -97,8 +104,35 @@ def load_enrolment(directory: str, on_bad=None) -> dict[bytes, tuple[str, str]]:
                     raise AuthError(f"enrolled key {os.path.join(sub, name)}: {e}") from None
                 on_bad(f"enrolled key {os.path.join(sub, name)}: {e}")
                 continue
-            keys[public] = (name[:-len(".key")], role)
-    return keys
+            found.append((public, name[:-len(".key")], role))
+    return _without_duplicates(directory, found, on_bad)
+
+
+def _without_duplicates(directory: str, found, on_bad) -> dict[bytes, tuple[str, str]]:
+    """The enrolment of ``found``, refusing (or leaving out) a NAME in two roles and a key in
+    two files: each would make a principal's role depend on which file is read last."""
+    roles_of: dict[str, list[str]] = {}
+    files_of: dict[bytes, list[str]] = {}
+    for public, name, role in found:
+        roles_of.setdefault(name, []).append(role)
+        files_of.setdefault(public, []).append(f"{role}/{name}.key")
+    bad_names = {n for n, r in roles_of.items() if len(r) > 1}
+    bad_keys = {k for k, f in files_of.items() if len(f) > 1}
+    for name in sorted(bad_names):
+        message = (f"curveClientKeysDirectory={directory}: the name {name!r} is enrolled in "
+                   f"{' and '.join(r + '/' for r in roles_of[name])}: one name is one key in one "
+                   f"role; remove or rename all but one")
+        if on_bad is None:
+            raise AuthError(message)
+        on_bad(message)
+    for key in sorted(bad_keys):
+        message = (f"curveClientKeysDirectory={directory}: one key is enrolled as "
+                   f"{' and '.join(files_of[key])}: keep one file per key")
+        if on_bad is None:
+            raise AuthError(message)
+        on_bad(message)
+    return {public: (name, role) for public, name, role in found
+            if name not in bad_names and public not in bad_keys}
 
 
 def _listing(directory: str) -> tuple:
@@ -126,8 +160,8 @@ def _size_mtime(entry) -> tuple[int, int]:
 class Enrolment:
     """The enrolled keys of one directory, as they are now (module doc: "without a restart").
 
-    ``keys`` (public key -> (principal, role)) and ``roles`` (principal -> role) are one
-    consistent pair, replaced together.  Thread-safe: the ZAP thread and the worker's loop both
+    ``keys`` (public key -> (NAME, role)) and ``roles`` (principal, the key as the User-Id
+    carries it -> role) are one consistent pair, replaced together.  Thread-safe: the ZAP thread and the worker's loop both
     call ``refresh``; one re-reads at a time, the other uses the pair it finds.
     """
 
@@ -151,7 +185,12 @@ class Enrolment:
 
     @staticmethod
     def _pair(keys: dict) -> tuple[dict, dict]:
-        return keys, {principal: role for principal, role in keys.values()}
+        return keys, {public.decode("ascii"): role for public, (_, role) in keys.items()}
+
+    @property
+    def names(self) -> dict[str, str]:
+        """Principal (the key, as the User-Id carries it) -> NAME, for messages."""
+        return {public.decode("ascii"): name for public, (name, _) in self.keys.items()}
 
     @property
     def keys(self) -> dict[bytes, tuple[str, str]]:
@@ -178,10 +217,10 @@ class Enrolment:
     def _reload(self) -> None:
         def bad(message: str) -> None:
             self._log("enrolled client key left out", level="warning", error=message)
-        before = self.roles
+        before = {name: role for name, role in self.keys.values()}  # by NAME, for the log
         self._state = self._pair(self._with_always(load_enrolment(self.directory, on_bad=bad)))
         self.reloads += 1
-        after = self.roles
+        after = {name: role for name, role in self.keys.values()}
         self._log("client keys reloaded", enrolled=len(self.keys),
                   removed=",".join(sorted(p for p in before if p not in after)) or "-",
                   added=",".join(sorted(p for p in after if p not in before)) or "-",
@@ -206,16 +245,22 @@ class Gate:
 
     def refusal(self, frame, op: int, flags: int) -> str | None:
         """Why the request whose header ``frame`` (a zmq.Frame) carries may not go; None: it may."""
-        principal = frame.get("User-Id")
-        role = self.roles.get(principal)
+        principal = frame.get("User-Id")  # the connection's key (z85)
+        keys, roles = self.enrolment.refresh()
+        role = roles.get(principal)
         if role is None:
-            return f"principal {principal!r} is not enrolled"
+            return f"key {principal[:8]}... is not enrolled"
         if role == "reader" and (op not in READER_OPS or flags & Bits.FENCE):
-            return f"role reader of {principal!r} may not {Op(op).name}" + \
+            return f"role reader of {self._name(keys, principal)!r} may not {Op(op).name}" + \
                 (" with FENCE" if flags & Bits.FENCE else "")
         if flags & Bits.RECOVERY_CREDENTIAL and role != "admin":
-            return f"role {role} of {principal!r} may not use the recovery credential"
+            return f"role {role} of {self._name(keys, principal)!r} may not use the recovery credential"
         return None
+
+    @staticmethod
+    def _name(keys: dict, principal: str) -> str:
+        who = keys.get(principal.encode("ascii"))
+        return who[0] if who else principal
 
 
 class ZapHandler(threading.Thread):
@@ -242,9 +287,9 @@ class ZapHandler(threading.Thread):
             version, request_id, domain, address, _identity, mechanism = frames[:6]
             principal = b""
             if mechanism == b"CURVE" and len(frames) == 7 and domain == ZAP_DOMAIN:
-                who = self.enrolment.refresh()[0].get(zmq.utils.z85.encode(frames[6]))
-                if who is not None:
-                    principal = who[0].encode()
+                public = zmq.utils.z85.encode(frames[6])
+                if public in self.enrolment.refresh()[0]:
+                    principal = public  # the key is the principal, whatever its file's name
             if principal:
                 self.sock.send_multipart([version, request_id, b"200", b"OK", principal, b""])
             else:

@@ -165,6 +165,7 @@ KEYS: tuple[Key, ...] = (
     Key("zkTimeout", "int", 10_000, "Metadata store session / call timeout (ms).", _range(100), unit="ms", attr="metadata_timeout_s"),
     Key("zkEnableSecurity", "bool", False, "ZooKeeper: every node the bookie creates gets an ACL giving ALL to the digest principal of zkDigestAuthFile only; false: open ACL (docs/security.md). Needs zkDigestAuthFile.", attr="zk_enable_security"),
     Key("zkDigestAuthFile", "str", "", "ZooKeeper: a file (mode 0600 or stricter) holding the cluster's digest credentials `user:password` on one line, sent to ZooKeeper on every connection (docs/security.md).", attr="zk_digest_auth_file"),
+    Key("zkBookieDigestAuthFile", "str", "", "Bookies only: a file (mode 0600) holding the bookies' own ZooKeeper credentials user:password, another principal than zkDigestAuthFile's. The cluster recovery secret lives under <root>/PRIVATE, readable by this principal only; without it (on ZooKeeper) there is no recovery secret and autorecovery heals with autoRecoveryLedgerPasswords (docs/security.md).", attr="zk_bookie_digest_auth_file"),
     Key("registrationLeaseMs", "int", 5_000, "Lease of the bookie's registration in the embedded store (ms).", _range(200), unit="ms", attr="registration_lease_s"),
     # -- supervision and observability ---------------------------------------------------------
     Key("workerRestartLimit", "int", 5, "Worker restarts allowed within a minute before the bookie stops.", _range(0), attr="worker_restart_limit"),
@@ -174,6 +175,11 @@ KEYS: tuple[Key, ...] = (
     Key("httpServerPort", "int", 8080, "Port of the HTTP admin API (0 picks a free one, logged at start-up).", _port, attr="http_server_port"),
     Key("httpServerMaxConnections", "int", 32, "Connections the admin API serves at once (one thread each); one more is answered 503 and closed.", _range(1, 1024), attr="http_server_max_connections"),
     Key("httpServerIdleTimeoutMs", "int", 10_000, "An admin API connection that sends nothing for this long is closed (ms).", _range(100, 600_000), unit="ms", attr="http_server_idle_timeout_s"),
+    Key("httpServerRequestTimeoutMs", "int", 10_000, "An admin API or /metrics connection must send a whole request (line, headers, body) within this long of starting to wait for it, or it is closed, however steadily it trickles (ms).", _range(100, 600_000), unit="ms", attr="http_server_request_timeout_s"),
+    Key("httpServerMaxConnectionsPerAddress", "int", 8, "Connections one peer address may hold on each HTTP server (admin API, /metrics). Past this, or past httpServerMaxConnections, a new connection takes the place of the one that has waited longest for a request it has not sent whole (503 only when every place is serving a request).", _range(1, 1024), attr="http_server_max_connections_per_address"),
+    Key("httpServerAllowedHosts", "str", "", "Comma-separated extra names accepted in the Host header of the HTTP servers when they take no token (besides localhost, loopback addresses, httpServerHost, listeningInterface, advertisedAddress and the host's name); `*`: any. Against DNS rebinding: a web page in a browser on the host must not reach the API.", attr="http_server_allowed_hosts"),
+    Key("httpServerTlsCertFile", "str", "", "A PEM certificate (chain): both HTTP servers (admin API and /metrics) speak HTTPS only, with httpServerTlsKeyFile. Empty: plain HTTP.", attr="http_server_tls_cert_file"),
+    Key("httpServerTlsKeyFile", "str", "", "The PEM private key of httpServerTlsCertFile (mode 0600 or stricter).", attr="http_server_tls_key_file"),
     Key("httpServerHost", "str", "127.0.0.1", "Address the HTTP admin API binds to; it changes state (read-only, GC), so keep it on loopback or a management network.", attr="http_server_host"),
     Key("httpServerAuthTokenFile", "str", "", "A file (mode 0600 or stricter; `bookie shell gentoken FILE` makes one) holding one token of at least 32 characters. Set: every admin API request but GET /heartbeat must carry `Authorization: Bearer TOKEN`, else 401 (docs/admin.md). Empty: the admin API is unauthenticated, allowed only on a loopback httpServerHost (or with httpServerAllowUnauthenticated). prometheusStatsHttpPort is never authenticated.", attr="http_server_auth_token_file"),
     Key("httpServerAllowUnauthenticated", "bool", False, "Let the admin API serve without httpServerAuthTokenFile on an httpServerHost beyond loopback: anyone who reaches it can force the bookie read-only, start GC passes and read every ledger's metadata.", attr="http_server_allow_unauthenticated"),
@@ -186,8 +192,16 @@ KEYS: tuple[Key, ...] = (
     Key("openLedgerRereplicationGracePeriod", "int", 30_000, "A marked ledger still open is fenced and recovered (closed) only after this long, so a live writer can replace the bookie itself (ms).", _range(0), unit="ms", attr="open_ledger_rereplication_grace_s"),
     Key("rereplicationEntryBatchSize", "int", 10, "Entries a replication worker reads and adds per request.", _range(1, 65536), attr="rereplication_entry_batch_size"),
     Key("replicationRateByBytes", "int", -1, "Largest re-replication rate of one worker, bytes per second (-1: unlimited).", _range(-1), attr="replication_rate_bytes_per_s"),
-    Key("autoRecoveryLedgerPasswords", "str", "", "Comma-separated fallback passwords for replication workers (matched against the metadata's password digest; the empty one is always tried). Ledgers heal without them on the cluster recovery credential (docs/autorecovery.md); a listed password serves bookies that refuse the credential and open mac ledgers, which are reported, not healed, without it.", attr="autorecovery_ledger_passwords"),
+    Key("autoRecoveryLedgerPasswords", "str", "", "Comma-separated fallback passwords for replication workers (matched against the metadata's password digest; the empty one is always tried). Ledgers heal without them on the cluster recovery credential (docs/autorecovery.md); a listed password serves bookies that refuse the credential and open mac ledgers, which are reported, not healed, without it. A secret: only in a configuration file, never with --set (prefer autoRecoveryLedgerPasswordsFile); the admin API's server_config hides it.", attr="autorecovery_ledger_passwords"),
+    Key("autoRecoveryLedgerPasswordsFile", "str", "", "A file (mode 0600 or stricter) of fallback passwords for replication workers, one a line; added to autoRecoveryLedgerPasswords.", attr="autorecovery_ledger_passwords_file"),
 )
+
+# Keys whose values are secrets -> the key naming a file to put them in instead.  They are
+# refused on a command line (``--set``: process arguments show in ``ps`` to every local user) and
+# hidden in every dump of a configuration served to others (``public_value``).
+SECRET_KEYS = {"autoRecoveryLedgerPasswords": "autoRecoveryLedgerPasswordsFile"}
+HIDDEN = "(secret, not shown)"
+MAX_PASSWORDS_FILE_BYTES = 64 * 1024
 
 KEY_BY_NAME = {k.name: k for k in KEYS}
 
@@ -236,6 +250,34 @@ class BookieConfig:
     def as_dict(self) -> dict[str, Any]:
         return dict(self._values)
 
+    def public_value(self, name: str) -> Any:
+        """``value(name)``, but a set secret key (``SECRET_KEYS``) as ``HIDDEN``: what the
+        configuration dumps served to others (the admin API) show."""
+        value = self._values[name]
+        return HIDDEN if name in SECRET_KEYS and value else value
+
+    def autorecovery_passwords(self) -> list[bytes]:
+        """The replication workers' fallback passwords: autoRecoveryLedgerPasswords, then the
+        lines of autoRecoveryLedgerPasswordsFile (read and checked as every secret file).
+
+        Raises:
+            ConfigError: one line naming autoRecoveryLedgerPasswordsFile.
+        """
+        from bookie.metadata.secret_file import read_private_file
+
+        out = [p.encode() for p in self.autorecovery_ledger_passwords.split(",") if p]
+        path = self.autorecovery_ledger_passwords_file
+        if not path:
+            return out
+        try:
+            raw = read_private_file("autoRecoveryLedgerPasswordsFile", path, MAX_PASSWORDS_FILE_BYTES)
+        except AccessDeniedError as e:
+            raise ConfigError(str(e)) from None
+        if len(raw) > MAX_PASSWORDS_FILE_BYTES:
+            raise ConfigError(f"autoRecoveryLedgerPasswordsFile: {path} is over "
+                              f"{MAX_PASSWORDS_FILE_BYTES} bytes")
+        return out + [line for line in raw.splitlines() if line]
+
     # -- derived values ------------------------------------------------------------------------
     @property
     def bookie_host(self) -> str:
@@ -262,9 +304,12 @@ class BookieConfig:
         for ``open_metadata``, or None (no credentials, security off).  Raises ConfigError."""
         if not hasattr(self, "_zk_security"):
             from bookie.metadata.zk_acl import load_zk_security
+            from bookie.metadata.zk_acl import with_bookie_credentials
             try:
-                self._zk_security = load_zk_security(self._values["zkEnableSecurity"],
-                                                     self._values["zkDigestAuthFile"])
+                self._zk_security = with_bookie_credentials(
+                    load_zk_security(self._values["zkEnableSecurity"],
+                                     self._values["zkDigestAuthFile"]),
+                    self._values["zkBookieDigestAuthFile"])
             except AccessDeniedError as e:
                 raise ConfigError(str(e)) from None
         return self._zk_security
@@ -313,6 +358,8 @@ class BookieConfig:
         if 0 < values["maxAddMessageSizeBytes"] < values["nettyMaxFrameSizeBytes"] + 64 * 1024:
             raise ConfigError(f"maxAddMessageSizeBytes={values['maxAddMessageSizeBytes']} must be at "
                               f"least nettyMaxFrameSizeBytes + 65536 (an add of the largest entry)")
+        if values["autoRecoveryLedgerPasswordsFile"] and check_dirs:  # a bookie's own start
+            cls(values, []).autorecovery_passwords()
         warnings += _check_metadata_keys(values, raw)
         warnings += _check_http_keys(values)
         _check_disk_and_compaction_keys(values)
@@ -437,11 +484,18 @@ del _key
 
 
 def parse_overrides(items: list[str] | None) -> dict[str, str]:
-    """Turn ``--set key=value`` items into a dict; a malformed item is a ConfigError."""
+    """Turn ``--set key=value`` items into a dict; a malformed item, or a secret key (its value
+    would show in ``ps``), is a ConfigError (the latter naming the file-based key to use)."""
     try:
-        return properties.parse_assignments(items, "--set", form="key=value")
+        out = properties.parse_assignments(items, "--set", form="key=value")
     except PropertiesError as e:
         raise ConfigError(str(e)) from None
+    for k in out:
+        if k in SECRET_KEYS:
+            raise ConfigError(f"--set {k}: a secret is not taken on the command line (every local "
+                              f"user sees it in ps); put it in {SECRET_KEYS[k]} (a 0600 file) "
+                              f"or in the --conf file")
+    return out
 
 
 def keys_help() -> str:

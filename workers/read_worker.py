@@ -172,6 +172,9 @@ class ReadServer(ClientServer):
             if op == Op.READ and self.over_reply_budget(ident):
                 raise wire.ProtocolError("replies left unread", Status.TOO_MANY_REQUESTS)
             if flags & (Bits.FENCE | Bits.LONG_POLL):
+                if self.refusals.dropping(ident):  # queued by a connection shut for flooding:
+                    # it would hold its host's share (core/shares.py) for a client that is gone
+                    raise wire.ProtocolError("connection shut for flooding", Status.TOO_MANY_REQUESTS)
                 if len(self.fence_waits) + len(self.polls) >= self.max_pending:
                     raise wire.ProtocolError("too many long polls and fences waiting", Status.TOO_MANY_REQUESTS)
                 self.principal = self.principal_of(self.frame, ident)

@@ -12,10 +12,11 @@ sets of an ensemble are its E windows of ``write_quorum`` consecutive positions.
 of an ensemble is the fewest distinct domains any of its write sets covers; the best possible
 is ``min(write_quorum, domains available)``.
 
-- ``choose`` deals the candidates' domains round-robin (each domain's bookies shuffled, the
-  domains in a random order), which puts consecutive positions in different domains, tries
-  that ``TRIES`` times with fresh random orders and keeps the ensemble of the highest spread
-  (the first that reaches the best possible).  So ledgers still spread over all bookies.
+- ``choose`` fills the positions in order, each from a domain that the write sets through it
+  do not hold yet (the previous positions, and near the end the first ones it wraps to),
+  preferring domains with the most bookies left, ties and bookies by chance; it tries that
+  ``TRIES`` times and keeps the ensemble of the highest spread (the first that reaches the
+  best possible).  So ledgers still spread over all bookies.
 - ``replace`` fills each failed position with the candidate that keeps the write sets through
   that position most spread; among equals it prefers the lost bookie's own domain (a rack
   outage heals inside the rack when the other racks are taken), then chance.
@@ -102,19 +103,35 @@ class Placement:
         best_possible = min(write_quorum, len(by_domain))
         best, best_spread = None, -1
         for _ in range(TRIES):
-            pools = [rng.sample(v, len(v)) for v in by_domain.values()]
-            rng.shuffle(pools)
-            dealt: list[str] = []
-            while len(dealt) < ensemble_size:
-                for pool in pools:
-                    if pool and len(dealt) < ensemble_size:
-                        dealt.append(pool.pop())
+            dealt = self._deal(ensemble_size, write_quorum, by_domain, rng)
             got = self.spread(dealt, write_quorum)
             if got > best_spread:
                 best, best_spread = tuple(dealt), got
             if got >= best_possible:
                 break
         return best
+
+    def _deal(self, ensemble_size: int, write_quorum: int, by_domain: dict[str, list[str]],
+              rng: random.Random) -> list[str]:
+        """One randomized greedy ensemble: position by position, a bookie of a domain none of
+        the write sets through that position holds yet (the previous ``write_quorum - 1``
+        positions and, near the end, the first ones it wraps to), preferring the domains with
+        the most bookies left, ties broken by chance."""
+        pools = {d: rng.sample(v, len(v)) for d, v in by_domain.items()}
+        dealt: list[str] = []
+        doms: list[str] = []
+        for p in range(ensemble_size):
+            near = set(doms[max(0, p - write_quorum + 1):p])
+            wrap = write_quorum - 1 - (ensemble_size - 1 - p)  # first positions p wraps to
+            if wrap > 0:
+                near |= set(doms[:wrap])
+            left = [d for d, pool in pools.items() if pool]
+            allowed = [d for d in left if d not in near] or left
+            rng.shuffle(allowed)
+            d = max(allowed, key=lambda x: len(pools[x]))
+            dealt.append(pools[d].pop())
+            doms.append(d)
+        return dealt
 
     def replace(self, ensemble: Sequence[str], failed: Sequence[int], write_quorum: int,
                 writable: Sequence[str], rng: random.Random | None = None

@@ -200,7 +200,8 @@ class LifecycleFaults:
         with RawBookieClient(bookie_id, timeout_s=5.0) as raw:
             for lid in live:
                 # "held": the ledger's metadata names this bookie, so it knows the real key
-                where = "held" if bookie_id in holders.get(lid, ()) else "not_held"
+                where = "unknown" if holders is None else \
+                    "held" if bookie_id in holders.get(lid, ()) else "not_held"
                 for entry_id in (0, 1):
                     status = Status(raw.add(lid, [make_entry(lid, entry_id, b"squat:wrong-key")],
                                             key))
@@ -219,8 +220,9 @@ class LifecycleFaults:
                 answers[f"squat_add:{status.name}"] += 1
         return None
 
-    def _holders(self, ledger_ids: list[int]) -> dict[int, set[str]]:
-        """Ledger id -> every bookie id its metadata names (any fragment)."""
+    def _holders(self, ledger_ids: list[int]) -> dict[int, set[str]] | None:
+        """Ledger id -> every bookie id its metadata names (any fragment); None when the store
+        cannot be read (ZooKeeper paused: the answers are then counted as ``unknown``)."""
         from bookie.metadata import open_metadata
         out: dict[int, set[str]] = {}
         try:
@@ -231,8 +233,8 @@ class LifecycleFaults:
                     except Exception:  # noqa: BLE001 - deleted meanwhile: held by no one
                         continue
                     out[lid] = {b for _, ensemble in meta.fragments for b in ensemble}
-        except Exception as exc:  # noqa: BLE001
-            self.findings.append(f"squat: metadata unreadable: {exc}")
+        except Exception:  # noqa: BLE001 - the store is down (a fault): say "unknown"
+            return None
         return out
 
     def _disk_readonly(self, i: int):

@@ -9,7 +9,7 @@ namespace the harness was started from)::
     <p>-b<i>: bookie i                                               127.77.0.(10 + i)
     <p>-c<k>: writers of slots k, k+3, ... and their tailers (k < 3) 127.77.0.(50 + k)
     <p>-cl:   the log writer and log reader                          127.77.0.60
-    <p>-rc:   concurrent recoveries and log takeovers                127.77.0.61
+    <p>-rc:   concurrent recoveries, log takeovers, the deleter      127.77.0.61
 
 The addresses are in 127.0.0.0/8 on purpose: a packet sent to one by mistake from outside the
 namespaces stays on that machine's loopback.  Inside each namespace ``route_localnet`` lets them
@@ -155,8 +155,8 @@ class Network:
 
     def client_node(self, name: str) -> str:
         """The namespace a client process runs in, from its name (see ``workload``)."""
-        if "rec" in name or "take" in name:
-            return "rc"
+        if "rec" in name or "take" in name or name.endswith("del"):
+            return "rc"  # recoveries, takeovers and the deleter
         if "log" in name:
             return "cl"
         slot = int(name.split("w", 1)[1].split("g", 1)[0])
@@ -167,7 +167,6 @@ class Network:
 
     # -- faults ------------------------------------------------------------------------------------
     def _groups(self, shape: str, nodes: tuple) -> tuple[list[str], list[str]]:
-        bookies = [f"b{i}" for i in range(self.n_bookies)]
         writers = [f"c{k}" for k in range(CLIENT_GROUPS)] + ["cl"]
         if shape == "isolate_bookie":
             a = [f"b{nodes[0]}"]

@@ -7,9 +7,10 @@ from bookie import wire
 from bookie.wire import Flag, Op
 
 
-def raw_dealer(ctx, bookie: str, port_offset: int, curve=None):
+def raw_dealer(ctx, bookie: str, port_offset: int, curve=None, source: str | None = None):
     """A DEALER on ``bookie``'s add (``port_offset`` 0) or read (1) socket, and a monitor of its
-    disconnections; ``curve`` (client/auth.py ClientCurve) secures it first."""
+    disconnections; ``curve`` (client/auth.py ClientCurve) secures it first; ``source``: the
+    local address to connect from (another host, as far as the bookie can tell)."""
     s = ctx.socket(zmq.DEALER)
     s.setsockopt(zmq.LINGER, 0)
     s.setsockopt(zmq.SNDHWM, 0)
@@ -18,7 +19,8 @@ def raw_dealer(ctx, bookie: str, port_offset: int, curve=None):
         curve.apply(s, bookie)
     monitor = s.get_monitor_socket(zmq.EVENT_DISCONNECTED)
     host, port = bookie.rsplit(":", 1)
-    s.connect(f"tcp://{host}:{int(port) + port_offset}")
+    via = f"{source}:0;" if source else ""
+    s.connect(f"tcp://{via}{host}:{int(port) + port_offset}")
     return s, monitor
 
 
@@ -26,3 +28,29 @@ def long_poll(rid: int, ledger: int) -> list:
     """A READ_LAC long poll for a LAC past 5, waiting up to a minute."""
     return [wire.pack_header(Op.READ_LAC, int(Flag.LONG_POLL), rid, ledger),
             wire.LONG_POLL_BODY.pack(5, 60_000)]
+
+
+def zmtp_partial_sender(host: str, port: int, source: str | None = None):
+    """A raw TCP client speaking ZMTP 3.0 (NULL, as a DEALER) to a bookie's socket: a ZeroMQ
+    socket sends nothing of a message before its last frame, this one sends frames of a
+    message that never ends.  Returns ``(sock, send_frame)``; ``send_frame(data)`` sends one
+    frame flagged MORE."""
+    import socket
+    import struct
+
+    s = socket.create_connection((host, port), timeout=10,
+                                 source_address=(source, 0) if source else None)
+    greeting = b"\xff" + b"\0" * 8 + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\0") + b"\0" + b"\0" * 31
+    s.sendall(greeting)
+    got = b""
+    while len(got) < 64:
+        chunk = s.recv(64 - len(got))
+        if not chunk:
+            raise ConnectionError("closed during the greeting")
+        got += chunk
+    body = b"\x05READY" + b"\x0bSocket-Type" + struct.pack(">I", 6) + b"DEALER"
+    s.sendall(b"\x04" + bytes([len(body)]) + body)
+
+    def send_frame(data: bytes) -> None:
+        s.sendall(b"\x03" + struct.pack(">Q", len(data)) + data)  # MORE | LONG
+    return s, send_frame

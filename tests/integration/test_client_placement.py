@@ -4,6 +4,9 @@ spread through an ensemble change, and with enforcement refuses a ledger naming 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from bookie.client import BookKeeper, NotEnoughBookiesError
@@ -69,3 +72,31 @@ def test_an_ensemble_change_keeps_the_spread(racks):
         finally:
             a.start(a.bookies.index(lost))
         lh.close()
+
+
+def _shell(*args):
+    return subprocess.run([sys.executable, "-m", "bookie", "shell", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_setrack_sets_locations_that_placement_follows_over_bookie_location(racks):
+    a, b, where = racks
+    # move one bookie of each rack to rack /dc1/c: every rack then has one writable bookie
+    # besides, and ensembles of 3 with a write quorum of 3 span three racks
+    moved = [a.bookies[0], b.bookies[0]]
+    for bookie in moved:
+        r = _shell("setrack", bookie, "/dc1/c", "--metadata", a.metadata_uri)
+        assert r.returncode == 0 and f"setrack: {bookie}: location /dc1/c" in r.stdout, r.stderr
+    try:
+        now = {**where, **{x: "/dc1/c" for x in moved}}
+        with BookKeeper(a.metadata_uri, RACKAWARE, minNumRacksPerWriteQuorum=3,
+                        enforceMinNumRacksPerWriteQuorum=True) as bk:
+            lh = bk.create_ledger(3, 3, 2, password=PW)
+            assert {now[x] for x in lh.metadata.last_ensemble} == {"/dc1/a", "/dc1/b", "/dc1/c"}
+            lh.close()
+    finally:
+        for bookie in moved:
+            assert _shell("setrack", bookie, "--delete", "--metadata", a.metadata_uri)\
+                .returncode == 0
+    r = _shell("setrack", moved[0], "dc1/c", "--metadata", a.metadata_uri)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "/REGION/RACK" in r.stderr

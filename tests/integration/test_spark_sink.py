@@ -7,6 +7,8 @@ import os
 import shutil
 import sys
 
+import pytest
+
 import pyspark  # noqa: E402,F401  (tests/setup.sh installs the spark extra)
 from spark_fixtures import bk, spark  # noqa: E402,F401  (module fixtures)
 
@@ -103,3 +105,18 @@ def test_stream_write_is_exactly_once_when_a_batch_is_replayed(spark, spark_book
     assert bk.log_ledgers("stream-out")[0] == ledgers
     tagged = bk.find_ledgers({TAG_SINK: query_id, TAG_LOG: "stream-out"})
     assert sorted(tagged) == sorted(ledgers)  # the replay's ledgers were deleted
+
+
+def test_allow_empty_password_false_reaches_the_sink_as_false(spark, spark_bookies, bk):
+    """bookkeeper.allowEmptyPassword=false is false in the sink's tasks (it once arrived as the
+    truthy string 'false' and let a ledger with the well-known empty key be written)."""
+    rows = spark.createDataFrame([("a",), ("b",)], "payload string").coalesce(1)
+
+    def write(flag):
+        (rows.write.format("bookie").option("metadataServiceUri", spark_bookies.metadata_uri)
+         .option("password", "").option("bookkeeper.allowEmptyPassword", flag)
+         .option("log", f"empty-password-{flag}").mode("append").save())
+    with pytest.raises(Exception, match="empty password"):
+        write("false")
+    write("true")
+    assert [r.data for r in bk.read_log("empty-password-true", password=b"")] == [b"a", b"b"]

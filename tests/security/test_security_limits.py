@@ -110,9 +110,9 @@ SHARE = LIMITS["maxPendingReadRequestsPerThread"] // 4  # long polls one connect
 REFUSALS_PER_S = 1000  # workers/read_worker.py REFUSALS_PER_CONNECTION_PER_S
 
 
-def raw_reader(ctx, ens):
+def raw_reader(ctx, ens, source: str | None = None):
     """A raw DEALER on the bookie's read socket, and a monitor that sees it disconnected."""
-    return raw_dealer(ctx, ens.bookies[0], 1)
+    return raw_dealer(ctx, ens.bookies[0], 1, source=source)
 
 
 def test_long_polls_past_a_connections_share_get_too_many_requests_and_the_rest_are_answered(
@@ -131,7 +131,8 @@ def test_long_polls_past_a_connections_share_get_too_many_requests_and_the_rest_
             assert status == Status.TOO_MANY_REQUESTS
             refused += 1
         assert refused == n - SHARE
-        other, _ = raw_reader(ctx, ens)  # another connection still gets places of its own
+        other, _ = raw_reader(ctx, ens, source="127.0.0.2")  # another host's connection
+        # still gets places of its own
         other.send_multipart(long_poll(n, ledger))
         writer_works(client, ledger, 1, 1)  # LAC stays -1: piggybacked lac of the entries
         assert client.write_lac(ledger, 6, KEY) == Status.OK  # the ledger moves past 5

@@ -112,15 +112,16 @@ def test_the_directory_is_looked_at_no_more_than_every_interval(tmp_path):
     pub, _ = zmq.auth.create_certificates(str(tmp_path), "carol")
     os.makedirs(tmp_path / "keys" / "writer")
     shutil.copy(pub, tmp_path / "keys" / "writer" / "carol.key")
+    carol = zmq.auth.load_certificate(pub)[0].decode()  # the principal is the key
     clock = Clock()
     logged = []
     enrolment = Enrolment(str(tmp_path / "keys"), interval_s=1.0, clock=clock,
                           log=lambda event, **f: logged.append((event, f)))
     gate = Gate(enrolment)
-    assert gate.roles == {"carol": "writer"}
+    assert gate.roles == {carol: "writer"}
     os.unlink(tmp_path / "keys" / "writer" / "carol.key")
     clock.now += 0.5
-    assert gate.roles == {"carol": "writer"}  # not looked at yet
+    assert gate.roles == {carol: "writer"}  # not looked at yet
     clock.now += 0.5
     assert gate.roles == {}
     assert logged[-1][0] == "client keys reloaded" and logged[-1][1]["removed"] == "carol"
@@ -128,7 +129,7 @@ def test_the_directory_is_looked_at_no_more_than_every_interval(tmp_path):
     (tmp_path / "keys" / "admin" / "broken.key").write_text("not a key\n")
     shutil.copy(pub, tmp_path / "keys" / "admin" / "carol.key")
     clock.now += 1.0
-    assert gate.roles == {"carol": "admin"}  # the unreadable file is left out, with a warning
+    assert gate.roles == {carol: "admin"}  # the unreadable file is left out, with a warning
     assert "enrolled client key left out" in [event for event, _ in logged]
     reloads = enrolment.reloads
     clock.now += 5.0

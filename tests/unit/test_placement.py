@@ -37,7 +37,7 @@ def best_spread(placement: Placement, bookies, e: int, qw: int) -> int:
     return best
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(racks=st.lists(st.integers(1, 3), min_size=1, max_size=4), e=st.integers(1, 5),
        qw_less=st.integers(0, 4), seed=st.integers(0, 1000))
 def test_chosen_ensembles_are_as_spread_as_the_oracle_allows(racks, e, qw_less, seed):
