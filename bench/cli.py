@@ -345,7 +345,9 @@ def check_client_keys(args) -> None:
     A tool that needs an ensemble and was given neither ``--metadata`` nor ``--localbookie``
     takes the metadata store the client keys name (``metadataServiceUri``, ``zkServers``)."""
     from bookie.client.errors import InvalidArgumentError
-    unplaced = "metadata" in args and args.metadata is None and args.localbookie is None
+    # (bench bookie --bookie ADDR needs no store: its --metadata is optional)
+    unplaced = ("metadata" in args and args.metadata is None and args.localbookie is None
+                and getattr(args, "bookie", None) is None)
     try:
         args.client_keys = client_options.from_args(args)
         if unplaced:

@@ -14,7 +14,7 @@ import zmq.utils.z85
 from bookie.client import BookKeeper
 from bookie.client.auth import ClientCurve
 from bookie.testing import LocalBookies
-from bookie.testing.rawclient import BookieTimeout, RawBookieClient, make_entry
+from bookie.testing.rawclient import BookieTimeout, RawBookieClient, create_ledgers, make_entry
 from bookie.wire import Status
 
 PAYLOAD = b"curve-secret-payload-7f3a9c"
@@ -82,6 +82,7 @@ def test_without_an_enrolled_key_no_op_gets_any_answer(ens, keys, who):
 
 def test_a_reader_reads_but_cannot_add_fence_or_write_lac(ens, keys):
     ledger = 9101
+    create_ledgers(ens.metadata_uri, [ledger], PASSWORD)  # a bookie stores only ids its store knows
     with raw(ens, keys, "alice") as w:
         assert w.add(ledger, [make_entry(ledger, i, b"e%d" % i, lac=i - 1) for i in range(3)],
                      PASSWORD) == Status.OK
@@ -140,6 +141,7 @@ def test_a_capture_of_a_legitimate_write_holds_neither_payload_nor_key(ens, keys
     port = int(ens.bookies[0].rsplit(":", 1)[1])
     add, read = Recorder(port), Recorder(port + 1)
     ledger = 9202
+    create_ledgers(ens.metadata_uri, [ledger], PASSWORD)
     body = PAYLOAD * 40
     c = RawBookieClient(ens.bookies[0], ctx=zmq.Context(), curve=curve(keys, "alice"))
     try:

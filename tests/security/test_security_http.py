@@ -27,7 +27,7 @@ from bookie.appliance.shell_security import gentoken
 from bookie.appliance.startchecks import StartRefused, check_admin_security, load_admin_token
 from bookie.metadata import LedgerMetadata, open_metadata
 from bookie.testing import LocalBookieError, LocalBookies
-from bookie.testing.rawclient import RawBookieClient, make_entry
+from bookie.testing.rawclient import RawBookieClient, create_ledgers, make_entry
 from bookie.wire import Status
 from bookie.workers.common import free_port_pair
 from bookie.workers.config import BookieConfig
@@ -132,6 +132,7 @@ def test_without_the_token_every_route_but_heartbeat_is_401_and_nothing_changes(
     time.sleep(0.5)  # a GC request is taken within 100 ms
     assert gc_passes_asked(secured) == asked
     lid = 8_100_001
+    create_ledgers(secured.metadata_uri, [lid], KEY)  # a bookie stores only ids its store knows
     with RawBookieClient(secured.bookies[0]) as c:
         assert c.add(lid, [make_entry(lid, 0, b"still writable")], KEY) == Status.OK
     assert refused_total(secured) - before == refusals
@@ -142,6 +143,7 @@ def test_with_the_token_the_api_works(secured):
     status, _, raw = call(secured, "PUT", "/api/v1/bookie/state/readonly", b'{"readOnly": true}', auth)
     assert status == 200 and json.loads(raw)["readOnly"] is True
     lid = 8_100_002
+    create_ledgers(secured.metadata_uri, [lid], KEY)
     with RawBookieClient(secured.bookies[0]) as c:
         assert c.add(lid, [make_entry(lid, 0, b"x")], KEY) == Status.READ_ONLY
     status, _, raw = call(secured, "PUT", "/api/v1/bookie/state/readonly", b'{"readOnly": false}',

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from bookie.testing.rawclient import RawBookieClient, make_entry
+from bookie.testing.rawclient import RawBookieClient, create_ledgers, make_entry
 from bookie.wire import Status
 
 KEY = b"writer-master-key-0123"
@@ -30,6 +30,7 @@ def _files(root: str):
 
 def test_no_file_of_the_bookie_holds_a_master_key_in_any_form_a_client_sends(ens, client):
     ledger = 4242
+    create_ledgers(ens.metadata_uri, [ledger], KEY)  # a bookie stores only ids its store knows
     entries = [make_entry(ledger, i, b"p%d" % i, lac=i - 1) for i in range(20)]
     assert client.add(ledger, entries, KEY) == Status.OK
     assert client.write_lac(ledger, 19, KEY) == Status.OK
@@ -48,8 +49,9 @@ def test_no_file_of_the_bookie_holds_a_master_key_in_any_form_a_client_sends(ens
         assert c.add(ledger, [make_entry(ledger, 21, b"x")], ATTACKER, recovery=True) == Status.UNAUTHORIZED
 
 
-def test_an_explicit_lac_on_an_unused_ledger_id_binds_nothing(client):
+def test_an_explicit_lac_on_an_unused_ledger_id_binds_nothing(ens, client):
     ledger = 5151
+    create_ledgers(ens.metadata_uri, [ledger], KEY)
     assert client.write_lac(ledger, 7, ATTACKER) == Status.NO_LEDGER
     assert client.read_lac(ledger)[0] == Status.NO_LEDGER
     assert client.add(ledger, [make_entry(ledger, 0, b"mine")], KEY) == Status.OK
@@ -57,7 +59,15 @@ def test_an_explicit_lac_on_an_unused_ledger_id_binds_nothing(client):
 
 
 def test_a_fence_on_an_unused_ledger_id_binds_no_key(ens, client):
+    # a ledger whose metadata names its owner: a stranger's fence is refused before anything
+    owned = 6160
+    create_ledgers(ens.metadata_uri, [owned], KEY)
+    assert client.fence(owned, ATTACKER) == Status.UNAUTHORIZED
+    assert client.fence(owned, KEY) == Status.OK  # the owner's fence binds the owner
+    assert client.add(owned, [make_entry(owned, 0, b"x")], ATTACKER, recovery=True) == Status.UNAUTHORIZED
+    # a ledger of an older client (no key named): the fence holds but binds no key
     ledger = 6161
+    create_ledgers(ens.metadata_uri, [ledger], None)
     assert client.fence(ledger, ATTACKER) == Status.OK  # the fence must hold (recovery safety)
     assert client.add(ledger, [make_entry(ledger, 0, b"x")], ATTACKER) == Status.FENCED
     assert client.write_lac(ledger, 3, ATTACKER) == Status.NO_LEDGER

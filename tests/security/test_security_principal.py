@@ -11,7 +11,7 @@ import zmq.auth
 from bookie import wire
 from bookie.client.auth import ClientCurve
 from bookie.testing import LocalBookies
-from bookie.testing.rawclient import RawBookieClient, make_entry
+from bookie.testing.rawclient import RawBookieClient, create_ledgers, make_entry
 from bookie.wire import Op, Status
 from zsockets import long_poll, raw_dealer
 
@@ -81,6 +81,7 @@ def statuses_of(socks, n: int, timeout_ms: int = 20_000) -> list:
 
 def test_one_principal_on_four_connections_leaves_long_poll_places_to_another(ens, keys, ctx):
     ledger = 31
+    create_ledgers(ens.metadata_uri, [ledger], KEY)  # a bookie stores only ids its store knows
     writer = RawBookieClient(ens.bookies[0], ctx=ctx,
                              curve=ClientCurve(keys["alice"][1], keys["bookie"][0]))
     assert writer.add(ledger, [make_entry(ledger, 0, b"x")], KEY) == Status.OK
@@ -104,6 +105,7 @@ def test_one_principal_on_four_connections_leaves_long_poll_places_to_another(en
 
 def test_a_connection_flooding_refused_adds_is_shut_and_a_writer_is_still_served(ens, keys, ctx):
     ledger = 41
+    create_ledgers(ens.metadata_uri, [ledger], KEY)
     writer = RawBookieClient(ens.bookies[0], ctx=ctx,
                              curve=ClientCurve(keys["alice"][1], keys["bookie"][0]))
     assert writer.add(ledger, [make_entry(ledger, 0, b"legit")], KEY) == Status.OK

@@ -12,7 +12,7 @@ import zmq
 import zmq.auth
 
 from bookie.client.auth import ClientCurve
-from bookie.testing.rawclient import BookieTimeout, RawBookieClient, make_entry
+from bookie.testing.rawclient import BookieTimeout, RawBookieClient, create_ledgers, make_entry
 from bookie.wire import Status
 from bookie.workers.auth import RELOAD_INTERVAL_S, Enrolment, Gate
 
@@ -57,6 +57,7 @@ def test_keys_removed_added_and_moved_take_effect_without_a_restart(ens, keys):
     """alice (writer) is revoked while connected, bob is enrolled as a reader, then moved to
     writer/ while connected, and alice comes back: each within the reload interval."""
     ledger = 7301
+    create_ledgers(ens.metadata_uri, [ledger], PASSWORD)  # a bookie stores only ids its store knows
     clients, aside = keys["clients"], keys["aside"]
     pid = ens.procs[0].pid
     alice = connect(ens, keys, "alice")
