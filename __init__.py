@@ -20,4 +20,9 @@ def _version() -> str:
         return "0+unknown"
 
 
-__version__ = _version()
+def __getattr__(name: str):
+    # ``__version__`` is read when asked for: importing the package stays instant (a Ctrl-C
+    # at the start of ``bookie ...`` meets the console's handling, not this import).
+    if name == "__version__":
+        return _version()
+    raise AttributeError(f"module 'bookie' has no attribute {name!r}")

@@ -1,14 +1,38 @@
 """The ``bookie`` console script: ``bookie.appliance.cli.main``, with Ctrl-C at any moment
-(even while the command's modules are still being imported) ending in exit status 130 and no
-traceback."""
+ending in exit status 130 and no traceback.
+
+While the command's modules and the extension modules every command uses (pyzmq, numpy, lmdb,
+orjson) are being imported, SIGINT is only noted: a KeyboardInterrupt raised inside an
+extension module's initialisation can leave it half made, and the interpreter then crashes at
+exit (SIGSEGV).  The noted Ctrl-C ends the command as soon as the imports are done."""
 
 from __future__ import annotations
 
+import importlib
+import signal
+
+EXTENSIONS = ("zmq", "numpy", "lmdb", "orjson", "prometheus_client")
+
 
 def main() -> int:
+    interrupted = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
+    except ValueError:  # not the main thread (embedded): nothing to defer
+        previous = None
     try:
         from bookie.appliance.cli import main as cli_main
-
+        for name in EXTENSIONS:
+            try:
+                importlib.import_module(name)
+            except ImportError:  # an optional one; the command says so if it needs it
+                pass
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        return 130
+    try:
         return cli_main()
     except KeyboardInterrupt:
         return 130

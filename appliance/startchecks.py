@@ -95,7 +95,8 @@ def is_loopback(host: str) -> bool:
 def check_client_security(conf: BookieConfig) -> tuple[str, str] | None:
     """Whether the client sockets may serve as configured: ``StartRefused`` when they would
     listen beyond loopback without CURVE (unless ``allowInsecureClients``) or a key file or the
-    enrolment cannot be read; else ``(level, line)`` to log at start-up when CURVE is off."""
+    enrolment cannot be read; else ``(level, line)`` to log at start-up: what the client sockets
+    admit (under CURVE, how many keys of each role are enrolled)."""
     from bookie.workers.auth import AuthError, load_enrolment, load_secret
 
     if conf.curve_secret_key_file:
@@ -111,7 +112,12 @@ def check_client_security(conf: BookieConfig) -> tuple[str, str] | None:
             return ("warning", f"curveClientKeysDirectory={conf.curve_client_keys_dir} enrols no "
                                f"key (reader/, writer/, admin/ hold NAME.key files): no client is "
                                f"admitted")
-        return None
+        roles = [role for _, role in enrolled.values()]
+        counts = ", ".join(f"{roles.count(r)} {r}" for r in ("reader", "writer", "admin")
+                           if r in roles)
+        return ("info", f"client sockets under CURVE: {len(roles)} client keys enrolled "
+                        f"({counts}) from curveClientKeysDirectory="
+                        f"{conf.curve_client_keys_dir}; any other key gets no answer")
     host = conf.listening_interface
     if is_loopback(host):
         return ("info", "client sockets without CURVE (no curveSecretKeyFile): unauthenticated "

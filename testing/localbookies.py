@@ -195,8 +195,9 @@ class LocalBookies:
         start_at = self._log_offsets.get(i, 0)
         while time.monotonic() < deadline:
             p = self.procs[i]
-            if p.poll() is not None:
-                raise LocalBookieError(f"bookie {i} exited with status {p.returncode}:\n{self.log(i)[-3000:]}")
+            if p.poll() is not None:  # what this start wrote, not a running instance's log
+                raise LocalBookieError(f"bookie {i} exited with status {p.returncode}:\n"
+                                       f"{self._log_since(i, start_at)[-3000:]}")
             with open(self.log_path(i), "rb") as f:
                 f.seek(start_at)
                 text = f.read()
@@ -286,6 +287,14 @@ class LocalBookies:
         p = self.procs[i]
         return p is not None and p.poll() is None
 
+    def _log_since(self, i: int, offset: int) -> str:
+        try:
+            with open(self.log_path(i), "rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace").rstrip("\n")
+        except OSError:
+            return ""
+
     def log(self, i: int) -> str:
         try:
             with open(self.log_path(i), "rb") as f:
@@ -351,7 +360,8 @@ def _children(pid: int) -> list[int]:
 
 
 def smoke(ens: LocalBookies) -> str:
-    """Write and read back a ledger through the client; returns a one-line report."""
+    """Write and read back a ledger through the client, then delete it; returns a one-line
+    report."""
     from bookie.client import BookKeeper
 
     t0 = time.monotonic()
@@ -367,6 +377,8 @@ def smoke(ens: LocalBookies) -> str:
         rh = bk.open_ledger(lh.ledger_id, digest="crc32c", password=b"smoke")
         got = [e.data for e in rh.read_entries(0, rh.last_add_confirmed)]
         rh.close()
+        # a check, not data: an ensemble started again on its --dir does not gather them
+        bk.delete_ledger(lh.ledger_id)
     if got != [b"smoke-%d" % i for i in range(n)]:
         raise LocalBookieError(f"smoke check failed: read back {len(got)} entries that differ")
     return (f"smoke: wrote and read back {n} entries of ledger {lh.ledger_id} "

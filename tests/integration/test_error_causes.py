@@ -103,3 +103,9 @@ def test_a_privileged_port_as_non_root_names_the_permission_and_the_port(shared_
     assert refusal, proc.stderr[-2000:]
     assert "permission denied" in refusal[-1] and "bookiePort=181" in refusal[-1], refusal
     assert "in use" not in refusal[-1]
+
+
+def test_a_curve_bookie_says_at_start_what_it_enrols(curve_bookie):
+    ens, _ = curve_bookie
+    line = [x for x in ens.log(0).splitlines() if "client sockets under CURVE" in x]
+    assert line and "2 client keys enrolled (1 reader, 1 writer" in line[0], ens.log(0)[-2000:]

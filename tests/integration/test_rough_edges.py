@@ -42,7 +42,7 @@ def interpreter_start_s() -> float:
     return slowest * 1.5
 
 
-@pytest.mark.parametrize("delay_s", [0.0, 0.05, 0.15, 0.3, 0.6])
+@pytest.mark.parametrize("delay_s", [0.0, 0.02, 0.05, 0.1, 0.15, 0.3, 0.6])
 def test_ctrl_c_early_in_bookie_run_stops_without_a_traceback(tmp_path, delay_s,
                                                              interpreter_start_s):
     proc = bookie_run(tmp_path)
@@ -105,3 +105,36 @@ def test_simpletest_defaults_fit_the_one_bookie_appliance(tmp_path, capsys):
         out, err = capsys.readouterr()
     assert rc == 0, err
     assert out.startswith("simpletest: OK: 5 entries") and "(E=1 Qw=1 Qa=1)" in out, out
+
+
+def test_localbookie_started_again_on_its_dir_gathers_no_smoke_ledgers(tmp_path):
+    from bookie.metadata import open_metadata
+
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-m", "bookie", "localbookie", "1", "--dir",
+                               str(tmp_path / "d"), "--exit-after-smoke"],
+                              capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 0 and "smoke: wrote and read back" in proc.stdout, proc.stderr
+    with open_metadata(f"lmdb://{tmp_path / 'd' / 'metadata'}") as store:
+        assert list(store.list_ledgers()) == []
+
+
+def test_a_second_localbookie_on_a_dir_in_use_says_so_without_the_first_ones_log(tmp_path):
+    first = subprocess.Popen([sys.executable, "-m", "bookie", "localbookie", "1", "--dir",
+                              str(tmp_path / "d"), "--no-smoke"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        for line in first.stdout:
+            if "serving" in line or time.monotonic() > deadline:
+                break
+        second = subprocess.run([sys.executable, "-m", "bookie", "localbookie", "1", "--dir",
+                                 str(tmp_path / "d"), "--no-smoke"], capture_output=True,
+                                text=True, timeout=180)
+        assert second.returncode == 2, second.stderr
+        assert "refusing to start" in second.stderr
+        assert "bookie serving" not in second.stderr  # the running instance's lines stay out
+        assert len(second.stderr.splitlines()) <= 3, second.stderr
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)

@@ -170,8 +170,9 @@ def test_curve_configured_but_unusable_refuses_to_start(tmp_path, keys):
     def conf(**more):
         return BookieConfig.from_mapping({"listeningInterface": "0.0.0.0", **more}, check_dirs=False)
 
-    assert check_client_security(conf(curveSecretKeyFile=keys["bookie"][1],
-                                      curveClientKeysDirectory=keys["clients"])) is None
+    level, line = check_client_security(conf(curveSecretKeyFile=keys["bookie"][1],
+                                             curveClientKeysDirectory=keys["clients"]))
+    assert level == "info" and "3 client keys enrolled (1 reader, 1 writer, 1 admin)" in line
     with pytest.raises(StartRefused, match="curveClientKeysDirectory"):
         check_client_security(conf(curveSecretKeyFile=keys["bookie"][1]))
     with pytest.raises(StartRefused, match="no secret key"):  # the public half given by mistake
