@@ -40,7 +40,9 @@ restored store has not handed those ids out (its counter starts again, or stops 
 so its mark is below at least one.  ``empty_listing_trusted`` is that rule: an empty listing is
 acted on only when the mark, read before it, covers every held id; otherwise nothing is
 deleted (and a held id above the mark - data written while the bookie ran without a store -
-keeps the guard on until the store hands that id out).
+keeps the guard on until the store hands that id out).  The GC worker adds a second condition the plan does not see: the
+store must still hold this bookie's cookie (on ZooKeeper the mark's own probe advances the id
+sequence, so a wiped store's mark soon passes small held ids).
 
 The worker carries the plan out in this order: dropped ledgers are appended to the durable list
 of deletes, then leave the index (a tombstone each), then dead log files are unlinked, then their maps are forgotten; a crash anywhere in between

@@ -142,6 +142,12 @@ def check_or_stamp(conf) -> dict:
     return want
 
 
+def local_cookie(conf) -> dict | None:
+    """The cookie in the bookie's journal directory, or None when there is none (yet)."""
+    cookie = _read_json(os.path.join(current_dir(conf.journal_dir), "cookie"))
+    return cookie if isinstance(cookie, dict) else None
+
+
 def key_salt(conf) -> bytes:
     """The salt of the master keys' stored form (``bookie.core.ledgers.stored_key``): the
     cookie's instance id, chosen at the first start and kept until the bookie is formatted."""

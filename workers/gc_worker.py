@@ -43,6 +43,7 @@ import os
 import time
 
 import lmdb
+import orjson
 
 import shutil
 import signal
@@ -50,7 +51,7 @@ import signal
 from bookie.storage import compaction
 from bookie.core import gc_policy
 from bookie.storage.journal import fsync_dir
-from bookie.storage.layout import current_dir
+from bookie.storage.layout import current_dir, local_cookie
 from bookie.storage.noroom import no_room
 from bookie.storage import deletes
 from bookie.storage.index import LOG_KEY, Index, open_index
@@ -63,8 +64,12 @@ class EmptyListingRefused(Exception):
     """The store listed no ledgers while this bookie holds some: nothing was deleted."""
 
 
-def collect(index: Index, store, ledger_dirs: list[str]) -> gc_policy.GcPlan:
+def collect(index: Index, store, ledger_dirs: list[str], cookie: dict | None = None) -> gc_policy.GcPlan:
     """One GC run: gather the facts, plan, carry the plan out.  Returns the plan carried out.
+
+    ``cookie``: this bookie's own cookie; an empty listing is acted on only while the store
+    still holds the same one (a wiped or reformatted store has lost it, and on ZooKeeper its id
+    sequence, which the high-water probe itself advances, soon passes small held ids).
 
     Raises:
         MetadataError: the store could not list its ledgers (nothing was deleted).
@@ -75,6 +80,11 @@ def collect(index: Index, store, ledger_dirs: list[str]) -> gc_policy.GcPlan:
         current = index.current_logs(txn)
     high_water = store.ledger_id_high_water()  # after the snapshot, before the listing (gc_policy)
     in_store = list(store.list_ledgers())
+    if not in_store and held and cookie is not None and not _store_knows(store, cookie):
+        raise EmptyListingRefused(
+            f"the metadata store lists no ledgers and no longer holds this bookie's cookie (a "
+            f"wiped, reformatted or other store) while this bookie holds {len(held)}; deleting "
+            f"nothing")
     if not in_store and not gc_policy.empty_listing_trusted(held, high_water):
         raise EmptyListingRefused(
             f"the metadata store lists no ledgers but this bookie holds {len(held)}, up to id "
@@ -98,6 +108,18 @@ def collect(index: Index, store, ledger_dirs: list[str]) -> gc_policy.GcPlan:
             for log_id in plan.forget_maps:
                 txn.delete(LOG_KEY.pack(log_id), db=index.logs)
     return plan
+
+
+def _store_knows(store, cookie: dict) -> bool:
+    """True when the store holds this bookie's cookie with the same instance id."""
+    from bookie.metadata import NoSuchNodeError
+    try:
+        raw, _ = store.read_cookie(cookie["bookie_id"])
+        return orjson.loads(raw).get("instance_id") == cookie.get("instance_id")
+    except NoSuchNodeError:
+        return False
+    except (ValueError, KeyError, AttributeError):
+        return False
 
 
 GC_REQUEST_FILE = "gc.request"  # in the run dir: the supervisor asks for a pass now (PUT /api/v1/bookie/gc)
@@ -334,6 +356,7 @@ def run(ctx) -> int:
     ctx.write_stats({**totals, **count_holdings(index, ledger_dirs)})
     next_run = time.monotonic() + conf.gc_wait_s
     compactor = Compactor(ctx, index, ledger_dirs, time.monotonic())
+    cookie = local_cookie(conf)  # an empty listing is believed only from the store that holds it
     try:
         try:
             compactor.recover()  # before any pass: finish or undo what a crash interrupted
@@ -353,7 +376,7 @@ def run(ctx) -> int:
                 if store is None:
                     store = open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s,
                                           zk_security=conf.zk_security)
-                done = collect(index, store, ledger_dirs)
+                done = collect(index, store, ledger_dirs, cookie)
             except MetadataError as e:
                 problem = "gc skipped: metadata store unavailable; retrying at the next run"
                 error = f"{type(e).__name__}: {e}"

@@ -119,13 +119,16 @@ def test_gc_worker_survives_a_metadata_outage_and_restarts_without_the_store(
 
 
 def test_gc_deletes_nothing_when_the_store_lists_no_ledgers(zk, zk_store_uri, tmp_path):
-    """A store listing no ledger at all while the bookie holds some is not believed."""
+    """A store listing no ledger at all while the bookie holds ids it never handed out (a
+    wiped or wrongly restored store) is not believed.  (An emptied cluster, whose mark covers
+    every id held, is: test_autorecovery_partial / the GC's empty-cluster case.)"""
     with _one_bookie(zk_store_uri, tmp_path, gcWaitTime=300) as ens, \
             open_metadata(zk_store_uri) as store, RawBookieClient(ens.bookies[0]) as c:
         meta = LedgerMetadata(1, 1, 1, fragments=[(0, [ens.bookies[0]])])
-        lid, _ = store.create_ledger(meta)
+        for _ in range(3):
+            lid, _ = store.create_ledger(meta)
         assert c.add(lid, [make_entry(lid, 0, b"precious")], KEY) == Status.OK
-        store.remove_ledger(lid)  # the store now lists nothing
+        store.format(force=True)  # wiped: lists nothing, its id sequence starts again
         assert _wait(lambda: "gc refused to delete" in ens.log(0)), ens.log(0)[-3000:]
         time.sleep(1.0)  # several more runs
         assert c.read(lid, 0) == (Status.OK, [make_entry(lid, 0, b"precious")])
