@@ -6,7 +6,9 @@
 
 The server runs standalone (``ZooKeeperServerMain``) with a generated ``zoo.cfg`` (short tick,
 admin HTTP server off, four-letter words ``ruok``/``srvr`` on) and logs to ``zookeeper.log`` in
-its directory; ``log_tail()`` returns the end of it for a failing test's report.
+its directory; ``log_tail()`` returns the end of it for a failing test's report.  The server
+dies with the thread that started it (``PR_SET_PDEATHSIG``), so a test run killed by SIGKILL
+leaves no Java process behind: start it from a thread that lives as long as you need it.
 
 The Java classpath is Debian's ``/usr/share/java/zookeeper.jar`` (its manifest names the other
 jars) plus a SLF4J binding; set ``ZOOKEEPER_CLASSPATH`` to use another installation.
@@ -24,6 +26,8 @@ import tempfile
 import threading
 import time
 import uuid
+
+from bookie.workers.common import set_pdeathsig
 
 DEBIAN_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
 
@@ -124,7 +128,10 @@ class ZooKeeperServer:
                  "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
                  "-cp", classpath, "org.apache.zookeeper.server.ZooKeeperServerMain", config],
                 stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
+                start_new_session=True,
+                # the server dies with the thread that started it, also when its owner is
+                # SIGKILLed and cannot stop it (a test run killed by a timeout)
+                preexec_fn=set_pdeathsig)
             if self._wait_ready():
                 return self
             self._kill()
