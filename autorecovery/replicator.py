@@ -6,8 +6,9 @@ and ends in one of the outcomes below; only RETRY and WAIT leave the mark for la
 * HEALED   - no fragment names a missing bookie any more; the mark is removed.
 * SETTLED  - the mark was stale (ledger deleted, bookies back, nothing names them); removed.
 * LOST     - some entries have no live copy; reported once (``/underreplication/lost``), the
-             rest healed (a range with a live copy is copied even where its neighbours in the
-             fragment have none), the mark removed: it is never retried.
+             positions whose every entry has a live copy healed, the mark removed: it is never
+             retried.  A position holding an entry with no live copy keeps naming its bookie
+             (repointed, those entries would be cut off from it for good if it comes back).
 * WAIT     - an open ledger whose last fragment names a missing bookie, inside
              ``openLedgerRereplicationGracePeriod``; its writer may still replace the bookie
              itself.  Only such a ledger is fenced and recovered once the grace is over
@@ -205,12 +206,15 @@ class Replicator:
         keys = self._keys(ledger_id, password)
         outcome = HEALED
         for heal in rules.plan_ledger(meta, dead, self.rng, unavailable):
-            if heal.unhealable:  # reported once; what has a source is still copied
+            if heal.unhealable:
+                # Reported once, and the position is left naming its bookie: repointed, the
+                # entries that have no live copy here would be cut off from that bookie for
+                # good, and a bookie that was only down (the nemesis found this: supervisors
+                # killed while lostBookieRecoveryDelay was 0) serves them again when it is back.
                 self._report_lost(ledger_id, {"reason": "no live copy", "first": heal.first,
                                               "last": heal.last, "bookie": heal.bookie})
                 outcome = LOST
-                if not heal.copies:
-                    continue
+                continue
             result = self._heal_fragment(ledger_id, heal, keys)
             if result == LOST:
                 outcome = LOST

@@ -77,7 +77,11 @@ def _names_any(store, ledger_id, bookies) -> bool:
 
 
 @pytest.mark.autorecovery_slow
-def test_a_partial_loss_copies_what_has_a_source_and_reports_the_rest_once(tmp_path):
+def test_a_partial_loss_is_reported_once_and_never_cuts_off_a_bookie_that_comes_back(tmp_path):
+    # B and C die together: the entries whose write set is {B, C} have no live copy.  The ledger
+    # is reported lost once and not marked again; the positions holding those entries keep
+    # naming B and C (repointed, a bookie that was only down would lose them for good: the
+    # nemesis found that), so when B and C come back every entry reads again.
     with LocalBookies(5, base_dir=str(tmp_path / "b"), conf=FAST, admin_http=True) as lb:
         try:
             a, b, c = lb.bookies[:3]
@@ -86,36 +90,26 @@ def test_a_partial_loss_copies_what_has_a_source_and_reports_the_rest_once(tmp_p
             lb.kill(2)
             with open_metadata(lb.metadata_uri) as store:
                 ur = UnderReplication(store)
-                waiting.wait_for(lambda: not _names_any(store, ledger_id, {b, c}), BOUND_S,
-                                 "the ledger no longer names B or C", step_s=0.2)
                 waiting.wait_for(lambda: ledger_id in ur.lost(), BOUND_S, "reported lost")
                 waiting.wait_for(lambda: ur.marks() == {}, BOUND_S, "no mark left")
                 time.sleep(3)  # several auditor and worker rounds: never marked again
                 assert ur.marks() == {} and list(ur.lost()) == [ledger_id]
-                meta, _ = store.read_ledger(ledger_id)
-            ensemble = meta.fragments[0][1]
-            for e in range(30):  # what had a copy on A now has two, identical
-                if e % 3 == 1:
-                    continue
-                for p in write_set(e, 3, 2):
-                    with RawBookieClient(ensemble[p], timeout_s=30) as cl:
-                        status, got = cl.read(ledger_id, e)
-                        assert status == Status.OK and got[0].endswith(b"part-%d" % e), (e, p)
+                assert _names_any(store, ledger_id, {b, c})
             logs = "".join(lb.log(i) for i in (0, 3, 4))
             assert logs.count(f"ledger lost entries: no live copy to heal from "
                               f"ledger_id={ledger_id}") == 1
-            waiting.wait_for(lambda: _lost_ledgers_counted(lb, (0, 3, 4)) >= 1, 30,
-                             "the lost ledger in the metrics")
-            time.sleep(2)
-            assert _lost_ledgers_counted(lb, (0, 3, 4)) == 1  # reported and healed: counted once
-            lb.kill(0)  # A too: the 20 entries copied survive it
-            for e in range(30):
-                if e % 3 == 1:
-                    continue
-                p = next(p for p in write_set(e, 3, 2) if ensemble[p] != a)
-                with RawBookieClient(ensemble[p], timeout_s=30) as cl:
-                    status, got = cl.read(ledger_id, e)
-                    assert status == Status.OK and got[0].endswith(b"part-%d" % e), e
+            lb.start(1)
+            lb.start(2)
+            with open_metadata(lb.metadata_uri) as store:
+                meta, _ = store.read_ledger(ledger_id)
+            ensemble = meta.fragments[0][1]
+            for e in range(30):  # every entry on a bookie its metadata names for it
+                found = False
+                for p in write_set(e, 3, 2):
+                    with RawBookieClient(ensemble[p], timeout_s=30) as cl:
+                        status, got = cl.read(ledger_id, e)
+                        found = found or (status == Status.OK and got[0].endswith(b"part-%d" % e))
+                assert found, e
         except BaseException:
             _dump(lb)
             raise
