@@ -160,6 +160,9 @@ def test_a_recovered_ledger_stays_fenced_after_journal_roll_compaction_and_rebui
         while "compaction done" not in ens.log(0)[start:] and time.monotonic() < deadline:
             time.sleep(0.2)
         assert "compaction done" in ens.log(0)[start:], ens.log(0)[start:][-2000:]
+        deadline = time.monotonic() + 60  # rolled away at a checkpoint after the roll
+        while first_journal in os.listdir(journal) and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert first_journal not in os.listdir(journal)  # the fence's journal file rolled away
         _rebuild_index(ens)
         with pytest.raises(LedgerFencedError):
