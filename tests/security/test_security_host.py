@@ -14,7 +14,7 @@ import tempfile
 import pytest
 
 from bookie.testing import LocalBookies
-from bookie.testing.rawclient import RawBookieClient, make_entry
+from bookie.testing.rawclient import RawBookieClient, create_ledgers, make_entry
 from bookie.wire import Status
 from bookie.storage.ring import Ring
 
@@ -58,6 +58,7 @@ def _everything_under(root: str) -> list[str]:
 
 def test_nobody_opens_none_of_the_bookies_files_nor_its_ring(ens):
     ledger = 77
+    create_ledgers(ens.metadata_uri, [ledger], KEY)  # a bookie stores only ids its store knows
     with RawBookieClient(ens.bookies[0]) as c:
         assert c.add(ledger, [make_entry(ledger, i, b"secret payload") for i in range(10)], KEY) == Status.OK
     port = ens.ports[0]

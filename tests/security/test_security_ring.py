@@ -10,7 +10,7 @@ import time
 import pytest
 
 from bookie.testing import LocalBookies
-from bookie.testing.rawclient import RawBookieClient, make_entry
+from bookie.testing.rawclient import RawBookieClient, create_ledgers, make_entry
 from bookie.wire import Status
 from bookie.storage.ring import DATA_OFFSET, Ring
 
@@ -49,6 +49,7 @@ def alive(pid: int) -> bool:
 def test_a_sigkilled_bookie_leaves_nothing_in_dev_shm(tmp_path):
     with LocalBookies(1, base_dir=str(tmp_path), conf={"flushInterval": 50}) as ens:
         port = ens.ports[0]
+        create_ledgers(ens.metadata_uri, [5], KEY)  # a bookie stores only ids its store knows
         with RawBookieClient(ens.bookies[0]) as c:
             assert c.add(5, [make_entry(5, i, b"x" * 100) for i in range(20)], KEY) == Status.OK
         assert shm_of(port) == []  # nothing with a name, even while it runs
