@@ -52,8 +52,15 @@ def flip(raw: bytes, offset: int, mask: int) -> bytes:
 
 
 def stored_copy(bookie: str, ledger_id: int, entry_id: int) -> bytes:
+    # Qa=2 of Qw=3: the close may come before the third bookie has stored its copies (its first
+    # request for a ledger waits for the owner's key check, slow on purpose), so wait for them.
+    deadline = time.monotonic() + 30
     with RawBookieClient(bookie, timeout_s=10) as raw:
-        status, entries = raw.read(ledger_id, entry_id)
+        while True:
+            status, entries = raw.read(ledger_id, entry_id)
+            if status == Status.OK or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
     assert status == Status.OK and entries, status
     return entries[0]
 
