@@ -40,6 +40,22 @@ def _create(bk, e=1):
                             password=PASSWORD)
 
 
+def _written(bk, payloads):
+    """A closed ledger of the writer (E=1) holding ``payloads``; returns its id."""
+    lh = _create(bk)
+    for p in payloads:
+        lh.add_entry(p, timeout_s=5)
+    lh.close()
+    return lh.ledger_id
+
+
+def _credential_add(raw, lid, cred, entries):
+    """A recovery add on the recovery credential, as autorecovery's copier sends it."""
+    status, _ = raw.request(raw.add_sock, Op.ADD, lid, Flag.RECOVERY_ADD | Flag.RECOVERY_CREDENTIAL,
+                            [cred, *_batch(entries)])
+    return status
+
+
 def _read_back(bk, lid):
     rh = bk.open_ledger(lid, digest="crc32c", password=PASSWORD, recovery=False)
     try:
@@ -183,10 +199,7 @@ def test_healed_copies_are_the_owners_and_a_strangers_first_add_is_refused(one):
         healed = _crc32c_entries(bk, lid, [b"healed %d" % i for i in range(3)])
         cred = credential(secret, lid)
         for e in healed:  # as autorecovery's copier sends them
-            status, _ = raw.request(raw.add_sock, Op.ADD, lid,
-                                    Flag.RECOVERY_ADD | Flag.RECOVERY_CREDENTIAL,
-                                    [cred, *_batch([e])])
-            assert status == Status.OK
+            assert _credential_add(raw, lid, cred, [e]) == Status.OK
         # a stranger's first ADD (no credential) does not bind the ledger nor replace the copies
         for i, e in enumerate(_crc32c_entries(bk, lid, [b"stranger %d" % i for i in range(3)])):
             assert raw.add(lid, [e], STRANGER) == Status.UNAUTHORIZED
@@ -208,11 +221,7 @@ def test_rewriting_the_metadata_key_check_does_not_hand_a_ledger_to_another_key(
     ens = one
     with open_metadata(ens.metadata_uri) as store, BookKeeper(ens.metadata_uri) as bk, \
             RawBookieClient(ens.bookies[0]) as raw:
-        lh = _create(bk)
-        for i in range(3):
-            lh.add_entry(b"real %d" % i, timeout_s=5)
-        lh.close()
-        lid = lh.ledger_id
+        lid = _written(bk, [b"real %d" % i for i in range(3)])
         meta, version = store.read_ledger(lid)
         forged = LedgerMetadata(**{**meta.__dict__, "key_check": make_key_check(STRANGER)})
         store.write_ledger(lid, forged, version)  # whoever may write metadata names their key
@@ -251,11 +260,7 @@ def test_an_entry_held_is_never_rewritten_and_an_identical_resend_is_answered_ok
     ens = one
     with open_metadata(ens.metadata_uri) as store, BookKeeper(ens.metadata_uri) as bk, \
             RawBookieClient(ens.bookies[0]) as raw:
-        lh = _create(bk)
-        for i in range(4):
-            lh.add_entry(b"acknowledged %d" % i, timeout_s=5)
-        lh.close()
-        lid = lh.ledger_id
+        lid = _written(bk, [b"acknowledged %d" % i for i in range(4)])
         status, held = raw.read(lid, 0, 4)
         assert status == Status.OK
         forged = _crc32c_entries(bk, lid, [b"rewritten %d" % i for i in range(4)])
@@ -263,9 +268,7 @@ def test_an_entry_held_is_never_rewritten_and_an_identical_resend_is_answered_ok
         assert raw.add(lid, [forged[2]], KEY) == Status.ENTRY_EXISTS
         assert raw.add(lid, [forged[2]], KEY, recovery=True) == Status.ENTRY_EXISTS
         cred = credential(read_secret(store, create=False), lid)
-        status, _ = raw.request(raw.add_sock, Op.ADD, lid,
-                                Flag.RECOVERY_ADD | Flag.RECOVERY_CREDENTIAL, [cred, *_batch([forged[1]])])
-        assert status == Status.ENTRY_EXISTS
+        assert _credential_add(raw, lid, cred, [forged[1]]) == Status.ENTRY_EXISTS
         # the bytes first sent, sent again (a client's resend): OK, nothing stored twice
         assert raw.add(lid, [held[2]], KEY, recovery=True) == Status.OK
         assert raw.add(lid, held[1:3], KEY, recovery=True) == Status.OK
