@@ -224,7 +224,9 @@ def list_bookies(api: AdminApi, req: Request) -> Response:
     def body(store):
         out = {}
         for bookie_id in store.list_bookies(readonly=kind == "ro"):
-            out[bookie_id] = bookie_id.rsplit(":", 1)[0] if hostnames else None
+            # the host it registered (a named bookieId is no address), else its address id's
+            host = (store.bookie_info(bookie_id) or {}).get("host") if hostnames else None
+            out[bookie_id] = (host or bookie_id.rsplit(":", 1)[0]) if hostnames else None
         return out
     return Response(api.with_store(body))
 

@@ -88,6 +88,7 @@ def sanity(api: AdminApi, req: Request) -> Response:
     from bookie.appliance.admin import Response
     from bookie import wire
     from bookie.autorecovery.copier import Bookies, CopyError, Key
+    from bookie.client.resolver import BookieResolver
     from bookie.autorecovery.worker import curve_keys
     from bookie.client.auth import client_curve
     from bookie.client.config import ClientConfig
@@ -103,7 +104,7 @@ def sanity(api: AdminApi, req: Request) -> Response:
         ledger_id, _ = store.create_ledger(meta)
         entries = [wire.pack_entry(ledger_id, e, e - 1, 8, b"", b"sanity%02d" % e)
                    for e in range(SANITY_ENTRIES)]
-        bookies = Bookies(10.0, curve)
+        bookies = Bookies(10.0, curve, BookieResolver(store))
         try:
             bookies.add_recovery(bookie, ledger_id, Key(master_key(b"")), entries)
             got = bookies.read_strided(bookie, ledger_id, 0, SANITY_ENTRIES, 1)

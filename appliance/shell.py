@@ -333,30 +333,8 @@ def _refuse_while_registered(store, args: argparse.Namespace) -> None:
 
 
 def _listbookies(args: argparse.Namespace) -> int:
-    def body(store) -> int:
-        if args.all:
-            writable, readonly = store.list_bookies(), store.list_bookies(readonly=True)
-            if args.json:
-                _print_json({"writable": writable, "readonly": readonly})
-                return 0
-            if not writable and not readonly:
-                print("no bookies registered")
-            for bookie_id in writable:
-                print(bookie_id)
-            for bookie_id in readonly:
-                print(f"{bookie_id} (read-only)")
-            return 0
-        bookies = store.list_bookies(readonly=args.readonly)
-        if args.json:
-            _print_json({"readonly" if args.readonly else "writable": bookies})
-            return 0
-        kind = "read-only" if args.readonly else "writable"
-        if not bookies:
-            print(f"no {kind} bookies registered")
-        for bookie_id in bookies:
-            print(bookie_id)
-        return 0
-    return _with_store(args, body)
+    from bookie.appliance.shell_cluster import listbookies  # ids, addresses and locations
+    return listbookies(args)
 
 
 def _listledgers(args: argparse.Namespace) -> int:

@@ -11,6 +11,8 @@
                                              set in the store, every auditor uses it over its
                                              own configuration from its next look
     queryautorecoverystatus [-verbose]       ledgers being re-replicated now (and by whom)
+    listbookies [-rw | -ro | -a]             registered bookies: id, address, location
+                                             (registered in ``shell.py``, shown here)
     endpointinfo -b BOOKIE_ID                a registered bookie's endpoints
     cookie_list                              the bookies that have a cookie in the store
     cookie_get BOOKIE_ID                     one bookie's cookie
@@ -241,6 +243,51 @@ def _cookie_list(args) -> int:
             print("no cookies in the store")
         for bookie_id in bookies:
             print(bookie_id)
+        return 0
+    return _with_store(args, body)
+
+
+def bookie_rows(store, bookies: list[str], readonly: bool) -> list[dict]:
+    """One row per bookie: its id, its address now (from its registration; an address id is
+    its own address) and its location (the one ``setrack`` set, else its ``bookieLocation``,
+    else the default), as clients place ensembles on them."""
+    from bookie.client.metadata import ClientStore
+    from bookie.client.protocol.placement import DEFAULT_LOCATION
+    from bookie.client.resolver import address_of
+    from bookie.metadata.bookie_ids import split_address
+    locations = ClientStore(store, own=False).locations(bookies)
+    rows = []
+    for bookie_id in bookies:
+        address = address_of(store.bookie_info(bookie_id)) or split_address(bookie_id)
+        rows.append({"bookie_id": bookie_id,
+                     "address": f"{address[0]}:{address[1]}" if address else None,
+                     "location": locations.get(bookie_id) or DEFAULT_LOCATION,
+                     "readonly": readonly})
+    return rows
+
+
+def listbookies(args: argparse.Namespace) -> int:
+    """``bookie shell listbookies``: a line per bookie, ``ID address=HOST:PORT
+    location=/REGION/RACK`` (`` (read-only)`` after it with ``-a``); ``--json`` lists the ids
+    by kind, as before, and ``bookies``: one object per bookie with the same fields."""
+    def body(store) -> int:
+        kinds = [False, True] if args.all else [bool(args.readonly)]
+        rows = [row for readonly in kinds
+                for row in bookie_rows(store, store.list_bookies(readonly=readonly), readonly)]
+        if args.json:
+            doc = {("readonly" if readonly else "writable"):
+                   [r["bookie_id"] for r in rows if r["readonly"] == readonly]
+                   for readonly in kinds}
+            doc["bookies"] = rows
+            _print_json(doc)
+            return 0
+        if not rows:
+            print("no bookies registered" if args.all else
+                  f"no {'read-only' if args.readonly else 'writable'} bookies registered")
+        for r in rows:
+            print(f"{r['bookie_id']} address={r['address'] or 'unknown'} "
+                  f"location={r['location']}" + (" (read-only)" if args.all and r["readonly"]
+                                                  else ""))
         return 0
     return _with_store(args, body)
 

@@ -33,6 +33,7 @@ from bookie.appliance.errors import CliError
 from bookie.appliance.shell import (
     _client_keys, _print_json, _uri, _with_store, _zk_security, ask)
 from bookie.client import options as client_options
+from bookie.client.resolver import BookieResolver
 
 
 def register(commands, metadata_command: Callable) -> None:
@@ -430,7 +431,7 @@ def _bookiesanity(args) -> int:
         meta = LedgerMetadata(1, 1, 1, digest_type="dummy", password_digest=password_digest(b""),
                               custom={"bookiesanity": bookie}, fragments=[(0, [bookie])])
         ledger_id, version = store.create_ledger(meta)
-        bookies = Bookies(args.timeout_s, curve)
+        bookies = Bookies(args.timeout_s, curve, BookieResolver(store))
         key = master_key(b"")
         entries = [wire.pack_entry(ledger_id, e, e - 1, 8, b"", b"sanity%02d" % (e % 100))
                    for e in range(args.entries)]
@@ -458,7 +459,7 @@ def _bookieinfo(args) -> int:
 
     def body(store) -> int:
         rows = []
-        bookies = Bookies(min(args.timeout_s, 5.0), curve)
+        bookies = Bookies(min(args.timeout_s, 5.0), curve, BookieResolver(store))
         try:
             for readonly in (False, True):
                 for bookie in store.list_bookies(readonly=readonly):

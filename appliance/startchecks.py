@@ -223,3 +223,13 @@ def _refuse_permission(path: str, st: os.stat_result, top: str) -> None:
         f"{st.st_mode & 0o777:04o}) and the bookie runs as {me}: a tool run as another user "
         f"wrote it; give the bookie's directories back to it (chown -R {me}: {top}) and run "
         f"the shell's storage tools as {me}")
+
+
+def check_bookie_id(conf: BookieConfig) -> None:
+    """A ``bookieId`` shaped like an address (``host:port``) must be this bookie's own address,
+    or clients would take it for another bookie's (bookie.metadata.bookie_ids); StartRefused."""
+    from bookie.metadata.bookie_ids import address_id_problem
+    if conf.configured_bookie_id:
+        problem = address_id_problem(conf.configured_bookie_id, conf.bookie_address)
+        if problem:
+            raise StartRefused(f"bookieId={conf.configured_bookie_id} {problem}")

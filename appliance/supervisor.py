@@ -47,7 +47,7 @@ import orjson
 from bookie.appliance.exposition import BookieRegistry
 from bookie.appliance.memory_watch import MemoryWatch
 from bookie.appliance.startchecks import StartRefused, check_admin_security, \
-    check_client_security, check_dirs_usable, check_ports_free
+    check_bookie_id, check_client_security, check_dirs_usable, check_ports_free
 from bookie.core import diskcheck
 from bookie.workers.config import BookieConfig
 from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock
@@ -128,6 +128,7 @@ class Supervisor:
         conf = self.conf
         os.umask(0o077)  # every file and directory the bookie makes is its user's alone
         check_ports_free(conf)
+        check_bookie_id(conf)  # a bookieId shaped host:port must be our own address
         check_dirs_usable(conf)  # a root-owned file named as one, not as missing data
         security = check_client_security(conf)  # refuses an exposed bookie without CURVE
         self.admin_token, admin_note = check_admin_security(conf)  # and an exposed admin API
@@ -263,8 +264,8 @@ class Supervisor:
         if stored != cookie:
             diff = sorted(k for k in set(stored) | set(cookie) if stored.get(k) != cookie.get(k))
             raise LayoutError(f"the metadata store holds another cookie for {self.conf.bookie_id} "
-                              f"(differs in: {', '.join(diff)}): a different disk set or a wiped "
-                              f"bookie under the same id; restore the directories, or remove the "
+                              f"(differs in: {', '.join(diff)}): a different disk set, a wiped "
+                              f"bookie, or another bookie configured with the same bookieId; restore the directories, or remove the "
                               f"cookie and re-replicate (bookieformat)")
 
     def _recovery_secret(self) -> bytes:
@@ -284,6 +285,7 @@ class Supervisor:
     def _register(self) -> None:
         from bookie.metadata import MetadataError, NodeExistsError
 
+        # host and add_port are where clients reach a bookie with a named id (client/resolver.py)
         info = {"add_port": self.conf.bookie_port, "read_port": self.conf.bookie_port + 1,
                 "host": self.conf.bookie_host, "pid": os.getpid(),
                 "location": self.conf.bookie_location}  # placement (client/protocol/placement.py)

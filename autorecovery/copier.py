@@ -23,6 +23,7 @@ import zmq
 
 from bookie import wire
 from bookie.client.connection import connect
+from bookie.client.resolver import UnresolvedBookieError
 from bookie.wire import Flag, Op, Status
 
 
@@ -71,10 +72,14 @@ class RateLimiter:
 class Bookies:
     """One pair of DEALER sockets per bookie, made on first use; requests one at a time."""
 
-    def __init__(self, timeout_s: float = 10.0, curve=None):
-        """``curve``: a ``bookie.client.auth.ClientCurve`` when the bookies speak CURVE."""
+    def __init__(self, timeout_s: float = 10.0, curve=None, resolver=None):
+        """``curve``: a ``bookie.client.auth.ClientCurve`` when the bookies speak CURVE.
+        ``resolver``: a ``bookie.client.resolver.BookieResolver`` over the metadata store, so
+        that bookies with a named id (``bookieId``) are found where they are now; None: only
+        address ids."""
         self.ctx = zmq.Context()
         self.curve = curve
+        self.resolver = resolver
         self.timeout_ms = int(timeout_s * 1000)
         self._socks: dict[tuple[str, int], zmq.Socket] = {}
         self._ids = itertools.count(1)
@@ -84,12 +89,17 @@ class Bookies:
             s.close(linger=0)
         self._socks.clear()
         self.ctx.term()
+        if self.resolver is not None:
+            self.resolver.close()
 
     def _sock(self, bookie: str, read: bool) -> zmq.Socket:
         key = (bookie, int(read))
         sock = self._socks.get(key)
         if sock is None:
-            sock = connect(self.ctx, bookie, int(read), self.curve)
+            try:
+                sock = connect(self.ctx, bookie, int(read), self.curve, resolver=self.resolver)
+            except UnresolvedBookieError as e:
+                raise CopyError(str(e)) from None
             self._socks[key] = sock
         return sock
 
@@ -97,6 +107,8 @@ class Bookies:
         sock = self._socks.pop((bookie, int(read)), None)
         if sock is not None:
             sock.close(linger=0)
+        if self.resolver is not None:
+            self.resolver.forget(bookie)  # no answer: it may have moved
 
     def request(self, bookie: str, read: bool, op: int, ledger_id: int, flags: int, body
                 ) -> tuple[int, list]:

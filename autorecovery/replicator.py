@@ -40,6 +40,7 @@ from bookie.autorecovery.copier import (Bookies, CopyError, EntryMissing, Key, R
 from bookie.client.auth import client_curve
 from bookie.client.config import ClientConfig
 from bookie.client.digest import master_key
+from bookie.client.resolver import BookieResolver
 from bookie.metadata import BadVersionError, NoSuchLedgerError
 from bookie.metadata.ledger import LedgerState, password_matches
 from bookie.metadata.recovery_secret import credential, recovery_secret
@@ -76,7 +77,8 @@ class Replicator:
         self.log = log or (lambda event, **fields: None)
         # CURVE: {"curveSecretKeyFile", "curveServerKeys"} of a key enrolled as admin
         self.curve_keys = dict(curve_keys or {})
-        self.bookies = Bookies(timeout_s, client_curve(ClientConfig.build(self.curve_keys)))
+        self.bookies = Bookies(timeout_s, client_curve(ClientConfig.build(self.curve_keys)),
+                               BookieResolver(store))  # named ids: where they are now
         self.timeout_s = timeout_s
         self.dry_run = dry_run
         self.rng = rng or random.Random()

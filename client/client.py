@@ -17,6 +17,7 @@ import weakref
 from concurrent.futures import Future
 
 from bookie.client.auth import client_curve
+from bookie.client.resolver import BookieResolver
 from bookie.client.config import ClientConfig
 from bookie.client.digest import DigestManager, check_digest_type, master_key
 from bookie.client.drivers import OpRunner, Throttle, WriterDriver
@@ -82,6 +83,10 @@ class BookKeeper:
             batch_max_entries=cfg.addBatchMaxEntries, batch_max_bytes=cfg.addBatchMaxBytes,
             list_bookies=self._list_writable, write_metadata=write_metadata)
         self._io.curve = curve
+        # ensembles name bookies by id: their addresses come from their registrations
+        self._resolver = BookieResolver(self._store.store)
+        self._resolver.on_moved.append(self._io.bookie_moved)
+        self._io.resolver = self._resolver
         self._io.pacer.retry_s = cfg.operationTimeout  # reads refused TOO_MANY_REQUESTS: retried
         self._runner = OpRunner(self._io, self._throttle, cfg.operationTimeout,
                                 cfg.speculativeReadTimeout / 1000.0)
@@ -117,6 +122,7 @@ class BookKeeper:
         self._closed = True
         self._io.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._resolver.close()
         self._store.close()
 
     def __enter__(self) -> "BookKeeper":

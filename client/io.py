@@ -50,6 +50,7 @@ import zmq
 
 from bookie import wire
 from bookie.client.connection import connect
+from bookie.client.resolver import ADDRESSES_ONLY, UnresolvedBookieError
 from bookie.client.errors import BookKeeperError, ClientClosedError
 from bookie.client.pacing import ReadPacer
 from bookie.client.protocol import actions as A
@@ -292,7 +293,8 @@ class IOThread:
     def _socket(self, bookie: str, kind: int):
         sock = self._sockets.get((bookie, kind))
         if sock is None:
-            sock = connect(self._ctx, bookie, kind, self.curve, unbounded=True, keepalive=True)
+            sock = connect(self._ctx, bookie, kind, self.curve, unbounded=True, keepalive=True,
+                           resolver=self.resolver)
             self._sockets[(bookie, kind)] = sock
             self._socket_keys[sock] = (bookie, kind)
             self._poller.register(sock, zmq.POLLIN)
@@ -300,6 +302,15 @@ class IOThread:
 
     SUSPECT_FOR_S = 60.0
     curve = None  # client/auth.py ClientCurve, set by the BookKeeper client when configured
+    resolver = ADDRESSES_ONLY  # bookie id -> address (client/resolver.py), set by the client
+
+    def bookie_moved(self, bookie: str) -> None:
+        """The resolver saw ``bookie`` at a new address (any thread): drop its sockets, so the
+        next request connects there (requests waiting on the old ones fail as timeouts)."""
+        def reset() -> None:
+            for kind in (ADD, READ):
+                self._reset_socket(bookie, kind)
+        self.submit(reset)
 
     def suspect_bookies(self) -> frozenset:
         """Bookies that failed to answer lately (read from any thread: a snapshot)."""
@@ -385,7 +396,7 @@ class IOThread:
         heapq.heappush(self._deadlines, (deadline, rid))
         try:
             wire.send_frames(self._socket(a.bookie, kind), frames, copy=len(frames[-1]) < 65536)
-        except zmq.ZMQError as exc:
+        except (zmq.ZMQError, UnresolvedBookieError) as exc:
             log.debug("send to %s failed: %s", a.bookie, exc)
             del self._inflight[rid]
             self._release(req)
@@ -458,6 +469,7 @@ class IOThread:
             self._suspects[req.key[0]] = now
             self.run_for(req.driver, req.driver.event, _response(req.action, A.TIMEOUT))
             self._reset_socket(*req.key)
+            self.resolver.forget(req.key[0])  # it may have moved: read its registration again
         timers = self._timers
         while timers and timers[0][0] <= now:
             _, _, driver, fn = heapq.heappop(timers)

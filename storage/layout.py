@@ -4,7 +4,10 @@ Every configured directory (journal, ledger, index) holds a ``current/`` subdire
 
 - ``VERSION``: the layout version (``LAYOUT_VERSION``); a bookie refuses a layout it does not know.
 - ``cookie``: JSON naming the bookie and its whole disk set (bookie id, journal directory,
-  ledger directories, index directories, an instance id chosen at first start).
+  ledger directories, index directories, an instance id chosen at first start).  The bookie id
+  is ``bookieId`` when one is configured, and then the cookie names no address: the bookie may
+  move to another host or port with its directories (``bookie.metadata.bookie_ids``); without
+  it the id is the address ``host:port``, and a changed address is a changed cookie.
 
 On first start (no cookie anywhere, directories empty of data) the cookie is stamped into every
 directory and, when a metadata store is configured, into the store.  On every later start each
@@ -24,6 +27,8 @@ import shutil
 import uuid
 
 import orjson
+
+from bookie.metadata.bookie_ids import split_address
 
 LAYOUT_VERSION = 1
 
@@ -168,13 +173,14 @@ def remembered_port(dirs: list[str]) -> int | None:
     """The port a bookie's directories were stamped with (the port of the cookie's bookie id),
     or None before the first start.  A bookie configured with ``bookiePort=0`` (or a local
     ensemble started again on its directories) comes back on it, so a restart is the same
-    bookie, with the same cookie, not a new one."""
+    bookie, with the same cookie, not a new one.  A bookie with a named id (``bookieId``) has
+    no port in its cookie (None): its address may change, its id does not."""
     for d in dirs:
         cookie = _read_json(os.path.join(current_dir(d), "cookie"))
         if isinstance(cookie, dict):
-            _, _, port = str(cookie.get("bookie_id", "")).rpartition(":")
-            if port.isdigit() and 0 < int(port) < 65536:
-                return int(port)
+            address = split_address(str(cookie.get("bookie_id", "")))
+            if address is not None:
+                return address[1]
     return None
 
 
@@ -201,7 +207,7 @@ def format_bookie(conf, force: bool = False) -> list[str]:
         if holding and not force:
             raise LayoutError(f"{', '.join(holding)} hold bookie data; pass --force to wipe")
         bookie_id = conf.bookie_id
-        if conf.bookie_port == 0:  # the id the bookie ran under is in its cookie
+        if conf.bookie_port == 0 and not conf.configured_bookie_id:  # the id is in its cookie
             port = remembered_port(all_dirs(conf))
             bookie_id = f"{conf.bookie_host}:{port}" if port else None
         if conf.metadata_uri:

@@ -33,7 +33,10 @@ class LocalBookies:
 
     Attributes:
         metadata_uri: the metadata store the bookies register in.
-        bookies: bookie ids ("127.0.0.1:port"), index i is bookie i.
+        bookies: bookie ids ("127.0.0.1:port", or ``bookie_ids`` when given), index i is
+            bookie i.
+        ports: each bookie's add port; set ``ports[i]`` before ``start(i)`` to move bookie i
+            (a bookie with a ``bookie_ids`` id keeps serving its ledgers from the new port).
         base_dir: where data and logs live.
 
     ``hosts`` (one address per bookie, default 127.0.0.1) and ``command_prefix`` (one argv
@@ -44,7 +47,8 @@ class LocalBookies:
     def __init__(self, n: int, metadata_uri: str | None = None, base_dir: str | None = None,
                  base_port: int | None = None, conf: dict | None = None, start_timeout_s: float = 60.0,
                  hosts: list[str] | None = None, command_prefix: list[list[str]] | None = None,
-                 log_format: str | None = None, admin_http: bool = False):
+                 log_format: str | None = None, admin_http: bool = False,
+                 bookie_ids: list[str] | None = None):
         if n < 1:
             raise ValueError("need at least one bookie")
         self.n = n
@@ -67,7 +71,11 @@ class LocalBookies:
         self.command_prefix = [list(p) for p in (command_prefix or [[]] * n)]
         if len(self.hosts) != n or len(self.command_prefix) != n:
             raise ValueError("hosts and command_prefix need one item per bookie")
-        self.bookies = [f"{h}:{p}" for h, p in zip(self.hosts, self.ports)]
+        # bookie_ids: each bookie's bookieId (a stable id, BP-41); else its address is its id
+        self.bookie_ids = list(bookie_ids) if bookie_ids else None
+        if self.bookie_ids is not None and len(self.bookie_ids) != n:
+            raise ValueError("bookie_ids needs one id per bookie")
+        self.bookies = self.bookie_ids or [f"{h}:{p}" for h, p in zip(self.hosts, self.ports)]
         self.procs: list[subprocess.Popen | None] = [None] * n
         self._log_offsets: dict[int, int] = {}
         self._logs = [None] * n
@@ -101,6 +109,8 @@ class LocalBookies:
             # a test's private network namespace (testing/nemesis): serving in clear there is
             # the test's choice, refused for a real bookie unless the operator opts out
             o["allowInsecureClients"] = "true"
+        if self.bookie_ids is not None:
+            o["bookieId"] = self.bookie_ids[i]
         if self.http_ports:
             o["httpServerEnabled"] = "true"
             o["httpServerPort"] = str(self.http_ports[i])

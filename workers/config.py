@@ -32,6 +32,7 @@ import os
 from typing import Any, Callable
 
 from bookie import properties
+from bookie.metadata.bookie_ids import bookie_id_problem
 from bookie.metadata.errors import AccessDeniedError, InvalidUriError
 from bookie.properties import (PropertiesError, check_location, format_bool, normalise_uri,  # noqa: F401
                                parse_value, resolve_metadata_uri, zk_hosts)
@@ -93,6 +94,10 @@ def _uri(v):
     return None
 
 
+def _bookie_id(v):
+    return bookie_id_problem(v) if v else None
+
+
 def _location(v):
     return check_location(v) if v else None
 
@@ -107,6 +112,7 @@ KEYS: tuple[Key, ...] = (
     Key("listeningInterface", "str", "127.0.0.1", "Address both sockets bind to.", attr="listening_interface"),
     Key("bookieLocation", "str", "", "Where the bookie is, /REGION/RACK (BookKeeper's rack names): published in its registration, so clients with ensemblePlacementPolicy=rackaware or regionaware spread every write quorum over racks or regions (docs/client.md). Empty: /default-region/default-rack.", _location, attr="bookie_location"),
     Key("advertisedAddress", "str", "", "Host the bookie registers under (default: listeningInterface).", attr="advertised_address"),
+    Key("bookieId", "str", "", "A stable id for the bookie (BookKeeper's BP-41), e.g. bk-1: it registers under it, its cookie records it and ledger ensembles name it, so it keeps serving its data when its host or port changes (clients find its address in its registration). ASCII letters, digits, ':', '-', '_', '.'; not 'readonly', not shaped host:port unless it is the bookie's own address. Empty: the id is the address advertisedAddress:bookiePort.", _bookie_id, attr="configured_bookie_id"),
     Key("nettyMaxFrameSizeBytes", "int", 5 * 1024 * 1024, "Largest entry accepted, in bytes; larger adds get BAD_REQUEST.", _range(64, 1 << 30), unit="bytes", attr="max_entry_size_bytes"),
     Key("maxPendingAddRequestsPerThread", "int", 100_000, "Adds waiting for the journal before new ones get TOO_MANY_REQUESTS.", _range(1), attr="max_pending_adds"),
     # -- security: what one client may cost a worker (docs/security.md) ------------------------
@@ -284,8 +290,15 @@ class BookieConfig:
         return self.advertised_address or self.listening_interface
 
     @property
-    def bookie_id(self) -> str:
+    def bookie_address(self) -> str:
+        """Where the bookie's add socket is reached: ``host:port`` (reads on port + 1)."""
         return f"{self.bookie_host}:{self.bookie_port}"
+
+    @property
+    def bookie_id(self) -> str:
+        """The name the bookie registers under and ensembles carry: ``bookieId``, or (none
+        set) its address (bookie.metadata.bookie_ids)."""
+        return self.configured_bookie_id or self.bookie_address
 
     @property
     def max_add_message_size_bytes(self) -> int:
