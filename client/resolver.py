@@ -15,11 +15,10 @@ Caching.  A named id's address is read once and kept.  It is read again
 
 * after a connection to it failed (the caller says so with ``forget``: a request timed out,
   so the bookie may have moved), and
-* when the registrations change: a watch on the bookies' membership re-reads every named id
-  this resolver knows, and calls each ``on_moved`` listener for an id whose address changed,
-  so that sockets to the old address are dropped at once instead of after a timeout.  (A
-  restart that leaves the membership list the same between two deliveries is not seen by the
-  watch; the first request to the old address then times out, and ``forget`` re-reads it.)
+* when its registration changes: a watch on its registration node (writable and read-only)
+  takes the new address, and calls each ``on_moved`` listener when it differs, so that sockets
+  to the old address are dropped at once instead of after a timeout.  (Watches may coalesce
+  quick changes; a change they miss costs one request's timeout, then ``forget`` re-reads.)
 
 An id that is registered nowhere keeps its last known address (a bookie that restarts is
 unregistered for a moment; its connections must not be torn down for that).  An id never seen
@@ -31,6 +30,8 @@ from __future__ import annotations
 import logging
 import threading
 from typing import Callable
+
+import orjson
 
 from bookie.metadata.bookie_ids import split_address
 
@@ -66,7 +67,7 @@ class BookieResolver:
         self._known: dict[str, tuple[str, int]] = {}  # named id -> last address seen
         self._stale: set[str] = set()  # named ids to read again at their next ``address``
         self._lock = threading.Lock()
-        self._cancel_watch: Callable[[], None] | None = None
+        self._cancels: dict[str, list[Callable[[], None]]] = {}  # named id -> its watches
         self._closed = False
         self.on_moved: list[Callable[[str], None]] = []  # called with an id whose address changed
 
@@ -102,7 +103,7 @@ class BookieResolver:
                                         f"its address is unknown")
         with self._lock:
             self._known[bookie_id] = found
-        self._watch()
+        self._watch(bookie_id)
         return found
 
     def forget(self, bookie_id: str) -> None:
@@ -113,11 +114,13 @@ class BookieResolver:
             self._stale.add(bookie_id)
 
     def close(self) -> None:
+        """Cancel the watches (idempotent); what is known still resolves."""
         with self._lock:
             self._closed = True
-            cancel, self._cancel_watch = self._cancel_watch, None
-        if cancel is not None:
-            cancel()
+            cancels, self._cancels = self._cancels, {}
+        for each in cancels.values():
+            for cancel in each:
+                cancel()
 
     # -- inside ------------------------------------------------------------------------------
 
@@ -138,40 +141,39 @@ class BookieResolver:
             for listener in list(self.on_moved):
                 listener(bookie_id)
 
-    def _watch(self) -> None:
-        """Watch the membership from the first named id on (a cluster of address ids never
-        pays for a watch)."""
-        with self._lock:
-            if self._cancel_watch is not None or self._closed:
-                return
-            self._cancel_watch = lambda: None  # taken: one watch per resolver
+    def _watch(self, bookie_id: str) -> None:
+        """Watch ``bookie_id``'s registration, writable and read-only, from the first time it
+        is resolved (a cluster of address ids never pays for a watch).  A node watch, not a
+        membership watch: a restart on another port that leaves the list of ids as it was is
+        still a change of the node's data."""
         from bookie.metadata import MetadataError
+        from bookie.metadata.store import AVAILABLE, READONLY, join
+        with self._lock:
+            if bookie_id in self._cancels or self._closed:
+                return
+            self._cancels[bookie_id] = []
+
+        def changed(data, _version) -> None:
+            if data:
+                try:
+                    found = address_of(orjson.loads(data))
+                except orjson.JSONDecodeError:
+                    found = None
+                if found is not None:
+                    self._update(bookie_id, found)
+        cancels = []
         try:
-            cancel = self._store.watch_bookies(self._membership_changed)
+            for parent in (AVAILABLE, READONLY):
+                cancels.append(self._store.watch_node(join(parent, bookie_id), changed))
         except MetadataError as e:
-            log.debug("watching bookie registrations failed: %s", e)
-            with self._lock:
-                self._cancel_watch = None  # try again at the next named id
-            return
+            log.debug("watching the registration of %s failed: %s", bookie_id, e)
         with self._lock:
             closed = self._closed
             if not closed:
-                self._cancel_watch = cancel
+                self._cancels[bookie_id] = cancels
         if closed:
-            cancel()
-
-    def _membership_changed(self, writable, readonly) -> None:
-        registered = set(writable) | set(readonly)
-        for bookie_id in list(self._known):
-            if bookie_id not in registered:
-                continue  # gone for now: its last address stays the best answer
-            try:
-                found = self._read(bookie_id)
-            except UnresolvedBookieError as e:
-                log.debug("%s", e)
-                continue
-            if found is not None:
-                self._update(bookie_id, found)
+            for cancel in cancels:
+                cancel()
 
 
 ADDRESSES_ONLY = BookieResolver(None)  # resolves address ids only

@@ -55,9 +55,10 @@ def conf_file(tmp_path, overrides: dict) -> str:
 def test_listing_verbs_in_bookkeepers_spelling(capsys, written):
     ens, ledger_id = written
     uri, bookie = ens.metadata_uri, ens.bookies[0]
-    assert run(capsys, "listbookies", "-rw", "--metadata", uri)[1] == f"{bookie}\n"
+    line = f"{bookie} address={bookie} location=/default-region/default-rack\n"
+    assert run(capsys, "listbookies", "-rw", "--metadata", uri)[1] == line
     assert run(capsys, "listbookies", "-ro", "--metadata", uri)[1] == "no read-only bookies registered\n"
-    assert run(capsys, "listbookies", "-a", "--metadata", uri)[1] == f"{bookie}\n"
+    assert run(capsys, "listbookies", "-a", "--metadata", uri)[1] == line
     rc, out, _ = run(capsys, "listledgers", "-m", "--metadata", uri)
     assert rc == 0 and f"ledger {ledger_id} (metadata version" in out and "CLOSED" in out
     rc, out, _ = run(capsys, "ledgermetadata", "-ledgerid", str(ledger_id), "--metadata", uri)

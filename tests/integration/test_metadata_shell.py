@@ -29,9 +29,12 @@ def test_metaformat_then_lists_and_ledger_metadata(capsys, uri):
             2, 2, 1, custom={"owner": "me"}, fragments=[(0, ["h1:3181", "h2:3181"])]))
         store.register_bookie("h1:3181")
         store.register_bookie("h2:3181", readonly=True)
-        assert run(capsys, "listbookies", "--metadata", uri)[1] == "h1:3181\n"
+        assert run(capsys, "listbookies", "--metadata", uri)[1] == \
+            "h1:3181 address=h1:3181 location=/default-region/default-rack\n"
         rc, out, _ = run(capsys, "listbookies", "--readonly", "--json", "--metadata", uri)
-        assert orjson.loads(out) == {"readonly": ["h2:3181"]}
+        assert orjson.loads(out) == {"readonly": ["h2:3181"], "bookies": [
+            {"bookie_id": "h2:3181", "address": "h2:3181",
+             "location": "/default-region/default-rack", "readonly": True}]}
     rc, out, _ = run(capsys, "listledgers", "--metadata", uri)
     assert out.split() == [str(ledger_id)]
     rc, out, _ = run(capsys, "ledgermetadata", str(ledger_id), "--metadata", uri)
