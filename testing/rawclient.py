@@ -28,12 +28,14 @@ class BookieTimeout(TimeoutError):
 
 class RawBookieClient:
     def __init__(self, bookie_id: str, timeout_s: float = 10.0, ctx: zmq.Context | None = None,
-                 curve=None):
-        """``curve``: a ``bookie.client.auth.ClientCurve`` to speak CURVE with the bookie."""
+                 curve=None, resolver=None):
+        """``curve``: a ``bookie.client.auth.ClientCurve`` to speak CURVE with the bookie.
+        ``resolver``: a ``bookie.client.resolver.BookieResolver`` to reach a bookie by its
+        ``bookieId`` (None: ``bookie_id`` is its address ``host:port``)."""
         self.ctx = ctx or zmq.Context.instance()
         self.timeout_ms = int(timeout_s * 1000)
-        self.add_sock = connect(self.ctx, bookie_id, ADD, curve)
-        self.read_sock = connect(self.ctx, bookie_id, READ, curve)
+        self.add_sock = connect(self.ctx, bookie_id, ADD, curve, resolver=resolver)
+        self.read_sock = connect(self.ctx, bookie_id, READ, curve, resolver=resolver)
         self._ids = itertools.count(1)
 
     def close(self) -> None:
