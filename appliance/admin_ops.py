@@ -189,7 +189,7 @@ def decommission(api: AdminApi, req: Request) -> Response:
     try:
         check_bookie_id(bookie)
     except ValueError:
-        raise HttpError(400, 'expected {"bookie_src": "host:port"}') from None
+        raise HttpError(400, 'expected {"bookie_src": BOOKIE_ID} (host:port, or a bookieId)') from None
 
     def body(store):
         ur = UnderReplication(store)

@@ -197,6 +197,6 @@ def put_lost_bookie_recovery_delay(api: AdminApi, req: Request) -> Response:
 
 
 def _auditor_bookie(auditor) -> str | None:
-    """The bookie id of an auditor's worker id (``host:port/...``), or None."""
+    """The bookie id of an auditor's worker id (``BOOKIE_ID/PID``), or None."""
     return auditor[1].rsplit("/", 1)[0] if auditor else None
 

@@ -18,7 +18,7 @@ import argparse
 def register(commands, metadata_command) -> None:
     p = metadata_command("setrack", "Set (or with --delete remove) a bookie's location "
                          "/REGION/RACK for rack- and region-aware placement.", _setrack)
-    p.add_argument("bookie", metavar="BOOKIE", help="bookie id, host:port")
+    p.add_argument("bookie", metavar="BOOKIE", help="bookie id: host:port, or its bookieId")
     p.add_argument("location", metavar="/REGION/RACK", nargs="?", default=None)
     p.add_argument("--delete", action="store_true",
                    help="remove the location set here (the bookie's bookieLocation applies)")

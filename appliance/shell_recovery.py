@@ -39,7 +39,7 @@ from bookie.client.resolver import BookieResolver
 def register(commands, metadata_command: Callable) -> None:
     p = metadata_command("recover", "Re-replicate every ledger with a fragment on the given "
                          "bookies to other bookies now, and repoint the metadata.", _recover)
-    p.add_argument("bookies", metavar="BOOKIE", nargs="+", help="host:port of a lost bookie")
+    p.add_argument("bookies", metavar="BOOKIE", nargs="+", help="id of a lost bookie (host:port, or its bookieId)")
     p.add_argument("--dry-run", "-dryrun", action="store_true",
                    help="say what would be copied where; change nothing")
     p.add_argument("--skip-open-ledgers", "-skipOpenLedgers", action="store_true",
@@ -91,7 +91,7 @@ def register(commands, metadata_command: Callable) -> None:
 
     p = metadata_command("bookiesanity", "Write and read a few entries on one bookie only (the "
                          "--conf file's bookie, or --bookie).", _bookiesanity)
-    p.add_argument("--bookie", metavar="BOOKIE", help="host:port (default: the --conf bookie)")
+    p.add_argument("--bookie", metavar="BOOKIE", help="bookie id: host:port or a bookieId (default: the --conf bookie)")
     p.add_argument("--entries", "-entries", type=int, default=10)
     client_options.add_arguments(p)
 
@@ -424,7 +424,7 @@ def _bookiesanity(args) -> int:
         from bookie.workers.config import BookieConfig
         bookie = BookieConfig.load(args.conf, check_dirs=False).bookie_id
     if not bookie:
-        raise CliError("name the bookie: --bookie host:port, or --conf its configuration file")
+        raise CliError("name the bookie: --bookie ID (host:port or its bookieId), or --conf its configuration file")
     curve = _curve(args)
 
     def body(store) -> int:

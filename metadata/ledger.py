@@ -236,7 +236,7 @@ class LedgerMetadata:
                 raise ValueError(f"fragment at entry {first} has {len(ensemble)} bookies, "
                                  f"ensemble_size is {self.ensemble_size}")
             if not all(isinstance(b, str) and b and "/" not in b for b in ensemble):
-                raise ValueError(f"fragment at entry {first}: bookie ids must be host:port strings")
+                raise ValueError(f"fragment at entry {first}: bookie ids must be non-empty strings without '/' (host:port or a bookieId)")
             if len(set(ensemble)) != len(ensemble):
                 raise ValueError(f"fragment at entry {first} names a bookie twice: {ensemble}")
             previous = first

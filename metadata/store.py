@@ -71,7 +71,7 @@ def check_path(path: str) -> str:
 def check_bookie_id(bookie_id: str) -> str:
     if not isinstance(bookie_id, str) or not bookie_id or "/" in bookie_id \
             or bookie_id in ("readonly", ".", ".."):
-        raise ValueError(f"{bookie_id!r} is not a bookie id (host:port)")
+        raise ValueError(f"{bookie_id!r} is not a bookie id (host:port, or a bookieId)")
     return bookie_id
 
 

@@ -30,7 +30,7 @@ from bookie.metadata.ledger import LedgerState
 @dataclasses.dataclass(frozen=True)
 class LedgerInfo:
     """Protocol view of a ledger's metadata.  ``fragments`` is ((first_entry_id, ensemble), ...)
-    in increasing first_entry_id, each ensemble a tuple of E bookie ids ("host:port").
+    in increasing first_entry_id, each ensemble a tuple of E bookie ids ("host:port", or a bookieId: bookie.client.resolver).
     ``state`` is the metadata store's ``LedgerState`` (a state given as its name is converted,
     so every state test can use ``is``)."""
 
