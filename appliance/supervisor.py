@@ -166,7 +166,8 @@ class Supervisor:
             log(self.name, security[1], level=security[0], interface=conf.listening_interface)
         if admin_note:
             log(self.name, admin_note[1], level=admin_note[0], host=conf.http_server_host)
-        self.log("bookie serving", bookie_id=conf.bookie_id, add_port=conf.bookie_port,
+        self.log("bookie serving", bookie_id=conf.bookie_id, address=conf.bookie_address,
+                 add_port=conf.bookie_port,
                  read_port=conf.bookie_port + 1, metadata=conf.metadata_uri or "none")
 
     def _remove_leftovers(self) -> None:
