@@ -1,7 +1,7 @@
 """Stable bookie ids (``bookieId``, BookKeeper's BP-41) with real bookies and real commands.
 
 Two bookies run as ``bk-a`` and ``bk-b``: ledgers written to them name the ids; both are
-stopped and started again on other ports with the same directories, and everything written
+stopped and started again on other ports (bk-b on another address too) with the same directories, and everything written
 before the move reads back byte for byte, through a client opened before the move, a new
 client and ``bookie shell readledger``.  ``listbookies`` shows each id with its address now
 and its location.  A malformed id, an id shaped like another bookie's address and an id that
@@ -37,7 +37,8 @@ def payload(n: int) -> bytes:
 
 @pytest.fixture(scope="module")
 def moved(tmp_path_factory):
-    """Two id-named bookies; a ledger written to both; both moved to new ports since.
+    """Two id-named bookies; a ledger written to both; both moved to new ports since, bk-b
+    to another host address as well (127.0.0.2).
 
     Yields (ensemble, ledger id, entries written, ports before, a client opened before the
     move)."""
@@ -54,7 +55,9 @@ def moved(tmp_path_factory):
         before = list(ens.ports)
         for i in range(2):
             ens.stop(i)
-            ens.ports[i] = free_port_pair("127.0.0.1")
+        ens.hosts[1] = "127.0.0.2"  # bk-b moves to another address (of the loopback) too
+        for i in range(2):
+            ens.ports[i] = free_port_pair(ens.hosts[i])
         for i in range(2):
             ens.start(i, wait=False)
         for i in range(2):
@@ -77,7 +80,7 @@ def test_ensembles_and_cookies_name_the_bookie_id_not_an_address(moved):
             with open(os.path.join(ens.bookie_dir(i), "journal", "current", "cookie"), "rb") as f:
                 assert orjson.loads(f.read())["bookie_id"] == bookie_id
             info = store.bookie_info(bookie_id)
-            assert (info["host"], info["add_port"]) == ("127.0.0.1", ens.ports[i])
+            assert (info["host"], info["add_port"]) == (ens.hosts[i], ens.ports[i])
 
 
 def test_a_moved_bookie_serves_what_was_written_before_the_move(moved):
@@ -108,7 +111,7 @@ def test_listbookies_shows_each_id_with_its_address_now_and_its_location(moved):
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [
         f"bk-a address=127.0.0.1:{ens.ports[0]} location=/dc1/r1",
-        f"bk-b address=127.0.0.1:{ens.ports[1]} location=/dc2/r9"]
+        f"bk-b address=127.0.0.2:{ens.ports[1]} location=/dc2/r9"]
     assert not any(str(p) in r.stdout for p in before)
     r = bookie("shell", "listbookies", "-a", "--json", "--metadata", ens.metadata_uri)
     doc = orjson.loads(r.stdout)
