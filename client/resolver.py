@@ -14,7 +14,8 @@ shell's recovery commands) calls ``bookie.client.connection.connect`` with a res
 Caching.  A named id's address is read once and kept.  It is read again
 
 * after a connection to it failed (the caller says so with ``forget``: a request timed out,
-  so the bookie may have moved), and
+  so the bookie may have moved; read on a thread of its own, so an I/O loop never waits for
+  the store), and
 * when its registration changes: a watch on its registration node (writable and read-only)
   takes the new address, and calls each ``on_moved`` listener when it differs, so that sockets
   to the old address are dropped at once instead of after a timeout.  (Watches may coalesce
@@ -65,7 +66,7 @@ class BookieResolver:
     def __init__(self, store=None):
         self._store = store
         self._known: dict[str, tuple[str, int]] = {}  # named id -> last address seen
-        self._stale: set[str] = set()  # named ids to read again at their next ``address``
+        self._refreshing: set[str] = set()  # named ids being read again after a failure
         self._lock = threading.Lock()
         self._cancels: dict[str, list[Callable[[], None]]] = {}  # named id -> its watches
         self._closed = False
@@ -80,17 +81,7 @@ class BookieResolver:
         """
         known = self._known.get(bookie_id)
         if known is not None:
-            if bookie_id not in self._stale:
-                return known
-            self._stale.discard(bookie_id)
-            try:
-                found = self._read(bookie_id)
-            except UnresolvedBookieError:
-                return known
-            if found is None:
-                return known  # registered nowhere now: the last address is the best answer
-            self._update(bookie_id, found)
-            return found
+            return known
         address = split_address(bookie_id)
         if address is not None:
             return address
@@ -107,11 +98,16 @@ class BookieResolver:
         return found
 
     def forget(self, bookie_id: str) -> None:
-        """A connection to ``bookie_id`` failed: read its registration again at the next
-        ``address`` call (its last known address stays the answer while it is registered
-        nowhere).  Never waits for the store: safe on an I/O loop."""
-        if bookie_id in self._known:
-            self._stale.add(bookie_id)
+        """A connection to ``bookie_id`` failed: read its registration again, on a thread of
+        its own (never waits for the store: safe on an I/O loop); a new address is taken and
+        reported to ``on_moved``.  Its last known address stays the answer meanwhile, and
+        while it is registered nowhere."""
+        with self._lock:
+            if bookie_id not in self._known or bookie_id in self._refreshing:
+                return
+            self._refreshing.add(bookie_id)
+        threading.Thread(target=self._refresh, args=(bookie_id,), daemon=True,
+                         name="bookie-resolver").start()
 
     def close(self) -> None:
         """Cancel the watches (idempotent); what is known still resolves."""
@@ -123,6 +119,18 @@ class BookieResolver:
                 cancel()
 
     # -- inside ------------------------------------------------------------------------------
+
+    def _refresh(self, bookie_id: str) -> None:
+        try:
+            found = self._read(bookie_id)
+        except Exception as e:  # noqa: BLE001 - a store closed meanwhile: keep the last address
+            log.debug("re-reading the registration of %s: %s", bookie_id, e)
+            found = None
+        finally:
+            with self._lock:
+                self._refreshing.discard(bookie_id)
+        if found is not None:
+            self._update(bookie_id, found)
 
     def _read(self, bookie_id: str) -> tuple[str, int] | None:
         from bookie.metadata import MetadataError

@@ -122,7 +122,10 @@ def test_a_failed_connection_makes_the_resolver_read_again(store):
         reg.close()
         store.register_bookie("bk-2", info={"host": "127.0.0.1", "add_port": 7000})
         assert resolver.address("bk-2") == ("127.0.0.1", 5000)  # cached
-        resolver.forget("bk-2")
+        moved = threading.Event()
+        resolver.on_moved.append(lambda b: moved.set())
+        resolver.forget("bk-2")  # read again, in the background
+        assert moved.wait(10)
         assert resolver.address("bk-2") == ("127.0.0.1", 7000)
     finally:
         resolver.close()
