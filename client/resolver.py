@@ -11,7 +11,8 @@ Every piece that connects to bookies (the client's I/O thread, autorecovery's co
 shell's recovery commands) calls ``bookie.client.connection.connect`` with a resolver, and
 ``connect`` asks it for the address; nothing else turns an id into an address.
 
-Caching.  A named id's address is read once and kept.  It is read again
+Caching.  A named id's address is read once, on the caller's thread (the client's I/O loop
+waits for the store once per id and client), and kept.  It is read again
 
 * after a connection to it failed (the caller says so with ``forget``: a request timed out,
   so the bookie may have moved; read on a thread of its own, so an I/O loop never waits for
