@@ -177,3 +177,32 @@ def test_on_zookeeper_a_bookie_id_registers_and_survives_a_move(tmp_path, zk_uri
             assert store.bookie_info("bk-zk")["add_port"] == ens.ports[0]
         rh = bk.open_ledger(lh.ledger_id, password=PASSWORD)
         assert [e.data for e in rh.read_entries(0, 9)] == written
+
+
+def test_shell_verbs_that_take_a_bookie_reach_id_named_bookies(tmp_path):
+    """bookiesanity, bookieinfo and recover connect through the registrations: a lost
+    ``bk-x`` is recovered onto the spare by reading ``bk-y``, wherever it listens."""
+    ids = ["bk-x", "bk-y", "bk-z"]
+    with LocalBookies(3, base_dir=str(tmp_path / "e"), bookie_ids=ids) as ens, \
+            BookKeeper(ens.metadata_uri, allowEmptyPassword=True) as bk:
+        uri = ens.metadata_uri
+        r = bookie("shell", "bookiesanity", "--bookie", "bk-y", "--metadata", uri)
+        assert (r.returncode, r.stdout) == (0, "bookiesanity: bk-y: OK\n"), r.stderr
+        r = bookie("shell", "bookieinfo", "--json", "--metadata", uri)
+        rows = orjson.loads(r.stdout)["bookies"]
+        assert sorted(row["bookie"] for row in rows) == ids
+        assert all(row["free_bytes"] > 0 for row in rows), rows
+        ledgers = []
+        for n in range(3):
+            h = bk.create_ledger(2, 2, 2)
+            for e in range(10):
+                h.add_entry(b"%d-%d" % (n, e))
+            h.close()
+            ledgers.append(h.ledger_id)
+        ens.kill(0)
+        r = bookie("shell", "recover", "bk-x", "--json", "--metadata", uri)
+        assert r.returncode == 0 and orjson.loads(r.stdout)["failed"] == [], (r.stdout, r.stderr)
+        for n, ledger_id in enumerate(ledgers):
+            assert not any("bk-x" in e for _, e in bk.ledger_metadata(ledger_id).fragments)
+            h = bk.open_ledger(ledger_id)
+            assert [x.data for x in h.read_entries(0, 9)] == [b"%d-%d" % (n, e) for e in range(10)]
