@@ -10,6 +10,7 @@ another bookie's cookie holds are each refused at start in one line, exit status
 
 from __future__ import annotations
 
+import http.client
 import os
 import subprocess
 import sys
@@ -43,7 +44,8 @@ def moved(tmp_path_factory):
     Yields (ensemble, ledger id, entries written, ports before, a client opened before the
     move)."""
     base = str(tmp_path_factory.mktemp("ids"))
-    ens = LocalBookies(2, base_dir=base, bookie_ids=IDS, conf={"bookieLocation": "/dc1/r1"})
+    ens = LocalBookies(2, base_dir=base, bookie_ids=IDS, conf={"bookieLocation": "/dc1/r1"},
+                       admin_http=True)
     ens.__enter__()
     try:
         bk = BookKeeper(ens.metadata_uri)
@@ -118,6 +120,18 @@ def test_listbookies_shows_each_id_with_its_address_now_and_its_location(moved):
     assert doc["writable"] == IDS and doc["readonly"] == []
     assert doc["bookies"][0] == {"bookie_id": "bk-a", "address": f"127.0.0.1:{ens.ports[0]}",
                                  "location": "/dc1/r1", "readonly": False}
+
+
+def test_the_admin_api_names_each_bookies_registered_host(moved):
+    ens = moved[0]
+    conn = http.client.HTTPConnection("127.0.0.1", ens.http_ports[0], timeout=30)
+    try:
+        conn.request("GET", "/api/v1/bookie/list_bookies?type=rw&print_hostnames=true")
+        r = conn.getresponse()
+        assert r.status == 200
+        assert orjson.loads(r.read()) == {"bk-a": "127.0.0.1", "bk-b": "127.0.0.2"}
+    finally:
+        conn.close()
 
 
 def run_refused(tmp_path, **keys) -> str:
