@@ -8,7 +8,10 @@ and ends in one of the outcomes below; only RETRY and WAIT leave the mark for la
 * LOST     - some entries have no live copy; reported once (``/underreplication/lost``), the
              positions whose every entry has a live copy healed, the mark removed: it is never
              retried.  A position holding an entry with no live copy keeps naming its bookie
-             (repointed, those entries would be cut off from it for good if it comes back).
+             (repointed, those entries would be cut off from it for good if it comes back)
+             unless that bookie is gone for good (``core.naming``: its cookie left the store,
+             or an operator's ``recover`` / ``decommissionbookie`` forced it): then what has a
+             live copy is copied and the position repointed.
 * WAIT     - an open ledger whose last fragment names a missing bookie, inside
              ``openLedgerRereplicationGracePeriod``; its writer may still replace the bookie
              itself.  Only such a ledger is fenced and recovered once the grace is over
@@ -25,7 +28,8 @@ password autorecovery does not know is reported, not healed.
 
 Order for each (fragment, lost position): copy the entries to the replacement first, then
 write the metadata with compare-and-swap.  A worker killed between the two leaves copies that
-nothing names (the replacement's GC drops them if another worker picks another bookie) and the
+nothing names (the replacement's GC drops them after ``gcOverreplicatedLedgerWaitTime`` if
+another worker picks another bookie) and the
 mark in place, so another worker finishes the job once the lock has expired with the session.
 """
 
@@ -40,7 +44,8 @@ from bookie.autorecovery.copier import (Bookies, CopyError, EntryMissing, Key, R
 from bookie.client.auth import client_curve
 from bookie.client.config import ClientConfig
 from bookie.client.digest import master_key
-from bookie.metadata import BadVersionError, NoSuchLedgerError
+from bookie.core import naming
+from bookie.metadata import BadVersionError, CookieNotFoundError, NoSuchLedgerError
 from bookie.metadata.ledger import LedgerState, password_matches
 from bookie.metadata.recovery_secret import credential, recovery_secret
 from bookie.metadata.underreplication import UnderReplication
@@ -205,16 +210,21 @@ class Replicator:
             dead = (set(missing) & rules.named_bookies(meta)) - (set() if force else registered)
         keys = self._keys(ledger_id, password)
         outcome = HEALED
-        for heal in rules.plan_ledger(meta, dead, self.rng, unavailable):
+        plan = rules.plan_ledger(meta, dead, self.rng, unavailable)
+        gone = self.gone_for_good({h.bookie for h in plan if h.unhealable}, force)
+        for heal in plan:
             if heal.unhealable:
-                # Reported once, and the position is left naming its bookie: repointed, the
-                # entries that have no live copy here would be cut off from that bookie for
-                # good, and a bookie that was only down (the nemesis found this: supervisors
-                # killed while lostBookieRecoveryDelay was 0) serves them again when it is back.
+                # Entries here have no live copy.  Repointed, they would be cut off from their
+                # bookie for good, and a bookie that was only down (the nemesis found this:
+                # supervisors killed while lostBookieRecoveryDelay was 0) serves them again when
+                # it is back: the position keeps naming it unless it is gone for good
+                # (core.naming.may_unname).  Reported once either way.
                 self._report_lost(ledger_id, {"reason": "no live copy", "first": heal.first,
-                                              "last": heal.last, "bookie": heal.bookie})
+                                              "last": heal.last, "bookie": heal.bookie,
+                                              "gone_for_good": heal.bookie in gone})
                 outcome = LOST
-                continue
+                if not rules.may_repoint(heal, gone):
+                    continue
             result = self._heal_fragment(ledger_id, heal, keys)
             if result == LOST:
                 outcome = LOST
@@ -265,6 +275,23 @@ class Replicator:
                 return HEALED
             except BadVersionError:
                 meta, version = self.store.read_ledger(ledger_id)
+
+    def gone_for_good(self, bookies, force: bool = False) -> set[str]:
+        """Those of ``bookies`` whose data is gone for good (``core.naming.gone_for_good``):
+        ``force`` (an operator's recover or decommission), or no cookie in the store."""
+        gone = set()
+        for bookie in bookies:
+            in_store = True if force else self._cookie_in_store(bookie)  # no read when forced
+            if naming.gone_for_good(in_store, operator_forced=force):
+                gone.add(bookie)
+        return gone
+
+    def _cookie_in_store(self, bookie: str) -> bool:
+        try:
+            self.store.read_cookie(bookie)
+            return True
+        except CookieNotFoundError:
+            return False
 
     # -- the periodic entry check ----------------------------------------------------------------
 
