@@ -3,8 +3,11 @@ defects 2 and 3), with real bookies and the autorecovery daemon in each.
 
 * Partial loss: a closed (3, 2, 2) ledger of 30 entries on A, B, C; B and C die together.
   The 10 entries whose both copies were on B and C are gone, but the 20 others still have a
-  copy on A: they are copied to the two spare bookies, the ledger is reported lost once and
-  never marked again, and when A dies too those 20 entries still read back.
+  copy on A.  The ledger is reported lost once and never marked again, and B and C stay named
+  while they may come back (their cookies are in the store): when they do, every entry reads.
+* Partial loss, then one of the two is gone for good (its cookie removed by an operator):
+  what has a copy on A is copied and that bookie's position repointed (``core.naming``); the
+  other, whose cookie is still there, stays named.
 * A writer on (3, 2, 2) loses a bookie, replaces it itself and writes on: autorecovery copies
   its first fragment without fencing it, and the writer's adds go on past
   ``openLedgerRereplicationGracePeriod``.
@@ -142,6 +145,41 @@ def test_a_writer_that_replaced_a_lost_bookie_itself_is_never_fenced(tmp_path):
                 lh.close(timeout_s=30)
                 rh = bk.open_ledger(lh.ledger_id)
                 assert [x.data for x in rh.read_entries(0, n - 1)] == [b"w%d" % i for i in range(n)]
+        except BaseException:
+            _dump(lb)
+            raise
+
+
+@pytest.mark.autorecovery_slow
+def test_a_partial_loss_is_healed_once_the_lost_bookie_is_gone_for_good(tmp_path):
+    # Issue 21 defect 2, redesigned: B and C die together; the entries only they held (e % 3 ==
+    # 1) are gone, the others have one copy, on A.  While a cookie is in the store its bookie
+    # may come back, so its position stays (the test above).  An operator removes B's cookie
+    # (``cookie_delete``: its disk is gone); the auditor sees B gone for good, the entries of
+    # B's position that A holds (e % 3 == 0) are copied to the spare D and B's position
+    # repointed, while C (its cookie still there) stays named.  When A dies too, those entries
+    # still read back from D.  Without core.naming's "gone for good", nothing is ever copied.
+    with LocalBookies(4, base_dir=str(tmp_path / "b"), conf=FAST) as lb:
+        try:
+            a, b, c, d = lb.bookies
+            ledger_id = _closed_ledger(lb.metadata_uri, [a, b, c])
+            lb.kill(1)
+            lb.kill(2)
+            with open_metadata(lb.metadata_uri) as store:
+                ur = UnderReplication(store)
+                waiting.wait_for(lambda: ledger_id in ur.lost(), BOUND_S, "reported lost")
+                assert _names_any(store, ledger_id, {b, c})
+                store.remove_cookie(b)  # what ``bookie shell cookie_delete B -force`` does
+                waiting.wait_for(lambda: not _names_any(store, ledger_id, {b}), BOUND_S,
+                                 "B no longer named")
+                time.sleep(2)  # more auditor and worker rounds: C stays named
+                meta, _ = store.read_ledger(ledger_id)
+            lb.kill(0)
+            assert meta.fragments[0][1] == [a, d, c]
+            for e in range(0, 30, 3):  # write set {A, B}, now {A, D}
+                with RawBookieClient(d, timeout_s=30) as cl:
+                    status, got = cl.read(ledger_id, e)
+                assert status == Status.OK and got[0].endswith(b"part-%d" % e), e
         except BaseException:
             _dump(lb)
             raise
