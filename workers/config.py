@@ -142,6 +142,7 @@ KEYS: tuple[Key, ...] = (
     Key("numReadWorkerThreads", "int", 1, "Read workers (this release runs 1).", _range(1, 1), attr="num_read_workers"),
     # -- garbage collection --------------------------------------------------------------------
     Key("gcWaitTime", "int", 60_000, "Interval between garbage collections (ms).", _range(100), unit="ms", attr="gc_wait_s"),
+    Key("gcOverreplicatedLedgerWaitTime", "int", 86_400_000, "A bookie drops its copies of a closed ledger whose metadata names it in no fragment (it came back after it was healed around) once that held, with the same copies, for this long; looked for once per this interval (ms; 0: never).", _range(0), unit="ms", attr="gc_overreplicated_wait_s"),
     Key("minorCompactionThreshold", "float", 0.2, "A minor compaction rewrites entry logs whose live share is under this fraction (0 or less: no minor compaction).", _range(hi=1.0), attr="minor_compaction_threshold"),
     Key("minorCompactionInterval", "int", 3600, "Interval between minor compactions (s; 0 or less: none).", unit="s", attr="minor_compaction_interval_s"),
     Key("majorCompactionThreshold", "float", 0.8, "A major compaction rewrites entry logs whose live share is under this fraction (0 or less: no major compaction).", _range(hi=1.0), attr="major_compaction_threshold"),

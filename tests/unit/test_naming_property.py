@@ -199,3 +199,14 @@ def test_the_gc_waits_and_stops_when_the_bookie_is_named_again_or_a_copy_arrives
                  dataclasses.replace(unnamed, busy=True),
                  dataclasses.replace(unnamed, fragments=None)):
         assert t.observe(100, {7: view}, me) == [] and t.held_when_seen(7) is None
+
+
+def test_gc_overreplicated_wait_is_bookkeepers_key_in_ms_and_refuses_a_negative_value(tmp_path):
+    import pytest
+    from bookie.workers.config import BookieConfig, ConfigError
+    base = {"journalDirectory": str(tmp_path), "ledgerDirectories": str(tmp_path)}
+    assert BookieConfig.from_mapping(base).gc_overreplicated_wait_s == 86400.0  # one day
+    conf = BookieConfig.from_mapping({**base, "gcOverreplicatedLedgerWaitTime": "2500"})
+    assert conf.gc_overreplicated_wait_s == 2.5
+    with pytest.raises(ConfigError, match="gcOverreplicatedLedgerWaitTime"):
+        BookieConfig.from_mapping({**base, "gcOverreplicatedLedgerWaitTime": "-1"})
