@@ -66,12 +66,14 @@ class Replicator:
         grace_s: ``openLedgerRereplicationGracePeriod``.
         log: ``log(event, **fields)``.
         dry_run: plan and report, copy and write nothing.
+        placement: ``client.protocol.placement.Placement`` of ``ensemblePlacementPolicy`` (None:
+            a replacement at random among the writable bookies outside the fragment).
     """
 
     def __init__(self, store, passwords=(), batch: int = 10, rate_bytes_per_s: float = -1,
                  grace_s: float = 30.0, log=None, timeout_s: float = 10.0,
                  dry_run: bool = False, rng: random.Random | None = None, progress=None,
-                 curve_keys: dict | None = None):
+                 curve_keys: dict | None = None, placement=None):
         self.store = store
         self.ur = UnderReplication(store)
         self.passwords = [b""] + [p for p in passwords if p]
@@ -87,6 +89,8 @@ class Replicator:
         self.rng = rng or random.Random()
         self.progress = progress
         self.exclude: set[str] = set()  # never a replacement (bookies being recovered)
+        # the client's placement rule (client.protocol.placement.Placement) or None: at random
+        self.placement = placement
         self.copied_bytes = 0
         self.copied_entries = 0
         self.lost_reported = 0  # ledgers this replicator was the first to report lost
@@ -242,9 +246,11 @@ class Replicator:
         if ensemble is None or ensemble[heal.position] != heal.bookie:
             return HEALED  # changed meanwhile: nothing left to do here
         writable = self.store.list_bookies()
+        self._refresh_locations(writable)
         avoid: set[str] = set(self.exclude)
         while True:
-            target = rules.choose_replacement(ensemble, writable, self.rng, avoid)
+            target = rules.choose_replacement(ensemble, writable, self.rng, avoid, heal.position,
+                                              meta.write_quorum, self.placement)
             if target is None:
                 self.log("no writable bookie can take the fragment", level="warning",
                          ledger_id=ledger_id, first=heal.first, bookie=heal.bookie)
@@ -275,6 +281,17 @@ class Replicator:
                 return HEALED
             except BadVersionError:
                 meta, version = self.store.read_ledger(ledger_id)
+
+    def _refresh_locations(self, writable) -> None:
+        """The writable bookies' racks into the placement (as the client reads them)."""
+        if self.placement is None:
+            return
+        from bookie.client.errors import BookKeeperError
+        from bookie.client.metadata import ClientStore
+        try:
+            self.placement.locations = ClientStore(self.store, own=False).locations(writable)
+        except BookKeeperError as e:  # keep the last ones known; the next heal reads again
+            self.log("could not read bookie locations", level="warning", error=str(e))
 
     def gone_for_good(self, bookies, force: bool = False) -> set[str]:
         """Those of ``bookies`` whose data is gone for good (``core.naming.gone_for_good``):

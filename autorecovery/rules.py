@@ -37,7 +37,8 @@ A replication worker (``plan_ledger``) heals one (fragment, lost position) at a 
 unbounded last fragment of an open ledger: that one is recovered first): entries
 of the fragment whose write set holds that position are copied from another, live member of
 their write set to a replacement bookie, which must be writable and not in that fragment's
-ensemble (so it never already holds a copy and no write set names one bookie twice); then the
+ensemble (so it never already holds a copy and no write set names one bookie twice), chosen by
+the client's placement policy (``ensemblePlacementPolicy``, ``choose_replacement``); then the
 fragment's ensemble gets the replacement at that position, by compare-and-swap
 (``replace_bookie``).  A fragment with no entries is repointed without copying.  A position
 some of whose ranges have no live copy (``unhealable``) is repointed only when its bookie is
@@ -172,6 +173,9 @@ def audit_ledger(meta: LedgerMetadata, lost: set[str], gone: set[str] = frozense
         if last == UNBOUNDED:  # an open tail: recovery closes it first, then it is audited again
             healable = True
             continue
+        if last < first:  # no entries: repointed without a copy, nothing to cut off
+            healable = True
+            continue
         no_copy = False
         for r in _residues(first, last, E):  # per range of entries sharing one write set
             members = [ensemble[p] for p in write_set(r, E, Qw)]
@@ -267,13 +271,24 @@ def may_repoint(heal: FragmentHeal, gone: set[str]) -> bool:
 
 
 def choose_replacement(ensemble: list[str], writable: list[str], rng: random.Random | None = None,
-                       avoid: set[str] = frozenset()) -> str | None:
+                       avoid: set[str] = frozenset(), position: int | None = None,
+                       write_quorum: int | None = None, placement=None) -> str | None:
     """A writable bookie that is not in ``ensemble`` (it holds no copy of the fragment) and not
-    in ``avoid`` (failed before); None when there is none."""
+    in ``avoid`` (failed before); None when there is none.  With ``placement`` (the client's
+    ``client.protocol.placement.Placement``, ``ensemblePlacementPolicy``) and the ``position``
+    replaced, the one the client's own ensemble change would pick: the write sets through that
+    position kept as spread over racks (regions) as they can be, the lost bookie's rack
+    preferred among equals; with enforcement, None when the spread falls short."""
+    rng = rng or random.Random()
     candidates = sorted(set(writable) - set(ensemble) - set(avoid))
     if not candidates:
         return None
-    return (rng or random.Random()).choice(candidates)
+    if placement is None or position is None or write_quorum is None:
+        return rng.choice(candidates)
+    new = placement.replace(ensemble, [position], write_quorum, candidates, rng)
+    if new is None or placement.short_of(new, write_quorum):
+        return None
+    return new[position]
 
 
 def replace_bookie(meta: LedgerMetadata, first: int, position: int, old: str, new: str

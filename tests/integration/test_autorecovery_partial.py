@@ -47,14 +47,16 @@ def _dump(lb):
         print(f"--- bookie {i} ({lb.bookies[i]}) log tail ---\n{lb.log(i)[-4000:]}")
 
 
-def _closed_ledger(uri, bookies, entries=30) -> int:
-    """A closed (3, 2, 2) ledger on ``bookies``, every entry on its whole write set."""
+def _closed_ledger(uri, bookies, entries=30, quorum=(3, 2, 2)) -> int:
+    """A closed ledger (of ``quorum``, (3, 2, 2) unless told) on ``bookies``, every entry on
+    its whole write set."""
+    E, Qw, Qa = quorum
     with open_metadata(uri) as store:
-        meta = LedgerMetadata(3, 2, 2, digest_type="dummy", password_digest=password_digest(b""),
+        meta = LedgerMetadata(E, Qw, Qa, digest_type="dummy", password_digest=password_digest(b""),
                               fragments=[(0, list(bookies))])
         ledger_id, version = store.create_ledger(meta)
         for e in range(entries):
-            for p in write_set(e, 3, 2):
+            for p in write_set(e, E, Qw):
                 with RawBookieClient(bookies[p], timeout_s=30) as c:
                     entry = wire.pack_entry(ledger_id, e, e - 1, 0, b"", b"part-%d" % e)
                     assert c.add(ledger_id, [entry], master_key(b"")) == Status.OK
@@ -180,6 +182,32 @@ def test_a_partial_loss_is_healed_once_the_lost_bookie_is_gone_for_good(tmp_path
                 with RawBookieClient(d, timeout_s=30) as cl:
                     status, got = cl.read(ledger_id, e)
                 assert status == Status.OK and got[0].endswith(b"part-%d" % e), e
+        except BaseException:
+            _dump(lb)
+            raise
+
+
+@pytest.mark.autorecovery_slow
+def test_autorecovery_replaces_a_lost_bookie_by_the_placement_policy(tmp_path):
+    # Issue 24 item 1, last clause: racks one (A, C, E) and two (B, D), set by the operator;
+    # six (2, 2, 2) ledgers on (A, B); B dies.  With ensemblePlacementPolicy=rackaware every
+    # ledger's replacement is D, the only other bookie of rack two; at random all six would be
+    # D once in 729.
+    conf = dict(FAST, ensemblePlacementPolicy="rackaware")
+    with LocalBookies(5, base_dir=str(tmp_path / "b"), conf=conf) as lb:
+        try:
+            a, b, c, d, e = lb.bookies
+            with open_metadata(lb.metadata_uri) as store:
+                for bookie, rack in ((a, "/r/one"), (b, "/r/two"), (c, "/r/one"),
+                                     (d, "/r/two"), (e, "/r/one")):
+                    store.create(f"/bookielocations/{bookie}", rack.encode())
+            ledgers = [_closed_ledger(lb.metadata_uri, [a, b], entries=4, quorum=(2, 2, 2))
+                       for _ in range(6)]
+            lb.kill(1)
+            with open_metadata(lb.metadata_uri) as store:
+                waiting.wait_for(lambda: not any(_names_any(store, i, {b}) for i in ledgers),
+                                 BOUND_S, "B replaced in every ledger")
+                assert [store.read_ledger(i)[0].fragments[0][1] for i in ledgers] == [[a, d]] * 6
         except BaseException:
             _dump(lb)
             raise
