@@ -211,3 +211,28 @@ def test_autorecovery_replaces_a_lost_bookie_by_the_placement_policy(tmp_path):
         except BaseException:
             _dump(lb)
             raise
+
+
+@pytest.mark.autorecovery_slow
+def test_a_closed_ledger_with_no_entries_stops_naming_a_lost_bookie(tmp_path):
+    # The nemesis (seed 777, --lifecycle) found closed ledgers with no entries still naming a
+    # bookie lost for good after every round: the auditor marked a ledger only when it had
+    # entries to copy, and an empty fragment has none.  Repointed without a copy, it loses
+    # nothing (core.naming: every entry it should hold - none - is on the replacement).
+    with LocalBookies(4, base_dir=str(tmp_path / "b"), conf=FAST) as lb:
+        try:
+            a, b, c, d = lb.bookies
+            with open_metadata(lb.metadata_uri) as store:
+                meta = LedgerMetadata(3, 2, 2, digest_type="dummy",
+                                      password_digest=password_digest(b""),
+                                      fragments=[(0, [a, b, c])], state=LedgerState.CLOSED,
+                                      last_entry_id=-1)
+                ledger_id = store.create_ledger(meta)[0]
+            lb.kill(1)
+            with open_metadata(lb.metadata_uri) as store:
+                waiting.wait_for(lambda: not _names_any(store, ledger_id, {b}), BOUND_S,
+                                 "the empty ledger no longer names B")
+                assert store.read_ledger(ledger_id)[0].fragments == [(0, [a, d, c])]
+        except BaseException:
+            _dump(lb)
+            raise
