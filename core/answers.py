@@ -10,10 +10,12 @@ class Pending:
     """An answer held back until the journal has made its record durable (DESIGN invariants 1
     and 4).  ``reply`` is the client's frames, or ``[None, *frames]`` for the read worker."""
 
-    __slots__ = ("end", "reply", "ledger_id", "op", "status", "taken_at")
+    __slots__ = ("end", "reply", "ledger_id", "op", "status", "taken_at", "journal")
 
-    def __init__(self, end: int, reply: list, ledger_id: int, op: int = Op.ADD, taken_at: float = 0.0):
-        self.end = end
+    def __init__(self, end: int, reply: list, ledger_id: int, op: int = Op.ADD, taken_at: float = 0.0,
+                 journal: int = 0):
+        self.end = end  # in journal ``journal``'s logical offsets (each journal has its own)
+        self.journal = journal
         self.reply = reply
         self.ledger_id = ledger_id
         self.op = op

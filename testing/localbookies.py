@@ -60,7 +60,8 @@ class LocalBookies:
         self.ports = []
         for i in range(n):
             # Started again on its directories, a bookie keeps its port: its id is in its cookie.
-            remembered = remembered_port([os.path.join(self.bookie_dir(i), "journal")])
+            remembered = remembered_port([os.path.join(self.bookie_dir(i), "journal"),
+                                          os.path.join(self.bookie_dir(i), "ledgers")])
             self.ports.append(base_port + 2 * i if base_port else
                               remembered or free_port_pair("127.0.0.1"))
         self.hosts = list(hosts or ["127.0.0.1"] * n)
@@ -105,7 +106,15 @@ class LocalBookies:
             o["httpServerEnabled"] = "true"
             o["httpServerPort"] = str(self.http_ports[i])
         o.update({k: str(v) for k, v in self.conf.items()})
+        if "journalDirectories" in self.conf and "journalDirectory" not in self.conf:
+            del o["journalDirectory"]  # several journals: journalDirectories alone names them
         return o
+
+    def journal_dirs(self, i: int) -> list[str]:
+        """Bookie i's journal directories, journal 0 first."""
+        o = self.overrides(i)
+        dirs = [d for d in o.get("journalDirectories", "").split(",") if d]
+        return dirs or [o["journalDirectory"]]
 
     def admin_url(self, i: int) -> str:
         """Base URL of bookie i's HTTP admin API (needs ``admin_http=True``)."""
@@ -163,7 +172,7 @@ class LocalBookies:
         if self.procs[i] is not None and self.procs[i].poll() is None:
             raise LocalBookieError(f"bookie {i} is already running")
         o = self.overrides(i)
-        for d in [o["journalDirectory"], *o["ledgerDirectories"].split(","),
+        for d in [*self.journal_dirs(i), *o["ledgerDirectories"].split(","),
                   *o.get("indexDirectories", "").split(",")]:
             if d:
                 os.makedirs(d, exist_ok=True)
@@ -257,7 +266,7 @@ class LocalBookies:
                     title = f.read().replace(b"\0", b" ").strip().decode(errors="replace")
             except OSError:
                 continue
-            if title.startswith(want):
+            if title.startswith(want) and not title[len(want):].startswith("-"):  # journal-1
                 return child
         raise LocalBookieError(f"no {role} worker found for bookie {i}")
 
@@ -329,7 +338,7 @@ class LocalBookies:
         same rule as that start's: the path its directory lock records (storage/dirlock.py)."""
         from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock
         from bookie.storage.layout import LayoutError
-        journal = self.overrides(i)["journalDirectory"]
+        journal = self.journal_dirs(i)[0]
         if not os.path.isdir(journal):
             return
         try:
