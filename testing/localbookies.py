@@ -36,6 +36,9 @@ class LocalBookies:
         bookies: bookie ids ("127.0.0.1:port"), index i is bookie i.
         base_dir: where data and logs live.
 
+    ``journals`` > 1 gives each bookie that many journals (``journalDirectories``: its
+    ``journal/`` first, then ``journal-1/``, ``journal-2/``, ... beside it).
+
     ``hosts`` (one address per bookie, default 127.0.0.1) and ``command_prefix`` (one argv
     prefix per bookie, e.g. ``["ip", "netns", "exec", "ns0"]``) run each bookie on an address
     of its own, inside a network namespace (the fault-injection harness's network faults).
@@ -44,10 +47,13 @@ class LocalBookies:
     def __init__(self, n: int, metadata_uri: str | None = None, base_dir: str | None = None,
                  base_port: int | None = None, conf: dict | None = None, start_timeout_s: float = 60.0,
                  hosts: list[str] | None = None, command_prefix: list[list[str]] | None = None,
-                 log_format: str | None = None, admin_http: bool = False):
+                 log_format: str | None = None, admin_http: bool = False, journals: int = 1):
         if n < 1:
             raise ValueError("need at least one bookie")
         self.n = n
+        # journals > 1: each bookie gets that many journal directories (journalDirectories):
+        # its journal/ and journal-1/, journal-2/, ... beside it
+        self.journals = journals
         self._own_dir = base_dir is None
         self.base_dir = os.path.abspath(base_dir or tempfile.mkdtemp(prefix="localbookie-"))
         os.makedirs(self.base_dir, exist_ok=True)
@@ -105,8 +111,11 @@ class LocalBookies:
         if self.http_ports:
             o["httpServerEnabled"] = "true"
             o["httpServerPort"] = str(self.http_ports[i])
+        if self.journals > 1:
+            o["journalDirectories"] = ",".join([o["journalDirectory"]] + [
+                os.path.join(d, f"journal-{j}") for j in range(1, self.journals)])
         o.update({k: str(v) for k, v in self.conf.items()})
-        if "journalDirectories" in self.conf and "journalDirectory" not in self.conf:
+        if "journalDirectories" in o and "journalDirectory" in o and "journalDirectory" not in self.conf:
             del o["journalDirectory"]  # several journals: journalDirectories alone names them
         return o
 
