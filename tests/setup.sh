@@ -2,8 +2,23 @@
 # Test setup for a bare machine: Debian's ZooKeeper server (the real one the metadata tests start
 # on 127.0.0.1), a Java runtime for ZooKeeper and Spark (installed only if `java` is missing),
 # and this package with its test and spark extras.  Idempotent: quick when all is present.
+#   bash tests/setup.sh          everything the default suite and the opt-in rounds need
+#   bash tests/setup.sh --unit   only the test extra: tests/unit needs no server, JRE or Spark
+# PYTHON picks the interpreter to install into (python3 by default), as in tests/run.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+unit_only=0
+case ${1:-} in
+  "") ;;
+  --unit) unit_only=1 ;;
+  *) echo "setup: unknown argument '$1' (usage: tests/setup.sh [--unit])" >&2; exit 2 ;;
+esac
+py=${PYTHON:-python3}
+if [ $unit_only = 1 ]; then
+  echo "setup: tests/unit only: the test extra (no Debian packages, no Spark)"
+  "$py" -m pip install -q --disable-pip-version-check -e '.[test]'
+  exit 0
+fi
 
 need_apt=()
 dpkg -s zookeeper >/dev/null 2>&1 || need_apt+=(zookeeper)
@@ -22,6 +37,6 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-# The spark extra (pyspark, pyarrow) for the Spark source and sink tests; they need a JRE too
-# (java above), which Spark starts itself.
-python3 -m pip install -q --disable-pip-version-check -e '.[test,spark]'
+# The spark extra (pyspark, pyarrow, about 660 MB) for the Spark source and sink tests; they need
+# a JRE too (java above), which Spark starts itself.
+"$py" -m pip install -q --disable-pip-version-check -e '.[test,spark]'
