@@ -42,12 +42,12 @@ def test_sigkill_of_the_whole_bookie_loses_no_entry_of_either_journal(tmp_path):
     # acknowledged record is found again by the replay of its own journal, both journals.
     conf = _journal_conf(str(tmp_path), flushInterval=600_000)
     with LocalBookies(1, base_dir=str(tmp_path), conf=conf) as ens:
-        loads = _loads_until(ens, [2, 3], at_least=400)
+        loads = _loads_until(ens, [2, 3], at_least=200)
         ens.kill(0)  # supervisor and every worker at once
         for load in loads:
             load.stop()
         for load in loads:
-            assert len(load.acked) >= 400, f"ledger {load.ledger_id} made no progress"
+            assert len(load.acked) >= 200, f"ledger {load.ledger_id} made no progress"
         journal_dirs = ens.journal_dirs(0)
         for d in journal_dirs:  # both journals were written to
             files = glob.glob(os.path.join(d, "current", "*.txn"))
@@ -67,6 +67,7 @@ def test_sigkill_of_the_whole_bookie_loses_no_entry_of_either_journal(tmp_path):
             verify_acked(ens.bookies[0], load.ledger_id, load.acked)
 
 
+@pytest.mark.crash  # opt-in (-m crash): about half a minute on a loaded machine
 def test_sigkill_of_the_second_journal_worker_is_restarted_and_loses_nothing(tmp_path):
     with LocalBookies(1, base_dir=str(tmp_path), conf=_journal_conf(str(tmp_path))) as ens:
         loads = _loads_until(ens, [4, 5], at_least=200)

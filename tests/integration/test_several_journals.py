@@ -8,6 +8,7 @@ and ledger 3 to journal 1 (ledger_id % 2: storage/journal_set.py).
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -94,11 +95,13 @@ def test_a_bad_journal_configuration_is_one_line_and_exit_2(tmp_path, case):
 @pytest.fixture(scope="module")
 def stopped(tmp_path_factory):
     """A bookie with two journals that took adds on ledgers 2 and 3, then stopped cleanly;
-    yields (its overrides for ``bookie run`` / ``bookie shell``, its journal directories)."""
+    yields (its overrides for ``bookie run`` / ``bookie shell``, its journal directories, what
+    its admin API answered while it ran: {path: document or text})."""
     base = str(tmp_path_factory.mktemp("journals"))
     j0, j1 = os.path.join(base, "bookie-0", "journal"), os.path.join(base, "bookie-0", "journal-b")
     with LocalBookies(1, base_dir=base, conf={"metadataServiceUri": "",
-                                              "journalDirectories": f"{j0},{j1}"}) as ens:
+                                              "journalDirectories": f"{j0},{j1}"},
+                      admin_http=True) as ens:
         loads = [AddLoad(ens.bookies[0], lid, batch=10, window=4) for lid in (2, 3)]
         for load in loads:
             load.start()
@@ -108,15 +111,46 @@ def stopped(tmp_path_factory):
         for load in loads:
             load.stop()
         assert min(len(x.acked) for x in loads) >= 100
+        time.sleep(1.5)  # the journal workers publish their figures once a second
+        answered = {path: _get(ens.http_ports[0], path) for path in (
+            "/metrics", "/api/v1/bookie/last_log_mark", "/api/v1/bookie/list_disk_file")}
         o = {k: v for k, v in ens.overrides(0).items()
              if k in ("bookiePort", "ledgerDirectories", "journalDirectories", "metadataServiceUri",
                       "journalRingSizeMB", "indexMapSizeMB", "journalPreAllocSizeMB")}
         assert ens.stop(0) == 0
-    yield o, [j0, j1]
+    yield o, [j0, j1], answered
+
+
+def _get(port: int, path: str):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", path)
+        r = conn.getresponse()
+        body = r.read().decode()
+        assert r.status == 200, (path, r.status, body[:300])
+        return body if path == "/metrics" else json.loads(body)
+    finally:
+        conn.close()
+
+
+def test_metrics_and_admin_paths_speak_of_each_journal(stopped):
+    o, (j0, j1), answered = stopped
+    text = answered["/metrics"]
+    for journal in ("0", "1"):  # per-journal labels; each journal took bytes
+        line = next(x for x in text.splitlines()
+                    if x.startswith(f'bookie_journal_bytes_total{{journal="{journal}"}}'))
+        assert float(line.split()[-1]) > 0, line
+        assert f'bookie_journal_sync_seconds_count{{journal="{journal}"}}' in text
+    assert 'bookie_worker_up{role="journal-1"} 1.0' in text
+    assert f'directory="{j1}",kind="journal"' in text  # disk figures of every journal directory
+    marks = answered["/api/v1/bookie/last_log_mark"]
+    assert list(marks) == [o["ledgerDirectories"]] and list(marks[o["ledgerDirectories"]]) == [j0, j1]
+    files = answered["/api/v1/bookie/list_disk_file"]["journal files"]
+    assert os.path.join(j0, "current") in files and os.path.join(j1, "current") in files
 
 
 def test_readjournal_and_lastmark_read_every_journal(stopped):
-    o, (j0, j1) = stopped
+    o, (j0, j1), _ = stopped
     r = bookie("shell", "readjournal", "--json", *sets(o))
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
@@ -139,7 +173,7 @@ def _start_refused(o: dict) -> str:
 
 
 def test_a_journal_directory_swapped_missing_or_added_is_refused_in_one_line(stopped, tmp_path):
-    o, (j0, j1) = stopped
+    o, (j0, j1), _ = stopped
     # the configuration names them the other way round
     line = _start_refused({**o, "journalDirectories": f"{j1},{j0}"})
     assert "cookie does not match" in line and "journal_dir" in line
