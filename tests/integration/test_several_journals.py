@@ -196,3 +196,40 @@ def test_a_journal_directory_swapped_missing_or_added_is_refused_in_one_line(sto
         assert j1 in line and "has no cookie" in line
     finally:
         shutil.move(kept, os.path.join(j1, "current"))
+
+
+# -- disks ---------------------------------------------------------------------------------------
+
+def test_a_full_second_journal_disk_turns_the_bookie_read_only_until_it_has_room(tmp_path):
+    from bookie.testing.rawclient import RawBookieClient, make_entry
+    from bookie.wire import Status
+    from tmpfs import mounted_tmpfs
+
+    base = tmp_path / "e"
+    with mounted_tmpfs(tmp_path / "small-journal-disk", "8m") as disk:
+        conf = {"metadataServiceUri": "", "diskCheckInterval": 200, "journalPreAllocSizeMB": 1,
+                "journalDirectories": f"{base}/bookie-0/journal,{disk}"}
+        with LocalBookies(1, base_dir=str(base), conf=conf) as ens:
+            with RawBookieClient(ens.bookies[0], timeout_s=10) as c:
+                assert c.add(2, [make_entry(2, 0, b"before")], b"k") == Status.OK
+                assert c.add(3, [make_entry(3, 0, b"before")], b"k") == Status.OK
+                filler = os.path.join(disk, "filler")
+                with open(filler, "wb") as f:  # what else shares the journal's disk
+                    try:
+                        while True:
+                            f.write(b"\1" * (256 << 10))
+                            f.flush()
+                    except OSError:
+                        pass
+                deadline = time.monotonic() + 30
+                while "disks full" not in ens.log(0) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert any("disk full" in x and f"directory={disk}" in x for x in ens.log(0).splitlines())
+                assert "bookie is now read-only" in ens.log(0)
+                # the whole bookie refuses adds, those of journal 0's ledgers too
+                assert c.add(2, [make_entry(2, 1, b"during")], b"k") == Status.READ_ONLY
+                os.unlink(filler)
+                deadline = time.monotonic() + 30
+                while "bookie is writable again" not in ens.log(0) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert c.add(3, [make_entry(3, 1, b"after")], b"k") == Status.OK
