@@ -26,7 +26,7 @@ path), checkpoint, then serve.
 Several journals (``journalDirectories``, bookie.storage.journal_set): one ring per journal, and
 every record of a ledger goes to journal ``journal_of(ledger_id)``'s ring.  Cursors, ``safe_to``,
 marks and answers are per journal (each journal has its own logical offsets): an answer waits
-for its own journal's DURABLE only; a checkpoint persists one LastLogMark per journal; start-up
+for its own journal's DURABLE only (``JournalAnswers``: a queue per journal); a checkpoint persists one LastLogMark per journal; start-up
 replays each journal from its own mark (a ledger's records are all in one journal, so the order
 the journals are replayed in does not matter).  Ring 0 also carries the control words
 (READONLY, NO_ROOM, ADD_EPOCH).
@@ -45,7 +45,7 @@ from bookie.metadata.recovery_secret import read_secret_file
 from bookie.storage.layout import current_dir, key_salt
 from bookie.wire import Op, Status
 from bookie.storage import records
-from bookie.core.answers import Pending
+from bookie.core.answers import JournalAnswers, Pending
 from bookie.workers.auth import server_curve
 from bookie.workers.common import (REFUSALS_PER_CONNECTION_PER_S, ClientServer, ConnectionCap,
                                    RefusalBudget, guard_client_socket, make_socket)
@@ -57,7 +57,7 @@ from bookie.core.ledgers import Owner, Rejected
 from bookie.storage.noroom import RETRY_S, Held, HeldRecord, no_room
 from bookie.storage.ring import ADD_EPOCH, DURABLE, NO_ROOM, READONLY, WRITE, Doorbell, Ring
 from bookie.storage.journal_set import bell_name, journal_of
-from bookie.core.shares import PendingAdds, principal_of
+from bookie.core.shares import principal_of
 from bookie.storage.entrylog import EntryLogs
 from bookie.storage.index import Index, open_index
 from bookie.storage.ledger_storage import LedgerStorage
@@ -185,7 +185,8 @@ def run(ctx) -> int:
     storage.table.verify = server.owners.verified
     # one principal holds at most a share of the pending adds; flooding connections are shut
     server.refusals = RefusalBudget(REFUSALS_PER_CONNECTION_PER_S, cap, server.log_shut)
-    server.pending = PendingAdds(conf.max_pending_adds, principal_of(bool(curve)), server.refusals)
+    server.pending = JournalAnswers(len(rings), conf.max_pending_adds, principal_of(bool(curve)),
+                                    server.refusals)
     ctx.log("add worker ready", port=conf.bookie_port, position=ring.get(WRITE))
     ctx.ready()
     try:
@@ -217,7 +218,7 @@ class AddServer(ClientServer):
         self.wakes = wakes
         self.lac_pub = lac_pub
         self.ledger_dirs = ledger_dirs
-        self.pending: collections.deque[Pending] = collections.deque()
+        self.pending: JournalAnswers | None = None  # set by run(): needs the refusal budget
         self.max_entry = self.conf.max_entry_size_bytes
         self.max_pending = self.conf.max_pending_adds
         self.last_mark = [r.get(WRITE) for r in rings]
@@ -333,13 +334,10 @@ class AddServer(ClientServer):
     def answer_durable(self) -> None:
         if not self.pending:
             return
-        # Answers go in the order they were placed; an answer of a journal that is behind may
-        # hold back one of another, never the other way round.
+        # Each journal's answers go in its own order, as soon as that journal made them durable.
         durable = [min(d, s) for d, s in zip(self.durables(), self.safe_to)]
-        pending = self.pending
         now = time.monotonic()
-        while pending and pending[0].end <= durable[pending[0].journal]:
-            p = pending.popleft()
+        for p in self.pending.durable(durable):
             self.count(p.op, p.status)
             if p.op == Op.ADD:
                 self.add_latency.observe(now - p.taken_at)
@@ -438,7 +436,8 @@ class AddServer(ClientServer):
         try:
             if self.gate is not None and self.gate.refusal(frames[1], op, flags):
                 raise Rejected(Status.UNAUTHORIZED, "role does not allow the op")
-            self.pending.admit(frames[1], ident, op)  # past its principal's share: TOO_MANY_REQUESTS
+            # past its principal's share: TOO_MANY_REQUESTS
+            self.pending.admit(self.journal_of(ledger_id), frames[1], ident, op)
             if op == Op.ADD:
                 return self.handle_add(ident, flags, request_id, ledger_id, frames[2:])
             if op == Op.WRITE_LAC:

@@ -1,6 +1,9 @@
 """The rules of several journals (storage/journal_set.py) and each journal's own LastLogMark."""
 
+import pytest
 from hypothesis import given, strategies as st
+
+from bookie.wire import ProtocolError
 
 from bookie.storage import journal_set
 from bookie.storage.journal import lastmark_of, read_lastmark, write_lastmark
@@ -38,3 +41,25 @@ def test_each_journal_keeps_its_own_lastmark(tmp_path):
     other.mkdir()
     write_lastmark(str(other), 50, journal=1)
     assert lastmark_of([d, str(other)], 1) == 7 and lastmark_of([d, str(other)], 0) == 0
+
+
+def test_answers_of_each_journal_leave_in_order_as_soon_as_their_journal_is_durable():
+    from bookie.core.answers import JournalAnswers, Pending
+    from bookie.wire import Op
+
+    answers = JournalAnswers(2, max_pending=16, principal=lambda frame, ident: "p")
+    for end, journal in [(10, 0), (5, 1), (20, 0), (9, 1)]:
+        answers.append(Pending(end, [None, b"fence"], ledger_id=journal, journal=journal))
+    assert len(answers) == 4
+    # journal 0 is behind: journal 1's answers go anyway, each journal in its own order
+    assert [(p.journal, p.end) for p in answers.durable([0, 9])] == [(1, 5), (1, 9)]
+    assert [(p.journal, p.end) for p in answers.durable([15, 9])] == [(0, 10)]
+    assert len(answers) == 1 and [p.end for p in answers] == [20]
+    # the places of a principal are counted over both journals: a quarter of 16 is 4
+    for journal in (0, 1, 0, 1):
+        answers.admit(journal, None, b"c", int(Op.ADD))
+        answers.append(Pending(99, [b"c", b"h"], ledger_id=journal, journal=journal))
+    assert answers.queues[0].held is answers.queues[1].held
+    assert answers.queues[0].held.counts == {"p": 4}
+    with pytest.raises(ProtocolError, match="share"):
+        answers.admit(1, None, b"c", int(Op.ADD))
