@@ -28,8 +28,10 @@ command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
 # systemd-analyze checks the appliance's unit file (no running systemd needed).
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
-# lintian checks the Debian package in the package round (-m package).
+# lintian checks the Debian package in the package round (-m package); systemd-nspawn boots a
+# real systemd in a container there, with the package's unit as its goal.
 command -v lintian >/dev/null 2>&1 || need_apt+=(lintian)
+command -v systemd-nspawn >/dev/null 2>&1 || need_apt+=(systemd-container)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
