@@ -154,10 +154,15 @@ def _register_bookie(tools) -> None:
     p.add_argument("--sync-rate", type=float, default=None, metavar="PER_S",
                    help="pace the sync phase and correct its latencies for coordinated "
                         "omission at this rate")
+    p.add_argument("--trace", action="store_true",
+                   help="with --localbookie: instead of the two phases, --sync-time seconds (or "
+                        "--sync-count adds) of lone adds through the client, each stamped at "
+                        "every step of its path (client, add worker, journal); prints the "
+                        "per-step table")
     _entries(p, rate_help="offer this many entries/s in the pipelined phase; latencies count "
                           "from each message's intended send (coordinated omission corrected)")
     _common(p, 10.0)
-    client_options.add_arguments(p)  # its CURVE keys only: no client is built
+    client_options.add_arguments(p)  # its CURVE keys only: no client is built (but --trace's)
     p.set_defaults(func=_cmd_bookie)
 
 
@@ -381,7 +386,7 @@ BENCH_GC_WAIT_MS = 24 * 3600 * 1000
 
 
 @contextlib.contextmanager
-def local_bookies(count: int, data_dir: str | None):
+def local_bookies(count: int, data_dir: str | None, conf: dict | None = None):
     """Start ``count`` local bookies for one run.
 
     Yields:
@@ -401,7 +406,7 @@ def local_bookies(count: int, data_dir: str | None):
     try:
         # No GC during a run: ``bench bookie`` writes ledgers the metadata store never heard
         # of, which the GC (every second in LocalBookies) would delete under it.
-        with LocalBookies(count, base_dir=base, conf={"gcWaitTime": BENCH_GC_WAIT_MS}) as lb:
+        with LocalBookies(count, base_dir=base, conf={"gcWaitTime": BENCH_GC_WAIT_MS, **(conf or {})}) as lb:
             yield lb, base
     finally:
         if made:
@@ -445,6 +450,8 @@ def _cmd_bookie(args) -> int:
             raise BenchOptionError(f"--bookie: {e}") from None
     params = params_of(args)
     emit = progress_emitter(args)
+    if args.trace:
+        return _trace_bookie(args, params, emit)
     try:
         if args.bookie is not None:
             result = bookie_bench.run(params, args.bookie, emit=emit, metadata_uri=args.metadata)
@@ -456,6 +463,31 @@ def _cmd_bookie(args) -> int:
                                           metadata_uri=lb.metadata_uri)
     except bookie_bench.BenchError as e:
         raise BenchOptionError(str(e)) from None
+    return finish(args, result)
+
+
+def _trace_bookie(args, params: dict, emit) -> int:
+    """``bench bookie --trace``: the lone-add breakdown (bench/trace.py) on a local bookie."""
+    from bookie.bench import bookie_bench, trace
+    from bookie.bench.client_bench import BenchError
+    if args.bookie is not None:
+        raise BenchOptionError("--trace needs --localbookie (the bookie must write its stamps "
+                               "where the bench reads them)")
+    if args.sync_time <= 0:
+        raise BenchOptionError("--trace runs --sync-time seconds of lone adds: give more than 0")
+    trace_dir = tempfile.mkdtemp(prefix="bookie-bench-trace-")
+    try:
+        with local_bookies(1, args.data_dir, {"addTraceDirectory": trace_dir}) as (lb, base):
+            try:
+                disk = bookie_bench.disk_baseline(base, emit=emit)
+                result = trace.run(params, lb.metadata_uri, trace_dir, emit=emit, data_dir=base,
+                                   disk=disk)
+            except (BenchError, bookie_bench.BenchError) as e:
+                raise BenchOptionError(str(e)) from None
+    finally:
+        shutil.rmtree(trace_dir, ignore_errors=True)
+    print(trace.table(result["phases"]["trace"]["steps_us"], result["phases"]["trace"]["traced"]),
+          end="", file=sys.stderr)
     return finish(args, result)
 
 

@@ -47,6 +47,7 @@ from bookie.workers.frame_guard import FrameGuard
 from bookie.storage.journal import lastmark_of, scan
 from bookie.core.ledgers import Owner, Rejected
 from bookie.storage.noroom import RETRY_S, Held, HeldRecord, no_room
+from bookie.storage.trace import ADD_FILE, AddTrace, open_trace
 from bookie.storage.ring import ADD_EPOCH, DURABLE, NO_ROOM, READONLY, WRITE, Doorbell, Ring
 from bookie.core.shares import PendingAdds, principal_of
 from bookie.storage.entrylog import EntryLogs
@@ -155,6 +156,8 @@ def run(ctx) -> int:
     server.cap = cap
     server.frame_guard = FrameGuard(cap, conf.max_add_message_size_bytes, ctx.run_dir, ctx.log)
     server.gate = curve.gate if curve else None
+    trace_file = open_trace(conf.add_trace_dir, ADD_FILE)  # bench bookie --trace; None: off
+    server.trace = AddTrace(trace_file) if trace_file else None
     # who owns an id the bookie holds nothing for: asked before anything is stored, and keys
     # verified against the owner's check, both off this loop (claims.py)
     server.owners = OwnerResolver(OwnerLookup(conf.metadata_uri, conf.zk_security, ctx.log))
@@ -170,6 +173,8 @@ def run(ctx) -> int:
         server.shutdown()
         server.frame_guard.close()
         server.owners.close()
+        if server.trace is not None:
+            server.trace.close()
         storage.close()
         for s in (cap, clients, control, durable_in, wake, lac_pub):
             s.close()
@@ -215,6 +220,7 @@ class AddServer(ClientServer):
         self.next_retry = 0.0
         self.rung = self.unrung = False  # journal woken this iteration / placed since
         self.moved: set[int] = set()  # ledgers with adds / WRITE_LACs placed since the last publish
+        self.trace: AddTrace | None = None  # per-add timestamps (addTraceDirectory); None: off
 
     # -- the loop --------------------------------------------------------------------------------
     def serve(self, durable_in) -> None:
@@ -315,6 +321,8 @@ class AddServer(ClientServer):
                 self.add_latency.observe(now - p.taken_at)
             sock = self.control if p.reply[0] is None else self.clients
             frames = p.reply[1:] if p.reply[0] is None else p.reply
+            if self.trace is not None:
+                self.trace.replied(p.end, time.monotonic_ns())
             try:
                 wire.send_frames(sock, frames)
             except zmq.ZMQError:
@@ -554,7 +562,10 @@ class AddServer(ClientServer):
                                                            flags=placed.flags)
         if not self.room_for(size):
             return False
+        checked_ns = time.monotonic_ns() if self.trace is not None else 0
         start, end = self.place(parts)
+        if self.trace is not None:
+            self.trace.placed(end, ledger_id, int(entry_ids[0]), self.taken_at, checked_ns)
         table.apply(records.Record(records.ADD_BATCH, placed.flags, ledger_id, placed.key, -1,
                                    lengths, data_offset, size))
         self.store(ledger_id, start, end, size, data_offset, entry_ids, lengths, offsets)

@@ -140,6 +140,7 @@ KEYS: tuple[Key, ...] = (
     # -- workers -------------------------------------------------------------------------------
     Key("numAddWorkerThreads", "int", 1, "Add workers per ledger directory (this release runs 1).", _range(1, 1), attr="num_add_workers"),
     Key("numReadWorkerThreads", "int", 1, "Read workers (this release runs 1).", _range(1, 1), attr="num_read_workers"),
+    Key("addTraceDirectory", "str", "", "When set, the add and journal workers append CLOCK_MONOTONIC timestamps of every answered add and written group to add.trace and journal.trace here (bookie bench bookie --trace; costs a write per add: for measurements only). Empty: off.", attr="add_trace_dir"),
     # -- garbage collection --------------------------------------------------------------------
     Key("gcWaitTime", "int", 60_000, "Interval between garbage collections (ms).", _range(100), unit="ms", attr="gc_wait_s"),
     Key("minorCompactionThreshold", "float", 0.2, "A minor compaction rewrites entry logs whose live share is under this fraction (0 or less: no minor compaction).", _range(hi=1.0), attr="minor_compaction_threshold"),
