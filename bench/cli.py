@@ -287,6 +287,14 @@ def _register_report(tools) -> None:
     p.add_argument("--data-dir", metavar="DIR", help="where the bookies and the journal write "
                                                      "(default: a temporary directory)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--peers", default="redis,zookeeper", metavar="LIST",
+                   help="peer systems run beside the bookie, comma-separated: redis, zookeeper, "
+                        "or none (default redis,zookeeper; each needs its Debian package)")
+    p.add_argument("--spark", action="store_true",
+                   help="also run bench spark (needs bookie[spark]) for the issue table's Spark row")
+    p.add_argument("--only", action="append", metavar="TEXT", default=None,
+                   help="run only the standard runs whose name contains TEXT (repeatable); the "
+                        "peers and --spark still run")
     p.set_defaults(func=_cmd_report)
 
 
@@ -600,8 +608,17 @@ def _cmd_journal(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from bookie.bench import report, standard
+    from bookie.bench import ratios, report, standard
     check_positive(args, "time")
+    peers = [] if args.peers.strip() == "none" else [p.strip() for p in args.peers.split(",")]
+    unknown = [p for p in peers if p not in ratios.PEERS]
+    if unknown:
+        raise BenchOptionError(f"--peers: unknown peer {unknown[0]!r} (redis, zookeeper or none)")
+    runs = standard.STANDARD
+    if args.only:
+        runs = tuple(r for r in runs if any(t in r.name for t in args.only))
+        if not runs:
+            raise BenchOptionError(f"--only: no standard run's name contains {args.only[0]!r}")
     if args.from_results and not args.results:
         raise BenchOptionError("--from-results needs --results FILE to tabulate")
     if args.results and args.from_results and not os.path.isfile(args.results):
@@ -615,14 +632,18 @@ def _cmd_report(args) -> int:
         if not args.from_results:
             data_dir = args.data_dir or scratch
             os.makedirs(data_dir, exist_ok=True)
-            statuses = standard.run_all(results_path, args.time, data_dir, args.quiet)
+            statuses = standard.run_all(results_path, args.time, data_dir, args.quiet, runs)
+            statuses += ratios.run_peers(results_path, args.time, peers)
+            if args.spark:
+                statuses.append(ratios.run_spark(results_path, args.time, data_dir))
         try:
             results = report.load_results(results_path) if os.path.exists(results_path) else []
         except ValueError as e:
             raise BenchOptionError(str(e)) from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    table = standard.render(results)
+    # the detailed table, then the issue's: each figure as a ratio to its peer of the same run
+    table = standard.render(results) + "\n" + ratios.render(results)
     print(table, end="")
     if args.readme:
         try:
