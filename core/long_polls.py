@@ -50,10 +50,6 @@ class LongPolls:
     def waiting_on(self, ledger_id: int) -> bool:
         return ledger_id in self._live_per_ledger
 
-    def ledgers(self):
-        """The ledgers with at least one parked poll (a live view: copy it to keep it)."""
-        return self._live_per_ledger.keys()
-
     def full(self) -> bool:
         return len(self._polls) >= self.limit
 

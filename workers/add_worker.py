@@ -15,8 +15,6 @@ Per loop iteration (everything batched; no per-entry Python work on the hot path
    write transaction.
    Then tell the read worker which ledgers moved (``publish_moved``): their parked long polls
    are answered from that commit, without waiting for the journal (docs/architecture.md).
-   Only ledgers the read worker watches (it subscribes to a ledger while a long poll waits on
-   it; ``take_watches``) get a notice: a loop of adds nobody tails sends none.
 4. Every ``flushInterval``: checkpoint = fdatasync entry logs, sync the index, then persist
    LastLogMark = min(WRITE, DURABLE) (DESIGN invariant 3): every record placed before WRITE
    is in the entry log and, once the iteration's commit ran, in the index.
@@ -151,7 +149,7 @@ def run(ctx) -> int:
     control.bind(ctx.endpoint("add.ctl"))
     durable_in = Doorbell(os.path.join(ctx.run_dir, "add.bell"))  # rung by the journal after each group
     wake = Doorbell(os.path.join(ctx.run_dir, "journal.bell"))  # rung here after placing records
-    lac_pub = make_socket(zctx, zmq.XPUB)  # its subscriptions: the ledgers with waiting polls
+    lac_pub = make_socket(zctx, zmq.PUB)
     lac_pub.bind(ctx.endpoint("add.lac"))
 
     server = AddServer(ctx, ring, storage, clients, control, wake, lac_pub, ledger_dirs)
@@ -222,8 +220,6 @@ class AddServer(ClientServer):
         self.next_retry = 0.0
         self.rung = self.unrung = False  # journal woken this iteration / placed since
         self.moved: set[int] = set()  # ledgers with adds / WRITE_LACs placed since the last publish
-        self.watched: set[int] = set()  # ledgers the read worker has long polls waiting on
-        self.watch_all = False  # a subscriber of every ledger (b"")
         self.trace: AddTrace | None = None  # per-add timestamps (addTraceDirectory); None: off
 
     # -- the loop --------------------------------------------------------------------------------
@@ -232,7 +228,6 @@ class AddServer(ClientServer):
         poller.register(durable_in.fileno(), zmq.POLLIN)
         poller.register(self.clients, zmq.POLLIN)
         poller.register(self.control, zmq.POLLIN)
-        poller.register(self.lac_pub, zmq.POLLIN)  # subscriptions
         if self.cap is not None:
             poller.register(self.cap.monitor, zmq.POLLIN)
         poller.register(self.owners.fileno(), zmq.POLLIN)
@@ -244,8 +239,6 @@ class AddServer(ClientServer):
                 durable_in.drain()
             if self.cap is not None and self.cap.monitor in events:
                 self.cap.drain()
-            if self.lac_pub in events:
-                self.take_watches()
             self.answer_durable()
             self.rung, self.unrung = False, False
             if self.owners.fileno() in events:
@@ -342,35 +335,9 @@ class AddServer(ClientServer):
         (or even holds) them.  A parked long poll then gets what a plain READ_LAC would answer
         now; a reader finds each entry up to it on a bookie that acknowledged it (reader.py moves
         on from NO_ENTRY).  ``gone``: ledgers the GC deleted, whose polls get NO_LEDGER."""
-        moved = self.moved | gone if gone else self.moved
-        for lid in moved if self.watch_all else moved & self.watched:
+        for lid in self.moved | gone:
             self.lac_pub.send(wire.LEDGER_ID.pack(lid))
-            self.stats["lac_notices_total"] += 1
         self.moved.clear()
-
-    def take_watches(self) -> None:
-        """Subscriptions of the read worker: it watches a ledger while a long poll waits on it.
-        A new watch is answered at once with a notice of that ledger: a commit made before
-        this loop saw the subscription published nothing, so the read worker looks again
-        (whatever was committed so far is in the index now; later commits are published)."""
-        while True:
-            try:
-                msg = self.lac_pub.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            if not msg or msg[0] not in (0, 1):
-                continue
-            subscribe, topic = msg[0] == 1, msg[1:]
-            if not topic:
-                self.watch_all = subscribe
-            elif len(topic) == wire.LEDGER_ID.size:
-                (lid,) = wire.LEDGER_ID.unpack(topic)
-                if subscribe:
-                    self.watched.add(lid)
-                    self.lac_pub.send(topic)
-                    self.stats["lac_notices_total"] += 1
-                else:
-                    self.watched.discard(lid)
 
     def refuse_pending(self, ledger_ids: set[int]) -> None:
         """The GC deleted these ledgers under records placed for them: answer NO_LEDGER."""

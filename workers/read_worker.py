@@ -90,10 +90,6 @@ class ReadServer(ClientServer):
         self.unbound_at = time.monotonic()
         self.last_stats = 0.0
         self.read_latency = ctx.metrics.histogram("bookie_read_entry_seconds")
-        # ledgers subscribed on lac_sub: those with parked polls (the add worker publishes only
-        # these); brought in line with the polls after a loop that parked or answered any
-        self.watched: set[int] = set()
-        self.polls_changed = False
 
     def snapshot(self):
         """A read transaction begun now: it sees every index commit made before this call."""
@@ -134,8 +130,6 @@ class ReadServer(ClientServer):
                     self.frame = frames[-1]  # its principal (CURVE) and its connection (refusals)
                     self.handle([f.bytes for f in frames])
             self.expire_polls()
-            if self.polls_changed:
-                self.watch_polled_ledgers()
             now = time.monotonic()
             if now - self.last_stats >= 1.0:
                 self.last_stats = now
@@ -220,7 +214,6 @@ class ReadServer(ClientServer):
     def forget_connection(self, ident) -> None:
         """A connection shut down for flooding: its parked long polls give their places back."""
         self.log_shut(long_polls_dropped=self.polls.drop_where(lambda req: req[0] == ident))
-        self.polls_changed = True
 
     def respond(self, req, step) -> None:
         """Run ``step(txn, req)`` in a fresh snapshot; whatever it raises becomes an answer."""
@@ -299,7 +292,6 @@ class ReadServer(ClientServer):
                 deadline = time.monotonic() + min(timeout_ms, wire.MAX_LONG_POLL_MS) / 1000.0
                 if not self.polls.park(ledger_id, previous, deadline, req, self.principal):
                     raise wire.ProtocolError("too many long polls", Status.TOO_MANY_REQUESTS)
-                self.polls_changed = True
                 return
         self.reply(ident, op, Status.OK, request_id, ledger_id, [wire.LAC_BODY.pack(lac, last)])
         self.stats["read_lac_total"] += 1
@@ -364,24 +356,10 @@ class ReadServer(ClientServer):
             return  # the polls wait for their timeout
         for req in self.polls.ledger_moved(ledger_id, lac):
             self.send_lac(req, lac, last)
-            self.polls_changed = True
 
     def expire_polls(self) -> None:
         for req in self.polls.expired(time.monotonic()):
             self.respond(req, self.reply_lac)
-            self.polls_changed = True
-
-    def watch_polled_ledgers(self) -> None:
-        """Subscribe to the add worker's notices of the ledgers polls now wait on, and only
-        those.  A poll parked before its subscription reaches the add worker misses nothing:
-        the add worker answers a new subscription with a notice of its own (take_watches)."""
-        self.polls_changed = False
-        live = self.polls.ledgers()
-        for lid in live - self.watched:
-            self.lac_sub.setsockopt(zmq.SUBSCRIBE, wire.LEDGER_ID.pack(lid))
-        for lid in self.watched - live:
-            self.lac_sub.setsockopt(zmq.UNSUBSCRIBE, wire.LEDGER_ID.pack(lid))
-        self.watched = set(live)
 
     def may_fence(self, ledger_id: int) -> bool:
         """A fence of a ledger the index holds always may go; one of an unknown ledger (it would
@@ -449,7 +427,8 @@ def run(ctx) -> int:
     clients.bind(f"tcp://{conf.listening_interface}:{conf.bookie_port + 1}")
     control = make_socket(zctx, zmq.DEALER)
     control.connect(ctx.endpoint("add.ctl"))
-    lac_sub = make_socket(zctx, zmq.SUB)  # subscribed per ledger while polls wait on it
+    lac_sub = make_socket(zctx, zmq.SUB)
+    lac_sub.setsockopt(zmq.SUBSCRIBE, b"")
     lac_sub.connect(ctx.endpoint("add.lac"))
     server = ReadServer(ctx, index, logs, ring, clients, control, lac_sub)
     server.cap = server.refusals.cap = cap
