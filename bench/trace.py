@@ -180,6 +180,7 @@ def run(params: dict, metadata_uri: str, trace_dir: str, *, emit=None, data_dir:
             raise BenchError(f"cannot create a ledger: {e}") from None
         meter = Meter("trace", emit=emit)
         try:
+            # the client's I/O thread, whose opt-in trace list the run fills (client/io.py)
             client, io_stamps = lone_adds(lh, bk._io, payload, params["sync_time"],
                                           params["sync_count"], params["timeout"], meter)
         except (TimeoutError, RuntimeError) as e:
