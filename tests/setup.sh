@@ -3,8 +3,23 @@
 # on 127.0.0.1), a Java runtime for ZooKeeper and Spark (installed only if `java` is missing),
 # Redis (the benchmark report's peer),
 # and this package with its test and spark extras.  Idempotent: quick when all is present.
+#   bash tests/setup.sh          everything the default suite and the opt-in rounds need
+#   bash tests/setup.sh --unit   only the test extra: tests/unit needs no server, JRE or Spark
+# PYTHON picks the interpreter to install into (python3 by default), as in tests/run.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+unit_only=0
+case ${1:-} in
+  "") ;;
+  --unit) unit_only=1 ;;
+  *) echo "setup: unknown argument '$1' (usage: tests/setup.sh [--unit])" >&2; exit 2 ;;
+esac
+py=${PYTHON:-python3}
+if [ $unit_only = 1 ]; then
+  echo "setup: tests/unit only: the test extra (no Debian packages, no Spark)"
+  "$py" -m pip install -q --disable-pip-version-check -e '.[test]'
+  exit 0
+fi
 
 need_apt=()
 dpkg -s zookeeper >/dev/null 2>&1 || need_apt+=(zookeeper)
@@ -17,8 +32,10 @@ command -v redis-benchmark >/dev/null 2>&1 || need_apt+=(redis-tools)
 command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
 # systemd-analyze checks the appliance's unit file (no running systemd needed).
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
-# lintian checks the Debian package in the package round (-m package).
+# lintian checks the Debian package in the package round (-m package); systemd-nspawn boots a
+# real systemd in a container there, with the package's unit as its goal.
 command -v lintian >/dev/null 2>&1 || need_apt+=(lintian)
+command -v systemd-nspawn >/dev/null 2>&1 || need_apt+=(systemd-container)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -26,6 +43,6 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-# The spark extra (pyspark, pyarrow) for the Spark source and sink tests; they need a JRE too
-# (java above), which Spark starts itself.
-python3 -m pip install -q --disable-pip-version-check -e '.[test,spark]'
+# The spark extra (pyspark, pyarrow, about 660 MB) for the Spark source and sink tests; they need
+# a JRE too (java above), which Spark starts itself.
+"$py" -m pip install -q --disable-pip-version-check -e '.[test,spark]'

@@ -1,7 +1,7 @@
 """The operator's rough edges (issue 25, finding 8), each against the real command or bookie:
 Ctrl-C in the first moments of ``bookie run``, kazoo's lines under ``--log-format json``, an
 entry that is not bytes, ``bookie shell --help`` in plain text, and ``tests/run.sh -q`` printing
-its pass count.  (EOF at the deleteledger prompt: test_bookkeeper_verbs.py.)"""
+its pass count, and only the test extra set up for tests/unit.  (EOF at the deleteledger prompt: test_bookkeeper_verbs.py.)"""
 
 from __future__ import annotations
 
@@ -95,6 +95,20 @@ def test_run_sh_quiet_prints_the_pass_count():
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
+
+
+def test_run_sh_sets_up_only_the_test_extra_for_unit_tests():
+    env = {**os.environ, "PYTHON": sys.executable}
+    env.pop("BOOKIE_SKIP_SETUP", None)
+    proc = subprocess.run(["bash", "tests/run.sh", "-p", "no:randomly", "tests/unit/test_metrics.py"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "setup: tests/unit only: the test extra (no Debian packages, no Spark)" in proc.stdout
+    assert " passed" in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
+    bad = subprocess.run(["bash", "tests/setup.sh", "--spark-only"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "unknown argument '--spark-only'" in bad.stderr
 
 
 def test_simpletest_defaults_fit_the_one_bookie_appliance(tmp_path, capsys):

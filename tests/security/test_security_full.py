@@ -1,9 +1,10 @@
 """The issue's full-size floods (opt-in: ``-m security``), each against a real bookie while a
-legitimate writer adds 1 KiB entries: the flood is refused, the writer keeps at least half its
-throughput (the refused-add flood: a tenth, see there), no worker restarts and every worker stays under a memory budget.  Run with ``-s``
+legitimate writer adds 1 KiB entries: the flood is refused (its sender at the lowest CPU
+priority: see ``run_flood``), the writer keeps at least half its throughput (the refused-add flood: a tenth, see there), no worker restarts and every worker stays under a memory budget.  Run with ``-s``
 to see the figures."""
 
 import multiprocessing
+import os
 import resource
 import socket
 import time
@@ -76,7 +77,15 @@ def run_flood(ens, name: str, flood, min_ratio: float = 0.5) -> dict:
     base = writer_rate(writer)
     mp = multiprocessing.get_context("fork")
     stop, results = mp.Event(), mp.Queue()
-    proc = mp.Process(target=lambda: results.put(flood(stop) or {}), daemon=True)
+
+    def attacker():
+        # At the lowest priority: on a 2-core machine the attacker's own CPU (a million sends
+        # as fast as Python goes) would otherwise be taken from the writer's, a cost no bookie
+        # can refuse; what is measured is what handling the flood costs the bookie.  An
+        # attacker on another host has CPUs of its own.
+        os.nice(19)
+        results.put(flood(stop) or {})
+    proc = mp.Process(target=attacker, daemon=True)
     proc.start()
     time.sleep(2.0)
     during = writer_rate(writer)
