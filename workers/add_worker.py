@@ -55,6 +55,9 @@ from bookie.storage.index import Index, open_index
 from bookie.storage.ledger_storage import LedgerStorage
 
 MAX_MESSAGES_PER_ITERATION = 512
+# plain ints: ``get(zmq.EVENTS) & zmq.POLLIN`` goes through IntEnum/IntFlag objects, 5.6 us a
+# loop against 1.9 us (python -m timeit, this machine)
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 FENCE_OP = -1  # a fence journaled for the read worker (bookie_requests_total{op="FENCE"})
 
 
@@ -253,7 +256,7 @@ class AddServer(ClientServer):
                 self.wake.ring()
             self.commit()
             if self.frame_guard is not None:  # drained: no whole message left in ZeroMQ's queue
-                self.frame_guard.check(not self.stalled and not self.clients.get(zmq.EVENTS) & zmq.POLLIN)
+                self.frame_guard.check(not self.stalled and not self.clients.get(_EVENTS) & _POLLIN)
             now = time.monotonic()
             if now - self.last_checkpoint >= flush_s:
                 self.checkpoint(now)
