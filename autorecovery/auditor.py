@@ -6,7 +6,10 @@ operator triggered an audit, or ``auditorPeriodicBookieCheckInterval`` elapsed. 
 (``auditorPeriodicCheckInterval``, or a trigger) reads every closed ledger's entries from each
 bookie of their write sets and copies back any that is missing (``Replicator.fill``).  A full pass
 marks every ledger that names a lost bookie, reports (once) those with entries left on no live
-bookie, and settles marks that are stale (``rules.settle_mark``).
+bookie, and settles marks that are stale (``rules.settle_mark``).  Each tick also reads the
+cookies of the lost bookies: one whose cookie left the store is gone for good
+(``core.naming``), and a change of that set runs a full pass too, so a ledger whose lost
+bookie was kept named (a partial loss) is marked again for the worker to repoint.
 
 A new auditor starts with an empty ``Membership``: a bookie already gone is timed from the
 moment the new auditor sees it gone, and one it never saw registered waits at least
@@ -19,7 +22,8 @@ from __future__ import annotations
 import time
 
 from bookie.autorecovery import rules
-from bookie.metadata import NoSuchLedgerError
+from bookie.core import naming
+from bookie.metadata import CookieNotFoundError, NoSuchLedgerError
 from bookie.metadata.errors import CorruptMetadataError
 from bookie.metadata.underreplication import UnderReplication
 
@@ -36,6 +40,7 @@ class Auditor:
         self.log = log or (lambda event, **fields: None)
         self.clock = clock
         self._last_lost: set[str] | None = None
+        self._last_gone: set[str] = set()
         self._last_registered: set[str] = set()
         self._last_full = None
         self._trigger = self.ur.audit_trigger()
@@ -57,8 +62,9 @@ class Auditor:
         registered = self.registered()
         self.membership.observe(now, registered)
         lost = self.membership.lost(now)
+        gone = self.gone_for_good(lost)
         trigger = self.ur.audit_trigger()
-        due = (self._last_full is None or lost != self._last_lost
+        due = (self._last_full is None or lost != self._last_lost or gone != self._last_gone
                or (registered - self._last_registered) or trigger != self._trigger
                or (self.bookie_check_interval_s > 0
                    and now - self._last_full >= self.bookie_check_interval_s))
@@ -72,6 +78,19 @@ class Auditor:
             self._last_check = now
             self.entry_check()
         return bool(due)
+
+    def gone_for_good(self, lost: set[str]) -> set[str]:
+        """Those of ``lost`` whose cookie is no longer in the store (``core.naming``)."""
+        gone = set()
+        for bookie in lost:
+            try:
+                self.store.read_cookie(bookie)
+                in_store = True
+            except CookieNotFoundError:
+                in_store = False
+            if naming.gone_for_good(in_store):
+                gone.add(bookie)
+        return gone
 
     def entry_check(self) -> int:
         """Every closed, unmarked ledger: each entry on each live bookie of its write set."""
@@ -96,6 +115,10 @@ class Auditor:
         known = set().union(*(rules.named_bookies(m) for m in ledgers.values())) if ledgers else set()
         self.membership.observe(now, registered, known)
         lost = self.membership.lost(now)
+        gone = self.gone_for_good(lost)
+        if gone != self._last_gone and gone:
+            self.log("lost bookies gone for good (no cookie)", bookies=",".join(sorted(gone)))
+        self._last_gone = gone
         if lost != self._last_lost and lost:
             self.log("bookies lost", bookies=",".join(sorted(lost)),
                      delay_s=self.membership.delay_s)
@@ -103,7 +126,7 @@ class Auditor:
         self._last_full = now
         reported = self.ur.lost()
         for ledger_id, meta in ledgers.items():
-            audit = rules.audit_ledger(meta, lost)
+            audit = rules.audit_ledger(meta, lost, gone)
             if audit.lost_ranges:
                 if ledger_id not in reported and self.ur.report_lost(ledger_id, {
                         "reason": "no live copy", "missing": list(audit.missing),

@@ -8,7 +8,10 @@ and ends in one of the outcomes below; only RETRY and WAIT leave the mark for la
 * LOST     - some entries have no live copy; reported once (``/underreplication/lost``), the
              positions whose every entry has a live copy healed, the mark removed: it is never
              retried.  A position holding an entry with no live copy keeps naming its bookie
-             (repointed, those entries would be cut off from it for good if it comes back).
+             (repointed, those entries would be cut off from it for good if it comes back)
+             unless that bookie is gone for good (``core.naming``: its cookie left the store,
+             or an operator's ``recover`` / ``decommissionbookie`` forced it): then what has a
+             live copy is copied and the position repointed.
 * WAIT     - an open ledger whose last fragment names a missing bookie, inside
              ``openLedgerRereplicationGracePeriod``; its writer may still replace the bookie
              itself.  Only such a ledger is fenced and recovered once the grace is over
@@ -25,7 +28,8 @@ password autorecovery does not know is reported, not healed.
 
 Order for each (fragment, lost position): copy the entries to the replacement first, then
 write the metadata with compare-and-swap.  A worker killed between the two leaves copies that
-nothing names (the replacement's GC drops them if another worker picks another bookie) and the
+nothing names (the replacement's GC drops them after ``gcOverreplicatedLedgerWaitTime`` if
+another worker picks another bookie) and the
 mark in place, so another worker finishes the job once the lock has expired with the session.
 """
 
@@ -40,7 +44,8 @@ from bookie.autorecovery.copier import (Bookies, CopyError, EntryMissing, Key, R
 from bookie.client.auth import client_curve
 from bookie.client.config import ClientConfig
 from bookie.client.digest import master_key
-from bookie.metadata import BadVersionError, NoSuchLedgerError
+from bookie.core import naming
+from bookie.metadata import BadVersionError, CookieNotFoundError, NoSuchLedgerError
 from bookie.metadata.ledger import LedgerState, password_matches
 from bookie.metadata.recovery_secret import credential, recovery_secret
 from bookie.metadata.underreplication import UnderReplication
@@ -61,12 +66,14 @@ class Replicator:
         grace_s: ``openLedgerRereplicationGracePeriod``.
         log: ``log(event, **fields)``.
         dry_run: plan and report, copy and write nothing.
+        placement: ``client.protocol.placement.Placement`` of ``ensemblePlacementPolicy`` (None:
+            a replacement at random among the writable bookies outside the fragment).
     """
 
     def __init__(self, store, passwords=(), batch: int = 10, rate_bytes_per_s: float = -1,
                  grace_s: float = 30.0, log=None, timeout_s: float = 10.0,
                  dry_run: bool = False, rng: random.Random | None = None, progress=None,
-                 curve_keys: dict | None = None):
+                 curve_keys: dict | None = None, placement=None):
         self.store = store
         self.ur = UnderReplication(store)
         self.passwords = [b""] + [p for p in passwords if p]
@@ -82,6 +89,8 @@ class Replicator:
         self.rng = rng or random.Random()
         self.progress = progress
         self.exclude: set[str] = set()  # never a replacement (bookies being recovered)
+        # the client's placement rule (client.protocol.placement.Placement) or None: at random
+        self.placement = placement
         self.copied_bytes = 0
         self.copied_entries = 0
         self.lost_reported = 0  # ledgers this replicator was the first to report lost
@@ -205,16 +214,21 @@ class Replicator:
             dead = (set(missing) & rules.named_bookies(meta)) - (set() if force else registered)
         keys = self._keys(ledger_id, password)
         outcome = HEALED
-        for heal in rules.plan_ledger(meta, dead, self.rng, unavailable):
+        plan = rules.plan_ledger(meta, dead, self.rng, unavailable)
+        gone = self.gone_for_good({h.bookie for h in plan if h.unhealable}, force)
+        for heal in plan:
             if heal.unhealable:
-                # Reported once, and the position is left naming its bookie: repointed, the
-                # entries that have no live copy here would be cut off from that bookie for
-                # good, and a bookie that was only down (the nemesis found this: supervisors
-                # killed while lostBookieRecoveryDelay was 0) serves them again when it is back.
+                # Entries here have no live copy.  Repointed, they would be cut off from their
+                # bookie for good, and a bookie that was only down (the nemesis found this:
+                # supervisors killed while lostBookieRecoveryDelay was 0) serves them again when
+                # it is back: the position keeps naming it unless it is gone for good
+                # (core.naming.may_unname).  Reported once either way.
                 self._report_lost(ledger_id, {"reason": "no live copy", "first": heal.first,
-                                              "last": heal.last, "bookie": heal.bookie})
+                                              "last": heal.last, "bookie": heal.bookie,
+                                              "gone_for_good": heal.bookie in gone})
                 outcome = LOST
-                continue
+                if not rules.may_repoint(heal, gone):
+                    continue
             result = self._heal_fragment(ledger_id, heal, keys)
             if result == LOST:
                 outcome = LOST
@@ -232,9 +246,11 @@ class Replicator:
         if ensemble is None or ensemble[heal.position] != heal.bookie:
             return HEALED  # changed meanwhile: nothing left to do here
         writable = self.store.list_bookies()
+        self._refresh_locations(writable)
         avoid: set[str] = set(self.exclude)
         while True:
-            target = rules.choose_replacement(ensemble, writable, self.rng, avoid)
+            target = rules.choose_replacement(ensemble, writable, self.rng, avoid, heal.position,
+                                              meta.write_quorum, self.placement)
             if target is None:
                 self.log("no writable bookie can take the fragment", level="warning",
                          ledger_id=ledger_id, first=heal.first, bookie=heal.bookie)
@@ -265,6 +281,34 @@ class Replicator:
                 return HEALED
             except BadVersionError:
                 meta, version = self.store.read_ledger(ledger_id)
+
+    def _refresh_locations(self, writable) -> None:
+        """The writable bookies' racks into the placement (as the client reads them)."""
+        if self.placement is None:
+            return
+        from bookie.client.errors import BookKeeperError
+        from bookie.client.metadata import ClientStore
+        try:
+            self.placement.locations = ClientStore(self.store, own=False).locations(writable)
+        except BookKeeperError as e:  # keep the last ones known; the next heal reads again
+            self.log("could not read bookie locations", level="warning", error=str(e))
+
+    def gone_for_good(self, bookies, force: bool = False) -> set[str]:
+        """Those of ``bookies`` whose data is gone for good (``core.naming.gone_for_good``):
+        ``force`` (an operator's recover or decommission), or no cookie in the store."""
+        gone = set()
+        for bookie in bookies:
+            in_store = True if force else self._cookie_in_store(bookie)  # no read when forced
+            if naming.gone_for_good(in_store, operator_forced=force):
+                gone.add(bookie)
+        return gone
+
+    def _cookie_in_store(self, bookie: str) -> bool:
+        try:
+            self.store.read_cookie(bookie)
+            return True
+        except CookieNotFoundError:
+            return False
 
     # -- the periodic entry check ----------------------------------------------------------------
 

@@ -13,14 +13,20 @@ holds are ``first .. next fragment's first - 1`` (the last fragment: up to ``las
 a closed ledger; an open ledger's last fragment is unbounded).  Entry ``e`` lives on the write
 set of Qw positions starting at ``e % E`` (``client.protocol.quorum.write_set``).
 
+When the metadata may stop naming a bookie, and when a bookie may drop copies it no longer is
+named for, is ``bookie.core.naming`` (one rule for autorecovery and the GC); this module applies
+it per fragment and position.
+
 The auditor (``audit_ledger``) plans per entry range - per residue class of a fragment, the
 entries that share one write set:
 * a ledger with some range that names a lost bookie and still has a live copy is marked
   under-replicated, missing those bookies: a worker copies what has a source;
 * a range whose whole write set is on lost bookies has no copy left: the ledger is reported once
   as lost (its fragment in the report) and that range is never the reason for a mark, so it is
-  never retried.  Both can hold of one ledger (a partial loss): what has a source is copied,
-  the rest reported once.
+  never retried.  Both can hold of one ledger (a partial loss): what has a source is copied
+  when the position may be repointed (below), the rest reported once;
+* a ledger naming a lost bookie that is gone for good (``naming.gone_for_good``: its cookie
+  left the store) is marked even when nothing of it can be copied, so the worker repoints it.
 
 Fencing (``needs_fence``, BookKeeper's rule): an open ledger is fenced and recovered (closed)
 only when a lost bookie is in its *last* fragment, the one its writer may still be writing to.
@@ -31,12 +37,15 @@ A replication worker (``plan_ledger``) heals one (fragment, lost position) at a 
 unbounded last fragment of an open ledger: that one is recovered first): entries
 of the fragment whose write set holds that position are copied from another, live member of
 their write set to a replacement bookie, which must be writable and not in that fragment's
-ensemble (so it never already holds a copy and no write set names one bookie twice); then the
+ensemble (so it never already holds a copy and no write set names one bookie twice), chosen by
+the client's placement policy (``ensemblePlacementPolicy``, ``choose_replacement``); then the
 fragment's ensemble gets the replacement at that position, by compare-and-swap
 (``replace_bookie``).  A fragment with no entries is repointed without copying.  A position
-some of whose ranges have no live copy (``unhealable``) still gets the ranges that have one
-copied and is repointed; one with no copy of anything is reported and left as it is.  The copy for
-residue class ``r`` (entries with ``e % E == r``) reads from one source with a strided read.
+some of whose ranges have no live copy (``unhealable``) is repointed only when its bookie is
+gone for good (``naming.may_unname``), after the ranges that have a live copy were copied;
+otherwise it is reported once and keeps naming its bookie, which may come back with the entries
+nobody else holds.  The copy for residue class ``r`` (entries with ``e % E == r``) reads from
+one source with a strided read.
 
 A mark is settled (``settle_mark``): removed when the ledger is gone, when none of its missing
 bookies is named any more, or when every one of them is registered again (they came back;
@@ -49,6 +58,7 @@ import dataclasses
 import random
 
 from bookie.client.protocol.quorum import write_set
+from bookie.core import naming
 from bookie.metadata.ledger import LedgerMetadata, LedgerState
 
 UNBOUNDED = (1 << 63) - 1
@@ -122,7 +132,7 @@ def _residues(first: int, last: int, ensemble_size: int) -> list[int]:
 
 
 def named_bookies(meta: LedgerMetadata) -> set[str]:
-    return {b for _, ensemble in meta.fragments for b in ensemble}
+    return naming.named_bookies(meta.fragments)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,19 +144,23 @@ class LedgerAudit:
     missing: tuple[str, ...] = ()
     lost_ranges: tuple[tuple[int, int], ...] = ()
     healable: bool = False  # some fragment names a lost bookie and still has live copies
+    gone: bool = False  # some missing bookie is gone for good: repoint even with nothing to copy
 
     @property
     def mark(self) -> bool:
-        """Whether to mark the ledger: a replication worker has something to copy."""
-        return bool(self.missing) and self.healable
+        """Whether to mark the ledger: a replication worker has something to copy, or a
+        position to repoint away from a bookie gone for good."""
+        return bool(self.missing) and (self.healable or self.gone)
 
     @property
     def healthy(self) -> bool:
         return not self.missing and not self.lost_ranges
 
 
-def audit_ledger(meta: LedgerMetadata, lost: set[str]) -> LedgerAudit:
-    """Decide for one ledger given the set of lost bookies (module docstring)."""
+def audit_ledger(meta: LedgerMetadata, lost: set[str], gone: set[str] = frozenset()
+                 ) -> LedgerAudit:
+    """Decide for one ledger given the set of lost bookies, ``gone`` those of them gone for
+    good (module docstring)."""
     missing = sorted(named_bookies(meta) & set(lost))
     if not missing:
         return LedgerAudit()
@@ -159,18 +173,21 @@ def audit_ledger(meta: LedgerMetadata, lost: set[str]) -> LedgerAudit:
         if last == UNBOUNDED:  # an open tail: recovery closes it first, then it is audited again
             healable = True
             continue
-        gone = False
+        if last < first:  # no entries: repointed without a copy, nothing to cut off
+            healable = True
+            continue
+        no_copy = False
         for r in _residues(first, last, E):  # per range of entries sharing one write set
             members = [ensemble[p] for p in write_set(r, E, Qw)]
             if not lost & set(members):
                 continue
             if all(m in lost for m in members):
-                gone = True  # no copy left of these entries: reported, never marked for
+                no_copy = True  # no copy left of these entries: reported, never marked for
             else:
                 healable = True  # a live copy to copy from
-        if gone:
+        if no_copy:
             lost_ranges.append((first, last))
-    return LedgerAudit(tuple(missing), tuple(lost_ranges), healable)
+    return LedgerAudit(tuple(missing), tuple(lost_ranges), healable, bool(set(missing) & set(gone)))
 
 
 def needs_fence(meta: LedgerMetadata, dead: set[str]) -> bool:
@@ -246,14 +263,32 @@ def plan_ledger(meta: LedgerMetadata, dead: set[str], rng: random.Random | None 
     return heals
 
 
+def may_repoint(heal: FragmentHeal, gone: set[str]) -> bool:
+    """Whether ``heal``'s position may stop naming its bookie once its copies are made
+    (``naming.may_unname``): every entry there has a live copy to make, or the bookie is in
+    ``gone`` (gone for good)."""
+    return naming.may_unname(copied_all=not heal.unhealable, gone=heal.bookie in gone)
+
+
 def choose_replacement(ensemble: list[str], writable: list[str], rng: random.Random | None = None,
-                       avoid: set[str] = frozenset()) -> str | None:
+                       avoid: set[str] = frozenset(), position: int | None = None,
+                       write_quorum: int | None = None, placement=None) -> str | None:
     """A writable bookie that is not in ``ensemble`` (it holds no copy of the fragment) and not
-    in ``avoid`` (failed before); None when there is none."""
+    in ``avoid`` (failed before); None when there is none.  With ``placement`` (the client's
+    ``client.protocol.placement.Placement``, ``ensemblePlacementPolicy``) and the ``position``
+    replaced, the one the client's own ensemble change would pick: the write sets through that
+    position kept as spread over racks (regions) as they can be, the lost bookie's rack
+    preferred among equals; with enforcement, None when the spread falls short."""
+    rng = rng or random.Random()
     candidates = sorted(set(writable) - set(ensemble) - set(avoid))
     if not candidates:
         return None
-    return (rng or random.Random()).choice(candidates)
+    if placement is None or position is None or write_quorum is None:
+        return rng.choice(candidates)
+    new = placement.replace(ensemble, [position], write_quorum, candidates, rng)
+    if new is None or placement.short_of(new, write_quorum):
+        return None
+    return new[position]
 
 
 def replace_bookie(meta: LedgerMetadata, first: int, position: int, old: str, new: str

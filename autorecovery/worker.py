@@ -37,6 +37,18 @@ def curve_keys(conf) -> dict:
     return {"curveSecretKeyFile": conf.curve_secret_key_file,
             "curveServerKeys": conf.curve_server_keys}
 
+def placement_of(conf):
+    """The replacement rule of ``ensemblePlacementPolicy`` (the client's own,
+    ``client.protocol.placement``), or None for ``default`` (at random)."""
+    from bookie.client.config import PLACEMENT_POLICIES
+    from bookie.client.protocol.placement import Placement
+    policy = PLACEMENT_POLICIES[conf.ensemble_placement_policy]
+    if policy == "default":
+        return None
+    return Placement(policy, {}, conf.min_num_racks_per_write_quorum,
+                     conf.enforce_min_num_racks_per_write_quorum)
+
+
 TICK_S = 0.5
 
 
@@ -68,7 +80,8 @@ class AutorecoveryWorker:
             self.store, passwords, batch=conf.rereplication_entry_batch_size,
             rate_bytes_per_s=conf.replication_rate_bytes_per_s,
             grace_s=conf.open_ledger_rereplication_grace_s, log=self.log,
-            timeout_s=conf.metadata_timeout_s, curve_keys=curve_keys(conf))
+            timeout_s=conf.metadata_timeout_s, curve_keys=curve_keys(conf),
+            placement=placement_of(conf))
 
     def close(self) -> None:
         if self.replicator is not None:

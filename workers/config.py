@@ -97,6 +97,18 @@ def _location(v):
     return check_location(v) if v else None
 
 
+# ensemblePlacementPolicy's spellings (client.config.PLACEMENT_POLICIES names the same; a test
+# keeps them equal: the bookie side does not import the client)
+PLACEMENT_SPELLINGS = ("default", "rackaware", "regionaware",
+                       "org.apache.bookkeeper.client.DefaultEnsemblePlacementPolicy",
+                       "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy",
+                       "org.apache.bookkeeper.client.RegionAwareEnsemblePlacementPolicy")
+
+
+def _placement(v):
+    return None if v in PLACEMENT_SPELLINGS else f"must be one of {', '.join(PLACEMENT_SPELLINGS[:3])}"
+
+
 def _zk_root(v):
     return None if v.startswith("/") and v.strip("/") else "must be an absolute ZooKeeper path such as /ledgers"
 
@@ -143,6 +155,7 @@ KEYS: tuple[Key, ...] = (
     Key("addTraceDirectory", "str", "", "When set, the add and journal workers append CLOCK_MONOTONIC timestamps of every answered add and written group to add.trace and journal.trace here (bookie bench bookie --trace; costs a write per add: for measurements only). Empty: off.", attr="add_trace_dir"),
     # -- garbage collection --------------------------------------------------------------------
     Key("gcWaitTime", "int", 60_000, "Interval between garbage collections (ms).", _range(100), unit="ms", attr="gc_wait_s"),
+    Key("gcOverreplicatedLedgerWaitTime", "int", 86_400_000, "A bookie drops its copies of a closed ledger whose metadata names it in no fragment (it came back after it was healed around) once that held, with the same copies, for this long; looked for once per this interval (ms; 0: never).", _range(0), unit="ms", attr="gc_overreplicated_wait_s"),
     Key("minorCompactionThreshold", "float", 0.2, "A minor compaction rewrites entry logs whose live share is under this fraction (0 or less: no minor compaction).", _range(hi=1.0), attr="minor_compaction_threshold"),
     Key("minorCompactionInterval", "int", 3600, "Interval between minor compactions (s; 0 or less: none).", unit="s", attr="minor_compaction_interval_s"),
     Key("majorCompactionThreshold", "float", 0.8, "A major compaction rewrites entry logs whose live share is under this fraction (0 or less: no major compaction).", _range(hi=1.0), attr="major_compaction_threshold"),
@@ -191,6 +204,9 @@ KEYS: tuple[Key, ...] = (
     Key("auditorPeriodicBookieCheckInterval", "int", 86_400, "Interval between the auditor's full checks of membership against every ledger, besides the checks a membership change starts (s; 0: off).", _range(0), unit="s", attr="auditor_bookie_check_interval_s"),
     Key("auditorPeriodicCheckInterval", "int", 604_800, "Interval between the auditor's checks that every entry of every closed ledger is on each bookie of its write set (s; 0: off).", _range(0), unit="s", attr="auditor_check_interval_s"),
     Key("openLedgerRereplicationGracePeriod", "int", 30_000, "A marked ledger still open is fenced and recovered (closed) only after this long, so a live writer can replace the bookie itself (ms).", _range(0), unit="ms", attr="open_ledger_rereplication_grace_s"),
+    Key("ensemblePlacementPolicy", "str", "default", "How autorecovery picks a replacement bookie, as the client picks one at an ensemble change (docs/client.md): default (at random), rackaware or regionaware (keep every write set spread over racks or regions, bookieLocation / setrack).", _placement, attr="ensemble_placement_policy"),
+    Key("minNumRacksPerWriteQuorum", "int", 2, "With enforceMinNumRacksPerWriteQuorum: the fewest racks (regions) a write set must span after autorecovery replaces a bookie.", _range(1), attr="min_num_racks_per_write_quorum"),
+    Key("enforceMinNumRacksPerWriteQuorum", "bool", False, "Autorecovery leaves a fragment as it is (and retries) rather than replace a bookie below minNumRacksPerWriteQuorum.", attr="enforce_min_num_racks_per_write_quorum"),
     Key("rereplicationEntryBatchSize", "int", 10, "Entries a replication worker reads and adds per request.", _range(1, 65536), attr="rereplication_entry_batch_size"),
     Key("replicationRateByBytes", "int", -1, "Largest re-replication rate of one worker, bytes per second (-1: unlimited).", _range(-1), attr="replication_rate_bytes_per_s"),
     Key("autoRecoveryLedgerPasswords", "str", "", "Comma-separated fallback passwords for replication workers (matched against the metadata's password digest; the empty one is always tried). Ledgers heal without them on the cluster recovery credential (docs/autorecovery.md); a listed password serves bookies that refuse the credential and open mac ledgers, which are reported, not healed, without it. A secret: only in a configuration file, never with --set (prefer autoRecoveryLedgerPasswordsFile); the admin API's server_config hides it.", attr="autorecovery_ledger_passwords"),

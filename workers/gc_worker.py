@@ -25,6 +25,10 @@ Fault injection for the crash tests: ``BOOKIE_COMPACTION_CRASH_AT=STEP[:N]`` SIG
 bookie (its process group) the Nth time compaction passes STEP (intent, created, copying,
 synced, repointed, deleted).  Unset, nothing happens.
 
+Over-replicated copies (``gcOverreplicatedLedgerWaitTime``): at the first run and then once
+every that wait, ``bookie.workers.overreplicated.look`` drops the copies of closed ledgers that
+no longer name this bookie and did not for the whole wait (the rule: ``bookie.core.naming``).
+
 Without a metadata store (``metadataServiceUri`` empty) nothing is ever deleted; the worker only
 counts what the bookie holds (the ``bookie_ledgers`` and ``bookie_entry_logs`` gauges).
 
@@ -49,7 +53,8 @@ import shutil
 import signal
 
 from bookie.storage import compaction
-from bookie.core import gc_policy
+from bookie.core import gc_policy, naming
+from bookie.workers import overreplicated
 from bookie.storage.journal import fsync_dir
 from bookie.storage.layout import current_dir, local_cookie
 from bookie.storage.noroom import no_room
@@ -352,11 +357,13 @@ def run(ctx) -> int:
     ctx.ready()  # the store is opened by the runs: an outage must not stop the bookie starting
     last_problem = ""
     totals = {"gc_runs_total": 0, "gc_deleted_ledgers_total": 0,
-              "gc_deleted_logs_total": 0}
+              "gc_deleted_logs_total": 0, "gc_overreplicated_ledgers_total": 0}
     ctx.write_stats({**totals, **count_holdings(index, ledger_dirs)})
     next_run = time.monotonic() + conf.gc_wait_s
     compactor = Compactor(ctx, index, ledger_dirs, time.monotonic())
     cookie = local_cookie(conf)  # an empty listing is believed only from the store that holds it
+    over = naming.OverReplicated(conf.gc_overreplicated_wait_s)  # gcOverreplicatedLedgerWaitTime
+    next_over = 0.0  # the first look at the first run, then one every wait
     try:
         try:
             compactor.recover()  # before any pass: finish or undo what a crash interrupted
@@ -377,6 +384,14 @@ def run(ctx) -> int:
                     store = open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s,
                                           zk_security=conf.zk_security)
                 done = collect(index, store, ledger_dirs, cookie)
+                if conf.gc_overreplicated_wait_s > 0 and time.monotonic() >= next_over:
+                    next_over = time.monotonic() + conf.gc_overreplicated_wait_s
+                    dropped = overreplicated.look(index, store, conf.bookie_id, over,
+                                                  time.monotonic())
+                    totals["gc_overreplicated_ledgers_total"] += len(dropped)
+                    if dropped:
+                        ctx.log("gc dropped over-replicated copies", ledgers=len(dropped),
+                                ids=",".join(map(str, dropped[:20])))
             except MetadataError as e:
                 problem = "gc skipped: metadata store unavailable; retrying at the next run"
                 error = f"{type(e).__name__}: {e}"

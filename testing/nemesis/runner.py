@@ -40,9 +40,12 @@ BOOKIE_CONF = {"gcWaitTime": 2000, "diskCheckInterval": 1000, "workerRestartLimi
                "zkTimeout": 4000, "journalMaxSizeMB": 8, "journalMaxBackups": 2,
                "logSizeLimit": 8 << 20, "journalPreAllocSizeMB": 1}
 # With --lifecycle: autorecovery on every bookie, quick to act on a lost bookie and on an
-# open ledger whose writer is gone.
+# open ledger whose writer is gone; a bookie that comes back after it was healed around drops
+# the copies no fragment names it for after 20 s (gcOverreplicatedLedgerWaitTime), so the
+# checker meets that GC under faults too.
 LIFECYCLE_CONF = {"autoRecoveryDaemonEnabled": "true", "lostBookieRecoveryDelay": 0,
-                  "openLedgerRereplicationGracePeriod": 5000}
+                  "openLedgerRereplicationGracePeriod": 5000,
+                  "gcOverreplicatedLedgerWaitTime": 20000}
 RECOVERY_ATTEMPTS = 3
 HEAL_TIMEOUT_S = 120.0
 SAMPLE = 200  # entries read per ledger kept from an earlier round, at each round's check

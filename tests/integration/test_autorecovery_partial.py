@@ -3,8 +3,11 @@ defects 2 and 3), with real bookies and the autorecovery daemon in each.
 
 * Partial loss: a closed (3, 2, 2) ledger of 30 entries on A, B, C; B and C die together.
   The 10 entries whose both copies were on B and C are gone, but the 20 others still have a
-  copy on A: they are copied to the two spare bookies, the ledger is reported lost once and
-  never marked again, and when A dies too those 20 entries still read back.
+  copy on A.  The ledger is reported lost once and never marked again, and B and C stay named
+  while they may come back (their cookies are in the store): when they do, every entry reads.
+* Partial loss, then one of the two is gone for good (its cookie removed by an operator):
+  what has a copy on A is copied and that bookie's position repointed (``core.naming``); the
+  other, whose cookie is still there, stays named.
 * A writer on (3, 2, 2) loses a bookie, replaces it itself and writes on: autorecovery copies
   its first fragment without fencing it, and the writer's adds go on past
   ``openLedgerRereplicationGracePeriod``.
@@ -44,14 +47,16 @@ def _dump(lb):
         print(f"--- bookie {i} ({lb.bookies[i]}) log tail ---\n{lb.log(i)[-4000:]}")
 
 
-def _closed_ledger(uri, bookies, entries=30) -> int:
-    """A closed (3, 2, 2) ledger on ``bookies``, every entry on its whole write set."""
+def _closed_ledger(uri, bookies, entries=30, quorum=(3, 2, 2)) -> int:
+    """A closed ledger (of ``quorum``, (3, 2, 2) unless told) on ``bookies``, every entry on
+    its whole write set."""
+    E, Qw, Qa = quorum
     with open_metadata(uri) as store:
-        meta = LedgerMetadata(3, 2, 2, digest_type="dummy", password_digest=password_digest(b""),
+        meta = LedgerMetadata(E, Qw, Qa, digest_type="dummy", password_digest=password_digest(b""),
                               fragments=[(0, list(bookies))])
         ledger_id, version = store.create_ledger(meta)
         for e in range(entries):
-            for p in write_set(e, 3, 2):
+            for p in write_set(e, E, Qw):
                 with RawBookieClient(bookies[p], timeout_s=30) as c:
                     entry = wire.pack_entry(ledger_id, e, e - 1, 0, b"", b"part-%d" % e)
                     assert c.add(ledger_id, [entry], master_key(b"")) == Status.OK
@@ -142,6 +147,92 @@ def test_a_writer_that_replaced_a_lost_bookie_itself_is_never_fenced(tmp_path):
                 lh.close(timeout_s=30)
                 rh = bk.open_ledger(lh.ledger_id)
                 assert [x.data for x in rh.read_entries(0, n - 1)] == [b"w%d" % i for i in range(n)]
+        except BaseException:
+            _dump(lb)
+            raise
+
+
+@pytest.mark.autorecovery_slow
+def test_a_partial_loss_is_healed_once_the_lost_bookie_is_gone_for_good(tmp_path):
+    # Issue 21 defect 2, redesigned: B and C die together; the entries only they held (e % 3 ==
+    # 1) are gone, the others have one copy, on A.  While a cookie is in the store its bookie
+    # may come back, so its position stays (the test above).  An operator removes B's cookie
+    # (``cookie_delete``: its disk is gone); the auditor sees B gone for good, the entries of
+    # B's position that A holds (e % 3 == 0) are copied to the spare D and B's position
+    # repointed, while C (its cookie still there) stays named.  When A dies too, those entries
+    # still read back from D.  Without core.naming's "gone for good", nothing is ever copied.
+    with LocalBookies(4, base_dir=str(tmp_path / "b"), conf=FAST) as lb:
+        try:
+            a, b, c, d = lb.bookies
+            ledger_id = _closed_ledger(lb.metadata_uri, [a, b, c])
+            lb.kill(1)
+            lb.kill(2)
+            with open_metadata(lb.metadata_uri) as store:
+                ur = UnderReplication(store)
+                waiting.wait_for(lambda: ledger_id in ur.lost(), BOUND_S, "reported lost")
+                assert _names_any(store, ledger_id, {b, c})
+                store.remove_cookie(b)  # what ``bookie shell cookie_delete B -force`` does
+                waiting.wait_for(lambda: not _names_any(store, ledger_id, {b}), BOUND_S,
+                                 "B no longer named")
+                time.sleep(2)  # more auditor and worker rounds: C stays named
+                meta, _ = store.read_ledger(ledger_id)
+            lb.kill(0)
+            assert meta.fragments[0][1] == [a, d, c]
+            for e in range(0, 30, 3):  # write set {A, B}, now {A, D}
+                with RawBookieClient(d, timeout_s=30) as cl:
+                    status, got = cl.read(ledger_id, e)
+                assert status == Status.OK and got[0].endswith(b"part-%d" % e), e
+        except BaseException:
+            _dump(lb)
+            raise
+
+
+@pytest.mark.autorecovery_slow
+def test_autorecovery_replaces_a_lost_bookie_by_the_placement_policy(tmp_path):
+    # Issue 24 item 1, last clause: racks one (A, C, E) and two (B, D), set by the operator;
+    # six (2, 2, 2) ledgers on (A, B); B dies.  With ensemblePlacementPolicy=rackaware every
+    # ledger's replacement is D, the only other bookie of rack two; at random all six would be
+    # D once in 729.
+    conf = dict(FAST, ensemblePlacementPolicy="rackaware")
+    with LocalBookies(5, base_dir=str(tmp_path / "b"), conf=conf) as lb:
+        try:
+            a, b, c, d, e = lb.bookies
+            with open_metadata(lb.metadata_uri) as store:
+                for bookie, rack in ((a, "/r/one"), (b, "/r/two"), (c, "/r/one"),
+                                     (d, "/r/two"), (e, "/r/one")):
+                    store.create(f"/bookielocations/{bookie}", rack.encode())
+            ledgers = [_closed_ledger(lb.metadata_uri, [a, b], entries=4, quorum=(2, 2, 2))
+                       for _ in range(6)]
+            lb.kill(1)
+            with open_metadata(lb.metadata_uri) as store:
+                waiting.wait_for(lambda: not any(_names_any(store, i, {b}) for i in ledgers),
+                                 BOUND_S, "B replaced in every ledger")
+                assert [store.read_ledger(i)[0].fragments[0][1] for i in ledgers] == [[a, d]] * 6
+        except BaseException:
+            _dump(lb)
+            raise
+
+
+@pytest.mark.autorecovery_slow
+def test_a_closed_ledger_with_no_entries_stops_naming_a_lost_bookie(tmp_path):
+    # The nemesis (seed 777, --lifecycle) found closed ledgers with no entries still naming a
+    # bookie lost for good after every round: the auditor marked a ledger only when it had
+    # entries to copy, and an empty fragment has none.  Repointed without a copy, it loses
+    # nothing (core.naming: every entry it should hold - none - is on the replacement).
+    with LocalBookies(4, base_dir=str(tmp_path / "b"), conf=FAST) as lb:
+        try:
+            a, b, c, d = lb.bookies
+            with open_metadata(lb.metadata_uri) as store:
+                meta = LedgerMetadata(3, 2, 2, digest_type="dummy",
+                                      password_digest=password_digest(b""),
+                                      fragments=[(0, [a, b, c])], state=LedgerState.CLOSED,
+                                      last_entry_id=-1)
+                ledger_id = store.create_ledger(meta)[0]
+            lb.kill(1)
+            with open_metadata(lb.metadata_uri) as store:
+                waiting.wait_for(lambda: not _names_any(store, ledger_id, {b}), BOUND_S,
+                                 "the empty ledger no longer names B")
+                assert store.read_ledger(ledger_id)[0].fragments == [(0, [a, d, c])]
         except BaseException:
             _dump(lb)
             raise

@@ -215,3 +215,33 @@ def test_the_rate_limiter_spaces_batches_to_the_configured_rate():
     assert now[0] == pytest.approx(2.0)  # 2500 bytes at 1000 B/s: the first batch is free
     RateLimiter(-1, clock=lambda: 0.0, sleep=sleep).spend(10 ** 9)
     assert len(slept) == 4
+
+
+# -- the replacement follows the client's placement policy (issue 24 item 1) -------------------
+
+def test_the_replacement_keeps_the_write_sets_spread_over_racks_as_the_client_would():
+    from bookie.client.config import PLACEMENT_POLICIES
+    from bookie.client.protocol.placement import Placement
+    from bookie.workers.config import PLACEMENT_SPELLINGS
+    assert set(PLACEMENT_SPELLINGS) == set(PLACEMENT_POLICIES)  # the bookie key's spellings
+    a, b, c, d, e = POOL[:5]
+    racks = {a: "/r/one", b: "/r/two", c: "/r/one", d: "/r/two", e: "/r/one"}
+    placement = Placement("rackaware", racks)
+    for seed in range(50):  # b (rack two) lost from (a, b): only d keeps two racks
+        assert rules.choose_replacement([a, b], [a, c, d, e], random.Random(seed), position=1,
+                                        write_quorum=2, placement=placement) == d
+    assert rules.choose_replacement([a, b], [a, c, d, e], random.Random(0), avoid={d},
+                                    position=1, write_quorum=2, placement=placement) in (c, e)
+    enforced = Placement("rackaware", racks, min_domains=2, enforce=True)
+    assert rules.choose_replacement([a, b], [a, c, e], random.Random(0), position=1,
+                                    write_quorum=2, placement=enforced) is None
+    picks = {rules.choose_replacement([a, b], [a, c, d, e], random.Random(s)) for s in range(50)}
+    assert picks == {c, d, e}  # no placement: at random, as before
+
+
+def test_a_closed_ledger_with_no_entries_naming_a_lost_bookie_is_marked_to_be_repointed():
+    empty = closed(3, 2, 2, [(0, POOL[:3])], -1)
+    assert rules.audit_ledger(empty, {POOL[1]}).mark
+    heals = rules.plan_ledger(empty, {POOL[1]})
+    assert [(h.position, h.copies, h.unhealable) for h in heals] == [(1, (), False)]
+    assert rules.may_repoint(heals[0], gone=set())
