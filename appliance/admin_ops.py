@@ -107,7 +107,12 @@ def resume(api: AdminApi, req: Request) -> Response:
 def last_log_mark(api: AdminApi, req: Request) -> Response:
     from bookie.storage.journal import read_lastmark
     from bookie.storage.layout import current_dir
-    return Response({d: read_lastmark(current_dir(d)) for d in api.sup.conf.ledger_dirs})
+    conf = api.sup.conf
+    if len(conf.journal_dirs) == 1:
+        return Response({d: read_lastmark(current_dir(d)) for d in conf.ledger_dirs})
+    # several journals (journalDirectories): each has its own mark in every ledger directory
+    return Response({d: {j: read_lastmark(current_dir(d), i) for i, j in enumerate(conf.journal_dirs)}
+                     for d in conf.ledger_dirs})
 
 
 def expand_storage(api: AdminApi, req: Request) -> Response:

@@ -73,8 +73,9 @@ def list_disk_file(api: AdminApi, req: Request) -> Response:
                              f"{kind[:20]!r}")
     conf = api.sup.conf
     found = {
-        "journal": _names(os.path.join(conf.journal_dir, "current"),
-                          lambda n: n.endswith(".txn")),
+        "journal": [os.path.join(j, "current", n) if len(conf.journal_dirs) > 1 else n
+                    for j in conf.journal_dirs
+                    for n in _names(os.path.join(j, "current"), lambda n: n.endswith(".txn"))],
         "entrylog": [n for d in conf.ledger_dirs for n in _names(
             os.path.join(d, "current"), lambda n: n.endswith(".log"))],
         "index": [f"index/{n}" for d in conf.index_dirs for n in _names(

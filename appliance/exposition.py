@@ -48,7 +48,7 @@ class SupervisorCollector:
         yield forced
         used = _gauge("bookie_disk_used_bytes", ("directory", "kind"))
         total = _gauge("bookie_disk_total_bytes", ("directory", "kind"))
-        for kind, d in [("journal", conf.journal_dir), *(("ledger", x) for x in conf.ledger_dirs)]:
+        for kind, d in [*(("journal", x) for x in conf.journal_dirs), *(("ledger", x) for x in conf.ledger_dirs)]:
             try:
                 u = shutil.disk_usage(d)
             except OSError:
@@ -57,13 +57,13 @@ class SupervisorCollector:
             total.add_metric([d, kind], u.total)
         yield used
         yield total
-        ring = sup.ring
-        if ring is not None:
+        rings = list(getattr(sup, "rings", []))  # one per journal: summed
+        if rings:
             occupancy = _gauge("bookie_ring_used_bytes")
-            occupancy.add_metric([], max(0, ring.get(WRITE) - ring.get(DURABLE)))
+            occupancy.add_metric([], sum(max(0, r.get(WRITE) - r.get(DURABLE)) for r in rings))
             yield occupancy
             capacity = _gauge("bookie_ring_capacity_bytes")
-            capacity.add_metric([], ring.capacity)
+            capacity.add_metric([], sum(r.capacity for r in rings))
             yield capacity
         up = _gauge("bookie_worker_up", ("role",))
         restarts = CounterMetricFamily("bookie_worker_restarts",

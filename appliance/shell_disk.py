@@ -4,7 +4,7 @@
     localconsistencycheck  every indexed entry present, and its digest checked
     readjournal            dump journal records
     readlog                dump an entry log, or one ledger / entry in it
-    lastmark               the LastLogMark of each ledger directory
+    lastmark               the LastLogMark of each ledger directory (of each journal)
     listfilesondisc        journal files, entry logs and the index, with sizes
     readledger             a ledger's entries, from this bookie's storage or through the client
     readlogmetadata        an entry log's ledger map: the ledgers in it, their entries and bytes
@@ -63,6 +63,9 @@ def register(commands: Any) -> None:
                      _readjournal)
     p.add_argument("journal_id", metavar="JOURNAL_ID", nargs="?", default=None,
                    help="one journal file: its id (hex, as in the file name) or path")
+    p.add_argument("--journal", type=int, default=None, metavar="N",
+                   help="with journalDirectories: only journal N (0 is the first directory); "
+                        "default every journal")
     p.add_argument("--entries", action="store_true", help="list the entry ids of add records")
     p.add_argument("--ledger-id", "-ledgerid", type=int, default=None,
                    help="only the records of this ledger")
@@ -75,7 +78,8 @@ def register(commands: Any) -> None:
     p.add_argument("--entry-id", "-entryid", type=int, default=None)
     p.add_argument("--data", action="store_true", help="show each entry's bytes after its header")
 
-    disk_command("lastmark", "Print the LastLogMark of each ledger directory.", _lastmark)
+    disk_command("lastmark", "Print the LastLogMark of each ledger directory (one per journal "
+                 "with journalDirectories).", _lastmark)
 
     p = disk_command("listfilesondisc", "List the journal files, entry logs and index files "
                      "with their sizes.", _listfiles)
@@ -123,7 +127,7 @@ def _conf(args: argparse.Namespace):
     from bookie.workers.config import BookieConfig, parse_overrides
     from bookie.storage.layout import current_dir
     conf = BookieConfig.load(args.conf, parse_overrides(args.set))
-    for d in [conf.journal_dir, *conf.ledger_dirs]:
+    for d in [*conf.journal_dirs, *conf.ledger_dirs]:
         if not os.path.isdir(current_dir(d)):
             raise CliError(f"{d} holds no bookie data (no current/ directory): is --conf the "
                            f"bookie's configuration?")
@@ -217,16 +221,17 @@ def _consistency(args: argparse.Namespace) -> int:
     return 1 if report.problem_count else 0
 
 
-def _journal_dir(conf) -> str:
+def _journal_dir(conf, journal: int = 0) -> str:
     from bookie.storage.layout import current_dir
-    return current_dir(conf.journal_dir)
+    if not 0 <= journal < len(conf.journal_dirs):
+        raise CliError(f"--journal {journal}: the bookie has {len(conf.journal_dirs)} journal(s), "
+                       f"0 to {len(conf.journal_dirs) - 1}")
+    return current_dir(conf.journal_dirs[journal])
 
 
-def _readjournal(args: argparse.Namespace) -> int:
-    from bookie.storage import records
-    from bookie.storage.inspect import iter_journal
-    from bookie.storage.journal import CorruptJournalError, journal_name, read_file_header
-    directory, journal_id = None, None
+def _journals_to_read(args: argparse.Namespace) -> list[tuple[int, str, int | None]]:
+    """(journal index, directory, journal file id or None) for each journal readjournal reads."""
+    from bookie.storage.journal import CorruptJournalError, read_file_header
     if args.journal_id and os.path.sep in args.journal_id:
         path = args.journal_id
         try:
@@ -234,27 +239,48 @@ def _readjournal(args: argparse.Namespace) -> int:
                 header = read_file_header(path, f.read(64))
         except (OSError, CorruptJournalError) as e:
             raise CliError(f"{path}: not a journal file ({e})") from None
-        directory, journal_id = os.path.dirname(path) or ".", header.journal_id
-    else:
-        directory = _journal_dir(_conf(args))
-        if args.journal_id:
-            journal_id = _int_id(args.journal_id, "journal")
-    named = journal_id is not None and os.path.join(directory, journal_name(journal_id))
-    if named and not os.path.exists(named):
-        raise CliError(f"no journal file {journal_name(journal_id)} in {directory}")
+        return [(args.journal or 0, os.path.dirname(path) or ".", header.journal_id)]
+    conf = _conf(args)
+    journal_id = _int_id(args.journal_id, "journal") if args.journal_id else None
+    if args.journal is not None:
+        return [(args.journal, _journal_dir(conf, args.journal), journal_id)]
+    if journal_id is not None and len(conf.journal_dirs) > 1:
+        raise CliError(f"journal file {args.journal_id}: the bookie has "
+                       f"{len(conf.journal_dirs)} journals, each numbering its files from 1; "
+                       f"name one with --journal N")
+    return [(i, _journal_dir(conf, i), journal_id) for i in range(len(conf.journal_dirs))]
+
+
+def _readjournal(args: argparse.Namespace) -> int:
+    from bookie.storage import records
+    from bookie.storage.inspect import iter_journal
+    from bookie.storage.journal import journal_name
+    journals = _journals_to_read(args)
+    for _, directory, journal_id in journals:
+        named = journal_id is not None and os.path.join(directory, journal_name(journal_id))
+        if named and not os.path.exists(named):
+            raise CliError(f"no journal file {journal_name(journal_id)} in {directory}")
     names = {records.ADD_BATCH: "ADD", records.FENCE: "FENCE", records.LAC: "LAC"}
     warnings: list[str] = []
     out = []
     shown = 0
-    for jr in iter_journal(directory, warnings, journal_id):
+    several = len(journals) > 1
+
+    def walk():
+        for journal, directory, journal_id in journals:
+            for jr in iter_journal(directory, warnings, journal_id):
+                yield journal, jr
+
+    for journal, jr in walk():
         rec = jr.record
         if args.ledger_id is not None and rec.ledger_id != args.ledger_id:
             continue
         if args.limit and shown >= args.limit:
             break
         shown += 1
-        doc = {"journal_id": jr.journal_id, "position": jr.position, "type": names[rec.type],
-               "ledger_id": rec.ledger_id, "master_key": rec.master_key.hex()}
+        doc = {"journal": journal, "journal_id": jr.journal_id, "position": jr.position,
+               "type": names[rec.type], "ledger_id": rec.ledger_id,
+               "master_key": rec.master_key.hex()}
         if rec.type == records.ADD_BATCH:
             doc["entries"] = len(rec.lengths)
             doc["bytes"] = int(rec.lengths.sum())
@@ -267,6 +293,7 @@ def _readjournal(args: argparse.Namespace) -> int:
             out.append(doc)
             continue
         line = f"{doc['journal_id']:016x} @{doc['position']}: {doc['type']} ledger {rec.ledger_id}"
+        line = f"journal {journal} {line}" if several else line
         if rec.type == records.ADD_BATCH:
             line += f" {doc['entries']} entries {doc['bytes']} bytes"
             line += " (recovery)" if doc["recovery"] else ""
@@ -276,7 +303,8 @@ def _readjournal(args: argparse.Namespace) -> int:
             line += f" lac {rec.lac}"
         print(line)
     if args.json:
-        _print_json({"directory": directory, "records": out, "warnings": warnings})
+        _print_json({"directory": journals[0][1], "directories": [d for _, d, _ in journals],
+                     "records": out, "warnings": warnings})
     else:
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr)
@@ -347,18 +375,26 @@ def _lastmark(args: argparse.Namespace) -> int:
     from bookie.storage.inspect import ledger_dirs_of
     from bookie.storage.journal import journal_files, read_lastmark
     conf = _conf(args)
-    marks = {d: read_lastmark(d) for d in ledger_dirs_of(conf)}
-    replay_from = min(marks.values())
-    # the journal file holding the mark: the last one that starts at or before it
-    holding = [f for f in journal_files(_journal_dir(conf))
-               if f.header is not None and f.header.start <= replay_from]
-    where = holding[-1].path if holding else None
-    if args.json:
-        _print_json({"lastmarks": marks, "replay_from": replay_from, "journal_file": where})
-    else:
-        for d, mark in marks.items():
-            print(f"{d}: LastLogMark {mark}")
-        print(f"replay starts at {replay_from}" + (f", in {where}" if where else ""))
+    journals = []
+    for i in range(len(conf.journal_dirs)):  # each journal has its own mark (journal_set.py)
+        marks = {d: read_lastmark(d, i) for d in ledger_dirs_of(conf)}
+        replay_from = min(marks.values())
+        # the journal file holding the mark: the last one that starts at or before it
+        holding = [f for f in journal_files(_journal_dir(conf, i))
+                   if f.header is not None and f.header.start <= replay_from]
+        journals.append({"journal": i, "directory": conf.journal_dirs[i], "lastmarks": marks,
+                         "replay_from": replay_from,
+                         "journal_file": holding[-1].path if holding else None})
+    if args.json:  # journal 0's at the top, as with one journal
+        _print_json({**{k: journals[0][k] for k in ("lastmarks", "replay_from", "journal_file")},
+                     "journals": journals})
+        return 0
+    for j in journals:
+        tail = f" (journal {j['journal']})" if len(journals) > 1 else ""
+        for d, mark in j["lastmarks"].items():
+            print(f"{d}: LastLogMark {mark}{tail}")
+        where = j["journal_file"]
+        print(f"replay starts at {j['replay_from']}" + (f", in {where}" if where else "") + tail)
     return 0
 
 
@@ -370,8 +406,9 @@ def _listfiles(args: argparse.Namespace) -> int:
     every = not (args.journal or args.entrylog or args.index)
     doc: dict[str, list] = {}
     if every or args.journal:
-        jdir = _journal_dir(conf)
-        paths = [os.path.join(jdir, journal_name(j)) for j in list_journals(jdir)]
+        paths = [os.path.join(jdir, journal_name(j))
+                 for jdir in (_journal_dir(conf, i) for i in range(len(conf.journal_dirs)))
+                 for j in list_journals(jdir)]
         doc["journal"] = [_file(p) for p in paths]
     if every or args.entrylog:
         doc["entrylog"] = [_file(p) for _, p in log_paths(ledger_dirs_of(conf))]

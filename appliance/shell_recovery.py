@@ -499,8 +499,11 @@ def _check_expansion(old: dict, new: dict) -> None:
     if old.get("bookie_id") != new.get("bookie_id"):
         raise CliError(f"expandstorage adds directories only; the bookie id changes ("
                        f"{old.get('bookie_id')} -> {new.get('bookie_id')}): use updatecookie")
-    if old.get("journal_dir") != new.get("journal_dir"):
-        raise CliError("expandstorage adds directories only; the journal directory changed")
+    if old.get("journal_dir") != new.get("journal_dir") or \
+            old.get("journal_dirs") != new.get("journal_dirs"):
+        # a ledger's journal is its id modulo their number (storage/journal_set.py)
+        raise CliError("expandstorage adds ledger and index directories only; the journal "
+                       "directories changed")
     for key in ("ledger_dirs", "index_dirs"):
         gone = set(old.get(key) or []) - set(new.get(key) or [])
         if gone:

@@ -6,8 +6,9 @@ were stamped with, else a free one); check that every listening port is free; re
 predecessor killed without stopping left behind (run directory; an older bookie's ring
 directory); check the directory layout and cookies, and the cookie in the metadata store (which
 must exist); check the index against the entry logs (``storage/index_rebuild.py``: a mismatch names
-the fix); create the shared-memory ring (a memfd: no name, inherited by the workers that map
-it); start the journal worker (it finds the journal's end) and wait until it is ready; start
+the fix); create the shared-memory rings (memfds: no name, inherited by the workers that map
+them), one per journal; start the journal workers, one per journal directory (each finds its
+journal's end) and wait until they are ready; start
 the add worker (it replays the journal from LastLogMark) and wait; start the read
 and GC workers; register the bookie in the metadata store.  Every refusal up to the index
 check is one log line and exit status 2, before anything is registered or created.
@@ -57,15 +58,20 @@ from bookie.storage.index_check import check_index
 from bookie.workers.common import free_port_pair, log_line as log, set_pdeathsig
 from bookie.workers.gc_worker import request_gc
 from bookie.storage.ring import NO_ROOM, READONLY, Ring
+from bookie.storage.journal_set import index_of_role, roles as journal_roles
 
-ROLES_IN_START_ORDER = ("journal", "add", "read", "gc")
-RING_ROLES = ("journal", "add", "read")
+ROLES_IN_START_ORDER = ("journal", "add", "read", "gc")  # "journal": every journal's worker
+RING_ROLES = ("add", "read")  # and the journal workers: the rings' descriptors go to them
 EXIT_REFUSED = 2
 EXIT_CORRUPT = 3
 EXIT_SYNC_FAILED = 4
 FATAL_EXITS = {EXIT_CORRUPT: "found corruption", EXIT_SYNC_FAILED: "could not make the journal durable"}
 READY_TIMEOUT_S = {"journal": 120.0, "add": 3600.0, "read": 60.0, "gc": 60.0,
                    "autorecovery": 60.0}
+
+
+def _ready_timeout_s(role: str) -> float:
+    return READY_TIMEOUT_S["journal" if index_of_role(role) is not None else role]
 # A predecessor killed with SIGKILL leaves its workers stopping (PDEATHSIG) with the directories
 # still locked; a new start waits this long for them before it refuses.
 DEAD_HOLDER_WAIT_S = 30.0
@@ -86,14 +92,18 @@ class Supervisor:
         self.conf = conf
         self.lock = lock  # held (with the workers) until shutdown
         self.name = f"bookie[{conf.bookie_port}] supervisor"
-        # The autorecovery worker (bookie.autorecovery) only with a metadata store to heal in.
-        self.roles = ROLES_IN_START_ORDER + (
+        # One journal worker per journal directory (storage/journal_set.py), then the others;
+        # the autorecovery worker (bookie.autorecovery) only with a metadata store to heal in.
+        self.journal_roles = journal_roles(len(conf.journal_dirs))
+        self.start_roles = self.journal_roles + ROLES_IN_START_ORDER[1:]
+        self.roles = self.start_roles + (
             ("autorecovery",) if conf.metadata_uri and conf.autorecovery_enabled else ())
         self.workers = {role: Worker(role) for role in self.roles}
         self.stopping = False
         self.stop_reason = ""
         self.exit_code = 0
-        self.ring = None
+        self.ring = None  # ring 0: journal 0's, and the control words (READONLY, NO_ROOM)
+        self.rings: list[Ring] = []  # journal i's at [i]
         self.run_dir = ""
         self.registration = None
         self.registrar = None
@@ -146,15 +156,18 @@ class Supervisor:
         self.metrics = BookieRegistry(self, self.run_dir)
         self.lock.set_runtime(self.run_dir)  # before it has files: none leaks if we are killed
         # no name anywhere: the workers inherit the descriptor (storage/ring.py)
-        self.ring = Ring.create_memfd(f"bookie-{conf.bookie_port}-ring", conf.ring_size_bytes)
+        for i in range(len(conf.journal_dirs)):
+            self.rings.append(Ring.create_memfd(f"bookie-{conf.bookie_port}-ring-{i}",
+                                                conf.ring_size_bytes))
+        self.ring = self.rings[0]
         with open(os.path.join(self.run_dir, "ring.path"), "w") as f:
-            f.write(self.ring.address)
+            f.write("\n".join(r.address for r in self.rings) + "\n")
         with open(os.path.join(self.run_dir, "bookie.conf"), "w") as f:
             f.write(conf.to_properties())
         if secret:  # to the add worker privately (0600 in the 0700 run dir), never on a command line
             write_secret_file(self.run_dir, secret)
         self._check_disks()  # full disks: read-only (and a GC pass asked for) before serving
-        for role in ROLES_IN_START_ORDER:
+        for role in self.start_roles:
             self._start_worker(role)
         if conf.metadata_uri:
             self._register()
@@ -193,13 +206,14 @@ class Supervisor:
                    os.path.join(self.run_dir, "bookie.conf"), "--ready-fd", str(wfd)]
         # The lock's descriptors go to every worker: the directories stay locked while any
         # process of this bookie lives (storage/dirlock.py); the ring's to those that map it.
-        ring_fds = (self.ring.fd,) if role in RING_ROLES else ()
+        ring_fds = tuple(r.fd for r in self.rings) if (
+            role in RING_ROLES or index_of_role(role) is not None) else ()
         w.proc = subprocess.Popen(cmd, pass_fds=(wfd, *self.lock.fds, *ring_fds),
                                   preexec_fn=set_pdeathsig,
                                   stdin=subprocess.DEVNULL, env=self.metrics.worker_env())
         os.close(wfd)
         started_at = time.monotonic()
-        deadline = started_at + READY_TIMEOUT_S[role]
+        deadline = started_at + _ready_timeout_s(role)
         next_note = started_at + 10.0  # a long start (a replay) says it is still going
         try:
             while True:
@@ -208,7 +222,7 @@ class Supervisor:
                     next_note += 10.0
                     self.log("waiting for worker to start", role=role, pid=w.proc.pid,
                              seconds=round(time.monotonic() - started_at),
-                             gives_up_after_s=round(READY_TIMEOUT_S[role]))
+                             gives_up_after_s=round(_ready_timeout_s(role)))
                 if ready:
                     if os.read(r, 1) == b"R":
                         break
@@ -386,7 +400,7 @@ class Supervisor:
         low-water mark); read-only while any is full, and a GC pass with a major compaction
         asked for when one fills (again every gcWaitTime while full)."""
         conf = self.conf
-        full, changed = diskcheck.check([conf.journal_dir, *conf.ledger_dirs], self.disk_states, conf,
+        full, changed = diskcheck.check([*conf.journal_dirs, *conf.ledger_dirs], self.disk_states, conf,
                                         diskcheck.disk_usage)
         for d, state, used in changed:
             self.log(f"disk {state}", level="warning" if state != diskcheck.OK else None,
@@ -461,7 +475,7 @@ class Supervisor:
                 self.registration.close()
             except Exception as e:  # noqa: BLE001 - the store may be gone; stopping goes on
                 self.log("unregister failed", error=str(e))
-        for group in (("autorecovery", "read", "gc"), ("add",), ("journal",)):
+        for group in (("autorecovery", "read", "gc"), ("add",), self.journal_roles):
             procs = [self.workers[r].proc for r in group
                      if r in self.workers and self.workers[r].proc is not None]
             for p in procs:
@@ -482,8 +496,8 @@ class Supervisor:
         for server in (self.http, self.admin_http):
             if server is not None:
                 server.stop()
-        if self.ring is not None:
-            self.ring.close()  # the memfd: its memory goes with the workers' mappings
+        for ring in self.rings:
+            ring.close()  # the memfd: its memory goes with the workers' mappings
         if self.run_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
         try:

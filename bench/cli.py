@@ -124,6 +124,11 @@ def _register_writes(tools) -> None:
                    help="ledgers written at once, round-robin (default 1)")
     p.add_argument("--latency-file", metavar="FILE",
                    help="write every add's latency (microseconds, one per line) to FILE")
+    p.add_argument("--journals", default="1", metavar="N[,M...]",
+                   help="journals per local bookie (journalDirectories, all on the data "
+                        "directory's disk); several counts run one after the other on fresh "
+                        "bookies and print the throughput ratio of the last to the first "
+                        "(default 1; needs --localbookie)")
     _entries(p, rate_help="offer this many adds/s; latencies count from each add's intended "
                           "start (coordinated omission corrected)")
     _common(p, 60.0)
@@ -394,8 +399,9 @@ BENCH_GC_WAIT_MS = 24 * 3600 * 1000
 
 
 @contextlib.contextmanager
-def local_bookies(count: int, data_dir: str | None, conf: dict | None = None):
-    """Start ``count`` local bookies for one run.
+def local_bookies(count: int, data_dir: str | None, journals: int = 1, conf: dict | None = None):
+    """Start ``count`` local bookies for one run (``journals`` journals each; ``conf``: more
+    configuration keys).
 
     Yields:
         (the LocalBookies harness, the data directory it writes in)
@@ -414,7 +420,8 @@ def local_bookies(count: int, data_dir: str | None, conf: dict | None = None):
     try:
         # No GC during a run: ``bench bookie`` writes ledgers the metadata store never heard
         # of, which the GC (every second in LocalBookies) would delete under it.
-        with LocalBookies(count, base_dir=base, conf={"gcWaitTime": BENCH_GC_WAIT_MS, **(conf or {})}) as lb:
+        with LocalBookies(count, base_dir=base, conf={"gcWaitTime": BENCH_GC_WAIT_MS, **(conf or {})},
+                          journals=journals) as lb:
             yield lb, base
     finally:
         if made:
@@ -485,7 +492,7 @@ def _trace_bookie(args, params: dict, emit) -> int:
         raise BenchOptionError("--trace runs --sync-time seconds of lone adds: give more than 0")
     trace_dir = tempfile.mkdtemp(prefix="bookie-bench-trace-")
     try:
-        with local_bookies(1, args.data_dir, {"addTraceDirectory": trace_dir}) as (lb, base):
+        with local_bookies(1, args.data_dir, conf={"addTraceDirectory": trace_dir}) as (lb, base):
             try:
                 disk = bookie_bench.disk_baseline(base, emit=emit)
                 result = trace.run(params, lb.metadata_uri, trace_dir, emit=emit, data_dir=base,
@@ -513,12 +520,14 @@ def _check_client_args(args) -> None:
 
 
 @contextlib.contextmanager
-def _ensemble(args):
-    """Yields (metadata URI, data dir or None) of --metadata or of --localbookie N."""
+def _ensemble(args, journals: int = 1, subdir: str | None = None):
+    """Yields (metadata URI, data dir or None) of --metadata or of --localbookie N (with
+    ``journals`` journals each, in ``subdir`` of --data-dir when given)."""
     if args.metadata is not None:
         yield args.metadata, None
     else:
-        with local_bookies(args.localbookie, args.data_dir) as (lb, base):
+        data_dir = os.path.join(args.data_dir, subdir) if args.data_dir and subdir else args.data_dir
+        with local_bookies(args.localbookie, data_dir, journals) as (lb, base):
             yield lb.metadata_uri, base
 
 
@@ -532,10 +541,20 @@ def _cmd_writes(args) -> int:
         parent = os.path.dirname(os.path.abspath(args.latency_file))
         if not os.path.isdir(parent):
             raise BenchOptionError(f"--latency-file: directory {parent} does not exist")
+    from bookie.bench import journals_bench
+    try:
+        counts = journals_bench.parse_journals(args.journals)
+    except ValueError as e:
+        raise BenchOptionError(f"--journals: {e}") from None
+    if counts != [1] and args.localbookie is None:
+        raise BenchOptionError("--journals sets up local bookies: it needs --localbookie N")
     emit = progress_emitter(args)
     try:
-        with _ensemble(args) as (uri, base):
-            result = client_bench.run_writes(params_of(args), uri, emit=emit, data_dir=base)
+        results = {}
+        for n in counts:  # one after the other, fresh bookies each, on the same disk
+            with _ensemble(args, n, f"journals-{n}" if len(counts) > 1 else None) as (uri, base):
+                results[n] = client_bench.run_writes(params_of(args), uri, emit=emit, data_dir=base)
+        result = results[n] if len(counts) == 1 else journals_bench.combine(results)
     except client_bench.BenchError as e:
         raise BenchOptionError(f"{e}{client_options.curve_hint(args.client_keys)}") from None
     return finish(args, result)

@@ -10,10 +10,12 @@ class Pending:
     """An answer held back until the journal has made its record durable (DESIGN invariants 1
     and 4).  ``reply`` is the client's frames, or ``[None, *frames]`` for the read worker."""
 
-    __slots__ = ("end", "reply", "ledger_id", "op", "status", "taken_at")
+    __slots__ = ("end", "reply", "ledger_id", "op", "status", "taken_at", "journal")
 
-    def __init__(self, end: int, reply: list, ledger_id: int, op: int = Op.ADD, taken_at: float = 0.0):
-        self.end = end
+    def __init__(self, end: int, reply: list, ledger_id: int, op: int = Op.ADD, taken_at: float = 0.0,
+                 journal: int = 0):
+        self.end = end  # in journal ``journal``'s logical offsets (each journal has its own)
+        self.journal = journal
         self.reply = reply
         self.ledger_id = ledger_id
         self.op = op
@@ -28,3 +30,46 @@ class Pending:
         else:
             _, _, op, _, _, request_id, ledger_id = wire.HEADER.unpack(self.reply[1])
             self.reply[1] = wire.pack_header(op, status, request_id, ledger_id)
+
+
+class JournalAnswers:
+    """The add worker's held-back answers with several journals: one ``PendingAdds`` queue per
+    journal, so an answer waits for its own journal's DURABLE only (a slow journal holds back
+    no answer of another), over one count of places per principal for all journals (the
+    share is the bookie's, not a journal's).
+
+    Invariant: answers of one journal leave in the order they were appended; every record of
+    a ledger is in one journal (storage/journal_set.py), so a ledger's answers keep their order.
+    ``admit`` a client request on the queue of its ledger's journal before appending its answer
+    there (``PendingAdds`` counts the place to the principal it admitted).
+    """
+
+    def __init__(self, journals: int, max_pending: int, principal, refusals=None):
+        from bookie.core.shares import PendingAdds
+
+        self.queues = [PendingAdds(max_pending, principal, refusals) for _ in range(journals)]
+        for q in self.queues[1:]:
+            q.held = self.queues[0].held  # one count of places per principal
+
+    def admit(self, journal: int, frame, ident, op: int) -> None:
+        self.queues[journal].admit(frame, ident, op)
+
+    def append(self, pending: Pending) -> None:
+        self.queues[pending.journal].append(pending)
+
+    def durable(self, durable: list[int]):
+        """Take off (and yield) each journal's answers whose record ends at or before that
+        journal's ``durable[journal]``, in each journal's order."""
+        for q, upto in zip(self.queues, durable):
+            while q and q[0].end <= upto:
+                yield q.popleft()
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self.queues)
+
+    def __bool__(self) -> bool:
+        return any(self.queues)
+
+    def __iter__(self):
+        for q in self.queues:
+            yield from q

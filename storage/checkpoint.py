@@ -11,18 +11,19 @@ from bookie.storage.noroom import no_room
 from bookie.storage.ledger_storage import LedgerStorage
 
 
-def sync_to_mark(storage: LedgerStorage, ledger_dirs: list[str], mark: int) -> None:
+def sync_to_mark(storage: LedgerStorage, ledger_dirs: list[str], marks: list[int]) -> None:
     """The sync steps of a checkpoint, in DESIGN invariant 3's order: fdatasync the entry logs,
-    sync the index, then persist LastLogMark."""
+    sync the index, then persist each journal's LastLogMark (``marks[i]`` for journal i)."""
     storage.logs.sync()
     storage.index.env.sync(True)
     for d in ledger_dirs:
-        write_lastmark(d, mark)
+        for journal, mark in enumerate(marks):
+            write_lastmark(d, mark, journal)
 
 
-def checkpoint(storage: LedgerStorage, ledger_dirs: list[str], mark: int) -> None:
+def checkpoint(storage: LedgerStorage, ledger_dirs: list[str], marks: list[int]) -> None:
     storage.commit()
-    sync_to_mark(storage, ledger_dirs, mark)
+    sync_to_mark(storage, ledger_dirs, marks)
 
 
 class Checkpointer(threading.Thread):

@@ -308,10 +308,10 @@ def _put_record(index: Index, txn, elog: EntryLogFile, pos: int, rec, earlier: E
 
 
 def _apply_journal(conf, table: LedgerTable, report: RebuildReport, progress: Progress) -> None:
-    """Fences, explicit LACs and master keys from every journal record still on disk."""
-    journal = current_dir(conf.journal_dir)
+    """Fences, explicit LACs and master keys from every journal record still on disk, of every
+    journal (a ledger's records are all in one of them: storage/journal_set.py)."""
     last_note = 0.0
-    for jrec in iter_journal(journal, report.warnings):
+    for jrec in (jrec for d in conf.journal_dirs for jrec in iter_journal(current_dir(d), report.warnings)):
         table.apply(jrec.record)
         report.journal_records += 1
         now = time.monotonic()

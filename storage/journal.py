@@ -68,7 +68,8 @@ refused (``JournalFormatError``) when replay needs it, and is a warning otherwis
 
 LastLogMark
 -----------
-A logical offset, persisted in ``lastMark`` in every ledger directory (16 bytes: u64 mark, u32
+A logical offset, persisted in ``lastMark`` in every ledger directory (with several journals,
+each has its own: ``lastMark.i`` for journal ``i`` > 0, bookie.storage.journal_set) (16 bytes: u64 mark, u32
 crc32, u32 zero; written to a temp file, fsynced, renamed, directory fsynced).  Everything
 before it is in synced entry logs and a synced index, so replay starts there, and journal files
 wholly before it are only kept as ``journalMaxBackups`` backups.
@@ -83,6 +84,8 @@ import struct
 import time
 import zlib
 from typing import NamedTuple
+
+from bookie.storage.journal_set import lastmark_name
 
 FILE_MAGIC = b"BKJRNL02"
 OLD_FILE_MAGICS = {b"BKJRNL01": 1}  # magic -> journal format this code cannot read
@@ -417,8 +420,9 @@ def journal_end(directory: str, mark: int = 0) -> int:
 
 # ---- LastLogMark ---------------------------------------------------------------------------------
 
-def write_lastmark(directory: str, mark: int) -> None:
-    path = os.path.join(directory, "lastMark")
+def write_lastmark(directory: str, mark: int, journal: int = 0) -> None:
+    """Persist journal ``journal``'s LastLogMark in ledger directory ``directory``."""
+    path = os.path.join(directory, lastmark_name(journal))
     tmp = path + ".tmp"
     head = struct.pack("<Q", mark)
     with open(tmp, "wb") as f:
@@ -429,10 +433,11 @@ def write_lastmark(directory: str, mark: int) -> None:
     fsync_dir(directory)
 
 
-def read_lastmark(directory: str) -> int:
-    """The persisted LastLogMark of a ledger directory; 0 when none (or unreadable: replay all)."""
+def read_lastmark(directory: str, journal: int = 0) -> int:
+    """Journal ``journal``'s persisted LastLogMark in a ledger directory; 0 when none (or
+    unreadable: replay all)."""
     try:
-        with open(os.path.join(directory, "lastMark"), "rb") as f:
+        with open(os.path.join(directory, lastmark_name(journal)), "rb") as f:
             raw = f.read()
         mark, crc, _ = LASTMARK.unpack(raw)
     except (OSError, struct.error):
@@ -440,9 +445,9 @@ def read_lastmark(directory: str) -> int:
     return mark if zlib.crc32(struct.pack("<Q", mark)) == crc else 0
 
 
-def lastmark_of(directories: list[str]) -> int:
-    """Replay must start at the lowest mark of all ledger directories."""
-    return min(read_lastmark(d) for d in directories)
+def lastmark_of(directories: list[str], journal: int = 0) -> int:
+    """Replay of journal ``journal`` must start at its lowest mark of all ledger directories."""
+    return min(read_lastmark(d, journal) for d in directories)
 
 
 # ---- writing -------------------------------------------------------------------------------------

@@ -4,7 +4,13 @@ Every configured directory (journal, ledger, index) holds a ``current/`` subdire
 
 - ``VERSION``: the layout version (``LAYOUT_VERSION``); a bookie refuses a layout it does not know.
 - ``cookie``: JSON naming the bookie and its whole disk set (bookie id, journal directory,
-  ledger directories, index directories, an instance id chosen at first start).
+  ledger directories, index directories, an instance id chosen at first start); with several
+  journals (``journalDirectories``) also ``journal_dirs``, all of them in order.
+- ``JOURNAL`` (journal directories only): which journal of the bookie this directory holds,
+  ``{"instance_id": ..., "journal": i}``.  The cookie is the same in every directory, so it
+  cannot tell two journal disks mounted the other way round; this can, and such a start is
+  refused (each journal's LastLogMark belongs to its own offsets: replaying a journal from the
+  other's mark could skip acknowledged records).
 
 On first start (no cookie anywhere, directories empty of data) the cookie is stamped into every
 directory and, when a metadata store is configured, into the store.  On every later start each
@@ -37,7 +43,7 @@ def current_dir(directory: str) -> str:
 
 
 def all_dirs(conf) -> list[str]:
-    dirs = [conf.journal_dir, *conf.ledger_dirs, *conf.configured_index_dirs]
+    dirs = [*conf.journal_dirs, *conf.ledger_dirs, *conf.configured_index_dirs]
     seen, out = set(), []
     for d in dirs:
         real = os.path.realpath(d)
@@ -48,7 +54,7 @@ def all_dirs(conf) -> list[str]:
 
 
 def expected_cookie(conf, instance_id: str) -> dict:
-    return {
+    cookie = {
         "layout_version": LAYOUT_VERSION,
         "bookie_id": conf.bookie_id,
         "journal_dir": os.path.realpath(conf.journal_dir),
@@ -56,6 +62,37 @@ def expected_cookie(conf, instance_id: str) -> dict:
         "index_dirs": [os.path.realpath(d) for d in conf.index_dirs],
         "instance_id": instance_id,
     }
+    if len(conf.journal_dirs) > 1:  # one journal: the cookie of a one-journal bookie, as before
+        cookie["journal_dirs"] = [os.path.realpath(d) for d in conf.journal_dirs]
+    return cookie
+
+
+JOURNAL_STAMP = "JOURNAL"
+
+
+def _check_or_stamp_journals(conf, instance_id: str) -> None:
+    """Each journal directory must hold the journal the configuration puts there (module doc:
+    ``JOURNAL``); a directory without the stamp (a bookie from before it) gets it.
+
+    Raises:
+        LayoutError: a journal directory holding another journal of this bookie, or another
+            bookie's, naming both.
+    """
+    for i, d in enumerate(conf.journal_dirs):
+        path = os.path.join(current_dir(d), JOURNAL_STAMP)
+        stamp = _read_json(path)
+        want = {"instance_id": instance_id, "journal": i}
+        if stamp is None:
+            _write_atomic(path, orjson.dumps(want))
+        elif stamp != want:
+            held = stamp.get("journal") if isinstance(stamp, dict) else None
+            if isinstance(stamp, dict) and stamp.get("instance_id") == instance_id:
+                raise LayoutError(f"{d}: holds journal {held} of this bookie, but "
+                                  f"journalDirectories puts journal {i} there (directories or "
+                                  f"disks swapped?); refusing to start. Restore the order")
+            raise LayoutError(f"{d}: holds a journal of another bookie (instance "
+                              f"{stamp.get('instance_id') if isinstance(stamp, dict) else '?'}); "
+                              f"refusing to start")
 
 
 def _read_json(path: str):
@@ -87,7 +124,8 @@ def _has_data(cur: str) -> bool:
         names = os.listdir(cur)
     except FileNotFoundError:
         return False
-    return any(n not in ("VERSION", "cookie", "cookie.tmp") for n in names)
+    return any(n not in ("VERSION", "cookie", "cookie.tmp", JOURNAL_STAMP, JOURNAL_STAMP + ".tmp")
+               for n in names)
 
 
 def check_or_stamp(conf) -> dict:
@@ -125,6 +163,7 @@ def check_or_stamp(conf) -> dict:
             os.makedirs(cur, mode=0o700, exist_ok=True)
             _write_atomic(os.path.join(cur, "VERSION"), f"{LAYOUT_VERSION}\n".encode())
             _write_atomic(os.path.join(cur, "cookie"), orjson.dumps(cookie))
+        _check_or_stamp_journals(conf, cookie["instance_id"])
         return cookie
     instance = cookies[0].get("instance_id", "")
     want = expected_cookie(conf, instance)
@@ -139,6 +178,7 @@ def check_or_stamp(conf) -> dict:
             raise LayoutError(f"{d}: cookie does not match this bookie's configuration "
                               f"(differs in: {', '.join(diff)}); missing disks or directories? "
                               f"Restore the configuration, or wipe with 'bookie shell bookieformat'")
+    _check_or_stamp_journals(conf, instance)
     return want
 
 

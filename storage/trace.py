@@ -18,6 +18,9 @@ Lines (decimal integers, space-separated, one write each):
   durable up to ``durable_end`` was written and synced by ``done_ns``; the group took
   ``group_ns`` (write + fdatasync), the fdatasync ``sync_ns``.
 
+Ring positions are per journal: with several journals (``journalDirectories``) lines of
+different journals may carry the same position, so the bench traces a bookie of one journal.
+
 Off (the default), nothing here runs: the workers hold ``None`` and test it once per answered
 add or written group.
 """

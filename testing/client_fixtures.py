@@ -56,7 +56,7 @@ OPTIONS = {
     "config": "the same as client_config",
 }
 # Set by LocalBookies for each bookie: a test cannot choose them.
-HARNESS_KEYS = ("bookiePort", "journalDirectory", "ledgerDirectories", "metadataServiceUri",
+HARNESS_KEYS = ("bookiePort", "journalDirectory", "journalDirectories", "ledgerDirectories", "metadataServiceUri",
                 "zkServers", "zkLedgersRootPath")
 RESTORE_TIMEOUT_S = 60.0
 LOG_TAIL_BYTES = 4000

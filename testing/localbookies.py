@@ -36,6 +36,9 @@ class LocalBookies:
         bookies: bookie ids ("127.0.0.1:port"), index i is bookie i.
         base_dir: where data and logs live.
 
+    ``journals`` > 1 gives each bookie that many journals (``journalDirectories``: its
+    ``journal/`` first, then ``journal-1/``, ``journal-2/``, ... beside it).
+
     ``hosts`` (one address per bookie, default 127.0.0.1) and ``command_prefix`` (one argv
     prefix per bookie, e.g. ``["ip", "netns", "exec", "ns0"]``) run each bookie on an address
     of its own, inside a network namespace (the fault-injection harness's network faults).
@@ -44,10 +47,13 @@ class LocalBookies:
     def __init__(self, n: int, metadata_uri: str | None = None, base_dir: str | None = None,
                  base_port: int | None = None, conf: dict | None = None, start_timeout_s: float = 60.0,
                  hosts: list[str] | None = None, command_prefix: list[list[str]] | None = None,
-                 log_format: str | None = None, admin_http: bool = False):
+                 log_format: str | None = None, admin_http: bool = False, journals: int = 1):
         if n < 1:
             raise ValueError("need at least one bookie")
         self.n = n
+        # journals > 1: each bookie gets that many journal directories (journalDirectories):
+        # its journal/ and journal-1/, journal-2/, ... beside it
+        self.journals = journals
         self._own_dir = base_dir is None
         self.base_dir = os.path.abspath(base_dir or tempfile.mkdtemp(prefix="localbookie-"))
         os.makedirs(self.base_dir, exist_ok=True)
@@ -60,7 +66,8 @@ class LocalBookies:
         self.ports = []
         for i in range(n):
             # Started again on its directories, a bookie keeps its port: its id is in its cookie.
-            remembered = remembered_port([os.path.join(self.bookie_dir(i), "journal")])
+            remembered = remembered_port([os.path.join(self.bookie_dir(i), "journal"),
+                                          os.path.join(self.bookie_dir(i), "ledgers")])
             self.ports.append(base_port + 2 * i if base_port else
                               remembered or free_port_pair("127.0.0.1"))
         self.hosts = list(hosts or ["127.0.0.1"] * n)
@@ -104,8 +111,19 @@ class LocalBookies:
         if self.http_ports:
             o["httpServerEnabled"] = "true"
             o["httpServerPort"] = str(self.http_ports[i])
+        if self.journals > 1:
+            o["journalDirectories"] = ",".join([o["journalDirectory"]] + [
+                os.path.join(d, f"journal-{j}") for j in range(1, self.journals)])
         o.update({k: str(v) for k, v in self.conf.items()})
+        if "journalDirectories" in o and "journalDirectory" in o and "journalDirectory" not in self.conf:
+            del o["journalDirectory"]  # several journals: journalDirectories alone names them
         return o
+
+    def journal_dirs(self, i: int) -> list[str]:
+        """Bookie i's journal directories, journal 0 first."""
+        o = self.overrides(i)
+        dirs = [d for d in o.get("journalDirectories", "").split(",") if d]
+        return dirs or [o["journalDirectory"]]
 
     def admin_url(self, i: int) -> str:
         """Base URL of bookie i's HTTP admin API (needs ``admin_http=True``)."""
@@ -163,7 +181,7 @@ class LocalBookies:
         if self.procs[i] is not None and self.procs[i].poll() is None:
             raise LocalBookieError(f"bookie {i} is already running")
         o = self.overrides(i)
-        for d in [o["journalDirectory"], *o["ledgerDirectories"].split(","),
+        for d in [*self.journal_dirs(i), *o["ledgerDirectories"].split(","),
                   *o.get("indexDirectories", "").split(",")]:
             if d:
                 os.makedirs(d, exist_ok=True)
@@ -257,7 +275,7 @@ class LocalBookies:
                     title = f.read().replace(b"\0", b" ").strip().decode(errors="replace")
             except OSError:
                 continue
-            if title.startswith(want):
+            if title.startswith(want) and not title[len(want):].startswith("-"):  # journal-1
                 return child
         raise LocalBookieError(f"no {role} worker found for bookie {i}")
 
@@ -329,7 +347,7 @@ class LocalBookies:
         same rule as that start's: the path its directory lock records (storage/dirlock.py)."""
         from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock
         from bookie.storage.layout import LayoutError
-        journal = self.overrides(i)["journalDirectory"]
+        journal = self.journal_dirs(i)[0]
         if not os.path.isdir(journal):
             return
         try:

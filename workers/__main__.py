@@ -14,6 +14,7 @@ import sys
 from bookie.workers import logs
 from bookie.workers.config import BookieConfig
 from bookie.workers.common import WorkerContext, raise_open_files_limit
+from bookie.storage.journal_set import index_of_role
 
 ROLES = {
     "journal": "bookie.workers.journal_worker",
@@ -25,18 +26,22 @@ ROLES = {
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bookie.workers")
-    p.add_argument("role", choices=sorted(ROLES))
+    p.add_argument("role", help=f"{', '.join(sorted(ROLES))}, or journal-N (the N-th of "
+                   f"journalDirectories)")
     p.add_argument("--conf", required=True)
     p.add_argument("--run-dir", required=True)
     p.add_argument("--ready-fd", type=int)
     args = p.parse_args(argv)
+    is_journal = index_of_role(args.role) is not None
+    if args.role not in ROLES and not is_journal:
+        p.error(f"unknown role {args.role!r}")
     logs.install_library_logging()  # kazoo's records as log lines of the worker's format
     os.umask(0o077)  # as the supervisor's: what a worker creates is the bookie user's alone
     raise_open_files_limit()  # client connections are descriptors (capped: maxClientConnections)
     conf = BookieConfig.load(args.conf, check_dirs=False)
     ctx = WorkerContext(args.role, conf, args.run_dir, args.ready_fd)
     ctx.start()
-    module = importlib.import_module(ROLES[args.role])
+    module = importlib.import_module(ROLES["journal" if is_journal else args.role])
     try:
         return int(module.run(ctx) or 0)
     except Exception as e:  # one line for the log; the traceback at debug level

@@ -22,6 +22,14 @@ Per loop iteration (everything batched; no per-entry Python work on the hot path
 Start-up: wait until the journal has made durable whatever a previous add worker placed, replay
 the journal from LastLogMark into entry log and index (the same ``apply`` per record as the live
 path), checkpoint, then serve.
+
+Several journals (``journalDirectories``, bookie.storage.journal_set): one ring per journal, and
+every record of a ledger goes to journal ``journal_of(ledger_id)``'s ring.  Cursors, ``safe_to``,
+marks and answers are per journal (each journal has its own logical offsets): an answer waits
+for its own journal's DURABLE only (``JournalAnswers``: a queue per journal); a checkpoint persists one LastLogMark per journal; start-up
+replays each journal from its own mark (a ledger's records are all in one journal, so the order
+the journals are replayed in does not matter).  Ring 0 also carries the control words
+(READONLY, NO_ROOM, ADD_EPOCH).
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from bookie.metadata.recovery_secret import read_secret_file
 from bookie.storage.layout import current_dir, key_salt
 from bookie.wire import Op, Status
 from bookie.storage import records
-from bookie.core.answers import Pending
+from bookie.core.answers import JournalAnswers, Pending
 from bookie.workers.auth import server_curve
 from bookie.workers.common import (REFUSALS_PER_CONNECTION_PER_S, ClientServer, ConnectionCap,
                                    RefusalBudget, guard_client_socket, make_socket)
@@ -49,7 +57,8 @@ from bookie.core.ledgers import Owner, Rejected
 from bookie.storage.noroom import RETRY_S, Held, HeldRecord, no_room
 from bookie.storage.trace import ADD_FILE, AddTrace, open_trace
 from bookie.storage.ring import ADD_EPOCH, DURABLE, NO_ROOM, READONLY, WRITE, Doorbell, Ring
-from bookie.core.shares import PendingAdds, principal_of
+from bookie.storage.journal_set import bell_name, journal_of
+from bookie.core.shares import principal_of
 from bookie.storage.entrylog import EntryLogs
 from bookie.storage.index import Index, open_index
 from bookie.storage.ledger_storage import LedgerStorage
@@ -72,11 +81,22 @@ def store_replayed(storage: LedgerStorage, rec: records.Record, buf, pos: int) -
                         rec.data_offset, entry_ids, rec.lengths, offsets)
 
 
-def replay(ctx, ring: Ring, storage: LedgerStorage, jdir: str, ledger_dirs: list[str]) -> int:
-    mark = lastmark_of(ledger_dirs)
-    end = ring.get(DURABLE)
+def replay(ctx, rings: list[Ring], storage: LedgerStorage, jdirs: list[str],
+           ledger_dirs: list[str]) -> int:
+    """Replay every journal from its own LastLogMark to its ring's DURABLE, then checkpoint
+    (one mark per journal).  Returns the records replayed."""
+    ends = [ring.get(DURABLE) for ring in rings]
+    n_records = sum(_replay_journal(ctx, i, ends[i], storage, jdir, ledger_dirs)
+                    for i, jdir in enumerate(jdirs))
+    checkpoint(storage, ledger_dirs, ends)
+    return n_records
+
+
+def _replay_journal(ctx, journal: int, end: int, storage: LedgerStorage, jdir: str,
+                    ledger_dirs: list[str]) -> int:
+    mark = lastmark_of(ledger_dirs, journal)
     t0 = time.monotonic()
-    ctx.log("replaying journal", at=mark, to=end, bytes=end - mark, percent="0.0")
+    ctx.log("replaying journal", journal=journal, at=mark, to=end, bytes=end - mark, percent="0.0")
     n_records = 0
     last_report = t0
     for group in scan(jdir, mark):
@@ -93,26 +113,29 @@ def replay(ctx, ring: Ring, storage: LedgerStorage, jdir: str, ledger_dirs: list
         if now - last_report > 2.0:
             last_report = now
             done = group.end - mark
-            ctx.log("replaying journal", at=group.end, to=end, records=n_records,
+            ctx.log("replaying journal", journal=journal, at=group.end, to=end, records=n_records,
                     percent=f"{100.0 * done / max(1, end - mark):.1f}",
                     mb_per_s=f"{done / max(1e-9, now - t0) / 1e6:.1f}")
-    checkpoint(storage, ledger_dirs, end)
-    ctx.log("replay done", from_mark=mark, to=end, records=n_records,
+    ctx.log("replay done", journal=journal, from_mark=mark, to=end, records=n_records,
             seconds=f"{time.monotonic() - t0:.2f}")
     return n_records
 
 
 def run(ctx) -> int:
     conf = ctx.conf
-    jdir = current_dir(conf.journal_dir)
+    jdirs = [current_dir(d) for d in conf.journal_dirs]
     ledger_dirs = [current_dir(d) for d in conf.ledger_dirs]
     index_dir = current_dir(conf.index_dirs[0])
-    ring = Ring.attach(ctx.ring_path)
+    rings = [Ring.attach(a) for a in ctx.ring_paths]
+    if len(rings) != len(jdirs):
+        ctx.log("rings and journal directories differ in number", rings=len(rings), journals=len(jdirs))
+        return 1
+    ring = rings[0]  # also the control words
     ring.set(ADD_EPOCH, ring.get(ADD_EPOCH) + 1)
 
-    # A previous add worker may have placed records the journal has not written yet.
+    # A previous add worker may have placed records the journals have not written yet.
     deadline = time.monotonic() + 60
-    while ring.get(DURABLE) < ring.get(WRITE):
+    while any(r.get(DURABLE) < r.get(WRITE) for r in rings):
         if time.monotonic() > deadline:
             ctx.log("journal did not drain the ring in 60 s; giving up")
             return 1
@@ -125,7 +148,7 @@ def run(ctx) -> int:
     while True:
         storage = LedgerStorage(index, logs, salt)  # a fresh table for each attempt
         try:
-            replay(ctx, ring, storage, jdir, ledger_dirs)
+            replay(ctx, rings, storage, jdirs, ledger_dirs)
             break
         except Exception as e:  # noqa: BLE001 - only want of space is waited out
             if not no_room(e) or ctx.stopping:
@@ -151,11 +174,12 @@ def run(ctx) -> int:
     control = make_socket(zctx, zmq.ROUTER)
     control.bind(ctx.endpoint("add.ctl"))
     durable_in = Doorbell(os.path.join(ctx.run_dir, "add.bell"))  # rung by the journal after each group
-    wake = Doorbell(os.path.join(ctx.run_dir, "journal.bell"))  # rung here after placing records
+    # journal i's doorbell, rung here after placing records in its ring
+    wakes = [Doorbell(os.path.join(ctx.run_dir, bell_name(i))) for i in range(len(rings))]
     lac_pub = make_socket(zctx, zmq.PUB)
     lac_pub.bind(ctx.endpoint("add.lac"))
 
-    server = AddServer(ctx, ring, storage, clients, control, wake, lac_pub, ledger_dirs)
+    server = AddServer(ctx, rings, storage, clients, control, wakes, lac_pub, ledger_dirs)
     server.cap = cap
     server.frame_guard = FrameGuard(cap, conf.max_add_message_size_bytes, ctx.run_dir, ctx.log)
     server.gate = curve.gate if curve else None
@@ -167,7 +191,8 @@ def run(ctx) -> int:
     storage.table.verify = server.owners.verified
     # one principal holds at most a share of the pending adds; flooding connections are shut
     server.refusals = RefusalBudget(REFUSALS_PER_CONNECTION_PER_S, cap, server.log_shut)
-    server.pending = PendingAdds(conf.max_pending_adds, principal_of(bool(curve)), server.refusals)
+    server.pending = JournalAnswers(len(rings), conf.max_pending_adds, principal_of(bool(curve)),
+                                    server.refusals)
     ctx.log("add worker ready", port=conf.bookie_port, position=ring.get(WRITE))
     ctx.ready()
     try:
@@ -179,7 +204,7 @@ def run(ctx) -> int:
         if server.trace is not None:
             server.trace.close()
         storage.close()
-        for s in (cap, clients, control, durable_in, wake, lac_pub):
+        for s in (cap, clients, control, durable_in, *wakes, lac_pub):
             s.close()
         if curve:
             curve.stop()
@@ -191,18 +216,20 @@ def run(ctx) -> int:
 
 
 class AddServer(ClientServer):
-    def __init__(self, ctx, ring, storage, clients, control, wake, lac_pub, ledger_dirs):
-        super().__init__(ctx, clients, ring, ledger_dirs[0])
+    def __init__(self, ctx, rings, storage, clients, control, wakes, lac_pub, ledger_dirs):
+        super().__init__(ctx, clients, rings[0], ledger_dirs[0])
         self.conf = ctx.conf
         self.storage = storage
         self.control = control
-        self.wake = wake
+        self.rings = rings  # journal i's at [i]; self.ring is rings[0] (control words)
+        self.journals = len(rings)
+        self.wakes = wakes
         self.lac_pub = lac_pub
         self.ledger_dirs = ledger_dirs
-        self.pending: collections.deque[Pending] = collections.deque()
+        self.pending: JournalAnswers | None = None  # set by run(): needs the refusal budget
         self.max_entry = self.conf.max_entry_size_bytes
         self.max_pending = self.conf.max_pending_adds
-        self.last_mark = ring.get(WRITE)
+        self.last_mark = [r.get(WRITE) for r in rings]
         self.last_checkpoint = time.monotonic()
         self.last_stats = 0.0
         self.gate = None  # workers/auth.py Gate when CURVE is on
@@ -215,13 +242,15 @@ class AddServer(ClientServer):
         self.checkpointer = Checkpointer(ctx, storage, ledger_dirs)
         self.add_latency = ctx.metrics.histogram("bookie_add_entry_seconds")
         self.taken_at = 0.0  # when the message being handled was taken off its socket
-        self.safe_to = ring.get(WRITE)  # end of what is in the entry log and index (noroom.py)
+        # per journal: end of what is in the entry log and index (noroom.py)
+        self.safe_to = [r.get(WRITE) for r in rings]
         self.held: collections.deque[Held] = collections.deque()
         self.cap = None  # ConnectionCap of the client socket
         self.frame_guard = None  # workers/frame_guard.py: messages still arriving, per connection
         self.full = False  # no room for our writes: read-only until a retry succeeds
         self.next_retry = 0.0
-        self.rung = self.unrung = False  # journal woken this iteration / placed since
+        self.rung: set[int] = set()  # journals woken this iteration
+        self.unrung: set[int] = set()  # ... and placed in since
         self.moved: set[int] = set()  # ledgers with adds / WRITE_LACs placed since the last publish
         self.trace: AddTrace | None = None  # per-add timestamps (addTraceDirectory); None: off
 
@@ -243,7 +272,7 @@ class AddServer(ClientServer):
             if self.cap is not None and self.cap.monitor in events:
                 self.cap.drain()
             self.answer_durable()
-            self.rung, self.unrung = False, False
+            self.rung, self.unrung = set(), set()
             if self.owners.fileno() in events:
                 self.resume(self.owners.drain())
             self.retry_stalled()
@@ -252,8 +281,8 @@ class AddServer(ClientServer):
                     self.take(self.control, internal=True)
                 if self.clients in events:
                     self.take(self.clients, internal=False)
-            if self.unrung:
-                self.wake.ring()
+            for j in self.unrung:
+                self.wakes[j].ring()
             self.commit()
             if self.frame_guard is not None:  # drained: no whole message left in ZeroMQ's queue
                 self.frame_guard.check(not self.stalled and not self.clients.get(_EVENTS) & _POLLIN)
@@ -267,11 +296,11 @@ class AddServer(ClientServer):
         """Stop taking requests; answer what the journal makes durable; final checkpoint."""
         self.clients.setsockopt(zmq.LINGER, 1000)
         deadline = time.monotonic() + 10
-        durable, progress_at = self.ring.get(DURABLE), time.monotonic()
+        durable, progress_at = self.durables(), time.monotonic()
         while self.pending and time.monotonic() < deadline:
             self.answer_durable()
             time.sleep(0.002)
-            now_durable = self.ring.get(DURABLE)
+            now_durable = self.durables()
             if now_durable != durable:
                 durable, progress_at = now_durable, time.monotonic()
             elif time.monotonic() - progress_at > 1.0:
@@ -307,18 +336,17 @@ class AddServer(ClientServer):
         if self.cap is not None:
             s["connections_open"] = len(self.cap.open)
             s["connections_refused_total"] = self.cap.refused_total
-        s["ring_free_bytes"] = self.ring.free_bytes()
+        s["ring_free_bytes"] = min(r.free_bytes() for r in self.rings)
         s["entries_stored_total"] = self.storage.entries_total
         self.ctx.write_stats(s)
 
     def answer_durable(self) -> None:
         if not self.pending:
             return
-        durable = min(self.ring.get(DURABLE), self.safe_to)
-        pending = self.pending
+        # Each journal's answers go in its own order, as soon as that journal made them durable.
+        durable = [min(d, s) for d, s in zip(self.durables(), self.safe_to)]
         now = time.monotonic()
-        while pending and pending[0].end <= durable:
-            p = pending.popleft()
+        for p in self.pending.durable(durable):
             self.count(p.op, p.status)
             if p.op == Op.ADD:
                 self.add_latency.observe(now - p.taken_at)
@@ -419,7 +447,8 @@ class AddServer(ClientServer):
         try:
             if self.gate is not None and self.gate.refusal(frames[1], op, flags):
                 raise Rejected(Status.UNAUTHORIZED, "role does not allow the op")
-            self.pending.admit(frames[1], ident, op)  # past its principal's share: TOO_MANY_REQUESTS
+            # past its principal's share: TOO_MANY_REQUESTS
+            self.pending.admit(self.journal_of(ledger_id), frames[1], ident, op)
             if op == Op.ADD:
                 return self.handle_add(ident, flags, request_id, ledger_id, frames[2:])
             if op == Op.WRITE_LAC:
@@ -441,31 +470,42 @@ class AddServer(ClientServer):
             self.reply(ident, op, Status.BAD_REQUEST, request_id, ledger_id)
             return True
 
-    def room_for(self, size: int) -> bool:
-        if size > self.ring.capacity:
-            raise Rejected(Status.BAD_REQUEST, "request larger than the journal ring")
-        return self.ring.free_bytes() >= size
+    def durables(self) -> list[int]:
+        return [r.get(DURABLE) for r in self.rings]
 
-    def place(self, parts) -> tuple[int, int]:
-        """Copy a record into the ring and publish it; returns its logical (start, end)."""
-        start = self.ring.get(WRITE)
-        end = self.ring.put(start, parts)
-        self.ring.set(WRITE, end)
+    def journal_of(self, ledger_id: int) -> int:
+        """The journal (and ring) of every record of ``ledger_id`` (journal_set invariant 1)."""
+        return journal_of(ledger_id, self.journals)
+
+    def room_for(self, journal: int, size: int) -> bool:
+        ring = self.rings[journal]
+        if size > ring.capacity:
+            raise Rejected(Status.BAD_REQUEST, "request larger than the journal ring")
+        return ring.free_bytes() >= size
+
+    def place(self, journal: int, parts) -> tuple[int, int]:
+        """Copy a record into journal ``journal``'s ring and publish it; returns its logical
+        (start, end) in that journal's offsets."""
+        ring = self.rings[journal]
+        start = ring.get(WRITE)
+        end = ring.put(start, parts)
+        ring.set(WRITE, end)
         # Wake the journal at the first record of an iteration, before this record goes to the
         # entry log and the index (its fdatasync then overlaps that work: a lone add's
         # latency); records placed after that ring once more at the end of the iteration.
-        if self.rung:
-            self.unrung = True
+        if journal in self.rung:
+            self.unrung.add(journal)
         else:
-            self.wake.ring()
-            self.rung = True
+            self.wakes[journal].ring()
+            self.rung.add(journal)
         return start, end
 
-    def mark(self) -> int:
-        """LastLogMark a checkpoint may persist now.  Call after ``storage.commit()``: every
-        record placed before WRITE is then in the entry log and the index, and a mark never
-        passes what the journal made durable (the journal must never restart below it)."""
-        return min(self.safe_to, self.ring.get(DURABLE))
+    def mark(self) -> list[int]:
+        """Each journal's LastLogMark a checkpoint may persist now.  Call after
+        ``storage.commit()``: every record placed before WRITE is then in the entry log and the
+        index, and a mark never passes what its journal made durable (a journal must never
+        restart below it)."""
+        return [min(s, d) for s, d in zip(self.safe_to, self.durables())]
 
     # -- no room on the ledger disks (storage/noroom.py) -----------------------------------------
     def commit(self, final: bool = False) -> None:
@@ -486,7 +526,7 @@ class AddServer(ClientServer):
             return
         if gone:
             self.refuse_pending(gone)
-        self.safe_to = self.ring.get(WRITE)
+        self.safe_to = [r.get(WRITE) for r in self.rings]
         if self.moved or gone:
             self.publish_moved(gone)
         if self.checkpointer.no_room:
@@ -494,7 +534,7 @@ class AddServer(ClientServer):
         elif self.full and not self.checkpointer.failed:
             self.full = False
             self.ring.set(NO_ROOM, 0)
-            self.ctx.log("ledger disks have room again; taking adds", position=self.safe_to)
+            self.ctx.log("ledger disks have room again; taking adds", position=",".join(map(str, self.safe_to)))
 
     def turn_full(self, e) -> None:
         if not self.full:
@@ -505,7 +545,7 @@ class AddServer(ClientServer):
 
     def store(self, ledger_id, start, end, size, data_offset, entry_ids, lengths, offsets) -> None:
         """Write a placed record to the entry log, or hold it while there is no room."""
-        slices = self.ring.slices(start, end)
+        slices = self.rings[self.journal_of(ledger_id)].slices(start, end)
         if not self.held:
             try:
                 self.storage.store_batch(ledger_id, slices, size, data_offset, entry_ids,
@@ -552,21 +592,23 @@ class AddServer(ClientServer):
             return True
         table = self.storage.table
         placed = table.check_add(ledger_id, key, recovery, credential, self.owner_of(ledger_id))
+        journal = self.journal_of(ledger_id)
         held = self.storage.held_entries(ledger_id, entry_ids)
         if held:  # entries are write-once (core/ledgers.py invariant 7)
             lengths_frame, data, lengths, offsets, entry_ids = self.new_entries(
                 held, lengths_frame, data, lengths, offsets, entry_ids)
             if not len(entry_ids):  # all held, identical: stored nothing; answered in order
-                self.pending.append(Pending(self.ring.get(WRITE), [ident, wire.pack_header(
-                    Op.ADD, Status.OK, request_id, ledger_id)], ledger_id, Op.ADD, self.taken_at))
+                self.pending.append(Pending(self.rings[journal].get(WRITE), [ident, wire.pack_header(
+                    Op.ADD, Status.OK, request_id, ledger_id)], ledger_id, Op.ADD, self.taken_at,
+                    journal))
                 self.stats["add_duplicates_total"] += len(held)
                 return True
         parts, size, data_offset = records.add_batch_parts(ledger_id, placed.key, lengths_frame, data,
                                                            flags=placed.flags)
-        if not self.room_for(size):
+        if not self.room_for(journal, size):
             return False
         checked_ns = time.monotonic_ns() if self.trace is not None else 0
-        start, end = self.place(parts)
+        start, end = self.place(journal, parts)
         if self.trace is not None:
             self.trace.placed(end, ledger_id, int(entry_ids[0]), self.taken_at, checked_ns)
         table.apply(records.Record(records.ADD_BATCH, placed.flags, ledger_id, placed.key, -1,
@@ -574,7 +616,7 @@ class AddServer(ClientServer):
         self.store(ledger_id, start, end, size, data_offset, entry_ids, lengths, offsets)
         self.moved.add(ledger_id)
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.ADD, Status.OK, request_id, ledger_id)],
-                                    ledger_id, Op.ADD, self.taken_at))
+                                    ledger_id, Op.ADD, self.taken_at, journal))
         self.stats["add_entries_total"] += len(entry_ids)
         self.stats["add_bytes_total"] += len(data)
         self.stats["add_requests_total"] += 1
@@ -612,14 +654,15 @@ class AddServer(ClientServer):
             raise Rejected(Status.BAD_REQUEST, "lac out of range")
         placed = self.storage.table.check_write_lac(ledger_id, key)
         rec = records.lac_record(ledger_id, lac, placed.key, placed.flags)
-        if not self.room_for(len(rec)):
+        journal = self.journal_of(ledger_id)
+        if not self.room_for(journal, len(rec)):
             return False
-        _, end = self.place([rec])
+        _, end = self.place(journal, [rec])
         if self.storage.table.apply(records.parse(rec, 0)):
             self.store_record(ledger_id, rec)
         self.moved.add(ledger_id)
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.WRITE_LAC, Status.OK, request_id, ledger_id)],
-                                    ledger_id, Op.WRITE_LAC, self.taken_at))
+                                    ledger_id, Op.WRITE_LAC, self.taken_at, journal))
         return True
 
     def handle_control(self, frames) -> bool:
@@ -646,13 +689,14 @@ class AddServer(ClientServer):
             self.control.send_multipart([ident, b"F", token, wire.STATUS.pack(e.status)])
             return True
         rec = records.fence_record(ledger_id, placed.key, placed.flags)
-        if not self.room_for(len(rec)):
+        journal = self.journal_of(ledger_id)
+        if not self.room_for(journal, len(rec)):
             return False
-        _, end = self.place([rec])
+        _, end = self.place(journal, [rec])
         if self.storage.table.apply(records.parse(rec, 0)):
             self.store_record(ledger_id, rec)
         self.stats["fences_total"] += 1
         # Answer once the fence record is durable (DESIGN invariant 4).
         self.pending.append(Pending(end, [None, ident, b"F", token, wire.STATUS.pack(Status.OK)], ledger_id,
-                                    FENCE_OP, self.taken_at))
+                                    FENCE_OP, self.taken_at, journal))
         return True

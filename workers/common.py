@@ -42,6 +42,7 @@ class WorkerContext:
         self.stopping = False
         self.name = f"bookie[{conf.bookie_port}] {role}"
         self.metrics = Metrics()
+        self.stat_labels: tuple[str, ...] = ()  # label values of this worker's labelled stats
         self._unmapped: set[str] = set()
 
     # -- identity and logs -----------------------------------------------------------------------
@@ -73,13 +74,19 @@ class WorkerContext:
 
     @property
     def ring_path(self) -> str:
+        """Ring 0's address: journal 0's ring, which also holds the bookie's control words."""
+        return self.ring_paths[0]
+
+    @property
+    def ring_paths(self) -> list[str]:
+        """Every ring's address, journal i's at [i] (one line each in ``ring.path``)."""
         with open(os.path.join(self.run_dir, "ring.path")) as f:
-            return f.read().strip()
+            return f.read().split()
 
     def write_stats(self, stats: dict) -> None:
         """Publish this worker's figures to the bookie's metrics (bookie.workers.metrics maps
         each key to its metric) and flush what the hot paths counted locally."""
-        for key in self.metrics.publish(stats):
+        for key in self.metrics.publish(stats, self.stat_labels):
             if key not in self._unmapped:
                 self._unmapped.add(key)
                 self.log("stat not in the metrics table; not exported", level="warning", key=key)

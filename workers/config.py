@@ -132,7 +132,8 @@ KEYS: tuple[Key, ...] = (
     Key("curveServerKeys", "str", "", "Public keys of the other bookies, pinned by this bookie's autorecovery when it reads from and adds to them: one NAME.key for all, or a directory of HOST_PORT.key files. Its client key is the bookie's own (curveSecretKeyFile): enrol each bookie's public key as admin at the others.", attr="curve_server_keys"),
     Key("allowInsecureClients", "bool", False, "Let a bookie without curveSecretKeyFile listen beyond loopback: anyone who reaches its ports reads and writes every ledger, and master keys and data cross the network in clear.", attr="allow_insecure_clients"),
     # -- journal -------------------------------------------------------------------------------
-    Key("journalDirectory", "dir", "/var/lib/bookie/journal", "Directory of the write-ahead journal, ideally on its own disk.", attr="journal_dir"),
+    Key("journalDirectory", "dir", "/var/lib/bookie/journal", "Directory of the write-ahead journal, ideally on its own disk (the one-journal form of journalDirectories).", attr="configured_journal_dir"),
+    Key("journalDirectories", "dirs", "", "Comma-separated journal directories, one journal worker (and ring) each, ideally one disk each; a ledger's records all go to journal ledger_id % count (docs/architecture.md, \"Several journals\"). Empty: journalDirectory alone. Set together with journalDirectory only if it names that one directory.", attr="configured_journal_dirs"),
     Key("journalMaxSizeMB", "int", 2048, "A journal file is rolled when it reaches this size (MB).", _range(1), unit="MB", attr="journal_max_size_bytes"),
     Key("journalMaxBackups", "int", 5, "Old journal files (all older than the last checkpoint) kept after rolling.", _range(0), attr="journal_max_backups"),
     Key("journalPreAllocSizeMB", "int", 16, "Journal files grow by preallocating this much at a time (MB).", _range(1, 1024), unit="MB", attr="journal_prealloc_size_bytes"),
@@ -332,6 +333,17 @@ class BookieConfig:
         return self._zk_security
 
     @property
+    def journal_dirs(self) -> list[str]:
+        """The journal directories, journal 0 first: journalDirectories, or journalDirectory."""
+        return self.configured_journal_dirs or [self.configured_journal_dir]
+
+    @property
+    def journal_dir(self) -> str:
+        """Journal 0's directory: it holds the bookie's cookie of record, its directory lock
+        record and (by default) its stats."""
+        return self.journal_dirs[0]
+
+    @property
     def index_dirs(self) -> list[str]:
         """Where the index lives: indexDirectories, or the ledger directories."""
         return self.configured_index_dirs or self.ledger_dirs
@@ -380,6 +392,7 @@ class BookieConfig:
         warnings += _check_metadata_keys(values, raw)
         warnings += _check_http_keys(values)
         _check_disk_and_compaction_keys(values)
+        _check_journal_keys(values, raw)
         conf = cls(values, warnings)
         if conf.zk_security is not None and not conf.metadata_uri.startswith("zk"):
             warnings.append("zkEnableSecurity and zkDigestAuthFile ignored: the metadata store "
@@ -395,7 +408,8 @@ class BookieConfig:
         Raises:
             ConfigError: one line naming the key and the path.
         """
-        named = [("journalDirectory", self.journal_dir)]
+        journal_key = "journalDirectories" if self.configured_journal_dirs else "journalDirectory"
+        named = [(journal_key, d) for d in self.journal_dirs]
         named += [("ledgerDirectories", d) for d in self.ledger_dirs]
         named += [("indexDirectories", d) for d in self.configured_index_dirs]
         for name, d in named:
@@ -417,6 +431,8 @@ class BookieConfig:
         lines = []
         for key in KEYS:
             v = self._values[key.name]
+            if key.name == "journalDirectory" and self.configured_journal_dirs:
+                continue  # journalDirectories says it (both set must agree: _check_journal_keys)
             if key.type == "dirs":
                 v = ",".join(v)
             elif key.type == "bool":
@@ -486,6 +502,22 @@ def _check_disk_and_compaction_keys(values: dict[str, Any]) -> None:
     if (values["minorCompactionInterval"] > 0 and values["majorCompactionInterval"] > 0
             and values["minorCompactionInterval"] > values["majorCompactionInterval"]):
         raise ConfigError("minorCompactionInterval: longer than majorCompactionInterval")
+
+
+def _check_journal_keys(values: dict[str, Any], raw: dict[str, Any]) -> None:
+    """journalDirectories and journalDirectory must not say different things; no journal
+    directory twice (two journals on one directory would write each other's files)."""
+    dirs = values["journalDirectories"]
+    if dirs and "journalDirectory" in raw and dirs != [values["journalDirectory"]]:
+        raise ConfigError(f"journalDirectories: {','.join(dirs)!r} and journalDirectory "
+                          f"{values['journalDirectory']!r} are both set and disagree; set one "
+                          f"(journalDirectories for several journals)")
+    seen = set()
+    for d in dirs:
+        real = os.path.realpath(d)
+        if real in seen:
+            raise ConfigError(f"journalDirectories: {d!r} is named twice")
+        seen.add(real)
 
 
 def _accessor(key: Key) -> property:

@@ -11,6 +11,10 @@ journal format) refuses with exit status 3, which the supervisor does not retry;
 backups wholly before LastLogMark, and files torn while being created, are logged as warnings.
 On a restart while the add worker lives, the records between the journal's end and WRITE are
 still in the ring and are written first.
+
+With several journals (``journalDirectories``) one of these workers runs per journal directory,
+journal ``i`` as role ``journal-i`` (``journal`` for journal 0), each on its own ring, doorbell
+and LastLogMark (bookie.storage.journal_set); they share nothing but the add worker.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from bookie.storage.journal import (CorruptJournalError, JournalFormatError, Jou
                                     check_journal, delete_old_journals, lastmark_of)
 from bookie.storage.trace import JOURNAL_FILE, open_trace
 from bookie.storage.ring import BASE, DURABLE, JOURNAL_EPOCH, WRITE, Doorbell, Ring
+from bookie.storage.journal_set import bell_name, index_of_role
 
 EXIT_CORRUPT = 3
 EXIT_SYNC_FAILED = 4  # fatal: see below
@@ -33,14 +38,18 @@ EXIT_SYNC_FAILED = 4  # fatal: see below
 
 def run(ctx) -> int:
     conf = ctx.conf
-    jdir = current_dir(conf.journal_dir)
+    journal = index_of_role(ctx.role)
+    if journal is None or journal >= len(conf.journal_dirs):
+        ctx.log("no journal directory for this role", role=ctx.role, journals=len(conf.journal_dirs))
+        return 2
+    jdir = current_dir(conf.journal_dirs[journal])
     ledger_dirs = [current_dir(d) for d in conf.ledger_dirs]
     checked_at = time.monotonic()
     ctx.log("checking journal", directory=jdir)
     try:
         # Read it as replay will (from LastLogMark), so a journal that cannot be replayed stops
         # the bookie here, and damage replay never needs (backups) only warns.
-        check = check_journal(jdir, lastmark_of(ledger_dirs))
+        check = check_journal(jdir, lastmark_of(ledger_dirs, journal))
     except JournalFormatError as e:
         ctx.log("refusing to start: journal of an older format", error=str(e))
         return EXIT_CORRUPT
@@ -51,7 +60,7 @@ def run(ctx) -> int:
         ctx.log("warning: journal damage that replay does not need", detail=warning)
     ctx.log("journal checked", end=check.end, seconds=f"{time.monotonic() - checked_at:.2f}")
     end = check.end
-    ring = Ring.attach(ctx.ring_path)
+    ring = Ring.attach(ctx.ring_paths[journal])
     epoch = ring.get(JOURNAL_EPOCH)
     if epoch == 0:
         ring.set(BASE, end)
@@ -69,7 +78,7 @@ def run(ctx) -> int:
                                conf.journal_buffered_writes_threshold_bytes,
                                conf.journal_flush_when_queue_empty,
                                conf.journal_adaptive_group_writes)
-    wake = Doorbell(os.path.join(ctx.run_dir, "journal.bell"))  # rung by the add worker after placing
+    wake = Doorbell(os.path.join(ctx.run_dir, bell_name(journal)))  # rung by the add worker after placing
     notify = Doorbell(os.path.join(ctx.run_dir, "add.bell"))  # rung here after publishing DURABLE
     poller = select.poll()
     poller.register(wake.fileno(), select.POLLIN)
@@ -77,9 +86,11 @@ def run(ctx) -> int:
     ctx.ready()
 
     committer = GroupCommitter(writer, ring, policy)
-    force_write = ctx.metrics.histogram("bookie_journal_force_write_seconds")
-    sync_latency = ctx.metrics.histogram("bookie_journal_sync_seconds")
-    group_size = ctx.metrics.histogram("bookie_journal_group_bytes")
+    label = str(journal)  # the ``journal`` label of this worker's metrics
+    ctx.stat_labels = (label,)
+    force_write = ctx.metrics.histogram("bookie_journal_force_write_seconds", label)
+    sync_latency = ctx.metrics.histogram("bookie_journal_sync_seconds", label)
+    group_size = ctx.metrics.histogram("bookie_journal_group_bytes", label)
     last_housekeeping = 0.0
     trace = open_trace(conf.add_trace_dir, JOURNAL_FILE)  # bench bookie --trace; None: off
     try:
@@ -87,7 +98,7 @@ def run(ctx) -> int:
             now = time.monotonic()
             if now - last_housekeeping > 1.0:  # also under sustained load, between groups
                 last_housekeeping = now
-                mark = lastmark_of(ledger_dirs)
+                mark = lastmark_of(ledger_dirs, journal)
                 deleted = delete_old_journals(jdir, mark, conf.journal_max_backups, writer.journal_id)
                 if deleted:
                     ctx.log("deleted old journals", ids=",".join(map(str, deleted)), mark=mark)

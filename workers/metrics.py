@@ -65,11 +65,11 @@ SPECS: tuple[Spec, ...] = (
     Spec("bookie_long_polls_parked", "gauge", "Read-LAC long polls waiting for their ledger to move.", (), "", "read"),
     Spec("bookie_fences_waiting", "gauge", "Fencing reads waiting for the add worker to journal the fence.", (), "", "read"),
     # -- journal worker --------------------------------------------------------------------------
-    Spec("bookie_journal_force_write_seconds", "histogram", "Time to make one journal group durable: one writev of the group and its fdatasync.", (), "JOURNAL_FORCE_WRITE_LATENCY", "journal"),
-    Spec("bookie_journal_sync_seconds", "histogram", "Duration of the journal's fdatasync alone.", (), "JOURNAL_SYNC", "journal"),
-    Spec("bookie_journal_group_bytes", "histogram", "Size of a journal group (bytes written with one fdatasync).", (), "JOURNAL_FORCE_WRITE_BATCH_BYTES", "journal", SIZE_BUCKETS_BYTES),
-    Spec("bookie_journal_bytes_total", "counter", "Bytes made durable in the journal.", (), "", "journal"),
-    Spec("bookie_journal_position_bytes", "gauge", "Logical end of the journal (the durable cursor).", (), "", "journal"),
+    Spec("bookie_journal_force_write_seconds", "histogram", "Time to make one journal group durable: one writev of the group and its fdatasync; `journal` is the journal's index (0 for journalDirectory, i for the i-th of journalDirectories).", ("journal",), "JOURNAL_FORCE_WRITE_LATENCY", "journal"),
+    Spec("bookie_journal_sync_seconds", "histogram", "Duration of the journal's fdatasync alone, per journal.", ("journal",), "JOURNAL_SYNC", "journal"),
+    Spec("bookie_journal_group_bytes", "histogram", "Size of a journal group (bytes written with one fdatasync), per journal.", ("journal",), "JOURNAL_FORCE_WRITE_BATCH_BYTES", "journal", SIZE_BUCKETS_BYTES),
+    Spec("bookie_journal_bytes_total", "counter", "Bytes made durable in the journal, per journal.", ("journal",), "", "journal"),
+    Spec("bookie_journal_position_bytes", "gauge", "Logical end of the journal (the durable cursor), per journal (each journal has its own offsets).", ("journal",), "", "journal"),
     # -- GC worker -------------------------------------------------------------------------------
     Spec("bookie_gc_runs_total", "counter", "Garbage collection passes completed.", (), "", "gc"),
     Spec("bookie_gc_deleted_ledgers_total", "counter", "Ledgers dropped from the index because the metadata store no longer has them.", (), "", "gc"),
@@ -90,8 +90,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("bookie_readonly_forced", "gauge", "1 while read-only is forced by an operator (admin API, SIGUSR1).", (), "", "supervisor"),
     Spec("bookie_disk_used_bytes", "gauge", "Bytes in use on the filesystem of a bookie directory.", ("directory", "kind"), "", "supervisor"),
     Spec("bookie_disk_total_bytes", "gauge", "Size of the filesystem of a bookie directory.", ("directory", "kind"), "", "supervisor"),
-    Spec("bookie_ring_used_bytes", "gauge", "Bytes in the add -> journal ring not yet made durable by the journal.", (), "JOURNAL_QUEUE_SIZE (in bytes)", "supervisor"),
-    Spec("bookie_ring_capacity_bytes", "gauge", "Size of the add -> journal ring.", (), "", "supervisor"),
+    Spec("bookie_ring_used_bytes", "gauge", "Bytes in the add -> journal rings not yet made durable by the journals (summed over the journals).", (), "JOURNAL_QUEUE_SIZE (in bytes)", "supervisor"),
+    Spec("bookie_ring_capacity_bytes", "gauge", "Size of the add -> journal rings (journalRingSizeMB per journal, summed).", (), "", "supervisor"),
     Spec("bookie_worker_up", "gauge", "1 while the worker of this role runs.", ("role",), "", "supervisor"),
     Spec("bookie_worker_memory_kills_total", "counter", "Times the supervisor killed and restarted a worker of this role for passing workerMemoryLimitMB.", ("role",), "", "supervisor"),
     Spec("bookie_worker_anon_rss_bytes", "gauge", "A worker's anonymous resident memory (what workerMemoryLimitMB bounds), read at scrape time.", ("role",), "", "supervisor"),
@@ -181,8 +181,10 @@ class Metrics:
             self._objects[name] = obj
         return obj
 
-    def histogram(self, name: str) -> "LocalHistogram":
-        h = LocalHistogram(self.metric(name))
+    def histogram(self, name: str, *labels: str) -> "LocalHistogram":
+        """A local accumulator of histogram ``name`` (of its child ``labels`` when it has labels)."""
+        metric = self.metric(name)
+        h = LocalHistogram(metric.labels(*labels) if labels else metric)
         self._local.append(h)
         return h
 
@@ -191,9 +193,10 @@ class Metrics:
         self._local.append(c)
         return c
 
-    def publish(self, stats: dict) -> list[str]:
-        """Feed a worker's stats dict into the metrics it maps to (STAT_METRICS); returns the
-        keys no metric takes (the caller may log them once)."""
+    def publish(self, stats: dict, labels: tuple[str, ...] = ()) -> list[str]:
+        """Feed a worker's stats dict into the metrics it maps to (STAT_METRICS), a labelled
+        metric's child ``labels`` (the worker's own: a journal's index); returns the keys no
+        metric takes (the caller may log them once)."""
         unknown = []
         for key, value in stats.items():
             name = STAT_METRICS.get(key)
@@ -202,6 +205,8 @@ class Metrics:
                     unknown.append(key)
                 continue
             m = self.metric(name)
+            if SPEC_BY_NAME[name].labels:
+                m = m.labels(*labels)
             if SPEC_BY_NAME[name].kind == "counter":
                 delta = value - self._published.get(key, 0)
                 if delta > 0:
@@ -280,6 +285,9 @@ class LocalCounter:
 REQUEST_OPS = ("ADD", "READ", "READ_LAC", "WRITE_LAC", "INFO", "FENCE")
 DOCUMENTED_LABELS: dict[str, tuple[tuple[str, ...], ...]] = {
     "bookie_requests_total": tuple((op, "OK") for op in REQUEST_OPS),
+    **{name: (("0",),) for name in ("bookie_journal_force_write_seconds", "bookie_journal_sync_seconds",
+                                     "bookie_journal_group_bytes", "bookie_journal_bytes_total",
+                                     "bookie_journal_position_bytes")},  # journal 0 is always there
 }
 
 
