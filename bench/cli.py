@@ -159,10 +159,15 @@ def _register_bookie(tools) -> None:
     p.add_argument("--sync-rate", type=float, default=None, metavar="PER_S",
                    help="pace the sync phase and correct its latencies for coordinated "
                         "omission at this rate")
+    p.add_argument("--trace", action="store_true",
+                   help="with --localbookie: instead of the two phases, --sync-time seconds (or "
+                        "--sync-count adds) of lone adds through the client, each stamped at "
+                        "every step of its path (client, add worker, journal); prints the "
+                        "per-step table")
     _entries(p, rate_help="offer this many entries/s in the pipelined phase; latencies count "
                           "from each message's intended send (coordinated omission corrected)")
     _common(p, 10.0)
-    client_options.add_arguments(p)  # its CURVE keys only: no client is built
+    client_options.add_arguments(p)  # its CURVE keys only: no client is built (but --trace's)
     p.set_defaults(func=_cmd_bookie)
 
 
@@ -287,6 +292,14 @@ def _register_report(tools) -> None:
     p.add_argument("--data-dir", metavar="DIR", help="where the bookies and the journal write "
                                                      "(default: a temporary directory)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--peers", default="redis,zookeeper", metavar="LIST",
+                   help="peer systems run beside the bookie, comma-separated: redis, zookeeper, "
+                        "or none (default redis,zookeeper; each needs its Debian package)")
+    p.add_argument("--spark", action="store_true",
+                   help="also run bench spark (needs bookie[spark]) for the issue table's Spark row")
+    p.add_argument("--only", action="append", metavar="TEXT", default=None,
+                   help="run only the standard runs whose name contains TEXT (repeatable); the "
+                        "peers and --spark still run")
     p.set_defaults(func=_cmd_report)
 
 
@@ -386,8 +399,9 @@ BENCH_GC_WAIT_MS = 24 * 3600 * 1000
 
 
 @contextlib.contextmanager
-def local_bookies(count: int, data_dir: str | None, journals: int = 1):
-    """Start ``count`` local bookies for one run (``journals`` journals each).
+def local_bookies(count: int, data_dir: str | None, journals: int = 1, conf: dict | None = None):
+    """Start ``count`` local bookies for one run (``journals`` journals each; ``conf``: more
+    configuration keys).
 
     Yields:
         (the LocalBookies harness, the data directory it writes in)
@@ -406,7 +420,7 @@ def local_bookies(count: int, data_dir: str | None, journals: int = 1):
     try:
         # No GC during a run: ``bench bookie`` writes ledgers the metadata store never heard
         # of, which the GC (every second in LocalBookies) would delete under it.
-        with LocalBookies(count, base_dir=base, conf={"gcWaitTime": BENCH_GC_WAIT_MS},
+        with LocalBookies(count, base_dir=base, conf={"gcWaitTime": BENCH_GC_WAIT_MS, **(conf or {})},
                           journals=journals) as lb:
             yield lb, base
     finally:
@@ -451,6 +465,8 @@ def _cmd_bookie(args) -> int:
             raise BenchOptionError(f"--bookie: {e}") from None
     params = params_of(args)
     emit = progress_emitter(args)
+    if args.trace:
+        return _trace_bookie(args, params, emit)
     try:
         if args.bookie is not None:
             result = bookie_bench.run(params, args.bookie, emit=emit, metadata_uri=args.metadata)
@@ -462,6 +478,31 @@ def _cmd_bookie(args) -> int:
                                           metadata_uri=lb.metadata_uri)
     except bookie_bench.BenchError as e:
         raise BenchOptionError(str(e)) from None
+    return finish(args, result)
+
+
+def _trace_bookie(args, params: dict, emit) -> int:
+    """``bench bookie --trace``: the lone-add breakdown (bench/trace.py) on a local bookie."""
+    from bookie.bench import bookie_bench, trace
+    from bookie.bench.client_bench import BenchError
+    if args.bookie is not None:
+        raise BenchOptionError("--trace needs --localbookie (the bookie must write its stamps "
+                               "where the bench reads them)")
+    if args.sync_time <= 0:
+        raise BenchOptionError("--trace runs --sync-time seconds of lone adds: give more than 0")
+    trace_dir = tempfile.mkdtemp(prefix="bookie-bench-trace-")
+    try:
+        with local_bookies(1, args.data_dir, conf={"addTraceDirectory": trace_dir}) as (lb, base):
+            try:
+                disk = bookie_bench.disk_baseline(base, emit=emit)
+                result = trace.run(params, lb.metadata_uri, trace_dir, emit=emit, data_dir=base,
+                                   disk=disk)
+            except (BenchError, bookie_bench.BenchError) as e:
+                raise BenchOptionError(str(e)) from None
+    finally:
+        shutil.rmtree(trace_dir, ignore_errors=True)
+    print(trace.table(result["phases"]["trace"]["steps_us"], result["phases"]["trace"]["traced"]),
+          end="", file=sys.stderr)
     return finish(args, result)
 
 
@@ -586,8 +627,17 @@ def _cmd_journal(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from bookie.bench import report, standard
+    from bookie.bench import ratios, report, standard
     check_positive(args, "time")
+    peers = [] if args.peers.strip() == "none" else [p.strip() for p in args.peers.split(",")]
+    unknown = [p for p in peers if p not in ratios.PEERS]
+    if unknown:
+        raise BenchOptionError(f"--peers: unknown peer {unknown[0]!r} (redis, zookeeper or none)")
+    runs = standard.STANDARD
+    if args.only:
+        runs = tuple(r for r in runs if any(t in r.name for t in args.only))
+        if not runs:
+            raise BenchOptionError(f"--only: no standard run's name contains {args.only[0]!r}")
     if args.from_results and not args.results:
         raise BenchOptionError("--from-results needs --results FILE to tabulate")
     if args.results and args.from_results and not os.path.isfile(args.results):
@@ -601,14 +651,18 @@ def _cmd_report(args) -> int:
         if not args.from_results:
             data_dir = args.data_dir or scratch
             os.makedirs(data_dir, exist_ok=True)
-            statuses = standard.run_all(results_path, args.time, data_dir, args.quiet)
+            statuses = standard.run_all(results_path, args.time, data_dir, args.quiet, runs)
+            statuses += ratios.run_peers(results_path, args.time, peers)
+            if args.spark:
+                statuses.append(ratios.run_spark(results_path, args.time, data_dir))
         try:
             results = report.load_results(results_path) if os.path.exists(results_path) else []
         except ValueError as e:
             raise BenchOptionError(str(e)) from None
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    table = standard.render(results)
+    # the detailed table, then the issue's: each figure as a ratio to its peer of the same run
+    table = standard.render(results) + "\n" + ratios.render(results)
     print(table, end="")
     if args.readme:
         try:

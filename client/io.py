@@ -137,6 +137,10 @@ class IOThread:
         # next answer.  Reads start each entry at a replica not in here (slow-bookie avoidance).
         self._suspects: dict[str, float] = {}
         self.pacer = ReadPacer()  # READs in flight per bookie (client/pacing.py)
+        # bench bookie --trace: a list gets (step, time.monotonic_ns()) of every ADD message this
+        # thread takes up ("io_take"), is about to send ("io_sent") and has answered ("io_recv");
+        # None: off
+        self.trace: list | None = None
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix=name + "-meta")
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._started = threading.Event()
@@ -394,6 +398,8 @@ class IOThread:
         deadline = now + timeout_s
         self._inflight[rid] = req = _Request(driver, a, (a.bookie, kind), deadline, charge, busy)
         heapq.heappush(self._deadlines, (deadline, rid))
+        if self.trace is not None and kind == ADD:
+            self.trace.append(("io_sent", time.monotonic_ns()))
         try:
             wire.send_frames(self._socket(a.bookie, kind), frames, copy=len(frames[-1]) < 65536)
         except (zmq.ZMQError, UnresolvedBookieError) as exc:
@@ -414,6 +420,8 @@ class IOThread:
 
     def _send_adds(self, driver: Driver, bookie: str, recovery: bool, ids, entries) -> None:
         """One driver's merged adds to one bookie, in as few messages as the limits allow."""
+        if self.trace is not None:
+            self.trace.append(("io_take", time.monotonic_ns()))
         max_n, max_b = self._batch_entries, self._batch_bytes
         n = len(ids)
         sizes = list(map(len, entries))
@@ -442,6 +450,8 @@ class IOThread:
             except wire.ProtocolError:
                 log.warning("malformed response from %s", key)
                 continue
+            if self.trace is not None and _op == Op.ADD:
+                self.trace.append(("io_recv", time.monotonic_ns()))
             req = self._inflight.pop(rid, None)
             if req is None:
                 continue  # answered after its timeout

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Test setup for a bare machine: Debian's ZooKeeper server (the real one the metadata tests start
 # on 127.0.0.1), a Java runtime for ZooKeeper and Spark (installed only if `java` is missing),
+# Redis (the benchmark report's peer),
 # and this package with its test and spark extras.  Idempotent: quick when all is present.
 #   bash tests/setup.sh          everything the default suite and the opt-in rounds need
 #   bash tests/setup.sh --unit   only the test extra: tests/unit needs no server, JRE or Spark
@@ -23,6 +24,9 @@ fi
 need_apt=()
 dpkg -s zookeeper >/dev/null 2>&1 || need_apt+=(zookeeper)
 command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
+# Redis (server, redis-benchmark), the peer `bookie bench report` measures the bookie against.
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v redis-benchmark >/dev/null 2>&1 || need_apt+=(redis-tools)
 # The fault-injection harness's network faults (bookie.testing.nemesis): namespaces, nftables, tc.
 { command -v ip && command -v tc; } >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v nft >/dev/null 2>&1 || need_apt+=(nftables)

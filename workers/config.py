@@ -159,6 +159,7 @@ KEYS: tuple[Key, ...] = (
     # -- workers -------------------------------------------------------------------------------
     Key("numAddWorkerThreads", "int", 1, "Add workers per ledger directory (this release runs 1).", _range(1, 1), attr="num_add_workers"),
     Key("numReadWorkerThreads", "int", 1, "Read workers (this release runs 1).", _range(1, 1), attr="num_read_workers"),
+    Key("addTraceDirectory", "str", "", "When set, the add and journal workers append CLOCK_MONOTONIC timestamps of every answered add and written group to add.trace and journal.trace here (bookie bench bookie --trace; costs a write per add: for measurements only). Empty: off.", attr="add_trace_dir"),
     # -- garbage collection --------------------------------------------------------------------
     Key("gcWaitTime", "int", 60_000, "Interval between garbage collections (ms).", _range(100), unit="ms", attr="gc_wait_s"),
     Key("gcOverreplicatedLedgerWaitTime", "int", 86_400_000, "A bookie drops its copies of a closed ledger whose metadata names it in no fragment (it came back after it was healed around) once that held, with the same copies, for this long; looked for once per this interval (ms; 0: never).", _range(0), unit="ms", attr="gc_overreplicated_wait_s"),

@@ -28,6 +28,7 @@ from bookie.core.group_commit import GroupCommitPolicy
 from bookie.storage.journal_groups import GroupCommitter
 from bookie.storage.journal import (CorruptJournalError, JournalFormatError, JournalWriter,
                                     check_journal, delete_old_journals, lastmark_of)
+from bookie.storage.trace import JOURNAL_FILE, open_trace
 from bookie.storage.ring import BASE, DURABLE, JOURNAL_EPOCH, WRITE, Doorbell, Ring
 from bookie.storage.journal_set import bell_name, index_of_role
 
@@ -91,6 +92,7 @@ def run(ctx) -> int:
     sync_latency = ctx.metrics.histogram("bookie_journal_sync_seconds", label)
     group_size = ctx.metrics.histogram("bookie_journal_group_bytes", label)
     last_housekeeping = 0.0
+    trace = open_trace(conf.add_trace_dir, JOURNAL_FILE)  # bench bookie --trace; None: off
     try:
         while True:
             now = time.monotonic()
@@ -118,6 +120,9 @@ def run(ctx) -> int:
                 force_write.observe(committer.last_group_s)
                 sync_latency.observe(writer.last_sync_s)
                 group_size.observe(committer.last_group_bytes)
+                if trace is not None:
+                    trace.write(writer.position, time.monotonic_ns(), int(committer.last_group_s * 1e9),
+                                int(writer.last_sync_s * 1e9))
                 notify.ring()  # the add worker also looks at DURABLE on its poll timeout
                 continue
             if wait_s is None:
@@ -130,6 +135,8 @@ def run(ctx) -> int:
                 wake.drain()
     finally:
         writer.close()
+        if trace is not None:
+            trace.close()
         wake.close()
         notify.close()
     ctx.log("journal stopped", position=writer.position, syncs=writer.syncs)

@@ -184,6 +184,7 @@ def test_bench_journal_end_to_end(capsys, tmp_path):
     (["bookie", "--bookie", "h:1", "--time", "0"], "--time must be positive, got 0.0"),
     (["bookie", "--bookie", "h:1", "--json-out", "/nonexistent/dir/r.jsonl"],
      "--json-out: directory /nonexistent/dir does not exist"),
+    (["bookie", "--bookie", "127.0.0.1:3181", "--trace"], "--trace needs --localbookie"),
     (["journal", "--dir", "/nonexistent"], "--dir: /nonexistent is not a directory"),
     (["journal", "--dir", "/tmp", "--group-bytes", "0"], "--group-bytes must be positive"),
     (["writes", "--metadata", "lmdb:///x", "--ensemble", "2", "--quorum", "3"],
