@@ -16,7 +16,11 @@ is ``min(write_quorum, domains available)``.
   do not hold yet (the previous positions, and near the end the first ones it wraps to),
   preferring domains with the most bookies left, ties and bookies by chance; it tries that
   ``TRIES`` times and keeps the ensemble of the highest spread (the first that reaches the
-  best possible).  So ledgers still spread over all bookies.
+  best possible).  So ledgers still spread over all bookies.  When no deal reaches the best
+  possible (a domain holding most of the bookies: its bookies must sit ``write_quorum - 1``
+  apart, which a greedy fill from the front cannot foresee), a local search from the best deal
+  swaps two positions, or a position with an unused candidate, keeping every swap that leaves
+  fewer write sets at the lowest spread (``_improve``).
 - ``replace`` fills each failed position with the candidate that keeps the write sets through
   that position most spread; among equals it prefers the lost bookie's own domain (a rack
   outage heals inside the rack when the other racks are taken), then chance.
@@ -35,6 +39,7 @@ from bookie.properties import check_location  # noqa: F401  (the one spelling of
 DEFAULT_LOCATION = "/default-region/default-rack"
 POLICIES = ("default", "rackaware", "regionaware")
 TRIES = 32
+IMPROVE_STEPS = 400
 
 
 def write_sets(ensemble_size: int, write_quorum: int) -> list[list[int]]:
@@ -109,6 +114,45 @@ class Placement:
                 best, best_spread = tuple(dealt), got
             if got >= best_possible:
                 break
+        if best_spread < best_possible:
+            best = self._improve(list(best), write_quorum, candidates, rng)
+        return best
+
+    def _score(self, ensemble: Sequence[str], write_quorum: int) -> tuple[int, int, int]:
+        """Higher is better: the spread, then fewer write sets at it, then domains over all."""
+        counts = [len({self.domain(ensemble[p]) for p in ws})
+                  for ws in write_sets(len(ensemble), write_quorum)]
+        low = min(counts)
+        return low, -counts.count(low), sum(counts)
+
+    def _improve(self, ensemble: list[str], write_quorum: int, candidates: Sequence[str],
+                 rng: random.Random) -> tuple[str, ...]:
+        """A bounded local search from ``ensemble``: random swaps of two positions or of a
+        position with an unused candidate, each kept when the score does not drop."""
+        size = len(ensemble)
+        unused = [b for b in candidates if b not in set(ensemble)]
+        score = self._score(ensemble, write_quorum)
+        best, best_score = tuple(ensemble), score
+        for _ in range(IMPROVE_STEPS):
+            i = rng.randrange(size)
+            if unused and rng.random() < 0.5:
+                k = rng.randrange(len(unused))
+                ensemble[i], unused[k] = unused[k], ensemble[i]
+                new_score = self._score(ensemble, write_quorum)
+                if new_score >= score:
+                    score = new_score
+                else:
+                    ensemble[i], unused[k] = unused[k], ensemble[i]
+            else:
+                j = rng.randrange(size)
+                ensemble[i], ensemble[j] = ensemble[j], ensemble[i]
+                new_score = self._score(ensemble, write_quorum)
+                if new_score >= score:
+                    score = new_score
+                else:
+                    ensemble[i], ensemble[j] = ensemble[j], ensemble[i]
+            if score > best_score:
+                best, best_score = tuple(ensemble), score
         return best
 
     def _deal(self, ensemble_size: int, write_quorum: int, by_domain: dict[str, list[str]],

@@ -9,7 +9,7 @@ import itertools
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bookie.client.protocol.placement import Placement, check_location, write_sets
@@ -40,6 +40,7 @@ def best_spread(placement: Placement, bookies, e: int, qw: int) -> int:
 @settings(max_examples=150, deadline=None)
 @given(racks=st.lists(st.integers(1, 3), min_size=1, max_size=4), e=st.integers(1, 5),
        qw_less=st.integers(0, 4), seed=st.integers(0, 1000))
+@example(racks=[1, 1, 3], e=5, qw_less=2, seed=0)  # rack C's three must sit apart: C A C B C
 def test_chosen_ensembles_are_as_spread_as_the_oracle_allows(racks, e, qw_less, seed):
     locations = cluster(racks)
     bookies = sorted(locations)
