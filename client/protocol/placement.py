@@ -135,22 +135,16 @@ class Placement:
         best, best_score = tuple(ensemble), score
         for _ in range(IMPROVE_STEPS):
             i = rng.randrange(size)
-            if unused and rng.random() < 0.5:
-                k = rng.randrange(len(unused))
-                ensemble[i], unused[k] = unused[k], ensemble[i]
-                new_score = self._score(ensemble, write_quorum)
-                if new_score >= score:
-                    score = new_score
-                else:
-                    ensemble[i], unused[k] = unused[k], ensemble[i]
-            else:
-                j = rng.randrange(size)
-                ensemble[i], ensemble[j] = ensemble[j], ensemble[i]
-                new_score = self._score(ensemble, write_quorum)
-                if new_score >= score:
-                    score = new_score
-                else:
-                    ensemble[i], ensemble[j] = ensemble[j], ensemble[i]
+            if unused and rng.random() < 0.5:  # a position with an unused candidate
+                other, k = unused, rng.randrange(len(unused))
+            else:  # two positions
+                other, k = ensemble, rng.randrange(size)
+            ensemble[i], other[k] = other[k], ensemble[i]
+            new_score = self._score(ensemble, write_quorum)
+            if new_score >= score:
+                score = new_score
+            else:  # undo
+                ensemble[i], other[k] = other[k], ensemble[i]
             if score > best_score:
                 best, best_score = tuple(ensemble), score
         return best
