@@ -41,7 +41,7 @@ def test_a_full_disk_turns_read_only_compaction_frees_it_and_adds_come_back(tmp_
     journal, ledgers = (os.path.join(small_ledger_disk, d) for d in ("journal", "ledgers"))
     conf = {"journalDirectory": journal, "ledgerDirectories": ledgers, "indexMapSizeMB": 64,
             "journalMaxSizeMB": 1, "journalMaxBackups": 1, "journalPreAllocSizeMB": 1, "logSizeLimit": 512 * 1024,
-            "entryLogFilePreallocationEnabled": "false", "diskCheckInterval": 200,
+            "entryLogFilePreallocationEnabled": "false", "diskCheckInterval": 100,
             "diskUsageThreshold": 0.5, "diskUsageWarnThreshold": 0.4, "diskUsageLwmThreshold": 0.3,
             "gcWaitTime": 1000, "compactionRateByEntries": 0,
             "minorCompactionInterval": 0, "majorCompactionInterval": 0}
