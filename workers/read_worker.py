@@ -76,6 +76,7 @@ class ReadServer(ClientServer):
         self.polls = LongPolls(ctx.conf.max_pending_reads, places, key=lambda req: req[0],
                                per_principal=places)
         self.fences_held = Held(places)
+        self.poll_lacs: dict[int, int | None] = {}  # turn_lac's LAC per ledger, this turn
         self.principal_of = address_principal  # principal_of(frame, ident); run() sets CURVE's
         self.principal = None  # principal of the request being handled, when it takes a place
         self.max_pending = ctx.conf.max_pending_reads  # long polls + fences waiting
@@ -122,6 +123,7 @@ class ReadServer(ClientServer):
             if self.control in events:
                 self.take_control()
             if self.clients in events:
+                self.poll_lacs.clear()  # turn_lac's LACs live for one turn
                 for _ in range(MAX_MESSAGES_PER_ITERATION):
                     try:
                         frames = wire.recv_frames(self.clients, copy=False)
@@ -282,19 +284,34 @@ class ReadServer(ClientServer):
             self.stats["read_requests_total"] += 1
             return
         # READ_LAC
-        lac, last = self.lac_of(txn, ledger_id)
-        if lac is None:
-            self.reply(ident, op, Status.NO_LEDGER, request_id, ledger_id)
-            return
         if flags & Bits.LONG_POLL:
             previous, timeout_ms = wire.LONG_POLL_BODY.unpack(body[0])
-            if lac <= previous and timeout_ms > 0:
+            turn_lac = self.turn_lac(txn, ledger_id) if timeout_ms > 0 else None
+            if turn_lac is not None and turn_lac <= previous:
                 deadline = time.monotonic() + min(timeout_ms, wire.MAX_LONG_POLL_MS) / 1000.0
                 if not self.polls.park(ledger_id, previous, deadline, req, self.principal):
                     raise wire.ProtocolError("too many long polls", Status.TOO_MANY_REQUESTS)
                 return
+        lac, last = self.lac_of(txn, ledger_id)
+        if lac is None:
+            self.reply(ident, op, Status.NO_LEDGER, request_id, ledger_id)
+            return
         self.reply(ident, op, Status.OK, request_id, ledger_id, [wire.LAC_BODY.pack(lac, last)])
         self.stats["read_lac_total"] += 1
+
+    def turn_lac(self, txn, ledger_id: int) -> int | None:
+        """The ledger's LAC as read once in this loop turn (``poll_lacs``, emptied each turn),
+        for deciding whether a long poll parks: a flood of polls asks one ledger again and
+        again, and each fresh read costs an index lookup and an entry-log read.
+
+        Why parking on it is safe: it is read after this turn took the add worker's LAC
+        notices, so a commit it does not show is notified after it was read, and that notice
+        is taken in a later turn, which wakes the parked poll with a fresh read
+        (``wake_polls``), as it would have woken a poll parked on a fresh read.  Answers are
+        always read fresh (``answer``)."""
+        if ledger_id not in self.poll_lacs:
+            self.poll_lacs[ledger_id] = self.lac_of(txn, ledger_id)[0]
+        return self.poll_lacs[ledger_id]
 
     def lac_of(self, txn, ledger_id: int):
         """(lac, last_entry_id) as this bookie knows them; (None, None) for an unknown ledger."""
