@@ -19,6 +19,7 @@ and a grace period.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import urllib.request
 
@@ -42,9 +43,16 @@ FAST = {"autoRecoveryDaemonEnabled": "true", "lostBookieRecoveryDelay": "2",
 BOUND_S = 120.0  # generous: the machine is shared and loaded
 
 
-def _dump(lb):
-    for i in range(lb.n):
-        print(f"--- bookie {i} ({lb.bookies[i]}) log tail ---\n{lb.log(i)[-4000:]}")
+@contextlib.contextmanager
+def _dumped(bookies: LocalBookies):
+    """``bookies`` started; on a failure, every bookie's log tail printed before they stop."""
+    with bookies as lb:
+        try:
+            yield lb
+        except BaseException:
+            for i in range(lb.n):
+                print(f"--- bookie {i} ({lb.bookies[i]}) log tail ---\n{lb.log(i)[-4000:]}")
+            raise
 
 
 def _closed_ledger(uri, bookies, entries=30, quorum=(3, 2, 2)) -> int:
@@ -87,69 +95,62 @@ def test_a_partial_loss_is_reported_once_and_never_cuts_off_a_bookie_that_comes_
     # is reported lost once and not marked again; the positions holding those entries keep
     # naming B and C (repointed, a bookie that was only down would lose them for good: the
     # nemesis found that), so when B and C come back every entry reads again.
-    with LocalBookies(5, base_dir=str(tmp_path / "b"), conf=FAST, admin_http=True) as lb:
-        try:
-            a, b, c = lb.bookies[:3]
-            ledger_id = _closed_ledger(lb.metadata_uri, [a, b, c])
-            lb.kill(1)
-            lb.kill(2)
-            with open_metadata(lb.metadata_uri) as store:
-                ur = UnderReplication(store)
-                waiting.wait_for(lambda: ledger_id in ur.lost(), BOUND_S, "reported lost")
-                waiting.wait_for(lambda: ur.marks() == {}, BOUND_S, "no mark left")
-                time.sleep(3)  # several auditor and worker rounds: never marked again
-                assert ur.marks() == {} and list(ur.lost()) == [ledger_id]
-                assert _names_any(store, ledger_id, {b, c})
-            logs = "".join(lb.log(i) for i in (0, 3, 4))
-            assert logs.count(f"ledger lost entries: no live copy to heal from "
-                              f"ledger_id={ledger_id}") == 1
-            lb.start(1)
-            lb.start(2)
-            with open_metadata(lb.metadata_uri) as store:
-                meta, _ = store.read_ledger(ledger_id)
-            ensemble = meta.fragments[0][1]
-            for e in range(30):  # every entry on a bookie its metadata names for it
-                found = False
-                for p in write_set(e, 3, 2):
-                    with RawBookieClient(ensemble[p], timeout_s=30) as cl:
-                        status, got = cl.read(ledger_id, e)
-                        found = found or (status == Status.OK and got[0].endswith(b"part-%d" % e))
-                assert found, e
-        except BaseException:
-            _dump(lb)
-            raise
+    with _dumped(LocalBookies(5, base_dir=str(tmp_path / "b"), conf=FAST,
+                              admin_http=True)) as lb:
+        a, b, c = lb.bookies[:3]
+        ledger_id = _closed_ledger(lb.metadata_uri, [a, b, c])
+        lb.kill(1)
+        lb.kill(2)
+        with open_metadata(lb.metadata_uri) as store:
+            ur = UnderReplication(store)
+            waiting.wait_for(lambda: ledger_id in ur.lost(), BOUND_S, "reported lost")
+            waiting.wait_for(lambda: ur.marks() == {}, BOUND_S, "no mark left")
+            time.sleep(3)  # several auditor and worker rounds: never marked again
+            assert ur.marks() == {} and list(ur.lost()) == [ledger_id]
+            assert _names_any(store, ledger_id, {b, c})
+        logs = "".join(lb.log(i) for i in (0, 3, 4))
+        assert logs.count(f"ledger lost entries: no live copy to heal from "
+                          f"ledger_id={ledger_id}") == 1
+        lb.start(1)
+        lb.start(2)
+        with open_metadata(lb.metadata_uri) as store:
+            meta, _ = store.read_ledger(ledger_id)
+        ensemble = meta.fragments[0][1]
+        for e in range(30):  # every entry on a bookie its metadata names for it
+            found = False
+            for p in write_set(e, 3, 2):
+                with RawBookieClient(ensemble[p], timeout_s=30) as cl:
+                    status, got = cl.read(ledger_id, e)
+                    found = found or (status == Status.OK and got[0].endswith(b"part-%d" % e))
+            assert found, e
 
 
 @pytest.mark.autorecovery_slow
 def test_a_writer_that_replaced_a_lost_bookie_itself_is_never_fenced(tmp_path):
-    with LocalBookies(5, base_dir=str(tmp_path / "b"), conf=FAST) as lb:
-        try:
-            with BookKeeper(lb.metadata_uri, {"addEntryTimeout": 2.0, "readTimeout": 2.0},
-                            allowEmptyPassword=True) as bk:
-                lh = bk.create_ledger(3, 2, 2)
-                for i in range(10):
-                    lh.add_entry(b"w%d" % i, timeout_s=30)
-                victim = lh.metadata.fragments[0][1][1]
-                lb.kill(lb.bookies.index(victim))
-                n = 10
-                deadline = time.monotonic() + 25  # delay 2 s + grace 1 s, many times over
-                healed_at = None
-                while time.monotonic() < deadline:
-                    lh.add_entry(b"w%d" % n, timeout_s=30)  # LedgerFencedError: the defect
-                    n += 1
-                    time.sleep(0.05)
-                    frags = bk.ledger_metadata(lh.ledger_id).fragments
-                    if healed_at is None and not any(victim in e for _, e in frags):
-                        healed_at = n
-                assert len(lh.metadata.fragments) > 1  # the writer replaced the bookie itself
-                assert healed_at is not None, "the first fragment was never healed"
-                assert not bk.ledger_metadata(lh.ledger_id).is_closed
-                lh.close(timeout_s=30)
-                rh = bk.open_ledger(lh.ledger_id)
-                assert [x.data for x in rh.read_entries(0, n - 1)] == [b"w%d" % i for i in range(n)]
-        except BaseException:
-            _dump(lb)
-            raise
+    with _dumped(LocalBookies(5, base_dir=str(tmp_path / "b"), conf=FAST)) as lb:
+        with BookKeeper(lb.metadata_uri, {"addEntryTimeout": 2.0, "readTimeout": 2.0},
+                        allowEmptyPassword=True) as bk:
+            lh = bk.create_ledger(3, 2, 2)
+            for i in range(10):
+                lh.add_entry(b"w%d" % i, timeout_s=30)
+            victim = lh.metadata.fragments[0][1][1]
+            lb.kill(lb.bookies.index(victim))
+            n = 10
+            deadline = time.monotonic() + 25  # delay 2 s + grace 1 s, many times over
+            healed_at = None
+            while time.monotonic() < deadline:
+                lh.add_entry(b"w%d" % n, timeout_s=30)  # LedgerFencedError: the defect
+                n += 1
+                time.sleep(0.05)
+                frags = bk.ledger_metadata(lh.ledger_id).fragments
+                if healed_at is None and not any(victim in e for _, e in frags):
+                    healed_at = n
+            assert len(lh.metadata.fragments) > 1  # the writer replaced the bookie itself
+            assert healed_at is not None, "the first fragment was never healed"
+            assert not bk.ledger_metadata(lh.ledger_id).is_closed
+            lh.close(timeout_s=30)
+            rh = bk.open_ledger(lh.ledger_id)
+            assert [x.data for x in rh.read_entries(0, n - 1)] == [b"w%d" % i for i in range(n)]
 
 
 @pytest.mark.autorecovery_slow
@@ -161,30 +162,26 @@ def test_a_partial_loss_is_healed_once_the_lost_bookie_is_gone_for_good(tmp_path
     # B's position that A holds (e % 3 == 0) are copied to the spare D and B's position
     # repointed, while C (its cookie still there) stays named.  When A dies too, those entries
     # still read back from D.  Without core.naming's "gone for good", nothing is ever copied.
-    with LocalBookies(4, base_dir=str(tmp_path / "b"), conf=FAST) as lb:
-        try:
-            a, b, c, d = lb.bookies
-            ledger_id = _closed_ledger(lb.metadata_uri, [a, b, c])
-            lb.kill(1)
-            lb.kill(2)
-            with open_metadata(lb.metadata_uri) as store:
-                ur = UnderReplication(store)
-                waiting.wait_for(lambda: ledger_id in ur.lost(), BOUND_S, "reported lost")
-                assert _names_any(store, ledger_id, {b, c})
-                store.remove_cookie(b)  # what ``bookie shell cookie_delete B -force`` does
-                waiting.wait_for(lambda: not _names_any(store, ledger_id, {b}), BOUND_S,
-                                 "B no longer named")
-                time.sleep(2)  # more auditor and worker rounds: C stays named
-                meta, _ = store.read_ledger(ledger_id)
-            lb.kill(0)
-            assert meta.fragments[0][1] == [a, d, c]
-            for e in range(0, 30, 3):  # write set {A, B}, now {A, D}
-                with RawBookieClient(d, timeout_s=30) as cl:
-                    status, got = cl.read(ledger_id, e)
-                assert status == Status.OK and got[0].endswith(b"part-%d" % e), e
-        except BaseException:
-            _dump(lb)
-            raise
+    with _dumped(LocalBookies(4, base_dir=str(tmp_path / "b"), conf=FAST)) as lb:
+        a, b, c, d = lb.bookies
+        ledger_id = _closed_ledger(lb.metadata_uri, [a, b, c])
+        lb.kill(1)
+        lb.kill(2)
+        with open_metadata(lb.metadata_uri) as store:
+            ur = UnderReplication(store)
+            waiting.wait_for(lambda: ledger_id in ur.lost(), BOUND_S, "reported lost")
+            assert _names_any(store, ledger_id, {b, c})
+            store.remove_cookie(b)  # what ``bookie shell cookie_delete B -force`` does
+            waiting.wait_for(lambda: not _names_any(store, ledger_id, {b}), BOUND_S,
+                             "B no longer named")
+            time.sleep(2)  # more auditor and worker rounds: C stays named
+            meta, _ = store.read_ledger(ledger_id)
+        lb.kill(0)
+        assert meta.fragments[0][1] == [a, d, c]
+        for e in range(0, 30, 3):  # write set {A, B}, now {A, D}
+            with RawBookieClient(d, timeout_s=30) as cl:
+                status, got = cl.read(ledger_id, e)
+            assert status == Status.OK and got[0].endswith(b"part-%d" % e), e
 
 
 @pytest.mark.autorecovery_slow
@@ -194,23 +191,19 @@ def test_autorecovery_replaces_a_lost_bookie_by_the_placement_policy(tmp_path):
     # ledger's replacement is D, the only other bookie of rack two; at random all six would be
     # D once in 729.
     conf = dict(FAST, ensemblePlacementPolicy="rackaware")
-    with LocalBookies(5, base_dir=str(tmp_path / "b"), conf=conf) as lb:
-        try:
-            a, b, c, d, e = lb.bookies
-            with open_metadata(lb.metadata_uri) as store:
-                for bookie, rack in ((a, "/r/one"), (b, "/r/two"), (c, "/r/one"),
-                                     (d, "/r/two"), (e, "/r/one")):
-                    store.create(f"/bookielocations/{bookie}", rack.encode())
-            ledgers = [_closed_ledger(lb.metadata_uri, [a, b], entries=4, quorum=(2, 2, 2))
-                       for _ in range(6)]
-            lb.kill(1)
-            with open_metadata(lb.metadata_uri) as store:
-                waiting.wait_for(lambda: not any(_names_any(store, i, {b}) for i in ledgers),
-                                 BOUND_S, "B replaced in every ledger")
-                assert [store.read_ledger(i)[0].fragments[0][1] for i in ledgers] == [[a, d]] * 6
-        except BaseException:
-            _dump(lb)
-            raise
+    with _dumped(LocalBookies(5, base_dir=str(tmp_path / "b"), conf=conf)) as lb:
+        a, b, c, d, e = lb.bookies
+        with open_metadata(lb.metadata_uri) as store:
+            for bookie, rack in ((a, "/r/one"), (b, "/r/two"), (c, "/r/one"),
+                                 (d, "/r/two"), (e, "/r/one")):
+                store.create(f"/bookielocations/{bookie}", rack.encode())
+        ledgers = [_closed_ledger(lb.metadata_uri, [a, b], entries=4, quorum=(2, 2, 2))
+                   for _ in range(6)]
+        lb.kill(1)
+        with open_metadata(lb.metadata_uri) as store:
+            waiting.wait_for(lambda: not any(_names_any(store, i, {b}) for i in ledgers),
+                             BOUND_S, "B replaced in every ledger")
+            assert [store.read_ledger(i)[0].fragments[0][1] for i in ledgers] == [[a, d]] * 6
 
 
 @pytest.mark.autorecovery_slow
@@ -219,20 +212,16 @@ def test_a_closed_ledger_with_no_entries_stops_naming_a_lost_bookie(tmp_path):
     # bookie lost for good after every round: the auditor marked a ledger only when it had
     # entries to copy, and an empty fragment has none.  Repointed without a copy, it loses
     # nothing (core.naming: every entry it should hold - none - is on the replacement).
-    with LocalBookies(4, base_dir=str(tmp_path / "b"), conf=FAST) as lb:
-        try:
-            a, b, c, d = lb.bookies
-            with open_metadata(lb.metadata_uri) as store:
-                meta = LedgerMetadata(3, 2, 2, digest_type="dummy",
-                                      password_digest=password_digest(b""),
-                                      fragments=[(0, [a, b, c])], state=LedgerState.CLOSED,
-                                      last_entry_id=-1)
-                ledger_id = store.create_ledger(meta)[0]
-            lb.kill(1)
-            with open_metadata(lb.metadata_uri) as store:
-                waiting.wait_for(lambda: not _names_any(store, ledger_id, {b}), BOUND_S,
-                                 "the empty ledger no longer names B")
-                assert store.read_ledger(ledger_id)[0].fragments == [(0, [a, d, c])]
-        except BaseException:
-            _dump(lb)
-            raise
+    with _dumped(LocalBookies(4, base_dir=str(tmp_path / "b"), conf=FAST)) as lb:
+        a, b, c, d = lb.bookies
+        with open_metadata(lb.metadata_uri) as store:
+            meta = LedgerMetadata(3, 2, 2, digest_type="dummy",
+                                  password_digest=password_digest(b""),
+                                  fragments=[(0, [a, b, c])], state=LedgerState.CLOSED,
+                                  last_entry_id=-1)
+            ledger_id = store.create_ledger(meta)[0]
+        lb.kill(1)
+        with open_metadata(lb.metadata_uri) as store:
+            waiting.wait_for(lambda: not _names_any(store, ledger_id, {b}), BOUND_S,
+                             "the empty ledger no longer names B")
+            assert store.read_ledger(ledger_id)[0].fragments == [(0, [a, d, c])]
