@@ -83,3 +83,18 @@ def test_deferred_sync_notices_only_the_forced_lac():
     w.add([b"x"] * 6, now=0.0)
     ack(w, "b0:1", range(3), 0.0)
     assert notices(ack(w, "b1:1", range(3), 0.002)) == []  # confirmed, but not forced: LAC -1
+
+
+def test_the_io_thread_sends_one_bookie_at_most_its_notice_budget():
+    """Notices past NOTICES_PER_BOOKIE_PER_S (a burst of a tenth of a second) are dropped, per
+    bookie: a client writing many ledgers must not flood a bookie with WRITE_LACs."""
+    from bookie.client.io import NOTICES_PER_BOOKIE_PER_S, IOThread
+    io = IOThread(add_timeout_s=1, read_timeout_s=1, batch_max_entries=10, batch_max_bytes=1000,
+                  list_bookies=list, write_metadata=None)
+    try:
+        burst = int(NOTICES_PER_BOOKIE_PER_S / 10)
+        allowed = sum(io._notice_allowed("b0:1") for _ in range(burst * 3))
+        assert burst <= allowed < burst + 20  # the loop takes far less than 10 ms
+        assert io._notice_allowed("b1:1")  # another bookie has its own budget
+    finally:
+        io.close()
