@@ -11,6 +11,8 @@ are answered at once.
 
 from __future__ import annotations
 
+import os
+import signal
 import statistics
 import threading
 import time
@@ -19,6 +21,7 @@ import pytest
 
 from bookie import wire
 from bookie.client import BookKeeper
+from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, create_ledgers, make_entry
 from bookie.wire import Flag, Op, Status
 
@@ -82,6 +85,7 @@ def _write_and_tail(ensemble, writer_config: dict) -> list[float]:
     return lags[cut:-cut]
 
 
+@pytest.mark.soak  # a measurement in alternating pairs: timing-sensitive on a loaded machine
 @pytest.mark.bookkeeper(bookies=1)
 def test_a_tailer_sees_entries_sooner_with_thousands_queued(bookkeeper_ensemble):
     """Two alternating pairs, the path without notices against the one with, in the same
@@ -97,6 +101,7 @@ def test_a_tailer_sees_entries_sooner_with_thousands_queued(bookkeeper_ensemble)
         f"{[round(x * 1e3, 1) for x in old]} ms without")
 
 
+@pytest.mark.soak  # an ordering of queued messages: timing-sensitive on a loaded machine
 @pytest.mark.bookkeeper(bookies=1)
 def test_a_write_lac_wakes_long_polls_before_the_adds_queued_beside_it(bookkeeper_ensemble):
     """The add worker ends its loop iteration after a WRITE_LAC: the LAC is committed and the
@@ -128,3 +133,42 @@ def test_a_write_lac_wakes_long_polls_before_the_adds_queued_beside_it(bookkeepe
         for rid in rids:
             assert writer.wait(writer.add_sock, rid)[0] == Status.OK
         assert lacer.wait(lacer.add_sock, 1)[0] == Status.OK
+
+
+def _bookie_lac_while_a_write_set_is_stuck(notice_ms: float) -> int | None:
+    """E3/Qw2/Qa2 with the bookie at position 2 stopped (SIGSTOP): entry 0 (positions 0, 1) is
+    confirmed, entry 1 (positions 1, 2) never is, so adds stay outstanding with the LAC at 0.
+    Entries 0..5 go out in one batch, each carrying LAC -1, and the explicit LAC is off: the
+    bookie at position 0 can learn LAC 0 only from a LAC notice.  Returns the LAC it answers
+    within 10 s (None: no answer)."""
+    with LocalBookies(3) as ens, BookKeeper(ens.metadata_uri, {
+            "explicitLacInterval": 0, "lacNoticeInterval": notice_ms, "addEntryTimeout": 120}) as bk:
+        wh = bk.create_ledger(3, 2, 2, password=b"pw")
+        ensemble = wh.metadata.fragments[0][1]
+        stopped = ens.bookies.index(ensemble[2])
+        os.killpg(ens.procs[stopped].pid, signal.SIGSTOP)
+        try:
+            wh.add_entries_callback([b"e%d" % i for i in range(6)], lambda first, last, error: None)
+            deadline = time.monotonic() + 30
+            while wh.last_add_confirmed < 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert wh.last_add_confirmed == 0
+            lac = None
+            with RawBookieClient(ensemble[0]) as c:
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline:
+                    status, lac, _ = c.read_lac(wh.ledger_id)
+                    assert status == Status.OK
+                    if lac == 0:
+                        break
+                    time.sleep(0.05)
+            return lac
+        finally:
+            os.killpg(ens.procs[stopped].pid, signal.SIGCONT)
+
+
+def test_a_bookie_learns_the_lac_while_adds_are_stuck_behind_it():
+    """The notice in the default suite, timing-free: with adds outstanding and none that can
+    carry the new LAC, the bookie is told it (without notices it still says -1: checked with
+    ``lacNoticeInterval=0``, the old path)."""
+    assert _bookie_lac_while_a_write_set_is_stuck(1.0) == 0
