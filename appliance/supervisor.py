@@ -167,9 +167,18 @@ class Supervisor:
             f.write(conf.to_properties())
         if secret:  # to the add worker privately (0600 in the 0700 run dir), never on a command line
             write_secret_file(self.run_dir, secret)
-        self._check_disks()  # full disks: read-only (and a GC pass asked for) before serving
-        for role in self.start_roles:
-            self._start_worker(role)
+        # Every worker process is launched now and imports its code meanwhile (a third of a
+        # second of CPU each), but waits for its go before it opens anything: they still start
+        # one after the other, in the order the module docstring gives.
+        launched = {role: self._launch(role) for role in self.start_roles}
+        try:
+            self._check_disks()  # full disks: read-only (and a GC pass asked for) before serving
+            for role in self.start_roles:
+                self._start_worker(role, launched.pop(role))
+        finally:
+            for r, go_w in launched.values():  # a start abandoned: they exit, opening nothing
+                os.close(go_w)
+                os.close(r)
         if conf.metadata_uri:
             self._register()
         if "autorecovery" in self.workers:
@@ -197,23 +206,48 @@ class Supervisor:
                 continue
             self.log("removed what a killed bookie left", path=path)
 
-    def _start_worker(self, role: str) -> None:
+    def _launch(self, role: str) -> tuple[int, int]:
+        """Start a worker process that imports its code, then waits for its go (a byte on a
+        pipe; ``_start_worker`` sends it).  A worker whose go pipe closes without one exits at
+        once (status 0), having opened nothing.  Returns (ready pipe's read end, go pipe's
+        write end); the process is ``self.workers[role].proc``."""
         w = self.workers[role]
         r, wfd = os.pipe()
-        cmd = [sys.executable, "-m", "bookie.workers", role,
-               "--conf", os.path.join(self.run_dir, "bookie.conf"),
-               "--run-dir", self.run_dir, "--ready-fd", str(wfd)]
+        go_r, go_w = os.pipe()
+        conf_path = os.path.join(self.run_dir, "bookie.conf")
+        cmd = [sys.executable, "-m", "bookie.workers", role, "--conf", conf_path,
+               "--run-dir", self.run_dir, "--ready-fd", str(wfd), "--go-fd", str(go_r)]
         if role == "autorecovery":
-            cmd = [sys.executable, "-m", "bookie.autorecovery", "--conf",
-                   os.path.join(self.run_dir, "bookie.conf"), "--ready-fd", str(wfd)]
+            cmd = [sys.executable, "-m", "bookie.autorecovery", "--conf", conf_path,
+                   "--ready-fd", str(wfd), "--go-fd", str(go_r)]
         # The lock's descriptors go to every worker: the directories stay locked while any
         # process of this bookie lives (storage/dirlock.py); the ring's to those that map it.
         ring_fds = tuple(r.fd for r in self.rings) if (
             role in RING_ROLES or index_of_role(role) is not None) else ()
-        w.proc = subprocess.Popen(cmd, pass_fds=(wfd, *self.lock.fds, *ring_fds),
-                                  preexec_fn=set_pdeathsig,
-                                  stdin=subprocess.DEVNULL, env=self.metrics.worker_env())
-        os.close(wfd)
+        try:
+            w.proc = subprocess.Popen(cmd, pass_fds=(wfd, go_r, *self.lock.fds, *ring_fds),
+                                      preexec_fn=set_pdeathsig,
+                                      stdin=subprocess.DEVNULL, env=self.metrics.worker_env())
+        except BaseException:
+            for fd in (r, go_w):
+                os.close(fd)
+            raise
+        finally:
+            os.close(wfd)
+            os.close(go_r)
+        return r, go_w
+
+    def _start_worker(self, role: str, launched: tuple[int, int] | None = None) -> None:
+        """Start ``role``'s worker (launched by ``_launch`` unless given) and wait until it is
+        ready.  Raises WorkerStartError."""
+        w = self.workers[role]
+        r, go_w = launched if launched is not None else self._launch(role)
+        try:
+            os.write(go_w, b"G")
+        except OSError:
+            pass  # it is gone already: the wait below says how
+        finally:
+            os.close(go_w)
         started_at = time.monotonic()
         deadline = started_at + _ready_timeout_s(role)
         next_note = started_at + 10.0  # a long start (a replay) says it is still going

@@ -13,7 +13,7 @@ import sys
 
 from bookie.workers import logs
 from bookie.workers.config import BookieConfig
-from bookie.workers.common import WorkerContext, raise_open_files_limit
+from bookie.workers.common import WorkerContext, raise_open_files_limit, wait_for_go
 from bookie.storage.journal_set import index_of_role
 
 ROLES = {
@@ -31,17 +31,22 @@ def main(argv=None) -> int:
     p.add_argument("--conf", required=True)
     p.add_argument("--run-dir", required=True)
     p.add_argument("--ready-fd", type=int)
+    p.add_argument("--go-fd", type=int, help="wait for a byte on this descriptor before opening "
+                   "anything (the supervisor launches workers early so their imports overlap); "
+                   "end of file instead: exit at once")
     args = p.parse_args(argv)
     is_journal = index_of_role(args.role) is not None
     if args.role not in ROLES and not is_journal:
         p.error(f"unknown role {args.role!r}")
+    module = importlib.import_module(ROLES["journal" if is_journal else args.role])
+    if args.go_fd is not None and not wait_for_go(args.go_fd):
+        return 0
     logs.install_library_logging()  # kazoo's records as log lines of the worker's format
     os.umask(0o077)  # as the supervisor's: what a worker creates is the bookie user's alone
     raise_open_files_limit()  # client connections are descriptors (capped: maxClientConnections)
     conf = BookieConfig.load(args.conf, check_dirs=False)
     ctx = WorkerContext(args.role, conf, args.run_dir, args.ready_fd)
     ctx.start()
-    module = importlib.import_module(ROLES["journal" if is_journal else args.role])
     try:
         return int(module.run(ctx) or 0)
     except Exception as e:  # one line for the log; the traceback at debug level

@@ -356,3 +356,17 @@ def set_pdeathsig() -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+def wait_for_go(fd: int) -> bool:
+    """Block until the supervisor's go (a byte on ``fd``): True, or False when it closed the
+    pipe without one (the start was abandoned).  Workers are launched early so that their
+    imports overlap the start of the workers before them (appliance/supervisor.py)."""
+    try:
+        while True:
+            try:
+                return os.read(fd, 1) != b""
+            except InterruptedError:
+                continue
+    finally:
+        os.close(fd)
