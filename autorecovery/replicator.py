@@ -206,7 +206,12 @@ class Replicator:
             since = mark_ctime_s if mark_ctime_s is not None else meta.ctime_ms / 1000.0
             if not force and time.time() - since < self.grace_s:
                 return WAIT
-            if self.dry_run or not self._recover(ledger_id, meta, password):
+            if self.dry_run:
+                return RETRY
+            if not self._recover(ledger_id, meta, password):
+                if not self._exists(ledger_id):  # deleted under us: nothing left to heal
+                    self._settle(ledger_id, "deleted", mark_version)
+                    return SETTLED
                 return RETRY
             try:
                 meta, version = self.store.read_ledger(ledger_id)

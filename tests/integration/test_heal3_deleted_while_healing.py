@@ -85,3 +85,25 @@ def test_a_ledger_deleted_while_it_is_healed_is_settled_not_failed(tmp_path, whe
                 raise AssertionError("the deleted ledger came back")
             except NoSuchLedgerError:
                 pass
+
+
+def test_an_open_ledger_deleted_while_its_recovery_closes_it_is_settled(tmp_path):
+    # ``recover`` / ``decommissionbookie`` fence and close an open ledger naming the bookie
+    # first (the client's recovery); deleted under that recovery, its close finds no ledger:
+    # the heal is done, not a ledger "to retry" (exit status 1 of ``recover``)
+    with LocalBookies(4, base_dir=str(tmp_path / "b")) as lb:
+        a, b, c, d = lb.bookies
+        with open_metadata(lb.metadata_uri) as store:
+            ledger_id = _closed_ledger(store, [a, b, c], entries=6)
+            meta, version = store.read_ledger(ledger_id)
+            meta.state, meta.last_entry_id = LedgerState.OPEN, -1  # its writer vanished
+            store.write_ledger(ledger_id, meta, version)
+            deleted = []
+            rep = Replicator(_DeletesBeforeItsWrite(store, ledger_id, deleted), timeout_s=30)
+            rep.exclude = {b}
+            try:
+                outcome = rep.heal(ledger_id, [b], force=True, read_from_missing=True)
+            finally:
+                rep.close()
+            assert deleted == [ledger_id] and outcome == SETTLED
+            assert UnderReplication(store).lost() == {}
