@@ -5,6 +5,8 @@ and ends in one of the outcomes below; only RETRY and WAIT leave the mark for la
 
 * HEALED   - no fragment names a missing bookie any more; the mark is removed.
 * SETTLED  - the mark was stale (ledger deleted, bookies back, nothing names them); removed.
+             A ledger deleted while it is being healed settles too: nothing is left to heal,
+             and an entry its bookies dropped since is not a loss (never reported lost).
 * LOST     - some entries have no live copy; reported once (``/underreplication/lost``), the
              positions whose every entry has a live copy healed, the mark removed: it is never
              retried.  A position holding an entry with no live copy keeps naming its bookie
@@ -204,7 +206,12 @@ class Replicator:
             since = mark_ctime_s if mark_ctime_s is not None else meta.ctime_ms / 1000.0
             if not force and time.time() - since < self.grace_s:
                 return WAIT
-            if self.dry_run or not self._recover(ledger_id, meta, password):
+            if self.dry_run:
+                return RETRY
+            if not self._recover(ledger_id, meta, password):
+                if not self._exists(ledger_id):  # deleted under us: nothing left to heal
+                    self._settle(ledger_id, "deleted", mark_version)
+                    return SETTLED
                 return RETRY
             try:
                 meta, version = self.store.read_ledger(ledger_id)
@@ -214,6 +221,24 @@ class Replicator:
             if rules.needs_fence(meta, dead):
                 return RETRY
             dead = (set(missing) & rules.named_bookies(meta)) - (set() if force else registered)
+        try:
+            outcome = self._heal_plan(ledger_id, meta, dead, unavailable, password, force)
+        except NoSuchLedgerError:  # deleted under us (by its owner, or an operator)
+            self._settle(ledger_id, "deleted", mark_version)
+            return SETTLED
+        if outcome == RETRY:
+            return RETRY
+        if not self.dry_run:
+            self.ur.unmark(ledger_id, mark_version)
+        if outcome == HEALED:
+            self.log("ledger re-replicated", ledger_id=ledger_id, missing=",".join(sorted(dead)))
+        return outcome
+
+    def _heal_plan(self, ledger_id: int, meta, dead: set[str], unavailable: set[str],
+                   password: bytes | None, force: bool) -> str:
+        """Copy and repoint every (fragment, dead position) of ``meta``: HEALED, LOST or RETRY.
+        Raises ``NoSuchLedgerError`` when the ledger is deleted meanwhile: nothing is left to
+        heal, and a copy that found no entry there is no loss."""
         keys = self._keys(ledger_id, password)
         outcome = HEALED
         plan = rules.plan_ledger(meta, dead, self.rng, unavailable)
@@ -235,11 +260,9 @@ class Replicator:
             if result == LOST:
                 outcome = LOST
             elif result == RETRY:
+                if not self._exists(ledger_id):  # its bookies refuse copies of a deleted ledger
+                    raise NoSuchLedgerError(ledger_id)
                 return RETRY
-        if not self.dry_run:
-            self.ur.unmark(ledger_id, mark_version)
-        if outcome == HEALED:
-            self.log("ledger re-replicated", ledger_id=ledger_id, missing=",".join(sorted(dead)))
         return outcome
 
     def _heal_fragment(self, ledger_id: int, heal: rules.FragmentHeal, keys: list[Key]) -> str:
@@ -266,6 +289,8 @@ class Replicator:
                 self._copy(ledger_id, keys, heal.copies, meta.ensemble_size, target, self.batch)
                 break
             except EntryMissing as e:
+                if not self._exists(ledger_id):  # deleted: its bookies dropped the entries
+                    raise NoSuchLedgerError(ledger_id) from None
                 self._report_lost(ledger_id, {"reason": "no live copy", "entry_id": e.entry_id,
                                               "bookie": heal.bookie})
                 return LOST
@@ -363,7 +388,16 @@ class Replicator:
             self.ur.unmark(ledger_id, mark_version)
         self.log("under-replication mark removed", ledger_id=ledger_id, reason=reason)
 
+    def _exists(self, ledger_id: int) -> bool:
+        try:
+            self.store.read_ledger(ledger_id)
+            return True
+        except NoSuchLedgerError:
+            return False
+
     def _report_lost(self, ledger_id: int, detail: dict) -> None:
+        if not self._exists(ledger_id):
+            return  # deleted meanwhile: nothing of it is lost, nothing to report
         if self.dry_run:
             self.log("would report lost entries", level="error", ledger_id=ledger_id, **detail)
             return

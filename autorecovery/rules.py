@@ -25,6 +25,10 @@ entries that share one write set:
   as lost (its fragment in the report) and that range is never the reason for a mark, so it is
   never retried.  Both can hold of one ledger (a partial loss): what has a source is copied
   when the position may be repointed (below), the rest reported once;
+* a lost bookie at a position that holds no entry of its fragment (a fragment of fewer than
+  E entries: a writer replaces a dead bookie at the first entry whose write set holds it, so
+  the fragment before names it and holds nothing there) is marked too: the worker repoints it
+  without a copy, as it does a fragment with no entries;
 * a ledger naming a lost bookie that is gone for good (``naming.gone_for_good``: its cookie
   left the store) is marked even when nothing of it can be copied, so the worker repoints it.
 
@@ -176,9 +180,11 @@ def audit_ledger(meta: LedgerMetadata, lost: set[str], gone: set[str] = frozense
         if last < first:  # no entries: repointed without a copy, nothing to cut off
             healable = True
             continue
-        no_copy = False
+        no_copy, holding = False, set()
         for r in _residues(first, last, E):  # per range of entries sharing one write set
-            members = [ensemble[p] for p in write_set(r, E, Qw)]
+            positions = write_set(r, E, Qw)
+            holding.update(positions)
+            members = [ensemble[p] for p in positions]
             if not lost & set(members):
                 continue
             if all(m in lost for m in members):
@@ -187,6 +193,10 @@ def audit_ledger(meta: LedgerMetadata, lost: set[str], gone: set[str] = frozense
                 healable = True  # a live copy to copy from
         if no_copy:
             lost_ranges.append((first, last))
+        if any(b in lost and p not in holding for p, b in enumerate(ensemble)):
+            # a lost bookie at a position no entry of the fragment went to (fewer entries than
+            # E: the writer replaced it at the first entry that did): repointed without a copy
+            healable = True
     return LedgerAudit(tuple(missing), tuple(lost_ranges), healable, bool(set(missing) & set(gone)))
 
 

@@ -47,8 +47,11 @@ def shell(args: list[str], timeout_s: float = SHELL_TIMEOUT_S,
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
                               stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return -1, f"timed out after {timeout_s:g} s"
+    except subprocess.TimeoutExpired as e:  # what it said so far: where it was stuck
+        said = [x.decode(errors="replace") if isinstance(x, bytes) else (x or "")
+                for x in (e.stdout, e.stderr)]
+        tail = " | ".join("".join(said).strip().splitlines()[-3:])[:400]
+        return -1, f"timed out after {timeout_s:g} s" + (f": {tail}" if tail else "")
     if stdout is not None:
         stdout.append(done.stdout)
     out = (done.stdout + done.stderr).strip().splitlines()

@@ -11,6 +11,9 @@ defects 2 and 3), with real bookies and the autorecovery daemon in each.
 * A writer on (3, 2, 2) loses a bookie, replaces it itself and writes on: autorecovery copies
   its first fragment without fencing it, and the writer's adds go on past
   ``openLedgerRereplicationGracePeriod``.
+* A fragment of one entry names a lost bookie at a position that entry never went to (the
+  writer replaced it at the next entry): the auditor marks it and a worker repoints it without
+  a copy.
 
 The lost ledger is counted once in ``bookie_autorecovery_lost_ledgers_total`` (reported by the
 auditor, healed by a worker). Opt-in (``-m autorecovery_slow``): each waits out a recovery delay
@@ -225,3 +228,38 @@ def test_a_closed_ledger_with_no_entries_stops_naming_a_lost_bookie(tmp_path):
             waiting.wait_for(lambda: not _names_any(store, ledger_id, {b}), BOUND_S,
                              "the empty ledger no longer names B")
             assert store.read_ledger(ledger_id)[0].fragments == [(0, [a, d, c])]
+
+
+@pytest.mark.autorecovery_slow
+def test_a_lost_bookie_at_a_position_its_fragment_never_wrote_to_stops_being_named(tmp_path):
+    # The nemesis (seed 777, ledger 147 of its log): a writer on (3, 2, 2) over A, B, C whose
+    # C had just died wrote entry 0 to A and B (its write set) and replaced C at entry 1, the
+    # first entry whose write set holds C's position.  Fragment 0 still named C, holding nothing
+    # there; the auditor found nothing to copy and nothing lost, never marked it, and the
+    # ledger named the lost bookie for five minutes, until other losses marked it.  Repointed
+    # without a copy, nothing is lost (no entry of fragment 0 was ever on that position).
+    with _dumped(LocalBookies(4, base_dir=str(tmp_path / "b"), conf=FAST)) as lb:
+        a, b, c, d = lb.bookies
+        with open_metadata(lb.metadata_uri) as store:
+            meta = LedgerMetadata(3, 2, 2, digest_type="dummy",
+                                  password_digest=password_digest(b""),
+                                  fragments=[(0, [a, b, c]), (1, [a, b, d])])
+            ledger_id, version = store.create_ledger(meta)
+            for e in range(12):
+                ensemble = [a, b, c] if e == 0 else [a, b, d]
+                for p in write_set(e, 3, 2):
+                    with RawBookieClient(ensemble[p], timeout_s=30) as raw:
+                        entry = wire.pack_entry(ledger_id, e, e - 1, 0, b"", b"pos-%d" % e)
+                        assert raw.add(ledger_id, [entry], master_key(b"")) == Status.OK
+            meta.state, meta.last_entry_id = LedgerState.CLOSED, 11
+            store.write_ledger(ledger_id, meta, version)
+        lb.kill(2)
+        with open_metadata(lb.metadata_uri) as store:
+            waiting.wait_for(lambda: not _names_any(store, ledger_id, {c}), BOUND_S,
+                             "fragment 0 no longer names C")
+            assert store.read_ledger(ledger_id)[0].fragments == [(0, [a, b, d]), (1, [a, b, d])]
+            assert UnderReplication(store).lost() == {}  # nothing was lost
+        with BookKeeper(lb.metadata_uri) as bk:
+            got = [x.data for x in bk.open_ledger(ledger_id, digest="dummy", password=b"",
+                                                  recovery=False).read_entries(0, 11)]
+            assert got == [b"pos-%d" % e for e in range(12)]

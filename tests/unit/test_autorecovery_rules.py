@@ -85,6 +85,22 @@ def test_a_partial_loss_is_marked_for_what_has_a_copy_and_reported_for_the_rest(
     assert copied == {(POOL[1], 0, (POOL[0],)), (POOL[2], 2, (POOL[0],))}
 
 
+def test_a_lost_bookie_at_a_position_its_fragment_never_wrote_to_is_marked_to_repoint():
+    # The nemesis (seed 777, ledger 147 of a log): a writer on (3, 2, 2) over A, B, C whose C
+    # died wrote entry 0 to A and B only (its write set), then replaced C at entry 1, the first
+    # entry whose write set holds position 2.  Fragment 0 (entry 0) still names C and holds
+    # nothing there: nothing to copy and nothing lost, but the ledger names a lost bookie.  The
+    # auditor never marked it, and it named C for good.
+    meta = closed(3, 2, 2, [(0, POOL[:3]), (1, [POOL[0], POOL[1], POOL[3]])], 39)
+    audit = rules.audit_ledger(meta, {POOL[2]})
+    assert audit.missing == (POOL[2],) and audit.lost_ranges == () and audit.mark
+    heals = rules.plan_ledger(meta, {POOL[2]}, random.Random(1))
+    assert [(h.first, h.last, h.position, h.copies, h.unhealable) for h in heals] == \
+        [(0, 0, 2, (), False)]  # repointed without a copy
+    # a bookie whose position holds entries and has no live copy is still lost data, not a mark
+    assert not rules.audit_ledger(closed(3, 1, 1, [(0, POOL[:3])], 0), {POOL[0]}).mark
+
+
 def test_an_open_ledger_is_fenced_only_for_a_loss_in_its_last_fragment():
     healed_itself = LedgerMetadata(3, 2, 2, fragments=[(0, POOL[:3]),
                                                        (10, [POOL[0], POOL[3], POOL[2]])])

@@ -245,3 +245,16 @@ def test_a_told_read_that_never_succeeds_records_a_reader_violation(monkeypatch)
     got = client_proc._read_told(_Handle(failures=10**6), 1, 3, 5, 5, time.monotonic(), hist)
     assert got == [] and [e["ev"] for e in hist.events] == ["reader_violation"]
     assert hist.events[0]["lac"] == 5 and "no replica answered" in hist.events[0]["err"]
+
+
+def test_an_operator_step_that_times_out_reports_what_it_said_so_far(tmp_path, monkeypatch):
+    # The 777 soak's incident "recover ...: exit -1: timed out after 240 s" said nothing of
+    # where the verb was stuck; its last lines of progress now come with the timeout
+    from bookie.testing.nemesis import lifecycle
+    slow = tmp_path / "slow-python"
+    slow.write_text("#!/bin/sh\necho 'recover: ledger 7 (3/9): healed' >&2\nexec sleep 30\n")
+    slow.chmod(0o755)
+    monkeypatch.setattr(lifecycle.sys, "executable", str(slow))
+    status, out = lifecycle.shell(["recover", "h:1"], timeout_s=1.0)
+    assert status == -1
+    assert out == "timed out after 1 s: recover: ledger 7 (3/9): healed"
