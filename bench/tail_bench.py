@@ -12,8 +12,11 @@ Where the lag comes from: a bookie learns that entry e is confirmed from the LAC
 carries (or from an explicit LAC write), and its parked long polls are answered as soon as the
 bookie has taken (indexed) that later add, not once it is durable (docs/architecture.md "Long
 polls and the LAC").  The later add is sent when e's ack arrives, behind every add the writer
-has in flight: so the lag is still about the time an add waits to reach the bookie, which grows
+has in flight: so the lag was about the time an add waits to reach the bookie, which grows
 with the writer's window (Little's law: ``--throttle`` 10,000 at full speed is a deep queue).
+Hence the client's LAC notice (``lacNoticeInterval``, docs/client.md "`LedgerHandle`"): a writer with
+adds outstanding sends its new LAC at once, on a connection of its own that the bookie takes
+between the queued adds.  ``--set lacNoticeInterval=0`` measures the path without it.
 """
 
 from __future__ import annotations

@@ -228,6 +228,7 @@ class BookKeeper:
         lac_interval_s = self.config.explicitLacInterval / 1000.0
         writer = LedgerWriter(info, version, dm.encode, rng=self._rng,
                               explicit_lac_interval_s=lac_interval_s,
+                              lac_notice_interval_s=self.config.lacNoticeInterval / 1000.0,
                               encode_many=dm.encode_many, deferred_sync=deferred_sync,
                               placement=self._placement)
         driver = self._runner.start_writer(writer, key, lac_interval_s / 2)

@@ -79,6 +79,9 @@ class ClientConfig:
     speculativeReadTimeout: int = 500
     addEntryTimeout: float = 5.0  # s without an answer before a bookie counts as failed for adds
     explicitLacInterval: int = 100  # ms: idle writer tells bookies its LAC after this (0: never)
+    # ms: while adds are outstanding, the writer tells its bookies each new LAC at most this
+    # often, on a connection of its own that no queued add delays (tailers' lag; 0: never)
+    lacNoticeInterval: float = 1.0
     nettyMaxFrameSizeBytes: int = 5 * 1024 * 1024  # largest entry the client sends
     digestType: str = "crc32c"  # default digest of create_ledger / open_ledger
     passwd: bytes = b""  # default password of create_ledger / open_ledger
@@ -173,6 +176,7 @@ class ClientConfig:
         need(self.speculativeReadTimeout >= 0, "speculativeReadTimeout", "must be >= 0 ms")
         need(self.addEntryTimeout > 0, "addEntryTimeout", "must be > 0 s")
         need(self.explicitLacInterval >= 0, "explicitLacInterval", "must be >= 0 ms")
+        need(self.lacNoticeInterval >= 0, "lacNoticeInterval", "must be >= 0 ms")
         need(self.nettyMaxFrameSizeBytes >= 64, "nettyMaxFrameSizeBytes", "must be >= 64")
         need(1 <= self.addBatchMaxEntries <= 65536, "addBatchMaxEntries", "must be 1..65536")
         need(self.addBatchMaxBytes >= 1, "addBatchMaxBytes", "must be >= 1")

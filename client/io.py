@@ -4,7 +4,10 @@ protocol state machines.
 Theory of operation
 -------------------
 One thread per BookKeeper client owns a ZeroMQ context, a DEALER socket per bookie per bookie
-socket (add at port P, read at P + 1, created on first use, LINGER 0) and a poller.  It is the
+socket (add at port P, read at P + 1, created on first use, LINGER 0) and a poller.  WRITE_LACs
+(explicit LACs, LAC notices) go to the add port on a DEALER of their own (``LAC``): a bookie's
+ROUTER takes messages from its connections in turn, so a LAC is never queued behind the ADDs a
+deep window has in flight on the add connection (the tailing readers' lag).  It is the
 only thread that touches protocol state: user threads hand work over with ``submit`` (a
 deque plus an eventfd the poller watches; the eventfd is written only when the thread is not
 already woken, so a burst of adds costs one wake-up).
@@ -58,7 +61,13 @@ from bookie.wire import Flag, Op
 
 log = logging.getLogger("bookie.client")
 
-ADD, READ = 0, 1
+ADD, READ, LAC = 0, 1, 2  # socket kinds; LAC: WRITE_LACs, to the add port
+PORT_OFFSET = {ADD: 0, READ: 1, LAC: 0}
+# LAC notices (writer.py ``_notice``) one client sends one bookie, at most: each costs the
+# bookie a journal record and an index commit, and a client writing many ledgers would
+# otherwise send one per ledger per interval.  Past it they are dropped (the LAC still travels
+# with the next adds and the explicit LAC).
+NOTICES_PER_BOOKIE_PER_S = 2000.0
 
 
 class Driver:
@@ -137,6 +146,7 @@ class IOThread:
         # next answer.  Reads start each entry at a replica not in here (slow-bookie avoidance).
         self._suspects: dict[str, float] = {}
         self.pacer = ReadPacer()  # READs in flight per bookie (client/pacing.py)
+        self._notice_tokens: dict[str, tuple[float, float]] = {}  # bookie -> (tokens, when)
         # bench bookie --trace: a list gets (step, time.monotonic_ns()) of every ADD message this
         # thread takes up ("io_take"), is about to send ("io_sent") and has answered ("io_recv");
         # None: off
@@ -260,8 +270,13 @@ class IOThread:
                     box[1].extend(a.entries)
             elif kind is A.SendRead:
                 self._send_read(driver, a)
-            elif kind is A.SendReadLac or kind is A.SendWriteLac:
+            elif kind is A.SendReadLac:
                 self._send(driver, a)
+            elif kind is A.SendWriteLac:
+                if not a.notice or self._notice_allowed(a.bookie):
+                    self._send(driver, a)
+            elif kind is A.TickAfter:
+                self.later(a.delay_s, lambda d=driver: d.event(A.Tick()), driver)
             elif kind is A.Suspect:
                 self._suspects[a.bookie] = time.monotonic()
             elif kind is A.ListBookies:
@@ -270,6 +285,18 @@ class IOThread:
                 self._pool.submit(self._run_write, driver, a)
             else:
                 driver.output(a)
+
+    def _notice_allowed(self, bookie: str) -> bool:
+        """A token of ``bookie``'s LAC notice bucket (NOTICES_PER_BOOKIE_PER_S, a burst of a
+        tenth of a second), or False when it is empty."""
+        now = time.monotonic()
+        tokens, at = self._notice_tokens.get(bookie, (NOTICES_PER_BOOKIE_PER_S / 10, now))
+        tokens = min(NOTICES_PER_BOOKIE_PER_S / 10, tokens + (now - at) * NOTICES_PER_BOOKIE_PER_S)
+        if tokens < 1.0:
+            self._notice_tokens[bookie] = (tokens, now)
+            return False
+        self._notice_tokens[bookie] = (tokens - 1.0, now)
+        return True
 
     def _run_list(self, driver: Driver) -> None:
         try:
@@ -297,7 +324,7 @@ class IOThread:
     def _socket(self, bookie: str, kind: int):
         sock = self._sockets.get((bookie, kind))
         if sock is None:
-            sock = connect(self._ctx, bookie, kind, self.curve, unbounded=True, keepalive=True,
+            sock = connect(self._ctx, bookie, PORT_OFFSET[kind], self.curve, unbounded=True, keepalive=True,
                            resolver=self.resolver)
             self._sockets[(bookie, kind)] = sock
             self._socket_keys[sock] = (bookie, kind)
@@ -312,7 +339,7 @@ class IOThread:
         """The resolver saw ``bookie`` at a new address (any thread): drop its sockets, so the
         next request connects there (requests waiting on the old ones fail as timeouts)."""
         def reset() -> None:
-            for kind in (ADD, READ):
+            for kind in (ADD, READ, LAC):
                 self._reset_socket(bookie, kind)
         self.submit(reset)
 
@@ -392,7 +419,7 @@ class IOThread:
                                                              "bookie": a.bookie}})
             frames[0] = wire.pack_header(Op.READ_LAC, flags, rid, driver.ledger_id)
         else:  # SendWriteLac
-            kind, timeout_s = ADD, self.add_timeout_s
+            kind, timeout_s = LAC, self.add_timeout_s
             frames = [wire.pack_header(Op.WRITE_LAC, 0, rid, driver.ledger_id),
                       driver.master_key, wire.WRITE_LAC_BODY.pack(a.lac)]
         deadline = now + timeout_s

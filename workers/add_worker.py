@@ -252,6 +252,7 @@ class AddServer(ClientServer):
         self.rung: set[int] = set()  # journals woken this iteration
         self.unrung: set[int] = set()  # ... and placed in since
         self.moved: set[int] = set()  # ledgers with adds / WRITE_LACs placed since the last publish
+        self.lac_taken = False  # a WRITE_LAC was placed: ``take`` ends the iteration after it
         self.trace: AddTrace | None = None  # per-add timestamps (addTraceDirectory); None: off
 
     # -- the loop --------------------------------------------------------------------------------
@@ -415,6 +416,7 @@ class AddServer(ClientServer):
                 self.owners.consume(ledger_id)
 
     def take(self, sock, internal: bool) -> None:
+        self.lac_taken = False
         for _ in range(MAX_MESSAGES_PER_ITERATION):
             try:
                 frames = wire.recv_frames(sock, copy=False)
@@ -425,6 +427,12 @@ class AddServer(ClientServer):
                 self.frame_guard.delivered(frames)
             if not self.handle(sock, frames, internal, retry=False):
                 self.stalled.append((sock, frames, internal, self.taken_at))
+                break
+            if self.lac_taken:
+                # A WRITE_LAC ends the iteration: its commit and the long polls it wakes then
+                # come now, not after up to MAX_MESSAGES_PER_ITERATION queued adds (a LAC
+                # notice exists to overtake those: client/protocol/writer.py ``_notice``).
+                self.lac_taken = False
                 break
 
     # -- one request -----------------------------------------------------------------------------
@@ -661,6 +669,7 @@ class AddServer(ClientServer):
         if self.storage.table.apply(records.parse(rec, 0)):
             self.store_record(ledger_id, rec)
         self.moved.add(ledger_id)
+        self.lac_taken = True
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.WRITE_LAC, Status.OK, request_id, ledger_id)],
                                     ledger_id, Op.WRITE_LAC, self.taken_at, journal))
         return True

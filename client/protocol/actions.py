@@ -66,8 +66,18 @@ class SendReadLac:
 
 @dataclasses.dataclass(slots=True)
 class SendWriteLac:
+    """Tell a bookie the writer's LAC (explicit LAC, LAC notice).  The I/O thread sends it on a
+    connection of its own to the bookie's add socket, never behind queued ADDs.  ``notice``:
+    a LAC notice (writer.py ``_notice``), which the I/O thread may drop past its budget."""
     bookie: str
     lac: int
+    notice: bool = False
+
+
+@dataclasses.dataclass(slots=True)
+class TickAfter:
+    """Give the operation a Tick after ``delay_s`` (a rate-limited step that is due later)."""
+    delay_s: float
 
 
 @dataclasses.dataclass(slots=True)

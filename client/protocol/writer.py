@@ -64,7 +64,7 @@ class LedgerWriter:
     def __init__(self, info: LedgerInfo, version, encode: Encoder, *,
                  rng: random.Random | None = None, explicit_lac_interval_s: float = 0.0,
                  encode_many: BatchEncoder | None = None, deferred_sync: bool = False,
-                 placement=None):
+                 placement=None, lac_notice_interval_s: float = 0.0):
         self.info = info
         self.version = version
         self.ledger_id = info.ledger_id
@@ -87,6 +87,10 @@ class LedgerWriter:
         self._explicit_lac_s = explicit_lac_interval_s
         self._lac_sent = self.pending.lac  # highest LAC bookies surely know
         self._behind_since: float | None = None  # since when the LAC is ahead of _lac_sent
+        self._notice_s = lac_notice_interval_s
+        self._notice_at = float("-inf")  # when the last LAC notice went out
+        self._notice_armed = False  # a TickAfter for a notice that was not due yet is out
+        self._noticed = self.pending.lac  # highest LAC sent in a notice
         self.deferred_sync = deferred_sync
         self.placement = placement  # client.protocol.placement.Placement, or None (random)
         self._forced_lac = info.last_entry_id  # deferred sync: the LAC made visible by force()
@@ -199,10 +203,40 @@ class LedgerWriter:
                    if not self.pending.position_failed(p)] + out
         return out
 
+    def _notice(self, now: float) -> list:
+        """LAC notice: the LAC moved while adds are still outstanding.  The next add to carry it
+        would reach each bookie behind every outstanding one (a deep window queues tens of
+        milliseconds there), so tell the bookies now with an explicit LAC, which the I/O thread
+        sends on a connection of its own; at most once per notice interval, the notice that is
+        not due yet armed for when it is (TickAfter).  With nothing outstanding the next add
+        carries the LAC, or the explicit LAC of ``tick`` once adds pause.
+
+        A notice is best effort (the I/O thread drops those past its per-bookie budget), so it
+        leaves ``_lac_sent`` alone: the explicit LAC still follows once adds pause."""
+        if (self.state not in (WRITING, CLOSING) or self.lac <= max(self._lac_sent, self._noticed)
+                or not len(self.pending)):
+            return []
+        wait = self._notice_at + self._notice_s - now
+        if wait > 0:
+            if self._notice_armed:
+                return []
+            self._notice_armed = True
+            return [A.TickAfter(wait)]
+        self._notice_at = now
+        self._noticed = self.lac
+        return [A.SendWriteLac(b, self._noticed, notice=True) for p, b in enumerate(self.ensemble)
+                if not self.pending.position_failed(p)]
+
     def tick(self, now: float) -> list:
         """Explicit LAC: when the bookies have lagged the LAC for the explicit LAC interval
         (no add carried it since it moved: adds paused, or the last ones are draining), tell
-        them, so tailing readers see every confirmed entry within about that interval."""
+        them, so tailing readers see every confirmed entry within about that interval.  Also
+        sends a LAC notice that was armed (``_notice``)."""
+        if self._notice_armed:
+            self._notice_armed = False
+            notice = self._notice(now)
+            if notice:
+                return notice
         if (self._explicit_lac_s <= 0 or self.state != WRITING or self.lac <= self._lac_sent
                 or self._behind_since is None or now - self._behind_since < self._explicit_lac_s):
             return []
@@ -256,6 +290,8 @@ class LedgerWriter:
                 head = 0
             self._lengths_head = head
             out: list = [A.Confirm(first, last)]
+            if self._notice_s > 0:
+                out += self._notice(now)
             if self._force_targets:
                 out += self._forces_done()
             if self.state == CLOSING:
