@@ -225,15 +225,24 @@ def test_two_writers_racing_to_open_exactly_one_can_append(cluster, request):
 
 
 WRITER = textwrap.dedent("""
+    import collections
     import sys
     from bookie.client import BookKeeper, open_log
     bk = BookKeeper(sys.argv[1], addEntryTimeout=2, throttle=500)
     log = open_log(bk, sys.argv[2], password=b"pw", roll_entries=400)
     print("open", flush=True)
-    futures = [(i, log.append_async(b"%d" % i)) for i in range(100000)]
-    for i, f in futures:
+    # each ack is printed as soon as it (and every earlier one) is in, while later appends are
+    # still in flight: the test's SIGKILL lands mid-append, not after the last one
+    pending = collections.deque()
+    def ack(i, f):
         pos = f.result(60)
         print("acked", i, pos.ledger_id, pos.entry_id, flush=True)
+    for n in range(100000):
+        pending.append((n, log.append_async(b"%d" % n)))
+        while pending and pending[0][1].done():
+            ack(*pending.popleft())
+    for i, f in pending:
+        ack(i, f)
 """)
 
 
@@ -266,3 +275,4 @@ def test_writer_killed_mid_append_every_acknowledged_append_survives(cluster, bk
     assert not lost, f"{len(lost)} acknowledged appends lost, e.g. {lost[:5]}"
     # the log is the writer's appends in order (a prefix of them), then the new writer's
     assert [d for _, _, d in seen] == [b"%d" % i for i in range(len(seen) - 1)] + [b"after"]
+    assert len(seen) - 1 < 100000, "the writer was killed after its last append, not mid-append"

@@ -9,8 +9,9 @@ id; autorecovery and an operator's ``recover`` heal around it), races two recove
 squatter's wrong-key and squatting traffic, fills a ledger disk and pauses a writer (where
 tmpfs cannot be mounted, seed 110 without ``--disk``: a bookie lost for good, a restart, a
 compaction, the squatter, a writer killed); its check reads every copy of every acknowledged
-entry from each bookie and, after a full audit, wants every entry on Qw bookies.  Seed 9 on ZooKeeper partitions the network twice, recovers a ledger behind a partition,
-pauses ZooKeeper, restarts a bookie, pauses a writer and drops packets.  On a violation the test fails with the
+entry from each bookie and, after a full audit, wants every entry on Qw bookies.  Seed 9 on
+ZooKeeper (opt-in, ``-m soak``) partitions the network twice, recovers a ledger behind a
+partition, pauses ZooKeeper, restarts a bookie, pauses a writer and drops packets.  On a violation the test fails with the
 harness's summary, which names the seed and the command that replays it.
 """
 
@@ -68,6 +69,9 @@ def test_acknowledged_entries_survive_lifecycle_faults_and_full_disks_on_the_emb
     assert result["replica_checks"] >= 2 * result["entries_checked"] > 0
 
 
+@pytest.mark.soak  # opt-in (-m soak): a minute and more; the default suite's nemesis run is
+# the lifecycle one above, its partitions are checked by the partition test below, and
+# ZooKeeper outages by test_bookie_faults.py; the soak's zookeeper run has network faults too
 @pytest.mark.usefixtures("netns_tools")
 def test_acknowledged_entries_survive_zookeeper_and_network_faults():
     out = run_nemesis(9, "--time", "10", "--round", "10", "--bookies", "4", "--metadata", "zk",
