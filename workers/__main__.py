@@ -11,6 +11,8 @@ import importlib
 import os
 import sys
 
+import setproctitle
+
 from bookie.workers import logs
 from bookie.workers.config import BookieConfig
 from bookie.workers.common import WorkerContext, raise_open_files_limit, wait_for_go
@@ -38,14 +40,15 @@ def main(argv=None) -> int:
     is_journal = index_of_role(args.role) is not None
     if args.role not in ROLES and not is_journal:
         p.error(f"unknown role {args.role!r}")
+    conf = BookieConfig.load(args.conf, check_dirs=False)
+    ctx = WorkerContext(args.role, conf, args.run_dir, args.ready_fd)
+    setproctitle.setproctitle(ctx.name)  # its name in ps from the start, waiting or not
     module = importlib.import_module(ROLES["journal" if is_journal else args.role])
     if args.go_fd is not None and not wait_for_go(args.go_fd):
         return 0
     logs.install_library_logging()  # kazoo's records as log lines of the worker's format
     os.umask(0o077)  # as the supervisor's: what a worker creates is the bookie user's alone
     raise_open_files_limit()  # client connections are descriptors (capped: maxClientConnections)
-    conf = BookieConfig.load(args.conf, check_dirs=False)
-    ctx = WorkerContext(args.role, conf, args.run_dir, args.ready_fd)
     ctx.start()
     try:
         return int(module.run(ctx) or 0)
