@@ -92,15 +92,6 @@ class Auditor:
                 gone.add(bookie)
         return gone
 
-    def _exists(self, ledger_id: int) -> bool:
-        """Whether the ledger is still there: one deleted since the pass listed it lost
-        nothing, and is not reported."""
-        try:
-            self.store.read_ledger(ledger_id)
-            return True
-        except NoSuchLedgerError:
-            return False
-
     def entry_check(self) -> int:
         """Every closed, unmarked ledger: each entry on each live bookie of its write set."""
         marked = set(self.ur.marks())
@@ -137,7 +128,7 @@ class Auditor:
         for ledger_id, meta in ledgers.items():
             audit = rules.audit_ledger(meta, lost, gone)
             if audit.lost_ranges:
-                if ledger_id not in reported and self._exists(ledger_id) and \
+                if ledger_id not in reported and self.store.ledger_exists(ledger_id) and \
                         self.ur.report_lost(ledger_id, {
                             "reason": "no live copy", "missing": list(audit.missing),
                             "ranges": [list(r) for r in audit.lost_ranges]}):

@@ -209,7 +209,7 @@ class Replicator:
             if self.dry_run:
                 return RETRY
             if not self._recover(ledger_id, meta, password):
-                if not self._exists(ledger_id):  # deleted under us: nothing left to heal
+                if not self.store.ledger_exists(ledger_id):  # deleted under us: nothing left to heal
                     self._settle(ledger_id, "deleted", mark_version)
                     return SETTLED
                 return RETRY
@@ -260,7 +260,7 @@ class Replicator:
             if result == LOST:
                 outcome = LOST
             elif result == RETRY:
-                if not self._exists(ledger_id):  # its bookies refuse copies of a deleted ledger
+                if not self.store.ledger_exists(ledger_id):  # its bookies refuse copies of a deleted ledger
                     raise NoSuchLedgerError(ledger_id)
                 return RETRY
         return outcome
@@ -289,7 +289,7 @@ class Replicator:
                 self._copy(ledger_id, keys, heal.copies, meta.ensemble_size, target, self.batch)
                 break
             except EntryMissing as e:
-                if not self._exists(ledger_id):  # deleted: its bookies dropped the entries
+                if not self.store.ledger_exists(ledger_id):  # deleted: its bookies dropped the entries
                     raise NoSuchLedgerError(ledger_id) from None
                 self._report_lost(ledger_id, {"reason": "no live copy", "entry_id": e.entry_id,
                                               "bookie": heal.bookie})
@@ -388,15 +388,8 @@ class Replicator:
             self.ur.unmark(ledger_id, mark_version)
         self.log("under-replication mark removed", ledger_id=ledger_id, reason=reason)
 
-    def _exists(self, ledger_id: int) -> bool:
-        try:
-            self.store.read_ledger(ledger_id)
-            return True
-        except NoSuchLedgerError:
-            return False
-
     def _report_lost(self, ledger_id: int, detail: dict) -> None:
-        if not self._exists(ledger_id):
+        if not self.store.ledger_exists(ledger_id):
             return  # deleted meanwhile: nothing of it is lost, nothing to report
         if self.dry_run:
             self.log("would report lost entries", level="error", ledger_id=ledger_id, **detail)

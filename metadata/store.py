@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 import orjson
 
 from bookie.metadata.errors import (
-    CookieNotFoundError, MetadataTimeoutError, NodeExistsError, NoSuchNodeError)
+    CookieNotFoundError, MetadataTimeoutError, NodeExistsError, NoSuchLedgerError, NoSuchNodeError)
 from bookie.metadata.ledger import LedgerMetadata
 
 log = logging.getLogger(__name__)
@@ -277,6 +277,14 @@ class MetadataStore(abc.ABC):
     def read_ledger(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
         """Return ``(meta, version)``.  Raises ``NoSuchLedgerError``, ``CorruptMetadataError``
         (message names the ledger)."""
+
+    def ledger_exists(self, ledger_id: int) -> bool:
+        """Whether the store still holds the ledger (``read_ledger`` without the metadata)."""
+        try:
+            self.read_ledger(ledger_id)
+            return True
+        except NoSuchLedgerError:
+            return False
 
     def read_ledger_latest(self, ledger_id: int) -> tuple[LedgerMetadata, int]:
         """``read_ledger`` once this store's view has caught up with every write made anywhere
