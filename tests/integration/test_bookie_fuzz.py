@@ -71,9 +71,7 @@ def _still_serves(ens):
         assert c.add(LEDGER + 1, [make_entry(LEDGER + 1, random.randrange(10**6), b"ok")], KEY) == Status.OK
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(msgs=st.lists(message, min_size=1, max_size=5), which=st.integers(0, 1))
-def test_malformed_frames_get_an_error_or_are_dropped(ens, raw_socks, msgs, which):
+def _malformed_frames_get_an_error_or_are_dropped(ens, raw_socks, msgs, which):
     sock = raw_socks[which]
     for m in msgs:
         if m:
@@ -83,6 +81,26 @@ def test_malformed_frames_get_an_error_or_are_dropped(ens, raw_socks, msgs, whic
     while sock.poll(50):
         frames = sock.recv_multipart()
         assert len(frames[0]) == wire.HEADER_SIZE
+
+
+# Each example waits 50 ms for late answers: 50 examples in the default suite (whose
+# tests/fuzz/test_bookie_frames_fuzz.py also sends 20,000 fuzzed frames at a bookie), 150 under
+# -m soak.
+_SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+_MESSAGES = dict(msgs=st.lists(message, min_size=1, max_size=5), which=st.integers(0, 1))
+
+
+@settings(max_examples=50, **_SETTINGS)
+@given(**_MESSAGES)
+def test_malformed_frames_get_an_error_or_are_dropped(ens, raw_socks, msgs, which):
+    _malformed_frames_get_an_error_or_are_dropped(ens, raw_socks, msgs, which)
+
+
+@pytest.mark.soak
+@settings(max_examples=150, **_SETTINGS)
+@given(**_MESSAGES)
+def test_malformed_frames_get_an_error_or_are_dropped_150_examples(ens, raw_socks, msgs, which):
+    _malformed_frames_get_an_error_or_are_dropped(ens, raw_socks, msgs, which)
 
 
 def test_every_op_with_wrong_frame_counts_answers_bad_request(ens):

@@ -175,15 +175,17 @@ def test_a_read_whose_caller_gave_up_sends_nothing_more(ensemble, written):
     try:
         # no speculative read: only the read timeout (after the caller gave up) could move
         # the read on to the second replica
-        config = dict(CONFIG, readTimeout=5.0, operationTimeout=1.5, speculativeReadTimeout=0)
+        # (a read timeout three times the caller's, and a wait 1.5 s past it: 4.5 s, not the
+        # 7 s of a 5 s read timeout)
+        config = dict(CONFIG, readTimeout=3.0, operationTimeout=1.0, speculativeReadTimeout=0)
         with BookKeeper(ensemble.metadata_uri, config) as bk:
             rh = bk.open_ledger(ledger_id, digest="crc32c", password=PW, recovery=False)
             started = time.monotonic()
             with pytest.raises(BKTimeoutError):
                 rh.read_entry(entry_id)
-            # had the read gone on, the first replica's timeout (5 s) would have moved it to
+            # had the read gone on, the first replica's timeout (3 s) would have moved it to
             # the second replica by now
-            time.sleep(max(0.0, started + 7.0 - time.monotonic()))
+            time.sleep(max(0.0, started + 4.5 - time.monotonic()))
             assert fakes[0].reads() in ([], [entry_id])  # [] only if the caller gave up first
             assert fakes[1].reads() == []
     finally:

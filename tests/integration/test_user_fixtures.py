@@ -39,12 +39,12 @@ def _readme_example() -> str:
     return blocks[0]
 
 
-@pytest.mark.parametrize("rounds", [3, pytest.param(10, marks=pytest.mark.soak)])
+@pytest.mark.parametrize("rounds", [2, pytest.param(10, marks=pytest.mark.soak)])
 def test_the_readme_example_passes_rounds_in_a_row(pytester, rounds):
     # Each round runs both of the README's tests against the same module's bookies: the crash
     # test kills a bookie of the ledger's ensemble, the next round must find them all back.
-    # Three rounds in the default suite (the second and third find the bookies the crash test
-    # killed back); ten in a row under -m soak.
+    # Two rounds in the default suite (the second finds the bookie the first's crash test
+    # killed back; a third only repeated that, about 4 s); ten in a row under -m soak.
     pytester.makepyfile(test_mylog=_readme_example())
     pytester.makeconftest(f"""
         def pytest_generate_tests(metafunc):
