@@ -652,8 +652,10 @@ def _cmd_report(args) -> int:
             data_dir = args.data_dir or scratch
             os.makedirs(data_dir, exist_ok=True)
             statuses = standard.run_all(results_path, args.time, data_dir, args.quiet, runs)
+            standard.settle()
             statuses += ratios.run_peers(results_path, args.time, peers)
             if args.spark:
+                standard.settle()
                 statuses.append(ratios.run_spark(results_path, args.time, data_dir))
         try:
             results = report.load_results(results_path) if os.path.exists(results_path) else []

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import io
 import os
+import shutil
 import sys
 from typing import Callable
 
@@ -316,8 +317,18 @@ def run_all(results_path: str, time_s: float, data_dir: str, quiet: bool,
             argv += ["--dir", data_dir]
         elif run.local:
             argv += ["--data-dir", os.path.join(data_dir, f"run-{i}")]
+        settle()
         print(f"== {run.name}: bookie bench {' '.join(argv)}", file=sys.stderr, flush=True)
         with contextlib.redirect_stdout(io.StringIO()):  # the JSON line goes to the file
             rc = main(argv)
         statuses.append((run.name, rc))
+        if run.local:  # the next run's disk is not busy writing back or deleting this one's
+            shutil.rmtree(os.path.join(data_dir, f"run-{i}"), ignore_errors=True)
     return statuses
+
+
+def settle() -> None:
+    """Write back every dirty page before a run: a run that follows another (1 GB of entry logs
+    and journal at full speed) otherwise shares the disk with the kernel's write-back of the
+    last run's files, and measures that too."""
+    os.sync()

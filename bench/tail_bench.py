@@ -15,8 +15,9 @@ polls and the LAC").  The later add is sent when e's ack arrives, behind every a
 has in flight: so the lag was about the time an add waits to reach the bookie, which grows
 with the writer's window (Little's law: ``--throttle`` 10,000 at full speed is a deep queue).
 Hence the client's LAC notice (``lacNoticeInterval``, docs/client.md "`LedgerHandle`"): a writer with
-adds outstanding sends its new LAC at once, on a connection of its own that the bookie takes
-between the queued adds.  ``--set lacNoticeInterval=0`` measures the path without it.
+adds outstanding whose acks wait at least the interval (a deep queue) sends its new LAC at once,
+on a connection of its own that the bookie takes between the queued adds.  ``--set
+lacNoticeInterval=0`` measures the path without it.
 """
 
 from __future__ import annotations

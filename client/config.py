@@ -79,9 +79,10 @@ class ClientConfig:
     speculativeReadTimeout: int = 500
     addEntryTimeout: float = 5.0  # s without an answer before a bookie counts as failed for adds
     explicitLacInterval: int = 100  # ms: idle writer tells bookies its LAC after this (0: never)
-    # ms: while adds are outstanding, the writer tells its bookies each new LAC at most this
-    # often, on a connection of its own that no queued add delays (tailers' lag; 0: never)
-    lacNoticeInterval: float = 1.0
+    # ms: while adds are outstanding, the writer tells its bookies a LAC no add carried yet, on
+    # a connection of its own that no queued add delays, when acks wait this long or the LAC
+    # went uncarried this long; at most this often (tailers' lag; 0: never; writer.py _notice)
+    lacNoticeInterval: float = 10.0
     nettyMaxFrameSizeBytes: int = 5 * 1024 * 1024  # largest entry the client sends
     digestType: str = "crc32c"  # default digest of create_ledger / open_ledger
     passwd: bytes = b""  # default password of create_ledger / open_ledger

@@ -2,6 +2,8 @@
 file (pure part, with made-up results), and a short real report with Redis as the peer.
 Never a speed."""
 
+import os
+
 import orjson
 
 from bookie.appliance.cli import main
@@ -81,6 +83,8 @@ def test_a_short_report_runs_redis_beside_the_bookie(capsys, tmp_path):
     assert cells[2].startswith("Redis XADD, AOF `appendfsync always`, 16 clients x 16 pipelined: ")
     assert float(cells[3]) > 0
     assert captured.out in readme.read_text()
+    # each run's bookie data is gone once it ran: the next run's disk is not busy with it
+    assert sorted(os.listdir(tmp_path / "data")) == []
 
 
 def test_an_unknown_peer_is_one_clear_line(capsys):

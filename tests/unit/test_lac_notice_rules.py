@@ -98,3 +98,49 @@ def test_the_io_thread_sends_one_bookie_at_most_its_notice_budget():
         assert io._notice_allowed("b1:1")  # another bookie has its own budget
     finally:
         io.close()
+
+
+def ticks(actions):
+    return [round(a.delay_s, 9) for a in actions if isinstance(a, A.TickAfter)]
+
+
+def test_acks_within_the_interval_with_adds_flowing_send_no_notice():
+    """Shallow queues: the entry that moved the LAC waited less than the interval, and the
+    next add carries the LAC to the bookies as soon as a notice would: none is sent, only a
+    tick armed for the case that no add follows."""
+    w = writer(interval_s=0.010)
+    w.add([b"x"] * 4, now=0.0)
+    ack(w, "b0:1", range(2), 0.001)
+    out = ack(w, "b1:1", range(2), 0.002)  # waited 2 ms < 10 ms
+    assert A.Confirm(0, 1) in out and notices(out) == []
+    assert ticks(out) == [0.010]
+    w.add([b"y"], now=0.005)  # carries LAC 1
+    assert notices(w.handle(A.Tick(), 0.012)) == []
+    for t in (0.02, 0.5):
+        assert notices(w.handle(A.Tick(), t)) == []
+
+
+def test_a_lac_left_uncarried_for_the_interval_is_told_though_acks_were_quick():
+    """Adds stuck behind a slow bookie, none sent since the LAC moved: after one interval the
+    notice goes (the old path would leave the bookies at the old LAC until adds resume)."""
+    w = writer(interval_s=0.010)
+    w.add([b"x"] * 4, now=0.0)
+    ack(w, "b0:1", range(2), 0.0005)
+    out = ack(w, "b1:1", range(2), 0.001)
+    assert notices(out) == [] and ticks(out) == [0.010]
+    out = w.handle(A.Tick(), 0.006)  # a tick before the LAC was uncarried for the interval
+    assert notices(out) == [] and ticks(out) == [0.005]
+    assert notices(w.handle(A.Tick(), 0.011)) == [(b, 1) for b in BOOKIES]
+
+
+def test_acks_that_waited_the_interval_send_the_notice_at_once():
+    """Deep queues: an entry that waited at least the interval says the next add would reach
+    the bookies as late; the notice goes with the ack, then at most one per interval."""
+    w = writer(interval_s=0.010)
+    w.add([b"x"] * 2, now=0.0)
+    w.add([b"x"] * 8, now=0.004)
+    ack(w, "b0:1", range(10), 0.005)
+    assert notices(ack(w, "b1:1", range(2), 0.012)) == [(b, 1) for b in BOOKIES]  # waited 12 ms
+    out = ack(w, "b1:1", range(2, 4), 0.015)  # waited 11 ms, but 3 ms after the last notice
+    assert notices(out) == [] and ticks(out) == [0.007]
+    assert notices(w.handle(A.Tick(), 0.022)) == [(b, 3) for b in BOOKIES]
