@@ -2,14 +2,15 @@
 
 When a group is written is decided by bookie.core.group_commit.
 
-On-disk format (journal format 2)
+On-disk format (journal format 3)
 ---------------------------------
 Files ``{journal_id:016x}.txn`` in the journal directory; ids grow by one per file.  Each file
 opens with a 64-byte header, then holds *groups* back to back, then zeros (files are
 preallocated in ``journalPreAllocSizeMB`` steps)::
 
     file header (64 bytes, little-endian)
-      0   8  magic          b"BKJRNL02"  (b"BKJRNL01" was format 1, which this code refuses)
+      0   8  magic          b"BKJRNL03"  (b"BKJRNL02", format 2, is still read: see below;
+                                                b"BKJRNL01", format 1, is refused)
       8   8  journal_id     u64
       16  8  start          u64 logical offset of the first group
       24  8  salt           u64 random, drawn when the file is created; it never leaves the file
@@ -21,10 +22,16 @@ preallocated in ``journalPreAllocSizeMB`` steps)::
       4   4  body_len       u32 (> 0)
       8   8  start          u64 logical offset of the body's first byte
       16  8  salt           u64 the salt of the file the group is in
-      24  4  body_crc       crc32 of the body
+      24  4  body_crc       CRC-32C (Castagnoli) of the body; in format 2 files, zlib's CRC-32
       28  4  header_crc     crc32 of bytes 0..28
     body: ``body_len`` bytes = ring bytes [start, start + body_len): whole records
     (see bookie.storage.records).
+
+Format 3 differs from format 2 only in the body's CRC: CRC-32C, which the processor computes
+(12 GB/s on the benchmark machine against zlib's CRC-32 at 1.5 GB/s: at 200 MB/s of adds that was
+a seventh of a core in the journal process).  A format 2 file (left by the release before, e.g.
+by a crash just before an upgrade) is scanned and replayed with zlib's CRC-32, as written; the
+writer writes format 3 only.  The headers' own CRCs are zlib's in both.
 
 Groups of one journal are contiguous in logical offsets, within a file and across files.  A
 group is written with one ``writev`` straight from the shared-memory ring and made durable by
@@ -85,10 +92,15 @@ import time
 import zlib
 from typing import NamedTuple
 
+import crc32c
+
 from bookie.storage.journal_set import lastmark_name
 
-FILE_MAGIC = b"BKJRNL02"
+FILE_MAGIC = b"BKJRNL03"
+# magic -> (journal format, CRC of a group's body) of the files this code reads
+READ_FORMATS = {FILE_MAGIC: (3, crc32c.crc32c), b"BKJRNL02": (2, zlib.crc32)}
 OLD_FILE_MAGICS = {b"BKJRNL01": 1}  # magic -> journal format this code cannot read
+_BODY_CRC = {fmt: crc for fmt, crc in READ_FORMATS.values()}
 FILE_HEADER = struct.Struct("<8sQQQI")
 FILE_HEADER_CRC_END = 32
 FILE_HEADER_SIZE = 64
@@ -143,9 +155,10 @@ def pack_group_header(start: int, body_len: int, body_crc: int, salt: int) -> by
 
 
 def crc_of(parts) -> int:
+    """The body CRC of a format 3 group made of ``parts``."""
     crc = 0
     for p in parts:
-        crc = zlib.crc32(p, crc)
+        crc = crc32c.crc32c(p, crc)
     return crc
 
 
@@ -155,6 +168,12 @@ class FileHeader(NamedTuple):
     journal_id: int
     start: int  # logical offset of the file's first group
     salt: int
+    format: int = 3  # journal format (READ_FORMATS)
+
+    @property
+    def body_crc(self):
+        """The CRC function of this file's group bodies."""
+        return _BODY_CRC[self.format]
 
 
 @dataclasses.dataclass
@@ -180,21 +199,23 @@ def read_file_header(path: str, buf) -> FileHeader:
     if magic in OLD_FILE_MAGICS:
         raise JournalFormatError(
             f"journal {path}: journal format {OLD_FILE_MAGICS[magic]}, written by an older "
-            f"release; this bookie reads format 2 only and cannot replay it (wipe the bookie "
+            f"release; this bookie reads formats 2 and 3 only and cannot replay it (wipe the bookie "
             f"with 'bookie shell bookieformat --force' and let its ledgers be re-replicated)")
     if len(buf) < FILE_HEADER_SIZE:
         raise CorruptJournalError(f"journal {path}: file header cut short")
     magic, journal_id, start, salt, crc = FILE_HEADER.unpack_from(buf, 0)
-    if magic != FILE_MAGIC or zlib.crc32(bytes(buf[:FILE_HEADER_CRC_END])) != crc:
+    if magic not in READ_FORMATS or zlib.crc32(bytes(buf[:FILE_HEADER_CRC_END])) != crc:
         raise CorruptJournalError(f"journal {path}: bad file header")
-    return FileHeader(journal_id, start, salt)
+    return FileHeader(journal_id, start, salt, READ_FORMATS[magic][0])
 
 
-def _group_at(mv: memoryview, off: int, salt: int):
-    """(start, body) of the group at ``off`` if it carries ``salt`` and checks out, else None."""
+def _group_at(mv: memoryview, off: int, salt: int, body_crc=crc32c.crc32c):
+    """(start, body) of the group at ``off`` if it carries ``salt`` and checks out (its body by
+    ``body_crc``, the file format's), else None."""
     if off + GROUP_HEADER_SIZE > len(mv):
         return None
-    magic, body_len, start, group_salt, body_crc, header_crc = GROUP_HEADER.unpack_from(mv, off)
+    crc_body = body_crc
+    magic, body_len, start, group_salt, want_crc, header_crc = GROUP_HEADER.unpack_from(mv, off)
     if magic != GROUP_MAGIC or group_salt != salt or body_len == 0:
         return None
     if zlib.crc32(mv[off:off + GROUP_HEADER_CRC_END]) != header_crc:
@@ -203,12 +224,13 @@ def _group_at(mv: memoryview, off: int, salt: int):
     if body_at + body_len > len(mv):
         return None
     body = mv[body_at:body_at + body_len]
-    if zlib.crc32(body) != body_crc:
+    if crc_body(body) != want_crc:
         return None
     return start, body
 
 
-def _later_group(buf: bytes, mv: memoryview, off: int, salt: int, after: int) -> int | None:
+def _later_group(buf: bytes, mv: memoryview, off: int, salt: int, after: int,
+                 body_crc=crc32c.crc32c) -> int | None:
     """Offset of a whole group after ``off`` with this file's salt and a logical start past
     ``after``: proof that the writer went on past ``off``, so the damage there is no torn tail.
 
@@ -223,7 +245,7 @@ def _later_group(buf: bytes, mv: memoryview, off: int, salt: int, after: int) ->
             return None
         if buf[pos + _GROUP_SALT_AT:pos + _GROUP_SALT_AT + 8] != salt_bytes:
             continue
-        found = _group_at(mv, pos, salt)
+        found = _group_at(mv, pos, salt, body_crc)
         if found is not None and found[0] > after:
             return pos
 
@@ -244,9 +266,9 @@ def scan_file(path: str):
     off = FILE_HEADER_SIZE
     expect = header.start
     while True:
-        found = _group_at(mv, off, header.salt)
+        found = _group_at(mv, off, header.salt, header.body_crc)
         if found is None:
-            later = _later_group(buf, mv, off, header.salt, expect)
+            later = _later_group(buf, mv, off, header.salt, expect, header.body_crc)
             if later is not None:
                 zeros = not buf[off:off + GROUP_HEADER_SIZE].strip(b"\0")
                 what = "zeros" if zeros else "a damaged group"

@@ -69,7 +69,11 @@ class LedgerStorage:
         self.entries_total += len(entry_ids)
         if len(entry_ids):
             top = int(entry_ids.max())
-            if top > self._high.get(ledger_id, -1):
+            # against the known mark, never a default: a ledger the memory does not hold yet
+            # (after a restart, the journal's replay stores before any add asks) may hold
+            # higher entries already, and a mark lowered to ``top`` would let them be written
+            # again (write-once, core/ledgers.py invariant 7)
+            if top > self._high_mark(ledger_id):
                 self._high[ledger_id] = top
 
     def store_record(self, ledger_id: int, record: bytes) -> None:
@@ -85,6 +89,9 @@ class LedgerStorage:
             with self.index.env.begin() as txn:
                 last = self.index.last_entry(txn, ledger_id)
             high = -1 if last is None else last[0]
+            for item in self._batches:  # stored, not yet committed to the index
+                if item[0] == ledger_id and len(item[1]):
+                    high = max(high, int(item[1].max()))
             if len(self._high) >= HIGH_MARKS:
                 self._high.clear()
             self._high[ledger_id] = high

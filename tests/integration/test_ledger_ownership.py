@@ -282,6 +282,31 @@ def test_an_entry_held_is_never_rewritten_and_an_identical_resend_is_answered_ok
         assert raw.read(lid, 0, 4) == (Status.OK, held)
 
 
+def test_an_entry_held_before_a_restart_is_not_rewritten_once_the_journal_replayed_a_lower_one(tmp_path):
+    """Write-once across a replay (found by tests/unit/test_ownership_property.py): a bookie
+    remembers each ledger's highest stored entry id, to skip the held-entry lookup of ids above
+    it; after a restart that memory started from the first entry the journal's replay stored.
+    Entry 5 checkpointed, entry 0 only in the journal, a SIGKILL: the replay of entry 0 made the
+    highest id 0, and entry 5 was then taken again with other bytes (answered OK, read back
+    changed)."""
+    lid = 4242
+    conf = {**CONF, "flushInterval": 600_000}  # no checkpoint but the clean stop's
+    with LocalBookies(1, base_dir=str(tmp_path / "e"), conf=conf) as ens:
+        create_ledgers(ens.metadata_uri, [lid], KEY)
+        first = make_entry(lid, 5, b"acknowledged first")
+        with RawBookieClient(ens.bookies[0]) as raw:
+            assert raw.add(lid, [first], KEY) == Status.OK
+        assert ens.stop(0) == 0  # its final checkpoint: entry 5 before the mark
+        ens.start(0)
+        with RawBookieClient(ens.bookies[0]) as raw:
+            assert raw.add(lid, [make_entry(lid, 0, b"zero")], KEY) == Status.OK
+        ens.kill(0)  # entry 0 only in the journal: the start replays it
+        ens.start(0)
+        with RawBookieClient(ens.bookies[0]) as raw:
+            assert raw.add(lid, [make_entry(lid, 5, b"other bytes")], KEY) == Status.ENTRY_EXISTS
+            assert raw.read(lid, 5, 1) == (Status.OK, [first])
+
+
 # -- the lookup's budget, against a real embedded store -------------------------------------------
 
 def test_the_owner_lookup_reads_each_ledger_once_and_within_its_budget(tmp_path):

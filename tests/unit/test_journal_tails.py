@@ -106,7 +106,7 @@ def _expected(path: str, before: list, last) -> tuple[list, int]:
         f.seek(at)
         on_disk = f.read(group)
     if on_disk == journal.pack_group_header(
-            last.start, len(last.body), zlib.crc32(last.body), _salt(path)) + bytes(last.body):
+            last.start, len(last.body), journal.crc_of([last.body]), _salt(path)) + bytes(last.body):
         return before + [bytes(last.body)], last.end
     return before, last.start
 
@@ -209,7 +209,7 @@ def test_a_group_that_does_not_continue_the_logical_offsets_is_refused(tmp_path)
     header = journal.read_file_header(path, _read(path))
     second = list(journal.scan_file(path))[1]
     body = bytes(second.body)
-    forged = journal.pack_group_header(second.start + 1, len(body), zlib.crc32(body), header.salt)
+    forged = journal.pack_group_header(second.start + 1, len(body), journal.crc_of([body]), header.salt)
     with open(path, "r+b") as f:
         f.seek(second.file_offset)
         f.write(forged)
@@ -299,3 +299,49 @@ def test_a_journal_of_the_older_format_is_refused_with_its_format_named(tmp_path
     with pytest.raises(journal.JournalFormatError, match="format 1") as e:
         journal_end(str(tmp_path))
     assert journal_name(1) in str(e.value)
+
+
+def _as_format_2(path: str) -> None:
+    """Rewrite a format 3 journal file as the release before wrote it: magic b"BKJRNL02" and
+    each group's body CRC zlib's CRC-32 (the headers' CRCs redone)."""
+    header = journal.read_file_header(path, _read(path))
+    groups = list(journal.scan_file(path))
+    with open(path, "r+b") as f:
+        head = journal.FILE_HEADER.pack(b"BKJRNL02", header.journal_id, header.start, header.salt,
+                                        0)[:journal.FILE_HEADER_CRC_END]
+        f.write(head + struct.pack("<I", zlib.crc32(head)))
+        for g in groups:
+            f.seek(g.file_offset)
+            f.write(journal.pack_group_header(g.start, len(g.body), zlib.crc32(g.body), header.salt))
+
+
+def test_a_format_2_journal_left_by_the_release_before_is_read_with_its_own_crc(tmp_path):
+    """Format 3 changed only the body CRC (CRC-32C for zlib's CRC-32): a journal a bookie of
+    the release before left behind (a crash just before the upgrade) still replays, whole."""
+    bodies = [_fence(i) for i in range(5)]
+    _write(tmp_path, bodies)
+    path = _last_file(tmp_path)
+    assert journal.read_file_header(path, _read(path)).format == 3
+    _as_format_2(path)
+    assert journal.read_file_header(path, _read(path)).format == 2
+    assert _bodies(tmp_path) == bodies
+    more = [_fence(9)]
+    _write(tmp_path, more, start=journal_end(str(tmp_path)))  # the new writer: format 3
+    assert journal.read_file_header(_last_file(tmp_path), _read(_last_file(tmp_path))).format == 3
+    assert _bodies(tmp_path) == bodies + more
+
+
+def test_format_3_bodies_are_checked_by_crc32c_not_zlibs_crc(tmp_path):
+    """A format 3 group whose body CRC is zlib's does not check out: it is a torn tail (the
+    scan stops there) and never a group that was written."""
+    bodies = [_fence(i) for i in range(3)]
+    _write(tmp_path, bodies)
+    path = _last_file(tmp_path)
+    header = journal.read_file_header(path, _read(path))
+    last = list(journal.scan_file(path))[-1]
+    assert journal.crc_of([last.body]) != zlib.crc32(last.body)
+    with open(path, "r+b") as f:
+        f.seek(last.file_offset)
+        f.write(journal.pack_group_header(last.start, len(last.body), zlib.crc32(last.body),
+                                          header.salt))
+    assert _bodies(tmp_path) == bodies[:-1]

@@ -266,3 +266,30 @@ def test_a_fence_is_restated_by_compaction_and_survives_a_rebuild(tmp_path):
         assert bookie.state()[0][0]["fenced"] and bookie.state()[0][0]["lac"] == 2
     finally:
         bookie.close()
+
+
+@pytest.mark.parametrize("first_after_restart", ["replayed", "added"])
+def test_an_entry_stored_before_a_restart_stays_write_once_whatever_is_stored_first_after_it(
+        tmp_path, first_after_restart):
+    """Write-once across a restart (found by the property above: cred_add 1/5 b, delete, cred_add
+    1/0 a, crash, cred_add 1/5 a).  The storage keeps each ledger's highest stored entry id to
+    skip the held-entry lookup of ids above it; after a restart that memory was started from the
+    first entry stored (a journal replay's, or a live add's): entry 0 made the highest id 0,
+    and entry 5, stored before the restart, could then be written again with other bytes."""
+    bookie = Bookie(str(tmp_path))
+    try:
+        bookie.add(0, OWNER_KEY, 5, 1, False, b"b")
+        bookie.checkpoint()
+        if first_after_restart == "replayed":
+            bookie.add(0, OWNER_KEY, 0, 1, False, b"a")  # after the mark: the restart replays it
+            bookie.commit()
+            bookie.crash()
+        else:
+            bookie.crash()
+            bookie.add(0, OWNER_KEY, 0, 1, False, b"a")
+            bookie.commit()
+        bookie.add(0, OWNER_KEY, 5, 1, False, b"a")  # other bytes: must be ENTRY_EXISTS
+        bookie.commit()
+        assert bookie.state()[2][(0, 5)] == bookie.bytes_seen[(0, 5)]
+    finally:
+        bookie.close()
