@@ -55,7 +55,7 @@ from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock
 from bookie.metadata.recovery_secret import write_secret_file
 from bookie.storage.layout import LayoutError, all_dirs, check_or_stamp, remembered_port
 from bookie.storage.index_check import check_index
-from bookie.workers.common import free_port_pair, log_line as log, set_pdeathsig
+from bookie.workers.common import free_port_pair, log_line as log, worker_preexec
 from bookie.workers.gc_worker import request_gc
 from bookie.storage.ring import NO_ROOM, READONLY, Ring
 from bookie.storage.journal_set import index_of_role, roles as journal_roles
@@ -226,7 +226,7 @@ class Supervisor:
             role in RING_ROLES or index_of_role(role) is not None) else ()
         try:
             w.proc = subprocess.Popen(cmd, pass_fds=(wfd, go_r, *self.lock.fds, *ring_fds),
-                                      preexec_fn=set_pdeathsig,
+                                      preexec_fn=worker_preexec,
                                       stdin=subprocess.DEVNULL, env=self.metrics.worker_env())
         except BaseException:
             for fd in (r, go_w):
