@@ -101,6 +101,7 @@ FILE_MAGIC = b"BKJRNL03"
 READ_FORMATS = {FILE_MAGIC: (3, crc32c.crc32c), b"BKJRNL02": (2, zlib.crc32)}
 OLD_FILE_MAGICS = {b"BKJRNL01": 1}  # magic -> journal format this code cannot read
 _BODY_CRC = {fmt: crc for fmt, crc in READ_FORMATS.values()}
+_WRITE_CRC = READ_FORMATS[FILE_MAGIC][1]  # the body CRC of the format written
 FILE_HEADER = struct.Struct("<8sQQQI")
 FILE_HEADER_CRC_END = 32
 FILE_HEADER_SIZE = 64
@@ -158,7 +159,7 @@ def crc_of(parts) -> int:
     """The body CRC of a format 3 group made of ``parts``."""
     crc = 0
     for p in parts:
-        crc = crc32c.crc32c(p, crc)
+        crc = _WRITE_CRC(p, crc)
     return crc
 
 
@@ -209,12 +210,11 @@ def read_file_header(path: str, buf) -> FileHeader:
     return FileHeader(journal_id, start, salt, READ_FORMATS[magic][0])
 
 
-def _group_at(mv: memoryview, off: int, salt: int, body_crc=crc32c.crc32c):
+def _group_at(mv: memoryview, off: int, salt: int, body_crc=_WRITE_CRC):
     """(start, body) of the group at ``off`` if it carries ``salt`` and checks out (its body by
     ``body_crc``, the file format's), else None."""
     if off + GROUP_HEADER_SIZE > len(mv):
         return None
-    crc_body = body_crc
     magic, body_len, start, group_salt, want_crc, header_crc = GROUP_HEADER.unpack_from(mv, off)
     if magic != GROUP_MAGIC or group_salt != salt or body_len == 0:
         return None
@@ -224,13 +224,13 @@ def _group_at(mv: memoryview, off: int, salt: int, body_crc=crc32c.crc32c):
     if body_at + body_len > len(mv):
         return None
     body = mv[body_at:body_at + body_len]
-    if crc_body(body) != want_crc:
+    if body_crc(body) != want_crc:
         return None
     return start, body
 
 
 def _later_group(buf: bytes, mv: memoryview, off: int, salt: int, after: int,
-                 body_crc=crc32c.crc32c) -> int | None:
+                 body_crc=_WRITE_CRC) -> int | None:
     """Offset of a whole group after ``off`` with this file's salt and a logical start past
     ``after``: proof that the writer went on past ``off``, so the damage there is no torn tail.
 

@@ -22,12 +22,12 @@ from bookie.workers.common import free_port_pair
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def bookie_run(tmp_path, *extra: str) -> subprocess.Popen:
+def bookie_run(tmp_path, *extra: str, **popen) -> subprocess.Popen:
     port = free_port_pair("127.0.0.1")
     return subprocess.Popen(
         [sys.executable, "-m", "bookie", "run", "--set", f"journalDirectory={tmp_path}",
          "--set", f"ledgerDirectories={tmp_path}", "--set", f"bookiePort={port}", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
 @pytest.fixture(scope="module")
@@ -60,13 +60,9 @@ def test_a_terminals_ctrl_c_early_in_bookie_run_prints_no_traceback_from_any_pro
     launched early, still importing.  Before the fix the workers met it as KeyboardInterrupt and
     printed tracebacks (5 of 12 tries in the first 1.5 s); now only the supervisor acts on it."""
     for i, delay_s in enumerate((0.3, 0.5, 0.7, 0.9, 1.2)):
-        port = free_port_pair("127.0.0.1")
         d = tmp_path / f"b{i}"
         d.mkdir()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "bookie", "run", "--set", f"journalDirectory={d}",
-             "--set", f"ledgerDirectories={d}", "--set", f"bookiePort={port}"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        proc = bookie_run(d, start_new_session=True)
         time.sleep(delay_s)
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=120)
