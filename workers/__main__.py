@@ -44,6 +44,10 @@ def main(argv=None) -> int:
     ctx = WorkerContext(args.role, conf, args.run_dir, args.ready_fd)
     setproctitle.setproctitle(ctx.name)  # its name in ps from the start, waiting or not
     module = importlib.import_module(ROLES["journal" if is_journal else args.role])
+    # The metrics library as well, while the workers before this one start: its import (some
+    # 50 ms) came with the first metric, after the go, and so lay on the start's
+    # sequential path.  Its multiprocess mode reads PROMETHEUS_MULTIPROC_DIR, set since exec.
+    importlib.import_module("prometheus_client")
     if args.go_fd is not None and not wait_for_go(args.go_fd):
         return 0
     logs.install_library_logging()  # kazoo's records as log lines of the worker's format
