@@ -8,26 +8,40 @@ lower layers' errors become one clear line on stderr and an exit status.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
-from bookie import __version__
-from bookie.appliance import autorecovery_cmd, localbookie, run_cmd, shell
 from bookie.appliance.errors import CliError
-from bookie.bench import cli as bench_cli
 from bookie.metadata import MetadataError
-from bookie.testing.localbookies import LocalBookieError
 from bookie.workers import logs
 from bookie.workers.config import ConfigError
 from bookie.storage.layout import LayoutError
 
-_GROUPS = (run_cmd, localbookie, shell, autorecovery_cmd, bench_cli)
+# Each subcommand group's module, by the command it registers.  ``bookie run`` (every bookie's
+# start, hundreds in a test suite) imports its own alone: not the shell, the client, the
+# benchmarks or the test harness, which it never uses.
+_GROUPS = {"run": "bookie.appliance.run_cmd", "localbookie": "bookie.appliance.localbookie",
+           "shell": "bookie.appliance.shell", "autorecovery": "bookie.appliance.autorecovery_cmd",
+           "bench": "bookie.bench.cli"}
 
 # A subcommand raises the error of the layer that refused; each is one line and exit status 2.
-USAGE_ERRORS = (CliError, bench_cli.BenchOptionError, ConfigError, LayoutError, MetadataError,
-                LocalBookieError)
+# Two more come from groups imported only for their own command (``_usage_errors``).
+USAGE_ERRORS = (CliError, ConfigError, LayoutError, MetadataError)
+_GROUP_USAGE_ERRORS = (("bookie.bench.cli", "BenchOptionError"),
+                       ("bookie.testing.localbookies", "LocalBookieError"))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _usage_errors() -> tuple[type[Exception], ...]:
+    """USAGE_ERRORS and those of the imported groups (one not imported raised nothing)."""
+    return USAGE_ERRORS + tuple(getattr(sys.modules[m], name) for m, name in _GROUP_USAGE_ERRORS
+                                if m in sys.modules)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The ``bookie`` parser: every command's, or when ``argv`` names one (its first word) only
+    that command's (the same parser for it, without importing the others)."""
+    from bookie import __version__
+
     parser = argparse.ArgumentParser(
         prog="bookie",
         description="A BookKeeper-style bookie appliance: run a bookie, a local ensemble, "
@@ -35,13 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"bookie {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for group in _GROUPS:
-        group.register(sub)
+    named = _GROUPS.get(argv[0]) if argv else None
+    for module in [named] if named else _GROUPS.values():
+        importlib.import_module(module).register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     logs.install_logging()  # the client's records (bookie.client) as the bookie's log lines
     logs.install_library_logging()  # and kazoo's, in the same format (--log-format json too)
@@ -49,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         rc = args.func(args)
     except KeyboardInterrupt:
         return 130
-    except USAGE_ERRORS as e:
+    except _usage_errors() as e:
         print(f"bookie {args.command}: {e}", file=sys.stderr)
         return 2
     return int(rc or 0)
