@@ -13,6 +13,10 @@ the add worker (it replays the journal from LastLogMark) and wait; start the rea
 and GC workers; register the bookie in the metadata store.  Every refusal up to the index
 check is one log line and exit status 2, before anything is registered or created.
 
+Serving, the supervisor says so on stderr (``bookie serving``) and, when started with
+``NOTIFY_SOCKET`` in its environment, to that socket (systemd's notify protocol: ``READY=1``;
+``STOPPING=1`` when it begins to stop), so whoever started it need not poll its log.
+
 Stop order (SIGTERM / SIGINT): unregister; stop read and GC; stop the add worker (it answers
 what is durable and checkpoints); stop the journal (it writes what is left); close the ring;
 release the directories.
@@ -37,6 +41,7 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -123,6 +128,8 @@ class Supervisor:
         self.metrics = None  # exposition.BookieRegistry of this run
         self._readonly_lock = threading.RLock()  # the admin API's threads, signals, the loop
         self.started = False  # something was created that shutdown must undo
+        # systemd's notify protocol; taken out of the environment: workers never send (sd_notify)
+        self.notify_socket = os.environ.pop("NOTIFY_SOCKET", "")
 
     def log(self, event: str, **fields) -> None:
         log(self.name, event, **fields)
@@ -191,6 +198,22 @@ class Supervisor:
         self.log("bookie serving", bookie_id=conf.bookie_id, address=conf.bookie_address,
                  add_port=conf.bookie_port,
                  read_port=conf.bookie_port + 1, metadata=conf.metadata_uri or "none")
+        self.notify(b"READY=1")
+
+    def notify(self, state: bytes) -> None:
+        """Send ``state`` to ``NOTIFY_SOCKET`` if there is one (a path, or ``@name`` for an
+        abstract socket).  Best effort: the log line is the record, and a listener that is gone
+        or out of reach changes nothing for the bookie."""
+        if not self.notify_socket:
+            return
+        address = self.notify_socket
+        if address.startswith("@"):
+            address = "\0" + address[1:]
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+                s.sendto(state + b"\nMAINPID=%d" % os.getpid(), address)
+        except OSError as e:
+            self.log("could not notify", socket=self.notify_socket, error=e.strerror)
 
     def _remove_leftovers(self) -> None:
         """Remove the run directory and ring of a predecessor on these directories that was
@@ -505,6 +528,8 @@ class Supervisor:
     def shutdown(self) -> None:
         """Stop in order (module docstring), remove what the bookie made, release the
         directories.  Logs ``bookie stopped`` with the reason if anything had been started."""
+        if self.started:
+            self.notify(b"STOPPING=1")
         if self.registrar is not None:
             self.registrar.stop()
         if self.registration is not None:

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -86,6 +88,10 @@ class LocalBookies:
         self.procs: list[subprocess.Popen | None] = [None] * n
         self._log_offsets: dict[int, int] = {}
         self._logs = [None] * n
+        # Each bookie says READY=1 here when it serves (the supervisor's NOTIFY_SOCKET):
+        # wait_serving wakes on it instead of finding the log line at its next look.
+        self._notify_dir: str | None = None
+        self._notify: list[socket.socket | None] = [None] * n
 
     # -- paths -------------------------------------------------------------------------------------
     def bookie_dir(self, i: int) -> str:
@@ -210,17 +216,40 @@ class LocalBookies:
                 cmd += ["--set", f"{k}={v}"]
         log = open(self.log_path(i), "ab")
         self._log_offsets[i] = log.tell()  # wait_serving reads this start's lines only
+        env = {**os.environ, "NOTIFY_SOCKET": self._notify_socket(i)}
         # Own session: kill(i) can SIGKILL the whole bookie at once.  PDEATHSIG: the bookies
         # stop with the process (thread) that started them, even if it dies without cleaning up.
         self.procs[i] = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                         start_new_session=True, preexec_fn=set_pdeathsig)
+                                         start_new_session=True, preexec_fn=set_pdeathsig, env=env)
         log.close()
         if wait:
             self.wait_serving(i)
 
+    def _notify_socket(self, i: int) -> str:
+        """The path of bookie i's notify socket (made on first use; emptied of what an earlier
+        start of bookie i sent)."""
+        if self._notify_dir is None:  # short and private: a socket path has ~100 bytes at most
+            self._notify_dir = tempfile.mkdtemp(prefix="lbnotify-")
+        path = os.path.join(self._notify_dir, str(i))
+        if self._notify[i] is None:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+            s.bind(path)
+            os.chmod(path, 0o777)  # a bookie run as another user (command_prefix) may send too
+            self._notify[i] = s
+        self._notify[i].setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                self._notify[i].recv(4096)
+        return path
+
     def wait_serving(self, i: int) -> None:
+        """Return once bookie i serves: its READY=1 (the supervisor's notify protocol), or its
+        ``bookie serving`` line in the log, whichever is seen first (the line is the record: a
+        bookie that cannot reach the socket still counts).  Raises LocalBookieError if it exits
+        or is not serving within ``start_timeout_s``."""
         deadline = time.monotonic() + self.start_timeout_s
         start_at = self._log_offsets.get(i, 0)
+        notify = self._notify[i]
         while time.monotonic() < deadline:
             p = self.procs[i]
             if p.poll() is not None:  # what this start wrote, not a running instance's log
@@ -231,7 +260,11 @@ class LocalBookies:
                 text = f.read()
                 if b"supervisor: bookie serving" in text or b'"event":"bookie serving"' in text:
                     return
-            time.sleep(0.05)
+            if notify is None:
+                time.sleep(0.05)
+                continue
+            if select.select([notify], [], [], 0.05)[0] and _ready(notify):
+                return
         raise LocalBookieError(f"bookie {i} not serving after {self.start_timeout_s} s:\n{self.log(i)[-3000:]}")
 
     def stop(self, i: int, timeout_s: float = 30.0) -> int:
@@ -348,6 +381,13 @@ class LocalBookies:
                 p.wait(10)
         for i in range(self.n):
             self._remove_run_leftovers(i)
+        for i, s in enumerate(self._notify):
+            if s is not None:
+                s.close()
+                self._notify[i] = None
+        if self._notify_dir is not None:
+            shutil.rmtree(self._notify_dir, ignore_errors=True)
+            self._notify_dir = None
         if self._own_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
 
@@ -374,6 +414,15 @@ class LocalBookies:
             lock.set_runtime()  # nothing left outside the directories now
         finally:
             lock.release()
+
+
+def _ready(notify: socket.socket) -> bool:
+    """Whether the datagrams waiting on ``notify`` include READY=1."""
+    ready = False
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            ready |= b"READY=1" in notify.recv(4096).split(b"\n")
+    return ready
 
 
 def _children(pid: int) -> list[int]:
