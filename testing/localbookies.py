@@ -233,8 +233,7 @@ class LocalBookies:
         path = os.path.join(self._notify_dir, str(i))
         if self._notify[i] is None:
             s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-            s.bind(path)
-            os.chmod(path, 0o777)  # a bookie run as another user (command_prefix) may send too
+            s.bind(path)  # private (0700): a bookie run as another user is seen by its log line
             self._notify[i] = s
         self._notify[i].setblocking(False)
         with contextlib.suppress(BlockingIOError):
