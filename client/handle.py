@@ -71,6 +71,8 @@ class LedgerHandle:
         self._watch_lock = threading.Lock()
         self._parked: set = set()
         self._unwatch = None
+        self._watching = False  # the watch is on: every change from now on reaches ``_seen``
+        self._polled_empty = True  # the last long poll found nothing (or none ran yet)
 
     def __repr__(self) -> str:
         return (f"<LedgerHandle {self.ledger_id} {'writer' if self._writer else 'reader'} "
@@ -313,7 +315,7 @@ class LedgerHandle:
         the LAC known then (check it: it may still be <= after_entry_id)."""
         if self._writer is not None or self._lac > after_entry_id:
             return self.last_add_confirmed
-        if self._refresh():
+        if self._view_closed():
             return self._lac
         lac = self._runner.wait(self._long_poll(after_entry_id, timeout_s),
                                 timeout_s + self._runner.io.read_timeout_s + 5)
@@ -337,7 +339,7 @@ class LedgerHandle:
             raise InvalidArgumentError(f"bad tail read after {after_entry_id} of {max_entries} "
                                        f"entries", ledger_id=self.ledger_id)
         if self.last_add_confirmed <= after_entry_id and self._writer is None:
-            self._refresh()  # a closed ledger's end, or a new fragment to poll
+            self._view_closed()  # a closed ledger's end, or a new fragment to poll
         if self.last_add_confirmed > after_entry_id or self._writer is not None or \
                 self._info.state is LedgerState.CLOSED:
             lac = self.last_add_confirmed
@@ -380,6 +382,15 @@ class LedgerHandle:
 
     # -- a reader's long polls and its watch on the metadata ----------------------------------
 
+    def _view_closed(self) -> bool:
+        """Before a long poll: whether the ledger is closed, its metadata read again unless
+        the watch keeps this view current (on, and the last poll found entries: a poll that
+        found nothing re-reads, so a change the watch missed costs at most one poll).  A
+        reader keeping up with a busy writer then reads the store once, not once a round."""
+        if self._watching and not self._polled_empty:
+            return self._info.state is LedgerState.CLOSED
+        return self._refresh()
+
     def _long_poll(self, after_entry_id: int, timeout_s: float) -> Future:
         """A Future of the LAC after a long poll of the view's last fragment, which follows
         the ledger's metadata while it waits (a watch, ``_watch``): closed (or deleted), the
@@ -409,27 +420,35 @@ class LedgerHandle:
                 with self._watch_lock:
                     self._parked.discard(wake)
                 if f.exception() is not None:
+                    self._polled_empty = True
                     fail(out, f.exception())
                 else:
+                    self._polled_empty = f.result() <= after_entry_id
                     resolve(out, f.result())
 
         def wake(ended: bool) -> None:  # the watch's thread: the metadata moved on
             with settle:
                 if out.done():
                     return
-                old = polls[0]
+                old = polls[0] if polls else None
                 if ended:
                     with self._watch_lock:
                         self._parked.discard(wake)
                     resolve(out, self._lac)
                 else:
                     start()
-            old.cancel()  # ends that operation: it sends nothing more
+            if old is not None:
+                old.cancel()  # ends that operation: it sends nothing more
 
         with self._watch_lock:
-            self._parked.add(wake)
+            closed = self._info.state is LedgerState.CLOSED  # the watch took a close just now
+            if not closed:
+                self._parked.add(wake)  # from here on, every change wakes this poll
         with settle:
-            start()
+            if closed:
+                resolve(out, self._lac)
+            elif not out.done() and not polls:  # (a wake-up may have started it already)
+                start()
         self._watch()
         return out
 
@@ -456,8 +475,10 @@ class LedgerHandle:
             fresh, _ = self._store.read_info(self.ledger_id)
         except Exception as exc:  # noqa: BLE001 - a store down: the polls run out as before
             log.debug("ledger %d: no watch on its metadata (%s)", self.ledger_id, exc)
-            return
+            return  # (not ``_watching``: each poll reads the metadata first, as without one)
         self._seen(fresh)
+        with self._watch_lock:
+            self._watching = self._unwatch is cell  # not if it ended (closed) meanwhile
 
     def _seen(self, info: LedgerInfo | None) -> None:
         """The metadata as the watch (or the read after it) saw it; None: the ledger was
@@ -479,6 +500,7 @@ class LedgerHandle:
     def _stop_watching(self) -> None:
         with self._watch_lock:
             cell, self._unwatch = self._unwatch, None
+            self._watching = False
         if cell is not None and cell[0] is not None:
             try:
                 cell[0]()

@@ -122,3 +122,42 @@ def test_a_poll_parked_when_the_ledger_closes_ends_with_its_last_entry(ensemble)
         assert time.monotonic() - start < PROMPT_S
         assert [e.data for e in entries] == [b"e1"]
         assert rh.is_closed and rh.last_add_confirmed == 1
+
+
+def test_a_close_between_two_polls_is_seen_by_the_next_one(ensemble):
+    """The watch on: a caught-up reader whose last poll found entries does not re-read the
+    metadata before its next poll; a close that lands between the two still ends that poll
+    at once (the watch delivers it, now or after the poll parked)."""
+    with BookKeeper(ensemble.metadata_uri, QUIET_WRITER) as wbk, \
+            BookKeeper(ensemble.metadata_uri) as rbk:
+        lh, rh = _writer_and_reader(ensemble, wbk, rbk)
+        parked = rh.read_new_entries_async(-1, timeout_s=20)
+        time.sleep(0.3)  # the poll parks (the bookie knows LAC -1) and the watch starts
+        lh.add_entry(b"e1")  # carries LAC 0: the poll is answered with entry 0
+        assert [e.data for e in parked.result(10)] == [b"e0"]
+        start = time.monotonic()
+        lh.close()  # between polls: no poll is parked now
+        entries = rh.read_new_entries_async(0, timeout_s=20).result(30)
+        assert [e.data for e in entries] == [b"e1"]
+        assert time.monotonic() - start < PROMPT_S
+        assert rh.is_closed and rh.last_add_confirmed == 1
+
+
+def test_a_caught_up_tailer_reads_the_metadata_once_not_every_round(ensemble, monkeypatch):
+    from bookie.client.metadata import ClientStore
+    reads = []
+    read_info = ClientStore.read_info
+    monkeypatch.setattr(ClientStore, "read_info",
+                        lambda self, lid: (reads.append(lid), read_info(self, lid))[1])
+    with BookKeeper(ensemble.metadata_uri) as wbk, BookKeeper(ensemble.metadata_uri) as rbk:
+        lh, rh = _writer_and_reader(ensemble, wbk, rbk)
+        del reads[:]
+        rounds, upto = 0, -1
+        for i in range(1, 101):
+            lh.add_entry(b"e%d" % i)  # carries LAC i - 1: a poll after i - 2 is answered at once
+            entries = rh.read_new_entries_async(upto, timeout_s=10).result(30)
+            rounds += 1
+            upto = entries[-1].entry_id if entries else upto
+        assert upto == 99 and rounds == 100
+        assert len(reads) <= 5, f"{len(reads)} metadata reads in {rounds} rounds"
+        lh.close()
