@@ -466,12 +466,12 @@ class LedgerHandle:
         def changed(meta, _version) -> None:  # the store's watch thread
             handle = ref()
             if handle is None:  # dropped without close: nobody polls
-                if cell[0] is not None:
-                    cell[0]()
+                _cancel_quietly(cell)
                 return
             handle._seen(None if meta is None else to_info(handle.ledger_id, meta))
         try:
             cell[0] = self._store.store.watch_ledger(self.ledger_id, changed)
+            weakref.finalize(self, _cancel_quietly, cell)  # a handle dropped without close()
             fresh, _ = self._store.read_info(self.ledger_id)
         except Exception as exc:  # noqa: BLE001 - a store down: the polls run out as before
             log.debug("ledger %d: no watch on its metadata (%s)", self.ledger_id, exc)
@@ -501,11 +501,18 @@ class LedgerHandle:
         with self._watch_lock:
             cell, self._unwatch = self._unwatch, None
             self._watching = False
-        if cell is not None and cell[0] is not None:
-            try:
-                cell[0]()
-            except Exception as exc:  # noqa: BLE001 - a store closed meanwhile
-                log.debug("ledger %d: cancelling the metadata watch: %s", self.ledger_id, exc)
+        if cell is not None:
+            _cancel_quietly(cell)
+
+
+def _cancel_quietly(cell: list) -> None:
+    """Cancel the watch in ``cell`` (once; a store closed meanwhile is no error)."""
+    cancel, cell[0] = cell[0], None
+    if cancel is not None:
+        try:
+            cancel()
+        except Exception as exc:  # noqa: BLE001 - a store closed meanwhile
+            log.debug("cancelling a ledger metadata watch: %s", exc)
 
 
 def entry_bytes(data) -> bytes:

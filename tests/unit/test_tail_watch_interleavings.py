@@ -163,3 +163,19 @@ def test_a_poll_and_the_watch_agree_in_any_order(events, changed_before_watch, b
     assert views == sorted(views), "the handle's view went back"
     rh.close()
     assert not store.watchers  # close ends the watch
+
+
+def test_a_handle_dropped_without_close_cancels_its_watch():
+    import gc
+    store = Store(meta())
+    runner = Runner()
+    rh = LedgerHandle(LID, to_info(LID, store.record), DigestManager(LID, "crc32c", b"pw"),
+                      b"key", runner, store, 1 << 20, last_add_confirmed=AFTER)
+    out = rh._long_poll(AFTER, 10.0)
+    assert len(store.watchers) == 1
+    runner.polls[-1][1].set_result(AFTER + 1)
+    assert out.result(0) == AFTER + 1
+    del rh, out
+    runner.polls.clear()  # (the real runner drops an operation once it is over)
+    gc.collect()
+    assert not store.watchers  # no watch (and no store poll for it) outlives its handle
