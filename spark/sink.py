@@ -16,6 +16,13 @@ Theory of operation
 * **Sweeping** (``sweep``): an attempt killed mid-write never reports its ledger; any ledger with
   this sink's tag that is not in the list and older than a grace period is deleted.  Commits
   sweep every ``SWEEP_EVERY`` batches (batch writes: every commit).
+* **Cost.** ``sweep`` reads every ledger's metadata (``find_ledgers``) and ``batch_in_log`` up to
+  ``TAIL_SCAN`` of the list's tail: one store read each, paid by the user waiting in ``save()``.
+  A batch write without a ``sinkId`` tags its ledgers with a sink id of its own (``batch-<uuid>``),
+  so both are known without reading: none of its ledgers is in the list but the ones its own
+  commit links, and none is older than the write itself.  Its commit therefore checks the list
+  for its own ledgers instead of scanning the tail, and sweeps only once the write has run for
+  longer than the grace period (before that, the sweep could delete nothing).
 
 The log's last ledger must be closed before linking (a log never holds a ledger after one still
 being written); a dead log writer's ledger is recovered first, which fences that writer: the sink
@@ -66,12 +73,19 @@ class BookieBatchWriter(DataSourceArrowWriter):
         # Without a sinkId each write is its own batch: exactly once within the job (task
         # retries), but a re-run of the job appends again.
         self.sink_id = so.sink_id or f"batch-{uuid.uuid4().hex}"
+        self.own_sink_id = so.sink_id is None
+        # Made on the driver before any task runs (Spark pickles this writer to the tasks and
+        # to the commit): every ledger tagged with an own sink id is younger than this.
+        self.started_s = time.time()
 
     def write(self, iterator) -> SinkMessage:
         return write_task(self.so, self.sink_id, self.so.batch_id, iterator)
 
     def commit(self, messages) -> None:
-        commit_batch(self.so, self.sink_id, self.so.batch_id, messages, sweep_now=True)
+        sweep_now = (not self.own_sink_id
+                     or time.time() - self.started_s >= self.so.sweep_grace_s)
+        commit_batch(self.so, self.sink_id, self.so.batch_id, messages, sweep_now=sweep_now,
+                     own_sink_id=self.own_sink_id)
 
     def abort(self, messages) -> None:
         abort_batch(self.so, messages)
@@ -153,8 +167,14 @@ def write_task(so: SinkOptions, sink_id: str, batch_id: int, iterator) -> SinkMe
 # -- the driver --------------------------------------------------------------------------------
 
 def commit_batch(so: SinkOptions, sink_id: str, batch_id: int, messages,
-                 sweep_now: bool = False) -> list[int]:
+                 sweep_now: bool = False, own_sink_id: bool = False) -> list[int]:
     """Link the batch's ledgers onto the log, unless the batch is there already.
+
+    Args:
+        sweep_now: sweep the sink's unlinked ledgers after linking.
+        own_sink_id: ``sink_id`` was made for this one batch (a batch write without a
+            sinkId): no other commit links ledgers tagged with it, so the batch is in the log
+            exactly when one of its ledgers is, and the tail needs no scan.
 
     Returns:
         The ledgers linked ([] for a replayed commit or an empty batch).
@@ -167,7 +187,8 @@ def commit_batch(so: SinkOptions, sink_id: str, batch_id: int, messages,
         bk.create_log(so.log)
     for _ in range(CAS_TRIES):
         ledgers, version = bk.log_ledgers(so.log)
-        if batch_in_log(bk, ledgers, sink_id, batch_id):
+        if (not set(new).isdisjoint(ledgers) if own_sink_id
+                else batch_in_log(bk, ledgers, sink_id, batch_id)):
             log.info("sink %s batch %d is in log %s already: replayed commit, adds nothing",
                      sink_id, batch_id, so.log)
             for lid in set(new) - set(ledgers):
