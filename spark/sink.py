@@ -5,6 +5,8 @@ Theory of operation
 * **Tasks** (``write_task``): each task attempt creates its own ledger, tagged in the ledger's
   custom metadata with the sink id, batch id, partition and attempt (``TAG_*``), adds the
   partition's payloads in order, closes the ledger and returns its id in the commit message.
+  The partition's Arrow batches are read on a thread of their own (``read_ahead``), so the
+  JVM keeps sending while the task waits for room in the client's throttle.
   Nothing is in the log yet: a failed or retried attempt leaves at most an unlinked ledger.
 * **Commit** (driver, ``commit_batch``): read the log's list and its version; if a ledger of the
   list's tail already carries this (sink, batch) tag, the batch is in the log - a replayed
@@ -33,6 +35,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import queue
+import threading
 import time
 import uuid
 
@@ -52,6 +56,7 @@ SWEEP_EVERY = 10
 TAIL_SCAN = 1000  # ledgers of the list's tail searched for a batch's tag
 CAS_TRIES = 20
 IN_FLIGHT = 4  # add_range calls outstanding per task
+READ_AHEAD = 2  # Arrow batches a task reads ahead of its adds
 
 
 @dataclasses.dataclass
@@ -125,6 +130,39 @@ def _payloads(batch: pa.RecordBatch) -> list:
     return column.to_pylist()
 
 
+def read_ahead(batches, depth: int = READ_AHEAD):
+    """Yield ``batches`` in order, read on a thread of their own up to ``depth`` ahead.
+
+    A task's thread blocks in the client's throttle while it hands a batch over; read on that
+    thread, the next batch crosses from the JVM only after the hand-over (the JVM stops when
+    the socket's buffer is full), and the adds drain meanwhile (19% of a task's time went to
+    that wait).  An error reading the input comes out where its batch would have.  The thread
+    only ever reads this task's input, and a caller that takes every batch returns after it has
+    read the last: the Python worker reads its next command from the same stream.  (A task that
+    fails stops taking batches; its worker exits, the reading thread with it.)
+    """
+    items: queue.Queue = queue.Queue(depth)
+    end = object()
+
+    def pump() -> None:
+        try:
+            for batch in batches:
+                items.put((batch, None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the task's thread
+            items.put((end, exc))
+        else:
+            items.put((end, None))
+
+    threading.Thread(target=pump, name="bookie-sink-read-ahead", daemon=True).start()
+    while True:
+        batch, exc = items.get()
+        if exc is not None:
+            raise exc
+        if batch is end:
+            return
+        yield batch
+
+
 def write_task(so: SinkOptions, sink_id: str, batch_id: int, iterator) -> SinkMessage:
     """Write one partition into a new ledger of this attempt; its commit message."""
     from pyspark import TaskContext
@@ -135,7 +173,7 @@ def write_task(so: SinkOptions, sink_id: str, batch_id: int, iterator) -> SinkMe
     entries = 0
     pending = []
     try:
-        for batch in iterator:
+        for batch in read_ahead(iterator):
             payloads = _payloads(batch)
             if not payloads:
                 continue
