@@ -215,8 +215,8 @@ class BookKeeper:
         if ensemble is None:
             raise NotEnoughBookiesError(
                 f"cannot create a ledger on {ensemble_size} bookies: only {len(writable)} "
-                f"writable bookie(s) registered ({', '.join(sorted(writable)) or 'none'}); start "
-                f"more bookies or lower ensemble_size")
+                f"writable bookie(s) registered ({', '.join(sorted(writable)) or 'none'})"
+                f"{self._read_only_note()}; start more bookies or lower ensemble_size")
         key = master_key(password)
         verifier = make_verifier(key)  # one scrypt serves both (metadata/ledger.py)
         meta = LedgerMetadata(ensemble_size, write_quorum, ack_quorum, digest_type=digest,
@@ -434,6 +434,19 @@ class BookKeeper:
         if self._placement is not None:
             self._placement.locations = self._store.locations(writable)
         return writable
+
+    def _read_only_note(self) -> str:
+        """For a create that found too few writable bookies: the read-only ones, and the
+        usual reason, so that a full disk is not mistaken for bookies that are down."""
+        try:
+            readonly = self._store.store.list_bookies(readonly=True)
+        except Exception:  # noqa: BLE001 - the store failed meanwhile: say nothing more
+            return ""
+        if not readonly:
+            return ""
+        return (f", and {len(readonly)} read-only ({', '.join(sorted(readonly))}: a bookie "
+                f"turns read-only when a disk is fuller than its diskUsageThreshold, or when "
+                f"an operator set it so)")
 
     def _password(self, password) -> bytes:
         if password is None:

@@ -9,19 +9,24 @@ adds go to.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
+import weakref
 from concurrent.futures import Future
 from typing import Iterator
 
 from bookie.client.digest import DigestManager, LedgerEntry
 from bookie.client.drivers import (EachWaiter, FirstIdWaiter, OpRunner, RangeWaiter,
                                    WriterDriver, fail, resolve)
-from bookie.client.errors import InvalidArgumentError, LedgerClosedError
-from bookie.client.metadata import ClientStore
+from bookie.client.errors import ClientClosedError, InvalidArgumentError, LedgerClosedError
+from bookie.client.metadata import ClientStore, to_info
 from bookie.client.protocol.lac import LacQuorumOp, LongPollLacOp
 from bookie.client.protocol.ledger import LedgerInfo, LedgerState
 from bookie.client.protocol.reader import ReadOp
-from bookie.client.protocol.staleness import refresh_wanted, worth_retrying
+from bookie.client.protocol.staleness import refresh_wanted, wakes_a_poll, worth_retrying
+
+log = logging.getLogger("bookie.client")
 
 READ_CHUNK = 2048  # entries per read operation while iterating a range
 
@@ -61,6 +66,13 @@ class LedgerHandle:
         self._writer = writer
         self._add_lock = threading.Lock()
         self._lac = info.last_entry_id if last_add_confirmed is None else last_add_confirmed
+        # A reader's watch on the metadata while it long-polls (``_long_poll``): the wake-ups
+        # of the polls parked now, and the watch's cancel (None: not watching).
+        self._watch_lock = threading.Lock()
+        self._parked: set = set()
+        self._unwatch = None
+        self._watching = False  # the watch is on: every change from now on reaches ``_seen``
+        self._polled_empty = True  # the last long poll found nothing (or none ran yet)
 
     def __repr__(self) -> str:
         return (f"<LedgerHandle {self.ledger_id} {'writer' if self._writer else 'reader'} "
@@ -176,6 +188,7 @@ class LedgerHandle:
 
     def close_async(self) -> Future:
         if self._writer is None:
+            self._stop_watching()
             fut: Future = Future()
             fut.set_result(None)
             return fut
@@ -302,10 +315,9 @@ class LedgerHandle:
         the LAC known then (check it: it may still be <= after_entry_id)."""
         if self._writer is not None or self._lac > after_entry_id:
             return self.last_add_confirmed
-        if self._refresh():
+        if self._view_closed():
             return self._lac
-        op = LongPollLacOp(self._info, after_entry_id, timeout_s)
-        lac = self._runner.wait(self._runner.run(op, self.ledger_id, self._master_key),
+        lac = self._runner.wait(self._long_poll(after_entry_id, timeout_s),
                                 timeout_s + self._runner.io.read_timeout_s + 5)
         self._lac = max(self._lac, lac)
         return self._lac
@@ -319,6 +331,7 @@ class LedgerHandle:
         otherwise the long poll and the read that follows it run back to back on the I/O
         thread (no hop through the caller's thread in between).  The list is empty when
         ``timeout_s`` ran out with nothing new; ``is_closed`` then tells whether more can come.
+        A close (or a new fragment) while the poll waits ends it at once (``_long_poll``).
 
         Raises (through the Future): as ``read_entries``, and BKTimeoutError.
         """
@@ -326,7 +339,7 @@ class LedgerHandle:
             raise InvalidArgumentError(f"bad tail read after {after_entry_id} of {max_entries} "
                                        f"entries", ledger_id=self.ledger_id)
         if self.last_add_confirmed <= after_entry_id and self._writer is None:
-            self._refresh()  # a closed ledger's end, or a new fragment to poll
+            self._view_closed()  # a closed ledger's end, or a new fragment to poll
         if self.last_add_confirmed > after_entry_id or self._writer is not None or \
                 self._info.state is LedgerState.CLOSED:
             lac = self.last_add_confirmed
@@ -336,8 +349,7 @@ class LedgerHandle:
                 return fut
             return self._read_op(after_entry_id + 1, min(lac, after_entry_id + max_entries))
         outer: Future = Future()
-        poll = self._runner.run(LongPollLacOp(self._info, after_entry_id, timeout_s),
-                                self.ledger_id, self._master_key)
+        poll = self._long_poll(after_entry_id, timeout_s)
 
         def read(done: Future) -> None:  # on the I/O thread
             if done.exception() is not None:
@@ -367,6 +379,140 @@ class LedgerHandle:
             self._lac = self._info.last_entry_id
             return True
         return False
+
+    # -- a reader's long polls and its watch on the metadata ----------------------------------
+
+    def _view_closed(self) -> bool:
+        """Before a long poll: whether the ledger is closed, its metadata read again unless
+        the watch keeps this view current (on, and the last poll found entries: a poll that
+        found nothing re-reads, so a change the watch missed costs at most one poll).  A
+        reader keeping up with a busy writer then reads the store once, not once a round."""
+        if self._watching and not self._polled_empty:
+            return self._info.state is LedgerState.CLOSED
+        return self._refresh()
+
+    def _long_poll(self, after_entry_id: int, timeout_s: float) -> Future:
+        """A Future of the LAC after a long poll of the view's last fragment, which follows
+        the ledger's metadata while it waits (a watch, ``_watch``): closed (or deleted), the
+        poll ends at once with the LAC known here (a closed ledger's last entry); a new
+        fragment, it polls that fragment's bookies instead for the time left.  The bookies
+        never learn that a ledger ended (its last entry is confirmed by no later add), so
+        without the watch a tailer learned of the last entry and of the close only when its
+        poll ran out."""
+        out: Future = Future()
+        settle = threading.RLock()  # the poll's end and a wake-up race: one of them decides
+        deadline = time.monotonic() + timeout_s
+        polls: list[Future] = []  # the poll in flight
+
+        def start() -> None:  # with ``settle`` held
+            left = max(deadline - time.monotonic(), 0.001)
+            poll = self._runner.run(LongPollLacOp(self._info, after_entry_id, left),
+                                    self.ledger_id, self._master_key)
+            polls[:] = [poll]
+            poll.add_done_callback(polled)
+
+        def polled(f: Future) -> None:  # on the I/O thread
+            if f.cancelled():
+                return  # replaced or woken: ``out`` is someone else's to complete
+            with settle:
+                if polls[0] is not f:
+                    return  # a poll of an older view, replaced meanwhile
+                with self._watch_lock:
+                    self._parked.discard(wake)
+                if f.exception() is not None:
+                    self._polled_empty = True
+                    fail(out, f.exception())
+                else:
+                    self._polled_empty = f.result() <= after_entry_id
+                    resolve(out, f.result())
+
+        def wake(ended: bool) -> None:  # the watch's thread: the metadata moved on
+            with settle:
+                if out.done():
+                    return
+                old = polls[0] if polls else None
+                if ended:
+                    with self._watch_lock:
+                        self._parked.discard(wake)
+                    resolve(out, self._lac)
+                else:
+                    start()
+            if old is not None:
+                old.cancel()  # ends that operation: it sends nothing more
+
+        with self._watch_lock:
+            closed = self._info.state is LedgerState.CLOSED  # the watch took a close just now
+            if not closed:
+                self._parked.add(wake)  # from here on, every change wakes this poll
+        with settle:
+            if closed:
+                resolve(out, self._lac)
+            elif not out.done() and not polls:  # (a wake-up may have started it already)
+                start()
+        self._watch()
+        return out
+
+    def _watch(self) -> None:
+        """Watch the metadata from the first long poll on, until the ledger is closed (or
+        deleted) or this handle is; a change between the last read and the watch's start is
+        caught by one more read after it.  A store that cannot watch leaves polls to run out,
+        as before."""
+        with self._watch_lock:
+            if self._unwatch is not None or self._info.state is LedgerState.CLOSED:
+                return
+            self._unwatch = cell = [None]  # a placeholder until the store returns the cancel
+        ref = weakref.ref(self)
+
+        def changed(meta, _version) -> None:  # the store's watch thread
+            handle = ref()
+            if handle is None:  # dropped without close: nobody polls
+                _cancel_quietly(cell)
+                return
+            handle._seen(None if meta is None else to_info(handle.ledger_id, meta))
+        try:
+            cell[0] = self._store.store.watch_ledger(self.ledger_id, changed)
+            weakref.finalize(self, _cancel_quietly, cell)  # a handle dropped without close()
+            fresh, _ = self._store.read_info(self.ledger_id)
+        except Exception as exc:  # noqa: BLE001 - a store down: the polls run out as before
+            log.debug("ledger %d: no watch on its metadata (%s)", self.ledger_id, exc)
+            return  # (not ``_watching``: each poll reads the metadata first, as without one)
+        self._seen(fresh)
+        with self._watch_lock:
+            self._watching = self._unwatch is cell  # not if it ended (closed) meanwhile
+
+    def _seen(self, info: LedgerInfo | None) -> None:
+        """The metadata as the watch (or the read after it) saw it; None: the ledger was
+        deleted.  A record ahead of this view is taken, and every parked poll woken."""
+        with self._watch_lock:
+            if info is not None:
+                if not wakes_a_poll(self._info, info):
+                    return
+                self._info = info
+                if info.state is LedgerState.CLOSED:
+                    self._lac = max(self._lac, info.last_entry_id)
+            wakes = list(self._parked)
+            ended = info is None or info.state is LedgerState.CLOSED
+        if ended:
+            self._stop_watching()
+        for wake in wakes:
+            wake(ended)
+
+    def _stop_watching(self) -> None:
+        with self._watch_lock:
+            cell, self._unwatch = self._unwatch, None
+            self._watching = False
+        if cell is not None:
+            _cancel_quietly(cell)
+
+
+def _cancel_quietly(cell: list) -> None:
+    """Cancel the watch in ``cell`` (once; a store closed meanwhile is no error)."""
+    cancel, cell[0] = cell[0], None
+    if cancel is not None:
+        try:
+            cancel()
+        except Exception as exc:  # noqa: BLE001 - a store closed meanwhile
+            log.debug("cancelling a ledger metadata watch: %s", exc)
 
 
 def entry_bytes(data) -> bytes:

@@ -337,10 +337,14 @@ class IOThread:
 
     def bookie_moved(self, bookie: str) -> None:
         """The resolver saw ``bookie`` at a new address (any thread): drop its sockets, so the
-        next request connects there (requests waiting on the old ones fail as timeouts)."""
+        next request connects there.  Reads waiting on the old address are sent again to the
+        new one (a read asks nothing of the bookie's state: sending it twice is harmless, and
+        failing it would fail a reader whose replicas all moved at once); adds and LAC writes
+        waiting there fail as timeouts, as for a bookie that went away (the writer's own rules
+        decide what a lost add means)."""
         def reset() -> None:
             for kind in (ADD, READ, LAC):
-                self._reset_socket(bookie, kind)
+                self._reset_socket(bookie, kind, resend=kind == READ)
         self.submit(reset)
 
     def suspect_bookies(self) -> frozenset:
@@ -348,9 +352,11 @@ class IOThread:
         now = time.monotonic()
         return frozenset(b for b, t in list(self._suspects.items()) if now - t < self.SUSPECT_FOR_S)
 
-    def _reset_socket(self, bookie: str, kind: int) -> None:
+    def _reset_socket(self, bookie: str, kind: int, resend: bool = False) -> None:
         """Drop the socket (and what ZeroMQ queued in it for a dead peer); every request still
-        waiting on it fails now as a timeout, so one dead bookie costs one timeout, not many."""
+        waiting on it fails now as a timeout, so one dead bookie costs one timeout, not many.
+        With ``resend`` (the bookie moved) each is sent again instead, on a socket to where
+        the bookie is now, with a whole timeout of its own."""
         sock = self._sockets.pop((bookie, kind), None)
         if sock is None:
             return
@@ -361,6 +367,13 @@ class IOThread:
         for rid in stale:
             req = self._inflight.pop(rid)
             self._release(req)
+            if resend and not req.driver.over:
+                driver, a, busy = req.driver, req.action, req.busy
+                if isinstance(a, A.SendRead):
+                    self.run_for(driver, self._send_read, driver, a, busy)
+                else:
+                    self.run_for(driver, self._send, driver, a)
+                continue
             self.run_for(req.driver, req.driver.event, _response(req.action, A.TIMEOUT))
 
     def _send_read(self, driver: Driver, a: A.SendRead, busy=None) -> None:

@@ -79,6 +79,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._map_size = int(map_size_bytes)
         self._leases = LeaseRules(boot_id(), self.lease_ms, clock_ns)
         self._pid = -1
+        self._env_key = ""  # ENVIRONMENTS' key for this process's share (set by _environment)
         self._dbs: dict = {}
         self._closed = False
         if not create and not os.path.isfile(os.path.join(path, DATA_FILE)):
@@ -130,13 +131,13 @@ class EmbeddedMetadataStore(MetadataStore):
             if self._pid != -1:
                 # A forked child: the parent's threads, lease and watches are not ours.
                 self._reset_process_state()
-            ENVIRONMENTS.acquire(self.path, self._map_size, create)
+            self._env_key = ENVIRONMENTS.acquire(self.path, self._map_size, create)
             self._pid = os.getpid()
 
     def _run(self, fn: Callable[[lmdb.Transaction], Any], write: bool) -> Any:
         self._environment()
         try:
-            with ENVIRONMENTS.transaction(self.path, write) as (txn, dbs):
+            with ENVIRONMENTS.transaction(self._env_key, write) as (txn, dbs):
                 self._dbs = dbs  # the same handles for every thread until the next fork
                 return fn(txn)
         except lmdb.MapFullError:

@@ -93,13 +93,15 @@ class Environments:
         self._forking = False
         self._entries: dict[str, list] = {}   # realpath -> [env or None, dbs, store count, map size]
 
-    def acquire(self, path: str, map_size: int, create: bool = True) -> None:
+    def acquire(self, path: str, map_size: int, create: bool = True) -> str:
         """Take a share of the environment at ``path``, opening it if this process has none.
 
         Args:
             create: make the store's databases if the environment lacks them; without it, such
                 an environment is refused (``NotAStoreError``) and left as it was.  Another
                 program's environment is refused either way.
+        Returns:
+            The environment's key (the directory's real path): what ``transaction`` takes.
         Raises:
             MetadataError: LMDB cannot open it (the share is not taken).
         """
@@ -113,6 +115,7 @@ class Environments:
                     del self._entries[key]
                 raise
             entry[2] += 1
+            return key
 
     def release(self, path: str) -> None:
         """Give back a share; the last one closes the handle."""
@@ -153,15 +156,16 @@ class Environments:
         entry[0], entry[1] = env, dbs
 
     @contextlib.contextmanager
-    def transaction(self, path: str, write: bool) -> Iterator[tuple[lmdb.Transaction, dict]]:
-        """One LMDB transaction on the environment at ``path``, with its named databases."""
+    def transaction(self, key: str, write: bool) -> Iterator[tuple[lmdb.Transaction, dict]]:
+        """One LMDB transaction on the environment whose key ``acquire`` returned (resolving
+        the path on every transaction cost three ``lstat`` calls), with its named databases."""
         with self._lock:
             while self._forking:
                 self._idle.wait()
-            entry = self._entries.get(os.path.realpath(path))
+            entry = self._entries.get(key)
             if entry is None:
                 raise MetadataError("metadata store is closed")
-            self._open(path, entry)
+            self._open(key, entry)
             env, dbs = entry[0], entry[1]
             self._active += 1
         try:

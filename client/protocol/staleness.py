@@ -27,13 +27,23 @@ The rules, as plain functions over the facts:
 
 Each retry follows a fresh read of the store whose fragments differ for the range, so a reader
 retries at most once per ensemble change that touched the range: no loop.
+
+* ``wakes_a_poll(held, seen)``: a tailing reader's long poll waits on the bookies of its view's
+  last fragment, and they never learn that the ledger ended: its last entry is confirmed by no
+  later add, and a close is a metadata write.  So the reader watches the metadata while it
+  polls, and a record seen there (``seen``) ends the poll early when it moves the ledger on from
+  the view it holds: closed (its last entry is now known), in recovery (a recovery will close
+  it), or a new fragment (the poll asks the wrong bookies).  The view only moves forward: a
+  watch delivery older than a fresh read is ignored.
 """
 
 from __future__ import annotations
 
 from bookie.client.errors import (BKTimeoutError, BookieError, DigestMismatchError,
                                   NoSuchEntryError, UnauthorizedError)
-from bookie.client.protocol.ledger import LedgerInfo
+from bookie.client.protocol.ledger import LedgerInfo, LedgerState
+
+_STAGE = {LedgerState.OPEN: 0, LedgerState.IN_RECOVERY: 1, LedgerState.CLOSED: 2}
 
 
 def refresh_wanted(error: BaseException, last_entry_id: int, told_lac: int) -> bool:
@@ -69,3 +79,10 @@ def worth_retrying(read_with: LedgerInfo, fresh: LedgerInfo, first: int, last: i
     """Whether ``fresh`` places some entry of ``first``..``last`` on another ensemble than
     ``read_with`` did (so a read with ``fresh`` may succeed where the other failed)."""
     return _ensembles(read_with, first, last) != _ensembles(fresh, first, last)
+
+
+def wakes_a_poll(held: LedgerInfo, seen: LedgerInfo) -> bool:
+    """Whether the record ``seen`` (a watch's delivery) is ahead of the view ``held``: a later
+    state (OPEN -> IN_RECOVERY -> CLOSED), or the same state with more fragments."""
+    stage, now = _STAGE[LedgerState(seen.state)], _STAGE[LedgerState(held.state)]
+    return stage > now or (stage == now and len(seen.fragments) > len(held.fragments))

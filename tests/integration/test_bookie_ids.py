@@ -220,3 +220,41 @@ def test_shell_verbs_that_take_a_bookie_reach_id_named_bookies(tmp_path):
             assert not any("bk-x" in e for _, e in bk.ledger_metadata(ledger_id).fragments)
             h = bk.open_ledger(ledger_id)
             assert [x.data for x in h.read_entries(0, 9)] == [b"%d-%d" % (n, e) for e in range(10)]
+
+
+def test_a_read_in_flight_when_its_bookie_moves_is_sent_to_the_new_address(tmp_path):
+    """A read waiting on a bookie's old address when the client learns the bookie moved is
+    sent again to the new address and answered, not failed as a timeout.  (The race behind an
+    intermittent failure of the moved-bookie test above: the registration watch fired while
+    the client's reads waited on both replicas' old addresses, and both failed at once.)"""
+    import threading
+    import time
+    ens = LocalBookies(1, base_dir=str(tmp_path), bookie_ids=["bk-m"])
+    with ens:
+        with BookKeeper(ens.metadata_uri, readTimeout=30) as bk:
+            lh = bk.create_ledger(1, 1, 1, password=PASSWORD)
+            written = [payload(n) for n in range(10)]
+            for data in written:
+                lh.add_entry(data)
+            lh.close()
+            rh = bk.open_ledger(lh.ledger_id, password=PASSWORD)
+            ens.stop(0)
+            got: dict = {}
+
+            def read() -> None:
+                start = time.monotonic()
+                try:
+                    got["entries"] = [e.data for e in rh.read_entries(0, 9)]
+                except Exception as exc:  # noqa: BLE001 - reported below
+                    got["error"] = exc
+                got["seconds"] = time.monotonic() - start
+            reader = threading.Thread(target=read)
+            reader.start()
+            time.sleep(0.5)  # the read waits on the old address, where nobody listens
+            assert reader.is_alive(), got
+            ens.ports[0] = free_port_pair(ens.hosts[0])
+            ens.start(0)
+            reader.join(60)
+            assert "error" not in got, got.get("error")
+            assert got["entries"] == written
+            assert got["seconds"] < 20  # answered after the move, not after a read timeout

@@ -325,8 +325,12 @@ def test_read_only_bookies_are_not_chosen_for_new_ledgers(bookkeeper_ensemble, b
             assert not set(lh.metadata.last_ensemble) & {ens.bookies[i] for i in readonly}
             lh.close()
         make_readonly()
-        with pytest.raises(NotEnoughBookiesError, match="only 3 writable"):
+        with pytest.raises(NotEnoughBookiesError, match="only 3 writable") as refused:
             bk.create_ledger(4, 2, 2, password=PW)
+        # the read-only ones are named, with the usual reason: not mistaken for bookies down
+        message = str(refused.value)
+        assert "2 read-only" in message and "diskUsageThreshold" in message
+        assert all(ens.bookies[i] in message for i in readonly)
     finally:
         for i in readonly:
             ens.set_readonly(i, False)

@@ -5,8 +5,8 @@ from hypothesis import strategies as st
 
 from bookie.client.errors import (BKTimeoutError, BookieError, DigestMismatchError,
                                   NoSuchEntryError, UnauthorizedError)
-from bookie.client.protocol.ledger import LedgerInfo
-from bookie.client.protocol.staleness import refresh_wanted, worth_retrying
+from bookie.client.protocol.ledger import LedgerInfo, LedgerState
+from bookie.client.protocol.staleness import refresh_wanted, wakes_a_poll, worth_retrying
 
 A, B, C, D, E = "a:1", "b:1", "c:1", "d:1", "e:1"
 OLD = LedgerInfo(7, 3, 2, 2, fragments=((0, (A, B, C)),))
@@ -39,3 +39,31 @@ def test_a_retry_is_worth_it_exactly_when_some_entry_moved(first, span, cut):
     assert worth_retrying(OLD, NEW, first, last) == moved
     other = OLD.replace(fragments=((0, (A, B, C)), (cut, (A, B, C))))  # same bookies, cut
     assert not worth_retrying(OLD, other, first, last)  # a cut with the same bookies moves nothing
+
+
+CLOSED = NEW.replace(state=LedgerState.CLOSED, last_entry_id=19)
+RECOVERING = OLD.replace(state=LedgerState.IN_RECOVERY)
+
+
+def test_a_close_a_recovery_or_a_new_fragment_wakes_a_parked_poll():
+    assert wakes_a_poll(OLD, NEW)
+    assert wakes_a_poll(OLD, CLOSED)
+    assert wakes_a_poll(NEW, CLOSED)
+    assert wakes_a_poll(OLD, RECOVERING)
+    assert not wakes_a_poll(NEW, NEW)  # the view it holds: nothing to tell the poll
+    assert not wakes_a_poll(NEW, OLD)  # a watch's delivery older than a fresh read
+    assert not wakes_a_poll(CLOSED, NEW)
+
+
+VIEWS = st.builds(
+    lambda state, n: OLD.replace(state=state, last_entry_id=10 * n - 1 if state is LedgerState.CLOSED else -1,
+                                 fragments=tuple((10 * k, (A, B, C)) for k in range(n))),
+    st.sampled_from(list(LedgerState)), st.integers(1, 4))
+
+
+@given(VIEWS, VIEWS, VIEWS)
+def test_the_view_only_moves_forward(a, b, c):
+    assert not (wakes_a_poll(a, b) and wakes_a_poll(b, a))  # never both ways: no flip-flop
+    assert not wakes_a_poll(a, a)
+    if wakes_a_poll(a, b) and wakes_a_poll(b, c):
+        assert wakes_a_poll(a, c)  # an order: a run of deliveries cannot come back round
