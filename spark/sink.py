@@ -24,7 +24,9 @@ Theory of operation
   so both are known without reading: none of its ledgers is in the list but the ones its own
   commit links, and none is older than the write itself.  Its commit therefore checks the list
   for its own ledgers instead of scanning the tail, and sweeps only once the write has run for
-  longer than the grace period (before that, the sweep could delete nothing).
+  longer than the grace period (before that, the sweep could delete nothing) - or at once, with
+  no grace, when a partition needed a retry: no later commit sweeps that sink id, and every
+  attempt of the write has ended by its commit.
 
 The log's last ledger must be closed before linking (a log never holds a ledger after one still
 being written); a dead log writer's ledger is recovered first, which fences that writer: the sink
@@ -87,10 +89,18 @@ class BookieBatchWriter(DataSourceArrowWriter):
         return write_task(self.so, self.sink_id, self.so.batch_id, iterator)
 
     def commit(self, messages) -> None:
-        sweep_now = (not self.own_sink_id
-                     or time.time() - self.started_s >= self.so.sweep_grace_s)
-        commit_batch(self.so, self.sink_id, self.so.batch_id, messages, sweep_now=sweep_now,
-                     own_sink_id=self.own_sink_id)
+        if not self.own_sink_id:
+            commit_batch(self.so, self.sink_id, self.so.batch_id, messages, sweep_now=True)
+            return
+        # No later commit sweeps a sink id made for this write: its own commit must.  A
+        # partition that needed a retry may have lost an attempt that never reported its
+        # ledger; every attempt has ended (or lost) by now, so that sweep needs no grace.
+        # Without a retry, sweep only once the write outlived the grace period (before, the
+        # sweep could delete nothing).
+        retried = any(m is not None and m.attempt > 0 for m in messages)
+        commit_batch(self.so, self.sink_id, self.so.batch_id, messages, own_sink_id=True,
+                     sweep_now=retried or time.time() - self.started_s >= self.so.sweep_grace_s,
+                     sweep_grace_s=0.0 if retried else None)
 
     def abort(self, messages) -> None:
         abort_batch(self.so, messages)
@@ -205,11 +215,13 @@ def write_task(so: SinkOptions, sink_id: str, batch_id: int, iterator) -> SinkMe
 # -- the driver --------------------------------------------------------------------------------
 
 def commit_batch(so: SinkOptions, sink_id: str, batch_id: int, messages,
-                 sweep_now: bool = False, own_sink_id: bool = False) -> list[int]:
+                 sweep_now: bool = False, own_sink_id: bool = False,
+                 sweep_grace_s: float | None = None) -> list[int]:
     """Link the batch's ledgers onto the log, unless the batch is there already.
 
     Args:
-        sweep_now: sweep the sink's unlinked ledgers after linking.
+        sweep_now: sweep the sink's unlinked ledgers after linking, those older than
+            ``sweep_grace_s`` (default: the ``sweepGraceMs`` option).
         own_sink_id: ``sink_id`` was made for this one batch (a batch write without a
             sinkId): no other commit links ledgers tagged with it, so the batch is in the log
             exactly when one of its ledgers is, and the tail needs no scan.
@@ -246,7 +258,7 @@ def commit_batch(so: SinkOptions, sink_id: str, batch_id: int, messages,
         raise RuntimeError(f"sink {sink_id}: could not link batch {batch_id} onto log {so.log} "
                            f"in {CAS_TRIES} tries (the list keeps changing)")
     if sweep_now:
-        sweep(bk, so.log, sink_id, so.sweep_grace_s)
+        sweep(bk, so.log, sink_id, so.sweep_grace_s if sweep_grace_s is None else sweep_grace_s)
     return new
 
 

@@ -130,3 +130,15 @@ def test_a_write_with_a_sink_id_still_scans_the_tail_and_sweeps(client):
     w.commit(again)  # the same batch id again: in the log already, nothing linked
     assert client.log[-2:] == [m.ledger_id for m in messages]
     assert sorted(client.deleted) == sorted(m.ledger_id for m in again)
+
+
+def test_a_retried_partition_of_a_batch_without_sink_id_leaves_no_ledger_behind(client):
+    """An attempt whose worker died mid-write never reports (nor deletes) its ledger.  No later
+    commit sweeps a sink id made for one write, so this commit must: it sees the retry (a
+    message of attempt 1) and sweeps with no grace - every attempt of the write has ended."""
+    w = writer()  # default sweepGraceMs: ten minutes, and the write took seconds
+    killed = client.attempt(w, 1, attempt=0)  # its worker died: no message, no delete
+    messages = [client.attempt(w, p, attempt=1 if p == 1 else 0) for p in range(4)]
+    w.commit(messages)
+    assert client.deleted == [killed.ledger_id]
+    assert client.log[-4:] == [m.ledger_id for m in messages]
