@@ -5,6 +5,8 @@ Theory of operation
 * **Tasks** (``write_task``): each task attempt creates its own ledger, tagged in the ledger's
   custom metadata with the sink id, batch id, partition and attempt (``TAG_*``), adds the
   partition's payloads in order, closes the ledger and returns its id in the commit message.
+  The partition's Arrow batches are read on a thread of their own (``read_ahead``), so the
+  JVM keeps sending while the task waits for room in the client's throttle.
   Nothing is in the log yet: a failed or retried attempt leaves at most an unlinked ledger.
 * **Commit** (driver, ``commit_batch``): read the log's list and its version; if a ledger of the
   list's tail already carries this (sink, batch) tag, the batch is in the log - a replayed
@@ -16,6 +18,15 @@ Theory of operation
 * **Sweeping** (``sweep``): an attempt killed mid-write never reports its ledger; any ledger with
   this sink's tag that is not in the list and older than a grace period is deleted.  Commits
   sweep every ``SWEEP_EVERY`` batches (batch writes: every commit).
+* **Cost.** ``sweep`` reads every ledger's metadata (``find_ledgers``) and ``batch_in_log`` up to
+  ``TAIL_SCAN`` of the list's tail: one store read each, paid by the user waiting in ``save()``.
+  A batch write without a ``sinkId`` tags its ledgers with a sink id of its own (``batch-<uuid>``),
+  so both are known without reading: none of its ledgers is in the list but the ones its own
+  commit links, and none is older than the write itself.  Its commit therefore checks the list
+  for its own ledgers instead of scanning the tail, and sweeps only once the write has run for
+  longer than the grace period (before that, the sweep could delete nothing) - or at once, with
+  no grace, when a partition needed a retry: no later commit sweeps that sink id, and every
+  attempt of the write has ended by its commit.
 
 The log's last ledger must be closed before linking (a log never holds a ledger after one still
 being written); a dead log writer's ledger is recovered first, which fences that writer: the sink
@@ -26,6 +37,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import queue
+import threading
 import time
 import uuid
 
@@ -45,6 +58,7 @@ SWEEP_EVERY = 10
 TAIL_SCAN = 1000  # ledgers of the list's tail searched for a batch's tag
 CAS_TRIES = 20
 IN_FLIGHT = 4  # add_range calls outstanding per task
+READ_AHEAD = 2  # Arrow batches a task reads ahead of its adds
 
 
 @dataclasses.dataclass
@@ -66,12 +80,27 @@ class BookieBatchWriter(DataSourceArrowWriter):
         # Without a sinkId each write is its own batch: exactly once within the job (task
         # retries), but a re-run of the job appends again.
         self.sink_id = so.sink_id or f"batch-{uuid.uuid4().hex}"
+        self.own_sink_id = so.sink_id is None
+        # Made on the driver before any task runs (Spark pickles this writer to the tasks and
+        # to the commit): every ledger tagged with an own sink id is younger than this.
+        self.started_s = time.time()
 
     def write(self, iterator) -> SinkMessage:
         return write_task(self.so, self.sink_id, self.so.batch_id, iterator)
 
     def commit(self, messages) -> None:
-        commit_batch(self.so, self.sink_id, self.so.batch_id, messages, sweep_now=True)
+        if not self.own_sink_id:
+            commit_batch(self.so, self.sink_id, self.so.batch_id, messages, sweep_now=True)
+            return
+        # No later commit sweeps a sink id made for this write: its own commit must.  A
+        # partition that needed a retry may have lost an attempt that never reported its
+        # ledger; every attempt has ended (or lost) by now, so that sweep needs no grace.
+        # Without a retry, sweep only once the write outlived the grace period (before, the
+        # sweep could delete nothing).
+        retried = any(m is not None and m.attempt > 0 for m in messages)
+        commit_batch(self.so, self.sink_id, self.so.batch_id, messages, own_sink_id=True,
+                     sweep_now=retried or time.time() - self.started_s >= self.so.sweep_grace_s,
+                     sweep_grace_s=0.0 if retried else None)
 
     def abort(self, messages) -> None:
         abort_batch(self.so, messages)
@@ -111,6 +140,39 @@ def _payloads(batch: pa.RecordBatch) -> list:
     return column.to_pylist()
 
 
+def read_ahead(batches, depth: int = READ_AHEAD):
+    """Yield ``batches`` in order, read on a thread of their own up to ``depth`` ahead.
+
+    A task's thread blocks in the client's throttle while it hands a batch over; read on that
+    thread, the next batch crosses from the JVM only after the hand-over (the JVM stops when
+    the socket's buffer is full), and the adds drain meanwhile (19% of a task's time went to
+    that wait).  An error reading the input comes out where its batch would have.  The thread
+    only ever reads this task's input, and a caller that takes every batch returns after it has
+    read the last: the Python worker reads its next command from the same stream.  (A task that
+    fails stops taking batches; its worker exits, the reading thread with it.)
+    """
+    items: queue.Queue = queue.Queue(depth)
+    end = object()
+
+    def pump() -> None:
+        try:
+            for batch in batches:
+                items.put((batch, None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the task's thread
+            items.put((end, exc))
+        else:
+            items.put((end, None))
+
+    threading.Thread(target=pump, name="bookie-sink-read-ahead", daemon=True).start()
+    while True:
+        batch, exc = items.get()
+        if exc is not None:
+            raise exc
+        if batch is end:
+            return
+        yield batch
+
+
 def write_task(so: SinkOptions, sink_id: str, batch_id: int, iterator) -> SinkMessage:
     """Write one partition into a new ledger of this attempt; its commit message."""
     from pyspark import TaskContext
@@ -121,7 +183,7 @@ def write_task(so: SinkOptions, sink_id: str, batch_id: int, iterator) -> SinkMe
     entries = 0
     pending = []
     try:
-        for batch in iterator:
+        for batch in read_ahead(iterator):
             payloads = _payloads(batch)
             if not payloads:
                 continue
@@ -153,8 +215,16 @@ def write_task(so: SinkOptions, sink_id: str, batch_id: int, iterator) -> SinkMe
 # -- the driver --------------------------------------------------------------------------------
 
 def commit_batch(so: SinkOptions, sink_id: str, batch_id: int, messages,
-                 sweep_now: bool = False) -> list[int]:
+                 sweep_now: bool = False, own_sink_id: bool = False,
+                 sweep_grace_s: float | None = None) -> list[int]:
     """Link the batch's ledgers onto the log, unless the batch is there already.
+
+    Args:
+        sweep_now: sweep the sink's unlinked ledgers after linking, those older than
+            ``sweep_grace_s`` (default: the ``sweepGraceMs`` option).
+        own_sink_id: ``sink_id`` was made for this one batch (a batch write without a
+            sinkId): no other commit links ledgers tagged with it, so the batch is in the log
+            exactly when one of its ledgers is, and the tail needs no scan.
 
     Returns:
         The ledgers linked ([] for a replayed commit or an empty batch).
@@ -167,7 +237,8 @@ def commit_batch(so: SinkOptions, sink_id: str, batch_id: int, messages,
         bk.create_log(so.log)
     for _ in range(CAS_TRIES):
         ledgers, version = bk.log_ledgers(so.log)
-        if batch_in_log(bk, ledgers, sink_id, batch_id):
+        if (not set(new).isdisjoint(ledgers) if own_sink_id
+                else batch_in_log(bk, ledgers, sink_id, batch_id)):
             log.info("sink %s batch %d is in log %s already: replayed commit, adds nothing",
                      sink_id, batch_id, so.log)
             for lid in set(new) - set(ledgers):
@@ -187,7 +258,7 @@ def commit_batch(so: SinkOptions, sink_id: str, batch_id: int, messages,
         raise RuntimeError(f"sink {sink_id}: could not link batch {batch_id} onto log {so.log} "
                            f"in {CAS_TRIES} tries (the list keeps changing)")
     if sweep_now:
-        sweep(bk, so.log, sink_id, so.sweep_grace_s)
+        sweep(bk, so.log, sink_id, so.sweep_grace_s if sweep_grace_s is None else sweep_grace_s)
     return new
 
 

@@ -91,3 +91,20 @@ def test_an_unknown_peer_is_one_clear_line(capsys):
     assert main(["bench", "report", "--peers", "redis,etcd"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["bookie bench: --peers: unknown peer 'etcd' (redis, zookeeper or none)"]
+
+
+def spark(sink: dict) -> dict:
+    return {"tool": "spark", "raw_read": {"rate": 100_000}, "spark_count": {"rate_warm": 90_000},
+            "spark_sink": sink}
+
+
+def test_the_spark_row_takes_the_sinks_warm_rate_as_the_count_row_does():
+    w = writes(3, 10000, 100_000, 1.0, 4.0)
+    w["params"]["ensemble"], w["params"]["quorum"], w["params"]["ack_quorum"] = 3, 2, 2
+    table = ratios.render([w, spark({"rate_cold": 20_000, "rate_warm": 60_000, "rate": 60_000})])
+    cells = row(table, ratios.ROWS[5].measure)
+    assert cells[1] == "90.0k/s / 60.0k/s warm (20.0k/s cold)"
+    assert cells[5] == "met"  # 0.9 of raw reads; 0.6 of bench writes
+    # a results file from before the warm runs: its one (cold) rate
+    old = row(ratios.render([w, spark({"rate": 20_000})]), ratios.ROWS[5].measure)
+    assert old[1] == "90.0k/s / 20.0k/s" and old[5] == "missed: sink / writes 60% short"
