@@ -160,12 +160,24 @@ def test_a_connection_that_keeps_sending_past_its_refusals_is_shut_down(ens, cli
         refused = 0
         while flooder.poll(1000):
             refused += wire.unpack_header(flooder.recv_multipart()[0])[1] == Status.TOO_MANY_REQUESTS
-        assert refused >= REFUSALS_PER_S // 2  # answered until the shutdown (its last replies may be cut)
+        # Refused before it was shut down.  How many of the refusals reach it is ZeroMQ's: the
+        # shutdown drops what was queued towards it (under load half of the budget's 1,000
+        # went so), so only their arrival is checked, not a count.
+        assert refused > 0
         flooder.close()
-        # what it parked gave its places back; a well-behaved reader is served as before
+        # what it parked gave its places back; a well-behaved reader is served as before.  The
+        # read worker gives them back when it sees the connection end, which under load may
+        # come after a new poll: refused then (TOO_MANY_REQUESTS), and parked once it has.
         reader, _ = raw_reader(ctx, ens)
-        reader.send_multipart(long_poll(1, ledger))
-        assert not reader.poll(500)  # parked
+        deadline = time.monotonic() + 20
+        for rid in range(1, 10**6):
+            reader.send_multipart(long_poll(rid, ledger))
+            if not reader.poll(500):
+                break  # parked
+            status = wire.unpack_header(reader.recv_multipart()[0])[1]
+            assert status == Status.TOO_MANY_REQUESTS, status
+            assert time.monotonic() < deadline, "the flooder's places were never given back: " + ens.log(0)[-3000:]
+            time.sleep(0.1)
         writer_works(client, ledger, 1, 1)
         assert client.write_lac(ledger, 6, KEY) == Status.OK
         assert reader.poll(10_000) and wire.unpack_header(reader.recv_multipart()[0])[1] == Status.OK
