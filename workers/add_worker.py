@@ -264,10 +264,13 @@ class AddServer(ClientServer):
         if self.cap is not None:
             poller.register(self.cap.monitor, zmq.POLLIN)
         poller.register(self.owners.fileno(), zmq.POLLIN)
+        poller.register(self.ctx.signal_fd, zmq.POLLIN)  # a SIGTERM ends the wait at once
         flush_s = self.conf.flush_interval_s
         while not self.ctx.stopping:
             timeout = 5 if self.pending else 50
             events = dict(poller.poll(timeout))
+            if self.ctx.signal_fd in events:
+                self.ctx.drain_signals()
             if durable_in.fileno() in events:
                 durable_in.drain()
             if self.cap is not None and self.cap.monitor in events:

@@ -56,6 +56,20 @@ class WorkerContext:
         setproctitle.setproctitle(self.name)
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the supervisor
+        # A SIGTERM also writes a byte here, so a loop that polls this descriptor wakes at
+        # once: pyzmq's poll, interrupted by a signal, runs the handler and then polls again
+        # for its whole timeout, so each worker stopped up to two timeouts late, and a bookie
+        # stops its workers in three groups one after another.
+        self.signal_fd, write_end = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+
+    def drain_signals(self) -> None:
+        """Empty ``signal_fd`` (the loop saw it readable; ``stopping`` says what happened)."""
+        try:
+            while os.read(self.signal_fd, 512):
+                pass
+        except BlockingIOError:
+            pass
 
     def _on_term(self, _signo, _frame) -> None:
         self.stopping = True

@@ -82,6 +82,7 @@ def run(ctx) -> int:
     notify = Doorbell(os.path.join(ctx.run_dir, "add.bell"))  # rung here after publishing DURABLE
     poller = select.poll()
     poller.register(wake.fileno(), select.POLLIN)
+    poller.register(ctx.signal_fd, select.POLLIN)  # a SIGTERM ends the wait at once
     ctx.log("journal ready", start=end, epoch=epoch + 1, directory=jdir)
     ctx.ready()
 
@@ -131,8 +132,11 @@ def run(ctx) -> int:
                 timeout_ms = 100
             else:
                 timeout_ms = max(0, int(wait_s * 1000))
-            if poller.poll(timeout_ms):
+            ready = poller.poll(timeout_ms)
+            if ready:
                 wake.drain()
+                if any(fd == ctx.signal_fd for fd, _ in ready):
+                    ctx.drain_signals()
     finally:
         writer.close()
         if trace is not None:

@@ -103,12 +103,15 @@ class ReadServer(ClientServer):
         poller.register(self.lac_sub, zmq.POLLIN)
         if self.cap is not None:
             poller.register(self.cap.monitor, zmq.POLLIN)
+        poller.register(self.ctx.signal_fd, zmq.POLLIN)  # a SIGTERM ends the wait at once
         while not self.ctx.stopping:
             timeout = 100
             deadline = self.polls.next_deadline()
             if deadline is not None:
                 timeout = max(0, min(timeout, int((deadline - time.monotonic()) * 1000) + 1))
             events = dict(poller.poll(timeout))
+            if self.ctx.signal_fd in events:
+                self.ctx.drain_signals()
             if self.cap is not None and self.cap.monitor in events:
                 self.cap.drain()
             if self.lac_sub in events:
