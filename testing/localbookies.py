@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from bookie.workers.common import free_port_pair, set_pdeathsig
+from bookie.workers.common import free_port_pair, set_pdeathsig, wait_exited
 from bookie.storage.layout import remembered_port
 from bookie.workers.config import SECRET_KEYS
 
@@ -273,7 +273,7 @@ class LocalBookies:
             return p.returncode if p else 0
         p.send_signal(signal.SIGTERM)
         try:
-            return p.wait(timeout_s)
+            return wait_exited(p, timeout_s)
         except subprocess.TimeoutExpired:
             self.kill(i)
             raise LocalBookieError(f"bookie {i} did not stop within {timeout_s} s") from None
@@ -371,7 +371,7 @@ class LocalBookies:
             if p is None:
                 continue
             try:
-                p.wait(20)
+                wait_exited(p, 20)
             except subprocess.TimeoutExpired:
                 try:
                     os.killpg(p.pid, signal.SIGKILL)

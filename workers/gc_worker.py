@@ -346,7 +346,7 @@ def run(ctx) -> int:
                 if requested(ctx) or time.monotonic() >= next_count:
                     next_count = time.monotonic() + conf.gc_wait_s
                     ctx.write_stats(count_holdings(index, ledger_dirs))
-                time.sleep(0.1)
+                ctx.pause(0.1)  # a SIGTERM ends it at once
         finally:
             env.close()
         return 0
@@ -373,7 +373,7 @@ def run(ctx) -> int:
             request = take_request(ctx)
             forced = request is not None
             if not forced and time.monotonic() < next_run:
-                time.sleep(0.1)
+                ctx.pause(0.1)  # a SIGTERM ends it at once
                 continue
             next_run = time.monotonic() + conf.gc_wait_s
             started = time.monotonic()
