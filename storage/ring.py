@@ -192,11 +192,16 @@ class Doorbell:
             pass
 
     def drain(self) -> None:
-        try:
-            while os.read(self.fd, 4096):
-                pass
-        except BlockingIOError:
-            pass
+        drain_fd(self.fd)
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+def drain_fd(fd: int) -> None:
+    """Read a non-blocking descriptor empty (a doorbell's, or a signal wakeup pipe's)."""
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass

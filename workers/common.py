@@ -23,7 +23,7 @@ from bookie import wire
 from bookie.workers import logs
 from bookie.workers.config import BookieConfig
 from bookie.workers.metrics import Metrics
-from bookie.storage.ring import READONLY
+from bookie.storage.ring import READONLY, drain_fd
 
 
 # A monitor event's first frame (libzmq 4 event API): event id (16 bits), value (32 bits: the
@@ -71,11 +71,7 @@ class WorkerContext:
 
     def drain_signals(self) -> None:
         """Empty ``signal_fd`` (the loop saw it readable; ``stopping`` says what happened)."""
-        try:
-            while os.read(self.signal_fd, 512):
-                pass
-        except BlockingIOError:
-            pass
+        drain_fd(self.signal_fd)
 
     def _on_term(self, _signo, _frame) -> None:
         self.stopping = True
