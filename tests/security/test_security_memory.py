@@ -11,16 +11,16 @@ The add worker now shuts a connection whose message still arriving passes the ad
 are at most 4 KiB, still relies on the watch, so the watch is tested there.
 """
 
+import subprocess
+import sys
 import time
 
 import pytest
-import zmq
 
-from bookie import wire
 from bookie.appliance.memory_watch import anon_rss_bytes
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
-from bookie.wire import Op, Status
+from bookie.wire import Status
 
 LIMIT_MB = 160
 KEY = b"memory-test-master-key"
@@ -33,21 +33,37 @@ def ens():
         yield e
 
 
-def _send_many_frame_message(ctx, bookie: str, mib: int):
+_SENDER = """
+import sys, time, zmq
+from bookie import wire
+from bookie.wire import Op
+address, mib = sys.argv[1], int(sys.argv[2])
+s = zmq.Context().socket(zmq.DEALER)
+s.setsockopt(zmq.SNDHWM, 0)
+s.setsockopt(zmq.LINGER, 0)
+s.connect(address)
+s.send(wire.pack_header(Op.READ, 0, 1, 5), zmq.SNDMORE)
+chunk = b"m" * 4000
+for _ in range(mib * 262):
+    s.send(chunk, zmq.SNDMORE)
+s.send(b"end")
+time.sleep(3600)
+"""
+
+
+def _send_many_frame_message(bookie: str, mib: int) -> subprocess.Popen:
     """One READ of ``mib`` MiB in 4 KiB frames (the read socket's frame limit): ZeroMQ buffers
-    it whole before the read worker sees it.  Returns the socket: the caller keeps it open
-    (closed, its unsent frames are dropped)."""
-    s = ctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.SNDHWM, 0)
-    s.setsockopt(zmq.LINGER, 0)
+    it whole before the read worker sees it.  Sent from a process of its own, which stays until
+    the caller kills it (closed, a socket's unsent frames are dropped), so the test's process
+    never holds the hundreds of MiB queued."""
     host, port = bookie.rsplit(":", 1)
-    s.connect(f"tcp://{host}:{int(port) + 1}")
-    s.send(wire.pack_header(Op.READ, 0, 1, 5), zmq.SNDMORE)
-    chunk = b"m" * 4000
-    for _ in range(mib * 262):
-        s.send(chunk, zmq.SNDMORE)
-    s.send(b"end")
-    return s
+    return subprocess.Popen([sys.executable, "-c", _SENDER, f"tcp://{host}:{int(port) + 1}",
+                             str(mib)])
+
+
+def _stop(sender: subprocess.Popen) -> None:
+    sender.kill()
+    sender.wait()
 
 
 def _killed(ens) -> int:
@@ -56,22 +72,25 @@ def _killed(ens) -> int:
 
 def test_a_worker_past_its_memory_budget_is_restarted_and_the_bookie_serves_on(ens):
     read_pid = ens.worker_pid(0, "read")
-    ctx = zmq.Context()
+    senders = []
     try:
         # Until two kills (more than workerRestartLimit: still no stop); each message is five
         # budgets, and one that arrives between two looks of the watch may pass unseen.
-        senders = []
         for _ in range(10):
-            senders.append(_send_many_frame_message(ctx, ens.bookies[0], 5 * LIMIT_MB))
+            senders.append(_send_many_frame_message(ens.bookies[0], 5 * LIMIT_MB))
             deadline = time.monotonic() + 3
             seen = _killed(ens)
             while _killed(ens) == seen and time.monotonic() < deadline:
                 time.sleep(0.05)
+            if _killed(ens) > seen:  # the kill took their connections: no sender is needed
+                while senders:
+                    _stop(senders.pop())
             if _killed(ens) >= 2:
                 break
         assert _killed(ens) >= 2, ens.log(0)[-2000:]
     finally:
-        ctx.destroy(linger=0)
+        for sender in senders:
+            _stop(sender)
     assert "role=read" in ens.log(0)
     deadline = time.monotonic() + 20
     while True:  # the restarted read worker serves a reader
@@ -80,7 +99,7 @@ def test_a_worker_past_its_memory_budget_is_restarted_and_the_bookie_serves_on(e
                 assert c.add(7, [make_entry(7, 0, b"after")], KEY) == Status.OK
                 assert c.read(7, 0)[0] == Status.OK
             break
-        except Exception:  # noqa: BLE001 - still restarting
+        except Exception:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
