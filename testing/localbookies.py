@@ -21,7 +21,8 @@ import sys
 import tempfile
 import time
 
-from bookie.workers.common import free_port_pair, set_pdeathsig, wait_exited
+from bookie.workers.common import set_pdeathsig, wait_exited
+from bookie.workers.ports import reserve_port_pair
 from bookie.storage.layout import remembered_port
 from bookie.workers.config import SECRET_KEYS
 
@@ -68,14 +69,17 @@ class LocalBookies:
         self.start_timeout_s = start_timeout_s
         self.log_format = log_format  # None: the bookie's default (logfmt); or "json"
         # admin_http: each bookie serves the HTTP admin API on a port of its own (admin_url(i)).
-        self.http_ports = [free_port_pair("127.0.0.1") for _ in range(n)] if admin_http else []
+        # Ports chosen here stay reserved (workers/ports.py) until close(): no other chooser on
+        # the host (another test process's ensemble) takes them, even while a bookie is down.
+        self._reservations = []
+        self.http_ports = [self._reserve() for _ in range(n)] if admin_http else []
         self.ports = []
         for i in range(n):
             # Started again on its directories, a bookie keeps its port: its id is in its cookie.
             remembered = remembered_port([os.path.join(self.bookie_dir(i), "journal"),
                                           os.path.join(self.bookie_dir(i), "ledgers")])
             self.ports.append(base_port + 2 * i if base_port else
-                              remembered or free_port_pair("127.0.0.1"))
+                              remembered or self._reserve())
         self.hosts = list(hosts or ["127.0.0.1"] * n)
         self.command_prefix = [list(p) for p in (command_prefix or [[]] * n)]
         if len(self.hosts) != n or len(self.command_prefix) != n:
@@ -389,6 +393,13 @@ class LocalBookies:
             self._notify_dir = None
         if self._own_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
+        for reservation in self._reservations:
+            reservation.release()
+
+    def _reserve(self) -> int:
+        reservation = reserve_port_pair("127.0.0.1")
+        self._reservations.append(reservation)
+        return reservation.port
 
     def _remove_run_leftovers(self, i: int) -> None:
         """Remove what bookie i, SIGKILLed and not started again, left outside its directories

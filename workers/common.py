@@ -1,12 +1,12 @@
 """What every worker process shares: its name, its log line, its runtime paths, readiness; and the
-process helpers the supervisor and the test harness use (free ports, parent-death signal)."""
+process helpers the supervisor and the test harness use (parent-death signal, waits for exit);
+free ports are in ``bookie.workers.ports``."""
 
 from __future__ import annotations
 
 import collections
 import ctypes
 import os
-import random
 import resource
 import select
 import shutil
@@ -357,36 +357,6 @@ class ClientServer:
         return orjson.dumps({"bookie_id": self.ctx.conf.bookie_id, "free_bytes": usage.free,
                              "total_bytes": usage.total, "writable": not self.ring.get(READONLY),
                              "version": __version__})
-
-
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            lo, hi = (int(x) for x in f.read().split())
-        return lo, hi
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-def free_port_pair(host: str) -> int:
-    """A port P such that P and P+1 are both free on ``host`` right now.
-
-    Chosen below the kernel's ephemeral range (ip_local_port_range), where the outgoing
-    connections of this and every other process take their ports: a port from that range can
-    be taken by someone's connect() between this check and the bookie's bind."""
-    lo, _ = _ephemeral_range()
-    top = lo - 2 if lo > 12_000 else 65_533
-    rng = random.SystemRandom()
-    for _ in range(500):
-        port = rng.randrange(10_000, top)
-        try:
-            with socket.socket() as s1, socket.socket() as s2:
-                s1.bind((host, port))
-                s2.bind((host, port + 1))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free pair of ports found")
 
 
 def set_pdeathsig() -> None:

@@ -14,7 +14,7 @@ from bookie.metadata import LedgerMetadata, open_metadata
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, create_ledgers, make_entry
 from bookie.wire import Status
-from bookie.workers.common import free_port_pair
+from bookie.workers.ports import free_port_pair
 from bookie.workers.config import KEYS
 
 KEY = b"admin-master-key"

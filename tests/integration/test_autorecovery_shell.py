@@ -157,7 +157,7 @@ def test_bookie_autorecovery_without_a_store_is_one_line_and_status_2(capsys, tm
 
 
 def test_updatecookie_moves_a_stopped_bookie_to_a_new_id_and_it_starts_again(capsys, tmp_path):
-    from bookie.workers.common import free_port_pair
+    from bookie.workers.ports import free_port_pair
 
     base = str(tmp_path / "b")
     with LocalBookies(1, base_dir=base) as lb:

@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bookie.metadata import LedgerMetadata, open_metadata
-from bookie.workers.common import free_port_pair
+from bookie.workers.ports import free_port_pair
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Status

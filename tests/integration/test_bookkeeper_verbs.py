@@ -21,7 +21,7 @@ from bookie.autorecovery.auditor import Auditor
 from bookie.client import BookKeeper
 from bookie.metadata import open_metadata
 from bookie.testing import LocalBookies
-from bookie.workers.common import free_port_pair
+from bookie.workers.ports import free_port_pair
 
 PASSWORD = b"verbs"
 

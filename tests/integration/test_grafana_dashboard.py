@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bookie.client import BookKeeper
 from bookie.testing import LocalBookies
-from bookie.workers.common import free_port_pair
+from bookie.workers.ports import free_port_pair
 
 DASHBOARD = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "grafana", "bookie.json")
 METRIC = re.compile(r"\b(?:bookie|bookkeeper)_[a-z0-9_]+\b")

@@ -17,7 +17,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from bookie.testing import LocalBookies
-from bookie.workers.common import free_port_pair
+from bookie.workers.ports import free_port_pair
 from bookie.workers.metrics import DOCUMENTED_LABELS, SPECS, family_name
 
 ALERTS = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "prometheus", "alerts.yml")

@@ -334,7 +334,7 @@ def test_metaformat_of_a_store_without_a_layout_record_keeps_its_data(tmp_path):
 
 @pytest.mark.parametrize("taken", ["bookiePort", "read port", "prometheusStatsHttpPort"])
 def test_a_port_in_use_is_one_line_and_exit_2_before_anything_is_created(tmp_path, taken):
-    from bookie.workers.common import free_port_pair
+    from bookie.workers.ports import free_port_pair
 
     uri = f"lmdb://{tmp_path}/metadata"
     open_metadata(uri, create=True).close()
@@ -360,7 +360,7 @@ def test_a_port_in_use_is_one_line_and_exit_2_before_anything_is_created(tmp_pat
 
 
 def test_one_port_configured_for_two_things_is_refused_in_one_line(tmp_path):
-    from bookie.workers.common import free_port_pair
+    from bookie.workers.ports import free_port_pair
 
     port = free_port_pair("127.0.0.1")
     o = bookie_overrides(tmp_path, bookiePort=port, prometheusStatsHttpPort=port + 1)

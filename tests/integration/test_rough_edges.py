@@ -17,7 +17,7 @@ import pytest
 from bookie.client import BookKeeper
 from bookie.client.errors import InvalidArgumentError
 from bookie.testing import LocalBookies
-from bookie.workers.common import free_port_pair
+from bookie.workers.ports import free_port_pair
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -110,6 +110,15 @@ def test_run_sh_quiet_prints_the_pass_count():
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout.splitlines()[-1], proc.stdout[-2000:]
+
+
+def test_run_sh_refuses_a_worker_count_that_is_not_a_number_before_any_setup():
+    env = {**os.environ, "BOOKIE_TEST_WORKERS": "two", "PYTHON": sys.executable}
+    env.pop("BOOKIE_SKIP_SETUP", None)
+    proc = subprocess.run(["bash", "tests/run.sh", "tests/unit/test_metrics.py"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout[-2000:]
+    assert proc.stderr == "run.sh: BOOKIE_TEST_WORKERS must be a whole number, got 'two'\n"
 
 
 def test_run_sh_sets_up_only_the_test_extra_for_unit_tests():

@@ -18,7 +18,7 @@ import pytest
 
 from bookie.client import BookKeeper
 from bookie.testing import LocalBookies
-from bookie.workers.common import free_port_pair
+from bookie.workers.ports import free_port_pair
 
 PASSWORD = b"owner"
 NOBODY = pwd.getpwnam("nobody")

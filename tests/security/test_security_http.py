@@ -29,7 +29,7 @@ from bookie.metadata import LedgerMetadata, open_metadata
 from bookie.testing import LocalBookieError, LocalBookies
 from bookie.testing.rawclient import RawBookieClient, create_ledgers, make_entry
 from bookie.wire import Status
-from bookie.workers.common import free_port_pair
+from bookie.workers.ports import free_port_pair
 from bookie.workers.config import BookieConfig
 
 KEY = b"http-auth-master-key"

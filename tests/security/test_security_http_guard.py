@@ -21,7 +21,7 @@ import time
 import pytest
 
 from bookie.testing import LocalBookies
-from bookie.workers.common import free_port_pair
+from bookie.workers.ports import free_port_pair
 
 REQUEST_TIMEOUT_MS = 3000
 

@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from bookie.testing import LocalBookieError, LocalBookies
-from bookie.workers.common import free_port_pair
+from bookie.workers.ports import free_port_pair
 
 
 @pytest.fixture(scope="module")
