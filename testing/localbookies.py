@@ -72,14 +72,14 @@ class LocalBookies:
         # Ports chosen here stay reserved (workers/ports.py) until close(): no other chooser on
         # the host (another test process's ensemble) takes them, even while a bookie is down.
         self._reservations = []
-        self.http_ports = [self._reserve() for _ in range(n)] if admin_http else []
+        self.http_ports = [self.reserve_port() for _ in range(n)] if admin_http else []
         self.ports = []
         for i in range(n):
             # Started again on its directories, a bookie keeps its port: its id is in its cookie.
             remembered = remembered_port([os.path.join(self.bookie_dir(i), "journal"),
                                           os.path.join(self.bookie_dir(i), "ledgers")])
             self.ports.append(base_port + 2 * i if base_port else
-                              remembered or self._reserve())
+                              remembered or self.reserve_port())
         self.hosts = list(hosts or ["127.0.0.1"] * n)
         self.command_prefix = [list(p) for p in (command_prefix or [[]] * n)]
         if len(self.hosts) != n or len(self.command_prefix) != n:
@@ -396,7 +396,9 @@ class LocalBookies:
         for reservation in self._reservations:
             reservation.release()
 
-    def _reserve(self) -> int:
+    def reserve_port(self) -> int:
+        """A port P (P and P+1 free) for a bookie of this ensemble, kept from every other chooser
+        on the host until ``close()`` (workers/ports.py)."""
         reservation = reserve_port_pair("127.0.0.1")
         self._reservations.append(reservation)
         return reservation.port

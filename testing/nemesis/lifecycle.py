@@ -115,10 +115,9 @@ class LifecycleFaults:
 
     def _replace(self, i: int) -> str:
         """Bookie ``i`` (stopped) wiped and started empty under a new id; returns the old id."""
-        from bookie.testing import localbookies
         old = self.bookies.bookies[i]
         wipe(self.bookies.bookie_dir(i))
-        port = localbookies.free_port_pair("127.0.0.1")
+        port = self.bookies.reserve_port()
         self.bookies.ports[i] = port
         self.bookies.bookies[i] = f"{self.bookies.hosts[i]}:{port}"
         self.lost_ids.append(old)
