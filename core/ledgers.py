@@ -227,6 +227,13 @@ class LedgerTable:
         self.recovery_secret = recovery_secret  # None: RECOVERY_CREDENTIAL is refused
         self.ledgers: dict[int, StoredLedger] = {}
         self.dirty: set[int] = set()
+        # LAC records met before their ledger is bound: ledger id -> {stored key: highest LAC}.
+        # The live path stores a LAC record only for a bound ledger, but a rebuild may read it
+        # first: it reads the logs in id order, and compaction restates a ledger's fence and
+        # copies its entries into a log newer than a LAC written after them.  Invariant 8 says
+        # the order does not matter, so such a LAC waits here for the record that binds its
+        # ledger to its key, and is applied then; never bound so, it changes nothing.
+        self._early_lacs: dict[int, dict[bytes, int]] = {}
 
     def stored_key(self, ledger_id: int, master_key: bytes) -> bytes:
         """The form of ``master_key`` this bookie stores and compares (see ``stored_key``)."""
@@ -382,9 +389,9 @@ class LedgerTable:
         elif key and not flags & FLAG_STORED_KEY:  # written by an older bookie
             key = self.stored_key(rec.ledger_id, key)
         info = self.get(rec.ledger_id)
+        if rec.type == LAC and key and (info is None or not (info.deleted or info.master_key)):
+            return self._hold_early_lac(rec.ledger_id, key, rec.lac)  # an explicit LAC binds nothing
         if info is None:
-            if rec.type == LAC:
-                return False  # an explicit LAC binds nothing
             info = StoredLedger(b"", owner_check=check)
             if key and (rec.type == ADD_BATCH or flags & FLAG_VERIFIED):
                 info.bind(key)  # invariants 1 and 2: the owner's key, or the first add's
@@ -406,7 +413,7 @@ class LedgerTable:
                 info.owner_check = check
                 self.dirty.add(rec.ledger_id)
             elif rec.type == LAC:
-                return False
+                return False  # keyless: it names no owner
             elif rec.type == ADD_BATCH and not key and not flags & FLAG_RECOVERY:
                 return False
         if rec.type == FENCE:
@@ -417,9 +424,22 @@ class LedgerTable:
             if rec.lac > info.lac:
                 info.lac = rec.lac
                 self.dirty.add(rec.ledger_id)
+        if info.master_key and rec.ledger_id in self._early_lacs:
+            early = self._early_lacs.pop(rec.ledger_id).get(info.master_key, -1)
+            if early > info.lac:
+                info.lac = early
+                self.dirty.add(rec.ledger_id)
+        return True
+
+    def _hold_early_lac(self, ledger_id: int, key: bytes, lac: int) -> bool:
+        """Keep a LAC record of a ledger not bound yet (see ``_early_lacs``).  True: the record
+        belongs in storage as any LAC record the live path stored."""
+        held = self._early_lacs.setdefault(ledger_id, {})
+        held[key] = max(lac, held.get(key, -1))
         return True
 
     def mark_deleted(self, ledger_id: int) -> None:
         """The GC deleted the ledger (invariant 6): it stays deleted."""
         self.ledgers[ledger_id] = StoredLedger.tombstone()
+        self._early_lacs.pop(ledger_id, None)
         self.dirty.discard(ledger_id)

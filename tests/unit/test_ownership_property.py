@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from bookie import wire
 from bookie.core.ledgers import LedgerTable, Owner, Rejected
@@ -216,6 +216,9 @@ class Bookie:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(ops=st.lists(op, max_size=30))
+# found by a CI run: the fence restated by compaction lies in a newer log than the LAC written
+# after it, so the rebuild met the LAC before anything bound its ledger, and dropped it
+@example(ops=[("fence", 0, OWNER_KEY), ("compact",), ("write_lac", 0, OWNER_KEY, 0)])
 def test_rebuild_from_the_logs_equals_the_live_state_over_any_interleaving(tmp_path_factory, ops):
     bookie = Bookie(str(tmp_path_factory.mktemp("b")))
     try:
