@@ -7,11 +7,16 @@ from bookie import wire
 from bookie.wire import Flag, Op
 
 
-def raw_dealer(ctx, bookie: str, port_offset: int, curve=None, source: str | None = None):
+def raw_dealer(ctx, bookie: str, port_offset: int, curve=None, source: str | None = None,
+               reconnect: bool = True):
     """A DEALER on ``bookie``'s add (``port_offset`` 0) or read (1) socket, and a monitor of its
     disconnections; ``curve`` (client/auth.py ClientCurve) secures it first; ``source``: the
-    local address to connect from (another host, as far as the bookie can tell)."""
+    local address to connect from (another host, as far as the bookie can tell).  Without
+    ``reconnect``, a connection the bookie shuts stays shut: a DEALER otherwise connects again
+    and sends what it still had queued over the new connection, a new client to the bookie."""
     s = ctx.socket(zmq.DEALER)
+    if not reconnect:
+        s.setsockopt(zmq.RECONNECT_IVL, -1)
     s.setsockopt(zmq.LINGER, 0)
     s.setsockopt(zmq.SNDHWM, 0)
     s.setsockopt(zmq.RCVHWM, 0)
