@@ -424,7 +424,7 @@ class LedgerTable:
             if rec.lac > info.lac:
                 info.lac = rec.lac
                 self.dirty.add(rec.ledger_id)
-        if info.master_key and rec.ledger_id in self._early_lacs:
+        if self._early_lacs and info.master_key and rec.ledger_id in self._early_lacs:
             early = self._early_lacs.pop(rec.ledger_id).get(info.master_key, -1)
             if early > info.lac:
                 info.lac = early

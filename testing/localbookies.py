@@ -240,9 +240,7 @@ class LocalBookies:
             s.bind(path)  # private (0700): a bookie run as another user is seen by its log line
             self._notify[i] = s
         self._notify[i].setblocking(False)
-        with contextlib.suppress(BlockingIOError):
-            while True:
-                self._notify[i].recv(4096)
+        _ready(self._notify[i])  # emptied: an earlier start's READY=1 must not count
         return path
 
     def wait_serving(self, i: int) -> None:
@@ -429,7 +427,7 @@ class LocalBookies:
 
 
 def _ready(notify: socket.socket) -> bool:
-    """Whether the datagrams waiting on ``notify`` include READY=1."""
+    """Whether the datagrams waiting on ``notify`` include READY=1; reads them all."""
     ready = False
     with contextlib.suppress(BlockingIOError):
         while True:

@@ -227,7 +227,6 @@ class RefusalBudget:
         self.on_shut = on_shut  # on_shut(ident): forget what the connection left waiting
         self.clock = clock
         self.counts: dict[bytes, int] = {}  # this second's refusals per connection
-        self.shut_now: set[bytes] = set()  # connections shut down in this second
         self.window = clock()
         self.shut_total = 0
         self.shut_at: dict[bytes, float] = {}  # connection -> when it was shut (DRAIN_S)
@@ -275,7 +274,6 @@ class RefusalBudget:
         now = self.clock()
         if now - self.window >= 1.0:
             self.counts.clear()
-            self.shut_now.clear()
             self.window = now
         n = self.counts.get(ident, 0) + 1
         self.counts[ident] = n
@@ -288,7 +286,6 @@ class RefusalBudget:
                 fd = -1
             if fd in self.cap.open and self.cap.shut(fd):
                 self.shut_total += 1
-                self.shut_now.add(ident)
                 self.shut_at[ident] = now
                 if self.on_shut is not None:
                     self.on_shut(ident)

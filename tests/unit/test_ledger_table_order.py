@@ -51,22 +51,19 @@ def _live(ops) -> tuple[LedgerTable, list[Record], set[int]]:
 
     for o in ops:
         kind, lid = o[0], o[1]
+        lac = -1
         try:
             if kind == "add":
-                placed = table.check_add(lid, o[2], o[3], False, owner(lid))
-                rec = Record(ADD_BATCH, placed.flags, lid, placed.key, -1, None, 0, 0)
+                rtype, placed = ADD_BATCH, table.check_add(lid, o[2], o[3], False, owner(lid))
             elif kind == "cred_add":
-                placed = table.check_add(lid, credential(SECRET, lid), True, True, owner(lid))
-                rec = Record(ADD_BATCH, placed.flags, lid, placed.key, -1, None, 0, 0)
+                rtype, placed = ADD_BATCH, table.check_add(lid, credential(SECRET, lid), True, True,
+                                                           owner(lid))
             elif kind == "fence":
-                placed = table.check_fence(lid, o[2], False, owner(lid))
-                rec = Record(FENCE, placed.flags, lid, placed.key, -1, None, 0, 0)
+                rtype, placed = FENCE, table.check_fence(lid, o[2], False, owner(lid))
             elif kind == "cred_fence":
-                placed = table.check_fence(lid, credential(SECRET, lid), True, owner(lid))
-                rec = Record(FENCE, placed.flags, lid, placed.key, -1, None, 0, 0)
+                rtype, placed = FENCE, table.check_fence(lid, credential(SECRET, lid), True, owner(lid))
             elif kind == "write_lac":
-                placed = table.check_write_lac(lid, o[2])
-                rec = Record(LAC, placed.flags, lid, placed.key, o[3], None, 0, 0)
+                rtype, placed, lac = LAC, table.check_write_lac(lid, o[2]), o[3]
             else:
                 if table.get(lid) is not None:
                     table.mark_deleted(lid)
@@ -74,6 +71,7 @@ def _live(ops) -> tuple[LedgerTable, list[Record], set[int]]:
                 continue
         except Rejected:
             continue
+        rec = Record(rtype, placed.flags, lid, placed.key, lac, None, 0, 0)
         if table.apply(rec):
             stored.append(rec)
     return table, stored, deleted
