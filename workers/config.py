@@ -139,7 +139,7 @@ KEYS: tuple[Key, ...] = (
     Key("allowInsecureClients", "bool", False, "Let a bookie without curveSecretKeyFile listen beyond loopback: anyone who reaches its ports reads and writes every ledger, and master keys and data cross the network in clear.", attr="allow_insecure_clients"),
     # -- journal -------------------------------------------------------------------------------
     Key("journalDirectory", "dir", "/var/lib/bookie/journal", "Directory of the write-ahead journal, ideally on its own disk (the one-journal form of journalDirectories).", attr="configured_journal_dir"),
-    Key("journalDirectories", "dirs", "", "Comma-separated journal directories, one journal worker (and ring) each, ideally one disk each; a ledger's records all go to journal ledger_id % count (docs/architecture.md, \"Several journals\"). Empty: journalDirectory alone. Set together with journalDirectory only if it names that one directory.", attr="configured_journal_dirs"),
+    Key("journalDirectories", "dirs", "", "Comma-separated journal directories, one journal worker (and ring) each, ideally one disk each; a ledger's records all go to journal ledger_id % count (docs/architecture.md, \"Several journals\"). Empty: journalDirectory alone; set, it wins over journalDirectory.", attr="configured_journal_dirs"),
     Key("journalMaxSizeMB", "int", 2048, "A journal file is rolled when it reaches this size (MB).", _range(1), unit="MB", attr="journal_max_size_bytes"),
     Key("journalMaxBackups", "int", 5, "Old journal files (all older than the last checkpoint) kept after rolling.", _range(0), attr="journal_max_backups"),
     Key("journalPreAllocSizeMB", "int", 16, "Journal files grow by preallocating this much at a time (MB).", _range(1, 1024), unit="MB", attr="journal_prealloc_size_bytes"),
@@ -445,7 +445,7 @@ class BookieConfig:
         for key in KEYS:
             v = self._values[key.name]
             if key.name == "journalDirectory" and self.configured_journal_dirs:
-                continue  # journalDirectories says it (both set must agree: _check_journal_keys)
+                continue  # journalDirectories says it (it wins over journalDirectory when both are set)
             if key.type == "dirs":
                 v = ",".join(v)
             elif key.type == "bool":
@@ -518,13 +518,10 @@ def _check_disk_and_compaction_keys(values: dict[str, Any]) -> None:
 
 
 def _check_journal_keys(values: dict[str, Any], raw: dict[str, Any]) -> None:
-    """journalDirectories and journalDirectory must not say different things; no journal
-    directory twice (two journals on one directory would write each other's files)."""
+    """No journal directory twice (two journals on one directory would write each other's
+    files).  journalDirectories set wins over journalDirectory, as in BookKeeper (its
+    ``getJournalDirNames``): both set is no error, whatever journalDirectory says."""
     dirs = values["journalDirectories"]
-    if dirs and "journalDirectory" in raw and dirs != [values["journalDirectory"]]:
-        raise ConfigError(f"journalDirectories: {','.join(dirs)!r} and journalDirectory "
-                          f"{values['journalDirectory']!r} are both set and disagree; set one "
-                          f"(journalDirectories for several journals)")
     seen = set()
     for d in dirs:
         real = os.path.realpath(d)

@@ -61,32 +61,35 @@ def test_journal_directories_give_the_journals_in_order_and_journal_directory_is
     assert again.journal_dirs == [str(a), str(b)]
 
 
-def test_journal_directories_and_journal_directory_that_disagree_are_refused(tmp_path):
+def test_journal_directories_win_over_journal_directory_and_a_directory_twice_is_refused(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
-    with pytest.raises(ConfigError, match="journalDirectories.*journalDirectory.*disagree"):
-        BookieConfig.from_mapping({"journalDirectory": str(a), "journalDirectories": f"{a},{b}",
-                                   "ledgerDirectories": str(a)})
+    # both set and saying different things: journalDirectories wins, as in BookKeeper
+    both = BookieConfig.from_mapping({"journalDirectory": str(b), "journalDirectories": f"{a},{b}",
+                                      "ledgerDirectories": str(a)})
+    assert both.journal_dirs == [str(a), str(b)] and both.journal_dir == str(a)
+    other = BookieConfig.from_mapping({"journalDirectory": str(tmp_path / "nowhere"),
+                                       "journalDirectories": str(a), "ledgerDirectories": str(a)})
+    assert other.journal_dirs == [str(a)]
+    other.check_directories()  # the journalDirectory not used is not checked either
     with pytest.raises(ConfigError, match="named twice"):
         BookieConfig.from_mapping({"journalDirectories": f"{a},{a}/", "ledgerDirectories": str(a)})
 
 
-@pytest.mark.parametrize("case", ["disagree", "twice", "missing"])
+@pytest.mark.parametrize("case", ["twice", "missing"])
 def test_a_bad_journal_configuration_is_one_line_and_exit_2(tmp_path, case):
     a, b, ledgers = tmp_path / "a", tmp_path / "b", tmp_path / "ledgers"
     for d in (a, b, ledgers):
         d.mkdir()
     o = {"ledgerDirectories": str(ledgers), "metadataServiceUri": "",
          "journalDirectories": f"{a},{b}"}
-    if case == "disagree":
-        o["journalDirectory"] = str(b)
-    elif case == "twice":
+    if case == "twice":
         o["journalDirectories"] = f"{a},{a}"
     else:
         o["journalDirectories"] = f"{a},{tmp_path / 'nowhere'}"
     line = refusal(bookie("run", *sets(o)))
     assert "journalDirectories" in line
-    assert {"disagree": "disagree", "twice": "named twice", "missing": "does not exist"}[case] in line
+    assert {"twice": "named twice", "missing": "does not exist"}[case] in line
     assert not os.path.exists(a / "current")  # nothing stamped
 
 
