@@ -65,6 +65,9 @@ class LedgerHandle:
         self._max_frame_size_bytes = max_frame_size_bytes
         self._writer = writer
         self._add_lock = threading.Lock()
+        # the highest entry id handed to the writer by this handle (``last_add_pushed``): set
+        # when ``add_*`` returns, before the I/O thread has taken the entries
+        self._handed = writer.op.last_add_pushed if writer is not None else -1
         self._lac = info.last_entry_id if last_add_confirmed is None else last_add_confirmed
         # A reader's watch on the metadata while it long-polls (``_long_poll``): the wake-ups
         # of the polls parked now, and the watch's cancel (None: not watching).
@@ -167,14 +170,25 @@ class LedgerHandle:
         """
         writer = self._writer_driver()
         payloads = [p if type(p) is bytes else entry_bytes(p) for p in payloads]
+        self._check_sizes(payloads)
+        with self._add_lock:  # one call's parts get consecutive ids
+            try:
+                self._runner.hand_over(writer, payloads, callback)
+            except BaseException:
+                # some parts may have gone before the throttle timed out: the writer knows
+                self._handed = max(self._handed, writer.op.last_add_pushed)
+                raise
+            self._handed += len(payloads)
+
+    def _check_sizes(self, payloads: list) -> None:
+        """Raises InvalidArgumentError when a payload is over the size limit (nothing added,
+        no entry id used)."""
         limit = self._max_frame_size_bytes - 32 - self._dm.size
         if payloads and max(map(len, payloads)) > limit:
             size = max(map(len, payloads))
             raise InvalidArgumentError(
                 f"entry of {size} bytes exceeds the {limit}-byte limit "
                 f"(nettyMaxFrameSizeBytes minus header and digest)", ledger_id=self.ledger_id)
-        with self._add_lock:  # one call's parts get consecutive ids
-            self._runner.hand_over(writer, payloads, callback)
 
     def close(self, timeout_s: float | None = None) -> None:
         """Writer: wait for outstanding adds, then close the ledger at the last confirmed entry

@@ -38,6 +38,7 @@ from bookie.client.drivers import fail, resolve
 from bookie.client.errors import InvalidArgumentError, LedgerClosedError
 from bookie.client.protocol.lac import FirstLacOp
 from bookie.client.protocol.ledger import LedgerState
+from bookie.client.protocol.writer import WRITING
 
 
 class LedgerHandle(handle.LedgerHandle):
@@ -50,10 +51,14 @@ class LedgerHandle(handle.LedgerHandle):
 
     @property
     def last_add_pushed(self) -> int:
-        """The writer's: the highest entry id handed to the bookies (confirmed or not);
-        a reader's: its last-add-confirmed."""
+        """The writer's: the highest entry id handed to this handle's writer (confirmed or
+        not), as soon as ``add_entry_async`` (or another ``add_*``) returned, as BookKeeper's
+        ``getLastAddPushed``; a reader's: its last-add-confirmed."""
         if self._writer is not None:
-            return self._writer.op.last_add_pushed
+            op = self._writer.op
+            if op.state == WRITING:  # adds handed over may not have reached the I/O thread
+                return max(self._handed, op.last_add_pushed)
+            return op.last_add_pushed  # closed or failed: what the writer took, no more
         return self.last_add_confirmed
 
     def force(self, timeout_s: float | None = None) -> int:
@@ -62,8 +67,9 @@ class LedgerHandle(handle.LedgerHandle):
         last entry id covered (-1: none).  Forces complete in the order they were asked.
 
         Raises:
-            LedgerClosedError: a reader's handle.  LedgerFencedError, NotEnoughBookiesError,
-                ...: the writer failed before the entries were acknowledged.
+            LedgerClosedError: a reader's handle, or a handle closed already (BookKeeper's
+                LedgerClosedException).  LedgerFencedError, NotEnoughBookiesError, ...: the
+                writer failed before the entries were acknowledged.
         """
         return self._runner.wait(self.force_async(), timeout_s)
 
@@ -163,6 +169,8 @@ class LedgerHandleAdv(LedgerHandle):
             raise InvalidArgumentError(f"entry id {entry_id!r} is not an integer",
                                        ledger_id=self.ledger_id)
         self._writer_driver()  # a closed or reading handle refuses before anything is kept
+        data = bytes(data)
+        self._check_sizes([data])  # refused here, before it is kept: its id stays a gap
         fut: Future = Future()
         with self._adv_lock:
             if entry_id < self._next_id or entry_id in self._held:
@@ -173,16 +181,18 @@ class LedgerHandleAdv(LedgerHandle):
                     f"ledger {self.ledger_id}: entry {entry_id} is more than the window of "
                     f"{self._window} (the client's throttle) past entry {self._next_id}, the "
                     f"lowest not added yet", ledger_id=self.ledger_id)
-            self._held[entry_id] = (bytes(data), fut)
+            self._held[entry_id] = (data, fut)
             while self._next_id in self._held:
                 payload, waiter = self._held.pop(self._next_id)
                 expected = self._next_id
-                self._next_id += 1
                 try:
                     inner = super().add_entry_async(payload)
-                except BaseException as exc:  # refused before it got an id: this one fails
+                except BaseException as exc:
+                    # refused before the writer gave it an id: this one fails, and its id stays
+                    # the next missing (a gap), so no later entry is stored under it
                     fail(waiter, exc)
-                    continue
+                    break
+                self._next_id += 1
                 inner.add_done_callback(lambda f, w=waiter, e=expected: _chain(f, w, e))
         return fut
 

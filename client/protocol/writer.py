@@ -196,8 +196,8 @@ class LedgerWriter:
         """Make every entry added so far visible in the LAC once all are acknowledged: a
         Forced(last) comes out then (at once when nothing is outstanding), in the order the
         forces were asked.  Without deferred sync the LAC is visible already: it only waits."""
-        if self.state not in (WRITING, CLOSING):
-            return [A.Forced(self.lac, self._refusal() if self.state == FAILED else None)]
+        if self.state not in (WRITING, CLOSING):  # closed: BookKeeper's LedgerClosedException
+            return [A.Forced(self.lac, self._refusal())]
         self._force_targets.append(self.last_add_pushed)
         return self._forces_done()
 
