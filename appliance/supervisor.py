@@ -28,7 +28,9 @@ of the directory lock, so the directories stay locked until the last process of 
 gone, whether it stopped cleanly or was killed.
 
 A worker that dies is restarted (the add worker first waits until the journal has written what
-it left in the ring, then replays; the journal continues from the end of its files), at most
+it left in the ring, then replays; the journal continues from the end of its files), in
+dependency order: journals before the add worker, and a journal that dies while a new add
+worker waits for it is restarted during that wait.  At most
 ``workerRestartLimit`` times a minute (a restart that fails - the new worker killed before it was
 ready - counts as one more and is retried); past that, or when the journal reports corruption (exit
 status 3), the bookie stops cleanly and says why.
@@ -289,6 +291,8 @@ class Supervisor:
                     raise WorkerStartError(role, w.proc.wait(5))
                 if w.proc.poll() is not None:
                     raise WorkerStartError(role, w.proc.returncode)
+                if role == "add":
+                    self._restart_dead_journals()
                 if time.monotonic() > deadline:
                     w.proc.kill()
                     raise WorkerStartError(role, None)
@@ -430,6 +434,18 @@ class Supervisor:
                 how = f"a failed restart ({e})"
                 self.log("worker restart failed; retrying", level="warning", role=w.role,
                          error=str(e))
+
+    def _restart_dead_journals(self) -> None:
+        """Restart in dependency order: an add worker starting waits until every journal has
+        made durable what the ring holds, so a journal worker that died meanwhile is restarted
+        now, while the add worker waits, not after it (it would wait for that journal in vain,
+        give up, and be restarted, forever)."""
+        for role in self.journal_roles:
+            j = self.workers[role]
+            if self.stopping:
+                return
+            if j.proc is not None and j.proc.poll() is not None:
+                self._worker_died(j)
 
     def _over_restart_limit(self, w: Worker, how: str) -> bool:
         """Forget restarts older than a minute; past ``workerRestartLimit`` stop the bookie

@@ -133,13 +133,18 @@ def run(ctx) -> int:
     ring = rings[0]  # also the control words
     ring.set(ADD_EPOCH, ring.get(ADD_EPOCH) + 1)
 
-    # A previous add worker may have placed records the journals have not written yet.
+    # A previous add worker may have placed records the journals have not written yet.  A
+    # journal that died meanwhile is restarted by the supervisor during this wait (dependency
+    # order); a SIGTERM ends it at once.
     deadline = time.monotonic() + 60
     while any(r.get(DURABLE) < r.get(WRITE) for r in rings):
+        if ctx.stopping:
+            ctx.log("stopped while waiting for the journals to drain the ring")
+            return 0
         if time.monotonic() > deadline:
             ctx.log("journal did not drain the ring in 60 s; giving up")
             return 1
-        time.sleep(0.01)
+        ctx.pause(0.01)
 
     env = open_index(index_dir, conf.index_map_size_bytes)
     index = Index(env)
@@ -151,10 +156,13 @@ def run(ctx) -> int:
             replay(ctx, rings, storage, jdirs, ledger_dirs)
             break
         except Exception as e:  # noqa: BLE001 - only want of space is waited out
-            if not no_room(e) or ctx.stopping:
+            if not no_room(e):
                 raise
+            if ctx.stopping:  # replay redoes it all at the next start
+                ctx.log("stopped while waiting for room to replay the journal", error=str(e))
+                return 0
             ctx.log("no room on the ledger disks to replay the journal; retrying", error=str(e))
-            time.sleep(RETRY_S)
+            ctx.pause(RETRY_S)  # a SIGTERM ends the wait
 
     storage.table.recovery_secret = read_secret_file(ctx.run_dir)  # None: flag refused
     ring.set(NO_ROOM, 0)  # a predecessor may have died with no room; this one starts writable
