@@ -435,6 +435,31 @@ def check_journal(directory: str, mark: int) -> JournalCheck:
     return JournalCheck(walk.end, warnings + walk.warnings)
 
 
+def sync_journal(directory: str, mark: int) -> list[str]:
+    """fdatasync every journal file a replay from ``mark`` reads, then the directory; returns
+    their paths.
+
+    A journal worker killed between a group's write and its fdatasync leaves the group whole
+    in the page cache: the next worker's scan finds it and would count it durable, and a
+    machine crash would then lose what was acknowledged on that count.  A journal worker calls
+    this after its scan and before it publishes anything as durable.
+    """
+    files = journal_files(directory)
+    synced = []
+    for f in files[first_needed(files, mark):]:
+        try:
+            fd = os.open(f.path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue  # deleted meanwhile: wholly before every LastLogMark, nothing to keep
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        synced.append(f.path)
+    fsync_dir(directory)
+    return synced
+
+
 def journal_end(directory: str, mark: int = 0) -> int:
     """Logical offset where the next group goes: end of the last whole group (0 if none)."""
     return check_journal(directory, mark).end

@@ -9,8 +9,11 @@ Start-up reads the journal as replay will, from LastLogMark, to find where it en
 would lose acknowledged adds (junk in the middle, a gap between files, a file of an older
 journal format) refuses with exit status 3, which the supervisor does not retry; damage only in
 backups wholly before LastLogMark, and files torn while being created, are logged as warnings.
-On a restart while the add worker lives, the records between the journal's end and WRITE are
-still in the ring and are written first.
+Before it publishes anything as durable it fdatasyncs every file it found (``sync_journal``):
+a predecessor killed between a group's write and its fdatasync leaves the group whole in the
+page cache, where the scan finds it but a machine crash would lose it.  On a restart while the
+add worker lives, the records between the journal's end and WRITE are still in the ring and are
+written first.
 
 With several journals (``journalDirectories``) one of these workers runs per journal directory,
 journal ``i`` as role ``journal-i`` (``journal`` for journal 0), each on its own ring, doorbell
@@ -27,7 +30,7 @@ from bookie.storage.layout import current_dir
 from bookie.core.group_commit import GroupCommitPolicy
 from bookie.storage.journal_groups import GroupCommitter
 from bookie.storage.journal import (CorruptJournalError, JournalFormatError, JournalWriter,
-                                    check_journal, delete_old_journals, lastmark_of)
+                                    check_journal, delete_old_journals, lastmark_of, sync_journal)
 from bookie.storage.trace import JOURNAL_FILE, open_trace
 from bookie.storage.ring import BASE, DURABLE, JOURNAL_EPOCH, WRITE, Doorbell, Ring
 from bookie.storage.journal_set import bell_name, index_of_role
@@ -45,11 +48,12 @@ def run(ctx) -> int:
     jdir = current_dir(conf.journal_dirs[journal])
     ledger_dirs = [current_dir(d) for d in conf.ledger_dirs]
     checked_at = time.monotonic()
+    start_mark = lastmark_of(ledger_dirs, journal)
     ctx.log("checking journal", directory=jdir)
     try:
         # Read it as replay will (from LastLogMark), so a journal that cannot be replayed stops
         # the bookie here, and damage replay never needs (backups) only warns.
-        check = check_journal(jdir, lastmark_of(ledger_dirs, journal))
+        check = check_journal(jdir, start_mark)
     except JournalFormatError as e:
         ctx.log("refusing to start: journal of an older format", error=str(e))
         return EXIT_CORRUPT
@@ -60,6 +64,16 @@ def run(ctx) -> int:
         ctx.log("warning: journal damage that replay does not need", detail=warning)
     ctx.log("journal checked", end=check.end, seconds=f"{time.monotonic() - checked_at:.2f}")
     end = check.end
+    # What the scan found may be in the page cache only (a predecessor killed between a write
+    # and its fdatasync): make it durable before DURABLE says so.
+    synced_at = time.monotonic()
+    try:
+        synced = sync_journal(jdir, start_mark)
+    except OSError as e:
+        ctx.log("could not sync the journal found at start; stopping the bookie", error=str(e))
+        return EXIT_SYNC_FAILED
+    ctx.log("journal synced what it found", files=len(synced), end=end,
+            seconds=f"{time.monotonic() - synced_at:.3f}")
     ring = Ring.attach(ctx.ring_paths[journal])
     epoch = ring.get(JOURNAL_EPOCH)
     if epoch == 0:
