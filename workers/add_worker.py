@@ -53,6 +53,7 @@ from bookie.storage.checkpoint import Checkpointer, checkpoint
 from bookie.workers.claims import OwnerLookup, OwnerResolver
 from bookie.workers.frame_guard import FrameGuard
 from bookie.storage.journal import lastmark_of, scan
+from bookie.core.adds import WAIT, AddMachine, NoRoom, ReadOnly, RoomAgain
 from bookie.core.ledgers import Owner, Rejected
 from bookie.storage.noroom import RETRY_S, Held, HeldRecord, no_room
 from bookie.storage.trace import ADD_FILE, AddTrace, open_trace
@@ -188,6 +189,8 @@ def run(ctx) -> int:
     lac_pub.bind(ctx.endpoint("add.lac"))
 
     server = AddServer(ctx, rings, storage, clients, control, wakes, lac_pub, ledger_dirs)
+    server.machine = AddMachine(storage.table, len(rings), conf.max_pending_adds,
+                                conf.max_entry_size_bytes, RETRY_S)
     server.cap = cap
     server.frame_guard = FrameGuard(cap, conf.max_add_message_size_bytes, ctx.run_dir, ctx.log)
     server.gate = curve.gate if curve else None
@@ -201,6 +204,7 @@ def run(ctx) -> int:
     server.refusals = RefusalBudget(REFUSALS_PER_CONNECTION_PER_S, cap, server.log_shut)
     server.pending = JournalAnswers(len(rings), conf.max_pending_adds, principal_of(bool(curve)),
                                     server.refusals)
+    server.machine.answers = server.pending
     ctx.log("add worker ready", port=conf.bookie_port, position=ring.get(WRITE))
     ctx.ready()
     try:
@@ -235,18 +239,14 @@ class AddServer(ClientServer):
         self.lac_pub = lac_pub
         self.ledger_dirs = ledger_dirs
         self.pending: JournalAnswers | None = None  # set by run(): needs the refusal budget
-        self.max_entry = self.conf.max_entry_size_bytes
-        self.max_pending = self.conf.max_pending_adds
+        self.machine: AddMachine | None = None  # set by run(): every add decision (core/adds.py)
         self.last_mark = [r.get(WRITE) for r in rings]
         self.last_checkpoint = time.monotonic()
         self.last_stats = 0.0
         self.gate = None  # workers/auth.py Gate when CURVE is on
         self.owners: OwnerResolver | None = None  # workers/claims.py
-        # requests waiting for the store's answer or a key's verdict, per ledger, in order
-        self.parked: dict[int, collections.deque] = {}
-        self.parked_count = 0
         self.current = None  # (socket, frames, internal, taken_at) of the message being handled
-        self.stalled: collections.deque = collections.deque()  # (socket, frames, internal, taken_at) waiting for ring room
+        self.no_room_in = 0  # the journal whose ring had no room for the message just handled
         self.checkpointer = Checkpointer(ctx, storage, ledger_dirs)
         self.add_latency = ctx.metrics.histogram("bookie_add_entry_seconds")
         self.taken_at = 0.0  # when the message being handled was taken off its socket
@@ -255,8 +255,6 @@ class AddServer(ClientServer):
         self.held: collections.deque[Held] = collections.deque()
         self.cap = None  # ConnectionCap of the client socket
         self.frame_guard = None  # workers/frame_guard.py: messages still arriving, per connection
-        self.full = False  # no room for our writes: read-only until a retry succeeds
-        self.next_retry = 0.0
         self.rung: set[int] = set()  # journals woken this iteration
         self.unrung: set[int] = set()  # ... and placed in since
         self.moved: set[int] = set()  # ledgers with adds / WRITE_LACs placed since the last publish
@@ -288,7 +286,7 @@ class AddServer(ClientServer):
             if self.owners.fileno() in events:
                 self.resume(self.owners.drain())
             self.retry_stalled()
-            if not self.stalled:
+            if not self.machine.all_stalled():  # a full ring holds back its own journal only
                 if self.control in events:
                     self.take(self.control, internal=True)
                 if self.clients in events:
@@ -297,7 +295,8 @@ class AddServer(ClientServer):
                 self.wakes[j].ring()
             self.commit()
             if self.frame_guard is not None:  # drained: no whole message left in ZeroMQ's queue
-                self.frame_guard.check(not self.stalled and not self.clients.get(_EVENTS) & _POLLIN)
+                self.frame_guard.check(not self.machine.all_stalled()
+                                       and not self.clients.get(_EVENTS) & _POLLIN)
             now = time.monotonic()
             if now - self.last_checkpoint >= flush_s:
                 self.checkpoint(now)
@@ -320,7 +319,7 @@ class AddServer(ClientServer):
         self.commit(final=True)
         self.checkpointer.stop()
         try:
-            if not self.full:
+            if not self.machine.full:
                 checkpoint(self.storage, self.ledger_dirs, self.mark())
         except Exception as e:  # noqa: BLE001 - replay from the older LastLogMark redoes it
             if not no_room(e):
@@ -389,45 +388,46 @@ class AddServer(ClientServer):
                 p.refuse(Status.NO_LEDGER)
 
     def retry_stalled(self) -> None:
-        while self.stalled:
-            sock, frames, internal, self.taken_at = self.stalled[0]
-            if not self.handle(sock, frames, internal, retry=True):
-                break
-            self.stalled.popleft()
+        """Decide again each journal's stalled requests, first first, while its ring has room
+        (core/adds.py invariant 1)."""
+        machine = self.machine
+        if not machine.stalled_count:
+            return
+        for journal in range(self.journals):
+            while True:
+                waiting = machine.next_stalled(journal)
+                if waiting is None:
+                    break
+                sock, frames, internal, self.taken_at = waiting
+                if not self.handle(sock, frames, internal, first_stalled=True):
+                    machine.stall(journal, waiting, again=True)
+                    break
 
     def park(self, ledger_id: int, key: bytes, credential: bool) -> bool:
-        """True when the message being handled waits (parked) for what deciding it needs: the
-        store's answer about the ledger, or the verdict on its key (claims.py).  A ledger with
-        parked messages parks every later one too, so their order holds."""
-        if ledger_id not in self.parked:
-            info = self.storage.table.ledgers.get(ledger_id)
-            if info is not None and info.master_key:  # bound: nothing to ask (the hot path)
-                return False
-            if self.owners.ready(self.storage.table, ledger_id, key, credential):
-                return False
-        if self.parked_count >= self.max_pending:
-            raise Rejected(Status.TOO_MANY_REQUESTS)
-        self.parked.setdefault(ledger_id, collections.deque()).append(self.current)
-        self.parked_count += 1
+        """True when the message being handled waits (parked in the machine) for what deciding
+        it needs: the store's answer about the ledger, or the verdict on its key (claims.py).
+        Raises Rejected(TOO_MANY_REQUESTS) past the machine's bound."""
+        info = self.storage.table.ledgers.get(ledger_id)
+        if info is not None and info.master_key:  # bound: nothing to ask (the hot path)
+            return False
+        if self.owners.ready(self.storage.table, ledger_id, key, credential):
+            return False
+        self.machine.park(ledger_id, self.current)
         return True
 
     def resume(self, ledger_ids: set[int]) -> None:
-        """Handle again, in order, the messages parked for these ledgers."""
+        """Decide again, in order, the messages parked for these ledgers."""
         for ledger_id in ledger_ids:
-            waiting = self.parked.pop(ledger_id, None)
-            while waiting:
-                sock, frames, internal, self.taken_at = waiting.popleft()
-                self.parked_count -= 1
-                if ledger_id in self.parked:  # parked again (another key): the rest follow it
-                    self.parked[ledger_id].append((sock, frames, internal, self.taken_at))
-                    self.parked_count += 1
-                elif not self.handle(sock, frames, internal, retry=True):
-                    self.stalled.append((sock, frames, internal, self.taken_at))
-            if ledger_id not in self.parked:
+            for waiting in self.machine.unpark(ledger_id):
+                sock, frames, internal, self.taken_at = waiting
+                if not self.handle(sock, frames, internal):
+                    self.machine.stall(self.no_room_in, waiting)
+            if not self.machine.is_parked(ledger_id):
                 self.owners.consume(ledger_id)
 
     def take(self, sock, internal: bool) -> None:
         self.lac_taken = False
+        machine = self.machine
         for _ in range(MAX_MESSAGES_PER_ITERATION):
             try:
                 frames = wire.recv_frames(sock, copy=False)
@@ -436,9 +436,11 @@ class AddServer(ClientServer):
             self.taken_at = time.monotonic()
             if not internal and self.frame_guard is not None:
                 self.frame_guard.delivered(frames)
-            if not self.handle(sock, frames, internal, retry=False):
-                self.stalled.append((sock, frames, internal, self.taken_at))
-                break
+            if not self.handle(sock, frames, internal):
+                # its journal's ring is full: it waits there; other journals' requests go on
+                machine.stall(self.no_room_in, self.current)
+                if machine.all_stalled():
+                    break
             if self.lac_taken:
                 # A WRITE_LAC ends the iteration: its commit and the long polls it wakes then
                 # come now, not after up to MAX_MESSAGES_PER_ITERATION queued adds (a LAC
@@ -447,11 +449,13 @@ class AddServer(ClientServer):
                 break
 
     # -- one request -----------------------------------------------------------------------------
-    def handle(self, sock, frames, internal: bool, retry: bool) -> bool:
-        """Handle one message; False when the ring is full (the caller retries it later)."""
+    def handle(self, sock, frames, internal: bool, first_stalled: bool = False) -> bool:
+        """Handle one message; False when its journal's ring is full (``no_room_in`` says
+        which: the caller stalls it there).  ``first_stalled``: it is its journal's first
+        stalled message, decided again (core/adds.py ``arrive``)."""
         self.current = (sock, frames, internal, self.taken_at)
         if internal:
-            return self.handle_control(frames)
+            return self.handle_control(frames, first_stalled)
         if len(frames) < 2:
             self.stats["dropped_malformed_total"] += 1
             return True
@@ -467,7 +471,12 @@ class AddServer(ClientServer):
             if self.gate is not None and self.gate.refusal(frames[1], op, flags):
                 raise Rejected(Status.UNAUTHORIZED, "role does not allow the op")
             # past its principal's share: TOO_MANY_REQUESTS
-            self.pending.admit(self.journal_of(ledger_id), frames[1], ident, op)
+            journal = self.journal_of(ledger_id)
+            self.pending.admit(journal, frames[1], ident, op)
+            if op == Op.ADD or op == Op.WRITE_LAC:
+                # behind a request of its ledger or journal that waits (core/adds.py inv. 1)
+                if self.machine.arrive(ledger_id, journal, self.current, first_stalled) == WAIT:
+                    return True
             if op == Op.ADD:
                 return self.handle_add(ident, flags, request_id, ledger_id, frames[2:])
             if op == Op.WRITE_LAC:
@@ -530,9 +539,8 @@ class AddServer(ClientServer):
     def commit(self, final: bool = False) -> None:
         """Commit the index; on want of space turn read-only, and retry while read-only."""
         now = time.monotonic()
-        if self.full and not final and now < self.next_retry:
+        if not self.machine.commit_due(now, final):
             return
-        self.next_retry = now + RETRY_S
         try:
             while self.held:
                 self.held[0].store(self.storage)
@@ -550,17 +558,23 @@ class AddServer(ClientServer):
             self.publish_moved(gone)
         if self.checkpointer.no_room:
             self.turn_full(None)
-        elif self.full and not self.checkpointer.failed:
-            self.full = False
-            self.ring.set(NO_ROOM, 0)
-            self.ctx.log("ledger disks have room again; taking adds", position=",".join(map(str, self.safe_to)))
+        elif self.machine.full and not self.checkpointer.failed:
+            self.act(self.machine.handle(RoomAgain(), now))
 
     def turn_full(self, e) -> None:
-        if not self.full:
-            self.full = True
-            self.ring.set(NO_ROOM, 1)
-            self.ctx.log("no room on the ledger disks; read-only until there is",
-                         error=str(e) if e else "checkpoint failed")
+        self.act(self.machine.handle(NoRoom(), time.monotonic()),
+                 error=str(e) if e else "checkpoint failed")
+
+    def act(self, actions, error: str = "") -> None:
+        """Carry out the machine's actions about the bookie's state (core/adds.py)."""
+        for a in actions:
+            if type(a) is ReadOnly:
+                self.ring.set(NO_ROOM, 1 if a.on else 0)  # the supervisor turns the bookie read-only
+                if a.on:
+                    self.ctx.log("no room on the ledger disks; read-only until there is", error=error)
+                else:
+                    self.ctx.log("ledger disks have room again; taking adds",
+                                 position=",".join(map(str, self.safe_to)))
 
     def store(self, ledger_id, start, end, size, data_offset, entry_ids, lengths, offsets) -> None:
         """Write a placed record to the entry log, or hold it while there is no room."""
@@ -592,14 +606,12 @@ class AddServer(ClientServer):
     def handle_add(self, ident, flags, request_id, ledger_id, body) -> bool:
         if len(body) != 3:
             raise Rejected(Status.BAD_REQUEST, "ADD takes master key, lengths and data frames")
-        if self.ring.get(READONLY) or self.full:
-            raise Rejected(Status.READ_ONLY)
-        if len(self.pending) >= self.max_pending:
-            raise Rejected(Status.TOO_MANY_REQUESTS)
+        machine = self.machine
+        machine.check_writable(self.ring.get(READONLY), len(self.pending))
         key = body[0].bytes
         lengths_frame = body[1].buffer
         data = body[2].buffer
-        lengths, offsets = wire.batch_offsets(lengths_frame, len(data), self.max_entry)
+        lengths, offsets = wire.batch_offsets(lengths_frame, len(data), machine.max_entry_bytes)
         ledgers, entry_ids = wire.batch_ids(data, offsets)
         if (ledgers != ledger_id).any():
             raise Rejected(Status.BAD_REQUEST, "an entry of the batch belongs to another ledger")
@@ -609,12 +621,12 @@ class AddServer(ClientServer):
         credential = bool(flags & wire.Bits.RECOVERY_CREDENTIAL)
         if self.park(ledger_id, key, credential):
             return True
+        placed = machine.decide_add(ledger_id, key, recovery, credential, self.owner_of(ledger_id))
         table = self.storage.table
-        placed = table.check_add(ledger_id, key, recovery, credential, self.owner_of(ledger_id))
         journal = self.journal_of(ledger_id)
         held = self.storage.held_entries(ledger_id, entry_ids)
-        if held:  # entries are write-once (core/ledgers.py invariant 7)
-            lengths_frame, data, lengths, offsets, entry_ids = self.new_entries(
+        if held:  # entries are write-once (core/adds.py invariant 4)
+            lengths_frame, data, lengths, offsets, entry_ids = machine.write_once(
                 held, lengths_frame, data, lengths, offsets, entry_ids)
             if not len(entry_ids):  # all held, identical: stored nothing; answered in order
                 self.pending.append(Pending(self.rings[journal].get(WRITE), [ident, wire.pack_header(
@@ -625,6 +637,7 @@ class AddServer(ClientServer):
         parts, size, data_offset = records.add_batch_parts(ledger_id, placed.key, lengths_frame, data,
                                                            flags=placed.flags)
         if not self.room_for(journal, size):
+            self.no_room_in = journal
             return False
         checked_ns = time.monotonic_ns() if self.trace is not None else 0
         start, end = self.place(journal, parts)
@@ -648,33 +661,16 @@ class AddServer(ClientServer):
             return None
         return self.owners.owner(ledger_id) or Owner.UNAVAILABLE
 
-    def new_entries(self, held: dict, lengths_frame, data, lengths, offsets, entry_ids):
-        """The batch without the entries this bookie holds; Rejected(ENTRY_EXISTS) when one of
-        them differs from the bytes held (nothing is stored then)."""
-        mv = memoryview(data)
-        for i, was in held.items():
-            o, n = int(offsets[i]), int(lengths[i])
-            if mv[o:o + n] != was:
-                raise Rejected(Status.ENTRY_EXISTS, f"entry {int(entry_ids[i])} is held with other bytes")
-        keep = [i for i in range(len(entry_ids)) if i not in held]
-        if not keep:
-            return lengths_frame, data, lengths[:0], offsets[:0], entry_ids[:0]
-        parts = [bytes(mv[int(offsets[i]):int(offsets[i]) + int(lengths[i])]) for i in keep]
-        new_lengths, new_data = wire.pack_batch(parts)
-        lengths2, offsets2 = wire.batch_offsets(new_lengths, len(new_data), self.max_entry)
-        return new_lengths, new_data, lengths2, offsets2, entry_ids[keep]
-
     def handle_write_lac(self, ident, request_id, ledger_id, body) -> bool:
         if len(body) != 2 or len(body[1]) != wire.WRITE_LAC_BODY.size:
             raise Rejected(Status.BAD_REQUEST, "WRITE_LAC takes master key and lac frames")
         key = body[0].bytes
         (lac,) = wire.WRITE_LAC_BODY.unpack(body[1].bytes)
-        if lac < -1:
-            raise Rejected(Status.BAD_REQUEST, "lac out of range")
-        placed = self.storage.table.check_write_lac(ledger_id, key)
+        placed = self.machine.decide_write_lac(ledger_id, key, lac)
         rec = records.lac_record(ledger_id, lac, placed.key, placed.flags)
         journal = self.journal_of(ledger_id)
         if not self.room_for(journal, len(rec)):
+            self.no_room_in = journal
             return False
         _, end = self.place(journal, [rec])
         if self.storage.table.apply(records.parse(rec, 0)):
@@ -685,7 +681,7 @@ class AddServer(ClientServer):
                                     ledger_id, Op.WRITE_LAC, self.taken_at, journal))
         return True
 
-    def handle_control(self, frames) -> bool:
+    def handle_control(self, frames, first_stalled: bool = False) -> bool:
         """Fence requests from the read worker: [ident, b"F", ledger_id, master_key, token]
         (b"C": the key is the ledger's recovery credential; returns stored form, b"": unbound).
 
@@ -700,17 +696,21 @@ class AddServer(ClientServer):
         key = frames[3].bytes
         token = frames[4].bytes
         credential = frames[1].bytes == b"C"
+        journal = self.journal_of(ledger_id)
         try:
+            # behind a request of its ledger or journal that waits (core/adds.py invariant 1)
+            if self.machine.arrive(ledger_id, journal, self.current, first_stalled) == WAIT:
+                return True
             if self.park(ledger_id, key, credential):
                 return True
-            placed = self.storage.table.check_fence(ledger_id, key, credential, self.owner_of(ledger_id))
+            placed = self.machine.decide_fence(ledger_id, key, credential, self.owner_of(ledger_id))
         except Rejected as e:
             self.count(FENCE_OP, e.status)
             self.control.send_multipart([ident, b"F", token, wire.STATUS.pack(e.status)])
             return True
         rec = records.fence_record(ledger_id, placed.key, placed.flags)
-        journal = self.journal_of(ledger_id)
         if not self.room_for(journal, len(rec)):
+            self.no_room_in = journal
             return False
         _, end = self.place(journal, [rec])
         if self.storage.table.apply(records.parse(rec, 0)):

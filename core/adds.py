@@ -1,0 +1,315 @@
+"""The add worker's decisions: which request is decided now and which waits, for what; what an
+accepted request places; what the bookie answers while it cannot write.
+
+Everything the add worker decides about a request lives here; ``bookie.workers.add_worker`` only
+turns sockets and rings into calls of this machine and its actions into sends, as the journal
+worker does over ``bookie.core.group_commit``.  The ledger rules themselves (owner, key, fence,
+delete) are ``bookie.core.ledgers``; this module decides *when* they are asked and what follows.
+
+Theory of operation
+-------------------
+A request of a ledger (an ADD, a WRITE_LAC, a fence from the read worker) goes through
+``arrive(ledger_id, journal, request)``:
+
+- ``GO``: decide it now (``decide_add`` / ``decide_fence`` / ``decide_write_lac`` on the
+  ledger table, then place its record in journal ``journal``'s ring);
+- ``WAIT``: the machine keeps it, behind a request of the same ledger waiting for its owner
+  lookup, or behind the requests of the same journal waiting for ring room;
+- a ``Rejected(TOO_MANY_REQUESTS)`` past ``max_waiting`` requests kept (nothing stored).
+
+A decision that needs the metadata store's answer (``bookie.workers.claims``) parks the
+request (``park``); a record that finds its journal's ring full stalls it (``stall``).  Events
+bring them back, in order, as ``Decide`` actions (``handle``): ``OwnersAnswered(ledger_ids)``
+and ``RingRoom(journal)``.  No room on the ledger disks (``NoRoom`` / ``RoomAgain``) turns the
+bookie read-only for adds until a retry succeeds; fences and explicit LACs are still taken (their
+records are held with the adds: storage/noroom.py).  ``Durable(journal, position)`` gives the
+held-back answers whose records that journal made durable (and that are stored: ``safe_to``).
+
+Invariants
+----------
+1. **Per ledger, requests are decided in the order they arrived.**  A request of a ledger with
+   a request parked (owner lookup) waits behind it; a request of a journal with a request
+   stalled (ring full) waits behind it (every record of a ledger is in one journal:
+   storage/journal_set.py, so that keeps each ledger's order too).  Requests that wait come back
+   in the order they waited.
+2. **A journal that cannot take records holds back only its own ledgers.**  While journal J's
+   ring is full, requests of every other journal's ledgers are read and decided as usual
+   (docs/architecture.md: a slow journal holds back no answer of another).  Only when every
+   journal is stalled does the loop stop reading (``all_stalled``): ZeroMQ's queue then pushes
+   back on the clients, as with one journal.
+3. **What waits is bounded.**  At most ``max_waiting`` requests are parked and stalled in all;
+   past that a request is refused TOO_MANY_REQUESTS before anything is stored.
+4. **Entries are write-once** (bookie.core.ledgers invariant 7): an entry this bookie holds with
+   identical bytes is dropped from the batch (answered OK, stored once); one held with other
+   bytes refuses the whole batch ENTRY_EXISTS and nothing changes (``write_once``).
+5. **No room: read-only, nothing lost.**  After a want of space (``NoRoom``) normal adds are
+   refused READ_ONLY until a retry of the held records, the index commit and
+   the checkpoint all succeed (``RoomAgain``); retries come at most once per ``retry_s``.  Fences
+   and explicit LACs are still taken (a recovery must be able to fence; their records are held
+   in order with the adds: storage/noroom.py).
+6. **An answer leaves only once its record is durable and stored**: answers of journal J leave
+   in J's order once ``min(DURABLE_J, safe_to_J)`` passed their record's end (DESIGN invariants
+   1 and 4; read-after-ack: storage/noroom.py).
+
+The machine imports no I/O and reads no clock: ``now`` is passed in.  A request is an opaque
+token (the loop's socket, frames and arrival time); the machine never looks inside it.
+
+Later rules shaped for here (not built): a refusal of a normal add or a fence for a ledger whose
+metadata does not name this bookie would be one more answer of the owner lookup
+(``bookie.core.ledgers.Owner``) that ``decide_*`` turns into a status; a read-only bookie that
+still answers fences, and a full journal disk turning the bookie read-only, are one more input
+to ``refusal`` and one more ``NoRoom`` cause.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import NamedTuple
+
+from bookie import wire
+from bookie.core.ledgers import LedgerTable, Placed, Rejected
+from bookie.wire import Status
+
+GO, WAIT = 0, 1  # ``arrive``'s answers (plain ints: the hot path allocates nothing)
+
+
+# -- events ------------------------------------------------------------------------------------
+class Arrived(NamedTuple):
+    ledger_id: int
+    journal: int
+    request: object
+
+
+class OwnersAnswered(NamedTuple):
+    """The owner resolver answered for these ledgers (bookie.workers.claims)."""
+    ledger_ids: frozenset
+
+
+class RingRoom(NamedTuple):
+    """Journal ``journal``'s ring may have room again (its DURABLE moved)."""
+    journal: int
+
+
+class Stalled(NamedTuple):
+    """A decided request found journal ``journal``'s ring full; nothing was placed."""
+    journal: int
+    request: object
+
+
+class NoRoom(NamedTuple):
+    """A write to the ledger disks failed for want of space."""
+
+
+class RoomAgain(NamedTuple):
+    """The held records, the index commit and the checkpoint all succeeded."""
+
+
+class Durable(NamedTuple):
+    """Each journal's answerable position: ``min(DURABLE, safe_to)`` per journal."""
+    positions: tuple
+
+
+# -- actions -----------------------------------------------------------------------------------
+class Decide(NamedTuple):
+    """Decide ``request`` now (it waited; it is next in its ledger's and journal's order).
+    ``first_stalled``: pass it to ``arrive`` (it was its journal's first stalled request)."""
+    request: object
+    first_stalled: bool = False
+
+
+class Answer(NamedTuple):
+    """Send this held-back answer (a ``bookie.core.answers.Pending``)."""
+    pending: object
+
+
+class Refuse(NamedTuple):
+    request: object
+    status: Status
+
+
+class ReadOnly(NamedTuple):
+    """Tell the bookie whether it is read-only for want of space (ring NO_ROOM)."""
+    on: bool
+
+
+class AddMachine:
+    """The add worker's decisions (module docstring).  ``table``: the ledger rule book;
+    ``answers``: the held-back answers (``bookie.core.answers.JournalAnswers``), set by the
+    worker once its refusal budget exists."""
+
+    def __init__(self, table: LedgerTable, journals: int, max_waiting: int, max_entry_bytes: int,
+                 retry_s: float = 1.0):
+        self.table = table
+        self.journals = journals
+        self.max_waiting = max_waiting
+        self.max_entry_bytes = max_entry_bytes
+        self.retry_s = retry_s
+        self.answers = None
+        self.parked: dict[int, collections.deque] = {}  # ledger -> requests waiting, in order
+        self.parked_count = 0
+        self.stalled: list[collections.deque] = [collections.deque() for _ in range(journals)]
+        self.stalled_count = 0
+        self.full = False  # no room on the ledger disks (invariant 5)
+        self.next_retry = 0.0
+
+    # -- waiting (invariants 1-3) ----------------------------------------------------------------
+    def arrive(self, ledger_id: int, journal: int, request, first_stalled: bool = False) -> int:
+        """GO, or WAIT (kept: it comes back as a Decide action).  ``first_stalled``: the request
+        is journal ``journal``'s first stalled one, taken by ``next_stalled`` (nothing of its
+        journal is ahead of it).  Raises Rejected(TOO_MANY_REQUESTS) past ``max_waiting``.
+        The hot path: two integer tests when nothing waits."""
+        if self.parked_count and ledger_id in self.parked:  # first: it arrived before any stall
+            self._count_one()
+            self.parked[ledger_id].append(request)
+            self.parked_count += 1
+            return WAIT
+        if self.stalled_count and not first_stalled and self.stalled[journal]:
+            self._count_one()
+            self.stalled[journal].append(request)
+            self.stalled_count += 1
+            return WAIT
+        return GO
+
+    def park(self, ledger_id: int, request) -> None:
+        """``request`` waits for the owner resolver's answer about ``ledger_id`` (and every
+        later request of the ledger behind it).  Raises Rejected(TOO_MANY_REQUESTS)."""
+        self._count_one()
+        self.parked.setdefault(ledger_id, collections.deque()).append(request)
+        self.parked_count += 1
+
+    def is_parked(self, ledger_id: int) -> bool:
+        return ledger_id in self.parked
+
+    def stall(self, journal: int, request, again: bool = False) -> None:
+        """``request`` found journal ``journal``'s ring full.  ``again``: it was the first of
+        the journal's stalled requests, retried: it stays first."""
+        if again:
+            self.stalled[journal].appendleft(request)
+        else:
+            self.stalled[journal].append(request)
+        self.stalled_count += 1
+
+    def all_stalled(self) -> bool:
+        """Every journal waits for ring room: the loop stops reading (invariant 2)."""
+        return self.stalled_count > 0 and all(self.stalled)
+
+    def waiting(self) -> int:
+        return self.parked_count + self.stalled_count
+
+    def _count_one(self) -> None:
+        if self.parked_count + self.stalled_count >= self.max_waiting:
+            raise Rejected(Status.TOO_MANY_REQUESTS, "too many requests waiting")
+
+    def next_stalled(self, journal: int):
+        """Take journal ``journal``'s first stalled request (None: none).  Decide it; if the
+        ring is still full, ``stall(journal, request, again=True)`` puts it back first."""
+        q = self.stalled[journal]
+        if not q:
+            return None
+        self.stalled_count -= 1
+        return q.popleft()
+
+    def unpark(self, ledger_id: int) -> collections.deque:
+        """The requests parked for ``ledger_id``, in order, no longer kept.  Decide each through
+        ``arrive`` again: one parked anew keeps the rest behind it."""
+        waiting = self.parked.pop(ledger_id, None) or collections.deque()
+        self.parked_count -= len(waiting)
+        return waiting
+
+    # -- decisions -------------------------------------------------------------------------------
+    def refusal(self, readonly: bool) -> Status | None:
+        """The status every normal add gets now, or None (invariant 5)."""
+        return Status.READ_ONLY if readonly or self.full else None
+
+    def check_writable(self, readonly: bool, pending: int) -> None:
+        """An ADD's first refusals, before anything is looked up: READ_ONLY (invariant 5), or
+        TOO_MANY_REQUESTS with ``max_waiting`` answers held back already.  Raises Rejected."""
+        status = self.refusal(readonly)
+        if status is not None:
+            raise Rejected(status)
+        if pending >= self.max_waiting:
+            raise Rejected(Status.TOO_MANY_REQUESTS)
+
+    def decide_add(self, ledger_id: int, key: bytes, recovery: bool, credential: bool,
+                   owner) -> Placed:
+        """Whether an ADD may go by the ledger rules; the key and flags its record carries.
+        ``owner``: the store's answer about an id the table holds nothing for (None: not
+        needed).  Raises Rejected."""
+        return self.table.check_add(ledger_id, key, recovery, credential, owner)
+
+    def decide_write_lac(self, ledger_id: int, key: bytes, lac: int) -> Placed:
+        """Whether a WRITE_LAC may go (taken while read-only too, as before: it stores no
+        entry).  Raises Rejected."""
+        if lac < -1:
+            raise Rejected(Status.BAD_REQUEST, "lac out of range")
+        return self.table.check_write_lac(ledger_id, key)
+
+    def decide_fence(self, ledger_id: int, key: bytes, credential: bool, owner) -> Placed:
+        """Fences are taken while read-only too (invariant 5)."""
+        return self.table.check_fence(ledger_id, key, credential, owner)
+
+    def write_once(self, held: dict, lengths_frame, data, lengths, offsets, entry_ids):
+        """The batch without the entries this bookie holds (invariant 4): returns
+        (lengths_frame, data, lengths, offsets, entry_ids) of the entries left (none left: the
+        add stores nothing and is answered OK in order).  ``held``: batch index -> the bytes
+        held, for the entries held.  Raises Rejected(ENTRY_EXISTS) when one differs."""
+        if not held:
+            return lengths_frame, data, lengths, offsets, entry_ids
+        mv = memoryview(data)
+        for i, was in held.items():
+            o, n = int(offsets[i]), int(lengths[i])
+            if mv[o:o + n] != was:
+                raise Rejected(Status.ENTRY_EXISTS, f"entry {int(entry_ids[i])} is held with other bytes")
+        keep = [i for i in range(len(entry_ids)) if i not in held]
+        if not keep:
+            return lengths_frame, data, lengths[:0], offsets[:0], entry_ids[:0]
+        parts = [bytes(mv[int(offsets[i]):int(offsets[i]) + int(lengths[i])]) for i in keep]
+        new_lengths, new_data = wire.pack_batch(parts)
+        lengths2, offsets2 = wire.batch_offsets(new_lengths, len(new_data), self.max_entry_bytes)
+        return new_lengths, new_data, lengths2, offsets2, entry_ids[keep]
+
+    # -- no room (invariant 5) -------------------------------------------------------------------
+    def commit_due(self, now: float, final: bool = False) -> bool:
+        """Whether the loop commits (and retries held records) now: always while writable; at
+        most once per ``retry_s`` while full, and at the final commit."""
+        if self.full and not final and now < self.next_retry:
+            return False
+        self.next_retry = now + self.retry_s
+        return True
+
+    # -- events ----------------------------------------------------------------------------------
+    def handle(self, event, now: float) -> list:
+        """One event in, the actions it calls for out (module docstring)."""
+        kind = type(event)
+        if kind is Arrived:
+            try:
+                go = self.arrive(event.ledger_id, event.journal, event.request)
+            except Rejected as e:
+                return [Refuse(event.request, e.status)]
+            return [Decide(event.request)] if go == GO else []
+        if kind is OwnersAnswered:
+            out = []
+            for ledger_id in sorted(event.ledger_ids):
+                out.extend(Decide(r) for r in self.unpark(ledger_id))
+            return out
+        if kind is RingRoom:
+            r = self.next_stalled(event.journal)
+            return [] if r is None else [Decide(r, True)]
+        if kind is Stalled:
+            self.stall(event.journal, event.request)
+            return []
+        if kind is NoRoom:
+            if self.full:
+                return []
+            self.full = True
+            return [ReadOnly(True)]
+        if kind is RoomAgain:
+            if not self.full:
+                return []
+            self.full = False
+            return [ReadOnly(False)]
+        if kind is Durable:
+            if self.answers is None:
+                return []
+            return [Answer(p) for p in self.answers.durable(list(event.positions))]
+        raise TypeError(f"not an add-path event: {event!r}")
