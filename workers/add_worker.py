@@ -1,5 +1,10 @@
 """The add worker: owns the client-facing add socket, the entry logs and the index writes.
 
+This module is the loop: it turns sockets, rings and timers into calls of the add machine
+(``bookie.core.adds``: which request is decided now and which waits, for its owner lookup or for
+its journal's ring room; write-once; the no-room state; the refusals) and of the ledger rule book
+(``bookie.core.ledgers``), and their answers into sends and ring writes.
+
 Per loop iteration (everything batched; no per-entry Python work on the hot path):
 
 1. Answer the adds whose records the journal has made durable (DURABLE passed their end).
@@ -19,14 +24,16 @@ Per loop iteration (everything batched; no per-entry Python work on the hot path
    LastLogMark = min(WRITE, DURABLE) (DESIGN invariant 3): every record placed before WRITE
    is in the entry log and, once the iteration's commit ran, in the index.
 
-Start-up: wait until the journal has made durable whatever a previous add worker placed, replay
-the journal from LastLogMark into entry log and index (the same ``apply`` per record as the live
-path), checkpoint, then serve.
+Start-up: wait until the journal has made durable whatever a previous add worker placed (the
+supervisor restarts a journal that dies meanwhile; a SIGTERM ends the wait), replay the journal
+from LastLogMark into entry log and index (``bookie.storage.journal_replay``: the same ``apply``
+per record as the live path), checkpoint, then serve.
 
 Several journals (``journalDirectories``, bookie.storage.journal_set): one ring per journal, and
 every record of a ledger goes to journal ``journal_of(ledger_id)``'s ring.  Cursors, ``safe_to``,
 marks and answers are per journal (each journal has its own logical offsets): an answer waits
-for its own journal's DURABLE only (``JournalAnswers``: a queue per journal); a checkpoint persists one LastLogMark per journal; start-up
+for its own journal's DURABLE only (``JournalAnswers``: a queue per journal), and a full ring
+stalls only its own journal's requests (``bookie.core.adds`` invariant 2); a checkpoint persists one LastLogMark per journal; start-up
 replays each journal from its own mark (a ledger's records are all in one journal, so the order
 the journals are replayed in does not matter).  Ring 0 also carries the control words
 (READONLY, NO_ROOM, ADD_EPOCH).
@@ -52,7 +59,7 @@ from bookie.workers.common import (REFUSALS_PER_CONNECTION_PER_S, ClientServer, 
 from bookie.storage.checkpoint import Checkpointer, checkpoint
 from bookie.workers.claims import OwnerLookup, OwnerResolver
 from bookie.workers.frame_guard import FrameGuard
-from bookie.storage.journal import lastmark_of, scan
+from bookie.storage.journal_replay import replay
 from bookie.core.adds import WAIT, AddMachine, NoRoom, ReadOnly, RoomAgain
 from bookie.core.ledgers import Owner, Rejected
 from bookie.storage.noroom import RETRY_S, Held, HeldRecord, no_room
@@ -69,57 +76,6 @@ MAX_MESSAGES_PER_ITERATION = 512
 # loop against 1.9 us (python -m timeit, this machine)
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
 FENCE_OP = -1  # a fence journaled for the read worker (bookie_requests_total{op="FENCE"})
-
-
-def store_replayed(storage: LedgerStorage, rec: records.Record, buf, pos: int) -> None:
-    """Store a record read back from the journal: an ADD_BATCH's entries, or a FENCE or LAC
-    record itself, in the entry log (as the live path did)."""
-    if rec.type != records.ADD_BATCH:
-        storage.store_record(rec.ledger_id, bytes(buf[pos:pos + rec.size]))
-        return
-    offsets, _, entry_ids = records.batch_entries(rec, buf, pos)
-    storage.store_batch(rec.ledger_id, [buf[pos:pos + rec.size]], rec.size,
-                        rec.data_offset, entry_ids, rec.lengths, offsets)
-
-
-def replay(ctx, rings: list[Ring], storage: LedgerStorage, jdirs: list[str],
-           ledger_dirs: list[str]) -> int:
-    """Replay every journal from its own LastLogMark to its ring's DURABLE, then checkpoint
-    (one mark per journal).  Returns the records replayed."""
-    ends = [ring.get(DURABLE) for ring in rings]
-    n_records = sum(_replay_journal(ctx, i, ends[i], storage, jdir, ledger_dirs)
-                    for i, jdir in enumerate(jdirs))
-    checkpoint(storage, ledger_dirs, ends)
-    return n_records
-
-
-def _replay_journal(ctx, journal: int, end: int, storage: LedgerStorage, jdir: str,
-                    ledger_dirs: list[str]) -> int:
-    mark = lastmark_of(ledger_dirs, journal)
-    t0 = time.monotonic()
-    ctx.log("replaying journal", journal=journal, at=mark, to=end, bytes=end - mark, percent="0.0")
-    n_records = 0
-    last_report = t0
-    for group in scan(jdir, mark):
-        if group.start >= end:
-            break
-        for off, rec in records.iter_records(group.body):
-            if group.start + off + rec.size <= mark:
-                continue
-            if storage.table.apply(rec):
-                store_replayed(storage, rec, group.body, off)
-            n_records += 1
-        storage.commit()
-        now = time.monotonic()
-        if now - last_report > 2.0:
-            last_report = now
-            done = group.end - mark
-            ctx.log("replaying journal", journal=journal, at=group.end, to=end, records=n_records,
-                    percent=f"{100.0 * done / max(1, end - mark):.1f}",
-                    mb_per_s=f"{done / max(1e-9, now - t0) / 1e6:.1f}")
-    ctx.log("replay done", journal=journal, from_mark=mark, to=end, records=n_records,
-            seconds=f"{time.monotonic() - t0:.2f}")
-    return n_records
 
 
 def run(ctx) -> int:
@@ -154,7 +110,7 @@ def run(ctx) -> int:
     while True:
         storage = LedgerStorage(index, logs, salt)  # a fresh table for each attempt
         try:
-            replay(ctx, rings, storage, jdirs, ledger_dirs)
+            replay(ctx.log, [r.get(DURABLE) for r in rings], storage, jdirs, ledger_dirs)
             break
         except Exception as e:  # noqa: BLE001 - only want of space is waited out
             if not no_room(e):
