@@ -4,8 +4,9 @@ Random interleavings of the requests a bookie takes (adds, recovery adds, fences
 LACs, copies and fences on the recovery credential, from the owner and from strangers, on ledgers
 whose metadata names an owner, names none, or does not exist), GC deletes, compactions, crashes
 (the uncommitted index lost, the journal replayed from the last checkpoint) and index rebuilds,
-run against a real LMDB index and real entry logs in a temp directory, driven the way the add
-worker drives them.  After every rebuild, the index rebuilt from the entry logs alone holds
+run against a real LMDB index and real entry logs in a temp directory, decided by the add
+worker's own machine (``bookie.core.adds``: its ``decide_*`` and ``write_once``) and replayed by
+its own replay step (``bookie.storage.journal_replay.store_replayed``), never a copy of them.  After every rebuild, the index rebuilt from the entry logs alone holds
 exactly what the live index held: the same ledgers with the same binding, fence and explicit LAC,
 the same deleted ids, the same entries with the same bytes.  And no entry ever changes its bytes.
 """
@@ -19,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from bookie import wire
+from bookie.core.adds import AddMachine
 from bookie.core.ledgers import LedgerTable, Owner, Rejected
 from bookie.metadata.ledger import make_key_check
 from bookie.metadata.recovery_secret import credential
@@ -27,6 +29,7 @@ from bookie.storage.entrylog import EntryLogs
 from bookie.storage.index import Index, open_index
 from bookie.storage.index_rebuild import rebuild_index
 from bookie.storage.inspect import index_path, ledger_dirs_of
+from bookie.storage.journal_replay import store_replayed
 from bookie.storage.ledger_storage import LedgerStorage
 from bookie.testing.rawclient import make_entry
 from bookie.workers.config import BookieConfig
@@ -75,6 +78,8 @@ class Bookie:
         self.logs = EntryLogs(self.dirs, self.conf.log_size_limit_bytes, False, self.index)
         self.storage = LedgerStorage(self.index, self.logs)
         self.storage.table.recovery_secret = SECRET
+        # the add worker's decisions, over this storage's table (one journal here)
+        self.machine = AddMachine(self.storage.table, 1, 1000, 1 << 20)
 
     def close(self):
         self.storage.close()
@@ -87,52 +92,48 @@ class Bookie:
 
     def _place(self, rec: bytes, entries=None):
         self.journal.append(rec)
+        self._apply(rec)
+
+    def _apply(self, rec: bytes):
+        """What the add worker does with a placed record, and replay with a journal's."""
         parsed = records.parse(rec, 0)
         if self.storage.table.apply(parsed):
-            self._store(parsed, rec)
-
-    def _store(self, rec, buf):
-        if rec.type != records.ADD_BATCH:
-            self.storage.store_record(rec.ledger_id, bytes(buf))
-            return
-        offsets, _, entry_ids = records.batch_entries(rec, buf, 0)
-        self.storage.store_batch(rec.ledger_id, [buf], rec.size, rec.data_offset, entry_ids,
-                                 rec.lengths, offsets)
+            store_replayed(self.storage, parsed, rec, 0)
 
     def add(self, lid, key, first, n, recovery, payload, credential_add=False):
-        table = self.storage.table
+        m = self.machine
+        entries = [make_entry(lid, e, payload * (e + 1)) for e in range(first, first + n)]
+        lengths, data = wire.pack_batch(entries)
+        lens, offsets = wire.batch_offsets(lengths, len(data), m.max_entry_bytes)
+        ids = np.arange(first, first + n)
         try:
             if credential_add:
-                placed = table.check_add(lid, credential(SECRET, lid), True, True, self._owner(lid))
+                placed = m.decide_add(lid, credential(SECRET, lid), True, True, self._owner(lid))
             else:
-                placed = table.check_add(lid, key, recovery, False, self._owner(lid))
+                placed = m.decide_add(lid, key, recovery, False, self._owner(lid))
+            held = self.storage.held_entries(lid, ids)
+            lengths, data, lens, offsets, ids = m.write_once(held, lengths, data, lens, offsets, ids)
         except Rejected:
-            return
-        entries = [make_entry(lid, e, payload * (e + 1)) for e in range(first, first + n)]
-        ids = np.arange(first, first + n)
-        held = self.storage.held_entries(lid, ids)
-        if any(entries[i] != was for i, was in held.items()):
-            return  # ENTRY_EXISTS: nothing changes
-        new = [e for i, e in enumerate(entries) if i not in held]
-        if not new:
-            return
-        lengths, data = wire.pack_batch(new)
+            return  # refused, or ENTRY_EXISTS: nothing changes
+        if not len(ids):
+            return  # all held with these bytes: answered OK, nothing stored
         parts, _, _ = records.add_batch_parts(lid, placed.key, lengths, data, flags=placed.flags)
         self._place(b"".join(parts))
-        for e in new:
-            self.bytes_seen.setdefault((lid, int.from_bytes(e[8:16], "big")), e)
+        mv = memoryview(data)
+        for e, o, n_bytes in zip(ids, offsets, lens):
+            self.bytes_seen.setdefault((lid, int(e)), bytes(mv[int(o):int(o) + int(n_bytes)]))
 
     def fence(self, lid, key, cred=False):
         try:
-            placed = self.storage.table.check_fence(lid, credential(SECRET, lid) if cred else key, cred,
-                                                    self._owner(lid))
+            placed = self.machine.decide_fence(lid, credential(SECRET, lid) if cred else key, cred,
+                                               self._owner(lid))
         except Rejected:
             return
         self._place(records.fence_record(lid, placed.key, placed.flags))
 
     def write_lac(self, lid, key, lac):
         try:
-            placed = self.storage.table.check_write_lac(lid, key)
+            placed = self.machine.decide_write_lac(lid, key, lac)
         except Rejected:
             return
         self._place(records.lac_record(lid, lac, placed.key, placed.flags))
@@ -174,9 +175,7 @@ class Bookie:
         self.close()
         self._open()
         for rec in self.journal[self.mark:]:
-            parsed = records.parse(rec, 0)
-            if self.storage.table.apply(parsed):
-                self._store(parsed, rec)
+            self._apply(rec)
         self.checkpoint()
 
     def state(self) -> tuple[dict, set, dict]:
