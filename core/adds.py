@@ -37,8 +37,10 @@ Invariants
    (docs/architecture.md: a slow journal holds back no answer of another).  Only when every
    journal is stalled does the loop stop reading (``all_stalled``): ZeroMQ's queue then pushes
    back on the clients, as with one journal.
-3. **What waits is bounded.**  At most ``max_waiting`` requests are parked and stalled in all;
-   past that a request is refused TOO_MANY_REQUESTS before anything is stored.
+3. **What waits is bounded.**  At most ``max_waiting`` requests are parked and stalled in all,
+   plus at most one per journal (a request already decided whose record found its ring full,
+   kept whatever the count); past that a request is refused TOO_MANY_REQUESTS before anything
+   is stored.
 4. **Entries are write-once** (bookie.core.ledgers invariant 7): an entry this bookie holds with
    identical bytes is dropped from the batch (answered OK, stored once); one held with other
    bytes refuses the whole batch ENTRY_EXISTS and nothing changes (``write_once``).
