@@ -219,6 +219,14 @@ class AddMachine:
         return waiting
 
     # -- decisions -------------------------------------------------------------------------------
+    def check_batch(self, ledger_id: int, ledgers, entry_ids) -> None:
+        """An ADD's batch names its own ledger in every entry, and no negative entry id (the
+        ids and ledgers as ``wire.batch_ids`` reads them).  Raises Rejected(BAD_REQUEST)."""
+        if (ledgers != ledger_id).any():
+            raise Rejected(Status.BAD_REQUEST, "an entry of the batch belongs to another ledger")
+        if (entry_ids < 0).any():
+            raise Rejected(Status.BAD_REQUEST, "negative entry id")
+
     def refusal(self, readonly: bool) -> Status | None:
         """The status every normal add gets now, or None (invariant 5)."""
         return Status.READ_ONLY if readonly or self.full else None
@@ -278,6 +286,20 @@ class AddMachine:
             return False
         self.next_retry = now + self.retry_s
         return True
+
+    # -- answers (invariant 6) -------------------------------------------------------------------
+    def due(self, durable, safe_to):
+        """Take off and yield the held-back answers (``Pending``) whose journal made their
+        record durable and stored: each journal's up to ``min(durable[J], safe_to[J])``, in
+        each journal's order.  (The loop's form of ``Durable``: no action object per answer.)"""
+        return self.answers.durable([min(d, s) for d, s in zip(durable, safe_to)])
+
+    def deleted(self, ledger_ids) -> None:
+        """The GC deleted these ledgers under records placed for them: their held-back answers
+        become NO_LEDGER (bookie.core.ledgers invariant 6)."""
+        for p in self.answers:
+            if p.ledger_id in ledger_ids:
+                p.refuse(Status.NO_LEDGER)
 
     # -- events ----------------------------------------------------------------------------------
     def handle(self, event, now: float) -> list:

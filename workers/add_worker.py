@@ -311,9 +311,8 @@ class AddServer(ClientServer):
         if not self.pending:
             return
         # Each journal's answers go in its own order, as soon as that journal made them durable.
-        durable = [min(d, s) for d, s in zip(self.durables(), self.safe_to)]
         now = time.monotonic()
-        for p in self.pending.durable(durable):
+        for p in self.machine.due(self.durables(), self.safe_to):
             self.count(p.op, p.status)
             if p.op == Op.ADD:
                 self.add_latency.observe(now - p.taken_at)
@@ -336,12 +335,6 @@ class AddServer(ClientServer):
         for lid in self.moved | gone:
             self.lac_pub.send(wire.LEDGER_ID.pack(lid))
         self.moved.clear()
-
-    def refuse_pending(self, ledger_ids: set[int]) -> None:
-        """The GC deleted these ledgers under records placed for them: answer NO_LEDGER."""
-        for p in self.pending:
-            if p.ledger_id in ledger_ids:
-                p.refuse(Status.NO_LEDGER)
 
     def retry_stalled(self) -> None:
         """Decide again each journal's stalled requests, first first, while its ring has room
@@ -508,7 +501,7 @@ class AddServer(ClientServer):
             self.turn_full(e)
             return
         if gone:
-            self.refuse_pending(gone)
+            self.machine.deleted(gone)
         self.safe_to = [r.get(WRITE) for r in self.rings]
         if self.moved or gone:
             self.publish_moved(gone)
@@ -569,10 +562,7 @@ class AddServer(ClientServer):
         data = body[2].buffer
         lengths, offsets = wire.batch_offsets(lengths_frame, len(data), machine.max_entry_bytes)
         ledgers, entry_ids = wire.batch_ids(data, offsets)
-        if (ledgers != ledger_id).any():
-            raise Rejected(Status.BAD_REQUEST, "an entry of the batch belongs to another ledger")
-        if (entry_ids < 0).any():
-            raise Rejected(Status.BAD_REQUEST, "negative entry id")
+        machine.check_batch(ledger_id, ledgers, entry_ids)
         recovery = bool(flags & wire.Bits.RECOVERY_ADD)
         credential = bool(flags & wire.Bits.RECOVERY_CREDENTIAL)
         if self.park(ledger_id, key, credential):
