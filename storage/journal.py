@@ -474,6 +474,17 @@ def lastmark_of(directories: list[str], journal: int = 0) -> int:
 
 # ---- writing -------------------------------------------------------------------------------------
 
+_ZERO_CHUNK_BYTES = 1 << 20
+
+
+def prewrite_zeros(fd: int, start: int, end: int) -> None:
+    """Write zeros into ``fd`` over [start, end) (no sync): space whose later writes change no
+    extent.  Raises OSError (a full disk) with whatever was written left in place."""
+    zeros = bytes(min(_ZERO_CHUNK_BYTES, max(end - start, 0)))
+    while start < end:
+        start += os.pwrite(fd, memoryview(zeros)[:end - start], start)
+
+
 class JournalWriter:
     """Appends groups to journal files in one directory: roll, preallocate, fdatasync.
 
@@ -517,12 +528,26 @@ class JournalWriter:
         fsync_dir(self.directory)
 
     def _preallocate(self, need_end: int) -> None:
+        """Make the file at least ``need_end`` long, ``prealloc`` bytes at a time, by writing
+        zeros past the written data (never over it).
+
+        Written zeros, not ``posix_fallocate``: an fallocated range is *unwritten* extents, and
+        the first write into each block converts it, a metadata change that every group's
+        fdatasync must then commit through the filesystem's own journal (ext4: 76-96 us a
+        sync against 52-57 on a pre-written file, issue 34).  Over pre-written blocks a group's
+        fdatasync writes its data alone; the zeros' own write-back and the size change ride
+        on the next group's fdatasync, once per ``journalPreAllocSizeMB``.  What is past the
+        data reads as zeros either way, which the scan takes as the end of written data.
+        A write error here (a full disk) is left to the group's own write to meet.
+        """
         while self._alloc_end < need_end:
+            start = max(self._alloc_end, self._file_off)
+            end = self._alloc_end + self.prealloc
             try:
-                os.posix_fallocate(self._fd, self._alloc_end, self.prealloc)
+                prewrite_zeros(self._fd, start, end)
             except OSError:
-                return  # filesystems without fallocate: the file grows with each write
-            self._alloc_end += self.prealloc
+                return
+            self._alloc_end = end
 
     def append(self, parts: list) -> int:
         """Write ring slices ``parts`` (the logical bytes from ``self.position`` on) as one

@@ -1,0 +1,78 @@
+"""Journal files are preallocated by writing zeros (journalPreAllocSizeMB steps), not with
+posix_fallocate: a group's fdatasync over pre-written blocks commits no extent change.  The scan
+still reads the zeros after the last group as the end of written data."""
+
+import os
+
+import pytest
+
+from bookie.storage import journal, records
+from bookie.storage.journal import JournalWriter, journal_name, list_journals, scan
+
+PREALLOC = 8192
+
+
+def _groups(n, size):
+    return [records.fence_record(i, b"k" * (size - 24)) for i in range(n)]
+
+
+def _only_file(d):
+    (jid,) = list_journals(str(d))
+    return os.path.join(str(d), journal_name(jid))
+
+
+@pytest.fixture
+def no_fallocate(monkeypatch):
+    """posix_fallocate refused, as it must no longer be needed (a filesystem without it)."""
+    def refuse(*_):
+        raise AssertionError("posix_fallocate called")
+    monkeypatch.setattr(os, "posix_fallocate", refuse)
+
+
+def test_files_grow_in_prealloc_steps_of_written_zeros(tmp_path, no_fallocate):
+    gs = _groups(5, 3000)  # 15,000 bytes of groups: a group crosses each 8 KiB step
+    w = JournalWriter(str(tmp_path), 0, 1 << 20, PREALLOC)
+    for g in gs:
+        w.append([g])
+    w.close()
+    path = _only_file(tmp_path)
+    size = os.path.getsize(path)
+    assert size == 2 * PREALLOC  # header + 15,160 bytes of groups: two steps, no more
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data.startswith(b"BKJRNL03")  # the header was not zeroed over
+    end = journal.FILE_HEADER_SIZE + sum(journal.GROUP_HEADER_SIZE + len(g) for g in gs)
+    assert not data[end:].strip(b"\0")  # past the data: zeros only
+    assert os.stat(path).st_blocks * 512 >= size  # space written, not a sparse file
+    assert [bytes(g.body) for g in scan(str(tmp_path))] == gs  # zeros read as end of data
+
+
+def test_a_new_file_is_prewritten_before_its_header_is_synced(tmp_path, no_fallocate):
+    w = JournalWriter(str(tmp_path), 0, 1 << 20, PREALLOC)
+    w.append([_groups(1, 100)[0]])
+    w.close()
+    assert os.path.getsize(_only_file(tmp_path)) == PREALLOC
+
+
+def test_a_full_disk_while_prewriting_leaves_the_group_to_its_own_write(tmp_path, monkeypatch):
+    def full(*_):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(journal, "prewrite_zeros", full)
+    gs = _groups(3, 200)
+    w = JournalWriter(str(tmp_path), 0, 1 << 20, PREALLOC)
+    for g in gs:
+        w.append([g])
+    w.close()
+    assert [bytes(g.body) for g in scan(str(tmp_path))] == gs
+
+
+def test_prewrite_zeros_writes_exactly_the_range(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 10)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        journal.prewrite_zeros(fd, 4, 3 * (1 << 20) + 5)
+    finally:
+        os.close(fd)
+    data = path.read_bytes()
+    assert data[:4] == b"xxxx" and len(data) == 3 * (1 << 20) + 5 and not data[4:].strip(b"\0")
