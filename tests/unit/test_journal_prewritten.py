@@ -76,3 +76,25 @@ def test_prewrite_zeros_writes_exactly_the_range(tmp_path):
         os.close(fd)
     data = path.read_bytes()
     assert data[:4] == b"xxxx" and len(data) == 3 * (1 << 20) + 5 and not data[4:].strip(b"\0")
+
+
+def test_large_groups_get_fallocated_steps_small_ones_written_zeros(tmp_path, monkeypatch):
+    """Zeros cost a write per byte, fallocated space a metadata commit per group: a step
+    after large groups is fallocated, one after small groups written."""
+    calls = []
+    real = os.posix_fallocate
+    monkeypatch.setattr(os, "posix_fallocate", lambda fd, off, n: (calls.append(off),
+                                                                   real(fd, off, n)))
+    step = 256 * 1024
+    w = JournalWriter(str(tmp_path), 0, 1 << 30, step)
+    big = [records.fence_record(i, b"k" * 32_000) for i in range(2)]  # one 64 KB group
+    for _ in range(10):  # 640 KB: the steps after the first follow steps of large groups
+        w.append(big)
+    assert calls and calls[0] == step  # the first step was zeros (nothing measured yet)
+    small = _groups(1, 200)[0]
+    before = len(calls)
+    while w._alloc_end < 6 * step:  # many small groups fill the step
+        w.append([small])
+    assert len(calls) <= before + 1  # the step after the small groups: zeros, not fallocate
+    w.close()
+    assert len(list(scan(str(tmp_path)))) > 6
