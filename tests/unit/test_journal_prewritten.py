@@ -1,6 +1,7 @@
-"""Journal files are preallocated by writing zeros (journalPreAllocSizeMB steps), not with
-posix_fallocate: a group's fdatasync over pre-written blocks commits no extent change.  The scan
-still reads the zeros after the last group as the end of written data."""
+"""Journal files are preallocated in journalPreAllocSizeMB steps by writing zeros after small
+groups (a group's fdatasync over pre-written blocks commits no extent change) and with
+posix_fallocate after large ones and at a writer's first step.  The scan still reads the zeros
+after the last group as the end of written data."""
 
 import os
 
@@ -22,19 +23,22 @@ def _only_file(d):
 
 
 @pytest.fixture
-def no_fallocate(monkeypatch):
-    """posix_fallocate refused, as it must no longer be needed (a filesystem without it)."""
-    def refuse(*_):
-        raise AssertionError("posix_fallocate called")
-    monkeypatch.setattr(os, "posix_fallocate", refuse)
+def fallocated(monkeypatch):
+    """The offsets posix_fallocate was asked to allocate from."""
+    calls = []
+    real = os.posix_fallocate
+    monkeypatch.setattr(os, "posix_fallocate", lambda fd, off, n: (calls.append(off),
+                                                                   real(fd, off, n)))
+    return calls
 
 
-def test_files_grow_in_prealloc_steps_of_written_zeros(tmp_path, no_fallocate):
+def test_after_small_groups_files_grow_in_steps_of_written_zeros(tmp_path, fallocated):
     gs = _groups(5, 3000)  # 15,000 bytes of groups: a group crosses each 8 KiB step
     w = JournalWriter(str(tmp_path), 0, 1 << 20, PREALLOC)
     for g in gs:
         w.append([g])
     w.close()
+    assert fallocated == [journal.FILE_HEADER_SIZE]  # the writer's first step only: nothing measured before it
     path = _only_file(tmp_path)
     size = os.path.getsize(path)
     assert size == 2 * PREALLOC  # header + 15,160 bytes of groups: two steps, no more
@@ -47,18 +51,22 @@ def test_files_grow_in_prealloc_steps_of_written_zeros(tmp_path, no_fallocate):
     assert [bytes(g.body) for g in scan(str(tmp_path))] == gs  # zeros read as end of data
 
 
-def test_a_new_file_is_prewritten_before_its_header_is_synced(tmp_path, no_fallocate):
-    w = JournalWriter(str(tmp_path), 0, 1 << 20, PREALLOC)
-    w.append([_groups(1, 100)[0]])
+def test_a_rolled_file_after_small_groups_is_prewritten(tmp_path, fallocated):
+    w = JournalWriter(str(tmp_path), 0, 4 * PREALLOC, PREALLOC)
+    gs = _groups(60, 1000)  # 60 KB through files of 32 KiB: two rolls
+    for g in gs:
+        w.append([g])
     w.close()
-    assert os.path.getsize(_only_file(tmp_path)) == PREALLOC
+    assert fallocated == [journal.FILE_HEADER_SIZE] and len(list_journals(str(tmp_path))) >= 2
+    assert [bytes(g.body) for g in scan(str(tmp_path))] == gs
 
 
-def test_a_full_disk_while_prewriting_leaves_the_group_to_its_own_write(tmp_path, monkeypatch):
+def test_a_full_disk_while_preallocating_leaves_the_group_to_its_own_write(tmp_path, monkeypatch):
     def full(*_):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(journal, "prewrite_zeros", full)
-    gs = _groups(3, 200)
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    gs = _groups(100, 200)  # 20 KB: steps of both kinds refused
     w = JournalWriter(str(tmp_path), 0, 1 << 20, PREALLOC)
     for g in gs:
         w.append([g])
@@ -78,19 +86,16 @@ def test_prewrite_zeros_writes_exactly_the_range(tmp_path):
     assert data[:4] == b"xxxx" and len(data) == 3 * (1 << 20) + 5 and not data[4:].strip(b"\0")
 
 
-def test_large_groups_get_fallocated_steps_small_ones_written_zeros(tmp_path, monkeypatch):
+def test_large_groups_get_fallocated_steps_small_ones_written_zeros(tmp_path, fallocated):
     """Zeros cost a write per byte, fallocated space a metadata commit per group: a step
     after large groups is fallocated, one after small groups written."""
-    calls = []
-    real = os.posix_fallocate
-    monkeypatch.setattr(os, "posix_fallocate", lambda fd, off, n: (calls.append(off),
-                                                                   real(fd, off, n)))
+    calls = fallocated
     step = 256 * 1024
     w = JournalWriter(str(tmp_path), 0, 1 << 30, step)
     big = [records.fence_record(i, b"k" * 32_000) for i in range(2)]  # one 64 KB group
     for _ in range(10):  # 640 KB: the steps after the first follow steps of large groups
         w.append(big)
-    assert calls and calls[0] == step  # the first step was zeros (nothing measured yet)
+    assert calls[:2] == [journal.FILE_HEADER_SIZE, step]  # the first step (nothing measured), then after large groups
     small = _groups(1, 200)[0]
     before = len(calls)
     while w._alloc_end < 6 * step:  # many small groups fill the step
