@@ -194,8 +194,12 @@ class ReadOp:
         asked = self._outstanding.get(bookie, set())
         # The entries this request stood for: cost in the request's span, never in all that
         # is outstanding at the bookie.
-        mine = [e for e in range(lo, hi + 1, stride)
-                if e >= first and e in asked and got[e - first] is None]
+        span = range(lo, hi + 1, stride)
+        if lo >= first and asked.issuperset(span) and \
+                got[lo - first:hi - first + 1:stride].count(None) == len(span):
+            mine = list(span)  # the common case, in C: every entry of the span still wanted
+        else:
+            mine = [e for e in span if e >= first and e in asked and got[e - first] is None]
         asked.difference_update(mine)
         mine_set = set(mine)
         moved: list[int] = []  # entries to try on their next replica
