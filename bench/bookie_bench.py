@@ -38,6 +38,7 @@ import zmq
 from bookie import wire
 from bookie.client.connection import connect, parse_bookie  # noqa: F401 - bench.cli checks --bookie with it
 from bookie.bench.report import NS_PER_S, Meter
+from bookie.storage import journal
 
 MASTER_KEY = b"bookie-bench-key-20b"  # any fixed 20 bytes
 assert len(MASTER_KEY) == 20
@@ -315,15 +316,16 @@ DISK_BLOCK = 4096
 
 def disk_baseline(directory: str, count: int = 400, emit=None) -> dict:
     """Latency of ``count`` 4 KiB pwrite + fdatasync at consecutive offsets of a file
-    preallocated with posix_fallocate, as the journal writes its files; the file is removed
-    after.  Returns the phase's figures (``Meter``)."""
+    preallocated by writing zeros (synced before the first), as the journal writes its files;
+    the file is removed after.  Returns the phase's figures (``Meter``)."""
     path = os.path.join(directory, f"disk-baseline-{os.getpid()}")
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
     meter = Meter("disk", unit="syncs", emit=emit)
     try:
         block = os.urandom(DISK_BLOCK)
         try:
-            os.posix_fallocate(fd, 0, DISK_BLOCK * count)
+            journal.prewrite_zeros(fd, 0, DISK_BLOCK * count)
+            os.fdatasync(fd)
         except OSError:
             pass  # as the journal: the file grows with each write
         meter.start(time.monotonic_ns())

@@ -38,10 +38,9 @@ import numpy as np
 
 from bookie.bench.bookie_bench import MASTER_KEY, EntryBatcher
 from bookie.bench.report import NS_PER_S, Meter
-from bookie.storage import records
+from bookie.storage import journal, records
 from bookie.core.group_commit import GroupCommitPolicy
 from bookie.storage.journal_groups import GroupCommitter
-from bookie.storage.journal import JournalWriter
 from bookie.storage.ring import DURABLE, WRITE, Ring
 
 RING_BYTES = 64 * 1024 * 1024  # journalRingSizeMB's default
@@ -90,8 +89,8 @@ def raw_phase(directory: str, group_bytes: int, duration_s: float, meter: Meter,
         end = now + int(duration_s * NS_PER_S)
         while now < end:
             if offset + group_bytes > allocated:
-                try:  # the journal preallocates too: same cost on both sides
-                    os.posix_fallocate(fd, allocated, PREALLOC_BYTES)
+                try:  # the journal preallocates too, writing zeros: same cost on both sides
+                    journal.prewrite_zeros(fd, allocated, allocated + PREALLOC_BYTES)
                     allocated += PREALLOC_BYTES
                 except OSError:
                     allocated = offset + group_bytes
@@ -124,7 +123,7 @@ class JournalLoad:
         self.ring = Ring.create_memfd("bookie-bench-ring", maker.size * throttle)
         self.ring.set(WRITE, 0)
         self.ring.set(DURABLE, 0)
-        self.writer = JournalWriter(directory, 0, JOURNAL_MAX_BYTES, PREALLOC_BYTES)
+        self.writer = journal.JournalWriter(directory, 0, JOURNAL_MAX_BYTES, PREALLOC_BYTES)
         self.committer = GroupCommitter(self.writer, self.ring, policy)
         self.offered_ns = np.zeros(throttle, dtype=np.int64)  # by record number % throttle
         self.placed = 0  # records in the ring (published through WRITE)

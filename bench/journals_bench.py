@@ -10,6 +10,8 @@ temporary directory).  The result is one ``writes`` result whose phases are ``jo
 
 from __future__ import annotations
 
+from bookie.bench.report import headline_cpu
+
 
 def parse_journals(text: str) -> list[int]:
     """``"1,2"`` -> [1, 2].  Raises ValueError naming what is wrong."""
@@ -34,4 +36,4 @@ def combine(results: dict[int, dict]) -> dict:
     figures = dict(first["figures"])
     figures["journals_ratio"] = last / base if base else 0.0
     figures["journals_compared"] = f"{counts[-1]} vs {counts[0]}"
-    return {**first, "phases": phases, "figures": figures}
+    return {**first, "phases": phases, "figures": figures, "cpu_us_per_op": headline_cpu(phases)}

@@ -29,6 +29,7 @@ from typing import Callable
 
 import orjson
 
+from bookie.bench import cpu
 from bookie.bench.histogram import Histogram
 
 SCHEMA = 1
@@ -76,9 +77,12 @@ class Meter:
         self.end_ns: int | None = None
         self._interval_start_ns = 0
         self.next_tick_ns = 0
+        self._cpu_start: dict | None = None
+        self.cpu_us_per_op: dict[str, float] = {}
 
     def start(self, now_ns: int) -> None:
         self.start_ns = self._interval_start_ns = now_ns
+        self._cpu_start = cpu.snapshot()
         self.next_tick_ns = now_ns + self.interval_ns
 
     def record(self, latency_ns: int, count: int = 1, nbytes: int = 0) -> None:
@@ -127,6 +131,7 @@ class Meter:
         self._close_interval(now_ns, outstanding,
                              point=now_ns - self._interval_start_ns >= self.interval_ns // 4)
         self.end_ns = now_ns
+        self.cpu_us_per_op = cpu.per_op_us(self._cpu_start or {}, cpu.snapshot(), self.ops)
         return self.figures()
 
     def _close_interval(self, now_ns: int, outstanding: int, point: bool = True) -> None:
@@ -170,6 +175,7 @@ class Meter:
             "latency_ms": latency_figures(self.total),
             "latency_clamped": self.total.clamped,
             "timeline": self.timeline,
+            "cpu_us_per_op": self.cpu_us_per_op,
         }
 
 
@@ -296,8 +302,24 @@ def build_result(tool: str, params: dict, phases: dict[str, dict], *, data_dir: 
         "host": host,
         "phases": phases,
         "figures": figures or {},
+        "cpu_us_per_op": headline_cpu(phases),
     }
     return result
+
+
+# The phase whose CPU per operation a run's ``cpu_us_per_op`` repeats: the one its tool is about
+# (the lone adds of ``bench bookie`` when it ran no pipelined phase; the tail, not the writer).
+HEADLINE_PHASES = ("pipelined", "writes", "sequential", "tail", "journal", "trace", "sync")
+
+
+def headline_cpu(phases: dict[str, dict]) -> dict:
+    """``cpu_us_per_op`` of the run's main phase (HEADLINE_PHASES, else its last phase that has
+    the figure; ``{}`` when none has)."""
+    for name in (*HEADLINE_PHASES, *reversed(list(phases))):
+        figure = phases.get(name, {}).get("cpu_us_per_op")
+        if figure:
+            return figure
+    return {}
 
 
 def dumps(result: dict) -> bytes:
@@ -332,6 +354,10 @@ def summary_text(result: dict) -> str:
             f"    latency ms: p50 {lat['p50']:.3f}  p95 {lat['p95']:.3f}  p99 {lat['p99']:.3f}  "
             f"p99.9 {lat['p999']:.3f}  max {lat['max']:.3f}  (mean {lat['mean']:.3f}, "
             f"{lat['count']:,} samples)")
+        if ph.get("cpu_us_per_op"):
+            inner = "  ".join(f"{k} {v:.1f}" for k, v in ph["cpu_us_per_op"].items())
+            one = {"entries": "entry"}.get(ph["unit"], ph["unit"].rstrip("s"))
+            lines.append(f"    CPU us per {one}: {inner}")
         for key, value in ph.items():
             if key.endswith("_ms") and key != "latency_ms" and isinstance(value, dict):
                 inner = "  ".join(f"{k} {v:.3f}" for k, v in value.items() if k != "count")

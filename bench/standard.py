@@ -223,15 +223,27 @@ def by_name(name: str) -> Run:
     return next(r for r in STANDARD if r.name == name)
 
 
+def cpu_cell(result: dict) -> str:
+    """A result's CPU microseconds per operation: the total, then each process role's share
+    (``cpu_us_per_op``, bench/cpu.py); "" for a result from before the figure existed."""
+    figure = result.get("cpu_us_per_op") or {}
+    if not figure:
+        return ""
+    roles = ", ".join(f"{role} {us:.1f}" for role, us in figure.items()
+                      if role != "total" and us >= 0.05)
+    return f"{figure['total']:.1f}" + (f" ({roles})" if roles else "")
+
+
 def render(results: list[dict]) -> str:
     """The Markdown results table (with the date, host and versions it was measured on)."""
-    rows = [_row("run", "figure", "measured", "target", "verdict", "load (1 min)"),
-            _row(*["---"] * 6)]
+    rows = [_row("run", "figure", "measured", "target", "verdict", "load (1 min)",
+                 "CPU us per op (by process)"),
+            _row(*["---"] * 7)]
     used = []
     for run in STANDARD:
         result = latest(run, results)
         if result is None:
-            rows.append(_row(run.name, "", "not run", "", "", ""))
+            rows.append(_row(run.name, "", "not run", "", "", "", ""))
             continue
         used.append(result)
         load = f"{result['host']['load_avg'][0]:.2f}"
@@ -244,16 +256,16 @@ def render(results: list[dict]) -> str:
                     other = latest(by_name(fig.beside), results)
                     if other is None:
                         rows.append(_row(name, fig.label, f"no result of \"{fig.beside}\"",
-                                         "", "", ""))
+                                         "", "", "", ""))
                         continue
                     value = fig.get(result, other)
             except (KeyError, TypeError, ZeroDivisionError):
-                rows.append(_row(name, fig.label, "absent", "", "", ""))
+                rows.append(_row(name, fig.label, "absent", "", "", "", ""))
                 continue
             target = "" if fig.target is None else \
                 ((">= " if fig.at_least else "< ") + _fmt(fig.target, fig.unit))
             rows.append(_row(name, fig.label, _fmt(value, fig.unit), target, verdict(fig, value),
-                             load if i == 0 else ""))
+                             load if i == 0 else "", cpu_cell(result) if i == 0 else ""))
     head = []
     if used:
         first = used[0]

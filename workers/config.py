@@ -142,7 +142,7 @@ KEYS: tuple[Key, ...] = (
     Key("journalDirectories", "dirs", "", "Comma-separated journal directories, one journal worker (and ring) each, ideally one disk each; a ledger's records all go to journal ledger_id % count (docs/architecture.md, \"Several journals\"). Empty: journalDirectory alone; set, it wins over journalDirectory.", attr="configured_journal_dirs"),
     Key("journalMaxSizeMB", "int", 2048, "A journal file is rolled when it reaches this size (MB).", _range(1), unit="MB", attr="journal_max_size_bytes"),
     Key("journalMaxBackups", "int", 5, "Old journal files (all older than the last checkpoint) kept after rolling.", _range(0), attr="journal_max_backups"),
-    Key("journalPreAllocSizeMB", "int", 16, "Journal files grow by preallocating this much at a time (MB).", _range(1, 1024), unit="MB", attr="journal_prealloc_size_bytes"),
+    Key("journalPreAllocSizeMB", "int", 16, "Journal files grow by this much at a time (MB): written as zeros while groups are small (a group's fdatasync then commits no extent change), fallocated while they are large (zeros would double the bytes written).", _range(1, 1024), unit="MB", attr="journal_prealloc_size_bytes"),
     Key("journalWriteBufferSizeKB", "int", 64, "Accepted for BookKeeper compatibility; no effect: groups are written straight from shared memory in one writev (KB).", _range(1), unit="KB", attr="journal_write_buffer_size_bytes"),
     Key("journalAdaptiveGroupWrites", "bool", True, "Group journal force-writes (group commit): one fdatasync for many adds.", attr="journal_adaptive_group_writes"),
     Key("journalMaxGroupWaitMSec", "int", 2, "Longest an add waits to share an fdatasync with others (ms).", _range(0, 10_000), unit="ms", attr="journal_max_group_wait_s"),
@@ -154,7 +154,7 @@ KEYS: tuple[Key, ...] = (
     Key("indexDirectories", "dirs", "", "Directories for the LMDB entry index (default: ledgerDirectories).", attr="configured_index_dirs"),
     Key("logSizeLimit", "int", 1024 * 1024 * 1024, "An entry log is rolled when it reaches this size (bytes).", _range(4096, (1 << 32) - 1), unit="bytes", attr="log_size_limit_bytes"),
     Key("entryLogFilePreallocationEnabled", "bool", True, "Preallocate the next entry log file's space when one is created.", attr="entry_log_preallocation"),
-    Key("flushInterval", "int", 100, "Interval between checkpoints: flush entry logs, sync the index, persist LastLogMark (ms).", _range(1), unit="ms", attr="flush_interval_s"),
+    Key("flushInterval", "int", 10000, "Interval between checkpoints: flush entry logs, sync the index, persist LastLogMark (ms). BookKeeper's default; a shorter interval shortens replay after a crash and keeps fewer journal files, at the price of more syncs of the ledger disk.", _range(1), unit="ms", attr="flush_interval_s"),
     Key("indexMapSizeMB", "int", 256 * 1024, "Largest size the LMDB index may grow to (MB); the file is sparse, so a large value costs only address space (about 60 bytes per entry).", _range(16), unit="MB", attr="index_map_size_bytes"),
     # -- workers -------------------------------------------------------------------------------
     Key("numAddWorkerThreads", "int", 1, "Add workers per ledger directory (this release runs 1).", _range(1, 1), attr="num_add_workers"),

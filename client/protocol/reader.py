@@ -194,8 +194,12 @@ class ReadOp:
         asked = self._outstanding.get(bookie, set())
         # The entries this request stood for: cost in the request's span, never in all that
         # is outstanding at the bookie.
-        mine = [e for e in range(lo, hi + 1, stride)
-                if e >= first and e in asked and got[e - first] is None]
+        span = range(lo, hi + 1, stride)
+        if lo >= first and asked.issuperset(span) and \
+                got[lo - first:hi - first + 1:stride].count(None) == len(span):
+            mine = list(span)  # the common case, in C: every entry of the span still wanted
+        else:
+            mine = [e for e in span if e >= first and e in asked and got[e - first] is None]
         asked.difference_update(mine)
         mine_set = set(mine)
         moved: list[int] = []  # entries to try on their next replica
@@ -308,7 +312,10 @@ class ReadOp:
         """
         got, first = self._got, self.first
         highest = lo + (len(entries) - 1) * stride  # the entry the answer's last place stands for
-        for i, entry in enumerate(self.decode_many(entries)):
+        decoded = self.decode_many(entries)
+        if self._take_run(decoded, lo, highest, stride, mine_set):
+            decoded = ()  # taken whole; what it did not bring is sorted below
+        for i, entry in enumerate(decoded):
             place = lo + i * stride
             if isinstance(entry, DigestMismatchError):
                 claimed = getattr(entry, "entry_id", None)
@@ -338,6 +345,21 @@ class ReadOp:
                 moved.append(e)
             else:
                 again.append(e)
+
+    def _take_run(self, decoded, lo: int, highest: int, stride: int, mine_set: set) -> bool:
+        """The common answer in one step: every entry intact (a run decoded in one pass says
+        so, ``EntryRun``), each the entry its place stands for, and each still wanted.  Takes
+        them all (slice assignment) and returns True; anything else returns False and is
+        sorted entry by entry."""
+        ids = getattr(decoded, "entry_ids", None)
+        if ids is None or not decoded.intact or not decoded:
+            return False
+        if ids != list(range(lo, highest + 1, stride)) or not mine_set.issuperset(ids):
+            return False
+        at = lo - self.first
+        self._got[at:at + (len(ids) - 1) * stride + 1:stride] = decoded
+        mine_set.difference_update(ids)
+        return True
 
     def _decode_each(self, raws) -> list:
         return decode_each(self.decode, raws)
