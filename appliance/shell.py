@@ -252,6 +252,7 @@ def _open(args: argparse.Namespace, create: bool = False):
     from bookie.appliance.privileges import run_as_store_owner
     from bookie.metadata import MetadataError, open_metadata
     uri, security = _uri(args), _zk_security(args)
+    _import_store_modules(uri)  # before a switch of user (the interpreter's files may be root's)
     run_as_store_owner(uri, getattr(args, "shell_command", "shell"))  # issue 33: root -> owner
     try:
         return open_metadata(uri, timeout_s=args.timeout_s, create=create,
@@ -280,6 +281,7 @@ def _store_exists(args: argparse.Namespace) -> bool:
     from bookie.appliance.privileges import run_as_store_owner
     from bookie.metadata import MetadataError, NoSuchStoreError, open_metadata
     uri, security = _uri(args), _zk_security(args)
+    _import_store_modules(uri)
     run_as_store_owner(uri, getattr(args, "shell_command", "shell"))
     try:
         open_metadata(uri, timeout_s=args.timeout_s, zk_security=security).close()

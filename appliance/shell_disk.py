@@ -508,9 +508,12 @@ def _ledger_via_client(args: argparse.Namespace) -> list[dict]:
     from bookie.client.errors import BookKeeperError
     from bookie.metadata import MetadataError, open_metadata
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # our one line, not its reconnects
+    from bookie.appliance.privileges import run_as_store_owner
     keys = _client_keys(args)
+    security = _zk_security(args)
+    run_as_store_owner(args.metadata, "readledger")  # an embedded store: as its owner
     try:
-        store = open_metadata(args.metadata, zk_security=_zk_security(args))
+        store = open_metadata(args.metadata, zk_security=security)
         try:
             meta, _ = store.read_ledger(args.ledger_id)
         finally:
