@@ -37,6 +37,6 @@ def test_a_costly_verifier_is_refused_at_once_and_delays_no_one(tmp_path):
                 assert raw.add(bad, [make_entry(bad, 0, b"x")], key) == Status.UNAUTHORIZED
             assert raw.add(good, [make_entry(good, 0, b"mine")], KEY) == Status.OK
             took_s = time.monotonic() - start
-        assert took_s < 3.0, took_s  # before: seconds per made-up key, or a killed worker
+        assert took_s < 8.0, took_s  # before: seconds per made-up key, or a killed worker
         log = ens.log(0)
         assert "restart" not in log and "memory" not in log.lower(), log[-2000:]

@@ -36,7 +36,7 @@ def test_other_parameters_are_refused_without_an_evaluation():
         assert not allowed_verifier(check)
         start = time.perf_counter()
         assert not bounded_key_check(check, KEY)
-        assert time.perf_counter() - start < 0.005, params  # 1 GiB of scrypt takes seconds
+        assert time.perf_counter() - start < 0.05, params  # 1 GiB of scrypt takes seconds
 
 
 def test_lanes_serve_each_principal_in_turn():
@@ -78,11 +78,12 @@ def test_a_strangers_flood_delays_a_known_writer_by_one_evaluation_at_most():
         # past its share the stranger is refused at once (decided now: TOO_MANY_REQUESTS)
         assert resolver.ready(table, 1, b"one-too-many", False, principal="stranger")
         assert not resolver.ready(table, 2, KEY, False, principal="writer")
+        before = len(evaluated)  # the stranger's evaluations done by the time the writer asked
         deadline = time.monotonic() + 10
         while KEY not in evaluated:
             assert time.monotonic() < deadline
             time.sleep(0.005)
-        assert evaluated.index(KEY) <= 2, evaluated.index(KEY)
+        assert evaluated.index(KEY) <= before + 1, (evaluated.index(KEY), before)
         while not resolver.done:
             time.sleep(0.005)
         resolver.drain()
