@@ -14,7 +14,10 @@ with a status and a message; every answer but /metrics is JSON.  What the server
   body are looked at: a request without it is 401 with ``WWW-Authenticate: Bearer`` whatever
   its path (its body read and dropped), and its connection is closed;
 - without a token, a request whose ``Host`` is not a name of this bookie is 403 (DNS rebinding;
-  GET /heartbeat excepted), checked before the route;
+  GET /heartbeat excepted), checked before the route; and only the read-only GETs that hand
+  out no entries, and the two writes of ``admin_auth.TOKENLESS_WRITES``, are served: every other
+  known route and method is 403 naming ``httpServerAuthTokenFile``, checked before the
+  parameters or the body are looked at;
 - each connection is served by a thread of its own, at most ``max_connections`` at a time and
   ``max_per_peer`` per peer address; past a cap the new connection takes the place of the one
   that has waited longest for a request it has not sent whole, and only when none is waiting is
@@ -41,6 +44,7 @@ import urllib.parse
 import orjson
 
 from bookie.appliance import admin_parity
+from bookie.appliance.admin_auth import BearerAuth, tokenless_refusal
 from bookie.appliance.http_guard import ConnectionPlaces, RequestDeadline, host_refusal
 from bookie.properties import PropertiesError, parse_bool
 from bookie.workers.config import KEYS
@@ -378,6 +382,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         handler = methods.get(method)
         if handler is None:
             raise HttpError(405, f"{method} not allowed on {path}")
+        self._check_tokenless(method, path)
         try:
             query = urllib.parse.parse_qs(split.query, keep_blank_values=True, strict_parsing=False,
                                           max_num_fields=50)
@@ -399,6 +404,27 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.close_connection = True
         raise HttpError(403, refusal)
 
+    def _check_tokenless(self, method: str, path: str) -> None:
+        """403 for what a server without a token does not serve (admin_auth.tokenless_refusal)."""
+        if self.server.auth is not None:
+            return
+        refusal = tokenless_refusal(method, path)
+        if refusal is None:
+            return
+        self.server.log("admin request refused: needs a token", level="warning",
+                        peer=self.client_address[0], method=method, path=path[:200])
+        self._drop_body()
+        raise HttpError(403, refusal)
+
+    def _drop_body(self) -> None:
+        """Read and drop the body of a refused request: a close with unread bytes resets the
+        connection, and the client may lose the answer (at most MAX_BODY_BYTES; larger: closed)."""
+        try:
+            self._body()
+        except HttpError:
+            pass
+        self.close_connection = True
+
     def _authenticate(self, method: str, path: str) -> None:
         """401 unless the server needs no token, the route is public, or the token is right."""
         auth = self.server.auth
@@ -408,11 +434,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if refusal is None:
             return
         auth.refused(self.client_address[0], method, path, refusal)
-        try:  # read and dropped: a close with unread bytes resets the connection, and the
-            self._body()  # client may lose the 401 (at most MAX_BODY_BYTES; larger: closed)
-        except HttpError:
-            pass
-        self.close_connection = True
+        self._drop_body()
         raise HttpError(401, refusal.message, {"WWW-Authenticate": refusal.challenge})
 
     def _body(self) -> bytes:
@@ -501,8 +523,6 @@ class AdminHttpServer(http.server.ThreadingHTTPServer):
                  idle_timeout_s: float = 10.0, token: bytes | None = None,
                  request_timeout_s: float = 10.0, max_per_peer: int = 8,
                  allowed_hosts: frozenset[str] | None = None, tls: ssl.SSLContext | None = None):
-        from bookie.appliance.admin_auth import BearerAuth
-
         self.api = api
         self.routes = routes
         self.log = log

@@ -9,6 +9,13 @@ at most one per ``LOG_INTERVAL_S``, saying how many were refused since the line 
 flood of bad requests cannot flood the log.
 
 The token file itself is read and checked at start-up (appliance/startchecks.py).
+
+Without a token (loopback only, or ``httpServerAllowUnauthenticated=true``) the API serves
+``tokenless_refusal``'s share and nothing more: every GET that only reads, except those that
+hand out entries or write (``TOKEN_ONLY_READS``), and exactly the two writes of
+``TOKENLESS_WRITES``; everything else is 403 with a line naming ``httpServerAuthTokenFile``.
+A GET route added later is served without a token unless listed here; a route of any other
+method is refused until it is listed in ``TOKENLESS_WRITES`` (the start warning names those).
 """
 
 from __future__ import annotations
@@ -21,6 +28,24 @@ import time
 LOG_INTERVAL_S = 10.0
 REALM = "bookie-admin"
 PUBLIC = frozenset({("GET", "/heartbeat")})  # served to anyone: liveness probes carry no token
+TOKEN_KEY = "httpServerAuthTokenFile"
+
+# Without a token: the only changes served (the start-up warning names exactly these) ...
+TOKENLESS_WRITES = frozenset({("PUT", "/api/v1/bookie/state/readonly"), ("PUT", "/api/v1/bookie/gc")})
+# ... and the GETs refused: entries handed out, and sanity (BookKeeper's GET that writes a ledger)
+TOKEN_ONLY_READS = frozenset({("GET", "/api/v1/ledger/read"), ("GET", "/api/v1/bookie/sanity")})
+READ_METHODS = frozenset({"GET", "HEAD"})
+
+
+def tokenless_refusal(method: str, path: str) -> str | None:
+    """Why an API without a token refuses a route (one line for a 403), or None: served."""
+    if (method, path) in TOKENLESS_WRITES:
+        return None
+    if method in READ_METHODS and (method, path) not in TOKEN_ONLY_READS:
+        return None
+    what = "hands out entries or writes" if method in READ_METHODS else "changes state"
+    return (f"{method} {path[:200]} {what}: served only with a bearer token; set "
+            f"{TOKEN_KEY} (`bookie shell gentoken FILE` makes one)")
 
 
 class Refusal:

@@ -27,6 +27,7 @@ from bookie.appliance.admin import AdminApi, HttpError, Request, Response
 from bookie.workers.gc_worker import GC_REQUEST_FILE, compaction_suspended, suspend_compaction
 
 MAX_READ_ENTRIES = 1000  # per /api/v1/ledger/read request
+MAX_READ_BYTES = 4 << 20  # of payload per request, past the first entry (the supervisor's memory)
 
 
 def _run_dir(api: AdminApi) -> str:
@@ -123,7 +124,9 @@ def expand_storage(api: AdminApi, req: Request) -> Response:
 
 def read_ledger(api: AdminApi, req: Request) -> Response:
     """Entries of a ledger as this bookie stores them (a striped ledger: its share), read from
-    its index and entry logs beside the workers (read-only LMDB transactions)."""
+    its index and entry logs beside the workers (read-only LMDB transactions).  At most
+    ``MAX_READ_ENTRIES`` entries and, past the first, ``MAX_READ_BYTES`` of payload: what the
+    supervisor builds is bounded; a caller asks again from the next entry id."""
     from bookie.storage.inspect import (
         IndexUnreadable, digest_kind, indexed_entries, ledger_dirs_of, open_index_readonly)
     from bookie.storage.entrylog import EntryLogReader
@@ -141,11 +144,15 @@ def read_ledger(api: AdminApi, req: Request) -> Response:
         raise HttpError(503, str(e)) from None
     reader = EntryLogReader(ledger_dirs_of(conf))
     out = {}
+    size = 0
     try:
         with env.begin() as txn:
             for entry_id, loc in indexed_entries(index, txn, ledger_id, first, last):
                 data = bytes(reader.read(*loc))
                 payload = data[40 if digest_kind(data) else 32:]
+                size += len(payload)
+                if out and size > MAX_READ_BYTES:
+                    break
                 out[str(entry_id)] = payload.decode("utf-8", errors="replace")
     except FileNotFoundError as e:
         raise HttpError(503, str(e)) from None

@@ -37,10 +37,15 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 # ---- Host -----------------------------------------------------------------------------------------
 
 def host_name(header: str) -> str:
-    """The name of a ``Host:`` value, lower case, without port or IPv6 brackets."""
+    """The name of a ``Host:`` value, lower case, without port or IPv6 brackets.  A bracketed
+    value followed by anything but ``:PORT`` is returned whole (no name matches it)."""
     value = header.strip().lower()
     if value.startswith("["):
-        return value[1:value.find("]")] if "]" in value else value
+        end = value.find("]")
+        rest = value[end + 1:] if end > 0 else ""
+        if end > 0 and (not rest or (rest[0] == ":" and rest[1:].isdigit())):
+            return value[1:end]
+        return value
     name, sep, port = value.rpartition(":")
     if sep and port.isdigit() and ":" not in name:
         return name

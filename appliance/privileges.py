@@ -12,6 +12,9 @@ what it cannot write is refused by the system, and the bookie's start check name
 problem as one (``startchecks.check_dirs_usable``).
 
 The files it writes get the bookie's own mode (umask 0077, as the unit's ``UMask=``).
+Read-only tools follow the same rule (issue 33): LMDB makes a lock file even to read, and a
+root process opening a file the bookie's user can replace by a link would write where that
+user points; as the owner, a tool can only touch what the owner could.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import os
 import pwd
 
 from bookie.appliance.errors import CliError
+from bookie.metadata.errors import InvalidUriError
+from bookie.metadata.uri import parse_uri
 
 BOOKIE_UMASK = 0o077
 # Modules imported lazily on first use by the libraries the tools use (py-lmdb loads its
@@ -103,3 +108,16 @@ def run_as_owner(dirs: list[str], tool: str) -> str | None:
                        f"(sudo -u {name} bookie shell {tool} ...): switching to it failed: "
                        f"{e.strerror}") from None
     return name
+
+
+def run_as_store_owner(uri: str, tool: str) -> str | None:
+    """``run_as_owner`` for an embedded metadata store (``lmdb:///path``): a tool started as
+    root that opens one becomes the owner of its directory first, so LMDB's lock file and
+    whatever the store writes stay the bookie's.  A ZooKeeper URI changes nothing."""
+    try:
+        parsed = parse_uri(uri)
+    except InvalidUriError:
+        return None  # refused by the store's own opening, in its words
+    if parsed.scheme != "lmdb":
+        return None
+    return run_as_owner([parsed.path], tool)

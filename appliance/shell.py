@@ -249,10 +249,14 @@ def _client_keys(args: argparse.Namespace) -> dict:
 
 
 def _open(args: argparse.Namespace, create: bool = False):
+    from bookie.appliance.privileges import run_as_store_owner
     from bookie.metadata import MetadataError, open_metadata
+    uri, security = _uri(args), _zk_security(args)
+    _import_store_modules(uri)  # before a switch of user (the interpreter's files may be root's)
+    run_as_store_owner(uri, getattr(args, "shell_command", "shell"))  # issue 33: root -> owner
     try:
-        return open_metadata(_uri(args), timeout_s=args.timeout_s, create=create,
-                             zk_security=_zk_security(args))
+        return open_metadata(uri, timeout_s=args.timeout_s, create=create,
+                             zk_security=security)
     except MetadataError as e:
         raise CliError(str(e)) from None
 
@@ -274,9 +278,13 @@ def _with_store(args: argparse.Namespace, body: Callable, create: bool = False) 
 
 def _store_exists(args: argparse.Namespace) -> bool:
     """Whether the URI names an initialised store now (opened and closed again)."""
+    from bookie.appliance.privileges import run_as_store_owner
     from bookie.metadata import MetadataError, NoSuchStoreError, open_metadata
+    uri, security = _uri(args), _zk_security(args)
+    _import_store_modules(uri)
+    run_as_store_owner(uri, getattr(args, "shell_command", "shell"))
     try:
-        open_metadata(_uri(args), timeout_s=args.timeout_s, zk_security=_zk_security(args)).close()
+        open_metadata(uri, timeout_s=args.timeout_s, zk_security=security).close()
     except NoSuchStoreError:
         return False
     except MetadataError as e:

@@ -123,15 +123,25 @@ def register(commands: Any) -> None:
 
 def _conf(args: argparse.Namespace):
     """The bookie's configuration; its directories must hold a bookie's data (a wrong --conf is
-    one line, not an empty listing)."""
+    one line, not an empty listing).  Started as root, the tool becomes the directories' owner
+    here, before it opens anything under them (appliance/privileges.py): what it reads, and
+    what LMDB or a metadata store would create, is then only ever what that user could."""
+    from bookie.appliance.privileges import run_as_owner
     from bookie.workers.config import BookieConfig, parse_overrides
-    from bookie.storage.layout import current_dir
+    from bookie.storage.layout import all_dirs, current_dir
     conf = BookieConfig.load(args.conf, parse_overrides(args.set))
+    run_as_owner(all_dirs(conf), getattr(args, "shell_command", "shell"))
     for d in [*conf.journal_dirs, *conf.ledger_dirs]:
         if not os.path.isdir(current_dir(d)):
             raise CliError(f"{d} holds no bookie data (no current/ directory): is --conf the "
                            f"bookie's configuration?")
     return conf
+
+
+def _as_owner_of_file(path: str, args: argparse.Namespace) -> None:
+    """A file named by path (no --conf): become its directory's owner when root."""
+    from bookie.appliance.privileges import run_as_owner
+    run_as_owner([os.path.dirname(os.path.abspath(path))], getattr(args, "shell_command", "shell"))
 
 
 def _preview(data: bytes) -> str:
@@ -234,6 +244,7 @@ def _journals_to_read(args: argparse.Namespace) -> list[tuple[int, str, int | No
     from bookie.storage.journal import CorruptJournalError, read_file_header
     if args.journal_id and os.path.sep in args.journal_id:
         path = args.journal_id
+        _as_owner_of_file(path, args)
         try:
             with open(path, "rb") as f:
                 header = read_file_header(path, f.read(64))
@@ -314,6 +325,7 @@ def _readjournal(args: argparse.Namespace) -> int:
 def _log_path(args: argparse.Namespace) -> str:
     from bookie.storage.entrylog import find_log
     if os.path.sep in args.log or args.log.endswith(".log"):
+        _as_owner_of_file(args.log, args)
         if not os.path.exists(args.log):
             raise CliError(f"{args.log}: no such file")
         return args.log
@@ -496,9 +508,12 @@ def _ledger_via_client(args: argparse.Namespace) -> list[dict]:
     from bookie.client.errors import BookKeeperError
     from bookie.metadata import MetadataError, open_metadata
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # our one line, not its reconnects
+    from bookie.appliance.privileges import run_as_store_owner
     keys = _client_keys(args)
+    security = _zk_security(args)
+    run_as_store_owner(args.metadata, "readledger")  # an embedded store: as its owner
     try:
-        store = open_metadata(args.metadata, zk_security=_zk_security(args))
+        store = open_metadata(args.metadata, zk_security=security)
         try:
             meta, _ = store.read_ledger(args.ledger_id)
         finally:

@@ -2,8 +2,11 @@
 
     bookie shell triggergc [--conf FILE] [--set KEY=VALUE] [--major | --minor] [--json]
 
-The bookie is found through its directories (the ``bookie.lock`` its supervisor writes beside
-the journal's ``current/``), so it works without the HTTP admin API; the GC worker starts the
+The bookie is found through its directories (the ``bookie.lock`` its supervisor holds beside
+the journal's ``current/``: the kernel's flock says whether one runs, the record names its run
+directory, used only if it is a real directory of the directories' owner), so it works without
+the HTTP admin API.  Started as root, the tool becomes that owner first.  Under systemd the run
+directory is in the unit's ``RuntimeDirectory=`` (/run/bookie), which the shell sees; the GC worker starts the
 pass within 100 ms.  ``--major`` / ``--minor`` also run that compaction now (BookKeeper's
 ``forceMajor`` / ``forceMinor``).  Progress is in the bookie's log (``compaction started``,
 ``compacted``, ``compaction done``) and its metrics (``bookie_compaction_*``).
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 
 import orjson
 
@@ -36,41 +40,57 @@ def register(commands) -> None:
     p.set_defaults(func=_triggergc)
 
 
-def running_bookie(journal_dir: str) -> dict:
-    """The lock record of the bookie running on ``journal_dir`` ({"pid", "run_dir", ...}).
+def running_bookie(journal_dir: str, owner: int) -> dict:
+    """The lock record of the bookie running on ``journal_dir`` ({"pid", "run_dir", ...}),
+    checked: a process holds the directory lock now (the kernel's flock, not the record's
+    word), and the run directory it names is a real directory (no link) of ``owner`` that
+    only it may write.
 
     Raises:
-        CliError: no bookie runs there.
+        CliError: no bookie runs there, or its record names a run directory not to be trusted.
     """
-    from bookie.storage.dirlock import LOCK_FILE
+    from bookie.storage.dirlock import held_record
+    from bookie.storage.layout import LayoutError
 
-    path = os.path.join(journal_dir, LOCK_FILE)
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-        record = orjson.loads(raw) if raw.strip() else {}
-    except (OSError, orjson.JSONDecodeError):
-        record = {}
-    pid = record.get("pid") if isinstance(record, dict) else None
-    run_dir = record.get("run_dir") if isinstance(record, dict) else None
-    alive = isinstance(pid, int) and pid > 0 and os.path.exists(f"/proc/{pid}")
-    if not (alive and isinstance(run_dir, str) and os.path.isdir(run_dir)):
+        record = held_record(journal_dir)
+    except LayoutError as e:
+        raise CliError(str(e)) from None
+    if record is None:
         raise CliError(f"no bookie is running on {journal_dir}")
+    pid, run_dir = record.get("pid"), record.get("run_dir")
+    if not (isinstance(pid, int) and pid > 0 and isinstance(run_dir, str)
+            and os.path.isabs(run_dir)):
+        raise CliError(f"the bookie on {journal_dir} is starting or stopping (its lock names no "
+                       f"run directory yet); try again")
+    try:
+        st = os.lstat(run_dir)
+    except OSError as e:
+        raise CliError(f"the run directory {run_dir} of the bookie on {journal_dir}: "
+                       f"{e.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != owner or st.st_mode & 0o022:
+        raise CliError(f"the run directory {run_dir} named by {journal_dir}'s lock is not a "
+                       f"directory of the bookie's user that only it may write: not used")
     return record
 
 
 def _triggergc(args: argparse.Namespace) -> int:
+    from bookie.appliance.privileges import owner_of, run_as_owner
+    from bookie.storage.layout import all_dirs
     from bookie.workers.config import BookieConfig, parse_overrides
     from bookie.workers.gc_worker import request_gc
 
     conf = BookieConfig.load(args.conf, parse_overrides(args.set), check_dirs=False)
-    record = running_bookie(conf.journal_dir)
+    run_as_owner(all_dirs(conf), "triggergc")  # root asks as the bookie's user, nothing more
+    owner, _ = owner_of(all_dirs(conf))
+    record = running_bookie(conf.journal_dir, owner)
     if not conf.metadata_uri:
         raise CliError("this bookie has no metadata store: its GC never deletes anything")
     try:
         request_gc(record["run_dir"], major=args.major, minor=args.minor)
     except OSError as e:
-        raise CliError(f"could not ask bookie pid {record['pid']} for a GC pass: {e}") from None
+        raise CliError(f"could not ask bookie pid {record['pid']} for a GC pass: "
+                       f"{e.strerror or e}") from None
     kind = "major" if args.major else "minor" if args.minor else ""
     if args.json:
         print(orjson.dumps({"gcRequested": True, "pid": record["pid"],

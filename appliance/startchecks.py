@@ -13,6 +13,7 @@ import re
 import socket
 import stat
 
+from bookie.appliance.admin_auth import TOKENLESS_WRITES
 from bookie.metadata.errors import AccessDeniedError
 from bookie.metadata.secret_file import MAX_SECRET_FILE_BYTES, read_private_file
 from bookie.workers.config import KEYS, BookieConfig
@@ -171,7 +172,10 @@ def check_admin_security(conf: BookieConfig) -> tuple[bytes | None, tuple[str, s
     if conf.http_server_auth_token_file:
         return load_admin_token(conf.http_server_auth_token_file), None
     host = conf.http_server_host
-    changes = "can force the bookie read-only, start GC passes and read every ledger's metadata"
+    writes = ", ".join(f"{m} {p}" for m, p in sorted(TOKENLESS_WRITES))
+    changes = (f"can read every ledger's metadata and make exactly these changes: {writes} "
+               f"(force read-only, start a GC pass); every other change, and entries, need the "
+               f"token")
     if is_loopback(host):
         return None, ("warning", f"admin API without authentication (no {TOKEN_KEY}): any user "
                                  f"of this host {changes}; see docs/admin.md")

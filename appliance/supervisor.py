@@ -58,7 +58,7 @@ from bookie.appliance.startchecks import StartRefused, check_admin_security, \
     check_bookie_id, check_client_security, check_dirs_usable, check_ports_free
 from bookie.core import diskcheck
 from bookie.workers.config import BookieConfig
-from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock
+from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock, run_dir_parent
 from bookie.metadata.recovery_secret import write_secret_file
 from bookie.storage.layout import LayoutError, all_dirs, check_or_stamp, remembered_port
 from bookie.storage.index_check import check_index
@@ -163,7 +163,7 @@ class Supervisor:
         if index_problem:
             raise StartRefused(index_problem)
         self.started = True
-        self.run_dir = tempfile.mkdtemp(prefix=f"bk{conf.bookie_port}-")
+        self.run_dir = tempfile.mkdtemp(prefix=f"bk{conf.bookie_port}-", dir=run_dir_parent())
         self.metrics = BookieRegistry(self, self.run_dir)
         self.lock.set_runtime(self.run_dir)  # before it has files: none leaks if we are killed
         # no name anywhere: the workers inherit the descriptor (storage/ring.py)

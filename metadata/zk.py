@@ -45,7 +45,8 @@ from bookie.metadata.ledger import LedgerMetadata
 from bookie.metadata.store import (
     LAYOUT, Cancel, Dispatcher, MetadataStore, Watch, check_path)
 from bookie.metadata.uri import MetadataUri
-from bookie.metadata.zk_acl import ZkSecurity, above_root_acl, refused_with, root_acl_problem
+from bookie.metadata.zk_acl import (
+    BOOKIES_WRITE_PARENTS, ZkSecurity, _ids, above_root_acl, acl_for, refused_with, root_acl_problem)
 from bookie.metadata.zk_errors import map_error
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             self.layout = self._resolve_layout(uri.layout, create)
             if create:
                 self._initialise()
+            self._check_bookie_acls()
         except BaseException:
             self.close()  # do not leave a connected client behind a failed open
             raise
@@ -208,9 +210,11 @@ class ZooKeeperMetadataStore(MetadataStore):
                     return abs_path
             raise e
 
+        acl = self._acl(abs_path)
+
         def attempt() -> str:
             return self._run(abs_path, lambda c: c.create_async(
-                abs_path, data, ephemeral=ephemeral, sequence=sequential), after_loss)
+                abs_path, data, acl=acl, ephemeral=ephemeral, sequence=sequential), after_loss)
         try:
             return attempt()
         except NoSuchNodeError:
@@ -221,11 +225,36 @@ class ZooKeeperMetadataStore(MetadataStore):
         parts = abs_path.strip("/").split("/")[:-1]
         for i in range(len(parts)):
             node = "/" + "/".join(parts[:i + 1])
-            acl = above_root_acl() if self.root.startswith(node + "/") else None  # None: default
+            acl = above_root_acl() if self.root.startswith(node + "/") else self._acl(node)
             try:
                 self._run(node, lambda c, n=node, a=acl: c.create_async(n, b"", acl=a))
             except NodeExistsError:
                 pass
+
+    def _acl(self, abs_path: str):
+        """The ACL of a node made at ``abs_path`` (zk_acl.acl_for; None: the client's default)."""
+        if not abs_path.startswith(self.root + "/"):
+            return None
+        return acl_for(abs_path[len(self.root):], self.security)
+
+    def _check_bookie_acls(self) -> None:
+        """A bookie (security on, zkBookieDigestAuthFile) puts the bookies-only ACL on the
+        parents of registrations, cookies and locations where a client or an older version
+        made them with the cluster's: otherwise any client could create or delete children."""
+        want = self.security.bookies_only_acl if self.security else None
+        if want is None:
+            return
+        for top in BOOKIES_WRITE_PARENTS:
+            node = self.root + top
+            try:
+                acls, _ = self._run(node, lambda c, n=node: c.get_acls_async(n))
+                if _ids(acls) != _ids(want):
+                    self._run(node, lambda c, n=node: c.set_acls_async(n, want))
+                    log.info("ACL of %s set to the bookies' principal only", node)
+            except NoSuchNodeError:
+                continue  # made with the right ACL when first needed
+            except AccessDeniedError as e:
+                log.warning("cannot give %s to the bookies' principal alone (%s)", node, e)
 
     def _check_root_acl(self) -> None:
         """Refuse (``AccessDeniedError``) a root whose ACL does not fit ``self.security``."""
@@ -369,7 +398,7 @@ class ZooKeeperMetadataStore(MetadataStore):
 
         def commit(c: KazooClient):
             txn = c.transaction()
-            txn.create(new_abs, data, ephemeral=True)
+            txn.create(new_abs, data, acl=self._acl(new_abs), ephemeral=True)
             txn.delete(old_abs)
             return txn.commit_async()
         try:

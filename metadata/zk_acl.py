@@ -18,6 +18,11 @@ A third key, in the bookie's configuration only:
                        ``/PRIVATE``, whose ACL gives ALL to this principal and nothing to anyone
                        else, clients and zkDigestAuthFile's holders included
 
+With both keys and security on, the bookies' registrations, cookies and locations
+(``BOOKIES_WRITE``) are writable by the bookies' principal only, readable by the cluster's
+(``acl_for``); a bookie that opens the store puts that ACL on their parents if an older
+version, or a client, made them with the cluster's.
+
 ``ZkSecurity`` carries them to ``open_metadata``; ``load_zk_security`` reads and checks the file
 (one-line ``AccessDeniedError`` naming the key when it is unusable, the password never shown).
 ``root_acl_problem`` judges the root's ACL at open (an unprotected tree with security on, a
@@ -41,6 +46,13 @@ PRIVATE = "/PRIVATE"  # the bookies' private nodes (the recovery secret) under t
 DIGEST_KEY = "zkDigestAuthFile"
 BOOKIE_DIGEST_KEY = "zkBookieDigestAuthFile"
 _USER = re.compile(r"^[^:\s]+$")
+# With zkBookieDigestAuthFile (and security on): the bookies' registrations (``/available``,
+# ``/available/readonly``), their cookies and the locations operators set for them, each node
+# and its children, are writable by the bookies' principal only and readable by the cluster's
+# (clients resolve bookies through them); ZooKeeper checks creating and deleting a child
+# against the parent's ACL, so no client can hold, replace or remove a bookie's node.
+BOOKIES_WRITE = ("/available", "/cookies", "/bookielocations")
+BOOKIES_WRITE_PARENTS = (*BOOKIES_WRITE, "/available/readonly")  # where children are made
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +82,16 @@ class ZkSecurity:
             if self.bookie_user else None
 
     @property
+    def bookies_only_acl(self) -> list[ACL] | None:
+        """The ACL of what only bookies may change, which clients read (``BOOKIES_WRITE``):
+        ALL to the bookies' principal, READ to the cluster's; None (the tree's default ACL)
+        unless security is on and the bookies have a principal of their own."""
+        if not (self.enabled and self.bookie_user and self.user):
+            return None
+        return [make_digest_acl(self.bookie_user, self.bookie_password, all=True),
+                make_digest_acl(self.user, self.password, read=True)]
+
+    @property
     def principal(self) -> str:
         """The ZooKeeper id these credentials authenticate as (``digest:user:base64(sha1)``)."""
         return "digest:" + make_digest_acl_credential(self.user, self.password) if self.user else ""
@@ -78,6 +100,17 @@ class ZkSecurity:
     def acl(self) -> list[ACL] | None:
         """The ACL of every node created: ALL to this principal only; None (open) when off."""
         return [make_digest_acl(self.user, self.password, all=True)] if self.enabled else None
+
+
+def acl_for(relative_path: str, security: ZkSecurity | None) -> list[ACL] | None:
+    """The ACL a node created at ``relative_path`` (under the root) gets: the bookies-only ACL
+    at and under ``BOOKIES_WRITE``, else None (the client's default: ``security.acl``)."""
+    if security is None:
+        return None
+    for top in BOOKIES_WRITE:
+        if relative_path == top or relative_path.startswith(top + "/"):
+            return security.bookies_only_acl
+    return None
 
 
 def load_zk_security(enabled: bool, auth_file: str, key: str = DIGEST_KEY) -> ZkSecurity | None:
@@ -177,7 +210,7 @@ def protect_tree(client, root: str, security: ZkSecurity) -> int:
         if path == root + PRIVATE:
             continue  # the bookies' own (their principal's ACL), not the cluster's
         try:
-            client.set_acls(path, security.acl)
+            client.set_acls(path, acl_for(path[len(root):], security) or security.acl)
             kids = client.get_children(path)
         except NoNodeError:
             continue  # deleted meanwhile (an ephemeral node, an id)

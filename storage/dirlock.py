@@ -13,6 +13,10 @@ JSON object (informational; the flock alone decides)::
 
     {"pid": 4242, "run_dir": "/tmp/bk3181-x1y2", "ring": "/dev/shm/bookie-3181-k3j9x.ring"}
 
+The run directory is made in ``run_dir_parent()``: the unit's ``RuntimeDirectory=`` (/run/bookie)
+under systemd, else the temporary directory.  ``held_record`` is how a tool finds the running
+bookie: by the kernel's lock, never by the record alone (its user can write anything there).
+
 A bookie that took the lock from a predecessor that died without stopping finds the
 predecessor's runtime paths there and removes them (``leftovers``), so repeated kills leave
 nothing that grows; anyone else who takes the lock (``bookieformat``) keeps them recorded for
@@ -45,6 +49,43 @@ class DirectoryInUseError(LayoutError):
         self.directory = directory
         self.holder = holder  # in words, naming the pid
         self.holder_dead = holder_dead  # the holder's supervisor is gone; its workers are not
+
+
+def run_dir_parent() -> str:
+    """Where a bookie makes its run directory: the unit's ``RuntimeDirectory=`` when systemd
+    gives one (``$RUNTIME_DIRECTORY``, /run/bookie: the host and ``bookie shell`` see it, where
+    the unit's private /tmp is hidden from them), else the temporary directory."""
+    runtime = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
+    return runtime if os.path.isabs(runtime) else tempfile.gettempdir()
+
+
+def held_record(directory: str) -> dict | None:
+    """The record of the bookie holding ``directory``'s lock now, or None when nobody holds it.
+
+    The kernel decides, not the record: the lock file is opened without following a link
+    (``O_NOFOLLOW``) and a shared flock is tried; only when that is refused is the record read
+    (it names the holder's pid and run directory, which the caller must still check).
+
+    Raises:
+        LayoutError: the lock file cannot be opened (a link, no permission).
+    """
+    path = os.path.join(directory, LOCK_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise LayoutError(f"{path}: cannot open the directory lock: {e.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return _read_record(fd)
+            raise LayoutError(f"{path}: cannot test the lock: {e.strerror}") from None
+        return None  # nobody holds it (our shared lock goes with the descriptor)
+    finally:
+        os.close(fd)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -120,7 +161,8 @@ class DirectoryLock:
             for d in dirs:
                 path = os.path.join(d, LOCK_FILE)
                 try:
-                    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                                 0o600)
                 except OSError as e:
                     raise LayoutError(f"{path}: cannot open the directory lock: "
                                       f"{e.strerror}") from None
@@ -162,8 +204,10 @@ class DirectoryLock:
         paths of the shapes a bookie makes are returned, whatever the record says."""
         out = []
         run_dir = self.previous.get("run_dir")
-        if isinstance(run_dir, str) and os.path.dirname(run_dir) == tempfile.gettempdir() \
-                and os.path.basename(run_dir).startswith("bk") and os.path.isdir(run_dir):
+        if isinstance(run_dir, str) \
+                and os.path.dirname(run_dir) in (tempfile.gettempdir(), run_dir_parent()) \
+                and os.path.basename(run_dir).startswith("bk") and not os.path.islink(run_dir) \
+                and os.path.isdir(run_dir):
             out.append(run_dir)
         ring = self.previous.get("ring")  # the ring's private directory (an older bookie: the file)
         if isinstance(ring, str) and os.path.basename(ring).startswith("bookie-") \

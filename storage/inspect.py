@@ -22,6 +22,7 @@ import dataclasses
 import mmap
 import os
 import signal
+import stat
 import struct
 import zlib
 from collections.abc import Callable, Iterator
@@ -224,10 +225,43 @@ def ledger_dirs_of(conf) -> list[str]:
     return [current_dir(d) for d in conf.ledger_dirs]
 
 
+def _plain(path: str, kind: int, owner: int | None) -> os.stat_result:
+    """``lstat`` of ``path``: it must be of ``kind`` (no symbolic link) and, when given, of
+    ``owner``.  Raises IndexUnreadable naming what is wrong."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise IndexUnreadable(f"{path} is a symbolic link: an index is opened only through its "
+                              f"own files")
+    if stat.S_IFMT(st.st_mode) != kind:
+        raise IndexUnreadable(f"{path} is not a {'directory' if kind == stat.S_IFDIR else 'file'}")
+    if owner is not None and st.st_uid != owner:
+        raise IndexUnreadable(f"{path} belongs to uid {st.st_uid}, the index to uid {owner}: "
+                              f"not opened")
+    return st
+
+
 def open_readonly(path: str, map_size: int) -> lmdb.Environment:
     """Open an index for reading only; safe beside a running bookie (LMDB readers never block
-    its writer)."""
-    return lmdb.open(path, map_size=map_size, max_dbs=8, readonly=True, lock=True,
+    its writer).
+
+    Nothing is opened through a link, and nothing is left behind: the directory, ``data.mdb``
+    and ``lock.mdb`` are checked with ``lstat`` (no link, their kind, one owner).  Where
+    ``lock.mdb`` is missing no bookie has the index open (a running one holds it), and the
+    environment is opened without a lock file (``lock=False``), so a reader run as another
+    user never leaves a lock file the bookie could not open.
+
+    Raises:
+        IndexUnreadable: a link, a file of the wrong kind or owner (the message names it).
+        lmdb.Error: LMDB cannot open it.
+    """
+    owner = _plain(path, stat.S_IFDIR, None).st_uid
+    _plain(os.path.join(path, "data.mdb"), stat.S_IFREG, owner)
+    try:
+        _plain(os.path.join(path, "lock.mdb"), stat.S_IFREG, owner)
+        locked = True
+    except FileNotFoundError:
+        locked = False
+    return lmdb.open(path, map_size=map_size, max_dbs=8, readonly=True, lock=locked,
                      max_readers=64, subdir=True, create=False)
 
 
@@ -242,11 +276,11 @@ def open_index_readonly(conf) -> tuple[lmdb.Environment, Index]:
         IndexUnreadable: no index, or LMDB cannot open it (the message names the path).
     """
     path = index_path(conf)
-    if not os.path.exists(os.path.join(path, "data.mdb")):
+    if not os.path.lexists(os.path.join(path, "data.mdb")):
         raise IndexUnreadable(f"the index {path} does not exist")
     try:
         env = open_readonly(path, conf.index_map_size_bytes)
-    except lmdb.Error as e:
+    except (lmdb.Error, FileNotFoundError) as e:
         raise IndexUnreadable(f"the index {path} cannot be opened: {e}") from None
     try:
         return env, Index(env)

@@ -359,7 +359,9 @@ class AddServer(ClientServer):
         info = self.storage.table.ledgers.get(ledger_id)
         if info is not None and info.master_key:  # bound: nothing to ask (the hot path)
             return False
-        if self.owners.ready(self.storage.table, ledger_id, key, credential):
+        frames = self.current[1]  # its principal's turn in the resolver (claims.py)
+        if self.owners.ready(self.storage.table, ledger_id, key, credential,
+                             self.pending.queues[0].principal(frames[1], frames[0].bytes)):
             return False
         self.machine.park(ledger_id, self.current)
         return True

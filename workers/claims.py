@@ -28,22 +28,52 @@ thread's answers come back through a pipe the loop polls, and the parked request
 again, now deciding at once.  Verifications are remembered per (check, key), so a ledger costs
 one at each bookie; at most ``MAX_JOBS`` are queued (a flood of made-up keys against a ledger
 not bound yet gets TOO_MANY_REQUESTS past that, never an unbounded queue of CPU work).
+
+Verifier cost and fairness (issue 33).  A client writes its own ledger's record, verifier
+parameters included: a bookie evaluates only ``ALLOWED_VERIFIERS`` (what this product writes;
+at most 16 MiB and ~40 ms each) and refuses any other check without evaluating it
+(UNAUTHORIZED).  And the queue is one lane per client identity (the request's principal: its
+enrolled CURVE key, else its address), served in turn, at most ``MAX_JOBS_PER_PRINCIPAL`` jobs
+each: a stranger's flood of made-up keys delays a known writer's first add by one evaluation
+at most, not by the whole queue.
 """
 
 from __future__ import annotations
 
 import collections
 import os
-import queue
 import threading
 import time
 
 from bookie.core.ledgers import Owner, Rejected
-from bookie.metadata.ledger import key_check_matches
+from bookie.metadata.ledger import (
+    KEY_CHECK_SIZE, SCRYPT_LOG2_N, SCRYPT_P, SCRYPT_R, key_check_matches, verifier_parameters)
 from bookie.wire import MAX_MASTER_KEY, Status
 
 CACHE = 65_536  # ledgers whose check is kept (and (check, key) answers: a quarter of it)
 MAX_JOBS = 256  # lookups and verifications queued at most
+MAX_JOBS_PER_PRINCIPAL = MAX_JOBS // 4  # of them, one client identity's
+# The verifier parameters (log2 N, r, p) bookies evaluate: what this product writes now, and
+# wrote before (2**14: metadata/ledger.py).  Any other is refused without an evaluation: a
+# client writes its own ledger's record, and must not choose what a key check costs a bookie
+# (up to 1 GiB and 250 times the CPU otherwise).  At most 16 MiB and ~40 ms per evaluation.
+ALLOWED_VERIFIERS = frozenset({(SCRYPT_LOG2_N, SCRYPT_R, SCRYPT_P), (14, 8, 1)})
+
+
+def allowed_verifier(check: bytes) -> bool:
+    """Whether a bookie evaluates ``check`` at all: an older record's salted SHA-256, or a
+    verifier whose parameters are in ``ALLOWED_VERIFIERS``."""
+    check = bytes(check)
+    if len(check) == KEY_CHECK_SIZE:
+        return True
+    return verifier_parameters(check) is not None and \
+        (check[1], check[2], check[3]) in ALLOWED_VERIFIERS
+
+
+def bounded_key_check(check: bytes, master_key: bytes) -> bool:
+    """``key_check_matches`` for the verifiers a bookie evaluates; False, at once, for any
+    other (the request is refused UNAUTHORIZED, as for a wrong key)."""
+    return allowed_verifier(check) and key_check_matches(check, master_key)
 FRESH_S = 1.0  # the most an answer that is not kept (no such ledger, store unavailable) is used
 LOOKUPS_PER_S = 200
 TIMEOUT_S = 2.0  # the most one lookup may block the add worker
@@ -121,14 +151,15 @@ class OwnerResolver:
     thread of their own (module docstring).  The loop calls ``ready`` and ``verified``, polls
     ``fileno`` and calls ``drain`` when it is readable; only the thread calls the lookup."""
 
-    def __init__(self, lookup: OwnerLookup, verify=key_check_matches):
+    def __init__(self, lookup: OwnerLookup, verify=bounded_key_check):
         self.lookup = lookup
         self._verify = verify
         self.known: collections.OrderedDict[int, object] = collections.OrderedDict()  # kept answers
         self.fresh: dict[int, tuple[object, float]] = {}  # answers used for FRESH_S only
         self.verdicts: collections.OrderedDict[tuple[bytes, bytes], bool] = collections.OrderedDict()
-        self.queued: set[tuple[int, bytes]] = set()
-        self.jobs: queue.Queue = queue.Queue()
+        self.queued: dict[tuple[int, bytes], object] = {}  # job -> the principal it is counted to
+        self.per_principal: collections.Counter = collections.Counter()
+        self.jobs = _Lanes()
         self.done: collections.deque = collections.deque()
         self._r, self._w = os.pipe()
         os.set_blocking(self._r, False)
@@ -158,21 +189,30 @@ class OwnerResolver:
         store come back, a moment later)."""
         self.fresh.pop(ledger_id, None)
 
-    def ready(self, table, ledger_id: int, key: bytes, credential: bool) -> bool:
+    def ready(self, table, ledger_id: int, key: bytes, credential: bool,
+              principal=None) -> bool:
         """True when ``table`` can decide a request for ``ledger_id`` with ``key`` now (past
-        ``MAX_JOBS`` too: the decision is then TOO_MANY_REQUESTS); False when the missing work
-        was queued and the caller parks the request until ``drain`` names the ledger."""
+        ``MAX_JOBS``, or its ``principal``'s ``MAX_JOBS_PER_PRINCIPAL``, too: the decision is
+        then TOO_MANY_REQUESTS); False when the missing work was queued and the caller parks
+        the request until ``drain`` names the ledger.  The thread serves the principals in
+        turn (``_Lanes``): one client's made-up keys delay another's by one job at most."""
         if not credential and not 0 < len(key) <= MAX_MASTER_KEY:
             return True  # refused for its size, nothing to look up
         check = table.owner_check_of(ledger_id)
         if table.needs_owner(ledger_id):
             owner = self.owner(ledger_id)
             if owner is None:
-                return not self._queue(ledger_id, b"" if credential else bytes(key), None)
+                return not self._queue(ledger_id, b"" if credential else bytes(key), None,
+                                       principal)
             check = owner if isinstance(owner, bytes) else b""
         if not check or credential or (check, bytes(key)) in self.verdicts:
             return True
-        return not self._queue(ledger_id, bytes(key), check)
+        if not allowed_verifier(check):  # refused without an evaluation (ALLOWED_VERIFIERS)
+            self.verdicts[(check, bytes(key))] = False
+            if len(self.verdicts) > CACHE // 4:
+                self.verdicts.popitem(last=False)
+            return True
+        return not self._queue(ledger_id, bytes(key), check, principal)
 
     def verified(self, check: bytes, master_key: bytes) -> bool:
         """The verdict for the table (``LedgerTable.verify``), as the thread worked it out.
@@ -186,15 +226,17 @@ class OwnerResolver:
             raise Rejected(Status.TOO_MANY_REQUESTS, "key verifications queued: try again")
         return answer
 
-    def _queue(self, ledger_id: int, key: bytes, check: bytes | None) -> bool:
+    def _queue(self, ledger_id: int, key: bytes, check: bytes | None, principal=None) -> bool:
         """Queue the work a request needs (``check``: verify ``key`` against it; None: ask the
-        store first); False when the queue is full (nothing queued)."""
+        store first) in ``principal``'s lane; False when the queue, or that principal's share
+        of it, is full (nothing queued)."""
         if (ledger_id, key) in self.queued:
             return True
-        if len(self.queued) >= MAX_JOBS:
+        if len(self.queued) >= MAX_JOBS or self.per_principal[principal] >= MAX_JOBS_PER_PRINCIPAL:
             return False  # decided now: owner() answers None (UNAVAILABLE), verified() refuses
-        self.queued.add((ledger_id, key))
-        self.jobs.put((ledger_id, key, check))
+        self.queued[(ledger_id, key)] = principal
+        self.per_principal[principal] += 1
+        self.jobs.put(principal, (ledger_id, key, check))
         return True
 
     def drain(self) -> set[int]:
@@ -207,7 +249,11 @@ class OwnerResolver:
         ready = set()
         while self.done:
             ledger_id, key, owner, verdict = self.done.popleft()
-            self.queued.discard((ledger_id, key))
+            if (ledger_id, key) in self.queued:
+                principal = self.queued.pop((ledger_id, key))
+                self.per_principal[principal] -= 1
+                if self.per_principal[principal] <= 0:
+                    del self.per_principal[principal]
             if owner is not None:
                 if isinstance(owner, bytes) or owner is Owner.NO_CHECK:
                     self.known[ledger_id] = owner
@@ -245,8 +291,41 @@ class OwnerResolver:
             os.write(self._w, b"\0")
 
     def close(self) -> None:
-        self.jobs.put(None)
+        self.jobs.close()
         self._thread.join(timeout=5)
         os.close(self._r)
         os.close(self._w)
         self.lookup.close()
+
+
+class _Lanes:
+    """The resolver's queue: one FIFO lane per principal, served in turn (round robin), so a
+    principal with many jobs queued delays each other principal's next job by one job at most.
+    ``get`` blocks; after ``close`` it returns None."""
+
+    def __init__(self):
+        self._lanes: collections.OrderedDict[object, collections.deque] = collections.OrderedDict()
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def put(self, principal, job) -> None:
+        with self._cond:
+            self._lanes.setdefault(principal, collections.deque()).append(job)
+            self._cond.notify()
+
+    def get(self):
+        with self._cond:
+            while not self._lanes and not self._closed:
+                self._cond.wait()
+            if not self._lanes:
+                return None
+            principal, lane = self._lanes.popitem(last=False)
+            job = lane.popleft()
+            if lane:
+                self._lanes[principal] = lane  # to the back: the others' turn first
+            return job
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()

@@ -130,13 +130,23 @@ def _store_knows(store, cookie: dict) -> bool:
 GC_REQUEST_FILE = "gc.request"  # in the run dir: the supervisor asks for a pass now (PUT /api/v1/bookie/gc)
 
 
+def _touch(path: str) -> None:
+    """Create ``path`` if it is not there; never through a link (O_NOFOLLOW), never truncating
+    what is there (no O_TRUNC): a request file is empty, only its presence counts."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                     0o600))
+
+
 def request_gc(run_dir: str, major: bool = False, minor: bool = False) -> None:
-    """Ask the running bookie's GC worker for a pass now (with a major / minor compaction)."""
+    """Ask the running bookie's GC worker for a pass now (with a major / minor compaction).
+
+    Raises:
+        OSError: a request file cannot be made (ELOOP: a link is planted under its name).
+    """
     names = [GC_REQUEST_FILE + ".major"] if major else []
     names += [GC_REQUEST_FILE + ".minor"] if minor else []
     for name in [*names, GC_REQUEST_FILE]:  # the plain file last: its sight starts the pass
-        with open(os.path.join(run_dir, name), "w"):
-            pass
+        _touch(os.path.join(run_dir, name))
 
 
 def suspend_compaction(run_dir: str, kind: str, flag: bool) -> None:
@@ -144,8 +154,7 @@ def suspend_compaction(run_dir: str, kind: str, flag: bool) -> None:
     dir (PUT /api/v1/bookie/gc/suspend_compaction); a new run starts unsuspended."""
     path = os.path.join(run_dir, f"compaction.{kind}.suspended")
     if flag:
-        with open(path, "w"):
-            pass
+        _touch(path)
     else:
         try:
             os.unlink(path)

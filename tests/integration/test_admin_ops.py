@@ -12,6 +12,9 @@ import time
 
 import pytest
 
+from bookie.appliance.admin import ROUTES  # admin_ops is imported through admin (they import each other)
+from bookie.appliance.admin_ops import MAX_READ_BYTES
+from bookie.appliance.shell_security import gentoken
 from bookie.client import BookKeeper
 from bookie.metadata import open_metadata
 from bookie.metadata.underreplication import UnderReplication
@@ -22,9 +25,13 @@ PASSWORD = b"ops"
 
 @pytest.fixture(scope="module")
 def ens(tmp_path_factory):
-    conf = {"gcWaitTime": 600_000}
-    with LocalBookies(1, base_dir=str(tmp_path_factory.mktemp("ops")), conf=conf,
-                      admin_http=True) as e:
+    d = tmp_path_factory.mktemp("ops")
+    token_file = str(d / "admin.token")
+    gentoken(token_file)  # most of these paths change state: served only with a token
+    conf = {"gcWaitTime": 600_000, "httpServerAuthTokenFile": token_file}
+    with LocalBookies(1, base_dir=str(d / "e"), conf=conf, admin_http=True) as e:
+        with open(token_file) as f:
+            e.auth = {"Authorization": f"Bearer {f.read().strip()}"}
         with BookKeeper(e.metadata_uri) as bk:
             lh = bk.create_ledger(1, 1, 1, password=PASSWORD)
             for i in range(10):
@@ -38,7 +45,8 @@ def ens(tmp_path_factory):
 def call(ens, method: str, path: str, body: dict | None = None) -> tuple[int, object]:
     conn = http.client.HTTPConnection("127.0.0.1", ens.http_ports[0], timeout=30)
     try:
-        conn.request(method, path, body=json.dumps(body).encode() if body is not None else None)
+        conn.request(method, path, body=json.dumps(body).encode() if body is not None else None,
+                     headers=ens.auth)
         r = conn.getresponse()
         return r.status, json.loads(r.read())
     finally:
@@ -79,6 +87,21 @@ def test_ledger_read_then_delete(ens):
     status, doc = call(ens, "DELETE", f"/api/v1/ledger/delete?ledger_id={ens.ledger_id}")
     assert (status, doc) == (200, {"deleted": ens.ledger_id})
     assert call(ens, "DELETE", f"/api/v1/ledger/delete?ledger_id={ens.ledger_id}")[0] == 404
+
+
+def test_ledger_read_builds_at_most_its_byte_bound_in_the_supervisor(ens):
+    assert "/api/v1/ledger/read" in ROUTES
+    size = 1 << 20
+    with BookKeeper(ens.metadata_uri) as bk:
+        lh = bk.create_ledger(1, 1, 1, password=PASSWORD)
+        for i in range(MAX_READ_BYTES // size + 2):
+            lh.add_entry(b"%d" % i * size)
+        lh.close()
+    status, doc = call(ens, "GET", f"/api/v1/ledger/read?ledger_id={lh.ledger_id}")
+    assert status == 200 and list(doc) == [str(i) for i in range(MAX_READ_BYTES // size)]
+    status, doc = call(ens, "GET", f"/api/v1/ledger/read?ledger_id={lh.ledger_id}"
+                                   f"&start_entry_id={MAX_READ_BYTES // size}")
+    assert list(doc) == [str(MAX_READ_BYTES // size), str(MAX_READ_BYTES // size + 1)]
 
 
 def test_autorecovery_switch_and_decommission(ens):

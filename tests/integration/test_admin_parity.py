@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from bookie.appliance.shell_security import gentoken
 from bookie.client import BookKeeper
 from bookie.metadata import open_metadata
 from bookie.metadata.underreplication import UnderReplication
@@ -20,8 +21,14 @@ CONF = {"autoRecoveryDaemonEnabled": "true", "lostBookieRecoveryDelay": "3600",
 
 
 @pytest.fixture(scope="module")
-def ens():
-    with LocalBookies(2, conf=CONF, admin_http=True) as e:
+def ens(tmp_path_factory):
+    d = tmp_path_factory.mktemp("parity")
+    token_file = str(d / "admin.token")
+    gentoken(token_file)  # sanity and the autorecovery changes are served only with a token
+    with LocalBookies(2, base_dir=str(d / "e"), admin_http=True,
+                      conf={**CONF, "httpServerAuthTokenFile": token_file}) as e:
+        with open(token_file) as f:
+            e.auth = {"Authorization": f"Bearer {f.read().strip()}"}
         with BookKeeper(e.metadata_uri) as bk:
             lh = bk.create_ledger(2, 2, 2, password=b"pw")
             lh.add_entry(b"on disk")
@@ -43,7 +50,7 @@ def ur(ens):
 def call(ens, method: str, path: str, body: bytes | None = None, i: int = 0):
     conn = http.client.HTTPConnection("127.0.0.1", ens.http_ports[i], timeout=30)
     try:
-        conn.request(method, path, body=body)
+        conn.request(method, path, body=body, headers=ens.auth)
         r = conn.getresponse()
         raw = r.read()
         assert r.getheader("Content-Type") == "application/json", (path, raw)
@@ -126,11 +133,16 @@ def test_lost_bookie_recovery_delay_is_read_and_set_cluster_wide(ens, ur):
 
 
 @pytest.mark.autorecovery_slow  # kills a bookie and waits for the heal (about 20 s)
-def test_the_auditor_follows_the_delay_put_through_the_admin_api():
+def test_the_auditor_follows_the_delay_put_through_the_admin_api(tmp_path):
     """A bookie configured to wait an hour before healing a lost bookie heals at once after
     an operator PUT the delay 0 (the auditor reads the stored delay on every tick)."""
-    with LocalBookies(3, conf=CONF, admin_http=True) as lb, \
+    token_file = str(tmp_path / "admin.token")
+    gentoken(token_file)
+    with LocalBookies(3, base_dir=str(tmp_path / "e"), admin_http=True,
+                      conf={**CONF, "httpServerAuthTokenFile": token_file}) as lb, \
             BookKeeper(lb.metadata_uri) as bk:
+        with open(token_file) as f:
+            lb.auth = {"Authorization": f"Bearer {f.read().strip()}"}
         lh = bk.create_ledger(2, 2, 2, password=b"pw")
         for i in range(5):
             lh.add_entry(b"heal me %d" % i)
@@ -159,7 +171,6 @@ PARITY_PATHS = [("GET", "/api/v1/bookie/is_ready", None),
 
 
 def test_the_new_paths_are_behind_the_token_like_the_others(tmp_path):
-    from bookie.appliance.shell_security import gentoken
     token_file = str(tmp_path / "admin.token")
     gentoken(token_file)
     with open(token_file) as f:

@@ -125,6 +125,9 @@ def test_the_unit_is_sandboxed_as_the_appliance_needs(unit):
     assert not any("@resources" in value for value in unit["SystemCallFilter"])
     # Not ProcSubset=pid: the embedded store reads /proc/sys/kernel/random/boot_id.
     assert "ProcSubset" not in unit
+    # The run directory where `bookie shell triggergc` on the host finds it (issue 33.7): the
+    # bookie makes it in $RUNTIME_DIRECTORY, not in the private /tmp.
+    assert unit["RuntimeDirectory"] == ["bookie"] and unit["RuntimeDirectoryMode"] == ["0700"]
 
 
 def test_every_directory_the_example_configuration_names_is_writable_under_the_unit(unit):

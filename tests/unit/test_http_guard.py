@@ -13,6 +13,13 @@ def test_host_names_lose_port_and_brackets():
     assert host_name("bookie-1") == "bookie-1"
 
 
+@pytest.mark.parametrize("value", ["[::1]anything", "[::1]evil.example", "[::1]:8x", "[::1",
+                                   "[::1]:", "[]"])
+def test_a_bracketed_host_followed_by_anything_but_a_port_is_no_loopback_name(value):
+    assert host_name(value) != "::1"
+    assert host_refusal([value], allowed_host_names()) is not None
+
+
 def test_only_the_bookies_names_are_served_unless_star():
     allowed = allowed_host_names("0.0.0.0", "10.0.0.5", "", "bk1", extra=["bk1.example"])
     assert host_refusal(["10.0.0.5:8080"], allowed) is None
