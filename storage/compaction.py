@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 Entry logs are interleaved: one live ledger keeps a whole log alive.  A log's *live share* is
 the part of its ledger map (``Index.log_maps``: ledger -> bytes stored) that belongs to ledgers
-this bookie still holds.  ``choose`` takes the logs under a threshold (minor 0.2, major 0.8 by
+this bookie still holds: every ledger named by a record or by an indexed entry, unless it is in
+the deleted table (``bookie.core.ledgers`` invariant 9: copies indexed again after an
+over-replicated drop are live; the drop itself set the dropped bytes' count to 0).  ``choose`` takes the logs under a threshold (minor 0.2, major 0.8 by
 default), lowest live share first: each byte copied then frees the most.  It never takes a log
 being written (the snapshot's current logs), one newer than the newest current log (its map may
 be incomplete), one without a map, or one a previous pass gave up on (``skipped``).
@@ -59,6 +61,7 @@ import numpy as np
 import orjson
 
 from bookie.wire import ENTRY_HEADER, LENGTHS_DTYPE
+from bookie.core import ledgers as ledger_rules
 from bookie.core.ledgers import StoredLedger
 from bookie.storage import records
 from bookie.storage.journal import fsync_dir
@@ -207,8 +210,11 @@ def live_entries(index: Index, log_id: int) -> list[tuple[int, StoredLedger, np.
         ledgers = sorted(int(k) for k in orjson.loads(raw)) if raw else []
         for ledger_id in ledgers:
             rec = index.get_ledger(txn, ledger_id)
-            if rec is None:
+            if rec is None and index.is_deleted(txn, ledger_id):
                 continue  # deleted: nothing of it is live
+            # no record but not deleted: entries an older bookie indexed after dropping the
+            # record are live all the same (core/ledgers.py invariant 9); copied unbound
+            info = StoredLedger.from_dict(rec) if rec is not None else StoredLedger(b"")
             rows = []
             with txn.cursor(db=index.entries) as cur:
                 if cur.set_range(entry_key(ledger_id, 0)):
@@ -220,7 +226,9 @@ def live_entries(index: Index, log_id: int) -> list[tuple[int, StoredLedger, np.
                         if lg == log_id:
                             rows.append((eid, off, ln))
             arr = np.array(rows, dtype=np.int64).reshape(-1, 3)
-            out.append((ledger_id, StoredLedger.from_dict(rec), arr[np.argsort(arr[:, 1])]))
+            if rec is None and not len(arr):
+                continue
+            out.append((ledger_id, info, arr[np.argsort(arr[:, 1])]))
     return out
 
 
@@ -476,7 +484,12 @@ def skip(index: Index, log_id: int) -> None:
 
 
 def held_ledgers(index: Index) -> tuple[list[int], dict, set]:
-    """One snapshot: (held ledger ids, log maps, current logs)."""
+    """One snapshot: (held ledger ids, log maps, current logs).  Held: named by a record or by
+    an indexed entry, and not deleted (``bookie.core.ledgers.held``, invariant 9)."""
     with index.env.begin() as txn:
-        return index.ledger_ids(txn), index.log_maps(txn), index.current_logs(txn)
+        recorded = set(index.ledger_ids(txn))
+        indexed = set(index.indexed_ledger_ids(txn))
+        held = [lid for lid in sorted(recorded | indexed)
+                if ledger_rules.held(lid in recorded, lid in indexed, index.is_deleted(txn, lid))]
+        return held, index.log_maps(txn), index.current_logs(txn)
 
