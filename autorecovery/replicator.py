@@ -121,9 +121,10 @@ class Replicator:
             if self._secret else []
         return keys + ([Key(master_key(password))] if password is not None else [])
 
-    def _recover(self, ledger_id: int, meta, password: bytes | None) -> bool:
+    def _recover(self, ledger_id: int, meta, password: bytes | None, lost=()) -> bool:
         """Fence and close an open ledger through the client (its recovery): on the recovery
-        credential, then (a bookie refused it) on the password if it is known."""
+        credential, then (a bookie refused it) on the password if it is known.  ``lost``: the
+        bookies being healed around, which the recovery replaces without waiting for them."""
         from bookie.client import BookKeeper
         try:
             with BookKeeper(self.store, passwd=password or b"", digestType=meta.digest_type,
@@ -132,7 +133,8 @@ class Replicator:
                 for key in self._keys(ledger_id, password):
                     try:
                         if key.flags:
-                            bk.recover_with_credential(ledger_id, key.key, password or b"")
+                            bk.recover_with_credential(ledger_id, key.key, password or b"",
+                                                       lost=lost)
                         else:
                             bk.open_ledger(ledger_id, digest=meta.digest_type, password=password).close()
                         return True
@@ -208,7 +210,7 @@ class Replicator:
                 return WAIT
             if self.dry_run:
                 return RETRY
-            if not self._recover(ledger_id, meta, password):
+            if not self._recover(ledger_id, meta, password, lost=unavailable):
                 if not self.store.ledger_exists(ledger_id):  # deleted under us: nothing left to heal
                     self._settle(ledger_id, "deleted", mark_version)
                     return SETTLED

@@ -78,13 +78,16 @@ class RecoveryOp:
         "marking", "fencing", "reading", "draining", "closing", "done")
 
     def __init__(self, info: LedgerInfo, decode: Decoder, version,
-                 rng: random.Random | None = None, placement=None):
+                 rng: random.Random | None = None, placement=None, lost=()):
         """
         Args:
             info: the ledger's metadata as read, at ``version`` (any state).
             decode: checks and unpacks a formatted entry (raises DigestMismatchError).
             placement: the client's rack- or region-aware ``Placement`` for replacements
                 (None: at random).
+            lost: bookies known gone (``bookie shell recover``, autorecovery: the bookies being
+                healed around): never read from or re-added to, replaced at once.  Without
+                it each one cost a read and an add timeout per ledger (issue 32 item 6).
         """
         self.placement = placement
         self.info = info  # where re-adds go (gains the fragments of ensemble changes)
@@ -112,7 +115,8 @@ class RecoveryOp:
         self._sent: dict[int, set[str]] = {}
         self._acked: dict[int, set[str]] = {}
         self._unsettled: set[int] = set()
-        self._failed: set[str] = set()  # bookies whose recovery add failed: never used again
+        self._lost = frozenset(lost)
+        self._failed: set[str] = set(lost)  # bookies whose recovery add failed: never used again
         self._changing = False  # an ensemble change is being listed
         self._no_spare = False  # the last change found no writable bookie to take over
         self.ensemble_changes = 0
@@ -199,7 +203,7 @@ class RecoveryOp:
         self.phase = self.READING
         answered = {self.fence_op.ensemble[p] for p in self.fence_op.coverage.answered}
         self._late = set(self.fence_op.ensemble) - answered
-        self._unreachable = {self.fence_op.ensemble[p] for p in self.fence_op.coverage.failed}
+        self._unreachable = {self.fence_op.ensemble[p] for p in self.fence_op.coverage.failed} | self._lost
         start = max(finished.result, self._written.last_fragment_first - 1)
         self._anchor = start
         self.last_found = start
