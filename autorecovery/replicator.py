@@ -330,6 +330,22 @@ class Replicator:
             except BadVersionError:
                 meta, version = self.store.read_ledger(ledger_id)
 
+    def copy_position(self, ledger_id: int, first: int, position: int, target: str) -> int:
+        """Copy the entries one position of a closed ledger's fragment holds to ``target`` and
+        repoint nothing: a heal whose repoint never happened (the nemesis's ``overreplicated``
+        fault; the target's GC later drops the copies).  Sources: every member of each write
+        set.  Returns the entries copied (0: nothing to copy).  Raises as ``copy_residue``."""
+        meta, _ = self.store.read_ledger(ledger_id)
+        bookie = dict(meta.fragments)[first][position]
+        heals = [h for h in rules.plan_ledger(meta, {bookie}, self.rng, set())
+                 if h.first == first and h.position == position]
+        if not heals or not heals[0].copies:
+            return 0
+        before = self.copied_entries
+        self._copy(ledger_id, self._keys(ledger_id, self._password(meta)), heals[0].copies,
+                   meta.ensemble_size, target, self.batch)
+        return self.copied_entries - before
+
     def _refresh_locations(self, writable) -> None:
         """The writable bookies' racks into the placement (as the client reads them)."""
         if self.placement is None:
