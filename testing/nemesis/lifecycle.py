@@ -47,6 +47,8 @@ import sys
 import threading
 import time
 
+from bookie.testing.nemesis.workload import RACKS
+
 SHELL_TIMEOUT_S = 240.0
 
 
@@ -67,6 +69,23 @@ def shell(args: list[str], timeout_s: float = SHELL_TIMEOUT_S,
         stdout.append(done.stdout)
     out = (done.stdout + done.stderr).strip().splitlines()
     return done.returncode, " | ".join(out[-3:])[:400]
+
+
+def set_rack(metadata_uri: str, bookie_id: str, location: str) -> None:
+    """What ``bookie shell setrack ID LOCATION`` writes: the bookie's rack for placement."""
+    from bookie.client.metadata import LOCATIONS
+    from bookie.metadata import NodeExistsError, open_metadata
+    with open_metadata(metadata_uri, timeout_s=20.0) as store:
+        try:
+            store.create(f"{LOCATIONS}/{bookie_id}", location.encode())
+        except NodeExistsError:
+            store.set(f"{LOCATIONS}/{bookie_id}", location.encode(), None)
+
+
+def rack_of(i: int) -> str:
+    """Bookie slot ``i``'s rack in a lifecycle run (two racks: writers that enforce
+    ``minNumRacksPerWriteQuorum`` 2 spread every write quorum over both)."""
+    return f"/nemesis/rack{i % RACKS}"
 
 
 def wipe(path: str) -> None:
@@ -132,6 +151,10 @@ class LifecycleFaults:
         self.bookies.ports[i] = port
         if self.bookies.bookie_ids is not None:  # named ids: a new name (the same list object)
             self.bookies.bookie_ids[i] = f"{old.split('-r')[0]}-r{len(self.lost_ids) + 1}"
+            try:  # the replacement stands in the same rack
+                set_rack(self.bookies.metadata_uri, self.bookies.bookie_ids[i], rack_of(i))
+            except Exception as exc:  # noqa: BLE001 - the store is down (a fault): no rack
+                self.findings.append(f"setrack of {self.bookies.bookie_ids[i]}: {exc}")
         else:
             self.bookies.bookies[i] = f"{self.bookies.hosts[i]}:{port}"
         self.lost_ids.append(old)

@@ -213,6 +213,10 @@ def run(opts: Options, log=None, network=None) -> Summary:
         if opts.disk or opts.lifecycle:
             disk = _mount_disks(bookies, summary)
         with bookies:
+            if opts.lifecycle:  # two racks, for the writers that enforce them
+                from bookie.testing.nemesis.lifecycle import rack_of, set_rack
+                for i, bookie_id in enumerate(bookies.bookies):
+                    set_rack(bookies.metadata_uri, bookie_id, rack_of(i))
             nemesis = Nemesis(bookies, zookeeper=zookeeper, disk=disk, network=network,
                               zk_session_s=BOOKIE_CONF["zkTimeout"] / 1000.0,
                               client_session_s=CLIENT_CONFIG["zkTimeout"] / 1000.0, log=log)
