@@ -317,10 +317,8 @@ class LifecycleFaults:
     def _overreplicated(self, i: int):
         self._alive(i)
         target = self.bookies.bookies[i]
-        picked = self._closed_ledger_without(target, random.Random(f"over:{i}:{len(self.ledger_ids_seen)}"))
-        if picked is None:
-            raise self._Skip(f"no closed ledger with entries that does not name {target}")
-        ledger_id, first, position, bookie = picked
+        ledger_id, first, position, bookie = self._closed_ledger_without(
+            target, random.Random(f"over:{i}:{len(self.ledger_ids_seen)}"))
         everyone = set(self.bookies.bookies)
 
         def body() -> None:
@@ -359,29 +357,35 @@ class LifecycleFaults:
 
     def _closed_ledger_without(self, target: str, rng: random.Random):
         """(ledger id, fragment first entry, position, its bookie) of a closed ledger with
-        entries whose metadata does not name ``target``, every bookie of it running; or None."""
+        entries whose metadata does not name ``target`` (a position of a bookie that runs
+        preferred); or a ``_Skip`` saying what the look found."""
         from bookie.metadata import open_metadata
         from bookie.metadata.ledger import LedgerState
         running = {self.bookies.bookies[j] for j in range(self.bookies.n) if self.bookies.running(j)}
         ids = sorted(self.ledger_ids_seen)
         rng.shuffle(ids)
+        seen = closed = 0
         try:
             with open_metadata(self.bookies.metadata_uri, timeout_s=10.0) as store:
-                for lid in ids[:40]:
+                for lid in ids[:200]:
                     try:
                         meta = store.read_ledger(lid)[0]
                     except Exception:  # noqa: BLE001 - deleted, or unreadable now
                         continue
-                    named = {b for _, ens in meta.fragments for b in ens}
-                    if meta.state is not LedgerState.CLOSED or meta.last_entry_id < 0 \
-                            or target in named or not named <= running:
+                    seen += 1
+                    if meta.state is not LedgerState.CLOSED or meta.last_entry_id < 0:
+                        continue
+                    closed += 1
+                    if any(target in ens for _, ens in meta.fragments):
                         continue
                     first, ensemble = meta.fragments[0]
-                    position = rng.randrange(len(ensemble))
+                    up = [p for p, b in enumerate(ensemble) if b in running]
+                    position = rng.choice(up) if up else rng.randrange(len(ensemble))
                     return lid, first, position, ensemble[position]
-        except Exception:  # noqa: BLE001 - the store is down (a fault): nothing to pick
-            return None
-        return None
+        except Exception as exc:  # noqa: BLE001 - the store is down (a fault): nothing to pick
+            raise self._Skip(f"metadata store: {type(exc).__name__}: {exc}") from None
+        raise self._Skip(f"of {len(ids)} ledgers seen, {seen} in the store, {closed} closed with "
+                         f"entries, none without {target}")
 
 
 OVERREPLICATED_WAIT_S = 60.0  # the most ``overreplicated`` waits for the target's GC drop

@@ -59,7 +59,7 @@ Lifecycle kinds (``--lifecycle``; ``lifecycle.py`` injects them):
 =====================  =================================================================
 
 Every lifecycle kind happens in every run long enough for a few rounds: each round also gets
-``owed_faults`` for up to ``OWED_PER_ROUND`` lifecycle kinds not injected yet in the run
+``owed_faults`` for up to ``OWED_PER_ROUND`` (4) lifecycle kinds not injected yet in the run
 (the runner says which), at fixed times, besides the seed's random draw.
 
 At most one of ``LOSS_KINDS`` per round: a loss before the last one's healing could take two
@@ -81,7 +81,7 @@ NET_KINDS = ("partition", "partitioned_recovery", "lossy", "slow")
 LIFECYCLE_KINDS = ("compaction", "rebuild_index", "lost_for_good", "decommission", "squat",
                    "disk_readonly", "readdress", "overreplicated", "journal_full")
 DISK_LIFECYCLE_KINDS = ("disk_readonly", "journal_full")  # need tmpfs disks
-OWED_PER_ROUND = 3
+OWED_PER_ROUND = 4
 # the order owed kinds are forced in: the newest mechanisms first; ``overreplicated`` last, as
 # it needs closed ledgers of earlier rounds
 OWED_ORDER = ("lost_for_good", "readdress", "journal_full", "squat", "compaction",
