@@ -244,7 +244,7 @@ def _run(bookie: Bookie, ops):
             assert indexed_before <= set(entries), "compaction lost indexed entries"
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(ops=st.lists(op, max_size=25))
 # issue 32 item 1: copied, dropped, copied again, compacted: the copies stay
