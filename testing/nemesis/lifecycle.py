@@ -26,8 +26,9 @@ runs:
 - ``readdress``: bookie ``i`` stopped and started on another port under its ``bookieId``
   (the runner names its bookies with ``--lifecycle``); clients and the checker find it through
   its registration;
-- ``overreplicated``: a closed ledger that does not name bookie ``i``: one fragment position's
-  entries are copied to ``i`` without a repoint (a replication whose repoint never happened),
+- ``overreplicated``: a closed ledger that does not name bookie ``i`` (when every closed ledger
+  names it, another running bookie stands in): one fragment position's entries are copied to
+  ``i`` without a repoint (a replication whose repoint never happened),
   ``i``'s GC drops them after ``gcOverreplicatedLedgerWaitTime``, then the position is healed
   onto ``i`` (``Replicator.heal`` with every other bookie excluded: ``i`` is chosen again as the
   replacement), the copies sent again and the position repointed.  Runs in a thread of its own
@@ -315,10 +316,10 @@ class LifecycleFaults:
         return heal
 
     def _overreplicated(self, i: int):
-        self._alive(i)
-        target = self.bookies.bookies[i]
-        ledger_id, first, position, bookie = self._closed_ledger_without(
-            target, random.Random(f"over:{i}:{len(self.ledger_ids_seen)}"))
+        ledger_id, first, position, bookie, j = self._overreplicated_pick(
+            i, random.Random(f"over:{i}:{len(self.ledger_ids_seen)}"))
+        self._alive(j)
+        target = self.bookies.bookies[j]
         everyone = set(self.bookies.bookies)
 
         def body() -> None:
@@ -355,16 +356,21 @@ class LifecycleFaults:
         threading.Thread(target=body, name=f"overreplicated-{i}", daemon=True).start()
         return None
 
-    def _closed_ledger_without(self, target: str, rng: random.Random):
-        """(ledger id, fragment first entry, position, its bookie) of a closed ledger with
-        entries whose metadata does not name ``target`` (a position of a bookie that runs
-        preferred); or a ``_Skip`` saying what the look found."""
+    def _overreplicated_pick(self, i: int, rng: random.Random):
+        """(ledger id, fragment first entry, position, its bookie, target slot): a closed
+        ledger with entries and a running bookie it does not name, bookie ``i`` if it can be
+        (the ledgers left in the store between rounds are few: the catalogue's kept ones, so
+        another bookie may have to stand in); a position of a running bookie preferred.
+        Raises ``_Skip`` saying what the look found."""
         from bookie.metadata import open_metadata
         from bookie.metadata.ledger import LedgerState
-        running = {self.bookies.bookies[j] for j in range(self.bookies.n) if self.bookies.running(j)}
+        slots = [j for j in range(self.bookies.n)
+                 if self.bookies.running(j) and j not in self._restarting]
+        running = {self.bookies.bookies[j] for j in slots}
         ids = sorted(self.ledger_ids_seen)
         rng.shuffle(ids)
         seen = closed = 0
+        fallback = None
         try:
             with open_metadata(self.bookies.metadata_uri, timeout_s=10.0) as store:
                 for lid in ids[:200]:
@@ -376,16 +382,23 @@ class LifecycleFaults:
                     if meta.state is not LedgerState.CLOSED or meta.last_entry_id < 0:
                         continue
                     closed += 1
-                    if any(target in ens for _, ens in meta.fragments):
+                    named = {b for _, ens in meta.fragments for b in ens}
+                    free = [j for j in slots if self.bookies.bookies[j] not in named]
+                    if not free:
                         continue
                     first, ensemble = meta.fragments[0]
                     up = [p for p, b in enumerate(ensemble) if b in running]
                     position = rng.choice(up) if up else rng.randrange(len(ensemble))
-                    return lid, first, position, ensemble[position]
+                    pick = (lid, first, position, ensemble[position])
+                    if i in free:
+                        return (*pick, i)
+                    fallback = fallback or (*pick, rng.choice(free))
         except Exception as exc:  # noqa: BLE001 - the store is down (a fault): nothing to pick
             raise self._Skip(f"metadata store: {type(exc).__name__}: {exc}") from None
+        if fallback is not None:
+            return fallback
         raise self._Skip(f"of {len(ids)} ledgers seen, {seen} in the store, {closed} closed with "
-                         f"entries, none without {target}")
+                         f"entries, none leaves a running bookie out")
 
 
 OVERREPLICATED_WAIT_S = 60.0  # the most ``overreplicated`` waits for the target's GC drop
