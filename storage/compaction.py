@@ -18,10 +18,12 @@ undone by ``recover`` at the next start (or the next pass)::
     1 intent     allocate ``new``; commit {"old", "new", "state": "copying"}; sync the index
     2 copy       create ``new`` in old's directory; copy the live entries of every held ledger
                  of old's map as ADD_BATCH records bound as the ledger is
-                 (``StoredLedger.copy_binding``), each ledger's followed by its fence and
-                 explicit LAC restated (``state_records``), so that a rebuild from ``new``
-                 alone reaches the ledger's state (rate-limited); each entry is checked
-                 against its index key (ledger id and entry id in its header)
+                 (``StoredLedger.copy_binding``; a held ledger none of whose entries is
+                 here - its copies were dropped - gets an ADD_BATCH of no entries carrying
+                 that binding), each ledger's followed by its fence and explicit LAC
+                 restated (``state_records``), so that a rebuild from ``new`` alone reaches
+                 the ledger's state (rate-limited); each entry is checked against its index
+                 key (ledger id and entry id in its header)
     3 sync       fdatasync ``new`` (it was synced every 4 MiB while copied, so this one is short)
     4 repoint    every entry whose location is *still* in ``old`` (compare-and-set: one moved
                  by a recovery add meanwhile keeps its new place) points into ``new``, in write
@@ -345,6 +347,16 @@ def compact_log(index: Index, ledger_dirs: list[str], log_id: int, throttle: Thr
                         if wait > 0:
                             sleep(wait)
                     crash("copying")
+                if not len(rows):
+                    # no entry of it here (its copies were dropped: core/ledgers.py invariant 9):
+                    # an ADD_BATCH of no entries carries its binding, which no copy does now
+                    parts, size, _ = records.add_batch_parts(ledger_id, placed.key, b"", b"",
+                                                             flags=placed.flags)
+                    blob = b"".join(parts)
+                    if os.pwrite(new_fd, blob, pos) != len(blob):
+                        raise OSError(f"short write to {log_name(new_id)}")
+                    moves.append((ledger_id, None, size))
+                    pos += size
                 # the ledger's fence and explicit LAC, restated: a rebuild from the new log
                 # alone must not lose them (core/ledgers.py invariants 4 and 5)
                 for rtype, state, lac in info.state_records():
@@ -443,7 +455,7 @@ def _items(moves, new_id: int) -> list:
     out = []
     for ledger_id, rows, offs in moves:
         lid = str(ledger_id)
-        if rows is None:  # a restated FENCE or LAC record of ``offs`` bytes
+        if rows is None:  # a restated FENCE, LAC or binding record of ``offs`` bytes
             out.append((lid, None, None, offs))
             continue
         out += [(lid, entry_key(ledger_id, eid), LOC.pack(new_id, new_off, ln), ln)
@@ -459,7 +471,7 @@ def _items_from_log(ledger_dirs: list[str], new_id: int) -> list:
     out = []
     for pos, rec in records.iter_records(buf, LOG_HEADER_SIZE):
         lid = str(rec.ledger_id)
-        if rec.type != records.ADD_BATCH:
+        if rec.type != records.ADD_BATCH or not len(rec.lengths):
             out.append((lid, None, None, rec.size))
             continue
         off = pos + rec.data_offset
