@@ -77,7 +77,7 @@ Invariants
    fence and explicit LAC stay, so the fenced-out writer stays refused and a later copy to this
    bookie (chosen again as a replacement) is indexed under the same record; the dropped bytes
    leave the entry logs' ledger maps (their count goes to 0, the ledger stays named there, so
-   compaction still restates its fence).  Compaction and the log GC count an indexed entry live
+   compaction still restates its fence, and its binding in an ADD_BATCH of no entries).  Compaction and the log GC count an indexed entry live
    unless its ledger is in the deleted table (``held``), whether or not a record names it.
    A rebuild from the entry logs alone may bring dropped copies back (the same bytes: entries
    are write-once); the GC drops them again after its wait.  So over drops, rebuild(logs)
