@@ -177,11 +177,16 @@ class Bookies:
 
 
 def copy_residue(bookies: Bookies, ledger_id: int, key: Key, copy, stride: int,
-                 target: str, batch: int, limiter: RateLimiter, progress=None) -> int:
+                 target: str, batch: int, limiter: RateLimiter, progress=None,
+                 missing: list | None = None) -> int:
     """Copy the entries of one ``rules.Copy`` to ``target``; returns the bytes copied.
 
+    ``missing``: when a list, an entry every source answered it does not hold is appended to
+    it and skipped (the bookie healed around is gone for good: such an entry is lost whatever
+    is done, and the others must still be copied); None: it raises EntryMissing.
+
     Raises:
-        EntryMissing: an entry is on none of the sources.
+        EntryMissing: an entry is on none of the sources (``missing`` None).
         Refused: the target refused the key.
         CopyError: a bookie did not answer or refused.
     """
@@ -192,16 +197,22 @@ def copy_residue(bookies: Bookies, ledger_id: int, key: Key, copy, stride: int,
     while left > 0:
         want = min(batch, left)
         entries: list[bytes] = []
+        failed = None
         for source in list(sources):
             try:
                 entries = bookies.read_strided(source, ledger_id, next_entry, want, stride)
-            except CopyError:
-                entries = []
+            except CopyError as e:
+                entries, failed = [], e
             if entries:
                 if source != sources[0]:
                     sources.remove(source)
                     sources.insert(0, source)  # keep reading where it worked
                 break
+        if not entries and missing is not None and failed is None:
+            missing.append(next_entry)  # every source answered that it holds none
+            next_entry += stride
+            left -= 1
+            continue
         if not entries:
             raise EntryMissing(ledger_id, next_entry, copy.sources)
         n_bytes = sum(len(e) for e in entries)

@@ -121,9 +121,10 @@ class Replicator:
             if self._secret else []
         return keys + ([Key(master_key(password))] if password is not None else [])
 
-    def _recover(self, ledger_id: int, meta, password: bytes | None) -> bool:
+    def _recover(self, ledger_id: int, meta, password: bytes | None, lost=()) -> bool:
         """Fence and close an open ledger through the client (its recovery): on the recovery
-        credential, then (a bookie refused it) on the password if it is known."""
+        credential, then (a bookie refused it) on the password if it is known.  ``lost``: the
+        bookies being healed around, which the recovery replaces without waiting for them."""
         from bookie.client import BookKeeper
         try:
             with BookKeeper(self.store, passwd=password or b"", digestType=meta.digest_type,
@@ -132,7 +133,8 @@ class Replicator:
                 for key in self._keys(ledger_id, password):
                     try:
                         if key.flags:
-                            bk.recover_with_credential(ledger_id, key.key, password or b"")
+                            bk.recover_with_credential(ledger_id, key.key, password or b"",
+                                                       lost=lost)
                         else:
                             bk.open_ledger(ledger_id, digest=meta.digest_type, password=password).close()
                         return True
@@ -145,13 +147,15 @@ class Replicator:
             return False
 
     def _copy(self, ledger_id: int, keys: list[Key], copies, stride: int, target: str,
-              batch: int) -> None:
-        """Copy ``copies`` to ``target`` with the first key it takes (raises as copy_residue)."""
+              batch: int, missing: list | None = None) -> None:
+        """Copy ``copies`` to ``target`` with the first key it takes (raises as copy_residue;
+        ``missing`` as copy_residue's)."""
         for n, key in enumerate(keys):
             try:
                 for copy in copies:
                     self.copied_bytes += copy_residue(self.bookies, ledger_id, key, copy, stride,
-                                                      target, batch, self.limiter, self._progress)
+                                                      target, batch, self.limiter, self._progress,
+                                                      missing)
                 return
             except Refused:
                 if n == len(keys) - 1:
@@ -208,7 +212,7 @@ class Replicator:
                 return WAIT
             if self.dry_run:
                 return RETRY
-            if not self._recover(ledger_id, meta, password):
+            if not self._recover(ledger_id, meta, password, lost=unavailable):
                 if not self.store.ledger_exists(ledger_id):  # deleted under us: nothing left to heal
                     self._settle(ledger_id, "deleted", mark_version)
                     return SETTLED
@@ -242,7 +246,10 @@ class Replicator:
         keys = self._keys(ledger_id, password)
         outcome = HEALED
         plan = rules.plan_ledger(meta, dead, self.rng, unavailable)
-        gone = self.gone_for_good({h.bookie for h in plan if h.unhealable}, force)
+        # every dead bookie's, not only those of positions planned unhealable: a write set may
+        # name a bookie that never held its entries (it replaced one whose copies had no
+        # source), so a position found partly lost only while copying is judged the same way
+        gone = self.gone_for_good({h.bookie for h in plan}, force)
         for heal in plan:
             if heal.unhealable:
                 # Entries here have no live copy.  Repointed, they would be cut off from their
@@ -256,7 +263,7 @@ class Replicator:
                 outcome = LOST
                 if not rules.may_repoint(heal, gone):
                     continue
-            result = self._heal_fragment(ledger_id, heal, keys)
+            result = self._heal_fragment(ledger_id, heal, keys, heal.bookie in gone)
             if result == LOST:
                 outcome = LOST
             elif result == RETRY:
@@ -265,7 +272,13 @@ class Replicator:
                 return RETRY
         return outcome
 
-    def _heal_fragment(self, ledger_id: int, heal: rules.FragmentHeal, keys: list[Key]) -> str:
+    def _heal_fragment(self, ledger_id: int, heal: rules.FragmentHeal, keys: list[Key],
+                       gone: bool = False) -> str:
+        """Copy one position's entries to a replacement and repoint it: HEALED, LOST or RETRY.
+        ``gone``: its bookie is gone for good, so entries no live member holds are lost
+        whatever is done: they are reported, the others copied, and the position repointed
+        (``core.naming.may_unname``); otherwise the first such entry stops the heal (the
+        bookie may come back with it)."""
         meta, version = self.store.read_ledger(ledger_id)
         ensemble = dict(meta.fragments).get(heal.first)
         if ensemble is None or ensemble[heal.position] != heal.bookie:
@@ -285,8 +298,10 @@ class Replicator:
                          last=heal.last, bookie=heal.bookie, target=target,
                          entries=sum(c.count for c in heal.copies))
                 return HEALED
+            missing: list | None = [] if gone else None
             try:
-                self._copy(ledger_id, keys, heal.copies, meta.ensemble_size, target, self.batch)
+                self._copy(ledger_id, keys, heal.copies, meta.ensemble_size, target, self.batch,
+                           missing)
                 break
             except EntryMissing as e:
                 if not self.store.ledger_exists(ledger_id):  # deleted: its bookies dropped the entries
@@ -298,16 +313,38 @@ class Replicator:
                 self.log("copy failed; trying another bookie", level="warning",
                          ledger_id=ledger_id, target=target, error=str(e))
                 avoid.add(target)
+        outcome = HEALED
+        if missing:
+            self._report_lost(ledger_id, {"reason": "no live copy", "first": heal.first,
+                                          "last": heal.last, "bookie": heal.bookie,
+                                          "entries": missing[:20], "gone_for_good": True})
+            outcome = LOST
         while True:
             try:
                 new = rules.replace_bookie(meta, heal.first, heal.position, heal.bookie, target)
             except ValueError:
-                return HEALED  # someone else repointed it
+                return outcome  # someone else repointed it
             try:
                 self.store.write_ledger(ledger_id, new, version)
-                return HEALED
+                return outcome
             except BadVersionError:
                 meta, version = self.store.read_ledger(ledger_id)
+
+    def copy_position(self, ledger_id: int, first: int, position: int, target: str) -> int:
+        """Copy the entries one position of a closed ledger's fragment holds to ``target`` and
+        repoint nothing: a heal whose repoint never happened (the nemesis's ``overreplicated``
+        fault; the target's GC later drops the copies).  Sources: every member of each write
+        set.  Returns the entries copied (0: nothing to copy).  Raises as ``copy_residue``."""
+        meta, _ = self.store.read_ledger(ledger_id)
+        bookie = dict(meta.fragments)[first][position]
+        heals = [h for h in rules.plan_ledger(meta, {bookie}, self.rng, set())
+                 if h.first == first and h.position == position]
+        if not heals or not heals[0].copies:
+            return 0
+        before = self.copied_entries
+        self._copy(ledger_id, self._keys(ledger_id, self._password(meta)), heals[0].copies,
+                   meta.ensemble_size, target, self.batch)
+        return self.copied_entries - before
 
     def _refresh_locations(self, writable) -> None:
         """The writable bookies' racks into the placement (as the client reads them)."""

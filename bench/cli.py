@@ -4,8 +4,8 @@ Every tool writes progress lines and a human summary on stderr and exactly one J
 stdout (``--json-out FILE`` appends the same line to FILE; ``--plot FILE.png`` draws it, for the
 tools that take them).  A bad option is one line on stderr and exit status 2, before anything
 starts.  The tools themselves live in bookie_bench, client_bench (with tail_bench),
-journal_bench, spark_bench, compaction, report and standard; this module only turns options into
-their parameters.
+journal_bench, spark_bench, compaction, lost_bookie (``rereplication``), report and standard;
+this module only turns options into their parameters.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ def register(subparsers) -> None:
     _register_journal(tools)
     _register_report(tools)
     _register_spark(tools)
-    from bookie.bench import compaction
+    from bookie.bench import compaction, lost_bookie
     compaction.register(tools)
+    lost_bookie.register(tools)
 
 
 def main(argv: list[str]) -> int:

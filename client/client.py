@@ -285,19 +285,22 @@ class BookKeeper:
                             self.config.nettyMaxFrameSizeBytes, last_add_confirmed=lac,
                             metrics=self._metrics)
 
-    def recover_with_credential(self, ledger_id: int, credential: bytes, password: bytes = b"") -> None:
+    def recover_with_credential(self, ledger_id: int, credential: bytes, password: bytes = b"",
+                                lost=()) -> None:
         """Recover (fence, re-replicate the tail, close) a ledger that is not closed, proving
         the right to on the ledger's cluster recovery credential instead of its master key
         (autorecovery: bookie.metadata.recovery_secret).  ``password`` serves only to check
         the entries' digests: any will do for crc32, crc32c and dummy, a ``mac`` ledger needs
-        its own.  Raises as ``open_ledger`` does."""
+        its own.  ``lost``: bookies known gone, replaced at once rather than waited for.
+        Raises as ``open_ledger`` does."""
         self._check_open()
         meta, version = self._store.read_ledger(ledger_id)
         info = to_info(ledger_id, meta)
         if info.state is LedgerState.CLOSED:
             return
         dm = DigestManager(ledger_id, meta.digest_type, password)
-        op = RecoveryOp(info, dm.decode, version, rng=self._rng, placement=self._placement)
+        op = RecoveryOp(info, dm.decode, version, rng=self._rng, placement=self._placement,
+                        lost=lost)
         self._runner.wait(self._runner.run(op, ledger_id, credential, key_flags=RECOVERY_CREDENTIAL))
 
     def open_ledger_async(self, *args, **kwargs) -> Future:

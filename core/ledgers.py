@@ -69,6 +69,19 @@ Invariants
    replaying the journal from any LastLogMark over an index at least as new as that mark, and
    applying every log's records in any order, both yield the table the live path built:
    rebuild(logs) == live state.
+9. **What is indexed is held, until the ledger is deleted.**  Whenever entries of a ledger are
+   indexed (a live add, a recovery add, a copy from autorecovery, a journal replay, a rebuild),
+   the index holds the ledger's record too: a commit writes it when the index lacks it
+   (``records_to_write``).  The GC's drop of over-replicated copies (``bookie.core.naming``)
+   takes the entries out of the index and *keeps* the record (``Index.drop_copies``): its binding,
+   fence and explicit LAC stay, so the fenced-out writer stays refused and a later copy to this
+   bookie (chosen again as a replacement) is indexed under the same record; the dropped bytes
+   leave the entry logs' ledger maps (their count goes to 0, the ledger stays named there, so
+   compaction still restates its fence, and its binding in an ADD_BATCH of no entries).  Compaction and the log GC count an indexed entry live
+   unless its ledger is in the deleted table (``held``), whether or not a record names it.
+   A rebuild from the entry logs alone may bring dropped copies back (the same bytes: entries
+   are write-once); the GC drops them again after its wait.  So over drops, rebuild(logs)
+   holds every entry and the same records as the live state, and at most the dropped copies more.
 
 The table is plain code: no sockets, no files.  Ledgers it does not hold in memory come from a
 ``load`` function (the add worker reads the index); ``dirty`` names the ledgers whose stored
@@ -438,8 +451,30 @@ class LedgerTable:
         held[key] = max(lac, held.get(key, -1))
         return True
 
+    def records_to_write(self, indexed, has_record: Callable[[int], bool]) -> set[int]:
+        """The ledgers whose record a commit writes (invariant 9): every dirty one, and every
+        ledger whose entries it indexes that ``has_record`` says the index holds no record of
+        (dropped meanwhile, or by an older bookie).  ``indexed``: ids whose entries the commit
+        indexes; ``has_record(id)``: asked inside the commit's own transaction."""
+        out = set(self.dirty)
+        for ledger_id in indexed:
+            info = self.ledgers.get(ledger_id)
+            if ledger_id not in out and info is not None and not info.deleted and not has_record(ledger_id):
+                out.add(ledger_id)
+        return out
+
     def mark_deleted(self, ledger_id: int) -> None:
         """The GC deleted the ledger (invariant 6): it stays deleted."""
         self.ledgers[ledger_id] = StoredLedger.tombstone()
         self._early_lacs.pop(ledger_id, None)
         self.dirty.discard(ledger_id)
+
+
+# -- copies held, dropped and held again (invariant 9) --------------------------------------------
+
+def held(has_record: bool, has_entries: bool, deleted: bool) -> bool:
+    """Whether this bookie holds a ledger, for compaction and the log GC (invariant 9): not
+    deleted, and named by a record or by any indexed entry.  A ledger whose copies were
+    dropped keeps its record and is held (its fence, its binding); its dropped bytes are not
+    live because the drop took them out of the logs' ledger maps."""
+    return not deleted and (has_record or has_entries)

@@ -20,6 +20,16 @@ of one principal (``park``'s ``principal``: the client's enrolled key, or its ho
 ``bookie.core.shares``), so one client cannot take every place, however many connections it
 opens: the worker answers TOO_MANY_REQUESTS instead of parking.  Both counts are dictionaries
 updated once per park and once per poll leaving: O(1).
+
+A ledger this bookie holds nothing of yet (``on_nothing_held``): a writer creates a ledger in
+the metadata store before its first add reaches a bookie, and an ensemble change names bookies
+that hold nothing of it until the next add; a tailer polls exactly then.  Answering "no such
+ledger" at once made the tailing loop spin (thousands of calls a second, each polling every
+bookie and re-reading the metadata).  So such a poll parks when the store knows the ledger (the
+worker asks it off its loop: ``bookie.workers.claims``), as it would on an empty ledger the bookie
+holds: until an add moves the LAC past it, or its timeout.  An id the store does not know, or a
+store that cannot be asked now (down, or past its lookup budget), is still answered at once;
+while the store's answer is awaited the poll is parked, and the answer wakes it if it says no.
 """
 
 from __future__ import annotations
@@ -27,7 +37,27 @@ from __future__ import annotations
 import heapq
 import itertools
 
+from bookie.core.ledgers import Owner
 from bookie.core.shares import Held
+
+PARK, ANSWER, ASK = "park", "answer", "ask"
+
+
+def on_nothing_held(store_says) -> str:
+    """What a long poll does on a ledger this bookie holds nothing of (module docstring).
+
+    Args:
+        store_says: the metadata store's answer for the id as the worker knows it now: the
+            ledger's key check (bytes) or an ``Owner``; None when not asked yet.
+    Returns:
+        PARK (the store knows the ledger), ASK (park, and ask the store: its answer wakes the
+        poll if it says no), ANSWER (answer now: unknown id, store unavailable, or no store).
+    """
+    if store_says is None:
+        return ASK
+    if isinstance(store_says, (bytes, bytearray)) or store_says is Owner.NO_CHECK:
+        return PARK
+    return ANSWER
 
 
 class LongPolls:

@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 Entry logs are interleaved: one live ledger keeps a whole log alive.  A log's *live share* is
 the part of its ledger map (``Index.log_maps``: ledger -> bytes stored) that belongs to ledgers
-this bookie still holds.  ``choose`` takes the logs under a threshold (minor 0.2, major 0.8 by
+this bookie still holds: every ledger named by a record or by an indexed entry, unless it is in
+the deleted table (``bookie.core.ledgers`` invariant 9: copies indexed again after an
+over-replicated drop are live; the drop itself set the dropped bytes' count to 0).  ``choose`` takes the logs under a threshold (minor 0.2, major 0.8 by
 default), lowest live share first: each byte copied then frees the most.  It never takes a log
 being written (the snapshot's current logs), one newer than the newest current log (its map may
 be incomplete), one without a map, or one a previous pass gave up on (``skipped``).
@@ -16,10 +18,12 @@ undone by ``recover`` at the next start (or the next pass)::
     1 intent     allocate ``new``; commit {"old", "new", "state": "copying"}; sync the index
     2 copy       create ``new`` in old's directory; copy the live entries of every held ledger
                  of old's map as ADD_BATCH records bound as the ledger is
-                 (``StoredLedger.copy_binding``), each ledger's followed by its fence and
-                 explicit LAC restated (``state_records``), so that a rebuild from ``new``
-                 alone reaches the ledger's state (rate-limited); each entry is checked
-                 against its index key (ledger id and entry id in its header)
+                 (``StoredLedger.copy_binding``; a held ledger none of whose entries is
+                 here - its copies were dropped - gets an ADD_BATCH of no entries carrying
+                 that binding), each ledger's followed by its fence and explicit LAC
+                 restated (``state_records``), so that a rebuild from ``new`` alone reaches
+                 the ledger's state (rate-limited); each entry is checked against its index
+                 key (ledger id and entry id in its header)
     3 sync       fdatasync ``new`` (it was synced every 4 MiB while copied, so this one is short)
     4 repoint    every entry whose location is *still* in ``old`` (compare-and-set: one moved
                  by a recovery add meanwhile keeps its new place) points into ``new``, in write
@@ -59,6 +63,7 @@ import numpy as np
 import orjson
 
 from bookie.wire import ENTRY_HEADER, LENGTHS_DTYPE
+from bookie.core import ledgers as ledger_rules
 from bookie.core.ledgers import StoredLedger
 from bookie.storage import records
 from bookie.storage.journal import fsync_dir
@@ -207,8 +212,11 @@ def live_entries(index: Index, log_id: int) -> list[tuple[int, StoredLedger, np.
         ledgers = sorted(int(k) for k in orjson.loads(raw)) if raw else []
         for ledger_id in ledgers:
             rec = index.get_ledger(txn, ledger_id)
-            if rec is None:
+            if rec is None and index.is_deleted(txn, ledger_id):
                 continue  # deleted: nothing of it is live
+            # no record but not deleted: entries an older bookie indexed after dropping the
+            # record are live all the same (core/ledgers.py invariant 9); copied unbound
+            info = StoredLedger.from_dict(rec) if rec is not None else StoredLedger(b"")
             rows = []
             with txn.cursor(db=index.entries) as cur:
                 if cur.set_range(entry_key(ledger_id, 0)):
@@ -220,7 +228,9 @@ def live_entries(index: Index, log_id: int) -> list[tuple[int, StoredLedger, np.
                         if lg == log_id:
                             rows.append((eid, off, ln))
             arr = np.array(rows, dtype=np.int64).reshape(-1, 3)
-            out.append((ledger_id, StoredLedger.from_dict(rec), arr[np.argsort(arr[:, 1])]))
+            if rec is None and not len(arr):
+                continue
+            out.append((ledger_id, info, arr[np.argsort(arr[:, 1])]))
     return out
 
 
@@ -337,6 +347,16 @@ def compact_log(index: Index, ledger_dirs: list[str], log_id: int, throttle: Thr
                         if wait > 0:
                             sleep(wait)
                     crash("copying")
+                if not len(rows):
+                    # no entry of it here (its copies were dropped: core/ledgers.py invariant 9):
+                    # an ADD_BATCH of no entries carries its binding, which no copy does now
+                    parts, size, _ = records.add_batch_parts(ledger_id, placed.key, b"", b"",
+                                                             flags=placed.flags)
+                    blob = b"".join(parts)
+                    if os.pwrite(new_fd, blob, pos) != len(blob):
+                        raise OSError(f"short write to {log_name(new_id)}")
+                    moves.append((ledger_id, None, size))
+                    pos += size
                 # the ledger's fence and explicit LAC, restated: a rebuild from the new log
                 # alone must not lose them (core/ledgers.py invariants 4 and 5)
                 for rtype, state, lac in info.state_records():
@@ -435,7 +455,7 @@ def _items(moves, new_id: int) -> list:
     out = []
     for ledger_id, rows, offs in moves:
         lid = str(ledger_id)
-        if rows is None:  # a restated FENCE or LAC record of ``offs`` bytes
+        if rows is None:  # a restated FENCE, LAC or binding record of ``offs`` bytes
             out.append((lid, None, None, offs))
             continue
         out += [(lid, entry_key(ledger_id, eid), LOC.pack(new_id, new_off, ln), ln)
@@ -451,7 +471,7 @@ def _items_from_log(ledger_dirs: list[str], new_id: int) -> list:
     out = []
     for pos, rec in records.iter_records(buf, LOG_HEADER_SIZE):
         lid = str(rec.ledger_id)
-        if rec.type != records.ADD_BATCH:
+        if rec.type != records.ADD_BATCH or not len(rec.lengths):
             out.append((lid, None, None, rec.size))
             continue
         off = pos + rec.data_offset
@@ -476,7 +496,12 @@ def skip(index: Index, log_id: int) -> None:
 
 
 def held_ledgers(index: Index) -> tuple[list[int], dict, set]:
-    """One snapshot: (held ledger ids, log maps, current logs)."""
+    """One snapshot: (held ledger ids, log maps, current logs).  Held: named by a record or by
+    an indexed entry, and not deleted (``bookie.core.ledgers.held``, invariant 9)."""
     with index.env.begin() as txn:
-        return index.ledger_ids(txn), index.log_maps(txn), index.current_logs(txn)
+        recorded = set(index.ledger_ids(txn))
+        indexed = set(index.indexed_ledger_ids(txn))
+        held = [lid for lid in sorted(recorded | indexed)
+                if ledger_rules.held(lid in recorded, lid in indexed, index.is_deleted(txn, lid))]
+        return held, index.log_maps(txn), index.current_logs(txn)
 

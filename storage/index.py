@@ -73,6 +73,9 @@ class Index:
         raw = txn.get(LEDGER_KEY.pack(ledger_id), db=self.ledgers)
         return None if raw is None else orjson.loads(raw)
 
+    def has_record(self, txn, ledger_id: int) -> bool:
+        return txn.get(LEDGER_KEY.pack(ledger_id), db=self.ledgers) is not None
+
     def put_ledger(self, txn, ledger_id: int, state: dict) -> None:
         txn.put(LEDGER_KEY.pack(ledger_id), orjson.dumps(state), db=self.ledgers)
 
@@ -173,6 +176,39 @@ class Index:
                     n += 1
         if n < limit and drop_record:
             txn.delete(LEDGER_KEY.pack(ledger_id), db=self.ledgers)
+        return n
+
+    def indexed_ledger_ids(self, txn) -> list[int]:
+        """Ledgers with at least one indexed entry (one cursor seek per ledger), ascending."""
+        out = []
+        with txn.cursor(db=self.entries) as cur:
+            found = cur.first()
+            while found:
+                lid = LEDGER_KEY.unpack(cur.key()[:8])[0]
+                out.append(lid)
+                if lid + 1 >= (1 << 64):
+                    break
+                found = cur.set_range(entry_key(lid + 1, 0))
+        return out
+
+    def drop_copies(self, txn, ledger_id: int, limit: int) -> int:
+        """The over-replicated drop (``bookie.core.ledgers`` invariant 9): delete up to
+        ``limit`` of the ledger's entries and keep its record (binding, fence, explicit LAC);
+        once none are left, its bytes in every log map count 0 (dead for compaction) while it
+        stays named there (compaction restates its fence).  Returns how many entries were
+        deleted (call again while it returns ``limit``)."""
+        n = self.delete_entries(txn, ledger_id, limit, drop_record=False)
+        if n < limit:
+            name = str(ledger_id)
+            with txn.cursor(db=self.logs) as cur:
+                changed = []
+                for k, v in cur:
+                    m = orjson.loads(v)
+                    if m.get(name):
+                        m[name] = 0
+                        changed.append((bytes(k), orjson.dumps(m)))
+            for k, v in changed:
+                txn.put(k, v, db=self.logs)
         return n
 
     # -- entry-log maps --------------------------------------------------------------------------

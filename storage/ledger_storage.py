@@ -155,7 +155,10 @@ class LedgerStorage:
                     self.index.add_to_log_map(txn, item[1], item[2])
                 elif item[0] not in gone:
                     self.index.put_locations(txn, *item)
-            for lid in table.dirty - gone:
+            indexed = {item[0] for item in self._batches if isinstance(item[0], int)} - gone
+            # invariant 9 (core/ledgers.py): entries indexed always have their ledger's record,
+            # also when the GC's over-replicated drop (or an older bookie's) left none
+            for lid in table.records_to_write(indexed, lambda lid: self.index.has_record(txn, lid)) - gone:
                 self.index.put_ledger(txn, lid, table.ledgers[lid].as_dict())
         self._batches.clear()
         table.dirty.clear()

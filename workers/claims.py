@@ -214,6 +214,11 @@ class OwnerResolver:
             return True
         return not self._queue(ledger_id, bytes(key), check, principal)
 
+    def ask(self, ledger_id: int) -> bool:
+        """Queue a lookup of the store's answer for ``ledger_id`` (no key to verify: the read
+        worker's long polls); False when the queue is full (nothing queued)."""
+        return self._queue(ledger_id, b"", None)
+
     def verified(self, check: bytes, master_key: bytes) -> bool:
         """The verdict for the table (``LedgerTable.verify``), as the thread worked it out.
 

@@ -8,12 +8,14 @@ names this bookie nowhere, is not marked under-replicated and has no replication
 candidate, with a token of what is held of it (entry count, last entry).  A candidate seen so,
 with the same token, at every look for at least the wait is due: the worker takes its
 replication lock (as BookKeeper's GC does: no replication worker copies to it meanwhile), reads
-its metadata, its mark and its token once more, right before the delete, and drops the entries and
-the ledger's record from the index only if it is still a candidate with the same token (an
-ensemble change that adds this bookie, or a copy arriving, stops it).  No tombstone and no entry
-in the durable list of deletes: the ledger is not deleted, this bookie may hold it again (a
-replication worker may choose it).  The entry logs' bytes of a dropped ledger are dead for
-compaction, which reclaims them.  A ledger whose metadata cannot be read (corrupt, or the store
+its metadata, its mark and its token once more, right before the delete, and drops the entries
+from the index only if it is still a candidate with the same token (an
+ensemble change that adds this bookie, or a copy arriving, stops it).  The ledger's record stays
+(its binding, fence and explicit LAC: ``bookie.core.ledgers`` invariant 9); no tombstone and no
+entry in the durable list of deletes: the ledger is not deleted, this bookie may hold it again (a
+replication worker may choose it), and copies sent then are indexed under the same record.  The
+entry logs' bytes of the dropped entries are dead for compaction (their count in the logs' ledger
+maps goes to 0), which reclaims them.  A ledger whose metadata cannot be read (corrupt, or the store
 failing) is never a candidate; a store that fails mid-look ends the look (the next one starts
 the clocks from what they were).
 """
@@ -64,11 +66,11 @@ def view_of(store, ur: UnderReplication, marks: set[int], index: Index, ledger_i
 
 
 def drop_copies(index: Index, ledger_id: int) -> None:
-    """The ledger's entries and record leave the index (short write transactions), no
-    tombstone: it may be stored here again."""
+    """The ledger's entries leave the index (short write transactions); its record stays, with
+    its fence (``bookie.core.ledgers`` invariant 9), and no tombstone: it may be held here again."""
     while True:
         with index.env.begin(write=True) as txn:
-            n = index.delete_entries(txn, ledger_id, DROP_BATCH_ENTRIES, drop_record=True)
+            n = index.drop_copies(txn, ledger_id, DROP_BATCH_ENTRIES)
         if n < DROP_BATCH_ENTRIES:
             break
 
@@ -83,7 +85,8 @@ def look(index: Index, store, me: str, tracker: naming.OverReplicated, now_s: fl
     """
     listed = set(store.list_ledgers())  # one absent from it is the scan-and-compare GC's
     with index.env.begin() as txn:
-        held = [lid for lid in index.ledger_ids(txn) if lid in listed]
+        # ledgers with entries indexed here (a dropped one keeps its record, not its entries)
+        held = [lid for lid in index.indexed_ledger_ids(txn) if lid in listed]
     ur = UnderReplication(store)
     marks = set(ur.marks())
     views = {lid: view_of(store, ur, marks, index, lid, me) for lid in held}

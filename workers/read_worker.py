@@ -18,7 +18,9 @@ Every fence request carries its own token and gets its own answer: two clients f
 ledger with different keys each learn their own outcome.
 
 Long polls park until the add worker publishes that the ledger moved, or until their timeout;
-a ledger deleted meanwhile answers NO_LEDGER.  What one client can make this worker hold is
+a ledger deleted meanwhile answers NO_LEDGER.  A long poll on a ledger this bookie holds nothing
+of parks too when the metadata store knows the ledger (asked off the loop, through
+``bookie.workers.claims``: rule in ``bookie.core.long_polls``); a made-up id is answered at once.  What one client can make this worker hold is
 bounded (docs/security.md "Limits"): parked long polls plus waiting fences at
 ``maxPendingReadRequestsPerThread`` (``bookie.core.long_polls``: no step scans them), of
 which one connection may park a quarter and one principal (its enrolled key, or its host:
@@ -45,11 +47,12 @@ from bookie.wire import Bits, Op, Status
 from bookie.workers.auth import server_curve
 from bookie.workers.common import (REFUSALS_PER_CONNECTION_PER_S, ClientServer, ConnectionCap,
                                    RefusalBudget, guard_client_socket, make_socket)
-from bookie.core.long_polls import LongPolls
+from bookie.core.long_polls import ANSWER, ASK, LongPolls, on_nothing_held
 from bookie.core.shares import Held, address_principal, principal_of, share
 from bookie.storage.ring import Ring
 from bookie.storage.entrylog import EntryLogReader
 from bookie.storage.index import Index, open_index
+from bookie.workers.claims import OwnerLookup, OwnerResolver
 
 MAX_MESSAGES_PER_ITERATION = 256
 FENCE_TOKEN = struct.Struct("<Q")
@@ -91,6 +94,9 @@ class ReadServer(ClientServer):
         self.unbound_at = time.monotonic()
         self.last_stats = 0.0
         self.read_latency = ctx.metrics.histogram("bookie_read_entry_seconds")
+        # the store's answers for long polls on ledgers held nothing of (core/long_polls.py,
+        # "A ledger this bookie holds nothing of yet"); None without a metadata store
+        self.owners: OwnerResolver | None = None
 
     def snapshot(self):
         """A read transaction begun now: it sees every index commit made before this call."""
@@ -104,6 +110,8 @@ class ReadServer(ClientServer):
         if self.cap is not None:
             poller.register(self.cap.monitor, zmq.POLLIN)
         poller.register(self.ctx.signal_fd, zmq.POLLIN)  # a SIGTERM ends the wait at once
+        if self.owners is not None:
+            poller.register(self.owners.fileno(), zmq.POLLIN)
         while not self.ctx.stopping:
             timeout = 100
             deadline = self.polls.next_deadline()
@@ -125,6 +133,9 @@ class ReadServer(ClientServer):
                     self.wake_polls(lid)
             if self.control in events:
                 self.take_control()
+            if self.owners is not None and self.owners.fileno() in events:
+                for lid in self.owners.drain():
+                    self.store_answered(lid)
             if self.clients in events:
                 self.poll_lacs.clear()  # turn_lac's LACs live for one turn
                 for _ in range(MAX_MESSAGES_PER_ITERATION):
@@ -290,7 +301,8 @@ class ReadServer(ClientServer):
         if flags & Bits.LONG_POLL:
             previous, timeout_ms = wire.LONG_POLL_BODY.unpack(body[0])
             turn_lac = self.turn_lac(txn, ledger_id) if timeout_ms > 0 else None
-            if turn_lac is not None and turn_lac <= previous:
+            if (turn_lac is not None and turn_lac <= previous) or (
+                    timeout_ms > 0 and turn_lac is None and self.parks_unheld(txn, ledger_id)):
                 deadline = time.monotonic() + min(timeout_ms, wire.MAX_LONG_POLL_MS) / 1000.0
                 if not self.polls.park(ledger_id, previous, deadline, req, self.principal):
                     raise wire.ProtocolError("too many long polls", Status.TOO_MANY_REQUESTS)
@@ -301,6 +313,34 @@ class ReadServer(ClientServer):
             return
         self.reply(ident, op, Status.OK, request_id, ledger_id, [wire.LAC_BODY.pack(lac, last)])
         self.stats["read_lac_total"] += 1
+
+    def parks_unheld(self, txn, ledger_id: int) -> bool:
+        """Whether a long poll on a ledger this bookie holds nothing of parks: the store knows
+        it, or is being asked (``core.long_polls.on_nothing_held``); never a deleted one."""
+        if self.owners is None or self.index.is_deleted(txn, ledger_id):
+            return False
+        what = on_nothing_held(self.owners.owner(ledger_id))
+        if what == ASK and not self.owners.ask(ledger_id):
+            what = ANSWER  # lookups queued to the limit: answered now, as before
+        return what != ANSWER
+
+    def store_answered(self, ledger_id: int) -> None:
+        """The store's answer for a ledger polls were parked on while it was asked: one that
+        does not know it (or could not be asked) answers those polls now, unless the ledger
+        got entries meanwhile (then its LAC decides, as for any poll)."""
+        if not self.polls.waiting_on(ledger_id):
+            return
+        if on_nothing_held(self.owners.owner(ledger_id)) != ANSWER:
+            return  # known: the polls wait for an entry or their timeout
+        self.owners.consume(ledger_id)
+        try:
+            with self.snapshot() as txn:
+                lac, last = self.lac_of(txn, ledger_id)
+        except OSError as e:
+            self.ctx.log("read failed", ledger=ledger_id, error=str(e))
+            return
+        for req in self.polls.ledger_moved(ledger_id, lac):
+            self.send_lac(req, lac, last)
 
     def turn_lac(self, txn, ledger_id: int) -> int | None:
         """The ledger's LAC as read once in this loop turn (``poll_lacs``, emptied each turn),
@@ -454,6 +494,8 @@ def run(ctx) -> int:
     server.cap = server.refusals.cap = cap
     server.gate = curve.gate if curve else None
     server.principal_of = principal_of(bool(curve))
+    if conf.metadata_uri:
+        server.owners = OwnerResolver(OwnerLookup(conf.metadata_uri, conf.zk_security, ctx.log))
     ctx.log("read worker ready", port=conf.bookie_port + 1)
     ctx.ready()
     try:
@@ -461,6 +503,8 @@ def run(ctx) -> int:
     finally:
         for s in (cap, clients, control, lac_sub):
             s.close()
+        if server.owners is not None:
+            server.owners.close()
         if curve:
             curve.stop()
         zctx.term()

@@ -32,7 +32,10 @@ MetadataWritten, MetadataConflict (with the re-read record) or MetadataFailed:
    writer cannot complete an add behind our back.
 5. **replace** a bookie whose re-add fails, as a writer would (BookKeeper's recovery does the
    same): list the writable bookies, put one that is neither in the ensemble nor failed before
-   in its place in a fragment starting at max(S + 1, first entry of the last fragment), and
+   in its place (chosen by the client's placement policy, and refused as the writer's change
+   is when it misses ``enforceMinNumRacksPerWriteQuorum``: then no bookie can take over, and
+   the error names the policy) in a fragment starting at max(S + 1, first entry of the last
+   fragment), and
    re-send every entry found to the bookies that joined its write set.  The fragment lives in
    ``info`` only until the close.  An entry is re-replicated once its whole write set (under
    ``info``) acked it; only when no bookie can take over do Qa acks suffice, and fewer fail
@@ -75,13 +78,16 @@ class RecoveryOp:
         "marking", "fencing", "reading", "draining", "closing", "done")
 
     def __init__(self, info: LedgerInfo, decode: Decoder, version,
-                 rng: random.Random | None = None, placement=None):
+                 rng: random.Random | None = None, placement=None, lost=()):
         """
         Args:
             info: the ledger's metadata as read, at ``version`` (any state).
             decode: checks and unpacks a formatted entry (raises DigestMismatchError).
             placement: the client's rack- or region-aware ``Placement`` for replacements
                 (None: at random).
+            lost: bookies known gone (``bookie shell recover``, autorecovery: the bookies being
+                healed around): never read from or re-added to, replaced at once.  Without
+                it each one cost a read and an add timeout per ledger (issue 32 item 6).
         """
         self.placement = placement
         self.info = info  # where re-adds go (gains the fragments of ensemble changes)
@@ -109,7 +115,8 @@ class RecoveryOp:
         self._sent: dict[int, set[str]] = {}
         self._acked: dict[int, set[str]] = {}
         self._unsettled: set[int] = set()
-        self._failed: set[str] = set()  # bookies whose recovery add failed: never used again
+        self._lost = frozenset(lost)
+        self._failed: set[str] = set(lost)  # bookies whose recovery add failed: never used again
         self._changing = False  # an ensemble change is being listed
         self._no_spare = False  # the last change found no writable bookie to take over
         self.ensemble_changes = 0
@@ -196,7 +203,7 @@ class RecoveryOp:
         self.phase = self.READING
         answered = {self.fence_op.ensemble[p] for p in self.fence_op.coverage.answered}
         self._late = set(self.fence_op.ensemble) - answered
-        self._unreachable = {self.fence_op.ensemble[p] for p in self.fence_op.coverage.failed}
+        self._unreachable = {self.fence_op.ensemble[p] for p in self.fence_op.coverage.failed} | self._lost
         start = max(finished.result, self._written.last_fragment_first - 1)
         self._anchor = start
         self.last_found = start
@@ -402,9 +409,16 @@ class RecoveryOp:
         candidates = [b for b in writable if b not in self._failed]
         new = replace_bookies(self.info, self.info.last_ensemble, self._failed_positions(),
                               candidates, first, self._rng, self.placement)
+        short = new is not None and self.placement is not None and self.placement.short_of(
+            new.last_ensemble, self.info.write_quorum)
+        if short:  # the placement policy refuses it, as it refuses a writer's ensemble change
+            new = None
+            self._add_problems.append(f"no replacement keeps the placement policy: {short}"
+                                      f"{self.placement.domains_of(candidates)}")
+        elif new is None:
+            self._add_problems.append(f"no spare among {len(writable)} writable bookies")
         if new is None:  # nobody can take over: settle for Qa acks where there are enough
             self._no_spare = True
-            self._add_problems.append(f"no spare among {len(writable)} writable bookies")
             return self._settle(list(self._unsettled))
         # The fragment joins the metadata with the close; re-send what the new bookies lack.
         self.info = new

@@ -55,10 +55,15 @@ def main(argv: list[str] | None = None) -> int:
         import signal
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the listing quietly
         from bookie.testing.nemesis.runner import round_schedule
+        from bookie.testing.nemesis.schedule import LIFECYCLE_KINDS
+        # the lifecycle kinds owed at each round, as if every fault scheduled so far happened
+        owed = list(LIFECYCLE_KINDS) if args.lifecycle else []
         for round_no in range(args.print_schedule):
             print(f"round {round_no}:")
-            for fault in round_schedule(opts, round_no):
+            faults = round_schedule(opts, round_no, owed)
+            for fault in faults:
                 print(f"  {fault.describe()}")
+            owed = [k for k in owed if all(f.kind != k for f in faults)]
         return 0
     print(f"nemesis: seed {seed}; replay with: {opts.replay_command()}", flush=True)
     network = None

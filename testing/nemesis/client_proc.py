@@ -9,9 +9,13 @@ Clients run as processes of their own so that the nemesis can SIGKILL or SIGSTOP
 start them inside a network namespace.
 
 - ``writer``: ``mode`` ``sync`` (``add_entry``), ``async`` (``add_entry_async``, a window of
-  ``window`` adds) or ``bulk`` (``add_range_async`` of 1..``batch`` payloads); ``quorum``
-  [E, Qw, Qa].  Writes one ledger until an add fails, then starts a new ledger; with
-  ``close_at_end`` it closes its ledger on SIGTERM.
+  ``window`` adds), ``bulk`` (``add_range_async`` of 1..``batch`` payloads), ``adv``
+  (``create_ledger_adv``: each window of ids added in a shuffled order, and now and then an id
+  the handle must refuse - one added before, one past the window - which must raise and store
+  nothing) or ``deferred`` (``write_flags=["deferred_sync"]``: adds complete before the bookies
+  synced them, so an entry is recorded acknowledged only once a ``force()`` covered it);
+  ``quorum`` [E, Qw, Qa].  Writes one ledger until an add fails, then starts a new ledger;
+  with ``close_at_end`` it closes its ledger on SIGTERM.
 - ``tailer``: follows the writer whose history file is ``follow``: tails its newest ledger
   with ``read_new_entries_async`` and ``read_last_add_confirmed`` (``recovery=False``), and now
   and then reads a random confirmed range with ``read_entries``.
@@ -43,6 +47,7 @@ from bookie.testing.nemesis.payload import fingerprint, make_payload, parse_payl
 PASSWORD = b"nemesis"
 DIGEST = "crc32c"
 OP_TIMEOUT_S = 30.0
+ADV_PAST_WINDOW = 1_000_000  # past any client's throttle: create_ledger_adv must refuse it
 
 
 class _Stop:
@@ -71,14 +76,19 @@ def run_writer(bk, spec: dict, hist: HistoryWriter) -> None:
         writer = f"{spec['name']}.{generation}"
         generation += 1
         try:
-            lh = bk.create_ledger(e, qw, qa, digest=DIGEST, password=PASSWORD)
+            if mode == "adv":
+                lh = bk.create_ledger_adv(e, qw, qa, digest=DIGEST, password=PASSWORD)
+            else:
+                lh = bk.create_ledger(e, qw, qa, digest=DIGEST, password=PASSWORD,
+                                      write_flags=["deferred_sync"] if mode == "deferred" else ())
         except Exception as exc:  # noqa: BLE001 - every failure is part of the history
             hist.record("error", msg=f"create_ledger: {_err(exc)}")
             lh = None
             time.sleep(0.5)
             continue
         hist.record("create", l=lh.ledger_id, w=writer)
-        ok = {"sync": _write_sync, "async": _write_async, "bulk": _write_bulk}[mode](
+        ok = {"sync": _write_sync, "async": _write_async, "bulk": _write_bulk,
+              "adv": _write_adv, "deferred": _write_deferred}[mode](
             lh, writer, hist, rng, pace_s, spec)
         if not ok:
             time.sleep(0.2)
@@ -152,6 +162,80 @@ def _write_bulk(lh, writer, hist, rng, pace_s, spec) -> bool:
         hist.record("ack", l=lh.ledger_id, w=writer, s=seq, n=n, e=ids.start, t0=t0)
         seq += n
         time.sleep(pace_s * 2)
+    return True
+
+
+def _write_adv(lh, writer, hist, rng, pace_s, spec) -> bool:
+    """Windows of ``window`` entry ids, each added in a shuffled order (payload seq = entry
+    id); acknowledged in id order (a Future completes once its id and every lower one are)."""
+    from bookie.client.errors import BookKeeperError
+    window = spec.get("window", 8)
+    base = 0
+    while not _Stop.requested:
+        ids = list(range(base, base + window))
+        rng.shuffle(ids)
+        pending = {}
+        for entry_id in ids:
+            hist.record("add", l=lh.ledger_id, w=writer, s=entry_id, n=1)
+            t0 = time.monotonic()
+            try:
+                pending[entry_id] = (t0, lh.add_entry_async(entry_id, make_payload(writer, entry_id)))
+            except Exception as exc:  # noqa: BLE001
+                hist.record("fail", l=lh.ledger_id, w=writer, s=entry_id, n=1, err=_err(exc), t0=t0)
+                return False
+        if rng.random() < 0.3:  # an id the handle must refuse: added before, or past the window
+            bad = rng.choice([base, base + window + ADV_PAST_WINDOW])
+            try:
+                lh.add_entry_async(bad, make_payload(writer, bad))
+                hist.record("error", msg=f"create_ledger_adv took refused entry id {bad} of "
+                                         f"ledger {lh.ledger_id}")
+            except BookKeeperError:
+                pass  # refused, as it must be: nothing added
+        for entry_id in sorted(pending):
+            t0, future = pending[entry_id]
+            try:
+                future.result(OP_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001
+                hist.record("fail", l=lh.ledger_id, w=writer, s=entry_id, n=1, err=_err(exc), t0=t0)
+                return False
+            hist.record("ack", l=lh.ledger_id, w=writer, s=entry_id, n=1, e=entry_id, t0=t0)
+        base += window
+        time.sleep(pace_s)
+    return True
+
+
+def _write_deferred(lh, writer, hist, rng, pace_s, spec) -> bool:
+    """DEFERRED_SYNC: a window of async adds, then ``force()``; only the entries the force
+    covered are recorded acknowledged (an add completed before a force is not durable)."""
+    window = spec.get("window", 16)
+    seq = 0
+    while not _Stop.requested:
+        done = []  # (seq, t0, entry id): completed, not yet covered by a force
+        futures = []
+        for _ in range(rng.randint(1, window)):
+            hist.record("add", l=lh.ledger_id, w=writer, s=seq, n=1)
+            t0 = time.monotonic()
+            try:
+                futures.append((seq, t0, lh.add_entry_async(make_payload(writer, seq))))
+            except Exception as exc:  # noqa: BLE001
+                hist.record("fail", l=lh.ledger_id, w=writer, s=seq, n=1, err=_err(exc), t0=t0)
+                return False
+            seq += 1
+        for s, t0, future in futures:
+            try:
+                done.append((s, t0, future.result(OP_TIMEOUT_S)))
+            except Exception as exc:  # noqa: BLE001
+                hist.record("fail", l=lh.ledger_id, w=writer, s=s, n=1, err=_err(exc), t0=t0)
+                return False
+        try:
+            covered = lh.force(timeout_s=OP_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - the completed adds stay unacknowledged
+            hist.record("error", msg=f"force {lh.ledger_id}: {_err(exc)}")
+            return False
+        for s, t0, entry_id in done:
+            if entry_id <= covered:
+                hist.record("ack", l=lh.ledger_id, w=writer, s=s, n=1, e=entry_id, t0=t0)
+        time.sleep(pace_s)
     return True
 
 
@@ -373,8 +457,12 @@ def main(argv: list[str]) -> int:
     from bookie.client import BookKeeper
     hist = HistoryWriter(spec["history"], spec["name"])
     hist.record("start", pid=os.getpid(), role=spec["role"])
+    config = dict(spec.get("config") or {})
+    if spec.get("racks"):  # the placement policy enforced: every write quorum over 2 racks
+        config.update(ensemblePlacementPolicy="rackaware", minNumRacksPerWriteQuorum=2,
+                      enforceMinNumRacksPerWriteQuorum=True)
     try:
-        with BookKeeper(spec["metadata"], spec.get("config") or {}) as bk:
+        with BookKeeper(spec["metadata"], config) as bk:
             role(bk, spec, hist)
     except Exception as exc:  # noqa: BLE001 - the history says why the process ended
         hist.record("error", msg=f"{spec['role']} ended: {_err(exc)}")

@@ -22,7 +22,19 @@ runs:
   checker (they are no payload any writer produced);
 - ``disk_readonly``: a ballast file fills bookie ``i``'s tmpfs ledger disk past
   ``diskUsageThreshold`` (the disk check turns it read-only); the heal drains it (the ballast
-  removed, the bookie writable again once under the low-water mark).
+  removed, the bookie writable again once under the low-water mark);
+- ``readdress``: bookie ``i`` stopped and started on another port under its ``bookieId``
+  (the runner names its bookies with ``--lifecycle``); clients and the checker find it through
+  its registration;
+- ``overreplicated``: a closed ledger that does not name bookie ``i`` (when every closed ledger
+  names it, another running bookie stands in): one fragment position's entries are copied to
+  ``i`` without a repoint (a replication whose repoint never happened),
+  ``i``'s GC drops them after ``gcOverreplicatedLedgerWaitTime``, then the position is healed
+  onto ``i`` (``Replicator.heal`` with every other bookie excluded: ``i`` is chosen again as the
+  replacement), the copies sent again and the position repointed.  Runs in a thread of its own
+  that the round does not wait for (the drop takes tens of seconds);
+- ``journal_full``: a ballast file fills the tmpfs under bookie ``i``'s first journal
+  directory (it has two); the heal frees it and starts the bookie again if it stopped over it.
 """
 
 from __future__ import annotations
@@ -35,6 +47,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from bookie.testing.nemesis.workload import RACKS
 
 SHELL_TIMEOUT_S = 240.0
 
@@ -56,6 +70,23 @@ def shell(args: list[str], timeout_s: float = SHELL_TIMEOUT_S,
         stdout.append(done.stdout)
     out = (done.stdout + done.stderr).strip().splitlines()
     return done.returncode, " | ".join(out[-3:])[:400]
+
+
+def set_rack(metadata_uri: str, bookie_id: str, location: str) -> None:
+    """What ``bookie shell setrack ID LOCATION`` writes: the bookie's rack for placement."""
+    from bookie.client.metadata import LOCATIONS
+    from bookie.metadata import NodeExistsError, open_metadata
+    with open_metadata(metadata_uri, timeout_s=20.0) as store:
+        try:
+            store.create(f"{LOCATIONS}/{bookie_id}", location.encode())
+        except NodeExistsError:
+            store.set(f"{LOCATIONS}/{bookie_id}", location.encode(), None)
+
+
+def rack_of(i: int) -> str:
+    """Bookie slot ``i``'s rack in a lifecycle run (two racks: writers that enforce
+    ``minNumRacksPerWriteQuorum`` 2 spread every write quorum over both)."""
+    return f"/nemesis/rack{i % RACKS}"
 
 
 def wipe(path: str) -> None:
@@ -119,7 +150,14 @@ class LifecycleFaults:
         wipe(self.bookies.bookie_dir(i))
         port = self.bookies.reserve_port()
         self.bookies.ports[i] = port
-        self.bookies.bookies[i] = f"{self.bookies.hosts[i]}:{port}"
+        if self.bookies.bookie_ids is not None:  # named ids: a new name (the same list object)
+            self.bookies.bookie_ids[i] = f"{old.split('-r')[0]}-r{len(self.lost_ids) + 1}"
+            try:  # the replacement stands in the same rack
+                set_rack(self.bookies.metadata_uri, self.bookies.bookie_ids[i], rack_of(i))
+            except Exception as exc:  # noqa: BLE001 - the store is down (a fault): no rack
+                self.findings.append(f"setrack of {self.bookies.bookie_ids[i]}: {exc}")
+        else:
+            self.bookies.bookies[i] = f"{self.bookies.hosts[i]}:{port}"
         self.lost_ids.append(old)
         self.log(f"nemesis: bookie {i} {old} replaced by an empty {self.bookies.bookies[i]}")
         return old
@@ -199,7 +237,10 @@ class LifecycleFaults:
         bookie_id = self.bookies.bookies[i]
         holders = self._holders(live)
         answers = self.squat_answers
-        with RawBookieClient(bookie_id, timeout_s=5.0) as raw:
+        from bookie.client.resolver import BookieResolver
+        from bookie.metadata import open_metadata
+        with open_metadata(self.bookies.metadata_uri, timeout_s=10.0) as store, \
+                RawBookieClient(bookie_id, timeout_s=5.0, resolver=BookieResolver(store)) as raw:
             for lid in live:
                 # "held": the ledger's metadata names this bookie, so it knows the real key
                 where = "unknown" if holders is None else \
@@ -245,6 +286,122 @@ class LifecycleFaults:
         self._alive(i)
         self.disk.fill_to(i, "ledgers", 0.985)
         return lambda: self.disk.free(i, "ledgers")
+
+
+    def _readdress(self, i: int):
+        if self.bookies.bookie_ids is None:
+            raise self._Skip("the bookies have no bookieId (their address is their id)")
+        self._alive(i)
+        self._cont_group(i)
+
+        def body() -> None:
+            self.bookies.stop(i)
+            self.bookies.ports[i] = self.bookies.reserve_port()
+            self.log(f"nemesis: bookie {i} {self.bookies.bookies[i]} moves to port "
+                     f"{self.bookies.ports[i]}")
+        self._in_thread(i, f"readdress-{i}", body)
+        return None
+
+    def _journal_full(self, i: int):
+        if self.disk is None or i >= self.disk.count:
+            raise self._Skip("no tmpfs journal disk under this bookie")
+        self._alive(i)
+        self.disk.fill(i, "journal")
+
+        def heal() -> None:
+            self.disk.free(i, "journal")
+            if not self.bookies.running(i) and i not in self._restarting:
+                self.log(f"nemesis: bookie {i} stopped over its full journal disk; started again")
+                self._start(i)
+        return heal
+
+    def _overreplicated(self, i: int):
+        ledger_id, first, position, bookie, j = self._overreplicated_pick(
+            i, random.Random(f"over:{i}:{len(self.ledger_ids_seen)}"))
+        self._alive(j)
+        target = self.bookies.bookies[j]
+        everyone = set(self.bookies.bookies)
+
+        def body() -> None:
+            from bookie.autorecovery.replicator import Replicator
+            from bookie.metadata import NoSuchLedgerError, open_metadata
+            from bookie.testing.rawclient import RawBookieClient
+            from bookie.client.resolver import BookieResolver
+            from bookie.wire import Status
+            try:
+                with open_metadata(self.bookies.metadata_uri, timeout_s=20.0) as store:
+                    rep = Replicator(store, timeout_s=10.0)
+                    try:
+                        if not rep.copy_position(ledger_id, first, position, target):
+                            return
+                        # the target's GC drops the copies no fragment names it for
+                        with RawBookieClient(target, timeout_s=5.0,
+                                             resolver=BookieResolver(store)) as raw:
+                            deadline = time.monotonic() + OVERREPLICATED_WAIT_S
+                            while time.monotonic() < deadline:
+                                if Status(raw.read(ledger_id, first)[0]) != Status.OK:
+                                    break
+                                time.sleep(1.0)
+                        rep.exclude = everyone - {target}  # chosen again as the replacement
+                        outcome = rep.heal(ledger_id, [bookie], force=True, read_from_missing=True)
+                        self.log(f"nemesis: overreplicated ledger {ledger_id} position {position} "
+                                 f"({bookie}) healed onto {target}: {outcome}")
+                    finally:
+                        rep.close()
+            except NoSuchLedgerError:
+                pass  # deleted meanwhile (the workload's deleter)
+            except Exception as exc:  # noqa: BLE001 - a harness step that failed: a finding
+                self.findings.append(f"overreplicated {ledger_id} onto {target}: "
+                                     f"{type(exc).__name__}: {exc}")
+        threading.Thread(target=body, name=f"overreplicated-{i}", daemon=True).start()
+        return None
+
+    def _overreplicated_pick(self, i: int, rng: random.Random):
+        """(ledger id, fragment first entry, position, its bookie, target slot): a closed
+        ledger with entries and a running bookie it does not name, bookie ``i`` if it can be
+        (the ledgers left in the store between rounds are few: the catalogue's kept ones, so
+        another bookie may have to stand in); a position of a running bookie preferred.
+        Raises ``_Skip`` saying what the look found."""
+        from bookie.metadata import open_metadata
+        from bookie.metadata.ledger import LedgerState
+        slots = [j for j in range(self.bookies.n)
+                 if self.bookies.running(j) and j not in self._restarting]
+        running = {self.bookies.bookies[j] for j in slots}
+        ids = sorted(self.ledger_ids_seen)
+        rng.shuffle(ids)
+        seen = closed = 0
+        fallback = None
+        try:
+            with open_metadata(self.bookies.metadata_uri, timeout_s=10.0) as store:
+                for lid in ids[:200]:
+                    try:
+                        meta = store.read_ledger(lid)[0]
+                    except Exception:  # noqa: BLE001 - deleted, or unreadable now
+                        continue
+                    seen += 1
+                    if meta.state is not LedgerState.CLOSED or meta.last_entry_id < 0:
+                        continue
+                    closed += 1
+                    named = {b for _, ens in meta.fragments for b in ens}
+                    free = [j for j in slots if self.bookies.bookies[j] not in named]
+                    if not free:
+                        continue
+                    first, ensemble = meta.fragments[0]
+                    up = [p for p, b in enumerate(ensemble) if b in running]
+                    position = rng.choice(up) if up else rng.randrange(len(ensemble))
+                    pick = (lid, first, position, ensemble[position])
+                    if i in free:
+                        return (*pick, i)
+                    fallback = fallback or (*pick, rng.choice(free))
+        except Exception as exc:  # noqa: BLE001 - the store is down (a fault): nothing to pick
+            raise self._Skip(f"metadata store: {type(exc).__name__}: {exc}") from None
+        if fallback is not None:
+            return fallback
+        raise self._Skip(f"of {len(ids)} ledgers seen, {seen} in the store, {closed} closed with "
+                         f"entries, none leaves a running bookie out")
+
+
+OVERREPLICATED_WAIT_S = 60.0  # the most ``overreplicated`` waits for the target's GC drop
 
 
 def _damage(path: str) -> None:

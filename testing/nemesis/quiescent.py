@@ -76,10 +76,13 @@ class ReplicaReader:
         self.password = password
         self.read_timeout_s = read_timeout_s
         self._raw: dict[str, object] = {}
+        self._resolver = None  # named bookie ids (--lifecycle) resolve through the store
 
     def close(self) -> None:
         for raw in self._raw.values():
             raw.close()
+        if self._resolver is not None:
+            self._resolver.close()
         self.store.close()
 
     def __enter__(self):
@@ -91,7 +94,11 @@ class ReplicaReader:
     def _client(self, bookie_id: str):
         from bookie.testing.rawclient import RawBookieClient
         if bookie_id not in self._raw:
-            self._raw[bookie_id] = RawBookieClient(bookie_id, timeout_s=self.read_timeout_s)
+            from bookie.client.resolver import BookieResolver
+            if self._resolver is None:
+                self._resolver = BookieResolver(self.store)
+            self._raw[bookie_id] = RawBookieClient(bookie_id, timeout_s=self.read_timeout_s,
+                                                   resolver=self._resolver)
         return self._raw[bookie_id]
 
     def metadata(self, ledger_id: int):

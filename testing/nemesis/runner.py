@@ -32,7 +32,7 @@ from bookie.testing.nemesis.faults import Nemesis
 from bookie.testing.nemesis.history import load_history
 from bookie.testing.nemesis.payload import make_payload
 from bookie.testing.nemesis.quiescent import audit_and_wait, check_state
-from bookie.testing.nemesis.schedule import enabled_kinds, make_schedule
+from bookie.testing.nemesis.schedule import LIFECYCLE_KINDS, enabled_kinds, make_schedule
 from bookie.testing.nemesis.workload import CLIENT_CONFIG, LOG_NAME, Workload
 
 # Bookies under the nemesis: quick failure detection, small files (tmpfs disks), many restarts.
@@ -201,13 +201,22 @@ def run(opts: Options, log=None, network=None) -> Summary:
             zookeeper = _start_zookeeper(network)
             metadata_uri = _format_zk_root(zookeeper)
         conf = dict(BOOKIE_CONF, **(LIFECYCLE_CONF if opts.lifecycle else {}))
+        # With --lifecycle: named bookie ids (a bookie may move to another port: ``readdress``)
+        # and two journals each (``journal_full`` fills one of them)
         bookies = LocalBookies(opts.bookies, metadata_uri=metadata_uri,
                                base_dir=os.path.join(base_dir, "cluster"), conf=conf,
                                hosts=network.bookie_hosts() if network else None,
-                               command_prefix=network.bookie_prefixes() if network else None)
+                               command_prefix=network.bookie_prefixes() if network else None,
+                               journals=2 if opts.lifecycle else 1,
+                               bookie_ids=[f"nemesis-b{i}" for i in range(opts.bookies)]
+                               if opts.lifecycle else None)
         if opts.disk or opts.lifecycle:
             disk = _mount_disks(bookies, summary)
         with bookies:
+            if opts.lifecycle:  # two racks, for the writers that enforce them
+                from bookie.testing.nemesis.lifecycle import rack_of, set_rack
+                for i, bookie_id in enumerate(bookies.bookies):
+                    set_rack(bookies.metadata_uri, bookie_id, rack_of(i))
             nemesis = Nemesis(bookies, zookeeper=zookeeper, disk=disk, network=network,
                               zk_session_s=BOOKIE_CONF["zkTimeout"] / 1000.0,
                               client_session_s=CLIENT_CONFIG["zkTimeout"] / 1000.0, log=log)
@@ -301,11 +310,12 @@ def schedule_kinds(opts: Options) -> tuple[str, ...]:
                          lifecycle=opts.lifecycle)
 
 
-def round_schedule(opts: Options, round_no: int):
-    """Round ``round_no``'s faults: a function of the options and the seed only."""
+def round_schedule(opts: Options, round_no: int, owed=()):
+    """Round ``round_no``'s faults: a function of the options, the seed and ``owed`` (the
+    lifecycle kinds not injected yet in this run: ``schedule.owed_faults``)."""
     disk_bookies = min(DISK_BOOKIES, opts.bookies) if opts.disk or opts.lifecycle else 0
     return make_schedule(opts.seed, round_no, opts.round_s, schedule_kinds(opts), opts.bookies,
-                         opts.writers, disk_bookies)
+                         opts.writers, disk_bookies, owed=owed)
 
 
 def _start_zookeeper(network):
@@ -343,7 +353,8 @@ def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesi
                         lifecycle=opts.lifecycle,
                         deletes=state.catalogue.due_for_delete(round_no), round_s=opts.round_s)
     nemesis.workload = workload
-    faults = round_schedule(opts, round_no)
+    owed = [k for k in LIFECYCLE_KINDS if not nemesis.injected[k]] if opts.lifecycle else ()
+    faults = round_schedule(opts, round_no, owed)
     log_offsets = [os.path.getsize(bookies.log_path(i)) if os.path.exists(bookies.log_path(i))
                    else 0 for i in range(bookies.n)]
     workload.start()

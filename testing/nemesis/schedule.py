@@ -49,7 +49,18 @@ Lifecycle kinds (``--lifecycle``; ``lifecycle.py`` injects them):
                        squat ledger ids not created yet, a fence with a wrong key
 ``disk_readonly``      fill a bookie's ledger disk past ``diskUsageThreshold`` (it turns
                        read-only), then drain it (tmpfs disks: root)
+``readdress``          stop a bookie and start it on another port under its ``bookieId``
+``overreplicated``     copy a closed ledger's position to a bookie it does not name (a
+                       replication whose repoint never happened), wait for that bookie's GC
+                       to drop the copy, then heal the position onto that very bookie (copy
+                       again, repoint): it is chosen again as the replacement
+``journal_full``       fill one journal disk of a bookie (tmpfs; the bookie has several
+                       journals), then free it; a bookie that stopped over it is started again
 =====================  =================================================================
+
+Every lifecycle kind happens in every run long enough for a few rounds: each round also gets
+``owed_faults`` for up to ``OWED_PER_ROUND`` (4) lifecycle kinds not injected yet in the run
+(the runner says which), at fixed times, besides the seed's random draw.
 
 At most one of ``LOSS_KINDS`` per round: a loss before the last one's healing could take two
 copies of an entry, which no ack quorum the workload uses promises to survive.
@@ -68,7 +79,13 @@ ZK_KINDS = ("zk_restart", "zk_pause", "expire_bookie", "expire_client")
 DISK_KINDS = ("disk_full",)
 NET_KINDS = ("partition", "partitioned_recovery", "lossy", "slow")
 LIFECYCLE_KINDS = ("compaction", "rebuild_index", "lost_for_good", "decommission", "squat",
-                   "disk_readonly")
+                   "disk_readonly", "readdress", "overreplicated", "journal_full")
+DISK_LIFECYCLE_KINDS = ("disk_readonly", "journal_full")  # need tmpfs disks
+OWED_PER_ROUND = 4
+# the order owed kinds are forced in: the newest mechanisms first; ``overreplicated`` last, as
+# it needs closed ledgers of earlier rounds
+OWED_ORDER = ("lost_for_good", "readdress", "journal_full", "squat", "compaction",
+              "rebuild_index", "decommission", "disk_readonly", "overreplicated")
 LOSS_KINDS = ("lost_for_good", "decommission")
 KINDS = PROCESS_KINDS + ZK_KINDS + DISK_KINDS + NET_KINDS + LIFECYCLE_KINDS
 
@@ -103,16 +120,55 @@ def enabled_kinds(*, zookeeper: bool, disk: bool, network: bool,
     return tuple(kinds)
 
 
+def owed_faults(seed: int, round_no: int, round_s: float, owed, bookies: int, writers: int,
+                disk_bookies: int = 0, per_round: int = OWED_PER_ROUND) -> list[Fault]:
+    """Faults of up to ``per_round`` of the ``owed`` lifecycle kinds (in ``OWED_ORDER``, at
+    most one of ``LOSS_KINDS``, none needing disks a run has not), at fixed times spread over
+    the round, each on a bookie of its own where it can; targets drawn from the seed, the
+    round and the kind."""
+    end_by = round_s - 1.0
+    picked: list[str] = []
+    for kind in OWED_ORDER:
+        if kind not in owed or len(picked) >= per_round:
+            continue
+        if kind in DISK_LIFECYCLE_KINDS and not disk_bookies:
+            continue
+        if kind in LOSS_KINDS and any(k in LOSS_KINDS for k in picked):
+            continue
+        picked.append(kind)
+    out = []
+    used: set[int] = set()
+    for n, kind in enumerate(picked):
+        rng = random.Random(f"{seed}:{round_no}:owed:{kind}")
+        target = _target(rng, kind, bookies, writers, disk_bookies)
+        for _ in range(8):  # another bookie than the other owed faults', if there is one
+            if target is None or not target or target[0] not in used:
+                break
+            target = _target(rng, kind, bookies, writers, disk_bookies)
+        if target:
+            used.add(target[0])
+        at_s = round(1.0 + n * max(0.5, (round_s - 4.0) / per_round), 3)
+        if target is None or at_s >= end_by - 0.5:
+            continue
+        duration_s = math.floor(min(3.0, end_by - at_s) * 1000) / 1000
+        out.append(Fault(at_s, kind, target, duration_s))
+    return out
+
+
 def make_schedule(seed: int, round_no: int, round_s: float, kinds: tuple[str, ...],
                   bookies: int, writers: int, disk_bookies: int = 0, *,
-                  mean_gap_s: float = 1.5, max_active: int = 2) -> list[Fault]:
+                  mean_gap_s: float = 1.5, max_active: int = 2, owed=()) -> list[Fault]:
     """Every fault of round ``round_no``, by start time; the same arguments give the same list.
 
     Faults start in [0.5 s, round_s - 2 s) and end before round_s - 1 s, leaving the end of
-    the round quiet; at most ``max_active`` overlap."""
+    the round quiet; at most ``max_active`` of the seed's draw overlap.  ``owed``: lifecycle
+    kinds the run has not injected yet: ``owed_faults`` are added for them (the draw then
+    takes no other loss kind)."""
     if not kinds:
         return []
     rng = random.Random(f"{seed}:{round_no}")
+    forced = owed_faults(seed, round_no, round_s, [k for k in owed if k in kinds], bookies,
+                         writers, disk_bookies) if owed else []
     faults: list[Fault] = []
     at_s = 0.5 + rng.uniform(0, mean_gap_s)
     end_by = round_s - 1.0
@@ -123,12 +179,12 @@ def make_schedule(seed: int, round_no: int, round_s: float, kinds: tuple[str, ..
         # Floored to the millisecond, so that start + duration never passes end_by.
         duration_s = math.floor(min(rng.uniform(0.5, 4.0), end_by - start_s) * 1000) / 1000
         active = [f for f in faults if f.at_s + f.duration_s > start_s]
-        if kind in LOSS_KINDS and any(f.kind in LOSS_KINDS for f in faults):
+        if kind in LOSS_KINDS and any(f.kind in LOSS_KINDS for f in faults + forced):
             target = None
         if target is not None and len(active) < max_active:
             faults.append(Fault(start_s, kind, target, duration_s))
         at_s += rng.expovariate(1.0 / mean_gap_s)
-    return faults
+    return sorted(faults + forced, key=lambda f: f.at_s)
 
 
 def _target(rng: random.Random, kind: str, bookies: int, writers: int,
@@ -172,6 +228,6 @@ def _target(rng: random.Random, kind: str, bookies: int, writers: int,
         return bookie, rng.choice(("lost", "damaged"))
     if kind == "lost_for_good":
         return bookie, rng.choice(("auto", "operator"))
-    if kind == "disk_readonly":
+    if kind in ("disk_readonly", "journal_full"):
         return (rng.randrange(disk_bookies),) if disk_bookies else None
     return (bookie,)

@@ -24,6 +24,10 @@ from bookie.testing.nemesis.history import read_events
 from bookie.workers.common import set_pdeathsig
 
 WRITER_MODES = ("sync", "async", "bulk")
+# With lifecycle faults also create_ledger_adv writers and DEFERRED_SYNC writers; the modes turn
+# with the round (slot + round), so every mode writes within two rounds
+LIFECYCLE_MODES = ("adv", "deferred", "sync", "async", "bulk")
+RACKS = 2  # with lifecycle faults bookie i is in rack /nemesis/rack(i % RACKS)
 # (ensemble, write quorum, ack quorum): Qw > Qa exercises fencing's (Qw - Qa) + 1 rule.
 QUORUMS = ((3, 2, 2), (3, 3, 2), (2, 2, 2), (3, 2, 1), (2, 2, 1))
 # With lifecycle faults a bookie may be lost for good: an entry acknowledged by one bookie
@@ -74,6 +78,7 @@ class Workload:
         self.paused: set[str] = set()
         self._generation = [0] * (writers + 1)
         self._extra = 0
+        self.lifecycle = lifecycle
 
     def history_path(self, name: str) -> str:
         return os.path.join(self.directory, f"{name}.jsonl")
@@ -92,9 +97,12 @@ class Workload:
 
     def _start_writer(self, slot: int) -> None:
         name = self._writer_name(slot)
-        self._spawn(name, "writer", mode=WRITER_MODES[slot % len(WRITER_MODES)],
+        turn = slot + (self.round_no if self.lifecycle else 0)
+        modes = LIFECYCLE_MODES if self.lifecycle else WRITER_MODES
+        # with lifecycle faults every other writer enforces 2 racks a write quorum
+        self._spawn(name, "writer", mode=modes[turn % len(modes)],
                     quorum=self.quorums[slot], seed=f"{self.tag}:{slot}",
-                    close_at_end=slot % 2 == 0)
+                    close_at_end=slot % 2 == 0, racks=self.lifecycle and turn % 2 == 1)
         self._spawn(f"{name}t", "tailer", follow=self.history_path(name), seed=slot)
         self.writer_names[slot] = name
 

@@ -100,3 +100,31 @@ def test_setrack_sets_locations_that_placement_follows_over_bookie_location(rack
                 .returncode == 0
     r = _shell("setrack", moved[0], "dc1/c", "--metadata", a.metadata_uri)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "/REGION/RACK" in r.stderr
+
+
+def test_a_recovery_replacement_keeps_the_enforced_spread_or_fails_naming_it(racks):
+    """Issue 32 item 2: a recovery's replacement honours enforceMinNumRacksPerWriteQuorum as
+    the writer's ensemble change does.  Rack b gone, the only spare (in rack a) would put a write
+    quorum in one rack: the recovery fails naming the policy rather than close the ledger with
+    a fragment the writer itself would refuse."""
+    a, b, where = racks
+    enforced = dict(RACKAWARE, minNumRacksPerWriteQuorum=2, enforceMinNumRacksPerWriteQuorum=True,
+                    explicitLacInterval=0)
+    with BookKeeper(a.metadata_uri, enforced) as wbk:
+        lh = wbk.create_ledger(2, 2, 2, password=PW)
+        for i in range(3):
+            lh.add_entry(b"e%d" % i)
+        ledger_id = lh.ledger_id
+        assert {where[x] for x in lh.metadata.last_ensemble} == {"/dc1/a", "/dc1/b"}
+        for i in range(2):
+            b.stop(i)  # rack b gone: the only spare left is the other bookie of rack a
+        try:
+            with BookKeeper(a.metadata_uri, enforced) as rbk:
+                with pytest.raises(Exception, match=r"minNumRacksPerWriteQuorum"):
+                    rbk.open_ledger(ledger_id, password=PW, recovery=True)
+                meta = rbk.metadata_store.read_ledger(ledger_id)[0]
+                for _, ensemble in meta.fragments:  # no fragment within one rack was written
+                    assert len({where[x] for x in ensemble}) == 2, meta.fragments
+        finally:
+            for i in range(2):
+                b.start(i)

@@ -67,10 +67,10 @@ def test_a_bookie_drops_copies_no_fragment_names_it_for_after_the_wait(tmp_path)
         _put(b, open_, range(2))
         seen = time.monotonic()
         assert _status(b, over, 0) == Status.OK  # not before the wait
-        assert waiting.poll(lambda: _status(b, over, 0) == Status.NO_LEDGER, 90), \
+        assert waiting.poll(lambda: _status(b, over, 0) == Status.NO_ENTRY, 90), \
             "B still holds the over-replicated ledger"
         assert time.monotonic() - seen >= WAIT_MS / 1000.0
-        assert all(_status(b, over, e) == Status.NO_LEDGER for e in range(5))
+        assert all(_status(b, over, e) == Status.NO_ENTRY for e in range(5))  # its record stays
         assert all(_status(a, over, e) == Status.OK for e in range(5))  # A is named: kept
         assert all(_status(b, tail, e) == Status.OK for e in range(5))  # named in a fragment
         assert all(_status(b, open_, e) == Status.OK for e in range(2))  # not closed

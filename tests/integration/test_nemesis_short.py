@@ -3,12 +3,12 @@
 Each test runs ``python -m bookie.testing.nemesis`` as a process of its own (network
 namespaces are entered by that process alone), with a fixed seed so that CI replays the same
 fault schedule; ``BOOKIE_NEMESIS_SEED`` picks another.  The seeds were picked for the mix of
-faults their round draws (``--print-schedule 1`` lists it): seed 1445 on the embedded store
+faults their round draws (``--print-schedule 1`` lists it): seed 30 on the embedded store
 with ``--lifecycle --disk`` loses a bookie for good (an empty one takes its place under a new
-id; autorecovery and an operator's ``recover`` heal around it), races two recoveries, sends a
-squatter's wrong-key and squatting traffic, fills a ledger disk and pauses a writer (where
-tmpfs cannot be mounted, seed 110 without ``--disk``: a bookie lost for good, a restart, a
-compaction, the squatter, a writer killed); its check reads every copy of every acknowledged
+id; autorecovery and the operator's ``recover`` heal around it), moves a bookie to another
+port under its bookieId, fills one of a bookie's two journal disks, sends a squatter's
+wrong-key and squatting traffic and takes the log over (where tmpfs cannot be mounted, seed 1
+without ``--disk``: the same but the journal disk); its check reads every copy of every acknowledged
 entry from each bookie and, after a full audit, wants every entry on Qw bookies.  Seed 9 on
 ZooKeeper (opt-in, ``-m soak``) partitions the network twice, recovers a ledger behind a
 partition, pauses ZooKeeper, restarts a bookie, pauses a writer and drops packets.  On a violation the test fails with the
@@ -59,13 +59,17 @@ def figures(out: str) -> dict:
 
 
 def test_acknowledged_entries_survive_lifecycle_faults_and_full_disks_on_the_embedded_store():
-    seed, extra = (1445, ["--disk"]) if can_mount() else (110, [])
+    seed, extra = (30, ["--disk"]) if can_mount() else (1, [])
     out = run_nemesis(seed, "--time", "8", "--round", "8", "--bookies", "4", "--writers", "2",
                       "--metadata", "lmdb", "--lifecycle", *extra, timeout_s=300)
     result = figures(out)
     assert result["violations"] == 0 and result["reader_violations"] == 0, out[-6000:]
     assert result["lost"] == 0 and result["ok"]
     assert result["faults"].get("lost_for_good") == 1 and result["faults"].get("squat") == 1
+    # issue 32: a bookie moved to another port under its bookieId, one journal disk filled
+    assert result["faults"].get("readdress") == 1
+    if extra:
+        assert result["faults"].get("journal_full") == 1
     assert result["replica_checks"] >= 2 * result["entries_checked"] > 0
 
 

@@ -12,8 +12,8 @@ from bookie.testing.nemesis.client_proc import records_digest
 from bookie.testing.nemesis.payload import fingerprint, make_payload
 from bookie.testing.nemesis.replicas import (CORRUPT, MISSING, UNREACHABLE, judge_ledger,
                                              write_set_ids)
-from bookie.testing.nemesis.schedule import (LIFECYCLE_KINDS, LOSS_KINDS, enabled_kinds,
-                                             make_schedule)
+from bookie.testing.nemesis.schedule import (DISK_LIFECYCLE_KINDS, LIFECYCLE_KINDS, LOSS_KINDS,
+                                             enabled_kinds, make_schedule, owed_faults)
 
 W = "r0w0g0.0"
 
@@ -44,8 +44,27 @@ def kinds(report):
 # -- schedule ---------------------------------------------------------------------------------
 
 def test_lifecycle_kinds_carry_the_names_the_summary_reports():
-    assert {"compaction", "rebuild_index", "lost_for_good", "decommission",
-            "squat"} <= set(LIFECYCLE_KINDS)
+    assert {"compaction", "rebuild_index", "lost_for_good", "decommission", "squat",
+            "readdress", "overreplicated", "journal_full"} <= set(LIFECYCLE_KINDS)
+
+
+@settings(max_examples=60)
+@given(st.integers(min_value=0, max_value=2**31), st.sampled_from([8.0, 15.0, 30.0]))
+def test_every_lifecycle_kind_is_owed_a_fault_within_three_rounds_whatever_the_seed(seed, round_s):
+    # issue 32: every lifecycle kind happens in any 240 s run (a few rounds), whatever the seed
+    on = enabled_kinds(zookeeper=False, disk=False, network=False, lifecycle=True)
+    owed = list(LIFECYCLE_KINDS)
+    for round_no in range(3):
+        faults = make_schedule(seed, round_no, round_s, on, 5, 3, 2, owed=owed)
+        assert sum(1 for f in faults if f.kind in LOSS_KINDS) <= 1
+        assert all(f.at_s + f.duration_s <= round_s - 1.0 + 1e-9 for f in faults)
+        owed = [k for k in owed if all(f.kind != k for f in faults)]
+    assert owed == []
+
+
+def test_owed_disk_kinds_wait_for_a_run_with_disks():
+    faults = owed_faults(1, 0, 15.0, list(DISK_LIFECYCLE_KINDS) + ["squat"], 5, 3, disk_bookies=0)
+    assert [f.kind for f in faults] == ["squat"]
 
 
 def test_lifecycle_faults_are_drawn_only_with_lifecycle_on():
