@@ -138,6 +138,10 @@ def register(subparsers: Any) -> None:
     shell_cluster.register(commands, metadata_command)
     from bookie.appliance import shell_placement  # setrack (issue 24.1)
     shell_placement.register(commands, metadata_command)
+    from bookie.appliance import shell_parity  # clusterinfo, cookie_* (issue 35)
+    shell_parity.register(commands, metadata_command)
+    from bookie.appliance import shell_whatif  # is it safe to stop these bookies? (issue 35)
+    shell_whatif.register(commands, metadata_command)
 
 
 # -- BookKeeper's spellings, prompts -------------------------------------------------------------

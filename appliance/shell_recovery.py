@@ -30,6 +30,7 @@ import time
 from typing import Callable
 
 from bookie.appliance.errors import CliError
+from bookie.appliance.shell_whatif import warn_before_stopping
 from bookie.appliance.shell import (
     _client_keys, _print_json, _uri, _with_store, _zk_security, ask)
 from bookie.client import options as client_options
@@ -215,6 +216,7 @@ def _decommission(args) -> int:
     def body(store) -> int:
         bookie = args.bookie
         say = _progress(args)
+        warn_before_stopping(store, bookie)  # the last copy of anything: say so (never fails)
         if bookie in store.list_bookies():
             say(f"decommissionbookie: {bookie} is registered writable; new ledgers may still "
                 f"land on it (make it read-only first: SIGUSR1 or the admin API)")
