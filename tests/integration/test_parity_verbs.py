@@ -82,3 +82,17 @@ def test_bookkeepers_rebuild_db_names_are_rebuild_index(name):
 def test_bookkeepers_own_client_key_spellings_are_accepted_as_ignored(key):
     conf = ClientConfig.build(**{key: "true" if "Enabled" in key or "Buffers" in key else "5"})
     assert key in conf.ignored_keys
+
+
+def test_metaformat_force_asks_when_stdin_is_not_a_terminal(store_uri):
+    with open_metadata(store_uri) as store:
+        store.write_cookie("bk-1", b"{}")
+    for answer in ("", "n\n"):  # end of input, and a no: nothing wiped
+        proc = subprocess.run([sys.executable, "-m", "bookie", "shell", "metaformat", "-force",
+                               "--metadata", store_uri], input=answer, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 1 and "Wipe it?" in proc.stdout + proc.stderr, proc
+        with open_metadata(store_uri) as store:
+            assert store.read_cookie("bk-1")[0] == b"{}"
+    proc = shell("metaformat", "-nonInteractive", "-force", "--metadata", store_uri)
+    assert proc.returncode == 0, proc.stderr
