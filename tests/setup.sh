@@ -55,6 +55,8 @@ command -v lintian >/dev/null 2>&1 || need_apt+=(lintian)
 command -v systemd-nspawn >/dev/null 2>&1 || need_apt+=(systemd-container)
 # promtool (Debian's prometheus package) runs the alert rules' unit tests (docs/prometheus/).
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+# Graphviz's dot renders docs/images/architecture.dot (a test checks the source still renders).
+command -v dot >/dev/null 2>&1 || need_apt+=(graphviz)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
