@@ -61,3 +61,44 @@ def test_localbookie_stops_within_5_s_of_a_signal_at_any_moment(tmp_path, signo,
     assert time.monotonic() - t0 < 5
     assert "Traceback" not in err, err[-3000:]
     assert proc.returncode in (0, 130, -signal.SIGTERM), (proc.returncode, out, err[-3000:])
+
+
+@pytest.mark.parametrize("signo", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_while_the_start_waits_for_the_metadata_store_is_not_held_back(tmp_path, signo):
+    """Opening a ZooKeeper store out of reach waits zkTimeout; a stop then waited as long."""
+    from bookie.workers.ports import free_port_pair
+    dead, port = free_port_pair("127.0.0.1"), free_port_pair("127.0.0.1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bookie", "run", "--set", f"journalDirectory={tmp_path}",
+         "--set", f"ledgerDirectories={tmp_path}", "--set", f"bookiePort={port}",
+         "--set", f"metadataServiceUri=zk://127.0.0.1:{dead}/ledgers", "--set", "zkTimeout=60000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while "Connection refused" not in _stderr_so_far(proc):  # the start is in the store's wait
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    proc.send_signal(signo)
+    try:
+        _, err = proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError(f"bookie run still waiting for ZooKeeper 5 s after {signo.name}")
+    assert time.monotonic() - t0 < 5 and proc.returncode == 0, (proc.returncode, err[-2000:])
+    assert "during the start checks" in err and "Traceback" not in err, err[-2000:]
+
+
+_seen: dict[int, str] = {}
+
+
+def _stderr_so_far(proc: subprocess.Popen) -> str:
+    """What ``proc`` wrote to stderr so far (non-blocking reads of its pipe)."""
+    import os
+    os.set_blocking(proc.stderr.fileno(), False)
+    try:
+        chunk = os.read(proc.stderr.fileno(), 65536)
+    except BlockingIOError:
+        chunk = b""
+    _seen[proc.pid] = _seen.get(proc.pid, "") + chunk.decode(errors="replace")
+    return _seen[proc.pid]
