@@ -48,6 +48,13 @@ class _Parser(argparse.ArgumentParser):
             namespace._innermost_parser = self
         return namespace, extras
 
+    def parse_args(self, args=None, namespace=None):
+        namespace, extras = self.parse_known_args(args, namespace)
+        innermost = vars(namespace).pop("_innermost_parser", self)
+        if extras:
+            innermost.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace
+
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The ``bookie`` parser: every command's, or when ``argv`` names one (its first word) only
@@ -70,10 +77,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
-    args, extras = parser.parse_known_args(argv)
-    innermost = vars(args).pop("_innermost_parser", parser)
-    if extras:
-        innermost.error(f"unrecognized arguments: {' '.join(extras)}")
+    args = parser.parse_args(argv)
     logs.install_logging()  # the client's records (bookie.client) as the bookie's log lines
     logs.install_library_logging()  # and kazoo's, in the same format (--log-format json too)
     try:
