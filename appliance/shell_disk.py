@@ -518,7 +518,7 @@ def _ledger_via_client(args: argparse.Namespace) -> list[dict]:
         from bookie.metadata import NoSuchLedgerError
         if isinstance(e, (NoSuchLedgerError, ClientNoSuchLedger)):  # CURVE cannot be the cause
             raise CliError(f"ledger {args.ledger_id} does not exist") from None
-        hint = curve_hint(keys) if isinstance(e, BookKeeperError) else ""
+        hint = curve_hint(keys, e) if isinstance(e, BookKeeperError) else ""
         said = str(e)  # named once: most errors of a ledger start with it already
         prefix = "" if said.startswith(f"ledger {args.ledger_id}") else f"ledger {args.ledger_id}: "
         raise CliError(f"{prefix}{said}{hint}") from None

@@ -386,7 +386,7 @@ def _simpletest(args) -> int:
                 if args.entries else []
             bk.delete_ledger(h.ledger_id)
     except BookKeeperError as e:
-        raise CliError(f"simpletest failed: {e}{client_options.curve_hint(keys)}") from None
+        raise CliError(f"simpletest failed: {e}{client_options.curve_hint(keys, e)}") from None
     ok = got == [b"simpletest-%d" % e for e in range(args.entries)]
     doc = {"ledger_id": h.ledger_id, "entries": args.entries, "ok": ok,
            "ensemble": bk_fragments(h), "write_s": round(written_s, 3)}

@@ -60,3 +60,15 @@ def test_an_add_refused_by_read_only_bookies_says_read_only(tmp_path):
                 lh.add_entry(b"after", timeout_s=60)
     message = str(refused.value)
     assert "read-only" in message and "CURVE" not in message, message
+
+
+def test_readledger_with_a_wrong_password_gets_no_curve_hint(tmp_path):
+    with LocalBookies(1, base_dir=str(tmp_path / "e")) as ens:
+        with BookKeeper(ens.metadata_uri) as bk:
+            lh = bk.create_ledger(1, 1, 1, password=b"right")
+            lh.add_entry(b"x")
+            lh.close()
+        proc = bookie("shell", "readledger", str(lh.ledger_id), "--metadata", ens.metadata_uri,
+                      "--password", "wrong")
+    assert proc.returncode == 2, proc.stderr
+    assert "password" in proc.stderr and "CURVE" not in proc.stderr, proc.stderr
