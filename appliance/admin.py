@@ -291,6 +291,10 @@ ROUTES = {
 }
 from bookie.appliance import admin_ops  # noqa: E402 - the operator's paths (imports this module)
 admin_ops.register(ROUTES)
+from bookie.appliance import admin_safety  # noqa: E402 - safe_to_stop (issue 35)
+admin_safety.register(ROUTES)
+from bookie.appliance import admin_recover  # noqa: E402 - PUT /api/v1/autorecovery/bookie
+admin_recover.register(ROUTES)
 METRICS_ROUTES = {"/metrics": ROUTES["/metrics"]}  # prometheusStatsHttpPort serves only this
 
 

@@ -125,29 +125,32 @@ def sanity(api: AdminApi, req: Request) -> Response:
 
 def cluster_info(api: AdminApi, req: Request) -> Response:
     from bookie.appliance.admin import Response
+    return Response(api.with_store(cluster_info_of))
+
+
+def cluster_info_of(store) -> dict:
+    """BookKeeper's cluster info from ``store`` (module doc); ``bookie shell clusterinfo`` too."""
     from bookie.metadata.errors import NoSuchNodeError
     from bookie.metadata.store import COOKIES
     from bookie.metadata.underreplication import UnderReplication
 
-    def body(store):
-        ur = UnderReplication(store)
-        writable = set(store.list_bookies(readonly=False))
-        readonly = set(store.list_bookies(readonly=True))
-        try:
-            joined = set(store.children(COOKIES))
-        except NoSuchNodeError:
-            joined = set()
-        auditor = ur.auditor()
-        total = joined | writable | readonly
-        return {"auditorElected": auditor is not None,
-                "auditorId": _auditor_bookie(auditor) or "",
-                "clusterUnderReplicated": bool(ur.marks()),
-                "ledgerReplicationEnabled": ur.enabled(),
-                "totalBookiesCount": len(total),
-                "writableBookiesCount": len(writable),
-                "readonlyBookiesCount": len(readonly),
-                "unavailableBookiesCount": len(total - writable - readonly)}
-    return Response(api.with_store(body))
+    ur = UnderReplication(store)
+    writable = set(store.list_bookies(readonly=False))
+    readonly = set(store.list_bookies(readonly=True))
+    try:
+        joined = set(store.children(COOKIES))
+    except NoSuchNodeError:
+        joined = set()
+    auditor = ur.auditor()
+    total = joined | writable | readonly
+    return {"auditorElected": auditor is not None,
+            "auditorId": _auditor_bookie(auditor) or "",
+            "clusterUnderReplicated": bool(ur.marks()),
+            "ledgerReplicationEnabled": ur.enabled(),
+            "totalBookiesCount": len(total),
+            "writableBookiesCount": len(writable),
+            "readonlyBookiesCount": len(readonly),
+            "unavailableBookiesCount": len(total - writable - readonly)}
 
 
 def list_under_replicated(api: AdminApi, req: Request) -> Response:

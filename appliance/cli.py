@@ -37,12 +37,31 @@ def _usage_errors() -> tuple[type[Exception], ...]:
                                 if m in sys.modules)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Remembers, in the namespace, the innermost (sub)command parser that parsed: an option it
+    does not know is reported with that command's usage (``bookie shell listbookies --bogus``
+    shows listbookies' usage), not the top-level one.  Subparsers are of the parent's class."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if not hasattr(namespace, "_innermost_parser"):  # the innermost finishes first
+            namespace._innermost_parser = self
+        return namespace, extras
+
+    def parse_args(self, args=None, namespace=None):
+        namespace, extras = self.parse_known_args(args, namespace)
+        innermost = vars(namespace).pop("_innermost_parser", self)
+        if extras:
+            innermost.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The ``bookie`` parser: every command's, or when ``argv`` names one (its first word) only
     that command's (the same parser for it, without importing the others)."""
     from bookie import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="bookie",
         description="A BookKeeper-style bookie appliance: run a bookie, a local ensemble, "
                     "the admin shell and the benchmarks.")

@@ -10,6 +10,11 @@ from bookie.appliance.errors import CliError
 from bookie.testing.localbookies import LocalBookieError, LocalBookies, smoke
 
 
+class _Interrupted(BaseException):
+    """A stop signal while the ensemble starts (BaseException: no ``except Exception`` of the
+    start path may swallow it)."""
+
+
 # ---- the command -----------------------------------------------------------------------------------
 
 def register(sub) -> None:
@@ -45,16 +50,22 @@ def cmd_localbookie(args) -> int:
         conf = parse_overrides(args.set)
     except ConfigError as e:
         raise CliError(str(e)) from None
-    stop = {"flag": False}
+    stop = {"flag": False, "serving": False}
 
     def on_signal(*_):
+        # Serving, the loop below notes the flag within 0.2 s. Starting (bookies coming up, the
+        # smoke check) can take longer than an operator waits under load: the first signal
+        # breaks the start off at once, and ``ens.close()`` stops what had started.
+        first = not stop["flag"]
         stop["flag"] = True
+        if first and not stop["serving"]:
+            raise _Interrupted
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     ens = LocalBookies(args.n, metadata_uri=args.metadata, base_dir=args.dir,
                        base_port=args.base_port, conf=conf)
     try:
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
         print(f"localbookie: starting {args.n} bookies under {ens.base_dir}", flush=True)
         ens.start_all()
         print(f"metadata: {ens.metadata_uri}")
@@ -64,6 +75,9 @@ def cmd_localbookie(args) -> int:
         if not args.no_smoke:
             print(smoke(ens), flush=True)
         if args.exit_after_smoke:
+            return 0
+        stop["serving"] = True
+        if stop["flag"]:
             return 0
         print("localbookie: serving; Ctrl-C or SIGTERM stops it", flush=True)
         while not stop["flag"]:
@@ -75,7 +89,11 @@ def cmd_localbookie(args) -> int:
             time.sleep(0.2)
         print("localbookie: stopping", flush=True)
         return 0
+    except _Interrupted:
+        print("localbookie: stopping (signal while starting)", flush=True)
+        return 0
     except LocalBookieError as e:
         raise CliError(str(e)) from None
     finally:
+        stop["serving"] = True  # no more raising: a second signal must not break the close
         ens.close()

@@ -51,7 +51,8 @@ def _quiet_kazoo(handler: Callable) -> Callable:
 
 def register(subparsers: Any) -> None:
     """Add the ``shell`` command group to the ``bookie`` parser."""
-    shell = subparsers.add_parser("shell", help="administration: format, list bookies and ledgers",
+    shell = subparsers.add_parser("shell", help="administration: the metadata store, bookies, ledgers, cookies, healing, "
+                                       "a bookie's files, keys, safe-to-stop checks",
                                   description=__doc__.split("\n\n")[0].replace("``", ""))
     commands = shell.add_subparsers(dest="shell_command", metavar="SUBCOMMAND")
     commands.required = True
@@ -138,6 +139,10 @@ def register(subparsers: Any) -> None:
     shell_cluster.register(commands, metadata_command)
     from bookie.appliance import shell_placement  # setrack (issue 24.1)
     shell_placement.register(commands, metadata_command)
+    from bookie.appliance import shell_parity  # clusterinfo, cookie_* (issue 35)
+    shell_parity.register(commands, metadata_command)
+    from bookie.appliance import shell_whatif  # is it safe to stop these bookies? (issue 35)
+    shell_whatif.register(commands, metadata_command)
 
 
 # -- BookKeeper's spellings, prompts -------------------------------------------------------------
@@ -297,8 +302,10 @@ def _metaformat(args: argparse.Namespace) -> int:
 
     def body(store) -> int:
         force = args.force or args.force_while_bookies_registered
-        if (force and store.has_data() and not args.non_interactive and sys.stdin.isatty()
-                and not _confirmed_wipe(store, args)):  # BookKeeper's -force asks on a terminal
+        # BookKeeper's -force still asks unless -nonInteractive, terminal or not (a script's
+        # stdin: end of input answers no, and nothing is wiped).
+        if (force and store.has_data() and not args.non_interactive
+                and not _confirmed_wipe(store, args)):
             return 1
         if not existed and not force and store.has_data():
             # Data without a layout record: a store made before stores had to be created

@@ -528,9 +528,15 @@ def _ledger_via_client(args: argparse.Namespace) -> list[dict]:
             return [{"entry_id": e.entry_id, "length": len(e.data), "data_hex": bytes(e.data).hex()}
                     for e in lh.read_entries(args.entry_from, last)]
     except (MetadataError, BookKeeperError) as e:
+        from bookie.client.errors import NoSuchLedgerError as ClientNoSuchLedger
         from bookie.client.options import curve_hint
-        hint = curve_hint(keys) if isinstance(e, BookKeeperError) else ""
-        raise CliError(f"ledger {args.ledger_id}: {e}{hint}") from None
+        from bookie.metadata import NoSuchLedgerError
+        if isinstance(e, (NoSuchLedgerError, ClientNoSuchLedger)):  # CURVE cannot be the cause
+            raise CliError(f"ledger {args.ledger_id} does not exist") from None
+        hint = curve_hint(keys, e) if isinstance(e, BookKeeperError) else ""
+        said = str(e)  # named once: most errors of a ledger start with it already
+        prefix = "" if said.startswith(f"ledger {args.ledger_id}") else f"ledger {args.ledger_id}: "
+        raise CliError(f"{prefix}{said}{hint}") from None
 
 
 # -- entry-log maps and the index of one ledger ---------------------------------------------------

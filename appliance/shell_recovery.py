@@ -30,6 +30,7 @@ import time
 from typing import Callable
 
 from bookie.appliance.errors import CliError
+from bookie.appliance.shell_whatif import warn_before_stopping
 from bookie.appliance.shell import (
     _client_keys, _print_json, _uri, _with_store, _zk_security, ask)
 from bookie.client import options as client_options
@@ -215,6 +216,7 @@ def _decommission(args) -> int:
     def body(store) -> int:
         bookie = args.bookie
         say = _progress(args)
+        warn_before_stopping(store, bookie)  # the last copy of anything: say so (never fails)
         if bookie in store.list_bookies():
             say(f"decommissionbookie: {bookie} is registered writable; new ledgers may still "
                 f"land on it (make it read-only first: SIGUSR1 or the admin API)")
@@ -384,7 +386,7 @@ def _simpletest(args) -> int:
                 if args.entries else []
             bk.delete_ledger(h.ledger_id)
     except BookKeeperError as e:
-        raise CliError(f"simpletest failed: {e}{client_options.curve_hint(keys)}") from None
+        raise CliError(f"simpletest failed: {e}{client_options.curve_hint(keys, e)}") from None
     ok = got == [b"simpletest-%d" % e for e in range(args.entries)]
     doc = {"ledger_id": h.ledger_id, "entries": args.entries, "ok": ok,
            "ensemble": bk_fragments(h), "write_s": round(written_s, 3)}

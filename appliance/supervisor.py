@@ -645,6 +645,11 @@ def _with_port(conf: BookieConfig) -> BookieConfig:
     return BookieConfig(values, conf.warnings)
 
 
+class _StopWhileChecking(BaseException):
+    """A stop signal while the start only checks (``run_bookie``): BaseException, so no
+    ``except Exception`` of a check swallows it."""
+
+
 def run_bookie(conf: BookieConfig) -> int:
     """Run one bookie in the foreground until SIGTERM / SIGINT.  Returns the exit status:
     0 stopped on request; 2 refused to start (one log line, nothing registered or created);
@@ -673,10 +678,18 @@ def run_bookie(conf: BookieConfig) -> int:
         log(f"bookie[{conf.bookie_port}] supervisor", "warning", message=w)
     sup = Supervisor(conf, lock)
 
+    checking = [False]  # inside sup.start(), before anything is written (see on_signal)
+
     def on_signal(signo, _frame):
         # Attribute stores only (Supervisor._take_signals); ``stopping`` also ends a start.
         sup.signalled_stop = f"signal {signal.Signals(signo).name}"
         sup.stopping = True
+        # Until the metadata store is open the start has only checked and read: a stop then
+        # breaks off at once. Opening a ZooKeeper store out of reach waits zkTimeout (30 s
+        # and more), and a stop noted only as a flag waited that long (issue 35).
+        if checking[0] and sup.store is None and sup.conf.metadata_uri and not sup.started:
+            checking[0] = False
+            raise _StopWhileChecking
 
     def on_readonly(signo, _frame):
         sup.signalled_readonly = signo == signal.SIGUSR1
@@ -686,7 +699,16 @@ def run_bookie(conf: BookieConfig) -> int:
     signal.signal(signal.SIGUSR1, on_readonly)
     signal.signal(signal.SIGUSR2, on_readonly)
     try:
-        sup.start()
+        try:
+            checking[0] = True
+            sup.start()
+        finally:
+            checking[0] = False
+    except _StopWhileChecking:
+        sup.stop_reason = sup.signalled_stop
+        sup.log("stopping", reason=f"{sup.signalled_stop} during the start checks")
+        sup.shutdown()
+        return 0
     except (StartRefused, LayoutError) as e:
         return _start_ended(sup, "refusing to start", str(e), "start refused", EXIT_REFUSED)
     except WorkerStartError as e:

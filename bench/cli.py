@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -298,6 +299,12 @@ def _register_report(tools) -> None:
                         "or none (default redis,zookeeper; each needs its Debian package)")
     p.add_argument("--spark", action="store_true",
                    help="also run bench spark (needs bookie[spark]) for the issue table's Spark row")
+    p.add_argument("--plots", metavar="DIR", default=None,
+                   help="also write PNG pictures into DIR: adds/s and latency against adds in "
+                        "flight, the peers beside the bookie (needs bookie[plot])")
+    p.add_argument("--from-readme", metavar="FILE", default=None,
+                   help="with --plots: run nothing, draw from the results tables in FILE "
+                        "(bench/README.md)")
     p.add_argument("--only", action="append", metavar="TEXT", default=None,
                    help="run only the standard runs whose name contains TEXT (repeatable); the "
                         "peers and --spark still run")
@@ -630,6 +637,14 @@ def _cmd_journal(args) -> int:
 def _cmd_report(args) -> int:
     from bookie.bench import ratios, report, standard
     check_positive(args, "time")
+    if args.from_readme:
+        return _plots_from_readme(args)
+    if args.plots:
+        from bookie.bench.plot import PlotUnavailable, require_matplotlib
+        try:
+            require_matplotlib()  # before the runs, not after them
+        except PlotUnavailable as e:
+            raise BenchOptionError(str(e)) from None
     peers = [] if args.peers.strip() == "none" else [p.strip() for p in args.peers.split(",")]
     unknown = [p for p in peers if p not in ratios.PEERS]
     if unknown:
@@ -673,7 +688,35 @@ def _cmd_report(args) -> int:
         except ValueError as e:
             raise BenchOptionError(str(e)) from None
         print(f"results table written into {args.readme}", file=sys.stderr)
+    if args.plots:
+        from bookie.bench import in_flight
+        for path in in_flight.plot_in_flight(in_flight.points_from_results(results), args.plots):
+            print(f"picture written: {path}", file=sys.stderr)
     failed = [(name, rc) for name, rc in statuses if rc]
     for name, rc in failed:
         print(f"run failed (exit status {rc}): {name}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _plots_from_readme(args) -> int:
+    """``report --plots DIR --from-readme FILE``: the pictures of the tables FILE holds."""
+    from bookie.bench import in_flight
+    from bookie.bench.plot import PlotUnavailable
+
+    if not args.plots:
+        raise BenchOptionError("--from-readme draws pictures: give --plots DIR")
+    try:
+        with open(args.from_readme, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise BenchOptionError(f"--from-readme: {args.from_readme}: {e.strerror}") from None
+    try:
+        points = in_flight.points_from_readme(text)
+        m = re.search(r"Measured (\S+?)T", text)
+        caption = f"{os.path.basename(args.from_readme)}, measured {m.group(1)}" if m else ""
+        paths = in_flight.plot_in_flight(points, args.plots, caption)
+    except (ValueError, PlotUnavailable) as e:
+        raise BenchOptionError(f"--from-readme: {e}") from None
+    for path in paths:
+        print(f"picture written: {path}", file=sys.stderr)
+    return 0

@@ -230,7 +230,8 @@ class BookKeeper:
                               explicit_lac_interval_s=lac_interval_s,
                               lac_notice_interval_s=self.config.lacNoticeInterval / 1000.0,
                               encode_many=dm.encode_many, deferred_sync=deferred_sync,
-                              placement=self._placement)
+                              placement=self._placement,
+                              curve=bool(self.config.curveSecretKeyFile))
         driver = self._runner.start_writer(writer, key, lac_interval_s / 2)
         self._writers[ledger_id] = driver
         if adv:

@@ -42,13 +42,15 @@ ALIASES = {
 # pools, its v2 wire protocol, its stats providers): accepted so that a stock client.conf loads,
 # and logged once per client as ignored.  Keys whose absence would weaken something a user asked
 # for (TLS, authentication providers) are deliberately not here: they are refused as unknown.
+# Spelled exactly as BookKeeper's ClientConfiguration spells them (``stickyReadSEnabled`` with
+# its capital S, ``clientTcpUserTimeoutMillis``, ``nettyUsePooledBuffers``).
 IGNORED_KEYS = frozenset({
     "useV2WireProtocol", "numWorkerThreads", "numIOThreads", "numChannelsPerBookie",
     "clientTcpNoDelay", "clientSockKeepalive", "clientConnectTimeoutMillis",
-    "tcpUserTimeoutMillis", "clientSendBufferSize", "clientReceiveBufferSize",
+    "clientTcpUserTimeoutMillis", "clientSendBufferSize", "clientReceiveBufferSize",
     "clientWriteBufferLowWaterMark", "clientWriteBufferHighWaterMark",
-    "nettyUsePooledByteBufAllocator", "enableDigestTypeAutodetection",
-    "reorderReadSequenceEnabled", "stickyReadsEnabled", "bookieHealthCheckEnabled",
+    "nettyUsePooledBuffers", "enableDigestTypeAutodetection",
+    "reorderReadSequenceEnabled", "stickyReadSEnabled", "bookieHealthCheckEnabled",
     "bookieHealthCheckIntervalSeconds", "delayEnsembleChange", "enableTaskExecutionStats",
     "preserveMdcForTaskExecution", "statsProviderClass", "ledgerManagerFactoryClass",
     "allowShadedLedgerManagerFactoryClass", "enableBookieFailureTracking",

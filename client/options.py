@@ -21,7 +21,9 @@ import argparse
 
 from bookie import properties
 from bookie.client.config import ClientConfig
-from bookie.client.errors import InvalidArgumentError
+from bookie.client.errors import (BadVersionError, DigestMismatchError, InvalidArgumentError,
+                                  LedgerClosedError, LedgerFencedError, NoSuchEntryError,
+                                  NoSuchLedgerError, UnauthorizedError)
 from bookie.properties import PropertiesError
 
 
@@ -74,10 +76,16 @@ def metadata_uri(keys: dict) -> str:
     return ClientConfig.build(keys).metadata_uri
 
 
-def curve_hint(keys: dict) -> str:
+def curve_hint(keys: dict, error: BaseException | None = None) -> str:
     """What to add to a tool's failure when it ran without CURVE keys: a CURVE bookie never
-    answers such a client, which looks like a dead bookie from here."""
+    answers such a client, which looks like a dead bookie from here.  Nothing when ``error``
+    is an answer (a wrong password, no such ledger or entry, a fence, a digest: CURVE cannot
+    be their cause) or names CURVE already."""
     if keys.get("curveSecretKeyFile"):
+        return ""
+    if isinstance(error, (UnauthorizedError, NoSuchLedgerError, NoSuchEntryError,
+                          LedgerFencedError, LedgerClosedError, DigestMismatchError,
+                          InvalidArgumentError, BadVersionError)) or "CURVE" in str(error or ""):
         return ""
     return ("; if the bookies speak CURVE, pass an enrolled key: --client-conf FILE or --set "
             "curveSecretKeyFile=NAME.key_secret --set curveServerKeys=BOOKIE.key")

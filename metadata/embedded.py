@@ -36,6 +36,7 @@ import lmdb
 from bookie.metadata.embedded_env import (
     DATA_FILE, ENVIRONMENTS, ID_KEY, NODE, U64, VERSION, NotAStoreError, boot_id, children_prefix,
     node_key)
+from bookie.metadata.access import access_problem
 from bookie.metadata.embedded_leases import LeaseRules, next_counter
 from bookie.metadata.errors import (
     AccessDeniedError, BadVersionError, CorruptMetadataError, MetadataError, NodeExistsError,
@@ -550,20 +551,8 @@ class EmbeddedMetadataStore(MetadataStore):
 
 def _refuse_if_not_ours(path: str) -> None:
     """Raise ``AccessDeniedError`` when ``path`` exists but this user may not enter it (the
-    bookie's store, 0700, opened by another user): named as a permission problem, with the user
-    to run as, rather than as a store that does not exist."""
-    import pwd
-
-    try:
-        st = os.stat(path)
-    except OSError:
-        return
-    if os.access(path, os.R_OK | os.X_OK):
-        return
-    try:
-        owner = pwd.getpwuid(st.st_uid).pw_name
-    except KeyError:
-        owner = f"uid {st.st_uid}"
-    raise AccessDeniedError(f"lmdb://{path}: permission denied: the metadata store is {owner}'s "
-                            f"(mode {st.st_mode & 0o777:04o}); run this as {owner} "
-                            f"(sudo -u {owner} ...)")
+    bookie's store, 0700, opened by another user), or a directory above it hides it: named as a
+    permission problem, with the user to run as, rather than as a store that does not exist."""
+    problem = access_problem(path)
+    if problem:
+        raise AccessDeniedError(f"lmdb://{path}: {problem}")

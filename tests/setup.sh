@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Test setup for a bare machine: Debian's ZooKeeper server (the real one the metadata tests start
 # on 127.0.0.1), a Java runtime for ZooKeeper and Spark (installed only if `java` is missing),
-# Redis (the benchmark report's peer),
+# Redis (the benchmark report's peer), promtool (the alert rules' tests),
 # and this package with its test and spark extras.  Idempotent: quick when all is present.
 #   bash tests/setup.sh          everything the default suite and the opt-in rounds need
 #   bash tests/setup.sh --unit   only the test extra: tests/unit needs no server, JRE or Spark
@@ -14,7 +14,15 @@ case ${1:-} in
   --unit) unit_only=1 ;;
   *) echo "setup: unknown argument '$1' (usage: tests/setup.sh [--unit])" >&2; exit 2 ;;
 esac
+# The active virtual environment's interpreter unless PYTHON names one: `python3` alone could be
+# another one earlier on PATH. Never the system's: Debian's refuses pip outside a venv, and the
+# README's set-up makes one.
 py=${PYTHON:-python3}
+[ -z "${PYTHON:-}" ] && [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ] && py=$VIRTUAL_ENV/bin/python
+if ! "$py" -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)' 2>/dev/null; then
+  echo "setup: $py is not in a virtual environment; make and activate one first (README, Set up)" >&2
+  exit 2
+fi
 # Byte-compile the package in place (an editable install is not compiled by pip): every bookie
 # a test starts runs five interpreters, and each compiled all of its modules from source at
 # each start wherever PYTHONDONTWRITEBYTECODE is set (CI's environment sets it): about 0.4 s of
@@ -45,6 +53,10 @@ command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 # real systemd in a container there, with the package's unit as its goal.
 command -v lintian >/dev/null 2>&1 || need_apt+=(lintian)
 command -v systemd-nspawn >/dev/null 2>&1 || need_apt+=(systemd-container)
+# promtool (Debian's prometheus package) runs the alert rules' unit tests (docs/prometheus/).
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+# Graphviz's dot renders docs/images/architecture.dot (a test checks the source still renders).
+command -v dot >/dev/null 2>&1 || need_apt+=(graphviz)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

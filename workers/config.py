@@ -32,11 +32,13 @@ import os
 from typing import Any, Callable
 
 from bookie import properties
+from bookie.metadata.access import access_problem
 from bookie.metadata.bookie_ids import bookie_id_problem
 from bookie.metadata.errors import AccessDeniedError, InvalidUriError
 from bookie.properties import (PropertiesError, check_location, format_bool, normalise_uri,  # noqa: F401
                                parse_value, resolve_metadata_uri, zk_hosts)
 from bookie.metadata.uri import parse_uri
+from bookie.workers.interfaces import InterfaceError, resolve_listening_interface
 
 
 class ConfigError(ValueError):
@@ -121,7 +123,7 @@ def _zk_root(v):
 KEYS: tuple[Key, ...] = (
     # -- network -------------------------------------------------------------------------------
     Key("bookiePort", "int", 3181, "Port of the add socket; the read socket listens on bookiePort+1.", _port, attr="bookie_port"),
-    Key("listeningInterface", "str", "127.0.0.1", "Address both sockets bind to.", attr="listening_interface"),
+    Key("listeningInterface", "str", "127.0.0.1", "Address both sockets bind to: an address of this host, 0.0.0.0, or an interface name (eth0, lo), which stands for its address.", attr="listening_interface"),
     Key("bookieLocation", "str", "", "Where the bookie is, /REGION/RACK (BookKeeper's rack names): published in its registration, so clients with ensemblePlacementPolicy=rackaware or regionaware spread every write quorum over racks or regions (docs/client.md). Empty: /default-region/default-rack.", _location, attr="bookie_location"),
     Key("advertisedAddress", "str", "", "Host the bookie registers under (default: listeningInterface).", attr="advertised_address"),
     Key("bookieId", "str", "", "A stable id for the bookie (BookKeeper's BP-41), e.g. bk-1: it registers under it, its cookie records it and ledger ensembles name it, so it keeps serving its data when its host or port changes (clients find its address in its registration). ASCII letters, digits, ':', '-', '_', '.'; not 'readonly', not shaped host:port unless it is the bookie's own address. Empty: the id is the address advertisedAddress:bookiePort.", _bookie_id, attr="configured_bookie_id"),
@@ -406,6 +408,11 @@ class BookieConfig:
         warnings += _check_http_keys(values)
         _check_disk_and_compaction_keys(values)
         _check_journal_keys(values, raw)
+        try:  # an interface name stands for its address; a bookie's own start checks the host
+            values["listeningInterface"] = resolve_listening_interface(
+                values["listeningInterface"], on_this_host=check_dirs)
+        except InterfaceError as e:
+            raise ConfigError(f"listeningInterface: {e}") from None
         conf = cls(values, warnings)
         if conf.zk_security is not None and not conf.metadata_uri.startswith("zk"):
             warnings.append("zkEnableSecurity and zkDigestAuthFile ignored: the metadata store "
@@ -426,6 +433,9 @@ class BookieConfig:
         named += [("ledgerDirectories", d) for d in self.ledger_dirs]
         named += [("indexDirectories", d) for d in self.configured_index_dirs]
         for name, d in named:
+            problem = access_problem(d, os.W_OK | os.X_OK)
+            if problem:  # else a directory behind one we may not enter "does not exist"
+                raise ConfigError(f"{name}: {problem}")
             if os.path.exists(d) and not os.path.isdir(d):
                 raise ConfigError(f"{name}: {d!r} is a file, not a directory")
             if not os.path.isdir(d):

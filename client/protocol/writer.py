@@ -67,8 +67,9 @@ class LedgerWriter:
     def __init__(self, info: LedgerInfo, version, encode: Encoder, *,
                  rng: random.Random | None = None, explicit_lac_interval_s: float = 0.0,
                  encode_many: BatchEncoder | None = None, deferred_sync: bool = False,
-                 placement=None, lac_notice_interval_s: float = 0.0):
+                 placement=None, lac_notice_interval_s: float = 0.0, curve: bool = True):
         self.info = info
+        self.curve = curve  # this client has a CURVE key: a refusal may be its role's
         self.version = version
         self.ledger_id = info.ledger_id
         self.ensemble: list[str] = list(info.last_ensemble)
@@ -87,6 +88,7 @@ class LedgerWriter:
         self._to_replace: set[int] = set()  # failed positions waiting for an ensemble change
         self._changing: set[int] | None = None  # positions the in-flight change replaces
         self._bad_bookies: set[str] = set()  # failed for this ledger: never chosen again
+        self._failed_status: dict[str, int] = {}  # a failed bookie -> its answer (or TIMEOUT)
         self._explicit_lac_s = explicit_lac_interval_s
         self._lac_sent = self.pending.lac  # highest LAC bookies surely know
         self._behind_since: float | None = None  # since when the LAC is ahead of _lac_sent
@@ -338,7 +340,7 @@ class LedgerWriter:
                     ids.append(entry_id)
                     datas.append(self.pending.data(entry_id))
             return [A.SendAdd(bookie, ids, datas, delay_s=BACKOFF_S)] if ids else []
-        return self._bookie_failed(pos)
+        return self._bookie_failed(pos, status)
 
     def _fatal_error(self, status: int, bookie: str) -> BookKeeperError:
         lid = self.ledger_id
@@ -350,6 +352,12 @@ class LedgerWriter:
         if status == Status.UNAUTHORIZED:
             # The password was checked against the ledger's metadata when it was created or
             # opened: a refusal here is the bookie's, of this client or of this key.
+            if not self.curve:  # a client without a key reaches no CURVE bookie at all
+                return UnauthorizedError(
+                    f"bookie {bookie} refused adds to ledger {lid} (UNAUTHORIZED) although the "
+                    f"password matches the ledger's metadata: the bookie holds ledger {lid} "
+                    f"under another password (a ledger id used twice: was the metadata store "
+                    f"formatted again while the bookie kept its data?)", ledger_id=lid)
             return UnauthorizedError(
                 f"bookie {bookie} refused adds to ledger {lid} (UNAUTHORIZED) although the "
                 f"password matches the ledger's metadata: the bookie speaks CURVE and enrols "
@@ -363,16 +371,37 @@ class LedgerWriter:
 
     # -- ensemble change -----------------------------------------------------------------------
 
-    def _bookie_failed(self, pos: int) -> list:
+    def _bookie_failed(self, pos: int, status: int = A.TIMEOUT) -> list:
         if self.pending.position_failed(pos):
             return []
         self.pending.fail_position(pos)
         self._bad_bookies.add(self.ensemble[pos])
+        self._failed_status[self.ensemble[pos]] = status
         self._to_replace.add(pos)
         if self._changing is None:
             self._changing = set()
             return [A.ListBookies()]
         return []
+
+    def _why_failed(self, positions: list[int]) -> str:
+        """The failed bookies by what they did: a bookie that answered (read-only, an error)
+        is named with its answer; only one that never answered may be a CURVE bookie that does
+        not admit this client, and then that comes first, before "start more bookies"."""
+        by_why: dict[str, list[str]] = {}
+        for p in positions:
+            bookie = self.ensemble[p]
+            status = self._failed_status.get(bookie, A.TIMEOUT)
+            why = ("did not answer" if status in (A.TIMEOUT, A.UNREACHABLE) else
+                   "refused adds: read-only" if status == Status.READ_ONLY else
+                   f"failed ({A.status_name(status)})")
+            by_why.setdefault(why, []).append(bookie)
+        parts = [f"bookie(s) {', '.join(b)} {why}" for why, b in by_why.items()]
+        if "did not answer" in by_why:
+            parts.append("a bookie that runs but never answers this client speaks CURVE and "
+                         "does not admit it: set the client's curveSecretKeyFile and "
+                         "curveServerKeys, and enrol its public key in the bookie's "
+                         "curveClientKeysDirectory")
+        return "; ".join(parts)
 
     def _on_bookies(self, event: A.BookiesListed, now: float) -> list:
         if self.state not in (WRITING, CLOSING) or self._changing is None:
@@ -382,15 +411,11 @@ class LedgerWriter:
         new_info = replace_bookies(self.info, self.ensemble, sorted(positions), writable,
                                    self.pending.lac + 1, self._rng, self.placement)
         if new_info is None:
-            failed = ", ".join(self.ensemble[p] for p in sorted(positions))
             return self._fail(NotEnoughBookiesError(
-                f"ledger {self.ledger_id}: bookie(s) {failed} failed and only "
+                f"ledger {self.ledger_id}: {self._why_failed(sorted(positions))}, and only "
                 f"{len(set(writable) - set(self.ensemble))} writable bookie(s) outside the "
                 f"ensemble are registered to replace them; start more bookies or make them "
-                f"writable (a bookie that runs but never answers this client speaks CURVE and "
-                f"does not admit it: set the client's curveSecretKeyFile and curveServerKeys, "
-                f"and enrol its public key in the bookie's curveClientKeysDirectory)",
-                ledger_id=self.ledger_id))
+                f"writable", ledger_id=self.ledger_id))
         short = self.placement and self.placement.short_of(new_info.last_ensemble,
                                                            self.info.write_quorum)
         if short:

@@ -70,3 +70,24 @@ def test_every_metric_a_query_names_exists_from_the_first_scrape(dashboard):
     assert named, "no metric found in the queries"
     missing = sorted(named - exported)
     assert not missing, f"queried but not exported from the first scrape: {missing}"
+
+
+@pytest.mark.parametrize("title,families", [
+    ("request errors by status", ("bookie_requests_total",)),
+    ("garbage collection", ("bookie_gc_runs_total", "bookie_gc_deleted_ledgers_total")),
+    ("compaction", ("bookie_compaction_minor_runs_total", "bookie_compaction_major_runs_total")),
+    ("entry logs", ("bookie_entry_logs",)),
+    ("autorecovery", ("bookie_autorecovery_marked_ledgers_total",
+                      "bookie_autorecovery_lost_ledgers_total",
+                      "bookie_autorecovery_rereplicated_ledgers_total")),
+])
+def test_a_top_level_panel_per_topic_operators_look_for(dashboard, title, families):
+    """Issue 35: request errors by status, GC, compaction, entry logs and autorecovery each have
+    a panel of their own at the top level (no row to unfold), over those families."""
+    panels = [p for p in dashboard["panels"] if p["title"].lower().startswith(title)]
+    assert panels, f"no top-level panel titled {title!r}"
+    named = {m for p in panels for t in p["targets"] for m in METRIC.findall(t["expr"])}
+    assert set(families) <= named, (title, named)
+    if title == "request errors by status":
+        assert any('status!="OK"' in t["expr"] and "status" in t["legendFormat"]
+                   for p in panels for t in p["targets"])

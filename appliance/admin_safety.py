@@ -1,0 +1,31 @@
+"""``GET /api/v1/bookie/safe_to_stop?bookies=ID[,ID...][&rack=R]``: whether stopping those
+bookies (or that rack) now is safe, as ``bookie shell whatif --json`` says it: 200 with
+``{"safe": ..., "below_ack_quorum": [...], "unreadable": [...], "last_copy": [...], ...}``
+whatever the answer, 400 for a question that is wrong (no bookie and no rack, a malformed id).
+Registered into ``admin.ROUTES`` like every route: behind the same token and limits."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bookie.appliance.admin import AdminApi, Request, Response
+
+
+def safe_to_stop(api: AdminApi, req: Request) -> Response:
+    from bookie.appliance.admin import HttpError, Response
+    from bookie.appliance.shell_whatif import StopQuestionError, stop_verdict
+
+    bookies = [b for b in (req.param("bookies") or "").split(",") if b.strip()]
+    rack = req.param("rack") or None
+
+    def body(store):
+        try:
+            return stop_verdict(store, [b.strip() for b in bookies], rack)
+        except StopQuestionError as e:
+            raise HttpError(400, str(e)) from None
+    return Response(api.with_store(body))
+
+
+def register(routes: dict) -> None:
+    routes["/api/v1/bookie/safe_to_stop"] = {"GET": safe_to_stop}

@@ -1,0 +1,142 @@
+"""``bookie shell whatif BOOKIE... [--rack R]``: is it safe to stop these bookies (or every
+bookie of that rack) now?  The rule is core/safe_to_stop.py's; this module reads what it needs
+(every ledger's metadata, the live registrations, the bookies' locations) and says which ledgers
+would fall below their ack quorum, become unreadable, or lose their last live copy.
+
+Exit status: 0 safe, 1 not safe, 2 a usage error only (no bookie and no rack, a malformed
+bookie id, no metadata store); a well-formed id the cluster does not know is simply in no
+ensemble: safe.  ``GET /api/v1/bookie/safe_to_stop`` (admin_safety.py) and
+``decommissionbookie``'s warning use ``stop_verdict`` below.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Callable
+
+from bookie.appliance.errors import CliError
+from bookie.appliance.shell import _print_json, _with_store
+from bookie.core.safe_to_stop import CATEGORIES, check_stop
+
+WHAT = {"below_ack_quorum": "would fall below their ack quorum",
+        "unreadable": "would become unreadable",
+        "last_copy": "would lose their last live copy"}
+
+
+class StopQuestionError(ValueError):
+    """The question itself is wrong (no bookie, a malformed id): a usage error."""
+
+
+def register(commands, metadata_command: Callable) -> None:
+    p = metadata_command("whatif", "Say whether stopping these bookies (or a rack) now is safe: "
+                         "which ledgers would fall below their ack quorum, become unreadable "
+                         "or lose their last live copy. Exit 0 safe, 1 not safe.", _whatif)
+    p.add_argument("bookies", metavar="BOOKIE", nargs="*", help="bookie id (host:port or bookieId)")
+    p.add_argument("--rack", "-rack", metavar="R", default=None,
+                   help="every bookie whose location is R or under it (/REGION/RACK)")
+
+
+def _in_rack(location: str | None, rack: str) -> bool:
+    rack = "/" + rack.strip("/")
+    return bool(location) and (location == rack or location.startswith(rack + "/"))
+
+
+def stop_verdict(store, bookies: list[str], rack: str | None = None,
+                 deadline_s: float | None = None) -> dict:
+    """The verdict (core/safe_to_stop.py's ``as_dict``) for stopping ``bookies`` and the
+    bookies of ``rack``, plus ``down`` (bookies in ensembles that are not registered now) and
+    ``complete`` (False when ``deadline_s`` ran out before every ledger was read).
+
+    Raises:
+        StopQuestionError: no bookie and no rack, or a malformed bookie id.
+    """
+    from bookie.client.metadata import ClientStore
+    from bookie.metadata import NoSuchNodeError
+    from bookie.metadata.ledger import LedgerState
+    from bookie.metadata.bookie_ids import bookie_id_problem
+
+    if not bookies and not rack:
+        raise StopQuestionError("name at least one bookie, or --rack R")
+    for b in bookies:
+        problem = bookie_id_problem(b)
+        if problem:
+            raise StopQuestionError(f"{b!r} is not a bookie id: it {problem}")
+    live = set(store.list_bookies()) | set(store.list_bookies(readonly=True))
+    ledgers, named, complete = [], set(), True
+    until = None if deadline_s is None else time.monotonic() + deadline_s
+    for ledger_id in store.list_ledgers():
+        if until is not None and time.monotonic() > until:
+            complete = False
+            break
+        try:
+            meta, _ = store.read_ledger(ledger_id)
+        except NoSuchNodeError:
+            continue  # deleted meanwhile
+        ledgers.append((ledger_id, meta, meta.state == LedgerState.CLOSED))
+        for _, ensemble in meta.fragments:
+            named.update(ensemble)
+    stopping = set(bookies)
+    if rack:
+        locations = ClientStore(store, own=False).locations(sorted(live | named))
+        stopping |= {b for b, loc in locations.items() if _in_rack(loc, rack)}
+    verdict = check_stop(ledgers, live, stopping).as_dict()
+    verdict["rack"] = rack
+    verdict["down"] = sorted(named - live)
+    verdict["complete"] = complete
+    verdict["ledgers_checked"] = len(ledgers)
+    return verdict
+
+
+def describe(verdict: dict) -> list[str]:
+    """The verdict as lines for people."""
+    who = ", ".join(verdict["bookies"]) or "no bookie"
+    if verdict.get("rack"):
+        who += f" (rack {verdict['rack']})"
+    lines = []
+    if verdict["safe"]:
+        lines.append(f"safe to stop {who}: no ledger would fall below its ack quorum, become "
+                     f"unreadable or lose its last live copy ({verdict['ledgers_checked']} "
+                     f"ledgers checked)")
+    else:
+        lines.append(f"NOT safe to stop {who}:")
+        for category in CATEGORIES:
+            ids = verdict[category]
+            if ids:
+                lines.append(f"  {len(ids)} ledger(s) {WHAT[category]}: "
+                             f"{', '.join(map(str, ids))}")
+    if verdict["down"]:
+        lines.append(f"  already down (in ensembles, not registered): {', '.join(verdict['down'])}")
+    if not verdict["complete"]:
+        lines.append(f"  incomplete: only {verdict['ledgers_checked']} ledgers read in time")
+    return lines
+
+
+def _whatif(args) -> int:
+    def body(store) -> int:
+        try:
+            verdict = stop_verdict(store, args.bookies, args.rack)
+        except StopQuestionError as e:
+            raise CliError(f"whatif: {e}") from None
+        if args.json:
+            _print_json(verdict)
+        else:
+            print("\n".join(describe(verdict)))
+        return 0 if verdict["safe"] else 1
+    return _with_store(args, body)
+
+
+def warn_before_stopping(store, bookie: str, deadline_s: float = 10.0) -> None:
+    """``decommissionbookie``'s warning: on stderr, when ``bookie`` holds the last live copy of
+    anything (or more).  Bounded by ``deadline_s``; never raises (a warning must not fail the
+    command it warns for)."""
+    try:
+        verdict = stop_verdict(store, [bookie], deadline_s=deadline_s)
+    except Exception as e:  # noqa: BLE001 - the warning is best effort
+        print(f"decommissionbookie: could not check whether stopping {bookie} is safe: {e}",
+              file=sys.stderr)
+        return
+    if not verdict["safe"]:
+        print("decommissionbookie: warning: " + "\n".join(describe(verdict))
+              + f"\n  keep {bookie} running until it is drained (this command reads from it)",
+              file=sys.stderr)

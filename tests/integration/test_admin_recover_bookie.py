@@ -1,0 +1,66 @@
+"""``PUT /api/v1/autorecovery/bookie`` (BookKeeper's path): a stopped bookie's fragments are
+copied to the others in the background and the ledger's metadata stops naming it; a body that
+is not BookKeeper's shape is a 400."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+
+import pytest
+
+from bookie.client import BookKeeper
+from bookie.metadata import open_metadata
+from bookie.testing import LocalBookies
+
+
+def put(ens, body: bytes) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", ens.http_ports[0], timeout=30)
+    try:
+        conn.request("PUT", "/api/v1/autorecovery/bookie", body=body,
+                     headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        return r.status, json.loads(r.read() or b"{}")
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def ens(tmp_path_factory):
+    with LocalBookies(3, base_dir=str(tmp_path_factory.mktemp("rb") / "e"),
+                      admin_http=True) as e:
+        yield e
+
+
+def test_recover_bookie_moves_a_stopped_bookies_fragments_elsewhere(ens):
+    with BookKeeper(ens.metadata_uri) as bk:
+        lh = bk.create_ledger(2, 2, 2, password=b"rb")
+        for i in range(5):
+            lh.add_entry(b"e%d" % i)
+        lh.close()
+    with open_metadata(ens.metadata_uri) as store:
+        ensemble = store.read_ledger(lh.ledger_id)[0].fragments[0][1]
+    gone = next(b for b in ensemble if b != ens.bookies[0])  # bookie 0 serves the API
+    ens.stop(ens.bookies.index(gone))
+    status, doc = put(ens, json.dumps({"bookie_src": [gone]}).encode())
+    assert status == 200 and doc["recovering"] == [gone], doc
+    deadline = time.monotonic() + 90
+    while True:
+        with open_metadata(ens.metadata_uri) as store:
+            meta = store.read_ledger(lh.ledger_id)[0]
+        if all(gone not in e for _, e in meta.fragments):
+            break
+        assert time.monotonic() < deadline, (meta.fragments, ens.log(0)[-3000:])
+        time.sleep(0.5)
+    with BookKeeper(ens.metadata_uri) as bk:
+        rh = bk.open_ledger(lh.ledger_id, password=b"rb")
+        assert [e.data for e in rh.read_entries(0, 4)] == [b"e%d" % i for i in range(5)]
+
+
+@pytest.mark.parametrize("body", [b"{}", b'{"bookie_src": "x:1"}', b'{"bookie_src": ["a b"]}',
+                                  b'{"bookie_src": ["x:1"], "bookie_dest": ["y:1"]}',
+                                  b'{"bookie_src": ["x:1"], "delete_cookie": "yes"}'])
+def test_a_body_not_of_bookkeepers_shape_is_a_400(ens, body):
+    status, doc = put(ens, body)
+    assert status == 400, doc

@@ -1,0 +1,67 @@
+"""The writer's errors name the cause a bookie's answer points to: a bookie that answered
+read-only is named read-only with no CURVE hint; only a bookie that never answered may be a CURVE
+bookie that does not admit this client, and then that hint comes before "start more bookies";
+an UNAUTHORIZED answer to a client without a CURVE key is a password matter, not a role one."""
+
+from __future__ import annotations
+
+import random
+
+from bookie.client.errors import NotEnoughBookiesError, UnauthorizedError
+from bookie.client.protocol import actions as A
+from bookie.client.protocol.ledger import LedgerInfo
+from bookie.client.protocol.writer import LedgerWriter
+from bookie.client.digest import DigestManager
+from bookie.wire import Status
+
+from test_protocol_model import LEDGER, SimCluster
+
+
+class AnsweringCluster(SimCluster):
+    """A SimCluster whose bookies in ``status`` answer every add with that status."""
+
+    def __init__(self, *args, status: dict[str, int]):
+        super().__init__(*args)
+        self.status = status
+
+    def answer(self, a):
+        if isinstance(a, A.SendAdd) and a.bookie in self.status:
+            return A.AddResponse(a, self.status[a.bookie])
+        if isinstance(a, A.ListBookies):
+            return A.BookiesListed([n for n in self.bookies if n not in self.status])
+        return super().answer(a)
+
+
+def _fail_with(status: int, curve: bool = True) -> Exception:
+    rng = random.Random(7)
+    names = ["b0:3181", "b1:3181"]
+    info = LedgerInfo(LEDGER, 2, 2, 2, fragments=((0, tuple(names)),))
+    cluster = AnsweringCluster(names, info, rng, status={"b1:3181": status})
+    digest = DigestManager(LEDGER, "crc32c", b"pw")
+    writer = LedgerWriter(info, 0, digest.encode, rng=rng, curve=curve)
+    cluster.run(writer, writer.add([b"x"])[1])
+    cluster.deliver_until(lambda: False)
+    fails = [a for a in cluster.outputs[writer] if isinstance(a, A.FailAdds)]
+    assert fails, cluster.outputs[writer]
+    return fails[0].error
+
+
+def test_a_read_only_bookie_is_named_read_only_without_a_curve_hint():
+    error = _fail_with(Status.READ_ONLY)
+    assert isinstance(error, NotEnoughBookiesError)
+    message = str(error)
+    assert "b1:3181 refused adds: read-only" in message, message
+    assert "CURVE" not in message and "start more bookies" in message, message
+
+
+def test_a_silent_bookie_gets_the_curve_hint_before_start_more_bookies():
+    message = str(_fail_with(A.TIMEOUT))
+    assert "b1:3181 did not answer" in message, message
+    assert message.index("curveSecretKeyFile") < message.index("start more bookies"), message
+
+
+def test_unauthorized_for_a_client_without_a_curve_key_names_the_password_only():
+    message = str(_fail_with(Status.UNAUTHORIZED, curve=False))
+    assert "CURVE" not in message and "another password" in message, message
+    assert isinstance(_fail_with(Status.UNAUTHORIZED, curve=False), UnauthorizedError)
+    assert "CURVE" in str(_fail_with(Status.UNAUTHORIZED, curve=True))
