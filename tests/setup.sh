@@ -57,6 +57,8 @@ command -v systemd-nspawn >/dev/null 2>&1 || need_apt+=(systemd-container)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 # Graphviz's dot renders docs/images/architecture.dot (a test checks the source still renders).
 command -v dot >/dev/null 2>&1 || need_apt+=(graphviz)
+# strace injects a SIGKILL at a chosen fdatasync (test_journal_restart_sync.py).
+command -v strace >/dev/null 2>&1 || need_apt+=(strace)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
