@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 
+from bookie.testing.rawclient import forget_store, learn_store
 from bookie.workers.common import set_pdeathsig, wait_exited
 from bookie.workers.ports import reserve_port_pair
 from bookie.storage.layout import remembered_port
@@ -96,6 +97,7 @@ class LocalBookies:
         # wait_serving wakes on it instead of finding the log line at its next look.
         self._notify_dir: str | None = None
         self._notify: list[socket.socket | None] = [None] * n
+        self._learnt: str | None = None  # the store raw clients look bookies up in (rawclient)
 
     # -- paths -------------------------------------------------------------------------------------
     def bookie_dir(self, i: int) -> str:
@@ -200,6 +202,7 @@ class LocalBookies:
     def start(self, i: int, wait: bool = True) -> None:
         if self.procs[i] is not None and self.procs[i].poll() is None:
             raise LocalBookieError(f"bookie {i} is already running")
+        self._learn_store()
         o = self.overrides(i)
         for d in [*self.journal_dirs(i), *o["ledgerDirectories"].split(","),
                   *o.get("indexDirectories", "").split(",")]:
@@ -364,7 +367,23 @@ class LocalBookies:
         except OSError:
             return ""
 
+    def _learn_store(self) -> None:
+        """Let ``RawBookieClient(bookie_id)`` find these bookies' registrations (their
+        addresses and keys) with no further argument (bookie.testing.rawclient)."""
+        uri = self.conf.get("metadataServiceUri", self.metadata_uri)
+        if self._learnt is not None or not uri:
+            return
+        from bookie.metadata import MetadataError
+        try:
+            learn_store(uri, self.zk_security())
+        except MetadataError:
+            return  # a store not made yet, or not for us: raw clients then need a resolver
+        self._learnt = uri
+
     def close(self) -> None:
+        if self._learnt is not None:
+            forget_store(self._learnt)
+            self._learnt = None
         for i in range(self.n):
             if self.running(i):
                 self.procs[i].send_signal(signal.SIGTERM)

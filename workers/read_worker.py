@@ -453,7 +453,7 @@ def run(ctx) -> int:
     server = ReadServer(ctx, index, logs, ring, clients, control, lac_sub)
     server.cap = server.refusals.cap = cap
     server.gate = curve.gate if curve else None
-    server.principal_of = principal_of(bool(curve))
+    server.principal_of = principal_of(curve.enrolled)
     ctx.log("read worker ready", port=conf.bookie_port + 1)
     ctx.ready()
     try:
