@@ -88,11 +88,14 @@ class BookieResolver:
 
     Args:
         store: the ``MetadataStore`` whose registrations name the bookies, or None (then only
-            address ids resolve, with no key).
+            address ids resolve, with no key but what ``pinned`` gives).
+        pinned: without a store, the keys of address ids learnt another way (a bookie run
+            without a metadata store: ``bookie.testing`` reads it from the bookie's cookie).
     """
 
-    def __init__(self, store=None):
+    def __init__(self, store=None, pinned: dict[str, bytes] | None = None):
         self._store = store
+        self._pinned = dict(pinned or {})  # without a store: address id -> key known otherwise
         self._known: dict[str, Target | None] = {}  # id -> last registration seen (None: none)
         self._refreshing: set[str] = set()  # ids being read again
         self._lock = threading.Lock()
@@ -119,7 +122,7 @@ class BookieResolver:
             if address is None:
                 raise UnresolvedBookieError(f"bookie {bookie_id!r} is not host:port, and there "
                                             f"is no metadata store to find its address in")
-            return Target(address[0], address[1], None)
+            return Target(address[0], address[1], self._pinned.get(bookie_id))
         if fresh or bookie_id not in self._known:
             self._watch(bookie_id)  # before the read: a change after it is not missed
             self._update(bookie_id, self._read(bookie_id))

@@ -227,7 +227,12 @@ def rewrite_cookies(conf, cookie: dict) -> None:
 
 def local_cookie(conf) -> dict | None:
     """The cookie in the bookie's journal directory, or None when there is none (yet)."""
-    cookie = _read_json(os.path.join(current_dir(conf.journal_dir), "cookie"))
+    return cookie_in(conf.journal_dir)
+
+
+def cookie_in(directory: str) -> dict | None:
+    """The cookie a bookie directory holds, or None."""
+    cookie = _read_json(os.path.join(current_dir(directory), "cookie"))
     return cookie if isinstance(cookie, dict) else None
 
 

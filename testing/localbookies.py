@@ -21,10 +21,10 @@ import sys
 import tempfile
 import time
 
-from bookie.testing.rawclient import forget_store, learn_store
+from bookie.testing.rawclient import forget_store, learn_key, learn_store
 from bookie.workers.common import set_pdeathsig, wait_exited
 from bookie.workers.ports import reserve_port_pair
-from bookie.storage.layout import remembered_port
+from bookie.storage.layout import PUBLIC_KEY_FIELD, cookie_in, remembered_port
 from bookie.workers.config import SECRET_KEYS
 
 
@@ -263,13 +263,22 @@ class LocalBookies:
                 f.seek(start_at)
                 text = f.read()
                 if b"supervisor: bookie serving" in text or b'"event":"bookie serving"' in text:
-                    return
+                    return self._learn_key(i)
             if notify is None:
                 time.sleep(0.05)
                 continue
             if select.select([notify], [], [], 0.05)[0] and _ready(notify):
-                return
+                return self._learn_key(i)
         raise LocalBookieError(f"bookie {i} not serving after {self.start_timeout_s} s:\n{self.log(i)[-3000:]}")
+
+    def _learn_key(self, i: int) -> None:
+        """A bookie run without a metadata store publishes its key nowhere: raw clients take
+        it from its cookie (the key it proves), as they would from its registration."""
+        if self.conf.get("metadataServiceUri", self.metadata_uri):
+            return
+        cookie = cookie_in(self.journal_dirs(i)[0]) or {}
+        key = cookie.get(PUBLIC_KEY_FIELD)
+        learn_key(f"{self.hosts[i]}:{self.ports[i]}", key.encode("ascii") if key else None)
 
     def stop(self, i: int, timeout_s: float = 30.0) -> int:
         """SIGTERM bookie i and wait; returns its exit status."""

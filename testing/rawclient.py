@@ -63,8 +63,23 @@ def forget_store(metadata_uri: str) -> None:
         entry[1].close()
 
 
+_keys: dict[str, bytes] = {}  # address -> key of a bookie run without a store (learn_key)
+
+
+def learn_key(address: str, public_key: bytes | None) -> None:
+    """The key of the bookie at ``address``, run without a metadata store (no registration
+    publishes it): ``LocalBookies`` reads it from the bookie's cookie.  None: forget it."""
+    if public_key is None:
+        _keys.pop(address, None)
+    else:
+        _keys[address] = public_key
+
+
 def known_resolver(bookie_id: str):
-    """The resolver of a learnt store where ``bookie_id`` is registered now, else None."""
+    """The resolver of a learnt store where ``bookie_id`` is registered now, else one that
+    pins a learnt key (``learn_key``), else None."""
+    if bookie_id in _keys:
+        return BookieResolver(None, pinned={bookie_id: _keys[bookie_id]})
     for resolver, _store, _n in list(_stores.values()):
         try:
             resolver.resolve(bookie_id, fresh=True)  # a raw client reads the registration afresh

@@ -18,7 +18,7 @@ from bookie import wire
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Op, Status
-from zsockets import zmtp_partial_sender
+from zsockets import pin, zmtp_partial_sender
 
 LIMIT_MB = 160
 KEY = b"frames-test-master-key"
@@ -37,7 +37,8 @@ def send_many_frames(ctx, bookie: str, frames: int, monitor_events: list) -> zmq
     s.setsockopt(zmq.LINGER, 0)
     mon = s.get_monitor_socket(zmq.EVENT_DISCONNECTED)
     monitor_events.append(mon)
-    s.connect(f"tcp://127.0.0.2:0;{bookie}")  # another address than the writer's
+    host, port = pin(s, bookie)
+    s.connect(f"tcp://127.0.0.2:0;{host}:{port}")  # another address than the writer's
     s.send(wire.pack_header(Op.ADD, 0, 1, 5), zmq.SNDMORE)
     chunk = b"m" * (1 << 20)
     for _ in range(frames):
