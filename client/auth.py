@@ -66,15 +66,15 @@ class ClientCurve:
         """Make ``sock`` (not yet connected) a CURVE client of ``bookie``, pinning
         ``published`` (the key its registration names), else the configured one.
 
-        ``published`` ``b""`` (a registration from before keys, no key configured): the socket
-        is left in the clear, as that bookie still speaks; returns False then, else True."""
-        if published == b"" and self.server_key(bookie) is None:
+        No key known (``published`` ``b""``: a registration from before keys; None: no store
+        was asked, an address given by hand; and no ``curveServerKeys``): the socket is left
+        in the clear, which only a bookie from before keys answers; returns False then, else
+        True."""
+        if not published and self.server_key(bookie) is None:
             return False
         sock.setsockopt(zmq.CURVE_PUBLICKEY, self.public)
         sock.setsockopt(zmq.CURVE_SECRETKEY, self.secret)
-        # no key known: one that no bookie holds, so the handshake fails rather than the
-        # socket falling back to the clear
-        sock.setsockopt(zmq.CURVE_SERVERKEY, published or self.server_key(bookie) or self.public)
+        sock.setsockopt(zmq.CURVE_SERVERKEY, published or self.server_key(bookie))
         return True
 
 

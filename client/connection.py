@@ -27,8 +27,10 @@ from bookie.metadata.bookie_ids import split_address
 
 log = logging.getLogger("bookie.client")
 
-HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                    | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+# What a server that cannot prove the pinned key causes: it cannot open the client's HELLO
+# (no detail), or it speaks another mechanism (protocol).  A bookie that denies the client's
+# own key (``curveClientKeysDirectory``: AUTH) did prove its key: not a failed proof.
+HANDSHAKE_FAILED = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
 _warned: set[tuple[str, str]] = set()  # (id, address) said once already
 _warned_lock = threading.Lock()
 _ephemeral: ClientCurve | None = None
@@ -79,8 +81,9 @@ def connect_proved(ctx: zmq.Context, bookie: str, kind: int = ADD, curve=None,
     if keepalive:
         sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
     if not (curve or _ephemeral_curve()).apply(sock, bookie, target.key):
-        _say_once(bookie, f"{host}:{port}", "bookie published no key (a bookie from before "
-                  "keys): spoken to in the clear until it restarts", logging.INFO)
+        _say_once(bookie, f"{host}:{port}", "no key known for the bookie (a registration from "
+                  "before keys, or an address with no metadata store): spoken to in the clear, "
+                  "which a bookie with a key does not answer", logging.INFO)
     proof = Proof(sock, bookie, f"{host}:{port + kind}") if watch else None
     sock.connect(f"tcp://{host}:{port + kind}")
     return sock, proof
