@@ -146,6 +146,22 @@ def _check_ports_once(conf: BookieConfig) -> None:
                          f"listens there or configure another port", [p for _, p in busy])
 
 
+def with_stamped_port(conf: BookieConfig) -> BookieConfig:
+    """``conf`` with ``bookiePort=0`` replaced by the port its directories were stamped with
+    (the bookie id of its cookie), for the tools that act on a stopped bookie (updatecookie,
+    rotatekey): with port 0 its id would read ``host:0``, a bookie that never existed.
+    Unchanged when the port is set or the directories hold no address id."""
+    from bookie.storage.layout import all_dirs, remembered_port
+    if conf.bookie_port != 0:
+        return conf
+    port = remembered_port(all_dirs(conf))
+    if port is None:
+        return conf
+    values = conf.as_dict()
+    values["bookiePort"] = port
+    return BookieConfig(values, conf.warnings)
+
+
 def _unprivileged_port_start() -> int:
     try:
         with open("/proc/sys/net/ipv4/ip_unprivileged_port_start") as f:
