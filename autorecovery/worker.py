@@ -35,7 +35,9 @@ def curve_keys(conf) -> dict:
     (``curveSecretKeyFile``, else the key the bookie made: ``bookie.storage.server_key``),
     which other bookies enrol as admin; the bookies' keys come from their registrations, and
     ``curveServerKeys`` only pins those whose registration publishes none."""
-    keys = {"curveSecretKeyFile": server_key.key_path(conf)}
+    path = server_key.key_path(conf)
+    # a standalone ``bookie autorecovery`` beside no bookie has no key file: an ephemeral key
+    keys = {"curveSecretKeyFile": path} if os.path.exists(path) else {}
     if conf.curve_server_keys:
         keys["curveServerKeys"] = conf.curve_server_keys
     return keys

@@ -138,7 +138,7 @@ class BookieResolver:
         registration, is taken and reported to ``on_moved``."""
         with self._lock:
             if self._store is None or bookie_id not in self._known \
-                    or bookie_id in self._refreshing or self._closed:
+                    or bookie_id in self._refreshing:
                 return
             self._refreshing.add(bookie_id)
         threading.Thread(target=self._refresh, args=(bookie_id,), daemon=True,
