@@ -81,9 +81,13 @@ def connect_proved(ctx: zmq.Context, bookie: str, kind: int = ADD, curve=None,
     if keepalive:
         sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
     if not (curve or _ephemeral_curve()).apply(sock, bookie, target.key):
-        _say_once(bookie, f"{host}:{port}", "no key known for the bookie (a registration from "
-                  "before keys, or an address with no metadata store): spoken to in the clear, "
-                  "which a bookie with a key does not answer", logging.INFO)
+        if target.key is None:  # an address given by hand, no store asked: the caller's choice
+            log.debug("no key known for bookie %s (no metadata store): spoken to in the clear",
+                      bookie)
+        else:
+            _say_once(bookie, f"{host}:{port}", "the bookie's registration publishes no key (a "
+                      "bookie from before keys): spoken to in the clear until it restarts",
+                      logging.INFO)
     proof = Proof(sock, bookie, f"{host}:{port + kind}") if watch else None
     sock.connect(f"tcp://{host}:{port + kind}")
     return sock, proof
