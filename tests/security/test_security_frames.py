@@ -91,6 +91,8 @@ def test_many_frame_adds_shut_their_connection_and_never_restart_the_add_worker(
 
 
 @pytest.mark.security  # a worker killed on purpose, and a restart: opt-in (-m security)
+@pytest.mark.skip(reason="needs a raw sender speaking CurveZMQ (zmtp_partial_sender speaks NULL; "
+                         "every bookie serves CURVE since issue 30)")
 def test_a_memory_kill_shuts_the_peer_that_held_the_most_out(ens):
     """Twelve connections of one peer, each with 15 MiB of a message that never ends (under the
     add size limit, so none is shut alone), pass the add worker's 160 MiB budget: the worker is
