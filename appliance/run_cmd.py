@@ -20,8 +20,9 @@ def register(sub) -> None:
                + "\n\nsignals: SIGTERM/SIGINT stop cleanly; SIGUSR1 forces read-only, SIGUSR2 undoes it."
                + "\nexit status: 0 stopped on request; 1 failure; 2 refused to start, in one line "
                  "saying why, with nothing left registered or running (bad configuration, "
-                 "directory layout or cookie, directories in use by another bookie, a port in "
-                 "use, no metadata store at metadataServiceUri, its bookie id registered by "
+                 "directory layout or cookie, its key changed against its cookie ('bookie shell "
+                 "rotatekey'), directories in use by another bookie, a port in use after 10 s "
+                 "of retries (its holder named when /proc tells), no metadata store at metadataServiceUri, its bookie id registered by "
                  "another live process); 3 corrupt journal; 4 journal write/fdatasync failed "
                  "(disk error)."
                + "\nbookiePort=0: the port the directories were stamped with, else a free one.")

@@ -488,7 +488,8 @@ def _initbookie(args: argparse.Namespace) -> int:
                                    f"{conf.bookie_id}')")
                 except CookieNotFoundError:
                     pass
-                cookie = check_or_stamp(conf)
+                from bookie.storage import server_key
+                cookie = check_or_stamp(conf, server_key.ensure(conf, None))
                 store.write_cookie(conf.bookie_id, orjson.dumps(cookie))
         finally:
             lock.release()

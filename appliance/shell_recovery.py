@@ -111,6 +111,9 @@ def register(commands, metadata_command: Callable) -> None:
                        help="remove the bookie's cookie from the store (with --force)")
     p.add_argument("--force", "-force", action="store_true")
 
+    from bookie.appliance import shell_rename  # updateledgers: the rename's second step
+    shell_rename.register(commands, metadata_command)
+
     p = metadata_command("expandstorage", "Add new, empty ledger or index directories to a "
                          "stopped bookie: list them in its configuration first; its cookie (in "
                          "its directories and the store) then names them.", _expandstorage)
@@ -525,8 +528,9 @@ def _updatecookie(args) -> int:
     from bookie.metadata import CookieNotFoundError
     from bookie.workers.config import BookieConfig, parse_overrides
     from bookie.storage.layout import (
-        LAYOUT_VERSION, _has_data, _read_json, _write_atomic, all_dirs, check_not_in_use,
-        current_dir, expected_cookie)
+        LAYOUT_VERSION, PUBLIC_KEY_FIELD, _has_data, _read_json, _write_atomic, all_dirs,
+        check_not_in_use, current_dir, expected_cookie)
+    from bookie.appliance.startchecks import with_stamped_port
 
     if not args.conf:
         raise CliError(f"{'expandstorage' if getattr(args, 'expand_only', False) else 'updatecookie'}"
@@ -535,7 +539,9 @@ def _updatecookie(args) -> int:
     from bookie.appliance.shell import _import_store_modules
     from bookie.storage import dirlock  # noqa: F401 - imported before the switch of user
 
-    conf = BookieConfig.load(args.conf, parse_overrides(args.set), check_dirs=False)
+    # bookiePort=0: the port of the cookie's id, or the id would be host:0 (issue 30)
+    conf = with_stamped_port(BookieConfig.load(args.conf, parse_overrides(args.set),
+                                               check_dirs=False))
     dirs = all_dirs(conf)
     if not args.list:
         _import_store_modules(_uri(args))
@@ -548,7 +554,7 @@ def _updatecookie(args) -> int:
     old = cookies[0]
     if any(c.get("instance_id") != old.get("instance_id") for c in cookies):
         raise CliError("the directories hold cookies of different bookies; refusing")
-    new = expected_cookie(conf, old.get("instance_id", ""))
+    new = expected_cookie(conf, old.get("instance_id", ""), old.get(PUBLIC_KEY_FIELD))
     if getattr(args, "expand_only", False):
         _check_expansion(old, new)
 
@@ -599,7 +605,9 @@ def _updatecookie(args) -> int:
         else:
             print(f"cookie updated ({', '.join(changed) or 'nothing changed'})")
             if conf.bookie_id != old_id:
-                print(f"ledgers still name {old_id}: once the bookie runs as {conf.bookie_id}, "
-                      f"heal them with 'bookie shell recover {old_id}'")
+                print(f"ledgers still name {old_id}: rename it in them before the bookie "
+                      f"starts: 'bookie shell updateledgers --from {old_id} --to "
+                      f"{conf.bookie_id}' (no copy; 'recover {old_id}' would lose a "
+                      f"write-quorum-1 ledger's only copy)")
         return 0
     return _with_store(args, body)

@@ -1,8 +1,17 @@
 """``bookie shell genkey``: make a CURVE keypair for a bookie or a client (docs/security.md);
-``bookie shell gentoken``: make the HTTP admin API's bearer token (docs/admin.md).
+``bookie shell gentoken``: make the HTTP admin API's bearer token (docs/admin.md);
+``bookie shell rotatekey``: change a stopped bookie's own key, on purpose.
 
     bookie shell genkey NAME [--dir DIR] [--force]
     bookie shell gentoken FILE [--owner USER]
+    bookie shell rotatekey --conf FILE [--set KEY=VALUE ...]
+
+``rotatekey`` is the one way a bookie's key changes (``bookie.storage.server_key``): with the
+bookie stopped (its directory lock), it makes a new keypair in the bookie's own key file, or,
+where ``curveSecretKeyFile`` is set, adopts the key that file holds now; then it records the
+new public key in the bookie's cookies (every directory, and the metadata store's).  Clients
+pin the key the registration publishes at the bookie's next start; a bookie whose enrolled key
+(as admin at other bookies, for autorecovery) was the old one must be enrolled again.
 
 Writes ``DIR/NAME.key`` (the public key: give it to the other side, enrol it, pin it) and
 ``DIR/NAME.key_secret`` (public and secret key, mode 0600: it never leaves this host), in
@@ -24,6 +33,7 @@ import re
 import secrets
 
 from bookie.appliance.errors import CliError
+from bookie.appliance.startchecks import with_stamped_port
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -46,6 +56,18 @@ def register(commands) -> None:
                    help="give the new file to USER (and its group): the bookie's user, which "
                         "reads it (the package's postinst); set on the file made, never by path")
     p.set_defaults(func=_gentoken)
+    p = commands.add_parser("rotatekey", help="Give a stopped bookie a new CURVE key (its own "
+                                              "key file, or curveSecretKeyFile's key now) and "
+                                              "record it in its cookies.",
+                            description="Change a stopped bookie's key on purpose: a new keypair "
+                                        "in its own key file (or the key curveSecretKeyFile "
+                                        "holds now), recorded in its cookies in every directory "
+                                        "and in the metadata store. Clients pin the new key "
+                                        "from the bookie's registration at its next start.")
+    p.add_argument("--conf", metavar="FILE", default=None, help="bookie configuration file")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                   help="override one configuration key (repeatable)")
+    p.set_defaults(func=_rotatekey)
 
 
 def _create_private(path: str, text: str, mode: int) -> None:
@@ -156,4 +178,70 @@ def _gentoken(args: argparse.Namespace) -> int:
     gentoken(args.file, args.owner)
     print(f"gentoken: new token in {args.file} (0600); set httpServerAuthTokenFile={args.file} "
           f"and send it as 'Authorization: Bearer <token>'")
+    return 0
+
+
+def rotatekey(conf) -> tuple[str | None, str]:
+    """Change the stopped bookie's key (module doc); returns (old public key or None, new).
+
+    Raises:
+        CliError: the bookie runs, was never started, or its store or key cannot be used.
+    """
+    import orjson
+
+    from bookie.metadata import CookieNotFoundError, MetadataError, open_metadata
+    from bookie.storage import server_key
+    from bookie.storage.dirlock import DirectoryLock
+    from bookie.storage.layout import (PUBLIC_KEY_FIELD, LayoutError, all_dirs, local_cookie,
+                                       rewrite_cookies)
+
+    try:
+        lock = DirectoryLock.acquire(all_dirs(conf), purpose="rotate its key")
+    except LayoutError as e:
+        raise CliError(f"rotatekey: {e}") from None
+    try:
+        cookie = local_cookie(conf)
+        if cookie is None:
+            raise CliError("rotatekey: the bookie has no cookie (never started): its first "
+                           "start makes its key")
+        old = server_key.recorded_key(cookie)
+        path = server_key.key_path(conf)
+        try:
+            if conf.curve_secret_key_file:
+                new = server_key.load(path)[0].decode("ascii")
+            else:
+                new = server_key.write_new(path).decode("ascii")
+        except server_key.ServerKeyError as e:
+            raise CliError(f"rotatekey: {e}") from None
+        cookie = {**cookie, PUBLIC_KEY_FIELD: new}
+        if conf.metadata_uri:
+            try:
+                with open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s,
+                                   zk_security=conf.zk_security) as store:
+                    try:
+                        raw, version = store.read_cookie(conf.bookie_id)
+                        stored = orjson.loads(raw)
+                        store.write_cookie(conf.bookie_id,
+                                           orjson.dumps({**stored, PUBLIC_KEY_FIELD: new}), version)
+                    except CookieNotFoundError:
+                        store.write_cookie(conf.bookie_id, orjson.dumps(cookie))
+            except MetadataError as e:
+                raise CliError(f"rotatekey: metadata store {conf.metadata_uri}: {e}") from None
+        rewrite_cookies(conf, cookie)
+        return old, new
+    finally:
+        lock.release()
+
+
+def _rotatekey(args: argparse.Namespace) -> int:
+    from bookie.workers.config import BookieConfig, ConfigError, parse_overrides
+
+    try:
+        conf = BookieConfig.load(args.conf, parse_overrides(args.set), check_dirs=False)
+    except ConfigError as e:
+        raise CliError(str(e)) from None
+    old, new = rotatekey(with_stamped_port(conf))
+    print(f"rotatekey: bookie {conf.bookie_id} key {new[:8]}... (was "
+          f"{old[:8] + '...' if old else 'none'}); clients pin it from its registration at its "
+          f"next start")
     return 0

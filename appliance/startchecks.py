@@ -45,8 +45,74 @@ def listening_ports(conf: BookieConfig) -> list[tuple[str, int, str]]:
     return ports
 
 
-def check_ports_free(conf: BookieConfig) -> None:
-    """Raise ``StartRefused`` naming each key whose port something else listens on now.
+# How long a start waits for a port another process holds (a transient holder, e.g. the
+# bookie's own previous run still exiting, or a client's outgoing connection that took it).
+PORT_WAIT_S = 10.0
+PORT_RETRY_S = 0.5
+
+
+def check_ports_free(conf: BookieConfig, wait_s: float = PORT_WAIT_S, clock=None,
+                     sleep=None) -> None:
+    """Raise ``StartRefused`` naming each key whose port something else listens on, after
+    trying again for ``wait_s`` (a holder that goes away is waited out), and who holds it
+    when /proc tells (``port_holder``).  Nothing is registered before this passes."""
+    import time
+    clock = clock or time.monotonic
+    sleep = sleep or time.sleep
+    deadline = clock() + wait_s
+    while True:
+        try:
+            return _check_ports_once(conf)
+        except _PortsBusy as e:
+            if clock() >= deadline:
+                holders = [h for h in (port_holder(p) for p in e.ports) if h]
+                raise StartRefused(str(e) + (f"; held by {', '.join(holders)}" if holders
+                                             else "")) from None
+            sleep(PORT_RETRY_S)
+
+
+class _PortsBusy(StartRefused):
+    def __init__(self, message: str, ports: list[int]):
+        super().__init__(message)
+        self.ports = ports
+
+
+def port_holder(port: int) -> str | None:
+    """Who listens on TCP ``port`` (``pid 123 (name) uid 1000``, or ``uid 1000`` when the
+    process is not ours to see), from /proc/net/tcp{,6} and /proc/*/fd; None if unknown."""
+    inodes: dict[str, int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f, None)
+                for line in f:
+                    fields = line.split()
+                    if len(fields) < 10 or fields[3] != "0A":  # 0A: LISTEN
+                        continue
+                    if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        inodes[fields[9]] = int(fields[7])
+        except OSError:
+            continue
+    if not inodes:
+        return None
+    wanted = {f"socket:[{i}]" for i in inodes}
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
+                    try:
+                        with open(f"/proc/{pid}/comm") as f:
+                            name = f.read().strip()
+                    except OSError:
+                        name = "?"
+                    return f"pid {pid} ({name}) uid {next(iter(inodes.values()))}"
+        except OSError:
+            continue
+    return f"uid {next(iter(inodes.values()))} (a process this user cannot see)"
+
+
+def _check_ports_once(conf: BookieConfig) -> None:
+    """One look: ``_PortsBusy`` naming each key whose port something else listens on now.
 
     A probe binds each port as ZeroMQ and http.server do (SO_REUSEADDR, so a port left in
     TIME_WAIT by our own last run counts as free) and lets it go again."""
@@ -75,10 +141,26 @@ def check_ports_free(conf: BookieConfig) -> None:
                         f"{_unprivileged_port_start()} need root or CAP_NET_BIND_SERVICE, and "
                         f"the bookie runs as {_owner(os.geteuid())}; configure a port of "
                         f"{_unprivileged_port_start()} or above") from None
-                busy.append(f"{key}={port}" + (f" ({what})" if what else ""))
+                busy.append((f"{key}={port}" + (f" ({what})" if what else ""), port))
     if busy:
-        raise StartRefused(f"port in use on {host}: {', '.join(busy)}; stop what listens there "
-                           f"or configure another port")
+        raise _PortsBusy(f"port in use on {host}: {', '.join(b for b, _ in busy)}; stop what "
+                         f"listens there or configure another port", [p for _, p in busy])
+
+
+def with_stamped_port(conf: BookieConfig) -> BookieConfig:
+    """``conf`` with ``bookiePort=0`` replaced by the port its directories were stamped with
+    (the bookie id of its cookie), for the tools that act on a stopped bookie (updatecookie,
+    rotatekey): with port 0 its id would read ``host:0``, a bookie that never existed.
+    Unchanged when the port is set or the directories hold no address id."""
+    from bookie.storage.layout import all_dirs, remembered_port
+    if conf.bookie_port != 0:
+        return conf
+    port = remembered_port(all_dirs(conf))
+    if port is None:
+        return conf
+    values = conf.as_dict()
+    values["bookiePort"] = port
+    return BookieConfig(values, conf.warnings)
 
 
 def _unprivileged_port_start() -> int:
@@ -100,12 +182,13 @@ def check_client_security(conf: BookieConfig) -> tuple[str, str] | None:
     admit (under CURVE, how many keys of each role are enrolled)."""
     from bookie.workers.auth import AuthError, load_enrolment, load_secret
 
-    if conf.curve_secret_key_file:
-        if not conf.curve_client_keys_dir:
-            raise StartRefused("curveSecretKeyFile is set but curveClientKeysDirectory is not: "
-                               "no client could be admitted")
+    if conf.curve_secret_key_file and not conf.curve_client_keys_dir:
+        raise StartRefused("curveSecretKeyFile is set but curveClientKeysDirectory is not: "
+                           "no client could be admitted")
+    if conf.curve_client_keys_dir:
         try:
-            load_secret(conf.curve_secret_key_file)
+            if conf.curve_secret_key_file:
+                load_secret(conf.curve_secret_key_file)
             enrolled = load_enrolment(conf.curve_client_keys_dir)
         except AuthError as e:
             raise StartRefused(str(e)) from None
@@ -121,8 +204,9 @@ def check_client_security(conf: BookieConfig) -> tuple[str, str] | None:
                         f"{conf.curve_client_keys_dir}; any other key gets no answer")
     host = conf.listening_interface
     if is_loopback(host):
-        return ("info", "client sockets without CURVE (no curveSecretKeyFile): unauthenticated "
-                        "and unencrypted, reachable from this host only")
+        return ("info", "client sockets under CURVE with the bookie's own key (clients pin it "
+                        "from the registration); no client key enrolled "
+                        "(curveClientKeysDirectory): any client on this host is admitted")
     if not conf.allow_insecure_clients:
         raise StartRefused(f"listeningInterface={host} without CURVE: set curveSecretKeyFile and "
                            f"curveClientKeysDirectory (docs/security.md), or "
@@ -133,7 +217,7 @@ def check_client_security(conf: BookieConfig) -> tuple[str, str] | None:
 def exposure_warning(conf: BookieConfig) -> str | None:
     """The start-up warning of a bookie whose client sockets are reachable beyond loopback
     without CURVE (``allowInsecureClients=true``)."""
-    if is_loopback(conf.listening_interface) or conf.curve_secret_key_file:
+    if is_loopback(conf.listening_interface) or conf.curve_client_keys_dir:
         return None
     return ("client sockets listen beyond loopback with no authentication or encryption "
             "(allowInsecureClients=true): any client that reaches them reads every ledger, and "

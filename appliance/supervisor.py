@@ -60,7 +60,9 @@ from bookie.core import diskcheck
 from bookie.workers.config import BookieConfig
 from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock, run_dir_parent
 from bookie.metadata.recovery_secret import write_secret_file
-from bookie.storage.layout import LayoutError, all_dirs, check_or_stamp, remembered_port
+from bookie.storage import server_key
+from bookie.storage.layout import (PUBLIC_KEY_FIELD, ROTATE_VERB, LayoutError, all_dirs,
+                                   check_or_stamp, local_cookie, remembered_port, without_key)
 from bookie.storage.index_check import check_index
 from bookie.workers.common import log_line as log, wait_exited, worker_preexec
 from bookie.workers.ports import free_port_pair
@@ -155,7 +157,9 @@ class Supervisor:
         if conf.metadata_uri:
             self._open_store()  # a URI naming no store is refused before the disks are stamped
         self._remove_leftovers()
-        cookie = check_or_stamp(conf)
+        # the bookie's keypair (made at its first start) and its public half in the cookie
+        self.public_key = server_key.ensure(conf, local_cookie(conf))
+        cookie = check_or_stamp(conf, self.public_key)
         if conf.metadata_uri:
             self._check_cookie_in_store(cookie)
         secret = self._recovery_secret() if conf.metadata_uri else None
@@ -338,6 +342,19 @@ class Supervisor:
             stored = orjson.loads(raw)
         except ValueError:
             raise LayoutError(f"cookie of {self.conf.bookie_id} in the metadata store is unreadable") from None
+        if isinstance(stored, dict) and without_key(stored) == without_key(cookie):
+            recorded = stored.get(PUBLIC_KEY_FIELD)
+            if recorded and recorded != cookie.get(PUBLIC_KEY_FIELD):
+                raise LayoutError(f"the metadata store's cookie of {self.conf.bookie_id} records "
+                                  f"key {str(recorded)[:8]}... but the bookie's key is "
+                                  f"{str(cookie.get(PUBLIC_KEY_FIELD))[:8]}...; restore the key "
+                                  f"file, or run '{ROTATE_VERB}' to change it on purpose")
+            if not recorded:  # a cookie from before keys: the key is recorded now
+                try:
+                    store.write_cookie(self.conf.bookie_id, orjson.dumps(cookie), _version)
+                except MetadataError as e:
+                    raise LayoutError(f"metadata store {self.conf.metadata_uri}: {e}") from None
+            return
         if stored != cookie:
             diff = sorted(k for k in set(stored) | set(cookie) if stored.get(k) != cookie.get(k))
             raise LayoutError(f"the metadata store holds another cookie for {self.conf.bookie_id} "
@@ -365,7 +382,8 @@ class Supervisor:
         # host and add_port are where clients reach a bookie with a named id (client/resolver.py)
         info = {"add_port": self.conf.bookie_port, "read_port": self.conf.bookie_port + 1,
                 "host": self.conf.bookie_host, "pid": os.getpid(),
-                "location": self.conf.bookie_location}  # placement (client/protocol/placement.py)
+                "location": self.conf.bookie_location,  # placement (client/protocol/placement.py)
+                PUBLIC_KEY_FIELD: self.public_key}  # what clients pin (client/resolver.py)
         try:
             self.registration = self._open_store().register_bookie(
                 self.conf.bookie_id, readonly=self.readonly, info=info)

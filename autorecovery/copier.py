@@ -22,7 +22,7 @@ from typing import NamedTuple
 import zmq
 
 from bookie import wire
-from bookie.client.connection import connect
+from bookie.client.connection import connect_proved
 from bookie.client.resolver import UnresolvedBookieError
 from bookie.wire import Flag, Op, Status
 
@@ -82,9 +82,13 @@ class Bookies:
         self.resolver = resolver
         self.timeout_ms = int(timeout_s * 1000)
         self._socks: dict[tuple[str, int], zmq.Socket] = {}
+        self._proofs: dict[tuple[str, int], object] = {}  # connection.Proof of each socket
         self._ids = itertools.count(1)
 
     def close(self) -> None:
+        for p in self._proofs.values():
+            p.close()
+        self._proofs.clear()
         for s in self._socks.values():
             s.close(linger=0)
         self._socks.clear()
@@ -97,14 +101,20 @@ class Bookies:
         sock = self._socks.get(key)
         if sock is None:
             try:
-                sock = connect(self.ctx, bookie, int(read), self.curve, resolver=self.resolver)
+                sock, proof = connect_proved(self.ctx, bookie, int(read), self.curve,
+                                             resolver=self.resolver)
             except UnresolvedBookieError as e:
                 raise CopyError(str(e)) from None
             self._socks[key] = sock
+            self._proofs[key] = proof
         return sock
 
     def _drop(self, bookie: str, read: bool) -> None:
         sock = self._socks.pop((bookie, int(read)), None)
+        proof = self._proofs.pop((bookie, int(read)), None)
+        if proof is not None:
+            proof.failed()  # a server that could not prove the key: said once, as down
+            proof.close()
         if sock is not None:
             sock.close(linger=0)
         if self.resolver is not None:

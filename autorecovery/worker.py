@@ -22,6 +22,7 @@ import random
 import signal
 import time
 
+from bookie.storage import server_key
 from bookie.autorecovery.auditor import Auditor
 from bookie.autorecovery.replicator import HEALED, LOST, RETRY, WAIT, Replicator
 from bookie.metadata import MetadataError, open_metadata
@@ -30,12 +31,16 @@ from bookie.workers.common import log_line
 
 
 def curve_keys(conf) -> dict:
-    """The client keys autorecovery speaks CURVE with: the bookie's own keypair, pinning
-    ``curveServerKeys`` (both set, else none: then bookies with CURVE refuse it)."""
-    if not (conf.curve_secret_key_file and conf.curve_server_keys):
-        return {}
-    return {"curveSecretKeyFile": conf.curve_secret_key_file,
-            "curveServerKeys": conf.curve_server_keys}
+    """The client keys autorecovery speaks CURVE with: the bookie's own keypair
+    (``curveSecretKeyFile``, else the key the bookie made: ``bookie.storage.server_key``),
+    which other bookies enrol as admin; the bookies' keys come from their registrations, and
+    ``curveServerKeys`` only pins those whose registration publishes none."""
+    path = server_key.key_path(conf)
+    # a standalone ``bookie autorecovery`` beside no bookie has no key file: an ephemeral key
+    keys = {"curveSecretKeyFile": path} if os.path.exists(path) else {}
+    if conf.curve_server_keys:
+        keys["curveServerKeys"] = conf.curve_server_keys
+    return keys
 
 def placement_of(conf):
     """The replacement rule of ``ensemblePlacementPolicy`` (the client's own,

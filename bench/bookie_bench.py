@@ -204,11 +204,13 @@ class BookieConnection:
     """A DEALER to one bookie's add socket.  Every wait is bounded by ``timeout_s``."""
 
     def __init__(self, ctx: zmq.Context, bookie: str, timeout_s: float, port_offset: int = 0,
-                 curve=None):
-        """``curve``: a ``bookie.client.auth.ClientCurve`` for a bookie that speaks CURVE."""
+                 curve=None, resolver=None):
+        """``curve``: the client's keys (``bookie.client.auth.ClientCurve``); ``resolver``: a
+        ``bookie.client.resolver.BookieResolver`` over the bookie's store, where its address and
+        the key it proves are read (None: ``bookie`` is an address, its key from ``curve``)."""
         self.bookie = bookie
         self.timeout_s = timeout_s
-        self.sock = connect(ctx, bookie, port_offset, curve, unbounded=True)
+        self.sock = connect(ctx, bookie, port_offset, curve, unbounded=True, resolver=resolver)
 
     def close(self) -> None:
         self.sock.close(0)
@@ -365,13 +367,15 @@ def run(params: dict, bookie: str, *, emit=None, data_dir: str | None = None,
     from bookie.client.auth import client_curve
     from bookie.client.config import ClientConfig
     curve = client_curve(ClientConfig.build(params.get("client_keys") or {}))
-    conn = BookieConnection(ctx, bookie, params["timeout"], curve=curve)
-    store = ledgers = None
+    store = ledgers = conn = None
     try:
-        host["bookie_info"] = conn.info()
-        if metadata_uri:
+        if metadata_uri:  # the bookie's registration names its address and key (issue 30)
+            from bookie.client.resolver import BookieResolver
             from bookie.metadata import open_metadata
             store = open_metadata(metadata_uri, timeout_s=params["timeout"])
+        conn = BookieConnection(ctx, bookie, params["timeout"], curve=curve,
+                                resolver=BookieResolver(store) if store is not None else None)
+        host["bookie_info"] = conn.info()
         ledgers = Ledgers.new(params["ledgers"], store, bookie)
         phases = {}
         clock = time.monotonic_ns
@@ -394,7 +398,8 @@ def run(params: dict, bookie: str, *, emit=None, data_dir: str | None = None,
         phases["pipelined"] = run_phase(conn, batcher, Meter("pipelined", emit=emit), pipe,
                                         params["time"])
     finally:
-        conn.close()
+        if conn is not None:
+            conn.close()
         ctx.term()
         if store is not None:
             if ledgers is not None:

@@ -1,10 +1,19 @@
-"""The client's CURVE keys: its own keypair and the bookie public keys it pins.
+"""The client's CURVE keys: its own keypair, and the bookie key each connection pins.
 
-``curveSecretKeyFile`` is the client's secret key file (NAME.key_secret from ``bookie shell
-genkey``; its public half is what the bookie operator enrols).  ``curveServerKeys`` pins the
-bookies: a public key file used for every bookie, or a directory holding one ``HOST_PORT.key``
-per bookie (its id with ``:`` as ``_``).  A bookie whose key is not pinned is not connected to
-unencrypted: its socket gets no server key and every request to it times out, as to a dead one.
+Every connection to a bookie is a CURVE client (DESIGN.md, "Identity"): the server must prove
+the public key the bookie's registration publishes (``bookie.client.resolver``), or the
+handshake fails and nothing is ever sent to it.
+
+The client's own key: ``curveSecretKeyFile`` (NAME.key_secret from ``bookie shell genkey``;
+its public half is what the bookie operator enrols, with a role) where bookies enrol client
+keys (``curveClientKeysDirectory``); otherwise an *ephemeral* keypair made for this client,
+which a bookie without enrolment admits and never takes for an identity (shares and quotas go
+by the peer's address).
+
+``curveServerKeys`` (optional) pins bookies whose registration publishes no key (bookies from
+before keys, spoken to in the clear otherwise until they restart and publish theirs) and
+bookies reached without a metadata store: a public key file used for every bookie, or a directory holding one
+``HOST_PORT.key`` per bookie (its id with ``:`` as ``_``).  A published key always wins.
 """
 
 from __future__ import annotations
@@ -18,15 +27,25 @@ from bookie.client.errors import InvalidArgumentError
 
 
 class ClientCurve:
-    def __init__(self, secret_key_file: str, server_keys: str):
-        try:
-            self.public, self.secret = zmq.auth.load_certificate(secret_key_file)
-        except (OSError, ValueError) as e:
-            raise InvalidArgumentError(f"curveSecretKeyFile={secret_key_file}: {e}") from None
-        if not self.secret:
-            raise InvalidArgumentError(f"curveSecretKeyFile={secret_key_file} holds no secret key")
+    """Args:
+        secret_key_file: the client's enrolled key; "" makes an ephemeral one.
+        server_keys: ``curveServerKeys`` ("" none).
+    """
+
+    def __init__(self, secret_key_file: str = "", server_keys: str = ""):
+        if secret_key_file:
+            try:
+                self.public, self.secret = zmq.auth.load_certificate(secret_key_file)
+            except (OSError, ValueError) as e:
+                raise InvalidArgumentError(f"curveSecretKeyFile={secret_key_file}: {e}") from None
+            if not self.secret:
+                raise InvalidArgumentError(f"curveSecretKeyFile={secret_key_file} holds no secret key")
+        else:
+            self.public, self.secret = zmq.curve_keypair()
+        self.ephemeral = not secret_key_file  # never an identity at the bookie
         self.server_keys = server_keys
-        self.shared = None if os.path.isdir(server_keys) else self._load(server_keys)
+        self.shared = None if not server_keys or os.path.isdir(server_keys) \
+            else self._load(server_keys)
 
     @staticmethod
     def _load(path: str) -> bytes | None:
@@ -36,24 +55,32 @@ class ClientCurve:
             return None
 
     def server_key(self, bookie: str) -> bytes | None:
+        """The key ``curveServerKeys`` pins for ``bookie`` (None: none)."""
+        if not self.server_keys:
+            return None
         if self.shared is not None:
             return self.shared
         return self._load(os.path.join(self.server_keys, bookie.replace(":", "_") + ".key"))
 
-    def apply(self, sock, bookie: str) -> None:
-        """Make ``sock`` (not yet connected) a CURVE client of ``bookie``."""
+    def apply(self, sock, bookie: str, published: bytes | None = None) -> bool:
+        """Make ``sock`` (not yet connected) a CURVE client of ``bookie``, pinning
+        ``published`` (the key its registration names), else the configured one.
+
+        No key known (``published`` ``b""``: a registration from before keys; None: no store
+        was asked, an address given by hand; and no ``curveServerKeys``): the socket is left
+        in the clear, which only a bookie from before keys answers; returns False then, else
+        True."""
+        if not published and self.server_key(bookie) is None:
+            return False
         sock.setsockopt(zmq.CURVE_PUBLICKEY, self.public)
         sock.setsockopt(zmq.CURVE_SECRETKEY, self.secret)
-        # no pinned key: a key that no bookie holds, so the handshake fails rather than the
-        # socket falling back to the clear
-        sock.setsockopt(zmq.CURVE_SERVERKEY, self.server_key(bookie) or self.public)
+        sock.setsockopt(zmq.CURVE_SERVERKEY, published or self.server_key(bookie))
+        return True
 
 
-def client_curve(cfg) -> ClientCurve | None:
-    if not cfg.curveSecretKeyFile and not cfg.curveServerKeys:
-        return None
-    if not (cfg.curveSecretKeyFile and cfg.curveServerKeys):
-        raise InvalidArgumentError("curveSecretKeyFile and curveServerKeys go together")
-    if not os.path.exists(cfg.curveServerKeys):
+def client_curve(cfg) -> ClientCurve:
+    """The client's CURVE keys as ``cfg`` configures them (always some: an ephemeral key when
+    ``curveSecretKeyFile`` is not set).  Raises InvalidArgumentError for unusable files."""
+    if cfg.curveServerKeys and not os.path.exists(cfg.curveServerKeys):
         raise InvalidArgumentError(f"curveServerKeys={cfg.curveServerKeys}: no such file or directory")
     return ClientCurve(cfg.curveSecretKeyFile, cfg.curveServerKeys)

@@ -4,15 +4,36 @@ A bookie serves adds (and WRITE_LAC, INFO) on its port and reads (READ, READ_LAC
 port + 1 (``bookie.wire``).  Every piece that talks to bookies opens its sockets here: the
 client's I/O thread, autorecovery's copier, ``bookie.testing.rawclient`` and the benchmarks, so
 that the options a bookie connection needs (no linger, CURVE by the bookie's key, the queue
-bounds) are set once, and a bookie id becomes an address in one place (``bookie.client.resolver``).
+bounds) are set once, and a bookie id becomes an address and a pinned key in one place
+(``bookie.client.resolver``).
+
+Every connection is a CURVE client pinning the key the bookie's registration publishes
+(``bookie.client.auth``): a server that cannot prove it fails the handshake, and ZeroMQ never
+sends it a request; to the caller it is a bookie that does not answer (down).  ``Proof``
+watches a connection's handshakes so the caller can say so at once: once, at warning level,
+per id and address (``proof_failed``), and drop the socket rather than wait out a timeout.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+
 import zmq
 
+from bookie.client.auth import ClientCurve
 from bookie.client.resolver import ADDRESSES_ONLY, BookieResolver
 from bookie.metadata.bookie_ids import split_address
+
+log = logging.getLogger("bookie.client")
+
+# What a server that cannot prove the pinned key causes: it cannot open the client's HELLO
+# (no detail), or it speaks another mechanism (protocol).  A bookie that denies the client's
+# own key (``curveClientKeysDirectory``: AUTH) did prove its key: not a failed proof.
+HANDSHAKE_FAILED = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+_warned: set[tuple[str, str]] = set()  # (id, address) said once already
+_warned_lock = threading.Lock()
+_ephemeral: ClientCurve | None = None
 
 ADD, READ = 0, 1  # port offsets of the bookie's add and read sockets
 
@@ -31,16 +52,27 @@ def connect(ctx: zmq.Context, bookie: str, kind: int = ADD, curve=None, unbounde
 
     Args:
         bookie: the bookie's id, as ensembles name it (``host:port``, or a ``bookieId``).
-        curve: a ``bookie.client.auth.ClientCurve`` when the bookie speaks CURVE (its key is
-            pinned by id).
+        curve: the client's keys (``bookie.client.auth.ClientCurve``); None: an ephemeral
+            keypair of this process.  The server key pinned is the one the resolver finds.
         unbounded: no ZeroMQ high-water marks (the caller bounds what it has in flight).
         keepalive: TCP keepalive (long-lived connections of the client's I/O thread).
-        resolver: where named ids are looked up (``bookie.client.resolver``); None: address
-            ids only.
+        resolver: where ids are looked up (``bookie.client.resolver``); None: address ids
+            only, with no key published (``curve`` must pin one: ``curveServerKeys``).
     Raises:
-        UnresolvedBookieError (a ValueError): no address is known for ``bookie``.
+        UnresolvedBookieError (a ValueError): ``bookie`` is not registered (down), or no
+            address is known for it.
     """
-    host, port = (resolver or ADDRESSES_ONLY).address(bookie)
+    return connect_proved(ctx, bookie, kind, curve, unbounded, keepalive, resolver,
+                          watch=False)[0]
+
+
+def connect_proved(ctx: zmq.Context, bookie: str, kind: int = ADD, curve=None,
+                   unbounded: bool = False, keepalive: bool = False,
+                   resolver: BookieResolver | None = None, watch: bool = True):
+    """``connect``, and a ``Proof`` watching the connection's handshakes (None without
+    ``watch``).  Returns ``(socket, proof)``."""
+    target = (resolver or ADDRESSES_ONLY).resolve(bookie)
+    host, port = target.host, target.port
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     if unbounded:
@@ -48,7 +80,68 @@ def connect(ctx: zmq.Context, bookie: str, kind: int = ADD, curve=None, unbounde
         sock.setsockopt(zmq.RCVHWM, 0)
     if keepalive:
         sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
-    if curve is not None:
-        curve.apply(sock, bookie)
+    if not (curve or _ephemeral_curve()).apply(sock, bookie, target.key):
+        if target.key is None:  # an address given by hand, no store asked: the caller's choice
+            log.debug("no key known for bookie %s (no metadata store): spoken to in the clear",
+                      bookie)
+        else:
+            _say_once(bookie, f"{host}:{port}", "the bookie's registration publishes no key (a "
+                      "bookie from before keys): spoken to in the clear until it restarts",
+                      logging.INFO)
+    proof = Proof(sock, bookie, f"{host}:{port + kind}") if watch else None
     sock.connect(f"tcp://{host}:{port + kind}")
-    return sock
+    return sock, proof
+
+
+class Proof:
+    """The handshakes of one connection: did the server prove the pinned key?"""
+
+    __slots__ = ("monitor", "bookie", "address")
+
+    def __init__(self, sock: zmq.Socket, bookie: str, address: str):
+        self.monitor = sock.get_monitor_socket(HANDSHAKE_FAILED)
+        self.bookie = bookie
+        self.address = address
+
+    def failed(self) -> bool:
+        """True if a handshake failed since the last look (says so once per id and address);
+        never waits."""
+        failed = False
+        while True:
+            try:
+                frames = self.monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            except zmq.ZMQError:
+                break
+            if frames:
+                failed = True
+        if failed:
+            proof_failed(self.bookie, self.address)
+        return failed
+
+    def close(self) -> None:
+        self.monitor.close(0)
+
+
+def proof_failed(bookie: str, address: str) -> None:
+    """Say once, at warning level, that what answers at ``address`` did not prove ``bookie``'s
+    key: it is treated as ``bookie`` being down."""
+    _say_once(bookie, address, "server failed the proof of the bookie's key; treated as down",
+              logging.WARNING)
+
+
+def _say_once(bookie: str, address: str, message: str, level: int) -> None:
+    with _warned_lock:
+        if (bookie, address) in _warned:
+            return
+        _warned.add((bookie, address))
+    log.log(level, message, extra={"fields": {"bookie": bookie, "address": address}})
+
+
+def _ephemeral_curve() -> ClientCurve:
+    """A keypair of this process for connections made without one (never an identity)."""
+    global _ephemeral
+    if _ephemeral is None:
+        _ephemeral = ClientCurve()
+    return _ephemeral

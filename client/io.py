@@ -52,7 +52,7 @@ import numpy as np
 import zmq
 
 from bookie import wire
-from bookie.client.connection import connect
+from bookie.client.connection import connect_proved
 from bookie.client.resolver import ADDRESSES_ONLY, UnresolvedBookieError
 from bookie.client.errors import BookKeeperError, ClientClosedError
 from bookie.client.pacing import ReadPacer
@@ -141,6 +141,8 @@ class IOThread:
         self._outbox: dict = {}  # (driver, bookie, recovery) -> [ids, entries, bytes]
         self._sockets: dict = {}  # (bookie, kind) -> socket
         self._socket_keys: dict = {}  # socket -> (bookie, kind)
+        self._proofs: dict = {}  # a socket's handshake monitor -> (Proof, bookie, kind)
+        self._proof_of: dict = {}  # socket -> its Proof
         self._drivers: set[Driver] = set()
         # bookie -> when a request to it last timed out or could not be sent; cleared by its
         # next answer.  Reads start each entry at a replica not in here (slow-bookie avoidance).
@@ -324,12 +326,27 @@ class IOThread:
     def _socket(self, bookie: str, kind: int):
         sock = self._sockets.get((bookie, kind))
         if sock is None:
-            sock = connect(self._ctx, bookie, PORT_OFFSET[kind], self.curve, unbounded=True, keepalive=True,
-                           resolver=self.resolver)
+            sock, proof = connect_proved(self._ctx, bookie, PORT_OFFSET[kind], self.curve,
+                                         unbounded=True, keepalive=True, resolver=self.resolver)
             self._sockets[(bookie, kind)] = sock
             self._socket_keys[sock] = (bookie, kind)
             self._poller.register(sock, zmq.POLLIN)
+            self._proofs[proof.monitor] = (proof, bookie, kind)
+            self._proof_of[sock] = proof
+            self._poller.register(proof.monitor, zmq.POLLIN)
         return sock
+
+    def _proof_event(self, monitor) -> None:
+        """A handshake of a bookie's socket failed: the server there could not prove the key
+        the bookie's registration publishes.  Nothing was sent to it; the bookie is down to
+        this client (connection.Proof said so once), its requests fail now, and its
+        registration is read again."""
+        proof, bookie, kind = self._proofs[monitor]
+        if not proof.failed():
+            return
+        self._suspects[bookie] = time.monotonic()
+        self._reset_socket(bookie, kind)
+        self.resolver.forget(bookie)
 
     SUSPECT_FOR_S = 60.0
     curve = None  # client/auth.py ClientCurve, set by the BookKeeper client when configured
@@ -362,6 +379,12 @@ class IOThread:
             return
         self._poller.unregister(sock)
         del self._socket_keys[sock]
+        proof = self._proof_of.pop(sock, None)
+        if proof is not None:
+            self._poller.unregister(proof.monitor)
+            del self._proofs[proof.monitor]
+            sock.disable_monitor()
+            proof.close()
         sock.close(0)
         stale = [rid for rid, req in self._inflight.items() if req.key == (bookie, kind)]
         for rid in stale:
@@ -449,6 +472,7 @@ class IOThread:
             self._suspects[a.bookie] = time.monotonic()
             driver.event(_response(a, A.UNREACHABLE))
             self._reset_socket(a.bookie, kind)
+            self.resolver.forget(a.bookie)  # registered again, or elsewhere, meanwhile?
 
     def _flush(self) -> None:
         """Send what ``execute`` merged: per (driver, bookie, recovery) as few ADD messages as
@@ -545,6 +569,8 @@ class IOThread:
                     os.eventfd_read(self._wake_fd)
                 except BlockingIOError:
                     pass
+            elif sock in self._proofs:
+                self._proof_event(sock)
             else:
                 self._receive(sock)
         self._woken = False  # before draining: a later submit wakes us again
@@ -579,6 +605,8 @@ class IOThread:
                     log.exception("error aborting an operation")
             while inbox:
                 inbox.popleft()
+            for proof in list(self._proof_of.values()):
+                proof.close()
             for sock in list(self._socket_keys):
                 sock.close(0)
             self._ctx.term()

@@ -9,6 +9,10 @@ Every configured directory (journal, ledger, index) holds a ``current/`` subdire
   is ``bookieId`` when one is configured, and then the cookie names no address: the bookie may
   move to another host or port with its directories (``bookie.metadata.bookie_ids``); without
   it the id is the address ``host:port``, and a changed address is a changed cookie.
+- ``curve_public_key`` in the cookie: the bookie's public CURVE key (``server_key.py``), the
+  one clients pin.  A cookie from before keys has none; the next start records it there (in
+  every directory and in the store) rather than refusing.  A cookie whose key differs from the
+  bookie's key file is refused, naming ``bookie shell rotatekey``.
 - ``JOURNAL`` (journal directories only): which journal of the bookie this directory holds,
   ``{"instance_id": ..., "journal": i}``.  The cookie is the same in every directory, so it
   cannot tell two journal disks mounted the other way round; this can, and such a start is
@@ -37,6 +41,9 @@ import orjson
 from bookie.metadata.bookie_ids import split_address
 
 LAYOUT_VERSION = 1
+KEY_FILE = "bookie.key_secret"  # the bookie's own CURVE keypair, in its journal's current/ (server_key.py)
+PUBLIC_KEY_FIELD = "curve_public_key"  # the cookie's record of the bookie's public key
+ROTATE_VERB = "bookie shell rotatekey"  # the one way to change a bookie's key
 
 
 class LayoutError(RuntimeError):
@@ -58,7 +65,7 @@ def all_dirs(conf) -> list[str]:
     return out
 
 
-def expected_cookie(conf, instance_id: str) -> dict:
+def expected_cookie(conf, instance_id: str, public_key: str | None = None) -> dict:
     cookie = {
         "layout_version": LAYOUT_VERSION,
         "bookie_id": conf.bookie_id,
@@ -69,7 +76,15 @@ def expected_cookie(conf, instance_id: str) -> dict:
     }
     if len(conf.journal_dirs) > 1:  # one journal: the cookie of a one-journal bookie, as before
         cookie["journal_dirs"] = [os.path.realpath(d) for d in conf.journal_dirs]
+    if public_key:
+        cookie[PUBLIC_KEY_FIELD] = public_key
     return cookie
+
+
+def without_key(cookie: dict) -> dict:
+    """The cookie as compared for "same disk set, same configuration": its key apart (a key is
+    checked on its own, so that a cookie from before keys is upgraded, not refused)."""
+    return {k: v for k, v in cookie.items() if k != PUBLIC_KEY_FIELD}
 
 
 JOURNAL_STAMP = "JOURNAL"
@@ -129,12 +144,16 @@ def _has_data(cur: str) -> bool:
         names = os.listdir(cur)
     except FileNotFoundError:
         return False
-    return any(n not in ("VERSION", "cookie", "cookie.tmp", JOURNAL_STAMP, JOURNAL_STAMP + ".tmp")
+    return any(n not in ("VERSION", "cookie", "cookie.tmp", JOURNAL_STAMP, JOURNAL_STAMP + ".tmp",
+                         KEY_FILE, KEY_FILE + ".tmp")
                for n in names)
 
 
-def check_or_stamp(conf) -> dict:
+def check_or_stamp(conf, public_key: str | None = None) -> dict:
     """Verify the cookies of every directory, or stamp them on a first start.
+
+    ``public_key``: the bookie's public key (``server_key.ensure``), recorded in the cookie;
+    a cookie without one gets it (module doc), one with another is refused.
 
     Returns:
         the cookie (a dict).
@@ -162,7 +181,7 @@ def check_or_stamp(conf) -> dict:
             if _has_data(current_dir(d)):
                 raise LayoutError(f"{d}: holds bookie data but no cookie; refusing to start "
                                   f"(run 'bookie shell bookieformat' to wipe it)")
-        cookie = expected_cookie(conf, uuid.uuid4().hex)
+        cookie = expected_cookie(conf, uuid.uuid4().hex, public_key)
         for d in dirs:
             cur = current_dir(d)
             os.makedirs(cur, mode=0o700, exist_ok=True)
@@ -171,25 +190,49 @@ def check_or_stamp(conf) -> dict:
         _check_or_stamp_journals(conf, cookie["instance_id"])
         return cookie
     instance = cookies[0].get("instance_id", "")
-    want = expected_cookie(conf, instance)
+    want = expected_cookie(conf, instance, public_key)
     for d, c in found.items():
         if c is None:
             raise LayoutError(f"{d}: has no cookie while the bookie's other directories do "
                               f"(a new or replaced disk?); refusing to start. Restore the "
                               f"directory, or wipe the bookie with 'bookie shell bookieformat'")
     for d, c in found.items():
-        if c != want:
+        if without_key(c) != without_key(want):
             diff = sorted(k for k in set(c) | set(want) if c.get(k) != want.get(k))
             raise LayoutError(f"{d}: cookie does not match this bookie's configuration "
                               f"(differs in: {', '.join(diff)}); missing disks or directories? "
                               f"Restore the configuration, or wipe with 'bookie shell bookieformat'")
+    for d, c in found.items():
+        recorded = c.get(PUBLIC_KEY_FIELD)
+        if public_key and recorded and recorded != public_key:
+            raise LayoutError(f"{d}: its cookie records key {str(recorded)[:8]}... but the bookie's "
+                              f"key is {public_key[:8]}... (clients pin the recorded one); restore "
+                              f"the key file, or run '{ROTATE_VERB}' to change it on purpose")
+    if public_key:
+        for d, c in found.items():
+            if c.get(PUBLIC_KEY_FIELD) != public_key:  # a cookie from before keys: record it
+                _write_atomic(os.path.join(current_dir(d), "cookie"), orjson.dumps(want))
     _check_or_stamp_journals(conf, instance)
-    return want
+    return want if public_key else {**want, **{k: v for k, v in cookies[0].items()
+                                               if k == PUBLIC_KEY_FIELD}}
+
+
+def rewrite_cookies(conf, cookie: dict) -> None:
+    """Write ``cookie`` into every directory of the bookie (``rotatekey``, with the bookie
+    stopped: the caller holds the directory lock)."""
+    for d in all_dirs(conf):
+        if os.path.exists(os.path.join(current_dir(d), "cookie")):
+            _write_atomic(os.path.join(current_dir(d), "cookie"), orjson.dumps(cookie))
 
 
 def local_cookie(conf) -> dict | None:
     """The cookie in the bookie's journal directory, or None when there is none (yet)."""
-    cookie = _read_json(os.path.join(current_dir(conf.journal_dir), "cookie"))
+    return cookie_in(conf.journal_dir)
+
+
+def cookie_in(directory: str) -> dict | None:
+    """The cookie a bookie directory holds, or None."""
+    cookie = _read_json(os.path.join(current_dir(directory), "cookie"))
     return cookie if isinstance(cookie, dict) else None
 
 

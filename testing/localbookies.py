@@ -21,9 +21,10 @@ import sys
 import tempfile
 import time
 
+from bookie.testing.rawclient import forget_store, learn_key, learn_store
 from bookie.workers.common import set_pdeathsig, wait_exited
 from bookie.workers.ports import reserve_port_pair
-from bookie.storage.layout import remembered_port
+from bookie.storage.layout import PUBLIC_KEY_FIELD, cookie_in, remembered_port
 from bookie.workers.config import SECRET_KEYS
 
 
@@ -96,6 +97,7 @@ class LocalBookies:
         # wait_serving wakes on it instead of finding the log line at its next look.
         self._notify_dir: str | None = None
         self._notify: list[socket.socket | None] = [None] * n
+        self._learnt: str | None = None  # the store raw clients look bookies up in (rawclient)
 
     # -- paths -------------------------------------------------------------------------------------
     def bookie_dir(self, i: int) -> str:
@@ -200,6 +202,7 @@ class LocalBookies:
     def start(self, i: int, wait: bool = True) -> None:
         if self.procs[i] is not None and self.procs[i].poll() is None:
             raise LocalBookieError(f"bookie {i} is already running")
+        self._learn_store()
         o = self.overrides(i)
         for d in [*self.journal_dirs(i), *o["ledgerDirectories"].split(","),
                   *o.get("indexDirectories", "").split(",")]:
@@ -260,13 +263,22 @@ class LocalBookies:
                 f.seek(start_at)
                 text = f.read()
                 if b"supervisor: bookie serving" in text or b'"event":"bookie serving"' in text:
-                    return
+                    return self._learn_key(i)
             if notify is None:
                 time.sleep(0.05)
                 continue
             if select.select([notify], [], [], 0.05)[0] and _ready(notify):
-                return
+                return self._learn_key(i)
         raise LocalBookieError(f"bookie {i} not serving after {self.start_timeout_s} s:\n{self.log(i)[-3000:]}")
+
+    def _learn_key(self, i: int) -> None:
+        """A bookie run without a metadata store publishes its key nowhere: raw clients take
+        it from its cookie (the key it proves), as they would from its registration."""
+        if self.conf.get("metadataServiceUri", self.metadata_uri):
+            return
+        cookie = cookie_in(self.journal_dirs(i)[0]) or {}
+        key = cookie.get(PUBLIC_KEY_FIELD)
+        learn_key(f"{self.hosts[i]}:{self.ports[i]}", key.encode("ascii") if key else None)
 
     def stop(self, i: int, timeout_s: float = 30.0) -> int:
         """SIGTERM bookie i and wait; returns its exit status."""
@@ -364,7 +376,23 @@ class LocalBookies:
         except OSError:
             return ""
 
+    def _learn_store(self) -> None:
+        """Let ``RawBookieClient(bookie_id)`` find these bookies' registrations (their
+        addresses and keys) with no further argument (bookie.testing.rawclient)."""
+        uri = self.conf.get("metadataServiceUri", self.metadata_uri)
+        if self._learnt is not None or not uri:
+            return
+        from bookie.metadata import MetadataError
+        try:
+            learn_store(uri, self.zk_security())
+        except MetadataError:
+            return  # a store not made yet, or not for us: raw clients then need a resolver
+        self._learnt = uri
+
     def close(self) -> None:
+        if self._learnt is not None:
+            forget_store(self._learnt)
+            self._learnt = None
         for i in range(self.n):
             if self.running(i):
                 self.procs[i].send_signal(signal.SIGTERM)

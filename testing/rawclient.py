@@ -1,5 +1,10 @@
 """A minimal synchronous wire-protocol client for one bookie: for tests and diagnostics.
 
+It reaches a bookie as the replication client does: the bookie's registration names its
+address and the key it must prove (``bookie.client.resolver``), looked up in the store of the
+``LocalBookies`` of this process when no resolver is given (``learn_store``), so
+``RawBookieClient(ens.bookies[0])`` needs nothing more.
+
 It bypasses every quorum rule (that is the replication client's job, ``bookie.client``) and
 speaks the frames of ``bookie.wire`` directly, one request at a time or pipelined.
 
@@ -19,6 +24,7 @@ import zmq
 
 from bookie import wire
 from bookie.client.connection import ADD, READ, connect
+from bookie.client.resolver import BookieResolver, UnresolvedBookieError
 from bookie.wire import Flag, Op, Status
 
 
@@ -26,14 +32,75 @@ class BookieTimeout(TimeoutError):
     pass
 
 
+# Metadata stores this process's bookies register in (``LocalBookies`` adds its own while it
+# runs): a raw client given no resolver finds its bookie's registration, address and key there,
+# as the replication client does.  URI -> [BookieResolver, store, how many learnt it].
+_stores: dict[str, list] = {}
+
+
+def learn_store(metadata_uri: str, zk_security=None) -> None:
+    """Let raw clients made with no resolver look bookies up in ``metadata_uri`` (until as
+    many ``forget_store`` calls).  Raises MetadataError when the store cannot be opened."""
+    if not metadata_uri:
+        return
+    entry = _stores.get(metadata_uri)
+    if entry is None:
+        from bookie.metadata import open_metadata
+        store = open_metadata(metadata_uri, zk_security=zk_security)
+        entry = _stores[metadata_uri] = [BookieResolver(store), store, 0]
+    entry[2] += 1
+
+
+def forget_store(metadata_uri: str) -> None:
+    """Undo one ``learn_store`` (``LocalBookies.close``)."""
+    entry = _stores.get(metadata_uri)
+    if entry is None:
+        return
+    entry[2] -= 1
+    if entry[2] <= 0:
+        del _stores[metadata_uri]
+        entry[0].close()
+        entry[1].close()
+
+
+_keys: dict[str, bytes] = {}  # address -> key of a bookie run without a store (learn_key)
+
+
+def learn_key(address: str, public_key: bytes | None) -> None:
+    """The key of the bookie at ``address``, run without a metadata store (no registration
+    publishes it): ``LocalBookies`` reads it from the bookie's cookie.  None: forget it."""
+    if public_key is None:
+        _keys.pop(address, None)
+    else:
+        _keys[address] = public_key
+
+
+def known_resolver(bookie_id: str):
+    """The resolver of a learnt store where ``bookie_id`` is registered now, else one that
+    pins a learnt key (``learn_key``), else None."""
+    if bookie_id in _keys:
+        return BookieResolver(None, pinned={bookie_id: _keys[bookie_id]})
+    for resolver, _store, _n in list(_stores.values()):
+        try:
+            resolver.resolve(bookie_id, fresh=True)  # a raw client reads the registration afresh
+            return resolver
+        except UnresolvedBookieError:
+            continue
+    return None
+
+
 class RawBookieClient:
     def __init__(self, bookie_id: str, timeout_s: float = 10.0, ctx: zmq.Context | None = None,
                  curve=None, resolver=None):
-        """``curve``: a ``bookie.client.auth.ClientCurve`` to speak CURVE with the bookie.
-        ``resolver``: a ``bookie.client.resolver.BookieResolver`` to reach a bookie by its
-        ``bookieId`` (None: ``bookie_id`` is its address ``host:port``)."""
+        """``curve``: the client's keys (a ``bookie.client.auth.ClientCurve``; None: an
+        ephemeral keypair).  ``resolver``: a ``bookie.client.resolver.BookieResolver`` over the
+        metadata store where the bookie registers (its address and the key it must prove);
+        None: the stores of this process's ``LocalBookies`` (``learn_store``), else
+        ``bookie_id`` is an address and ``curve`` pins the key (``curveServerKeys``)."""
         self.ctx = ctx or zmq.Context.instance()
         self.timeout_ms = int(timeout_s * 1000)
+        if resolver is None:
+            resolver = known_resolver(bookie_id)
         self.add_sock = connect(self.ctx, bookie_id, ADD, curve, resolver=resolver)
         self.read_sock = connect(self.ctx, bookie_id, READ, curve, resolver=resolver)
         self._ids = itertools.count(1)

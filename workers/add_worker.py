@@ -158,7 +158,7 @@ def run(ctx) -> int:
     storage.table.verify = server.owners.verified
     # one principal holds at most a share of the pending adds; flooding connections are shut
     server.refusals = RefusalBudget(REFUSALS_PER_CONNECTION_PER_S, cap, server.log_shut)
-    server.pending = JournalAnswers(len(rings), conf.max_pending_adds, principal_of(bool(curve)),
+    server.pending = JournalAnswers(len(rings), conf.max_pending_adds, principal_of(curve.enrolled),
                                     server.refusals)
     server.machine.answers = server.pending
     ctx.log("add worker ready", port=conf.bookie_port, position=ring.get(WRITE))

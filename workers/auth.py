@@ -2,9 +2,21 @@
 
 Theory of operation
 -------------------
-With ``curveSecretKeyFile`` set, both client sockets (add, read) are CURVE servers: every
-connection is encrypted and the client proves it holds the secret half of a public key.  Which
-keys may connect is decided by a ZAP handler, a thread of the worker bound to ZeroMQ's
+Both client sockets (add, read) are always CURVE servers with the bookie's own keypair
+(``bookie.storage.server_key``: ``curveSecretKeyFile`` when set, else the key the bookie made at
+its first start), the key its registration publishes and clients pin: whatever answers on the
+bookie's ports without that key is treated as down by every client.  Every connection is
+encrypted.  ``ServerCurve`` sets that up, once per worker: ``server_curve(conf)``, then
+``start`` before binding, ``secure`` on each client socket, ``stop`` before the context ends.
+
+Without ``curveClientKeysDirectory`` no client key is enrolled: any client key is admitted (a
+client makes an ephemeral one), no ZAP handler runs, and the principal of a request stays its
+peer address (``bookie.core.shares``): an ephemeral key is never an identity.  This is what a
+bookie on loopback does by default (``appliance.startchecks`` refuses it beyond loopback unless
+``allowInsecureClients``).
+
+With ``curveClientKeysDirectory`` set, the client also proves it holds the secret half of an
+enrolled public key.  Which keys may connect is decided by a ZAP handler, a thread of the worker bound to ZeroMQ's
 ``inproc://zeromq.zap.01`` in the worker's context: ZeroMQ asks it once per connection, during the
 handshake.  A key not enrolled is denied there, the handshake fails, and the connection never
 carries a request: an unknown key gets no answer at all.
@@ -51,6 +63,7 @@ import zmq
 import zmq.auth
 import zmq.utils.z85
 
+from bookie.storage import server_key
 from bookie.wire import Bits, Op
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
@@ -308,30 +321,46 @@ class ZapHandler(threading.Thread):
 
 class ServerCurve:
     """A worker's CURVE setup: start with ``start(zctx)`` before binding, ``secure(sock)`` each
-    client socket, ``stop()`` before the context ends."""
+    client socket, ``stop()`` before the context ends.
+
+    ``enrolled``: client keys are enrolled (``curveClientKeysDirectory``): then ``gate`` checks
+    each request's role and the key is the principal; else ``gate`` is None and the principal
+    is the peer's address (``principal_of(curve.enrolled)``, bookie.core.shares)."""
 
     def __init__(self, conf):
-        self.public, self.secret = load_secret(conf.curve_secret_key_file)
-        # the bookie's own key is admin here (its autorecovery); no NAME.key holds a "/"
-        self.enrolment = Enrolment(conf.curve_client_keys_dir,
-                                   always={self.public: ("bookie/self", "admin")})
-        self.gate = Gate(self.enrolment)
+        try:
+            self.public, self.secret = server_key.load(server_key.key_path(conf))
+        except server_key.ServerKeyError as e:
+            raise AuthError(str(e)) from None
+        self.enrolment: Enrolment | None = None
+        self.gate: Gate | None = None
+        if conf.curve_client_keys_dir:
+            # the bookie's own key is admin here (its autorecovery); no NAME.key holds a "/"
+            self.enrolment = Enrolment(conf.curve_client_keys_dir,
+                                       always={self.public: ("bookie/self", "admin")})
+            self.gate = Gate(self.enrolment)
         self.handler: ZapHandler | None = None
 
+    @property
+    def enrolled(self) -> bool:
+        return self.enrolment is not None
+
     def start(self, zctx, log) -> None:
-        self.enrolment.log = log
-        self.handler = ZapHandler(zctx, self.enrolment, log)
+        if self.enrolment is not None:
+            self.enrolment.log = log
+            self.handler = ZapHandler(zctx, self.enrolment, log)
 
     def secure(self, sock) -> None:
         sock.setsockopt(zmq.CURVE_SERVER, 1)
         sock.setsockopt(zmq.CURVE_SECRETKEY, self.secret)
-        sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
+        if self.enrolment is not None:  # no handler, no domain: any client key is admitted
+            sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
 
     def stop(self) -> None:
         if self.handler is not None:
             self.handler.stop()
 
 
-def server_curve(conf) -> ServerCurve | None:
-    """The worker's CURVE setup, or None when the bookie runs without (loopback only)."""
-    return ServerCurve(conf) if conf.curve_secret_key_file else None
+def server_curve(conf) -> ServerCurve:
+    """The worker's CURVE setup (always: the bookie proves its key on every connection)."""
+    return ServerCurve(conf)

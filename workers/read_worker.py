@@ -493,7 +493,7 @@ def run(ctx) -> int:
     server = ReadServer(ctx, index, logs, ring, clients, control, lac_sub)
     server.cap = server.refusals.cap = cap
     server.gate = curve.gate if curve else None
-    server.principal_of = principal_of(bool(curve))
+    server.principal_of = principal_of(curve.enrolled)
     if conf.metadata_uri:
         server.owners = OwnerResolver(OwnerLookup(conf.metadata_uri, conf.zk_security, ctx.log))
     ctx.log("read worker ready", port=conf.bookie_port + 1)

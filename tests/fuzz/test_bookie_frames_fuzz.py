@@ -29,6 +29,7 @@ from bookie import wire
 from bookie.metadata import LedgerMetadata, open_metadata
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
+from zsockets import pin
 from bookie.wire import Flag, Op, Status
 
 ROLES = ("journal", "add", "read", "gc")
@@ -199,12 +200,13 @@ def run_fuzz(ens, n_frames: int, seed: int) -> dict:
         fuzzer = MessageFuzzer(seed, [guarded.ledger, guarded.probe_ledger])
         pids = {role: ens.worker_pid(0, role) for role in ROLES}
         ctx = zmq.Context()
-        port = int(ens.bookies[0].rsplit(":", 1)[1])
         socks = []
-        for p in (port, port + 1):
+        for offset in (0, 1):
             s = ctx.socket(zmq.DEALER)
             s.setsockopt(zmq.LINGER, 0)
             s.setsockopt(zmq.SNDTIMEO, 30_000)  # a bookie that stops reading fails the run
+            _, port = pin(s, ens.bookies[0])
+            p = port + offset
             s.connect(f"tcp://127.0.0.1:{p}")
             socks.append(s)
         answers = 0

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from bookie import wire
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
+from zsockets import pin
 from bookie.wire import Op, Status
 
 KEY = b"fuzz-master-key"
@@ -28,11 +29,12 @@ def ens():
 @pytest.fixture(scope="module")
 def raw_socks(ens):
     ctx = zmq.Context()
-    port = int(ens.bookies[0].rsplit(":", 1)[1])
     socks = []
-    for p in (port, port + 1):
+    for offset in (0, 1):
         s = ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.LINGER, 0)
+        _, port = pin(s, ens.bookies[0])
+        p = port + offset
         s.connect(f"tcp://127.0.0.1:{p}")
         socks.append(s)
     yield socks

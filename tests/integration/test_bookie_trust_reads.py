@@ -12,6 +12,7 @@ from bookie import wire
 from bookie.metadata import LedgerMetadata, open_metadata
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import BookieTimeout, RawBookieClient, make_entry
+from zsockets import pin
 from bookie.wire import Flag, Op, Status
 
 KEY = b"trusted-master-key"
@@ -84,7 +85,7 @@ class BulkReader(threading.Thread):
         ctx = zmq.Context()
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
-        host, port = self.bookie_id.rsplit(":", 1)
+        host, port = pin(sock, self.bookie_id)
         sock.connect(f"tcp://{host}:{int(port) + 1}")
         rid = 0
         in_flight = 0

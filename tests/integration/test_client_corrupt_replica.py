@@ -4,7 +4,8 @@ One replica's copy of an entry is corrupted on disk (a byte of its header flippe
 bookie's entry log): reads still return every entry intact, from the other replicas.  Then a
 bookie is stopped and its read port served by a raw ZeroMQ ROUTER that forges bad answers
 (or none): the reader asks it once, never again, and a read whose caller gave up sends
-nothing more.
+nothing more.  The forger holds the stopped bookie's own key and registration (a bookie gone
+bad, not an impostor: a server without the key is never asked anything, issue 30).
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ import time
 
 import pytest
 import zmq
+import zmq.auth
 
 from bookie import wire
 from bookie.client import BKTimeoutError, BookKeeper
+from bookie.metadata import NodeExistsError, open_metadata
+from bookie.storage.layout import KEY_FILE, PUBLIC_KEY_FIELD, current_dir
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient
 from bookie.wire import Op, Status
@@ -93,14 +97,31 @@ class ForgedBookie:
     entry id, time) and answers READs with ``answer(first_entry_id)`` - a list of entry bytes
     - or not at all when that is None."""
 
-    def __init__(self, bookie_id: str, answer):
+    def __init__(self, bookie_id: str, answer, ens):
         host, port = bookie_id.rsplit(":", 1)
         self.answer = answer
         self.requests: list[tuple[int, int | None, float]] = []
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        i = ens.bookies.index(bookie_id)  # the bookie's own keypair, as it proves it
+        public, secret = zmq.auth.load_certificate(
+            os.path.join(current_dir(ens.journal_dirs(i)[0]), KEY_FILE))
+        self._sock.curve_server = 1
+        self._sock.curve_secretkey = secret
         self._sock.bind(f"tcp://{host}:{int(port) + 1}")
+        # and its registration, once the killed bookie's lease ran out
+        self._store = open_metadata(ens.metadata_uri, lease_ms=2000)
+        info = {"host": host, "add_port": int(port), "read_port": int(port) + 1,
+                PUBLIC_KEY_FIELD: public.decode()}
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self._registration = self._store.register_bookie(bookie_id, info=info)
+                break
+            except NodeExistsError:
+                assert time.monotonic() < deadline, "the killed bookie's lease never ran out"
+                time.sleep(0.1)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
@@ -124,6 +145,8 @@ class ForgedBookie:
                                        lengths, data])
 
     def close(self) -> None:
+        self._registration.close()
+        self._store.close()
         self._stop.set()
         self._thread.join(5)
         self._sock.close(0)
@@ -152,7 +175,7 @@ def test_a_bookie_forging_bad_copies_is_asked_once_then_never_again(ensemble, wr
     i = ensemble.bookies.index(forger)
     copies = {e: stored_copy(forger, ledger_id, e) for e in range(N_ENTRIES)}
     ensemble.kill(i)
-    fake = ForgedBookie(forger, lambda first: [flip(copies[first], 15, 0x40)])
+    fake = ForgedBookie(forger, lambda first: [flip(copies[first], 15, 0x40)], ensemble)
     try:
         with BookKeeper(ensemble.metadata_uri, dict(CONFIG, operationTimeout=10.0)) as bk:
             rh = bk.open_ledger(ledger_id, digest="crc32c", password=PW, recovery=False)
@@ -171,7 +194,7 @@ def test_a_read_whose_caller_gave_up_sends_nothing_more(ensemble, written):
     index = [ensemble.bookies.index(b) for b in silent]
     for i in index:
         ensemble.kill(i)
-    fakes = [ForgedBookie(b, lambda first: None) for b in silent]  # they never answer
+    fakes = [ForgedBookie(b, lambda first: None, ensemble) for b in silent]  # they never answer
     try:
         # no speculative read: only the read timeout (after the caller gave up) could move
         # the read on to the second replica

@@ -14,6 +14,7 @@ import zmq
 
 from bookie import wire
 from bookie.testing import LocalBookies
+from zsockets import pin
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Flag, Op, Status
 from sockets import at_eof
@@ -112,6 +113,7 @@ def flooder(ens):
     s.setsockopt(zmq.SNDHWM, 0)
     s.setsockopt(zmq.RCVHWM, 0)
     monitor = s.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    pin(s, ens.bookies[0])
     s.connect("tcp://%s:%d" % _addr(ens, read=True))
     return ctx, s, monitor
 
@@ -162,6 +164,7 @@ def test_a_one_gib_frame(ens):
         ctx = zmq.Context()
         s = ctx.socket(zmq.DEALER)
         s.setsockopt(zmq.LINGER, 0)
+        pin(s, ens.bookies[0])
         s.connect("tcp://%s:%d" % _addr(ens))
         frame = bytearray(1 << 30)
         s.send_multipart([wire.pack_header(Op.ADD, 0, 1, 1), KEY, b"\x20\0\0\0", frame], copy=False)
@@ -187,6 +190,7 @@ def test_three_hundred_unread_four_mib_reads(ens):
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.RCVHWM, 1)
         s.setsockopt(zmq.RCVBUF, 64 * 1024)
+        pin(s, ens.bookies[0])
         s.connect("tcp://%s:%d" % _addr(ens, read=True))
         for rid in range(300):
             s.send_multipart([wire.pack_header(Op.READ, 0, rid, ledger), wire.READ_BODY.pack(0, 8)])

@@ -16,7 +16,7 @@ from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Flag, Op, Status
 from sockets import at_eof
-from zsockets import long_poll, raw_dealer
+from zsockets import long_poll, pin, raw_dealer
 
 KEY = b"limits-test-master-key"
 LIMITS = {
@@ -209,8 +209,8 @@ def test_a_reader_that_does_not_read_its_replies_gets_too_many_requests(ens, cli
         s.setsockopt(zmq.LINGER, 0)
         s.setsockopt(zmq.RCVHWM, 1)
         s.setsockopt(zmq.RCVBUF, 64 * 1024)
-        host, port = ens.bookies[0].rsplit(":", 1)
-        s.connect(f"tcp://{host}:{int(port) + 1}")
+        host, port = pin(s, ens.bookies[0])
+        s.connect(f"tcp://{host}:{port + 1}")
         n = 300  # 300 reads of 4 MiB, replies left unread while they are sent
         for rid in range(n):
             s.send_multipart([wire.pack_header(Op.READ, 0, rid, ledger), wire.READ_BODY.pack(0, 8)])

@@ -19,6 +19,7 @@ import pytest
 
 from bookie.appliance.memory_watch import anon_rss_bytes
 from bookie.testing import LocalBookies
+from bookie.testing.rawclient import known_resolver
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Status
 
@@ -37,8 +38,10 @@ _SENDER = """
 import sys, time, zmq
 from bookie import wire
 from bookie.wire import Op
-address, mib = sys.argv[1], int(sys.argv[2])
+address, mib, server_key = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode()
 s = zmq.Context().socket(zmq.DEALER)
+s.curve_publickey, s.curve_secretkey = zmq.curve_keypair()  # ephemeral, the bookie's pinned
+s.curve_serverkey = server_key
 s.setsockopt(zmq.SNDHWM, 0)
 s.setsockopt(zmq.LINGER, 0)
 s.connect(address)
@@ -56,9 +59,10 @@ def _send_many_frame_message(bookie: str, mib: int) -> subprocess.Popen:
     it whole before the read worker sees it.  Sent from a process of its own, which stays until
     the caller kills it (closed, a socket's unsent frames are dropped), so the test's process
     never holds the hundreds of MiB queued."""
-    host, port = bookie.rsplit(":", 1)
-    return subprocess.Popen([sys.executable, "-c", _SENDER, f"tcp://{host}:{int(port) + 1}",
-                             str(mib)])
+    target = known_resolver(bookie).resolve(bookie)  # the key the bookie proves
+    return subprocess.Popen([sys.executable, "-c", _SENDER,
+                             f"tcp://{target.host}:{target.port + 1}", str(mib),
+                             target.key.decode()])
 
 
 def _stop(sender: subprocess.Popen) -> None:

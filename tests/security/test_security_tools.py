@@ -89,8 +89,8 @@ def test_a_bad_client_key_is_one_line_and_exit_2(tool, argv, complaint):
     ("", ["readTimeout"], "expected KEY=VALUE"),
     ("", ["allowEmptyPassword=maybe"], "is not true or false"),
     ("readTimeout 5\n", [], ":1: expected key=value"),
-    ("", ["curveSecretKeyFile=/nonexistent"], "go together"),
-], ids=["range", "no-equals", "bool", "bad-line", "half-curve"])
+    ("", ["curveSecretKeyFile=/nonexistent"], "curveSecretKeyFile=/nonexistent"),
+], ids=["range", "no-equals", "bool", "bad-line", "bad-key-file"])
 def test_client_keys_are_checked_before_a_tool_starts(tmp_path, conf_text, items, complaint):
     conf = tmp_path / "client.conf"
     conf.write_text(conf_text)

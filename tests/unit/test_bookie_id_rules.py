@@ -79,17 +79,23 @@ def store(tmp_path):
         yield s
 
 
-def test_the_resolver_reads_named_ids_from_their_registration(store):
+def test_the_resolver_reads_every_id_from_its_registration(store):
+    """Issue 30: with a store, address ids are looked up too (their key is in the
+    registration), and a bookie registered nowhere is down: its last address is never used."""
     resolver = BookieResolver(store)
     try:
-        assert resolver.address("h1:3181") == ("h1", 3181)  # an address id: never looked up
+        with pytest.raises(UnresolvedBookieError, match="not registered"):
+            resolver.address("h1:3181")  # an address id with a store: its registration
+        assert BookieResolver(None).address("h1:3181") == ("h1", 3181)  # no store: itself
         with pytest.raises(UnresolvedBookieError, match="not registered"):
             resolver.address("bk-1")
         reg = store.register_bookie("bk-1", info={"host": "127.0.0.1", "add_port": 5000})
-        assert resolver.address("bk-1") == ("127.0.0.1", 5000)
+        assert resolver.resolve("bk-1", fresh=True)[:2] == ("127.0.0.1", 5000)
         reg.close()
-        # registered nowhere now: its last address stays the answer (a restart is not a loss)
-        assert resolver.address("bk-1") == ("127.0.0.1", 5000)
+        # registered nowhere now: down, the old address is not the answer
+        waiting.wait_for(lambda: "bk-1" not in store.registered_bookies(), 10, "unregistered")
+        with pytest.raises(UnresolvedBookieError, match="not registered"):
+            resolver.resolve("bk-1", fresh=True)
     finally:
         resolver.close()
     with pytest.raises(UnresolvedBookieError, match="no metadata store"):
@@ -108,7 +114,13 @@ def test_the_resolver_sees_a_bookie_move_and_says_so(store):
         waiting.wait_for(lambda: "bk-1" not in store.registered_bookies(), 10, "unregistered")
         store.register_bookie("bk-1", info={"host": "127.0.0.1", "add_port": 6000})
         assert seen.wait(10), "the watch did not report the move"
-        assert moved == ["bk-1"] and resolver.address("bk-1") == ("127.0.0.1", 6000)
+        def at_6000() -> bool:  # learnt from the watch, no fresh read
+            try:
+                return resolver.resolve("bk-1").port == 6000
+            except UnresolvedBookieError:
+                return False
+        waiting.wait_for(at_6000, 10, "the new address")
+        assert set(moved) == {"bk-1"}  # unregistered, then registered elsewhere
     finally:
         resolver.close()
 
