@@ -48,19 +48,26 @@ Invariants
    refused READ_ONLY until a retry of the held records, the index commit and
    the checkpoint all succeed (``RoomAgain``); retries come at most once per ``retry_s``.  Fences
    and explicit LACs are still taken (a recovery must be able to fence; their records are held
-   in order with the adds: storage/noroom.py).
+   in order with the adds: storage/noroom.py).  While read-only, answers do not wait for room:
+   each leaves, in its journal's order, once its journal made its record durable, and an add's
+   or a LAC's whose record is not stored yet (past ``safe_to``) is refused READ_ONLY instead
+   (never acknowledged: a reader could not find it; the writer hears why at once).  A fence's
+   is answered OK: a recovery can fence a read-only bookie (issue 32 item 4), and no add of
+   its ledger placed before it can be acknowledged later.  The held records are kept (they are
+   in the journal; LastLogMark never passes one not stored: a restart replays them), so an
+   entry refused so may still be found here later, as any unacknowledged entry may.
 6. **An answer leaves only once its record is durable and stored**: answers of journal J leave
    in J's order once ``min(DURABLE_J, safe_to_J)`` passed their record's end (DESIGN invariants
-   1 and 4; read-after-ack: storage/noroom.py).
+   1 and 4; read-after-ack: storage/noroom.py).  While read-only, durable is enough for a
+   refusal and for a fence, which makes no entry readable (invariant 5).
 
 The machine imports no I/O and reads no clock: ``now`` is passed in.  A request is an opaque
 token (the loop's socket, frames and arrival time); the machine never looks inside it.
 
 Later rules shaped for here (not built): a refusal of a normal add or a fence for a ledger whose
 metadata does not name this bookie would be one more answer of the owner lookup
-(``bookie.core.ledgers.Owner``) that ``decide_*`` turns into a status; a read-only bookie that
-still answers fences, and a full journal disk turning the bookie read-only, are one more input
-to ``refusal`` and one more ``NoRoom`` cause.
+(``bookie.core.ledgers.Owner``) that ``decide_*`` turns into a status; a full journal disk
+turning the bookie read-only is one more input to ``refusal`` and one more ``NoRoom`` cause.
 """
 
 from __future__ import annotations
@@ -291,7 +298,11 @@ class AddMachine:
     def due(self, durable, safe_to):
         """Take off and yield the held-back answers (``Pending``) whose journal made their
         record durable and stored: each journal's up to ``min(durable[J], safe_to[J])``, in
-        each journal's order.  (The loop's form of ``Durable``: no action object per answer.)"""
+        each journal's order; while read-only, each once durable, the adds and LACs not
+        stored refused READ_ONLY (invariant 5).  (The loop's form of ``Durable``: no action
+        object per answer.)"""
+        if self.full:
+            return self.answers.durable_refusing(durable, safe_to, Status.READ_ONLY)
         return self.answers.durable([min(d, s) for d, s in zip(durable, safe_to)])
 
     def deleted(self, ledger_ids) -> None:

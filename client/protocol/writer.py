@@ -87,6 +87,7 @@ class LedgerWriter:
         self._to_replace: set[int] = set()  # failed positions waiting for an ensemble change
         self._changing: set[int] | None = None  # positions the in-flight change replaces
         self._bad_bookies: set[str] = set()  # failed for this ledger: never chosen again
+        self._read_only: set[str] = set()  # ... of them, those that answered READ_ONLY
         self._explicit_lac_s = explicit_lac_interval_s
         self._lac_sent = self.pending.lac  # highest LAC bookies surely know
         self._behind_since: float | None = None  # since when the LAC is ahead of _lac_sent
@@ -338,6 +339,8 @@ class LedgerWriter:
                     ids.append(entry_id)
                     datas.append(self.pending.data(entry_id))
             return [A.SendAdd(bookie, ids, datas, delay_s=BACKOFF_S)] if ids else []
+        if status == Status.READ_ONLY:
+            self._read_only.add(bookie)
         return self._bookie_failed(pos)
 
     def _fatal_error(self, status: int, bookie: str) -> BookKeeperError:
@@ -382,15 +385,22 @@ class LedgerWriter:
         new_info = replace_bookies(self.info, self.ensemble, sorted(positions), writable,
                                    self.pending.lac + 1, self._rng, self.placement)
         if new_info is None:
-            failed = ", ".join(self.ensemble[p] for p in sorted(positions))
+            failed = [self.ensemble[p] for p in sorted(positions)]
+            read_only = [b for b in failed if b in self._read_only]
+            if read_only:  # the bookie said why: no need to guess
+                why = (f" ({', '.join(read_only)} answered READ_ONLY: read-only, its ledger or "
+                       f"journal disk is full or over diskUsageThreshold; it still serves reads "
+                       f"and takes adds again once there is room)")
+            else:
+                why = (" (a bookie that runs but never answers this client speaks CURVE and "
+                       "does not admit it: set the client's curveSecretKeyFile and "
+                       "curveServerKeys, and enrol its public key in the bookie's "
+                       "curveClientKeysDirectory)")
             return self._fail(NotEnoughBookiesError(
-                f"ledger {self.ledger_id}: bookie(s) {failed} failed and only "
+                f"ledger {self.ledger_id}: bookie(s) {', '.join(failed)} failed and only "
                 f"{len(set(writable) - set(self.ensemble))} writable bookie(s) outside the "
                 f"ensemble are registered to replace them; start more bookies or make them "
-                f"writable (a bookie that runs but never answers this client speaks CURVE and "
-                f"does not admit it: set the client's curveSecretKeyFile and curveServerKeys, "
-                f"and enrol its public key in the bookie's curveClientKeysDirectory)",
-                ledger_id=self.ledger_id))
+                f"writable{why}", ledger_id=self.ledger_id))
         short = self.placement and self.placement.short_of(new_info.last_ensemble,
                                                            self.info.write_quorum)
         if short:
