@@ -64,7 +64,8 @@ from bookie.core.adds import WAIT, AddMachine, NoRoom, ReadOnly, RoomAgain
 from bookie.core.ledgers import Owner, Rejected
 from bookie.storage.noroom import RETRY_S, Held, HeldRecord, no_room
 from bookie.storage.trace import ADD_FILE, AddTrace, open_trace
-from bookie.storage.ring import ADD_EPOCH, DURABLE, NO_ROOM, READONLY, WRITE, Doorbell, Ring
+from bookie.storage.ring import (ADD_EPOCH, DURABLE, JOURNAL_NO_ROOM, NO_ROOM, READONLY, WRITE, Doorbell,
+                                 Ring)
 from bookie.storage.journal_set import bell_name, journal_of
 from bookie.core.shares import principal_of
 from bookie.storage.entrylog import EntryLogs
@@ -98,7 +99,9 @@ def run(ctx) -> int:
         if ctx.stopping:
             ctx.log("stopped while waiting for the journals to drain the ring")
             return 0
-        if time.monotonic() > deadline:
+        if any(r.get(JOURNAL_NO_ROOM) for r in rings):
+            deadline = time.monotonic() + 60  # a journal disk with no room: waits for room
+        elif time.monotonic() > deadline:
             ctx.log("journal did not drain the ring in 60 s; giving up")
             return 1
         ctx.pause(0.01)
