@@ -64,10 +64,16 @@ Invariants
 The machine imports no I/O and reads no clock: ``now`` is passed in.  A request is an opaque
 token (the loop's socket, frames and arrival time); the machine never looks inside it.
 
-Later rules shaped for here (not built): a refusal of a normal add or a fence for a ledger whose
-metadata does not name this bookie would be one more answer of the owner lookup
-(``bookie.core.ledgers.Owner``) that ``decide_*`` turns into a status; a full journal disk
-turning the bookie read-only is one more input to ``refusal`` and one more ``NoRoom`` cause.
+7. **Only a bookie the metadata names takes a ledger's normal adds and fences** (issue 30 item
+   6: an address mix-up never turns into an ack).  Asked when the owner lookup is (an id the
+   table holds nothing for: once per ledger, no metadata read per add): a normal add or a fence
+   of a ledger whose metadata names this bookie in no fragment's ensemble is refused NO_LEDGER,
+   but only after one more read of the metadata (``named_rule`` answers REREAD first: an
+   ensemble change names this bookie *before* its adds come, so a kept "not named" is never
+   enough).  Recovery adds and anything on the recovery credential always pass: a copy, or a
+   recovery's re-add to a replacement, arrives before the metadata names its target.
+
+(A full journal disk turns the bookie read-only too, through the supervisor: the journal worker.)
 """
 
 from __future__ import annotations
@@ -80,6 +86,7 @@ from bookie.core.ledgers import LedgerTable, Placed, Rejected
 from bookie.wire import Status
 
 GO, WAIT = 0, 1  # ``arrive``'s answers (plain ints: the hot path allocates nothing)
+REREAD = 2  # ``named_rule``: read the metadata once more before deciding
 
 
 # -- events ------------------------------------------------------------------------------------
@@ -246,6 +253,18 @@ class AddMachine:
             raise Rejected(status)
         if pending >= self.max_waiting:
             raise Rejected(Status.TOO_MANY_REQUESTS)
+
+    def named_rule(self, named: bool | None, reread: bool, recovery: bool, credential: bool):
+        """Invariant 7, for a request of a ledger the table holds nothing for: None (go on),
+        REREAD (park it and read the metadata once more), or raises Rejected(NO_LEDGER).
+        ``named``: whether the metadata, as last read, names this bookie (None: not known: no
+        store, the store unavailable - the owner rules decide); ``reread``: read again since
+        the request parked."""
+        if recovery or credential or named is not False:
+            return None
+        if not reread:
+            return REREAD
+        raise Rejected(Status.NO_LEDGER, "the ledger's metadata does not name this bookie")
 
     def decide_add(self, ledger_id: int, key: bytes, recovery: bool, credential: bool,
                    owner) -> Placed:

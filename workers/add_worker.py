@@ -157,7 +157,8 @@ def run(ctx) -> int:
     server.trace = AddTrace(trace_file) if trace_file else None
     # who owns an id the bookie holds nothing for: asked before anything is stored, and keys
     # verified against the owner's check, both off this loop (claims.py)
-    server.owners = OwnerResolver(OwnerLookup(conf.metadata_uri, conf.zk_security, ctx.log))
+    server.owners = OwnerResolver(OwnerLookup(conf.metadata_uri, conf.zk_security, ctx.log,
+                                              bookie_id=conf.bookie_id))
     storage.table.verify = server.owners.verified
     # one principal holds at most a share of the pending adds; flooding connections are shut
     server.refusals = RefusalBudget(REFUSALS_PER_CONNECTION_PER_S, cap, server.log_shut)
@@ -367,6 +368,19 @@ class AddServer(ClientServer):
         self.machine.park(ledger_id, self.current)
         return True
 
+    def unnamed(self, ledger_id: int, recovery: bool, credential: bool) -> bool:
+        """True when the message being handled waits for one more read of the ledger's metadata
+        before it is refused for not naming this bookie (core/adds.py invariant 7)."""
+        owners = self.owners
+        if not self.storage.table.needs_owner(ledger_id) or self.machine.named_rule(
+                owners.named.get(ledger_id), ledger_id in owners.reread_done, recovery,
+                credential) is None:
+            return False
+        if not owners.reread(ledger_id):
+            raise Rejected(Status.TOO_MANY_REQUESTS, "metadata reads queued: try again")
+        self.machine.park(ledger_id, self.current)
+        return True
+
     def resume(self, ledger_ids: set[int]) -> None:
         """Decide again, in order, the messages parked for these ledgers."""
         for ledger_id in ledger_ids:
@@ -568,7 +582,7 @@ class AddServer(ClientServer):
         machine.check_batch(ledger_id, ledgers, entry_ids)
         recovery = bool(flags & wire.Bits.RECOVERY_ADD)
         credential = bool(flags & wire.Bits.RECOVERY_CREDENTIAL)
-        if self.park(ledger_id, key, credential):
+        if self.park(ledger_id, key, credential) or self.unnamed(ledger_id, recovery, credential):
             return True
         placed = machine.decide_add(ledger_id, key, recovery, credential, self.owner_of(ledger_id))
         table = self.storage.table
@@ -650,7 +664,7 @@ class AddServer(ClientServer):
             # behind a request of its ledger or journal that waits (core/adds.py invariant 1)
             if self.machine.arrive(ledger_id, journal, self.current, first_stalled) == WAIT:
                 return True
-            if self.park(ledger_id, key, credential):
+            if self.park(ledger_id, key, credential) or self.unnamed(ledger_id, False, credential):
                 return True
             placed = self.machine.decide_fence(ledger_id, key, credential, self.owner_of(ledger_id))
         except Rejected as e:

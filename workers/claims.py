@@ -28,6 +28,11 @@ thread's answers come back through a pipe the loop polls, and the parked request
 again, now deciding at once.  Verifications are remembered per (check, key), so a ledger costs
 one at each bookie; at most ``MAX_JOBS`` are queued (a flood of made-up keys against a ledger
 not bound yet gets TOO_MANY_REQUESTS past that, never an unbounded queue of CPU work).
+
+Named.  The same read says whether the ledger's metadata names this bookie (its ``bookieId``)
+in any fragment's ensemble (``named_of``); the add machine refuses a normal add or a fence of a
+ledger that does not (``bookie.core.adds`` ``named_rule``), but only after ``reread``: one more
+read, whatever is kept, since an ensemble change names this bookie before its adds come.
 """
 
 from __future__ import annotations
@@ -48,14 +53,18 @@ FRESH_S = 1.0  # the most an answer that is not kept (no such ledger, store unav
 LOOKUPS_PER_S = 200
 TIMEOUT_S = 2.0  # the most one lookup may block the add worker
 BACKOFF_S = 5.0
+_REREAD = b"\0re-read"  # the job key of ``reread`` (no verification: the identity is the mark)
 
 
 class OwnerLookup:
     """Reads ledgers' key checks from the metadata store, opened at the first need.  Without a
     store (``uri`` empty) every answer is ``Owner.NO_STORE``."""
 
-    def __init__(self, uri: str, zk_security=None, log=None, clock=time.monotonic, opener=None):
+    def __init__(self, uri: str, zk_security=None, log=None, clock=time.monotonic, opener=None,
+                 bookie_id: str | None = None):
         self.uri = uri
+        self.bookie_id = bookie_id  # whether the metadata names it (``named_of``); None: not asked
+        self.unnamed: set[int] = set()  # read ledgers whose fragments do not name ``bookie_id``
         self.zk_security = zk_security
         self.log = log or (lambda *a, **k: None)
         self.clock = clock
@@ -68,12 +77,13 @@ class OwnerLookup:
         self.lookups_total = 0
         self.unavailable_total = 0
 
-    def owner(self, ledger_id: int):
+    def owner(self, ledger_id: int, fresh: bool = False):
         """The store's answer for ``ledger_id``: the ledger's ``key_check`` (bytes), or
-        ``Owner.NO_CHECK`` / ``UNKNOWN`` / ``UNAVAILABLE`` / ``NO_STORE``."""
+        ``Owner.NO_CHECK`` / ``UNKNOWN`` / ``UNAVAILABLE`` / ``NO_STORE``.  ``fresh``: read the
+        store again, whatever is kept (the ensembles change; the check does not)."""
         if not self.uri:
             return Owner.NO_STORE
-        check = self.checks.get(ledger_id)
+        check = None if fresh else self.checks.get(ledger_id)
         if check is not None:
             return check or Owner.NO_CHECK
         answer = self._lookup(ledger_id)
@@ -105,10 +115,24 @@ class OwnerLookup:
                      ledger=ledger_id, error=f"{type(e).__name__}: {e}")
             return Owner.UNAVAILABLE
         check = bytes(meta.key_check)
+        if self.bookie_id is not None:
+            if any(self.bookie_id in ensemble for _, ensemble in meta.fragments):
+                self.unnamed.discard(ledger_id)
+            else:
+                if len(self.unnamed) >= CACHE:
+                    self.unnamed.clear()
+                self.unnamed.add(ledger_id)
         self.checks[ledger_id] = check  # b"": an older client's ledger (first-add binding)
         if len(self.checks) > CACHE:
             self.checks.popitem(last=False)
         return check or Owner.NO_CHECK
+
+    def named_of(self, ledger_id: int) -> bool | None:
+        """Whether the ledger's metadata, as last read, names this bookie in a fragment's
+        ensemble (None: not asked, or not read)."""
+        if self.bookie_id is None or ledger_id not in self.checks:
+            return None
+        return ledger_id not in self.unnamed
 
     def close(self) -> None:
         if self.store is not None:
@@ -127,6 +151,8 @@ class OwnerResolver:
         self.known: collections.OrderedDict[int, object] = collections.OrderedDict()  # kept answers
         self.fresh: dict[int, tuple[object, float]] = {}  # answers used for FRESH_S only
         self.verdicts: collections.OrderedDict[tuple[bytes, bytes], bool] = collections.OrderedDict()
+        self.named: dict[int, bool] = {}  # the lookups' ``named_of`` (core/adds.py ``named_rule``)
+        self.reread_done: set[int] = set()  # ledgers read again since their requests parked
         self.queued: set[tuple[int, bytes]] = set()
         self.jobs: queue.Queue = queue.Queue()
         self.done: collections.deque = collections.deque()
@@ -157,6 +183,13 @@ class OwnerResolver:
         such ledger yet, store unavailable) is not used again (the ledger may be created, the
         store come back, a moment later)."""
         self.fresh.pop(ledger_id, None)
+        self.reread_done.discard(ledger_id)
+
+    def reread(self, ledger_id: int) -> bool:
+        """Queue one more read of the ledger's metadata, whatever is kept (before a refusal
+        for not being named: an ensemble change names this bookie before its adds come);
+        ``drain`` then names the ledger.  False when the queue is full."""
+        return self._queue(ledger_id, _REREAD, None, fresh=True)
 
     def ready(self, table, ledger_id: int, key: bytes, credential: bool) -> bool:
         """True when ``table`` can decide a request for ``ledger_id`` with ``key`` now (past
@@ -186,7 +219,7 @@ class OwnerResolver:
             raise Rejected(Status.TOO_MANY_REQUESTS, "key verifications queued: try again")
         return answer
 
-    def _queue(self, ledger_id: int, key: bytes, check: bytes | None) -> bool:
+    def _queue(self, ledger_id: int, key: bytes, check: bytes | None, fresh: bool = False) -> bool:
         """Queue the work a request needs (``check``: verify ``key`` against it; None: ask the
         store first); False when the queue is full (nothing queued)."""
         if (ledger_id, key) in self.queued:
@@ -194,7 +227,7 @@ class OwnerResolver:
         if len(self.queued) >= MAX_JOBS:
             return False  # decided now: owner() answers None (UNAVAILABLE), verified() refuses
         self.queued.add((ledger_id, key))
-        self.jobs.put((ledger_id, key, check))
+        self.jobs.put((ledger_id, key, check, fresh))
         return True
 
     def drain(self) -> set[int]:
@@ -206,8 +239,14 @@ class OwnerResolver:
             pass
         ready = set()
         while self.done:
-            ledger_id, key, owner, verdict = self.done.popleft()
+            ledger_id, key, owner, verdict, named = self.done.popleft()
             self.queued.discard((ledger_id, key))
+            if named is not None:
+                if len(self.named) >= CACHE:
+                    self.named.clear()
+                self.named[ledger_id] = named
+            if key is _REREAD:
+                self.reread_done.add(ledger_id)
             if owner is not None:
                 if isinstance(owner, bytes) or owner is Owner.NO_CHECK:
                     self.known[ledger_id] = owner
@@ -230,18 +269,19 @@ class OwnerResolver:
             job = self.jobs.get()
             if job is None:
                 return
-            ledger_id, key, check = job
-            owner = verdict = None
+            ledger_id, key, check, fresh = job
+            owner = verdict = named = None
             try:
                 if check is None:
-                    owner = self.lookup.owner(ledger_id)
+                    owner = self.lookup.owner(ledger_id, fresh)
+                    named = self.lookup.named_of(ledger_id)
                     check = owner if isinstance(owner, bytes) else b""
-                if check and key:
+                if check and key and key is not _REREAD:
                     verdict = ((check, key), bool(self._verify(check, key)))
                     self.verifications_total += 1
             except Exception:  # noqa: BLE001 - an answer must come back, or the requests wait forever
                 owner = Owner.UNAVAILABLE
-            self.done.append((ledger_id, key, owner, verdict))
+            self.done.append((ledger_id, key, owner, verdict, named))
             os.write(self._w, b"\0")
 
     def close(self) -> None:
