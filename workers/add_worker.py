@@ -57,11 +57,12 @@ from bookie.workers.auth import server_curve
 from bookie.workers.common import (REFUSALS_PER_CONNECTION_PER_S, ClientServer, ConnectionCap,
                                    RefusalBudget, guard_client_socket, make_socket)
 from bookie.storage.checkpoint import Checkpointer, checkpoint
+from bookie.workers.add_owners import OwnerWaits
 from bookie.workers.claims import OwnerLookup, OwnerResolver
 from bookie.workers.frame_guard import FrameGuard
 from bookie.storage.journal_replay import replay
 from bookie.core.adds import WAIT, AddMachine, NoRoom, ReadOnly, RoomAgain
-from bookie.core.ledgers import Owner, Rejected
+from bookie.core.ledgers import Rejected
 from bookie.storage.noroom import RETRY_S, Held, HeldRecord, no_room
 from bookie.storage.trace import ADD_FILE, AddTrace, open_trace
 from bookie.storage.ring import (ADD_EPOCH, DURABLE, JOURNAL_NO_ROOM, NO_ROOM, READONLY, WRITE, Doorbell,
@@ -187,7 +188,7 @@ def run(ctx) -> int:
     return 0
 
 
-class AddServer(ClientServer):
+class AddServer(OwnerWaits, ClientServer):
     def __init__(self, ctx, rings, storage, clients, control, wakes, lac_pub, ledger_dirs):
         super().__init__(ctx, clients, rings[0], ledger_dirs[0])
         self.conf = ctx.conf
@@ -355,41 +356,6 @@ class AddServer(ClientServer):
                 if not self.handle(sock, frames, internal, first_stalled=True):
                     machine.stall(journal, waiting, again=True)
                     break
-
-    def park(self, ledger_id: int, key: bytes, credential: bool) -> bool:
-        """True when the message being handled waits (parked in the machine) for what deciding
-        it needs: the store's answer about the ledger, or the verdict on its key (claims.py).
-        Raises Rejected(TOO_MANY_REQUESTS) past the machine's bound."""
-        info = self.storage.table.ledgers.get(ledger_id)
-        if info is not None and info.master_key:  # bound: nothing to ask (the hot path)
-            return False
-        if self.owners.ready(self.storage.table, ledger_id, key, credential):
-            return False
-        self.machine.park(ledger_id, self.current)
-        return True
-
-    def unnamed(self, ledger_id: int, recovery: bool, credential: bool) -> bool:
-        """True when the message being handled waits for one more read of the ledger's metadata
-        before it is refused for not naming this bookie (core/adds.py invariant 7)."""
-        owners = self.owners
-        if not self.storage.table.needs_owner(ledger_id) or self.machine.named_rule(
-                owners.named.get(ledger_id), ledger_id in owners.reread_done, recovery,
-                credential) is None:
-            return False
-        if not owners.reread(ledger_id):
-            raise Rejected(Status.TOO_MANY_REQUESTS, "metadata reads queued: try again")
-        self.machine.park(ledger_id, self.current)
-        return True
-
-    def resume(self, ledger_ids: set[int]) -> None:
-        """Decide again, in order, the messages parked for these ledgers."""
-        for ledger_id in ledger_ids:
-            for waiting in self.machine.unpark(ledger_id):
-                sock, frames, internal, self.taken_at = waiting
-                if not self.handle(sock, frames, internal):
-                    self.machine.stall(self.no_room_in, waiting)
-            if not self.machine.is_parked(ledger_id):
-                self.owners.consume(ledger_id)
 
     def take(self, sock, internal: bool) -> None:
         self.lac_taken = False
@@ -616,13 +582,6 @@ class AddServer(ClientServer):
         self.stats["add_bytes_total"] += len(data)
         self.stats["add_requests_total"] += 1
         return True
-
-    def owner_of(self, ledger_id: int):
-        """The metadata store's answer about an id this bookie holds nothing for (None when the
-        table holds the ledger: no need to ask)."""
-        if not self.storage.table.needs_owner(ledger_id):
-            return None
-        return self.owners.owner(ledger_id) or Owner.UNAVAILABLE
 
     def handle_write_lac(self, ident, request_id, ledger_id, body) -> bool:
         if len(body) != 2 or len(body[1]) != wire.WRITE_LAC_BODY.size:
