@@ -22,8 +22,9 @@ request (``park``); a record that finds its journal's ring full stalls it (``sta
 bring them back, in order, as ``Decide`` actions (``handle``): ``OwnersAnswered(ledger_ids)``
 and ``RingRoom(journal)``.  No room on the ledger disks (``NoRoom`` / ``RoomAgain``) turns the
 bookie read-only for adds until a retry succeeds; fences and explicit LACs are still taken (their
-records are held with the adds: storage/noroom.py).  ``Durable(journal, position)`` gives the
-held-back answers whose records that journal made durable (and that are stored: ``safe_to``).
+records are held with the adds: storage/noroom.py).  ``Durable(positions, stored)`` gives the
+held-back answers whose records their journal made durable (and that are stored: ``safe_to``;
+while read-only, durable is enough: invariant 5) - the same rule as the loop's ``due``.
 
 Invariants
 ----------
@@ -121,8 +122,9 @@ class RoomAgain(NamedTuple):
 
 
 class Durable(NamedTuple):
-    """Each journal's answerable position: ``min(DURABLE, safe_to)`` per journal."""
+    """Each journal's DURABLE, and ``safe_to`` (the end of what is stored; None: all of it)."""
     positions: tuple
+    stored: tuple | None = None
 
 
 # -- actions -----------------------------------------------------------------------------------
@@ -365,5 +367,6 @@ class AddMachine:
         if kind is Durable:
             if self.answers is None:
                 return []
-            return [Answer(p) for p in self.answers.durable(list(event.positions))]
+            stored = event.positions if event.stored is None else event.stored
+            return [Answer(p) for p in self.due(list(event.positions), list(stored))]
         raise TypeError(f"not an add-path event: {event!r}")

@@ -63,3 +63,12 @@ def test_room_again_restores_the_rule_and_journals_stay_apart():
     m.handle(RoomAgain(), 1.0)
     assert list(m.due([10, 10], [0, 0])) == []   # writable: waits for stored again
     assert list(m.due([10, 10], [0, 10])) == [a1] and a1.status == Status.OK
+
+
+def test_the_durable_event_follows_the_same_rule():
+    from bookie.core.adds import Answer, Durable
+    m = machine()
+    a, b = add(m, 10, 1), add(m, 20, 1)
+    m.handle(NoRoom(), 0.0)
+    assert m.handle(Durable((20,), (10,)), 0.0) == [Answer(a), Answer(b)]
+    assert (a.status, b.status) == (Status.OK, Status.READ_ONLY)
