@@ -186,7 +186,8 @@ def bookie_state(api: AdminApi, req: Request) -> Response:
     sup = api.sup
     return Response({"running": not sup.stopping, "readOnly": sup.readonly,
                      "shuttingDown": sup.stopping, "availableForHighPriorityWrites": not sup.readonly,
-                     "forcedReadOnly": sup.forced_readonly, "disksFull": sup.disks_full})
+                     "forcedReadOnly": sup.forced_readonly, "disksFull": sup.disks_full,
+                     "ledgerDiskNoRoom": sup.no_room, "journalDiskFull": sup.journal_full})
 
 
 def get_readonly(api: AdminApi, req: Request) -> Response:

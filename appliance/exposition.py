@@ -46,6 +46,9 @@ class SupervisorCollector:
         forced = _gauge("bookie_readonly_forced")
         forced.add_metric([], int(sup.forced_readonly))
         yield forced
+        journal_full = _gauge("bookie_readonly_journal_full")
+        journal_full.add_metric([], int(sup.journal_full))
+        yield journal_full
         used = _gauge("bookie_disk_used_bytes", ("directory", "kind"))
         total = _gauge("bookie_disk_total_bytes", ("directory", "kind"))
         for kind, d in [*(("journal", x) for x in conf.journal_dirs), *(("ledger", x) for x in conf.ledger_dirs)]:

@@ -67,7 +67,7 @@ from bookie.storage.index_check import check_index
 from bookie.workers.common import log_line as log, wait_exited, worker_preexec
 from bookie.workers.ports import free_port_pair
 from bookie.workers.gc_worker import request_gc
-from bookie.storage.ring import NO_ROOM, READONLY, Ring
+from bookie.storage.ring import JOURNAL_NO_ROOM, NO_ROOM, READONLY, Ring
 from bookie.storage.journal_set import index_of_role, roles as journal_roles
 
 ROLES_IN_START_ORDER = ("journal", "add", "read", "gc")  # "journal": every journal's worker
@@ -127,6 +127,7 @@ class Supervisor:
         self.disk_states: dict[str, str] = {}  # directory -> ok / warn / full (diskcheck)
         self.next_full_gc = 0.0  # while disks are full, ask for a GC pass again from then on
         self.no_room = False  # the add worker found no room on a ledger disk (ring NO_ROOM)
+        self.journal_full = False  # a journal found no room on its disk (JOURNAL_NO_ROOM)
         self.http = None  # /metrics on prometheusStatsHttpPort
         self.admin_http = None  # the admin API on httpServerPort
         self.admin_token = None  # httpServerAuthTokenFile's token (startchecks.check_admin_security)
@@ -528,6 +529,10 @@ class Supervisor:
         if self.ring is not None and bool(self.ring.get(NO_ROOM)) != self.no_room:
             self.no_room = not self.no_room
             self._apply_readonly()
+        journal_full = any(r.get(JOURNAL_NO_ROOM) for r in self.rings)
+        if journal_full != self.journal_full:
+            self.journal_full = journal_full
+            self._apply_readonly()
 
     def set_readonly(self, flag: bool) -> None:
         """Force read-only mode, or lift the force (operators: SIGUSR1 / SIGUSR2, the admin
@@ -542,7 +547,7 @@ class Supervisor:
             self._apply_readonly_locked()
 
     def _apply_readonly_locked(self) -> None:
-        readonly = self.forced_readonly or self.disks_full or self.no_room
+        readonly = self.forced_readonly or self.disks_full or self.no_room or self.journal_full
         if readonly == self.readonly:
             return
         self.readonly = readonly
@@ -550,7 +555,8 @@ class Supervisor:
         if self.registrar is not None:
             self.registrar.want_readonly = readonly  # its thread moves the registration
         self.log("bookie is now read-only" if readonly else "bookie is writable again",
-                 forced=self.forced_readonly, disks_full=self.disks_full, no_room=self.no_room)
+                 forced=self.forced_readonly, disks_full=self.disks_full, no_room=self.no_room,
+                 journal_full=self.journal_full)
 
     def request_stop(self, reason: str, code: int = 0) -> None:
         if not self.stop_reason:  # a signal handler may have set ``stopping`` alone

@@ -22,8 +22,9 @@ request (``park``); a record that finds its journal's ring full stalls it (``sta
 bring them back, in order, as ``Decide`` actions (``handle``): ``OwnersAnswered(ledger_ids)``
 and ``RingRoom(journal)``.  No room on the ledger disks (``NoRoom`` / ``RoomAgain``) turns the
 bookie read-only for adds until a retry succeeds; fences and explicit LACs are still taken (their
-records are held with the adds: storage/noroom.py).  ``Durable(journal, position)`` gives the
-held-back answers whose records that journal made durable (and that are stored: ``safe_to``).
+records are held with the adds: storage/noroom.py).  ``Durable(positions, stored)`` gives the
+held-back answers whose records their journal made durable (and that are stored: ``safe_to``;
+while read-only, durable is enough: invariant 5) - the same rule as the loop's ``due``.
 
 Invariants
 ----------
@@ -48,19 +49,32 @@ Invariants
    refused READ_ONLY until a retry of the held records, the index commit and
    the checkpoint all succeed (``RoomAgain``); retries come at most once per ``retry_s``.  Fences
    and explicit LACs are still taken (a recovery must be able to fence; their records are held
-   in order with the adds: storage/noroom.py).
+   in order with the adds: storage/noroom.py).  While read-only, answers do not wait for room:
+   each leaves, in its journal's order, once its journal made its record durable, and an add's
+   or a LAC's whose record is not stored yet (past ``safe_to``) is refused READ_ONLY instead
+   (never acknowledged: a reader could not find it; the writer hears why at once).  A fence's
+   is answered OK: a recovery can fence a read-only bookie (issue 32 item 4), and no add of
+   its ledger placed before it can be acknowledged later.  The held records are kept (they are
+   in the journal; LastLogMark never passes one not stored: a restart replays them), so an
+   entry refused so may still be found here later, as any unacknowledged entry may.
 6. **An answer leaves only once its record is durable and stored**: answers of journal J leave
    in J's order once ``min(DURABLE_J, safe_to_J)`` passed their record's end (DESIGN invariants
-   1 and 4; read-after-ack: storage/noroom.py).
+   1 and 4; read-after-ack: storage/noroom.py).  While read-only, durable is enough for a
+   refusal and for a fence, which makes no entry readable (invariant 5).
 
 The machine imports no I/O and reads no clock: ``now`` is passed in.  A request is an opaque
 token (the loop's socket, frames and arrival time); the machine never looks inside it.
 
-Later rules shaped for here (not built): a refusal of a normal add or a fence for a ledger whose
-metadata does not name this bookie would be one more answer of the owner lookup
-(``bookie.core.ledgers.Owner``) that ``decide_*`` turns into a status; a read-only bookie that
-still answers fences, and a full journal disk turning the bookie read-only, are one more input
-to ``refusal`` and one more ``NoRoom`` cause.
+7. **Only a bookie the metadata names takes a ledger's normal adds and fences** (issue 30 item
+   6: an address mix-up never turns into an ack).  Asked when the owner lookup is (an id the
+   table holds nothing for: once per ledger, no metadata read per add): a normal add or a fence
+   of a ledger whose metadata names this bookie in no fragment's ensemble is refused NO_LEDGER,
+   but only after one more read of the metadata (``named_rule`` answers REREAD first: an
+   ensemble change names this bookie *before* its adds come, so a kept "not named" is never
+   enough).  Recovery adds and anything on the recovery credential always pass: a copy, or a
+   recovery's re-add to a replacement, arrives before the metadata names its target.
+
+(A full journal disk turns the bookie read-only too, through the supervisor: the journal worker.)
 """
 
 from __future__ import annotations
@@ -73,6 +87,7 @@ from bookie.core.ledgers import LedgerTable, Placed, Rejected
 from bookie.wire import Status
 
 GO, WAIT = 0, 1  # ``arrive``'s answers (plain ints: the hot path allocates nothing)
+REREAD = 2  # ``named_rule``: read the metadata once more before deciding
 
 
 # -- events ------------------------------------------------------------------------------------
@@ -107,8 +122,9 @@ class RoomAgain(NamedTuple):
 
 
 class Durable(NamedTuple):
-    """Each journal's answerable position: ``min(DURABLE, safe_to)`` per journal."""
+    """Each journal's DURABLE, and ``safe_to`` (the end of what is stored; None: all of it)."""
     positions: tuple
+    stored: tuple | None = None
 
 
 # -- actions -----------------------------------------------------------------------------------
@@ -240,6 +256,18 @@ class AddMachine:
         if pending >= self.max_waiting:
             raise Rejected(Status.TOO_MANY_REQUESTS)
 
+    def named_rule(self, named: bool | None, reread: bool, recovery: bool, credential: bool):
+        """Invariant 7, for a request of a ledger the table holds nothing for: None (go on),
+        REREAD (park it and read the metadata once more), or raises Rejected(NO_LEDGER).
+        ``named``: whether the metadata, as last read, names this bookie (None: not known: no
+        store, the store unavailable - the owner rules decide); ``reread``: read again since
+        the request parked."""
+        if recovery or credential or named is not False:
+            return None
+        if not reread:
+            return REREAD
+        raise Rejected(Status.NO_LEDGER, "the ledger's metadata does not name this bookie")
+
     def decide_add(self, ledger_id: int, key: bytes, recovery: bool, credential: bool,
                    owner) -> Placed:
         """Whether an ADD may go by the ledger rules; the key and flags its record carries.
@@ -291,7 +319,11 @@ class AddMachine:
     def due(self, durable, safe_to):
         """Take off and yield the held-back answers (``Pending``) whose journal made their
         record durable and stored: each journal's up to ``min(durable[J], safe_to[J])``, in
-        each journal's order.  (The loop's form of ``Durable``: no action object per answer.)"""
+        each journal's order; while read-only, each once durable, the adds and LACs not
+        stored refused READ_ONLY (invariant 5).  (The loop's form of ``Durable``: no action
+        object per answer.)"""
+        if self.full:
+            return self.answers.durable_refusing(durable, safe_to, Status.READ_ONLY)
         return self.answers.durable([min(d, s) for d, s in zip(durable, safe_to)])
 
     def deleted(self, ledger_ids) -> None:
@@ -335,5 +367,6 @@ class AddMachine:
         if kind is Durable:
             if self.answers is None:
                 return []
-            return [Answer(p) for p in self.answers.durable(list(event.positions))]
+            stored = event.positions if event.stored is None else event.stored
+            return [Answer(p) for p in self.due(list(event.positions), list(stored))]
         raise TypeError(f"not an add-path event: {event!r}")

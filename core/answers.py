@@ -64,6 +64,18 @@ class JournalAnswers:
             while q and q[0].end <= upto:
                 yield q.popleft()
 
+    def durable_refusing(self, durable: list[int], stored: list[int], status: Status):
+        """``durable`` while the records past ``stored[journal]`` may not be stored for a
+        while (no room: core/adds.py invariant 5): the answers leave in each journal's order
+        once their record is durable, and a client answer whose record is not stored yet is
+        turned into ``status`` first (a fence's answer stays as it is)."""
+        for q, upto, safe in zip(self.queues, durable, stored):
+            while q and q[0].end <= upto:
+                p = q.popleft()
+                if p.end > safe and p.reply[0] is not None and p.status == Status.OK:
+                    p.refuse(status)
+                yield p
+
     def __len__(self) -> int:
         return sum(len(q) for q in self.queues)
 

@@ -536,25 +536,40 @@ class JournalWriter:
         self.bytes_written = 0
         self.last_sync_s = 0.0  # duration of the last group's fdatasync (metrics)
         self._step_syncs = self._step_bytes = 0  # syncs, bytes_written at the last step
+        self.syncing = False  # in an fdatasync: an error there is fatal (``abandon``)
 
     def _open_new(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
+            self._fd = -1  # never closed twice: a failed open below leaves no stale number
         jid = self._next_id
         self._next_id += 1
         path = os.path.join(self.directory, journal_name(jid))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        # A fresh salt per file: only the writer knows it, so no client payload can pass for
-        # one of this file's groups (see "Why the salt" above).
-        self._salt = _SALT.unpack(os.urandom(_SALT.size))[0]
-        os.pwrite(fd, pack_file_header(jid, self.position, self._salt), 0)
-        self._alloc_end = 0
+        try:
+            # A fresh salt per file: only the writer knows it, so no client payload can pass
+            # for one of this file's groups (see "Why the salt" above).
+            self._salt = _SALT.unpack(os.urandom(_SALT.size))[0]
+            os.pwrite(fd, pack_file_header(jid, self.position, self._salt), 0)
+            self._fd, self._file_off, self._alloc_end = fd, FILE_HEADER_SIZE, 0
+            self._preallocate(FILE_HEADER_SIZE)  # on the new file (it reads self._fd)
+            os.fdatasync(fd)
+            fsync_dir(self.directory)
+        except OSError:
+            # No file at all rather than a torn one (no room on the disk: ``abandon``, then a
+            # retry makes the same file again).
+            os.close(fd)
+            self._fd = -1
+            self._next_id = jid
+            try:
+                os.unlink(path)
+                fsync_dir(self.directory)
+            except OSError:
+                pass
+            raise
         self._fd = fd
         self._file_off = FILE_HEADER_SIZE
         self.journal_id = jid
-        self._preallocate(FILE_HEADER_SIZE)
-        os.fdatasync(fd)
-        fsync_dir(self.directory)
 
     def _preallocate(self, need_end: int) -> None:
         """Make the file at least ``need_end`` long, ``prealloc`` bytes at a time, past the
@@ -607,13 +622,24 @@ class JournalWriter:
             while written < len(data):
                 written += os.pwrite(self._fd, data[written:], self._file_off + written)
         synced_at = time.perf_counter()
+        self.syncing = True
         os.fdatasync(self._fd)
+        self.syncing = False
         self.last_sync_s = time.perf_counter() - synced_at
         self.syncs += 1
         self.bytes_written += body_len
         self._file_off = end_off
         self.position += body_len
         return self.position
+
+    def abandon(self) -> None:
+        """After a *write* of a group failed for want of space (never after a failed
+        fdatasync: the kernel may have dropped the pages and forgotten the error): leave the
+        file as it is, its torn last group past ``position`` as a crash leaves it, and write
+        the next group, from ``position`` again, in a new file (``append``).  Replay and the
+        start-up scan read a file up to its last whole group, then the next file from its
+        start offset (the same as after a journal killed mid-write)."""
+        self.close()
 
     def close(self) -> None:
         if self._fd >= 0:

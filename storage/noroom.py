@@ -9,9 +9,10 @@ write fails for want of space:
   answer; new adds are refused with READ_ONLY (the worker's own check, and ``NO_ROOM`` in the
   ring, on which the supervisor turns the whole bookie read-only: registration, INFO);
 - ``safe_to``, the end of what is both in the entry log and committed to the index, stops
-  moving.  Answers wait for ``min(DURABLE, safe_to)``, so nothing is acknowledged that a reader
-  could not find, and LastLogMark (``min(DURABLE, safe_to)`` too) never passes a record that is
-  not stored: if the bookie stops or crashes meanwhile, replay from LastLogMark stores it;
+  moving.  An answer whose record is past it is refused READ_ONLY once its record is durable
+  (a fence's is answered OK: core/adds.py invariant 5), so nothing is acknowledged that a
+  reader could not find, and LastLogMark (``min(DURABLE, safe_to)``) never passes a record that
+  is not stored: if the bookie stops or crashes meanwhile, replay from LastLogMark stores it;
 - about once a second the held records are written again and the index committed; the
   checkpoint is retried too (the checkpointer remembers a failed one).  Once all of it
   succeeds the worker is writable again and clears ``NO_ROOM``.

@@ -27,6 +27,8 @@ Control words (u64, native endianness, plain stores; one writer each)::
     JOURNAL_EPOCH / ADD_EPOCH  bumped by each start of that worker (for logs and tests)
     NO_ROOM   1 while the ledger disks had no room for the add worker's writes (writer: add
               worker; the supervisor turns the bookie read-only while it is set)
+    JOURNAL_NO_ROOM  in each journal's ring: 1 while that journal's disk had no room for its
+              writes (writer: that journal worker; the supervisor turns the bookie read-only)
 
 Publication order: write the data, then store the cursor; a reader loads the cursor first,
 then reads the data up to it.  Each worker then rings the other's ``Doorbell`` (a named pipe
@@ -46,7 +48,7 @@ import numpy as np
 PAGE = 4096
 DATA_OFFSET = PAGE
 
-WRITE, DURABLE, BASE, READONLY, JOURNAL_EPOCH, ADD_EPOCH, NO_ROOM = range(7)
+WRITE, DURABLE, BASE, READONLY, JOURNAL_EPOCH, ADD_EPOCH, NO_ROOM, JOURNAL_NO_ROOM = range(8)
 
 
 FD_PREFIX = "fd:"

@@ -198,13 +198,14 @@ def create_ledgers(metadata_uri: str, ledger_ids, master_key: bytes | None, zk_s
     """Make the metadata store know ``ledger_ids`` (ids a raw test chose), owned by
     ``master_key`` (its ``key_check`` in each record; None: no check, as an older client's
     ledger, bound on each bookie by its first add).  ``ensemble``: the bookies of the ledgers'
-    one fragment (default: one placeholder)."""
+    one fragment (default: every bookie registered now: a bookie refuses normal adds of a ledger
+    whose metadata does not name it; a placeholder when none is)."""
     from bookie.metadata import open_metadata
     from bookie.metadata.ledger import LedgerMetadata, make_key_check
-    ensemble = list(ensemble or ["127.0.0.1:1"])
-    n = len(ensemble)
     store = open_metadata(metadata_uri, zk_security=zk_security)
     try:
+        ensemble = list(ensemble or sorted(store.registered_bookies()) or ["127.0.0.1:1"])
+        n = len(ensemble)
         for ledger_id in ledger_ids:
             meta = LedgerMetadata(n, n, n, fragments=[(0, ensemble)],
                                   key_check=make_key_check(master_key) if master_key else b"")

@@ -57,14 +57,16 @@ from bookie.workers.auth import server_curve
 from bookie.workers.common import (REFUSALS_PER_CONNECTION_PER_S, ClientServer, ConnectionCap,
                                    RefusalBudget, guard_client_socket, make_socket)
 from bookie.storage.checkpoint import Checkpointer, checkpoint
+from bookie.workers.add_owners import OwnerWaits
 from bookie.workers.claims import OwnerLookup, OwnerResolver
 from bookie.workers.frame_guard import FrameGuard
 from bookie.storage.journal_replay import replay
 from bookie.core.adds import WAIT, AddMachine, NoRoom, ReadOnly, RoomAgain
-from bookie.core.ledgers import Owner, Rejected
+from bookie.core.ledgers import Rejected
 from bookie.storage.noroom import RETRY_S, Held, HeldRecord, no_room
 from bookie.storage.trace import ADD_FILE, AddTrace, open_trace
-from bookie.storage.ring import ADD_EPOCH, DURABLE, NO_ROOM, READONLY, WRITE, Doorbell, Ring
+from bookie.storage.ring import (ADD_EPOCH, DURABLE, JOURNAL_NO_ROOM, NO_ROOM, READONLY, WRITE, Doorbell,
+                                 Ring)
 from bookie.storage.journal_set import bell_name, journal_of
 from bookie.core.shares import principal_of
 from bookie.storage.entrylog import EntryLogs
@@ -98,7 +100,9 @@ def run(ctx) -> int:
         if ctx.stopping:
             ctx.log("stopped while waiting for the journals to drain the ring")
             return 0
-        if time.monotonic() > deadline:
+        if any(r.get(JOURNAL_NO_ROOM) for r in rings):
+            deadline = time.monotonic() + 60  # a journal disk with no room: waits for room
+        elif time.monotonic() > deadline:
             ctx.log("journal did not drain the ring in 60 s; giving up")
             return 1
         ctx.pause(0.01)
@@ -154,7 +158,8 @@ def run(ctx) -> int:
     server.trace = AddTrace(trace_file) if trace_file else None
     # who owns an id the bookie holds nothing for: asked before anything is stored, and keys
     # verified against the owner's check, both off this loop (claims.py)
-    server.owners = OwnerResolver(OwnerLookup(conf.metadata_uri, conf.zk_security, ctx.log))
+    server.owners = OwnerResolver(OwnerLookup(conf.metadata_uri, conf.zk_security, ctx.log,
+                                              bookie_id=conf.bookie_id))
     storage.table.verify = server.owners.verified
     # one principal holds at most a share of the pending adds; flooding connections are shut
     server.refusals = RefusalBudget(REFUSALS_PER_CONNECTION_PER_S, cap, server.log_shut)
@@ -183,7 +188,7 @@ def run(ctx) -> int:
     return 0
 
 
-class AddServer(ClientServer):
+class AddServer(OwnerWaits, ClientServer):
     def __init__(self, ctx, rings, storage, clients, control, wakes, lac_pub, ledger_dirs):
         super().__init__(ctx, clients, rings[0], ledger_dirs[0])
         self.conf = ctx.conf
@@ -351,30 +356,6 @@ class AddServer(ClientServer):
                 if not self.handle(sock, frames, internal, first_stalled=True):
                     machine.stall(journal, waiting, again=True)
                     break
-
-    def park(self, ledger_id: int, key: bytes, credential: bool) -> bool:
-        """True when the message being handled waits (parked in the machine) for what deciding
-        it needs: the store's answer about the ledger, or the verdict on its key (claims.py).
-        Raises Rejected(TOO_MANY_REQUESTS) past the machine's bound."""
-        info = self.storage.table.ledgers.get(ledger_id)
-        if info is not None and info.master_key:  # bound: nothing to ask (the hot path)
-            return False
-        frames = self.current[1]  # its principal's turn in the resolver (claims.py)
-        if self.owners.ready(self.storage.table, ledger_id, key, credential,
-                             self.pending.queues[0].principal(frames[1], frames[0].bytes)):
-            return False
-        self.machine.park(ledger_id, self.current)
-        return True
-
-    def resume(self, ledger_ids: set[int]) -> None:
-        """Decide again, in order, the messages parked for these ledgers."""
-        for ledger_id in ledger_ids:
-            for waiting in self.machine.unpark(ledger_id):
-                sock, frames, internal, self.taken_at = waiting
-                if not self.handle(sock, frames, internal):
-                    self.machine.stall(self.no_room_in, waiting)
-            if not self.machine.is_parked(ledger_id):
-                self.owners.consume(ledger_id)
 
     def take(self, sock, internal: bool) -> None:
         self.lac_taken = False
@@ -567,7 +548,7 @@ class AddServer(ClientServer):
         machine.check_batch(ledger_id, ledgers, entry_ids)
         recovery = bool(flags & wire.Bits.RECOVERY_ADD)
         credential = bool(flags & wire.Bits.RECOVERY_CREDENTIAL)
-        if self.park(ledger_id, key, credential):
+        if self.park(ledger_id, key, credential) or self.unnamed(ledger_id, recovery, credential):
             return True
         placed = machine.decide_add(ledger_id, key, recovery, credential, self.owner_of(ledger_id))
         table = self.storage.table
@@ -601,13 +582,6 @@ class AddServer(ClientServer):
         self.stats["add_bytes_total"] += len(data)
         self.stats["add_requests_total"] += 1
         return True
-
-    def owner_of(self, ledger_id: int):
-        """The metadata store's answer about an id this bookie holds nothing for (None when the
-        table holds the ledger: no need to ask)."""
-        if not self.storage.table.needs_owner(ledger_id):
-            return None
-        return self.owners.owner(ledger_id) or Owner.UNAVAILABLE
 
     def handle_write_lac(self, ident, request_id, ledger_id, body) -> bool:
         if len(body) != 2 or len(body[1]) != wire.WRITE_LAC_BODY.size:
@@ -649,7 +623,7 @@ class AddServer(ClientServer):
             # behind a request of its ledger or journal that waits (core/adds.py invariant 1)
             if self.machine.arrive(ledger_id, journal, self.current, first_stalled) == WAIT:
                 return True
-            if self.park(ledger_id, key, credential):
+            if self.park(ledger_id, key, credential) or self.unnamed(ledger_id, False, credential):
                 return True
             placed = self.machine.decide_fence(ledger_id, key, credential, self.owner_of(ledger_id))
         except Rejected as e:

@@ -36,6 +36,11 @@ at most 16 MiB and ~40 ms each) and refuses any other check without evaluating i
 enrolled CURVE key, else its address), served in turn, at most ``MAX_JOBS_PER_PRINCIPAL`` jobs
 each: a stranger's flood of made-up keys delays a known writer's first add by one evaluation
 at most, not by the whole queue.
+
+Named.  The same read says whether the ledger's metadata names this bookie (its ``bookieId``)
+in any fragment's ensemble (``named_of``); the add machine refuses a normal add or a fence of a
+ledger that does not (``bookie.core.adds`` ``named_rule``), but only after ``reread``: one more
+read, whatever is kept, since an ensemble change names this bookie before its adds come.
 """
 
 from __future__ import annotations
@@ -78,14 +83,18 @@ FRESH_S = 1.0  # the most an answer that is not kept (no such ledger, store unav
 LOOKUPS_PER_S = 200
 TIMEOUT_S = 2.0  # the most one lookup may block the add worker
 BACKOFF_S = 5.0
+_REREAD = b"\0re-read"  # the job key of ``reread`` (no verification: the identity is the mark)
 
 
 class OwnerLookup:
     """Reads ledgers' key checks from the metadata store, opened at the first need.  Without a
     store (``uri`` empty) every answer is ``Owner.NO_STORE``."""
 
-    def __init__(self, uri: str, zk_security=None, log=None, clock=time.monotonic, opener=None):
+    def __init__(self, uri: str, zk_security=None, log=None, clock=time.monotonic, opener=None,
+                 bookie_id: str | None = None):
         self.uri = uri
+        self.bookie_id = bookie_id  # whether the metadata names it (``named_of``); None: not asked
+        self.unnamed: set[int] = set()  # read ledgers whose fragments do not name ``bookie_id``
         self.zk_security = zk_security
         self.log = log or (lambda *a, **k: None)
         self.clock = clock
@@ -98,12 +107,13 @@ class OwnerLookup:
         self.lookups_total = 0
         self.unavailable_total = 0
 
-    def owner(self, ledger_id: int):
+    def owner(self, ledger_id: int, fresh: bool = False):
         """The store's answer for ``ledger_id``: the ledger's ``key_check`` (bytes), or
-        ``Owner.NO_CHECK`` / ``UNKNOWN`` / ``UNAVAILABLE`` / ``NO_STORE``."""
+        ``Owner.NO_CHECK`` / ``UNKNOWN`` / ``UNAVAILABLE`` / ``NO_STORE``.  ``fresh``: read the
+        store again, whatever is kept (the ensembles change; the check does not)."""
         if not self.uri:
             return Owner.NO_STORE
-        check = self.checks.get(ledger_id)
+        check = None if fresh else self.checks.get(ledger_id)
         if check is not None:
             return check or Owner.NO_CHECK
         answer = self._lookup(ledger_id)
@@ -135,10 +145,24 @@ class OwnerLookup:
                      ledger=ledger_id, error=f"{type(e).__name__}: {e}")
             return Owner.UNAVAILABLE
         check = bytes(meta.key_check)
+        if self.bookie_id is not None:
+            if any(self.bookie_id in ensemble for _, ensemble in meta.fragments):
+                self.unnamed.discard(ledger_id)
+            else:
+                if len(self.unnamed) >= CACHE:
+                    self.unnamed.clear()
+                self.unnamed.add(ledger_id)
         self.checks[ledger_id] = check  # b"": an older client's ledger (first-add binding)
         if len(self.checks) > CACHE:
             self.checks.popitem(last=False)
         return check or Owner.NO_CHECK
+
+    def named_of(self, ledger_id: int) -> bool | None:
+        """Whether the ledger's metadata, as last read, names this bookie in a fragment's
+        ensemble (None: not asked, or not read)."""
+        if self.bookie_id is None or ledger_id not in self.checks:
+            return None
+        return ledger_id not in self.unnamed
 
     def close(self) -> None:
         if self.store is not None:
@@ -160,6 +184,8 @@ class OwnerResolver:
         self.queued: dict[tuple[int, bytes], object] = {}  # job -> the principal it is counted to
         self.per_principal: collections.Counter = collections.Counter()
         self.jobs = _Lanes()
+        self.named: dict[int, bool] = {}  # the lookups' ``named_of`` (core/adds.py ``named_rule``)
+        self.reread_done: set[int] = set()  # ledgers read again since their requests parked
         self.done: collections.deque = collections.deque()
         self._r, self._w = os.pipe()
         os.set_blocking(self._r, False)
@@ -188,6 +214,13 @@ class OwnerResolver:
         such ledger yet, store unavailable) is not used again (the ledger may be created, the
         store come back, a moment later)."""
         self.fresh.pop(ledger_id, None)
+        self.reread_done.discard(ledger_id)
+
+    def reread(self, ledger_id: int) -> bool:
+        """Queue one more read of the ledger's metadata, whatever is kept (before a refusal
+        for not being named: an ensemble change names this bookie before its adds come);
+        ``drain`` then names the ledger.  False when the queue is full."""
+        return self._queue(ledger_id, _REREAD, None, fresh=True)
 
     def ready(self, table, ledger_id: int, key: bytes, credential: bool,
               principal=None) -> bool:
@@ -231,7 +264,8 @@ class OwnerResolver:
             raise Rejected(Status.TOO_MANY_REQUESTS, "key verifications queued: try again")
         return answer
 
-    def _queue(self, ledger_id: int, key: bytes, check: bytes | None, principal=None) -> bool:
+    def _queue(self, ledger_id: int, key: bytes, check: bytes | None, principal=None,
+               fresh: bool = False) -> bool:
         """Queue the work a request needs (``check``: verify ``key`` against it; None: ask the
         store first) in ``principal``'s lane; False when the queue, or that principal's share
         of it, is full (nothing queued)."""
@@ -241,7 +275,7 @@ class OwnerResolver:
             return False  # decided now: owner() answers None (UNAVAILABLE), verified() refuses
         self.queued[(ledger_id, key)] = principal
         self.per_principal[principal] += 1
-        self.jobs.put(principal, (ledger_id, key, check))
+        self.jobs.put(principal, (ledger_id, key, check, fresh))
         return True
 
     def drain(self) -> set[int]:
@@ -253,12 +287,18 @@ class OwnerResolver:
             pass
         ready = set()
         while self.done:
-            ledger_id, key, owner, verdict = self.done.popleft()
+            ledger_id, key, owner, verdict, named = self.done.popleft()
             if (ledger_id, key) in self.queued:
                 principal = self.queued.pop((ledger_id, key))
                 self.per_principal[principal] -= 1
                 if self.per_principal[principal] <= 0:
                     del self.per_principal[principal]
+            if named is not None:
+                if len(self.named) >= CACHE:
+                    self.named.clear()
+                self.named[ledger_id] = named
+            if key is _REREAD:
+                self.reread_done.add(ledger_id)
             if owner is not None:
                 if isinstance(owner, bytes) or owner is Owner.NO_CHECK:
                     self.known[ledger_id] = owner
@@ -281,18 +321,19 @@ class OwnerResolver:
             job = self.jobs.get()
             if job is None:
                 return
-            ledger_id, key, check = job
-            owner = verdict = None
+            ledger_id, key, check, fresh = job
+            owner = verdict = named = None
             try:
                 if check is None:
-                    owner = self.lookup.owner(ledger_id)
+                    owner = self.lookup.owner(ledger_id, fresh)
+                    named = self.lookup.named_of(ledger_id)
                     check = owner if isinstance(owner, bytes) else b""
-                if check and key:
+                if check and key and key is not _REREAD:
                     verdict = ((check, key), bool(self._verify(check, key)))
                     self.verifications_total += 1
             except Exception:  # noqa: BLE001 - an answer must come back, or the requests wait forever
                 owner = Owner.UNAVAILABLE
-            self.done.append((ledger_id, key, owner, verdict))
+            self.done.append((ledger_id, key, owner, verdict, named))
             os.write(self._w, b"\0")
 
     def close(self) -> None:

@@ -15,6 +15,13 @@ page cache, where the scan finds it but a machine crash would lose it.  On a res
 add worker lives, the records between the journal's end and WRITE are still in the ring and are
 written first.
 
+No room on the journal disk for a group's write (ENOSPC / EDQUOT from the write, not from
+fdatasync) does not stop the bookie: the group was not counted durable, so the worker sets
+``JOURNAL_NO_ROOM`` in its ring (the supervisor turns the bookie read-only: adds refused
+READ_ONLY, reads served) and retries about once a second, the group in a new file from the same
+position (``JournalWriter.abandon``); the first group written clears it.  Adds placed before
+are answered then; every acknowledged one was durable before its answer, as always.
+
 With several journals (``journalDirectories``) one of these workers runs per journal directory,
 journal ``i`` as role ``journal-i`` (``journal`` for journal 0), each on its own ring, doorbell
 and LastLogMark (bookie.storage.journal_set); they share nothing but the add worker.
@@ -32,7 +39,8 @@ from bookie.storage.journal_groups import GroupCommitter
 from bookie.storage.journal import (CorruptJournalError, JournalFormatError, JournalWriter,
                                     check_journal, delete_old_journals, lastmark_of, sync_journal)
 from bookie.storage.trace import JOURNAL_FILE, open_trace
-from bookie.storage.ring import BASE, DURABLE, JOURNAL_EPOCH, WRITE, Doorbell, Ring
+from bookie.storage.noroom import RETRY_S as NO_ROOM_RETRY_S, no_room
+from bookie.storage.ring import BASE, DURABLE, JOURNAL_EPOCH, JOURNAL_NO_ROOM, WRITE, Doorbell, Ring
 from bookie.storage.journal_set import bell_name, index_of_role
 
 EXIT_CORRUPT = 3
@@ -86,6 +94,7 @@ def run(ctx) -> int:
                     end=end, durable=ring.get(DURABLE))
         ring.set(DURABLE, max(end, ring.get(DURABLE)))
     ring.set(JOURNAL_EPOCH, epoch + 1)
+    ring.set(JOURNAL_NO_ROOM, 0)  # a predecessor may have died with no room; this one will see
     writer = JournalWriter(jdir, end, conf.journal_max_size_bytes,
                            conf.journal_prealloc_size_bytes)
     policy = GroupCommitPolicy(conf.journal_max_group_wait_s,
@@ -97,6 +106,8 @@ def run(ctx) -> int:
     poller = select.poll()
     poller.register(wake.fileno(), select.POLLIN)
     poller.register(ctx.signal_fd, select.POLLIN)  # a SIGTERM ends the wait at once
+    signals = select.poll()  # the wait between retries while the disk has no room
+    signals.register(ctx.signal_fd, select.POLLIN)
     ctx.log("journal ready", start=end, epoch=epoch + 1, directory=jdir)
     ctx.ready()
 
@@ -125,12 +136,30 @@ def run(ctx) -> int:
             try:
                 wrote, wait_s = committer.step(now)
             except OSError as e:
-                # After a failed write or fdatasync the kernel may have dropped the dirty pages
-                # and forgotten the error; a restarted journal would then read the page cache
-                # and count unsynced bytes durable.  Stop the bookie instead.
-                ctx.log("journal write failed; stopping the bookie", error=str(e),
-                        position=writer.position)
-                return EXIT_SYNC_FAILED
+                if not no_room(e) or writer.syncing:
+                    # After a failed fdatasync (or a failed write other than for want of
+                    # space) the kernel may have dropped the dirty pages and forgotten the
+                    # error; a restarted journal would then read the page cache and count
+                    # unsynced bytes durable.  Stop the bookie instead.
+                    ctx.log("journal write failed; stopping the bookie", error=str(e),
+                            position=writer.position)
+                    return EXIT_SYNC_FAILED
+                # No room for a group's write: nothing of it was counted durable.  Read-only
+                # (the supervisor sees JOURNAL_NO_ROOM) until a retry writes it, in a new file.
+                writer.abandon()
+                if not ring.get(JOURNAL_NO_ROOM):
+                    ring.set(JOURNAL_NO_ROOM, 1)
+                    ctx.log("no room on the journal disk; read-only until there is",
+                            error=str(e), position=writer.position, directory=jdir)
+                if signals.poll(int(NO_ROOM_RETRY_S * 1000)):  # a SIGTERM ends the wait at once
+                    ctx.drain_signals()
+                if ctx.stopping:
+                    break  # what is not durable was never answered; the next start writes it
+                continue
+            if wrote and ring.get(JOURNAL_NO_ROOM):
+                ring.set(JOURNAL_NO_ROOM, 0)
+                ctx.log("journal disk has room again; taking adds", position=writer.position,
+                        directory=jdir)
             if wrote:
                 force_write.observe(committer.last_group_s)
                 sync_latency.observe(writer.last_sync_s)

@@ -88,6 +88,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("bookie_info", "gauge", "Always 1; the labels say which bookie and version this is.", ("bookie_id", "version"), "", "supervisor"),
     Spec("bookie_readonly", "gauge", "1 while the bookie refuses adds (forced, or a disk is full), else 0.", (), "SERVER_STATUS (inverted: BookKeeper reports 1 when writable)", "supervisor"),
     Spec("bookie_readonly_forced", "gauge", "1 while read-only is forced by an operator (admin API, SIGUSR1).", (), "", "supervisor"),
+    Spec("bookie_readonly_journal_full", "gauge", "1 while read-only because a journal disk had no room for a journal write (it turns writable by itself once a write succeeds).", (), "", "supervisor"),
     Spec("bookie_disk_used_bytes", "gauge", "Bytes in use on the filesystem of a bookie directory.", ("directory", "kind"), "", "supervisor"),
     Spec("bookie_disk_total_bytes", "gauge", "Size of the filesystem of a bookie directory.", ("directory", "kind"), "", "supervisor"),
     Spec("bookie_ring_used_bytes", "gauge", "Bytes in the add -> journal rings not yet made durable by the journals (summed over the journals).", (), "JOURNAL_QUEUE_SIZE (in bytes)", "supervisor"),

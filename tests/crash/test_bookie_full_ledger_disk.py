@@ -46,6 +46,7 @@ def test_stopped_and_started_while_the_ledger_disk_is_full(tmp_path, small_ledge
                     break
                 acked += batch
         assert acked and status == Status.READ_ONLY, ens.log(0)[-3000:]
+        refused = batch  # refused READ_ONLY; journalled if it was the one that met the full disk
         assert ens.stop(0) == 0, ens.log(0)[-3000:]
         ens.start(0, wait=False)
         deadline = time.monotonic() + 60
@@ -61,5 +62,9 @@ def test_stopped_and_started_while_the_ledger_disk_is_full(tmp_path, small_ledge
             # Never acknowledged, but journalled before the disk filled: replay stored it.
             for n, entry in enumerate(unanswered, start=len(acked)):
                 assert c.read(1, n) == (Status.OK, [entry]), n
-            assert c.add(1, [make_entry(1, len(acked) + len(unanswered), b"more")], b"k") == Status.OK
+            # Refused, never acknowledged: stored by replay if it was journalled, else absent.
+            for n, entry in enumerate(refused, start=len(acked) + len(unanswered)):
+                assert c.read(1, n) in ((Status.OK, [entry]), (Status.NO_ENTRY, [])), n
+            more = len(acked) + len(unanswered) + len(refused)
+            assert c.add(1, [make_entry(1, more, b"more")], b"k") == Status.OK
         assert "Traceback" not in ens.log(0)
