@@ -88,7 +88,7 @@ def curve_hint(keys: dict, error: BaseException | None = None) -> str:
                           InvalidArgumentError, BadVersionError)) or "CURVE" in str(error or ""):
         return ""
     return ("; if the bookies speak CURVE, pass an enrolled key: --client-conf FILE or --set "
-            "curveSecretKeyFile=NAME.key_secret --set curveServerKeys=BOOKIE.key")
+            "curveSecretKeyFile=NAME.key_secret (the bookies' keys come from their registrations)")
 
 
 def add_arguments(parser: argparse.ArgumentParser, set_flags: tuple[str, ...] = ("--set",)

@@ -398,9 +398,8 @@ class LedgerWriter:
         parts = [f"bookie(s) {', '.join(b)} {why}" for why, b in by_why.items()]
         if "did not answer" in by_why:
             parts.append("a bookie that runs but never answers this client speaks CURVE and "
-                         "does not admit it: set the client's curveSecretKeyFile and "
-                         "curveServerKeys, and enrol its public key in the bookie's "
-                         "curveClientKeysDirectory")
+                         "does not admit it: set the client's curveSecretKeyFile and enrol its "
+                         "public key in the bookie's curveClientKeysDirectory")
         return "; ".join(parts)
 
     def _on_bookies(self, event: A.BookiesListed, now: float) -> list:

@@ -1,6 +1,6 @@
 """``PUT /api/v1/autorecovery/bookie`` (BookKeeper's path): a stopped bookie's fragments are
 copied to the others in the background and the ledger's metadata stops naming it; a body that
-is not BookKeeper's shape is a 400."""
+is not BookKeeper's shape is a 400; without the admin token it is a 403 (it changes state)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,19 @@ import time
 
 import pytest
 
+from bookie.appliance.shell_security import gentoken
 from bookie.client import BookKeeper
 from bookie.metadata import open_metadata
 from bookie.testing import LocalBookies
 
 
-def put(ens, body: bytes) -> tuple[int, dict]:
+def put(ens, body: bytes, token: bool = True) -> tuple[int, dict]:
     conn = http.client.HTTPConnection("127.0.0.1", ens.http_ports[0], timeout=30)
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {ens.token}"
     try:
-        conn.request("PUT", "/api/v1/autorecovery/bookie", body=body,
-                     headers={"Content-Type": "application/json"})
+        conn.request("PUT", "/api/v1/autorecovery/bookie", body=body, headers=headers)
         r = conn.getresponse()
         return r.status, json.loads(r.read() or b"{}")
     finally:
@@ -28,9 +31,19 @@ def put(ens, body: bytes) -> tuple[int, dict]:
 
 @pytest.fixture(scope="module")
 def ens(tmp_path_factory):
-    with LocalBookies(3, base_dir=str(tmp_path_factory.mktemp("rb") / "e"),
-                      admin_http=True) as e:
+    d = tmp_path_factory.mktemp("rb")
+    token_file = str(d / "admin.token")
+    gentoken(token_file)
+    with LocalBookies(3, base_dir=str(d / "e"), admin_http=True,
+                      conf={"httpServerAuthTokenFile": token_file}) as e:
+        with open(token_file) as f:
+            e.token = f.read().strip()
         yield e
+
+
+def test_without_the_token_it_is_refused(ens):
+    status, doc = put(ens, json.dumps({"bookie_src": [ens.bookies[1]]}).encode(), token=False)
+    assert status == 401, doc
 
 
 def test_recover_bookie_moves_a_stopped_bookies_fragments_elsewhere(ens):

@@ -21,6 +21,7 @@ And ``triggergc`` reaches a bookie whose run directory is in ``$RUNTIME_DIRECTOR
 from __future__ import annotations
 
 import os
+import pathlib
 import pwd
 import shutil
 import subprocess
@@ -224,9 +225,11 @@ def test_genkey_never_writes_through_a_dangling_link(tmp_path):
 
 
 def test_triggergc_reaches_a_bookie_whose_run_directory_is_the_units_runtime_directory(
-        tmp_path, monkeypatch):
-    runtime = tmp_path / "run-bookie"
-    runtime.mkdir(mode=0o700)
+        tmp_path, monkeypatch, request):
+    # Short, as /run/bookie is: a socket path under it must fit sun_path (107 bytes), which a
+    # pytest tmp_path under xdist (popen-gwN) does not leave room for.
+    runtime = pathlib.Path(tempfile.mkdtemp(prefix="bkrt-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(runtime, ignore_errors=True))
     monkeypatch.setenv("RUNTIME_DIRECTORY", str(runtime))  # what systemd sets for the unit
     with LocalBookies(1, base_dir=str(tmp_path / "e"), conf={"gcWaitTime": 600_000}) as ens:
         journal = ens.overrides(0)["journalDirectory"]
