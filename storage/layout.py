@@ -35,12 +35,10 @@ import uuid
 import orjson
 
 from bookie.metadata.bookie_ids import split_address
+from bookie.storage.dirlock import DirectoryLock
+from bookie.storage.errors import LayoutError  # noqa: F401 - its users import it from here
 
 LAYOUT_VERSION = 1
-
-
-class LayoutError(RuntimeError):
-    """The directories do not belong to this bookie as configured; the message says why."""
 
 
 def current_dir(directory: str) -> str:
@@ -238,7 +236,6 @@ def format_bookie(conf, force: bool = False) -> list[str]:
             directories (``DirectoryInUseError``, naming its pid); nothing changed.
         MetadataError: the configured metadata store cannot be opened; nothing changed.
     """
-    from bookie.storage.dirlock import DirectoryLock
 
     lock = DirectoryLock.acquire(all_dirs(conf), purpose="format it")
     store = None
@@ -271,6 +268,5 @@ def format_bookie(conf, force: bool = False) -> list[str]:
 
 def check_not_in_use(conf, purpose: str) -> None:
     """Raise ``DirectoryInUseError`` (naming the pid) if a bookie holds the directories now."""
-    from bookie.storage.dirlock import DirectoryLock
 
     DirectoryLock.acquire(all_dirs(conf), purpose=purpose).release()
