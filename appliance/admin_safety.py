@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 def safe_to_stop(api: AdminApi, req: Request) -> Response:
     from bookie.appliance.admin import HttpError, Response
-    from bookie.appliance.shell_whatif import StopQuestionError, stop_verdict
+    from bookie.appliance.shell.whatif import StopQuestionError, stop_verdict
 
     bookies = [b for b in (req.param("bookies") or "").split(",") if b.strip()]
     rack = req.param("rack") or None

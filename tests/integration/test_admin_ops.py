@@ -14,7 +14,7 @@ import pytest
 
 from bookie.appliance.admin import ROUTES  # admin_ops is imported through admin (they import each other)
 from bookie.appliance.admin_ops import MAX_READ_BYTES
-from bookie.appliance.shell_security import gentoken
+from bookie.appliance.shell.security import gentoken
 from bookie.client import BookKeeper
 from bookie.metadata import open_metadata
 from bookie.metadata.underreplication import UnderReplication

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from bookie.appliance.shell_security import gentoken
+from bookie.appliance.shell.security import gentoken
 from bookie.client import BookKeeper
 from bookie.metadata import open_metadata
 from bookie.metadata.underreplication import UnderReplication

@@ -349,11 +349,8 @@ def _circles(root: str = ROOT) -> list[str]:
 # when its circle is gone (the test below fails on an entry that is no longer needed).
 # (module names without the leading "bookie.")
 KNOWN_CIRCLES: list[set[str]] = [
-    {'appliance.admin', 'appliance.admin_ops', 'appliance.admin_parity',
-     'appliance.admin_recover', 'appliance.admin_safety', 'appliance.shell',
-     'appliance.shell_cluster', 'appliance.shell_disk', 'appliance.shell_parity',
-     'appliance.shell_placement', 'appliance.shell_recovery', 'appliance.shell_whatif',
-     'appliance.shell_zk'},
+    {'appliance.admin', 'appliance.admin_ops', 'appliance.admin_parity', 'appliance.admin_recover',
+     'appliance.admin_safety'},
     {'bench.cli', 'bench.compaction', 'bench.lost_bookie', 'bench.ratios', 'bench.standard'},
     {'bench.client_bench', 'bench.tail_bench'},
     {'client', 'client.aio', 'client.auth', 'client.client', 'client.config',

@@ -22,16 +22,16 @@ def register(commands: Any, metadata_command: Callable) -> None:
 
 def _zkprotect(args: argparse.Namespace) -> int:
     from bookie.appliance.errors import CliError
-    from bookie.appliance.shell import _print_json, _uri, _zk_security
+    from bookie.appliance.shell.registry import print_json, metadata_uri, zk_security
     from bookie.metadata import MetadataError
     from bookie.metadata.zk_acl import protect_metadata
-    security = _zk_security(args)
+    security = zk_security(args)
     try:
-        count = protect_metadata(_uri(args), security, timeout_s=args.timeout_s)
+        count = protect_metadata(metadata_uri(args), security, timeout_s=args.timeout_s)
     except MetadataError as e:
         raise CliError(str(e)) from None
     if args.json:
-        _print_json({"protected_nodes": count, "user": security.user})
+        print_json({"protected_nodes": count, "user": security.user})
     else:
         print(f"{count} nodes protected: ALL for digest user {security.user!r} only")
     return 0
