@@ -67,7 +67,7 @@ def register(commands, metadata_command: Callable) -> None:
 
 
 def _clusterinfo(args) -> int:
-    from bookie.appliance.admin_parity import cluster_info_of
+    from bookie.appliance.admin.parity import cluster_info_of
 
     def body(store) -> int:
         info = cluster_info_of(store)

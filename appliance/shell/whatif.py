@@ -5,7 +5,7 @@ would fall below their ack quorum, become unreadable, or lose their last live co
 
 Exit status: 0 safe, 1 not safe, 2 a usage error only (no bookie and no rack, a malformed
 bookie id, no metadata store); a well-formed id the cluster does not know is simply in no
-ensemble: safe.  ``GET /api/v1/bookie/safe_to_stop`` (admin_safety.py) and
+ensemble: safe.  ``GET /api/v1/bookie/safe_to_stop`` (admin/safety.py) and
 ``decommissionbookie``'s warning use ``stop_verdict`` below.
 """
 

@@ -201,7 +201,7 @@ def test_ledger_metadata_refuses_missing_invalid_and_unknown_ids(ens, query, sta
     ("GET", "/", 404),
     ("POST", "/heartbeat", 405),
     ("DELETE", "/api/v1/bookie/gc", 405),
-    ("POST", "/api/v1/bookie/gc", 405),  # GET is BookKeeper's GC status (admin_ops.py)
+    ("POST", "/api/v1/bookie/gc", 405),  # GET is BookKeeper's GC status (admin/ops.py)
     ("PUT", "/api/v1/bookie/info", 405),
     ("GET", "/api/v1/bookie/list_bookies?type=both", 400),
     ("GET", "/api/v1/ledger/list?print_metadata=maybe", 400),

@@ -2,7 +2,7 @@
 
 import pytest
 
-from bookie.appliance.http_guard import (ConnectionPlaces, RequestDeadline, allowed_host_names,
+from bookie.appliance.admin.http_guard import (ConnectionPlaces, RequestDeadline, allowed_host_names,
                                          host_name, host_refusal)
 
 

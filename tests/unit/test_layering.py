@@ -353,8 +353,6 @@ def _circles(root: str = ROOT) -> list[str]:
 # when its circle is gone (the test below fails on an entry that is no longer needed).
 # (module names without the leading "bookie.")
 KNOWN_CIRCLES: list[set[str]] = [
-    {'appliance.admin', 'appliance.admin_ops', 'appliance.admin_parity',
-     'appliance.admin_recover', 'appliance.admin_safety'},
     {'bench.cli', 'bench.compaction', 'bench.lost_bookie', 'bench.ratios', 'bench.standard'},
     {'bench.client_bench', 'bench.tail_bench'},
 ]

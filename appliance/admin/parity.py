@@ -35,14 +35,14 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from bookie.appliance.admin import AdminApi, Request, Response
+    from bookie.appliance.admin.api import AdminApi, Request, Response
 
 SANITY_ENTRIES = 10
 FILE_TYPES = {"journal": "journal files", "entrylog": "entrylog files", "index": "index files"}
 
 
 def is_ready(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import Response
+    from bookie.appliance.admin.api import Response
     sup = api.sup
     reason = ""
     dead = sorted(role for role, w in sup.workers.items()
@@ -66,7 +66,7 @@ def _names(directory: str, keep) -> list[str]:
 
 
 def list_disk_file(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import HttpError, Response
+    from bookie.appliance.admin.api import HttpError, Response
     kind = req.param("file_type")
     if kind is not None and kind not in FILE_TYPES:
         raise HttpError(400, f"parameter file_type: expected journal, entrylog or index, got "
@@ -86,7 +86,7 @@ def list_disk_file(api: AdminApi, req: Request) -> Response:
 
 
 def sanity(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import Response
+    from bookie.appliance.admin.api import Response
     from bookie import wire
     from bookie.autorecovery.copier import Bookies, CopyError, Key
     from bookie.client.resolver import BookieResolver
@@ -124,7 +124,7 @@ def sanity(api: AdminApi, req: Request) -> Response:
 
 
 def cluster_info(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import Response
+    from bookie.appliance.admin.api import Response
     return Response(api.with_store(cluster_info_of))
 
 
@@ -154,7 +154,7 @@ def cluster_info_of(store) -> dict:
 
 
 def list_under_replicated(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import Response
+    from bookie.appliance.admin.api import Response
     from bookie.metadata.underreplication import UnderReplication
     with_missing = req.bool_param("print_missing_replica")
 
@@ -167,21 +167,21 @@ def list_under_replicated(api: AdminApi, req: Request) -> Response:
 
 
 def who_is_auditor(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import Response
+    from bookie.appliance.admin.api import Response
     from bookie.metadata.underreplication import UnderReplication
     return Response({"Auditor": api.with_store(
         lambda store: _auditor_bookie(UnderReplication(store).auditor()))})
 
 
 def trigger_audit(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import Response
+    from bookie.appliance.admin.api import Response
     from bookie.metadata.underreplication import UnderReplication
     version = api.with_store(lambda store: UnderReplication(store).trigger_audit())
     return Response({"triggered": True, "trigger": version})
 
 
 def get_lost_bookie_recovery_delay(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import Response
+    from bookie.appliance.admin.api import Response
     from bookie.metadata.underreplication import UnderReplication
     stored = api.with_store(lambda store: UnderReplication(store).recovery_delay_s())
     configured = api.sup.conf.value("lostBookieRecoveryDelay")
@@ -190,7 +190,7 @@ def get_lost_bookie_recovery_delay(api: AdminApi, req: Request) -> Response:
 
 
 def put_lost_bookie_recovery_delay(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import HttpError, Response
+    from bookie.appliance.admin.api import HttpError, Response
     from bookie.metadata.underreplication import UnderReplication
     delay = req.json().get("delay_seconds")
     if isinstance(delay, bool) or not isinstance(delay, int) or not 0 <= delay <= 10 ** 7:

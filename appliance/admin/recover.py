@@ -17,11 +17,11 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from bookie.appliance.admin import AdminApi, Request, Response
+    from bookie.appliance.admin.api import AdminApi, Request, Response
 
 
 def recover_bookie(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import HttpError, Response
+    from bookie.appliance.admin.api import HttpError, Response
     from bookie.metadata.bookie_ids import bookie_id_problem
 
     body = req.json()
