@@ -12,7 +12,7 @@
                                              own configuration from its next look
     queryautorecoverystatus [-verbose]       ledgers being re-replicated now (and by whom)
     listbookies [-rw | -ro | -a]             registered bookies: id, address, location
-                                             (registered in ``shell.py``, shown here)
+                                             (registered in ``main.py``, shown here)
     endpointinfo -b BOOKIE_ID                a registered bookie's endpoints
     cookie_list                              the bookies that have a cookie in the store
     cookie_get BOOKIE_ID                     one bookie's cookie

@@ -1,4 +1,4 @@
-"""The HTTP servers' admission rules (appliance/http_guard.py), without sockets."""
+"""The HTTP servers' admission rules (appliance/admin/http_guard.py), without sockets."""
 
 import pytest
 
