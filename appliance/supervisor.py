@@ -62,7 +62,8 @@ from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock, run_dir_p
 from bookie.metadata.recovery_secret import write_secret_file
 from bookie.storage.layout import LayoutError, all_dirs, check_or_stamp, remembered_port
 from bookie.storage.index_check import check_index
-from bookie.workers.common import log_line as log, wait_exited, worker_preexec
+from bookie.workers.common import log_line as log
+from bookie.workers.processes import wait_exited, worker_preexec
 from bookie.workers.ports import free_port_pair
 from bookie.workers.gc_worker import request_gc
 from bookie.storage.ring import NO_ROOM, READONLY, Ring

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-from bookie.workers.common import set_pdeathsig, wait_exited
+from bookie.workers.processes import set_pdeathsig, wait_exited
 from bookie.workers.ports import reserve_port_pair
 from bookie.storage.layout import remembered_port
 from bookie.workers.config import SECRET_KEYS
