@@ -354,7 +354,6 @@ def _circles(root: str = ROOT) -> list[str]:
 # (module names without the leading "bookie.")
 KNOWN_CIRCLES: list[set[str]] = [
     {'bench.cli', 'bench.compaction', 'bench.lost_bookie', 'bench.ratios', 'bench.standard'},
-    {'bench.client_bench', 'bench.tail_bench'},
 ]
 
 
