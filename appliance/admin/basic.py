@@ -7,6 +7,7 @@ import os
 import shutil
 
 from bookie.appliance.admin.api import LEDGERS_PER_PAGE, AdminApi, HttpError, Request, Response
+from bookie.appliance.exposition import CONTENT_TYPE
 from bookie.workers.config import KEYS
 from bookie.workers.gc_worker import request_gc
 
@@ -16,8 +17,6 @@ def heartbeat(api: AdminApi, req: Request) -> Response:
 
 
 def metrics(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.exposition import CONTENT_TYPE
-
     return Response(api.registry.text(), content_type=CONTENT_TYPE)
 
 

@@ -24,6 +24,7 @@ import os
 import orjson
 
 from bookie.appliance.admin.api import AdminApi, HttpError, Request, Response
+from bookie.appliance.admin.basic import bookie_info
 from bookie.workers.gc_worker import GC_REQUEST_FILE, compaction_suspended, suspend_compaction
 
 MAX_READ_ENTRIES = 1000  # per /api/v1/ledger/read request
@@ -178,7 +179,6 @@ def delete_ledger(api: AdminApi, req: Request) -> Response:
 
 
 def list_bookie_info(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin.basic import bookie_info
 
     def body(store):
         return {"writable": store.list_bookies(), "readonly": store.list_bookies(readonly=True)}

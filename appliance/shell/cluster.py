@@ -32,8 +32,8 @@ from typing import Callable
 import orjson
 
 from bookie.appliance.errors import CliError
-from bookie.appliance.shell.registry import print_json, refuse_while_registered, store_exists, \
-    with_store
+from bookie.appliance.shell.registry import (
+    metadata_uri, print_json, refuse_while_registered, store_exists, with_store)
 
 
 def register(commands, metadata_command: Callable) -> None:
@@ -115,7 +115,6 @@ def _initnewcluster(args) -> int:
 
 def _nukeexistingcluster(args) -> int:
     from bookie.metadata.uri import parse_uri
-    from bookie.appliance.shell.registry import metadata_uri
     if args.zk_ledgers_root_path is not None:
         root = getattr(parse_uri(metadata_uri(args)), "root", None)
         if root != args.zk_ledgers_root_path:

@@ -12,6 +12,9 @@ from __future__ import annotations
 import argparse
 from typing import Any, Callable
 
+from bookie.appliance.errors import CliError
+from bookie.appliance.shell.registry import metadata_uri, print_json, zk_security
+
 
 def register(commands: Any, metadata_command: Callable) -> None:
     metadata_command("zkprotect", "Give every node of the ZooKeeper metadata store the ACL of "
@@ -21,8 +24,6 @@ def register(commands: Any, metadata_command: Callable) -> None:
 
 
 def _zkprotect(args: argparse.Namespace) -> int:
-    from bookie.appliance.errors import CliError
-    from bookie.appliance.shell.registry import print_json, metadata_uri, zk_security
     from bookie.metadata import MetadataError
     from bookie.metadata.zk_acl import protect_metadata
     security = zk_security(args)
