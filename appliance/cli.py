@@ -21,7 +21,8 @@ from bookie.storage.layout import LayoutError
 # start, hundreds in a test suite) imports its own alone: not the shell, the client, the
 # benchmarks or the test harness, which it never uses.
 _GROUPS = {"run": "bookie.appliance.run_cmd", "localbookie": "bookie.appliance.localbookie",
-           "shell": "bookie.appliance.shell", "autorecovery": "bookie.appliance.autorecovery_cmd",
+           "shell": "bookie.appliance.shell.main",
+           "autorecovery": "bookie.appliance.autorecovery_cmd",
            "bench": "bookie.bench.cli"}
 
 # A subcommand raises the error of the layer that refused; each is one line and exit status 2.

@@ -13,7 +13,7 @@ import re
 import socket
 import stat
 
-from bookie.appliance.admin_auth import TOKENLESS_WRITES
+from bookie.appliance.admin.auth import TOKENLESS_WRITES
 from bookie.metadata.errors import AccessDeniedError
 from bookie.metadata.secret_file import MAX_SECRET_FILE_BYTES, read_private_file
 from bookie.workers.config import KEYS, BookieConfig

@@ -64,7 +64,8 @@ from bookie.storage import server_key
 from bookie.storage.layout import (PUBLIC_KEY_FIELD, ROTATE_VERB, LayoutError, all_dirs,
                                    check_or_stamp, local_cookie, remembered_port, without_key)
 from bookie.storage.index_check import check_index
-from bookie.workers.common import log_line as log, wait_exited, worker_preexec
+from bookie.workers.common import log_line as log
+from bookie.workers.processes import wait_exited, worker_preexec
 from bookie.workers.ports import free_port_pair
 from bookie.workers.gc_worker import request_gc
 from bookie.storage.ring import JOURNAL_NO_ROOM, NO_ROOM, READONLY, Ring

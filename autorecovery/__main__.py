@@ -17,7 +17,7 @@ def main(argv=None) -> int:
                    "(end of file instead: exit at once)")
     args = p.parse_args(argv)
     from bookie.autorecovery.worker import main as run
-    from bookie.workers.common import wait_for_go
+    from bookie.workers.processes import wait_for_go
     if args.go_fd is not None and not wait_for_go(args.go_fd):
         return 0
     conf = BookieConfig.load(args.conf, check_dirs=False)

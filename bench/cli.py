@@ -18,13 +18,10 @@ import shutil
 import sys
 import tempfile
 
+from bookie.bench.errors import BenchOptionError
 from bookie.client import options as client_options
 
 DIGESTS = ("crc32", "crc32c", "mac", "dummy")
-
-
-class BenchOptionError(ValueError):
-    """A benchmark option that cannot run as given; the command prints it as one line, exit 2."""
 
 
 
@@ -667,12 +664,13 @@ def _cmd_report(args) -> int:
         if not args.from_results:
             data_dir = args.data_dir or scratch
             os.makedirs(data_dir, exist_ok=True)
-            statuses = standard.run_all(results_path, args.time, data_dir, args.quiet, runs)
+            statuses = standard.run_all(results_path, args.time, data_dir, args.quiet, runs,
+                                        bench_main=main)
             standard.settle()
             statuses += ratios.run_peers(results_path, args.time, peers)
             if args.spark:
                 standard.settle()
-                statuses.append(ratios.run_spark(results_path, args.time, data_dir))
+                statuses.append(ratios.run_spark(results_path, args.time, data_dir, bench_main=main))
         try:
             results = report.load_results(results_path) if os.path.exists(results_path) else []
         except ValueError as e:

@@ -54,7 +54,7 @@ def register(tools) -> None:
 
 
 def _cmd(args) -> int:
-    from bookie.bench.cli import BenchOptionError
+    from bookie.bench.errors import BenchOptionError
 
     if args.data_mb <= 0 or args.entrysize < 1 or args.log_size_mb < 1 or args.limit_mb_per_s <= 0:
         raise BenchOptionError("--data-mb, --entrysize, --log-size-mb and --limit-mb-per-s must be positive")

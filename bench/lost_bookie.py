@@ -47,7 +47,7 @@ def register(tools) -> None:
 
 
 def _cmd(args) -> int:
-    from bookie.bench.cli import BenchOptionError
+    from bookie.bench.errors import BenchOptionError
 
     if args.ledgers < 1 or args.entries < 1 or args.entrysize < 1 or args.batch < 1:
         raise BenchOptionError("--ledgers, --entries, --entrysize and --batch must be positive")

@@ -254,9 +254,9 @@ def _status(name: str, result: dict) -> tuple[str, int]:
     return (f"peer {name}", 0)
 
 
-def run_spark(results_path: str, time_s: float, data_dir: str) -> tuple[str, int]:
+def run_spark(results_path: str, time_s: float, data_dir: str, *, bench_main) -> tuple[str, int]:
     """``bench spark`` on three local bookies, E3/Qw2; its JSON line appended."""
-    from bookie.bench.cli import main
+    main = bench_main  # ``bookie bench``'s own main (cli.main): it calls this module
     entries = max(2_000, int(20_000 * time_s))
     argv = ["spark", "--localbookie", "3", "--entries", str(entries), "--data-dir",
             os.path.join(data_dir, "spark")]

@@ -301,14 +301,14 @@ def replace_in_readme(path: str, table: str) -> None:
 
 
 def run_all(results_path: str, time_s: float, data_dir: str, quiet: bool,
-            runs: tuple[Run, ...] = STANDARD) -> list[tuple[str, int]]:
+            runs: tuple[Run, ...] = STANDARD, *, bench_main) -> list[tuple[str, int]]:
     """Run each standard run, appending its JSON line to ``results_path``.
 
     Returns:
         (run name, exit status) of each; a failed run is reported, the others still run.
     """
-    from bookie.bench.cli import main
     from bookie.bench.report import load_results
+    main = bench_main  # ``bookie bench``'s own main (cli.main): it calls this module
     statuses = []
     for i, run in enumerate(runs):
         argv = [run.tool, *run.argv, "--time", f"{time_s:g}", "--json-out", results_path]

@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from bookie.bench.client_bench import AddLoad, BenchError, _client, _open, payload_bytes
+from bookie.bench.load import AddLoad, BenchError, open_client, open_ledger, payload_bytes
 from bookie.bench.histogram import Histogram
 from bookie.bench.report import NS_PER_S, Meter, latency_figures
 
@@ -104,7 +104,7 @@ def _tail_writer(conn, metadata_uri: str, params: dict) -> None:
     """Child process: create the ledgers, wait for "go", write them at full speed for the run's
     time with each payload stamped with its issue time, close them, report."""
     try:
-        bk = _client(metadata_uri, params["throttle"], params["timeout"],
+        bk = open_client(metadata_uri, params["throttle"], params["timeout"],
                      params.get("client_keys"), explicitLacInterval=params.get("explicit_lac", 100))
         try:
             handles = [bk.create_ledger(params["ensemble"], params["quorum"],
@@ -155,7 +155,7 @@ def read_tail(bk, metadata_uri: str, params: dict, emit) -> dict:
     try:
         kind, value = _receive(parent, timeout_s, "the writer to create its ledgers")
         ledger_ids = value
-        handles = [_open(bk, lid, params) for lid in ledger_ids]
+        handles = [open_ledger(bk, lid, params) for lid in ledger_ids]
         meter = Meter("tail", unit="entries", emit=emit)
         e2e = Histogram()
         lock = threading.Lock()

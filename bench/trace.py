@@ -167,12 +167,12 @@ def run(params: dict, metadata_uri: str, trace_dir: str, *, emit=None, data_dir:
         disk: dict | None = None) -> dict:
     """The whole ``bench bookie --trace`` run against a bookie writing its stamps to
     ``trace_dir``.  Returns the result dict; the table goes to stderr with the summary."""
-    from bookie.bench.client_bench import BenchError, _client, payload_bytes
+    from bookie.bench.load import BenchError, open_client, payload_bytes
     from bookie.client import BookKeeperError
     started = now_iso()
     host = host_info(data_dir)
     payload = payload_bytes(params["entrysize"])
-    bk = _client(metadata_uri, 1, params["timeout"], params.get("client_keys"))
+    bk = open_client(metadata_uri, 1, params["timeout"], params.get("client_keys"))
     try:
         try:
             lh = bk.create_ledger(1, 1, 1, params["digest"], b"bench-trace")

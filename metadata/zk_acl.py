@@ -40,11 +40,10 @@ from kazoo.security import ACL, OPEN_ACL_UNSAFE, Permissions, make_digest_acl, \
 
 from bookie.metadata.errors import AccessDeniedError
 from bookie.metadata.secret_file import read_private_file
+from bookie.metadata.zk_errors import map_error
+from bookie.metadata.zk_keys import BOOKIE_DIGEST_KEY, DIGEST_KEY, ENABLE_KEY
 
-ENABLE_KEY = "zkEnableSecurity"
 PRIVATE = "/PRIVATE"  # the bookies' private nodes (the recovery secret) under the root
-DIGEST_KEY = "zkDigestAuthFile"
-BOOKIE_DIGEST_KEY = "zkBookieDigestAuthFile"
 _USER = re.compile(r"^[^:\s]+$")
 # With zkBookieDigestAuthFile (and security on): the bookies' registrations (``/available``,
 # ``/available/readonly``), their cookies and the locations operators set for them, each node
@@ -234,7 +233,6 @@ def protect_metadata(uri: str, security: ZkSecurity | None, timeout_s: float = 1
     from bookie.metadata.errors import MetadataError, MetadataTimeoutError, NoSuchStoreError
     from bookie.metadata.store import LAYOUT
     from bookie.metadata.uri import parse_uri
-    from bookie.metadata.zk_errors import map_error
     parsed = parse_uri(uri)
     if parsed.scheme == "lmdb":
         raise MetadataError(f"{uri}: the embedded store has no ACLs (its files are the bookie "

@@ -7,7 +7,7 @@ from kazoo import exceptions as kz
 from bookie.metadata.errors import (
     AccessDeniedError, BadVersionError, MetadataError, NodeExistsError, NoSuchNodeError,
     NotEmptyError)
-from bookie.metadata.zk_acl import DIGEST_KEY, ENABLE_KEY
+from bookie.metadata.zk_keys import DIGEST_KEY, ENABLE_KEY
 
 
 def map_error(e: Exception, what: str) -> MetadataError:

@@ -34,7 +34,7 @@ import time
 
 import orjson
 
-from bookie.storage.layout import LayoutError
+from bookie.storage.errors import LayoutError
 
 LOCK_FILE = "bookie.lock"
 RUNTIME_KEYS = ("run_dir", "ring")

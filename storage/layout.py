@@ -39,15 +39,13 @@ import uuid
 import orjson
 
 from bookie.metadata.bookie_ids import split_address
+from bookie.storage.dirlock import DirectoryLock
+from bookie.storage.errors import LayoutError  # noqa: F401 - its users import it from here
 
 LAYOUT_VERSION = 1
 KEY_FILE = "bookie.key_secret"  # the bookie's own CURVE keypair, in its journal's current/ (server_key.py)
 PUBLIC_KEY_FIELD = "curve_public_key"  # the cookie's record of the bookie's public key
 ROTATE_VERB = "bookie shell rotatekey"  # the one way to change a bookie's key
-
-
-class LayoutError(RuntimeError):
-    """The directories do not belong to this bookie as configured; the message says why."""
 
 
 def current_dir(directory: str) -> str:
@@ -281,7 +279,6 @@ def format_bookie(conf, force: bool = False) -> list[str]:
             directories (``DirectoryInUseError``, naming its pid); nothing changed.
         MetadataError: the configured metadata store cannot be opened; nothing changed.
     """
-    from bookie.storage.dirlock import DirectoryLock
 
     lock = DirectoryLock.acquire(all_dirs(conf), purpose="format it")
     store = None
@@ -314,6 +311,5 @@ def format_bookie(conf, force: bool = False) -> list[str]:
 
 def check_not_in_use(conf, purpose: str) -> None:
     """Raise ``DirectoryInUseError`` (naming the pid) if a bookie holds the directories now."""
-    from bookie.storage.dirlock import DirectoryLock
 
     DirectoryLock.acquire(all_dirs(conf), purpose=purpose).release()

@@ -22,7 +22,7 @@ import tempfile
 import time
 
 from bookie.testing.rawclient import forget_store, learn_key, learn_store
-from bookie.workers.common import set_pdeathsig, wait_exited
+from bookie.workers.processes import set_pdeathsig, wait_exited
 from bookie.workers.ports import reserve_port_pair
 from bookie.storage.layout import PUBLIC_KEY_FIELD, cookie_in, remembered_port
 from bookie.workers.config import SECRET_KEYS

@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 
-from bookie.workers.common import set_pdeathsig
+from bookie.workers.processes import set_pdeathsig
 
 DEBIAN_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
 

@@ -15,7 +15,9 @@ import setproctitle
 
 from bookie.workers import logs
 from bookie.workers.config import BookieConfig
-from bookie.workers.common import WorkerContext, raise_open_files_limit, wait_for_go
+from bookie.workers.client_sockets import raise_open_files_limit
+from bookie.workers.common import WorkerContext
+from bookie.workers.processes import wait_for_go
 from bookie.storage.journal_set import index_of_role
 
 ROLES = {

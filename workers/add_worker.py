@@ -54,8 +54,9 @@ from bookie.wire import Op, Status
 from bookie.storage import records
 from bookie.core.answers import JournalAnswers, Pending
 from bookie.workers.auth import server_curve
-from bookie.workers.common import (REFUSALS_PER_CONNECTION_PER_S, ClientServer, ConnectionCap,
-                                   RefusalBudget, guard_client_socket, make_socket)
+from bookie.workers.client_sockets import (REFUSALS_PER_CONNECTION_PER_S, ConnectionCap,
+                                           RefusalBudget, guard_client_socket, make_socket)
+from bookie.workers.common import ClientServer
 from bookie.storage.checkpoint import Checkpointer, checkpoint
 from bookie.workers.add_owners import OwnerWaits
 from bookie.workers.claims import OwnerLookup, OwnerResolver

@@ -1,19 +1,16 @@
-"""What every worker process shares: its name, its log line, its runtime paths, readiness; and the
-process helpers the supervisor and the test harness use (parent-death signal, waits for exit);
-free ports are in ``bookie.workers.ports``."""
+"""What every worker process shares: its name, its log line, its runtime paths, readiness, and
+the serving of client requests (``ClientServer``).  The process helpers (parent-death signal,
+waits for exit) are in ``bookie.workers.processes``, the client sockets' options and caps in
+``bookie.workers.client_sockets``, free ports in ``bookie.workers.ports``."""
 
 from __future__ import annotations
 
 import collections
-import ctypes
 import os
-import resource
 import select
 import shutil
 import signal
-import socket
-import struct
-import time
+from typing import TYPE_CHECKING
 
 import orjson
 import setproctitle
@@ -25,11 +22,8 @@ from bookie.workers.config import BookieConfig
 from bookie.workers.metrics import Metrics
 from bookie.storage.ring import READONLY, drain_fd
 
-
-# A monitor event's first frame (libzmq 4 event API): event id (16 bits), value (32 bits: the
-# connection's descriptor here).  Decoded here rather than by pyzmq's zmq.utils.monitor, whose
-# import brings asyncio with it: a third of a worker's import time spent on nothing it uses.
-_MONITOR_EVENT = struct.Struct("=hi")
+if TYPE_CHECKING:
+    from bookie.workers.client_sockets import RefusalBudget
 
 
 def log_line(name: str, event: str, level: str | None = None, **fields) -> None:
@@ -121,177 +115,6 @@ OP_NAMES[-1] = "FENCE"  # fences the read worker hands to the add worker
 STATUS_NAMES = {int(st): st.name for st in wire.Status}
 
 
-def make_socket(ctx, kind, linger_ms: int = 0):
-    sock = ctx.socket(kind)
-    sock.setsockopt(zmq.LINGER, linger_ms)
-    return sock
-
-
-def raise_open_files_limit() -> int:
-    """Raise this process's soft open-files limit to its hard one (client connections are
-    descriptors); returns the limit now in force."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY:
-        hard = 1 << 20
-    if soft < hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError):
-            pass
-    return soft
-
-
-def guard_client_socket(sock, conf, max_message_bytes: int) -> None:
-    """Options every client-facing socket gets before it binds (docs/security.md "Limits"):
-    the largest frame it buffers, ZMTP heartbeats, and a handshake deadline."""
-    ivl_ms = max(1, round(conf.client_heartbeat_interval_s * 1000))
-    sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)  # larger: the connection is dropped
-    sock.setsockopt(zmq.HEARTBEAT_IVL, ivl_ms)
-    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 3 * ivl_ms)
-    sock.setsockopt(zmq.HANDSHAKE_IVL, ivl_ms)  # a connection that never speaks ZMTP goes
-
-
-class ConnectionCap:
-    """Keeps a client socket's TCP connections at ``limit``.
-
-    ZeroMQ accepts every connection itself and offers no cap; its monitor reports each accepted
-    connection with its descriptor.  One past the limit is shut down at once (``shutdown`` only:
-    ZeroMQ sees the end of the stream and closes its own descriptor, which it then reports).
-    ``poll`` the ``monitor`` socket with the worker's others and call ``drain``.
-    """
-
-    _EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CLOSED
-
-    def __init__(self, sock, limit: int, port: int):
-        self.monitor = sock.get_monitor_socket(self._EVENTS)
-        self.limit = limit
-        self.port = port
-        self.open: set[int] = set()
-        self.refused_total = 0
-
-    def drain(self) -> None:
-        while True:
-            try:
-                frames = self.monitor.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            event, fd = _MONITOR_EVENT.unpack(frames[0])
-            if event == zmq.EVENT_ACCEPTED:
-                if len(self.open) >= self.limit and self.shut(fd):
-                    self.refused_total += 1
-                self.open.add(fd)  # until ZeroMQ reports it gone
-            else:
-                self.open.discard(fd)
-
-    def shut(self, fd: int) -> bool:
-        """Shut the client connection on ``fd`` down; False when it is not (or no longer) one."""
-        try:
-            s = socket.socket(fileno=fd)
-        except OSError:
-            return False  # gone already
-        try:
-            if s.getsockname()[1] == self.port:  # still our client connection, not a reused fd
-                s.shutdown(socket.SHUT_RDWR)
-                return True
-        except OSError:
-            pass
-        finally:
-            s.detach()  # ZeroMQ owns the descriptor
-        return False
-
-    def close(self) -> None:
-        self.monitor.close()
-
-
-# A connection refused more often than this in one second is flooding: shut down.  A client that
-# backs off at its first refusals never comes near it.
-REFUSALS_PER_CONNECTION_PER_S = 1000
-
-
-class RefusalBudget:
-    """A connection that keeps sending what gets refused is shut down.
-
-    Past a limit a request is answered TOO_MANY_REQUESTS (on the add socket: any refusal but
-    FENCED and READ_ONLY, ``ClientServer.flooding``); a client that goes on sending anyway
-    (more than ``per_s`` refusals within one second) is flooding, and answering each of its
-    requests costs the worker about what sending it cost the client.  Its connection is shut
-    down through the ``ConnectionCap`` (only a descriptor the cap saw accepted on this port):
-    ZeroMQ sees the stream end and drops what it had queued from it.  A client that backs off
-    at its first refusals never comes near the budget.
-    """
-
-    def __init__(self, per_s: int, cap: "ConnectionCap | None", on_shut=None, clock=time.monotonic):
-        self.per_s = per_s
-        self.cap = cap
-        self.on_shut = on_shut  # on_shut(ident): forget what the connection left waiting
-        self.clock = clock
-        self.counts: dict[bytes, int] = {}  # this second's refusals per connection
-        self.window = clock()
-        self.shut_total = 0
-        self.shut_at: dict[bytes, float] = {}  # connection -> when it was shut (DRAIN_S)
-
-    # s: how long what a shut connection had queued is recognised as its own.  The worker may
-    # take longer than a second to get through a flood's queue on a loaded machine; a long
-    # poll taken from it after a one-second window parked again, for a client that was gone,
-    # and held its host's share until the poll's own timeout.
-    DRAIN_S = 10.0
-
-    def dropping(self, ident: bytes) -> bool:
-        """True while ``ident`` is a connection shut down in the last ``DRAIN_S``: what it
-        had queued before the shutdown may be dropped unread, unanswered (nobody is left to
-        answer; a shut connection still had up to its receive high-water mark of messages
-        queued, each as dear to handle as any), and must never take a place that outlives it
-        (a parked long poll, a fence).  A client that reconnects with the same explicit
-        identity within ``DRAIN_S`` is refused until then.  Costs a dict lookup; nothing while
-        no connection is shut.
-
-        The add worker drops so (``PendingAdds.admit``): a refused add costs it tens of
-        microseconds, and its socket queues 10 000.  The read worker does not: its refusals
-        are cheap, and in the 1M long-poll flood dropping left the writer less of its rate
-        (0.41 / 0.50 against 0.68 / 0.55 without, interleaved runs at load 2.9 - 3.8; why is
-        not established: perhaps an emptied queue lets ZeroMQ read more of the flooder's
-        stream before it sees the end)."""
-        if not self.shut_at:
-            return False
-        shut_at = self.shut_at.get(ident)
-        if shut_at is None:
-            return False
-        now = self.clock()
-        if now - shut_at < self.DRAIN_S:
-            return True
-        for old in [i for i, t in self.shut_at.items() if now - t >= self.DRAIN_S]:
-            del self.shut_at[old]
-        return False
-
-    def refused(self, ident: bytes, frame) -> bool:
-        """Count a refusal of a request of ``ident`` (``frame``: a zmq.Frame of it, or None).
-
-        Returns:
-            True when the connection is over its budget: it was shut down now or earlier in
-            this second, and the refusal need not be answered.
-        """
-        now = self.clock()
-        if now - self.window >= 1.0:
-            self.counts.clear()
-            self.window = now
-        n = self.counts.get(ident, 0) + 1
-        self.counts[ident] = n
-        if n <= self.per_s:
-            return False
-        if n == self.per_s + 1 and self.cap is not None and frame is not None:
-            try:
-                fd = frame.get(zmq.SRCFD)
-            except zmq.ZMQError:
-                fd = -1
-            if fd in self.cap.open and self.cap.shut(fd):
-                self.shut_total += 1
-                self.shut_at[ident] = now
-                if self.on_shut is not None:
-                    self.on_shut(ident)
-        return True
-
-
 class ClientServer:
     """What the add and read workers' client-facing sides share: answers, refusals, INFO."""
 
@@ -354,59 +177,3 @@ class ClientServer:
         return orjson.dumps({"bookie_id": self.ctx.conf.bookie_id, "free_bytes": usage.free,
                              "total_bytes": usage.total, "writable": not self.ring.get(READONLY),
                              "version": __version__})
-
-
-def set_pdeathsig() -> None:
-    """In a child before exec: receive SIGTERM when the parent (thread) that started it dies."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def worker_preexec() -> None:
-    """In a bookie worker before exec: ``set_pdeathsig``, and Ctrl-C ignored from the first
-    instruction on (an ignored signal stays ignored across exec, and Python then leaves it so).
-    A terminal's Ctrl-C signals the whole process group; the supervisor handles it and stops
-    its workers with SIGTERM.  The workers are launched early, to import while the ones before
-    them start, so a Ctrl-C in the first second of ``bookie run`` used to meet them inside
-    Python's own start-up and print KeyboardInterrupt tracebacks (5 of 12 tries)."""
-    set_pdeathsig()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def wait_for_go(fd: int) -> bool:
-    """Block until the supervisor's go (a byte on ``fd``): True, or False when it closed the
-    pipe without one (the start was abandoned).  Workers are launched early so that their
-    imports overlap the start of the workers before them (appliance/supervisor.py)."""
-    try:
-        while True:
-            try:
-                return os.read(fd, 1) != b""
-            except InterruptedError:
-                continue
-    finally:
-        os.close(fd)
-
-
-def wait_exited(proc, timeout_s: float) -> int:
-    """``proc.wait(timeout_s)`` woken by the process's exit itself (a pidfd), not by
-    ``Popen.wait``'s polling, whose sleeps grow to 50 ms: a bookie's stop waits on three groups
-    of workers in turn, and its owner on the bookie.
-
-    Raises:
-        subprocess.TimeoutExpired: still running after ``timeout_s``.
-    """
-    try:
-        fd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):  # reaped already, or no pidfd here: Popen's own wait
-        return proc.wait(timeout_s)
-    try:
-        exited = select.select([fd], [], [], timeout_s)[0]
-    finally:
-        os.close(fd)
-    if not exited:
-        import subprocess  # (the workers import this module and never wait for a process)
-        raise subprocess.TimeoutExpired(proc.args, timeout_s)
-    return proc.wait()

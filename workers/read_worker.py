@@ -45,8 +45,9 @@ from bookie import wire
 from bookie.storage.layout import current_dir
 from bookie.wire import Bits, Op, Status
 from bookie.workers.auth import server_curve
-from bookie.workers.common import (REFUSALS_PER_CONNECTION_PER_S, ClientServer, ConnectionCap,
-                                   RefusalBudget, guard_client_socket, make_socket)
+from bookie.workers.client_sockets import (REFUSALS_PER_CONNECTION_PER_S, ConnectionCap,
+                                           RefusalBudget, guard_client_socket, make_socket)
+from bookie.workers.common import ClientServer
 from bookie.core.long_polls import ANSWER, ASK, LongPolls, on_nothing_held
 from bookie.core.shares import Held, address_principal, principal_of, share
 from bookie.storage.ring import Ring

@@ -21,7 +21,7 @@ import sys
 import time
 
 from bookie.testing.nemesis.history import read_events
-from bookie.workers.common import set_pdeathsig
+from bookie.workers.processes import set_pdeathsig
 
 WRITER_MODES = ("sync", "async", "bulk")
 # With lifecycle faults also create_ledger_adv writers and DEFERRED_SYNC writers; the modes turn

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from bookie.bench.client_bench import AddLoad, BenchError
+from bookie.bench.load import AddLoad, BenchError
 from bookie.bench.report import Meter
 
 

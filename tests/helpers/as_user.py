@@ -9,7 +9,8 @@ import sys
 
 PRELUDE = """
 import os, sys
-from bookie.appliance import cli, shell, shell_disk, shell_recovery, supervisor
+from bookie.appliance import cli, supervisor
+from bookie.appliance.shell import disk, main as shell_main, recovery
 from bookie.metadata import embedded, zk
 import kazoo.client, lmdb, lmdb._envid, orjson, zmq
 uid, gid = int(sys.argv[1]), int(sys.argv[2])

@@ -201,7 +201,7 @@ def test_ledger_metadata_refuses_missing_invalid_and_unknown_ids(ens, query, sta
     ("GET", "/", 404),
     ("POST", "/heartbeat", 405),
     ("DELETE", "/api/v1/bookie/gc", 405),
-    ("POST", "/api/v1/bookie/gc", 405),  # GET is BookKeeper's GC status (admin_ops.py)
+    ("POST", "/api/v1/bookie/gc", 405),  # GET is BookKeeper's GC status (admin/ops.py)
     ("PUT", "/api/v1/bookie/info", 405),
     ("GET", "/api/v1/bookie/list_bookies?type=both", 400),
     ("GET", "/api/v1/ledger/list?print_metadata=maybe", 400),
@@ -246,7 +246,7 @@ def test_garbage_on_the_socket_gets_a_json_4xx_and_the_server_carries_on(ens, pa
 def test_half_open_connections_are_capped_and_time_out(ens):
     """httpServerMaxConnections=4, httpServerIdleTimeoutMs=1000 in this module's bookie.  Four
     half-open connections hold every place; a whole request takes the place of the oldest of
-    them (appliance/http_guard.py) instead of being refused, and the rest time out."""
+    them (appliance/admin/http_guard.py) instead of being refused, and the rest time out."""
     idle = [socket.create_connection(("127.0.0.1", ens.http_ports[0]), timeout=5) for _ in range(4)]
     try:
         time.sleep(0.3)  # let the server take them all

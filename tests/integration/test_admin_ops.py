@@ -1,4 +1,4 @@
-"""The operator's admin paths (appliance/admin_ops.py) on a real bookie over real HTTP: GC
+"""The operator's admin paths (appliance/admin/ops.py) on a real bookie over real HTTP: GC
 status and details, compaction suspended and resumed (and a requested pass then skips it),
 LastLogMark, the bookies' info, a ledger read from the bookie's storage and deleted, the
 autorecovery switch and decommission marks, and the two changes that have no meaning while the
@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from bookie.appliance.admin import ROUTES  # admin_ops is imported through admin (they import each other)
-from bookie.appliance.admin_ops import MAX_READ_BYTES
-from bookie.appliance.shell_security import gentoken
+from bookie.appliance.admin import ROUTES
+from bookie.appliance.admin.ops import MAX_READ_BYTES
+from bookie.appliance.shell.security import gentoken
 from bookie.client import BookKeeper
 from bookie.metadata import open_metadata
 from bookie.metadata.underreplication import UnderReplication

@@ -1,4 +1,4 @@
-"""BookKeeper's admin paths of issue 24.6 on real bookies (appliance/admin_parity.py): readiness,
+"""BookKeeper's admin paths of issue 24.6 on real bookies (appliance/admin/parity.py): readiness,
 disk files, sanity, cluster info, under-replicated ledgers, the auditor, the audit trigger and
 the cluster's lostBookieRecoveryDelay, each 200 with JSON, bad input 400."""
 
@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from bookie.appliance.shell_security import gentoken
+from bookie.appliance.shell.security import gentoken
 from bookie.client import BookKeeper
 from bookie.metadata import open_metadata
 from bookie.metadata.underreplication import UnderReplication

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from bookie.appliance.shell_security import gentoken
+from bookie.appliance.shell.security import gentoken
 from bookie.client import BookKeeper
 from bookie.metadata import open_metadata
 from bookie.testing import LocalBookies

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from bookie.appliance.shell_security import gentoken
-from bookie.appliance.shell_whatif import warn_before_stopping
+from bookie.appliance.shell.security import gentoken
+from bookie.appliance.shell.whatif import warn_before_stopping
 from bookie.client import BookKeeper
 from bookie.metadata import open_metadata
 from bookie.metadata.ledger import LedgerMetadata, LedgerState

@@ -17,7 +17,7 @@ import json
 import pytest
 
 from bookie.appliance.admin import ROUTES
-from bookie.appliance.admin_auth import TOKENLESS_WRITES
+from bookie.appliance.admin.auth import TOKENLESS_WRITES
 from bookie.client import BookKeeper
 from bookie.metadata import open_metadata
 from bookie.metadata.underreplication import UnderReplication

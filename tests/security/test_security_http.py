@@ -22,8 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from bookie.appliance.admin_auth import LOG_INTERVAL_S, MISSING, BearerAuth
-from bookie.appliance.shell_security import gentoken
+from bookie.appliance.admin.auth import LOG_INTERVAL_S, MISSING, BearerAuth
+from bookie.appliance.shell.security import gentoken
 from bookie.appliance.startchecks import StartRefused, check_admin_security, load_admin_token
 from bookie.metadata import LedgerMetadata, open_metadata
 from bookie.testing import LocalBookieError, LocalBookies

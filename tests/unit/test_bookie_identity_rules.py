@@ -10,7 +10,7 @@ import orjson
 import pytest
 import zmq.auth
 
-from bookie.appliance.shell_rename import renamed
+from bookie.appliance.shell.rename import renamed
 from bookie.appliance.startchecks import StartRefused, check_ports_free, port_holder
 from bookie.client.resolver import Target, target_of
 from bookie.storage import server_key

@@ -1,8 +1,8 @@
-"""The HTTP servers' admission rules (appliance/http_guard.py), without sockets."""
+"""The HTTP servers' admission rules (appliance/admin/http_guard.py), without sockets."""
 
 import pytest
 
-from bookie.appliance.http_guard import (ConnectionPlaces, RequestDeadline, allowed_host_names,
+from bookie.appliance.admin.http_guard import (ConnectionPlaces, RequestDeadline, allowed_host_names,
                                          host_name, host_refusal)
 
 

@@ -82,7 +82,7 @@ def test_a_refused_admit_counts_nothing_and_clear_forgets():
 
 
 def test_what_a_connection_shut_for_flooding_had_queued_is_dropped_for_the_rest_of_its_second():
-    from bookie.workers.common import RefusalBudget
+    from bookie.workers.client_sockets import RefusalBudget
 
     class Cap:
         open = {7}

@@ -1,5 +1,5 @@
 """What the bookie's HTTP servers (admin API, /metrics) refuse before a route runs: the rules,
-with no sockets (appliance/admin.py drives them).
+with no sockets (admin/server.py drives them).
 
 Theory of operation.  A server serves each connection on a thread of its own, at most
 ``max_total`` at a time.  A slow client (slowloris: a header byte every few seconds) must not

@@ -5,7 +5,7 @@ would fall below their ack quorum, become unreadable, or lose their last live co
 
 Exit status: 0 safe, 1 not safe, 2 a usage error only (no bookie and no rack, a malformed
 bookie id, no metadata store); a well-formed id the cluster does not know is simply in no
-ensemble: safe.  ``GET /api/v1/bookie/safe_to_stop`` (admin_safety.py) and
+ensemble: safe.  ``GET /api/v1/bookie/safe_to_stop`` (admin/safety.py) and
 ``decommissionbookie``'s warning use ``stop_verdict`` below.
 """
 
@@ -16,7 +16,7 @@ import time
 from typing import Callable
 
 from bookie.appliance.errors import CliError
-from bookie.appliance.shell import _print_json, _with_store
+from bookie.appliance.shell.registry import print_json, with_store
 from bookie.core.safe_to_stop import CATEGORIES, check_stop
 
 WHAT = {"below_ack_quorum": "would fall below their ack quorum",
@@ -119,11 +119,11 @@ def _whatif(args) -> int:
         except StopQuestionError as e:
             raise CliError(f"whatif: {e}") from None
         if args.json:
-            _print_json(verdict)
+            print_json(verdict)
         else:
             print("\n".join(describe(verdict)))
         return 0 if verdict["safe"] else 1
-    return _with_store(args, body)
+    return with_store(args, body)
 
 
 def warn_before_stopping(store, bookie: str, deadline_s: float = 10.0) -> None:

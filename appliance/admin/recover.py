@@ -14,14 +14,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from bookie.appliance.admin import AdminApi, Request, Response
+from bookie.appliance.admin.api import AdminApi, HttpError, Request, Response
 
 
 def recover_bookie(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import HttpError, Response
     from bookie.metadata.bookie_ids import bookie_id_problem
 
     body = req.json()

@@ -1,39 +1,11 @@
-"""The bookie's HTTP admin API (BookKeeper's paths) and its /metrics endpoint.
-
-Routes are a table, ``ROUTES``: path -> {method: handler}.  A handler takes the ``AdminApi``
-(the supervisor's view) and the ``Request`` and returns a ``Response``, or raises ``HttpError``
-with a status and a message; every answer but /metrics is JSON.  What the server promises:
-
-- an unknown path is 404, a known path with another method 405 (with ``Allow``), bad JSON or a
-  missing / malformed parameter 400, a body over ``MAX_BODY_BYTES`` 413; the body of every error
-  is ``{"error": "<one line>"}``;
-- no request, however malformed, produces a traceback or stops the server: what a handler
-  raises unexpectedly is a 500 with one log line;
-- with ``httpServerAuthTokenFile`` every request but GET /heartbeat must carry ``Authorization:
-  Bearer <token>`` (appliance/admin_auth.py), checked before the route, the parameters or the
-  body are looked at: a request without it is 401 with ``WWW-Authenticate: Bearer`` whatever
-  its path (its body read and dropped), and its connection is closed;
-- without a token, a request whose ``Host`` is not a name of this bookie is 403 (DNS rebinding;
-  GET /heartbeat excepted), checked before the route; and only the read-only GETs that hand
-  out no entries, and the two writes of ``admin_auth.TOKENLESS_WRITES``, are served: every other
-  known route and method is 403 naming ``httpServerAuthTokenFile``, checked before the
-  parameters or the body are looked at;
-- each connection is served by a thread of its own, at most ``max_connections`` at a time and
-  ``max_per_peer`` per peer address; past a cap the new connection takes the place of the one
-  that has waited longest for a request it has not sent whole, and only when none is waiting is
-  it answered 503 and closed; a connection that sends nothing for ``idle_timeout_s``, or has not
-  sent a whole request (line, headers, body) within ``request_timeout_s``, is closed
-  (appliance/http_guard.py: slowloris).
-
-docs/admin.md lists every path with an example.
-"""
+"""The admin HTTP server: one thread per connection under the caps of ``http_guard``, the token
+(``auth``), and the answer of each request from the routes table it is given (the rules:
+``bookie.appliance.admin``'s docstring)."""
 
 from __future__ import annotations
 
 import http.server
 import io
-import os
-import shutil
 import socket
 import ssl
 import sys
@@ -43,260 +15,10 @@ import urllib.parse
 
 import orjson
 
-from bookie.appliance import admin_parity
-from bookie.appliance.admin_auth import BearerAuth, tokenless_refusal
-from bookie.appliance.http_guard import ConnectionPlaces, RequestDeadline, host_refusal
-from bookie.properties import PropertiesError, parse_bool
-from bookie.workers.config import KEYS
-from bookie.workers.gc_worker import request_gc
-
-MAX_BODY_BYTES = 64 * 1024
-LEDGERS_PER_PAGE = 1000
-
-
-class HttpError(Exception):
-    def __init__(self, status: int, message: str, headers: dict | None = None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers
-
-
-class Request:
-    def __init__(self, method: str, path: str, query: dict[str, list[str]], body: bytes):
-        self.method = method
-        self.path = path
-        self.query = query
-        self.body = body
-
-    def param(self, name: str, default: str | None = None) -> str | None:
-        values = self.query.get(name)
-        if not values:
-            return default
-        if len(values) > 1:
-            raise HttpError(400, f"parameter {name} given {len(values)} times")
-        return values[0]
-
-    def int_param(self, name: str, lo: int, hi: int, default: int | None = None) -> int:
-        raw = self.param(name)
-        if raw is None:
-            if default is None:
-                raise HttpError(400, f"missing parameter {name}")
-            return default
-        try:
-            value = int(raw)
-        except ValueError:
-            raise HttpError(400, f"parameter {name}: {raw[:40]!r} is not an integer") from None
-        if not lo <= value <= hi:
-            raise HttpError(400, f"parameter {name}: {value} is out of range ({lo}..{hi})")
-        return value
-
-    def bool_param(self, name: str) -> bool:
-        raw = self.param(name) or "false"
-        try:
-            return parse_bool(raw)  # the vocabulary of every configuration surface
-        except PropertiesError:
-            raise HttpError(400, f"parameter {name}: expected true or false, got "
-                                 f"{raw[:20]!r}") from None
-
-    def json(self) -> dict:
-        if not self.body.strip():
-            raise HttpError(400, "expected a JSON object in the request body")
-        try:
-            value = orjson.loads(self.body)
-        except orjson.JSONDecodeError as e:
-            raise HttpError(400, f"request body is not JSON: {e}") from None
-        if not isinstance(value, dict):
-            raise HttpError(400, "expected a JSON object in the request body")
-        return value
-
-
-class Response:
-    def __init__(self, body, status: int = 200, content_type: str = "application/json"):
-        self.status = status
-        self.content_type = content_type
-        self.body = body if isinstance(body, bytes) else orjson.dumps(body)
-
-
-class AdminApi:
-    """What the routes read and change: the supervisor (state, store, workers) and the registry.
-
-    The supervisor's own loop runs on another thread: the routes only read its plain fields,
-    and change it through its thread-safe ``set_readonly`` and the GC request file.
-    """
-
-    def __init__(self, sup, registry):
-        self.sup = sup
-        self.registry = registry
-        self._store_lock = threading.Lock()
-
-    def store(self):
-        if not self.sup.conf.metadata_uri or self.sup.store is None:
-            raise HttpError(409, "this bookie has no metadata store (metadataServiceUri is empty)")
-        return self.sup.store
-
-    def with_store(self, fn):
-        from bookie.metadata import MetadataError, NoSuchLedgerError
-
-        store = self.store()
-        try:
-            with self._store_lock:
-                return fn(store)
-        except NoSuchLedgerError as e:
-            raise HttpError(404, str(e) or "no such ledger") from None
-        except MetadataError as e:
-            raise HttpError(503, f"metadata store: {e}") from None
-
-
-# ---- the routes ----------------------------------------------------------------------------------
-
-def heartbeat(api: AdminApi, req: Request) -> Response:
-    return Response({"status": "OK"})
-
-
-def metrics(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.exposition import CONTENT_TYPE
-
-    return Response(api.registry.text(), content_type=CONTENT_TYPE)
-
-
-def server_config(api: AdminApi, req: Request) -> Response:
-    conf = api.sup.conf
-    return Response({key.name: conf.public_value(key.name) for key in KEYS})  # secrets hidden
-
-
-def bookie_info(api: AdminApi, req: Request) -> Response:
-    free = total = 0
-    seen = set()
-    for d in api.sup.conf.ledger_dirs:  # each filesystem once
-        try:
-            dev = os.stat(d).st_dev
-            if dev in seen:
-                continue
-            seen.add(dev)
-            usage = shutil.disk_usage(d)
-        except OSError as e:
-            raise HttpError(503, f"ledger directory {d}: {e.strerror}") from None
-        free += usage.free
-        total += usage.total
-    return Response({"freeSpace": free, "totalSpace": total})
-
-
-def bookie_state(api: AdminApi, req: Request) -> Response:
-    sup = api.sup
-    return Response({"running": not sup.stopping, "readOnly": sup.readonly,
-                     "shuttingDown": sup.stopping, "availableForHighPriorityWrites": not sup.readonly,
-                     "forcedReadOnly": sup.forced_readonly, "disksFull": sup.disks_full,
-                     "ledgerDiskNoRoom": sup.no_room, "journalDiskFull": sup.journal_full})
-
-
-def get_readonly(api: AdminApi, req: Request) -> Response:
-    return Response({"readOnly": api.sup.readonly})
-
-
-def put_readonly(api: AdminApi, req: Request) -> Response:
-    body = req.json()
-    flag = body.get("readOnly")
-    if not isinstance(flag, bool):
-        raise HttpError(400, 'expected {"readOnly": true} or {"readOnly": false}')
-    api.sup.set_readonly(flag)
-    return Response({"readOnly": api.sup.readonly, "forcedReadOnly": api.sup.forced_readonly,
-                     "disksFull": api.sup.disks_full})
-
-
-def trigger_gc(api: AdminApi, req: Request) -> Response:
-    body = req.json() if req.body.strip() else {}  # optional; if there is one it must be JSON
-    if not isinstance(body, dict):
-        raise HttpError(400, 'expected {"forceMajor": true|false, "forceMinor": true|false}')
-    flags = {}
-    for name in ("forceMajor", "forceMinor"):
-        flags[name] = body.get(name, False)
-        if not isinstance(flags[name], bool):
-            raise HttpError(400, f"{name}: expected true or false")
-    if not api.sup.conf.metadata_uri:
-        raise HttpError(409, "this bookie has no metadata store: its GC never deletes anything")
-    # the GC worker starts a pass within 100 ms and removes the request files
-    request_gc(api.sup.run_dir, major=flags["forceMajor"], minor=flags["forceMinor"])
-    return Response({"gcRequested": True, **flags})
-
-
-def list_bookies(api: AdminApi, req: Request) -> Response:
-    kind = req.param("type", "rw")
-    if kind not in ("rw", "ro"):
-        raise HttpError(400, f"parameter type: expected rw or ro, got {kind[:20]!r}")
-    hostnames = req.bool_param("print_hostnames")
-
-    def body(store):
-        out = {}
-        for bookie_id in store.list_bookies(readonly=kind == "ro"):
-            # the host it registered (a named bookieId is no address), else its address id's
-            host = (store.bookie_info(bookie_id) or {}).get("host") if hostnames else None
-            out[bookie_id] = (host or bookie_id.rsplit(":", 1)[0]) if hostnames else None
-        return out
-    return Response(api.with_store(body))
-
-
-def list_ledgers(api: AdminApi, req: Request) -> Response:
-    with_meta = req.bool_param("print_metadata")
-    page = req.int_param("page", 1, 1 << 31) if req.param("page") is not None else None
-
-    def body(store):
-        ids = sorted(store.list_ledgers())
-        if page:
-            ids = ids[(page - 1) * LEDGERS_PER_PAGE:page * LEDGERS_PER_PAGE]
-        out = {}
-        for lid in ids:
-            if with_meta:
-                try:
-                    meta, _ = store.read_ledger(lid)
-                    out[str(lid)] = meta.to_dict()
-                except KeyError:  # removed between the listing and the read
-                    continue
-            else:
-                out[str(lid)] = None
-        return out
-    return Response(api.with_store(body))
-
-
-def ledger_metadata(api: AdminApi, req: Request) -> Response:
-    ledger_id = req.int_param("ledger_id", 0, (1 << 63) - 1)
-
-    def body(store):
-        meta, version = store.read_ledger(ledger_id)
-        return {str(ledger_id): {"version": version, **meta.to_dict()}}
-    return Response(api.with_store(body))
-
-
-ROUTES = {
-    "/heartbeat": {"GET": heartbeat},
-    "/metrics": {"GET": metrics},
-    "/api/v1/config/server_config": {"GET": server_config},
-    "/api/v1/bookie/info": {"GET": bookie_info},
-    "/api/v1/bookie/state": {"GET": bookie_state},
-    "/api/v1/bookie/state/readonly": {"GET": get_readonly, "PUT": put_readonly},
-    "/api/v1/bookie/gc": {"PUT": trigger_gc},
-    "/api/v1/bookie/list_bookies": {"GET": list_bookies},
-    "/api/v1/ledger/list": {"GET": list_ledgers},
-    "/api/v1/ledger/metadata": {"GET": ledger_metadata},
-    # BookKeeper's further paths (issue 24.6): appliance/admin_parity.py
-    "/api/v1/bookie/is_ready": {"GET": admin_parity.is_ready},
-    "/api/v1/bookie/list_disk_file": {"GET": admin_parity.list_disk_file},
-    "/api/v1/bookie/sanity": {"GET": admin_parity.sanity},
-    "/api/v1/bookie/cluster_info": {"GET": admin_parity.cluster_info},
-    "/api/v1/autorecovery/list_under_replicated_ledger": {"GET": admin_parity.list_under_replicated},
-    "/api/v1/autorecovery/who_is_auditor": {"GET": admin_parity.who_is_auditor},
-    "/api/v1/autorecovery/trigger_audit": {"PUT": admin_parity.trigger_audit},
-    "/api/v1/autorecovery/lost_bookie_recovery_delay": {
-        "GET": admin_parity.get_lost_bookie_recovery_delay,
-        "PUT": admin_parity.put_lost_bookie_recovery_delay},
-}
-from bookie.appliance import admin_ops  # noqa: E402 - the operator's paths (imports this module)
-admin_ops.register(ROUTES)
-from bookie.appliance import admin_safety  # noqa: E402 - safe_to_stop (issue 35)
-admin_safety.register(ROUTES)
-from bookie.appliance import admin_recover  # noqa: E402 - PUT /api/v1/autorecovery/bookie
-admin_recover.register(ROUTES)
-METRICS_ROUTES = {"/metrics": ROUTES["/metrics"]}  # prometheusStatsHttpPort serves only this
+from bookie.appliance.admin.api import MAX_BODY_BYTES, AdminApi, HttpError, Request, Response
+from bookie.appliance.admin.auth import BearerAuth, tokenless_refusal
+from bookie.appliance.admin.http_guard import (
+    ConnectionPlaces, RequestDeadline, allowed_host_names, host_refusal)
 
 
 # ---- the server ----------------------------------------------------------------------------------
@@ -410,7 +132,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         raise HttpError(403, refusal)
 
     def _check_tokenless(self, method: str, path: str) -> None:
-        """403 for what a server without a token does not serve (admin_auth.tokenless_refusal)."""
+        """403 for what a server without a token does not serve (auth.tokenless_refusal)."""
         if self.server.auth is not None:
             return
         refusal = tokenless_refusal(method, path)
@@ -516,7 +238,7 @@ class _DeadlineReader(io.RawIOBase):
 
 class AdminHttpServer(http.server.ThreadingHTTPServer):
     """One thread per connection, at most ``max_connections`` (``max_per_peer`` per address;
-    see appliance/http_guard.py for who gives way); idle and slow connections time out.
+    see admin/http_guard.py for who gives way); idle and slow connections time out.
     With a ``token``, every request but GET /heartbeat must carry it (``auth``); without one,
     ``allowed_hosts`` (None: any) are the ``Host`` names served."""
 
@@ -596,7 +318,6 @@ class AdminHttpServer(http.server.ThreadingHTTPServer):
 
 def allowed_hosts(conf) -> frozenset[str] | None:
     """The ``Host`` names the bookie's HTTP servers answer without a token (http_guard)."""
-    from bookie.appliance.http_guard import allowed_host_names
 
     extra = [h.strip() for h in conf.http_server_allowed_hosts.split(",") if h.strip()]
     return allowed_host_names(conf.http_server_host, conf.listening_interface,

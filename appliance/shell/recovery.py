@@ -30,9 +30,14 @@ import time
 from typing import Callable
 
 from bookie.appliance.errors import CliError
-from bookie.appliance.shell_whatif import warn_before_stopping
-from bookie.appliance.shell import (
-    _client_keys, _print_json, _uri, _with_store, _zk_security, ask)
+from bookie.appliance.shell import rename
+from bookie.appliance.shell.registry import ask
+from bookie.appliance.shell.registry import client_keys as _client_keys
+from bookie.appliance.shell.registry import metadata_uri as _uri
+from bookie.appliance.shell.registry import print_json as _print_json
+from bookie.appliance.shell.registry import with_store as _with_store
+from bookie.appliance.shell.registry import zk_security as _zk_security
+from bookie.appliance.shell.whatif import warn_before_stopping
 from bookie.client import options as client_options
 from bookie.client.resolver import BookieResolver
 
@@ -111,8 +116,7 @@ def register(commands, metadata_command: Callable) -> None:
                        help="remove the bookie's cookie from the store (with --force)")
     p.add_argument("--force", "-force", action="store_true")
 
-    from bookie.appliance import shell_rename  # updateledgers: the rename's second step
-    shell_rename.register(commands, metadata_command)
+    rename.register(commands, metadata_command)  # updateledgers: the rename's second step
 
     p = metadata_command("expandstorage", "Add new, empty ledger or index directories to a "
                          "stopped bookie: list them in its configuration first; its cookie (in "
@@ -536,7 +540,7 @@ def _updatecookie(args) -> int:
         raise CliError(f"{'expandstorage' if getattr(args, 'expand_only', False) else 'updatecookie'}"
                        f" needs the bookie's configuration: --conf FILE")
     from bookie.appliance.privileges import run_as_owner
-    from bookie.appliance.shell import _import_store_modules
+    from bookie.appliance.shell.registry import import_store_modules as _import_store_modules
     from bookie.storage import dirlock  # noqa: F401 - imported before the switch of user
 
     # bookiePort=0: the port of the cookie's id, or the id would be host:0 (issue 30)

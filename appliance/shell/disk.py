@@ -27,8 +27,8 @@ import sys
 from typing import Any
 
 from bookie.appliance.errors import CliError
-from bookie.appliance.shell import (
-    _client_keys, _print_json, _zk_security, add_ledger_id_argument, add_zk_auth_option,
+from bookie.appliance.shell.registry import (
+    client_keys, print_json, zk_security, add_ledger_id_argument, add_zk_auth_option,
     ledger_id_of, metadata_uri_arg)
 
 _DATA_PREVIEW = 48  # payload bytes shown per entry in text output
@@ -195,7 +195,7 @@ def _rebuild_index(args: argparse.Namespace) -> int:
     finally:
         progress.done()
     if args.json:
-        _print_json(report.__dict__)
+        print_json(report.__dict__)
         return 0
     for w in report.warnings:
         print(f"warning: {w}", file=sys.stderr)
@@ -220,7 +220,7 @@ def _consistency(args: argparse.Namespace) -> int:
     if args.ledger_id is not None and report.entries == 0:
         raise CliError(f"ledger {args.ledger_id}: this bookie holds no entry of it")
     if args.json:
-        _print_json({**report.__dict__, "ok": report.problem_count == 0})
+        print_json({**report.__dict__, "ok": report.problem_count == 0})
     else:
         for line in report.problems:
             print(line)
@@ -314,7 +314,7 @@ def _readjournal(args: argparse.Namespace) -> int:
             line += f" lac {rec.lac}"
         print(line)
     if args.json:
-        _print_json({"directory": journals[0][1], "directories": [d for _, d, _ in journals],
+        print_json({"directory": journals[0][1], "directories": [d for _, d, _ in journals],
                      "records": out, "warnings": warnings})
     else:
         for w in warnings:
@@ -376,7 +376,7 @@ def _readlog(args: argparse.Namespace) -> int:
     summary = {"path": path, "log_id": scan.log_id, "size": scan.size, "data_end": scan.end,
                "records": scan.records, "entries": scan.entries, "stopped_at": scan.stop}
     if args.json:
-        _print_json({**summary, "entries_found": found})
+        print_json({**summary, "entries_found": found})
     else:
         print(f"entry log {scan.log_id:08x} ({path}): {scan.records} records, {scan.entries} "
               f"entries, data ends at {scan.end} of {scan.size} bytes ({scan.stop})")
@@ -398,7 +398,7 @@ def _lastmark(args: argparse.Namespace) -> int:
                          "replay_from": replay_from,
                          "journal_file": holding[-1].path if holding else None})
     if args.json:  # journal 0's at the top, as with one journal
-        _print_json({**{k: journals[0][k] for k in ("lastmarks", "replay_from", "journal_file")},
+        print_json({**{k: journals[0][k] for k in ("lastmarks", "replay_from", "journal_file")},
                      "journals": journals})
         return 0
     for j in journals:
@@ -429,7 +429,7 @@ def _listfiles(args: argparse.Namespace) -> int:
         names = sorted(os.listdir(ipath)) if os.path.isdir(ipath) else []
         doc["index"] = [_file(os.path.join(ipath, n)) for n in names]
     if args.json:
-        _print_json(doc)
+        print_json(doc)
         return 0
     for kind, files in doc.items():
         print(f"{kind} ({len(files)} files):")
@@ -461,7 +461,7 @@ def _readledger(args: argparse.Namespace) -> int:
         raise CliError("readledger: give --conf FILE (read this bookie's storage) or "
                        "--metadata URI (read through the client)")
     if args.json:
-        _print_json({"ledger_id": args.ledger_id, "entries": entries})
+        print_json({"ledger_id": args.ledger_id, "entries": entries})
         return 0
     for e in entries:
         line = f"ledger {args.ledger_id} entry {e['entry_id']}: {e['length']} bytes"
@@ -509,8 +509,8 @@ def _ledger_via_client(args: argparse.Namespace) -> list[dict]:
     from bookie.metadata import MetadataError, open_metadata
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # our one line, not its reconnects
     from bookie.appliance.privileges import run_as_store_owner
-    keys = _client_keys(args)
-    security = _zk_security(args)
+    keys = client_keys(args)
+    security = zk_security(args)
     run_as_store_owner(args.metadata, "readledger")  # an embedded store: as its owner
     try:
         store = open_metadata(args.metadata, zk_security=security)
@@ -574,7 +574,7 @@ def _ledger_map(args: argparse.Namespace) -> tuple[str, dict[int, list[int]]]:
 def _readlogmetadata(args: argparse.Namespace) -> int:
     path, ledgers = _ledger_map(args)
     if args.json:
-        _print_json({"path": path, "ledgers": [{"ledger_id": k, "entries": v[0], "bytes": v[1]}
+        print_json({"path": path, "ledgers": [{"ledger_id": k, "entries": v[0], "bytes": v[1]}
                                                for k, v in sorted(ledgers.items())]})
         return 0
     print(f"entry log {path}: {len(ledgers)} ledgers, "
@@ -604,7 +604,7 @@ def _activeledgers(args: argparse.Namespace) -> int:
     except MetadataError as e:
         raise CliError(str(e)) from None
     if args.json:
-        _print_json({"path": path, "active": active,
+        print_json({"path": path, "active": active,
                      "deleted": sorted(set(ledgers) - set(active))})
         return 0
     if not active:
@@ -632,7 +632,7 @@ def _ledger_index(args: argparse.Namespace) -> int:
     finally:
         env.close()
     if args.json:
-        _print_json({"ledger_id": ledger_id, "entries": rows,
+        print_json({"ledger_id": ledger_id, "entries": rows,
                      **({"record": record} if args.meta else {})})
         return 0
     if args.meta:

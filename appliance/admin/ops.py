@@ -1,5 +1,5 @@
 """The operator's admin paths beyond the basic ones (BookKeeper's names), registered into
-``admin.ROUTES`` by ``register``; the server, authentication and error rules are admin.py's.
+``admin.ROUTES`` by ``register``; the server, authentication and error rules are server.py's.
 
     GET    /api/v1/bookie/gc                      is a GC pass asked for and not started yet
     GET    /api/v1/bookie/gc_details              the GC and compaction figures of this run
@@ -23,7 +23,8 @@ import os
 
 import orjson
 
-from bookie.appliance.admin import AdminApi, HttpError, Request, Response
+from bookie.appliance.admin.api import AdminApi, HttpError, Request, Response
+from bookie.appliance.admin.basic import bookie_info
 from bookie.workers.gc_worker import GC_REQUEST_FILE, compaction_suspended, suspend_compaction
 
 MAX_READ_ENTRIES = 1000  # per /api/v1/ledger/read request
@@ -178,7 +179,6 @@ def delete_ledger(api: AdminApi, req: Request) -> Response:
 
 
 def list_bookie_info(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import bookie_info
 
     def body(store):
         return {"writable": store.list_bookies(), "readonly": store.list_bookies(readonly=True)}

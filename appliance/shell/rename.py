@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 
 from bookie.appliance.errors import CliError
-from bookie.appliance.shell import _with_store
+from bookie.appliance.shell.registry import with_store as _with_store
 from bookie.metadata.bookie_ids import bookie_id_problem
 
 

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import argparse
 
+from bookie.appliance.errors import CliError
+from bookie.appliance.shell.registry import print_json, with_store
+
 
 def register(commands, metadata_command) -> None:
     p = metadata_command("setrack", "Set (or with --delete remove) a bookie's location "
@@ -25,8 +28,6 @@ def register(commands, metadata_command) -> None:
 
 
 def _setrack(args: argparse.Namespace) -> int:
-    from bookie.appliance.errors import CliError
-    from bookie.appliance.shell import _print_json, _with_store
     from bookie.client.metadata import LOCATIONS
     from bookie.metadata import NodeExistsError, NoSuchNodeError
     from bookie.metadata.store import check_bookie_id
@@ -55,9 +56,9 @@ def _setrack(args: argparse.Namespace) -> int:
             except NodeExistsError:
                 store.set(path, data, None)
         if args.json:
-            _print_json({"bookie": args.bookie, "location": args.location})
+            print_json({"bookie": args.bookie, "location": args.location})
         else:
             print(f"setrack: {args.bookie}: " + (f"location {args.location}" if args.location
                                                  else "location removed"))
         return 0
-    return _with_store(args, body)
+    return with_store(args, body)

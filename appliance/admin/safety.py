@@ -6,15 +6,11 @@ Registered into ``admin.ROUTES`` like every route: behind the same token and lim
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from bookie.appliance.admin import AdminApi, Request, Response
+from bookie.appliance.admin.api import AdminApi, HttpError, Request, Response
 
 
 def safe_to_stop(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import HttpError, Response
-    from bookie.appliance.shell_whatif import StopQuestionError, stop_verdict
+    from bookie.appliance.shell.whatif import StopQuestionError, stop_verdict
 
     bookies = [b for b in (req.param("bookies") or "").split(",") if b.strip()]
     rack = req.param("rack") or None

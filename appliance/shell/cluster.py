@@ -12,7 +12,7 @@
                                              own configuration from its next look
     queryautorecoverystatus [-verbose]       ledgers being re-replicated now (and by whom)
     listbookies [-rw | -ro | -a]             registered bookies: id, address, location
-                                             (registered in ``shell.py``, shown here)
+                                             (registered in ``main.py``, shown here)
     endpointinfo -b BOOKIE_ID                a registered bookie's endpoints
     cookie_list                              the bookies that have a cookie in the store
     cookie_get BOOKIE_ID                     one bookie's cookie
@@ -32,8 +32,8 @@ from typing import Callable
 import orjson
 
 from bookie.appliance.errors import CliError
-from bookie.appliance.shell import _print_json, _refuse_while_registered, _store_exists, \
-    _with_store
+from bookie.appliance.shell.registry import (
+    metadata_uri, print_json, refuse_while_registered, store_exists, with_store)
 
 
 def register(commands, metadata_command: Callable) -> None:
@@ -86,17 +86,17 @@ def _whatisinstanceid(args) -> int:
     def body(store) -> int:
         instance = store.instance_id()
         if args.json:
-            _print_json({"instance_id": instance})
+            print_json({"instance_id": instance})
         elif instance:
             print(instance)
         else:
             print("the store has no instance id", file=sys.stderr)
         return 0 if instance else 1
-    return _with_store(args, body)
+    return with_store(args, body)
 
 
 def _initnewcluster(args) -> int:
-    if _store_exists(args):
+    if store_exists(args):
         raise CliError("a metadata store is already initialised there; 'bookie shell "
                        "nukeexistingcluster' wipes it, or use it as it is")
 
@@ -106,18 +106,17 @@ def _initnewcluster(args) -> int:
                            "wipes it first")
         instance = store.instance_id()
         if args.json:
-            _print_json({"initialised": True, "instance_id": instance})
+            print_json({"initialised": True, "instance_id": instance})
         else:
             print(f"new cluster initialised (instance {instance})")
         return 0
-    return _with_store(args, body, create=True)
+    return with_store(args, body, create=True)
 
 
 def _nukeexistingcluster(args) -> int:
     from bookie.metadata.uri import parse_uri
-    from bookie.appliance.shell import _uri
     if args.zk_ledgers_root_path is not None:
-        root = getattr(parse_uri(_uri(args)), "root", None)
+        root = getattr(parse_uri(metadata_uri(args)), "root", None)
         if root != args.zk_ledgers_root_path:
             raise CliError(f"-zkledgersrootpath {args.zk_ledgers_root_path} is not the store's "
                            f"root ({root or 'an embedded store has none'})")
@@ -130,15 +129,15 @@ def _nukeexistingcluster(args) -> int:
         if args.instance_id and args.instance_id != instance:
             raise CliError(f"the store's instance id is {instance}, not {args.instance_id}; "
                            f"nothing wiped")
-        _refuse_while_registered(store, args)
+        refuse_while_registered(store, args)
         store.format(force=True)
         if args.json:
-            _print_json({"wiped": instance, "instance_id": store.instance_id()})
+            print_json({"wiped": instance, "instance_id": store.instance_id()})
         else:
             print(f"cluster {instance} wiped; the store is empty (instance "
                   f"{store.instance_id()})")
         return 0
-    return _with_store(args, body)
+    return with_store(args, body)
 
 
 # -- autorecovery ------------------------------------------------------------------------------
@@ -154,7 +153,7 @@ def _lostbookierecoverydelay(args) -> int:
             ur.set_recovery_delay_s(args.set_delay)
         delay = ur.recovery_delay_s()
         if args.json:
-            _print_json({"lostBookieRecoveryDelay": delay})
+            print_json({"lostBookieRecoveryDelay": delay})
         elif args.set_delay is not None:
             print(f"lostBookieRecoveryDelay set to {delay} s for every auditor")
         elif delay is None:
@@ -163,7 +162,7 @@ def _lostbookierecoverydelay(args) -> int:
         else:
             print(f"lostBookieRecoveryDelay: {delay} s")
         return 0
-    return _with_store(args, body)
+    return with_store(args, body)
 
 
 def _queryautorecoverystatus(args) -> int:
@@ -179,7 +178,7 @@ def _queryautorecoverystatus(args) -> int:
                 healing.append({"ledger_id": ledger_id, "worker": holder,
                                 "missing": marks[ledger_id]})
         if args.json:
-            _print_json({"enabled": ur.enabled(), "rereplicating": healing})
+            print_json({"enabled": ur.enabled(), "rereplicating": healing})
             return 0
         if not ur.enabled():
             print("autorecovery is disabled ('bookie shell autorecovery --enable')")
@@ -191,7 +190,7 @@ def _queryautorecoverystatus(args) -> int:
                 line += f" (missing {', '.join(row['missing'])})"
             print(line)
         return 0
-    return _with_store(args, body)
+    return with_store(args, body)
 
 
 def _endpointinfo(args) -> int:
@@ -214,7 +213,7 @@ def _endpointinfo(args) -> int:
                "add_port": info.get("add_port"), "read_port": info.get("read_port"),
                "pid": info.get("pid")}
         if args.json:
-            _print_json(doc)
+            print_json(doc)
             return 0
         print(f"bookie {args.bookie_id} ({'read-only' if readonly else 'writable'})")
         print(f"  adds:  tcp://{host}:{doc['add_port']}")
@@ -222,7 +221,7 @@ def _endpointinfo(args) -> int:
         if doc["pid"]:
             print(f"  pid:   {doc['pid']}")
         return 0
-    return _with_store(args, body)
+    return with_store(args, body)
 
 
 # -- cookies -----------------------------------------------------------------------------------
@@ -237,14 +236,14 @@ def _cookie_list(args) -> int:
         except NoSuchNodeError:
             bookies = []
         if args.json:
-            _print_json({"cookies": bookies})
+            print_json({"cookies": bookies})
             return 0
         if not bookies:
             print("no cookies in the store")
         for bookie_id in bookies:
             print(bookie_id)
         return 0
-    return _with_store(args, body)
+    return with_store(args, body)
 
 
 def bookie_rows(store, bookies: list[str], readonly: bool) -> list[dict]:
@@ -279,7 +278,7 @@ def listbookies(args: argparse.Namespace) -> int:
                    [r["bookie_id"] for r in rows if r["readonly"] == readonly]
                    for readonly in kinds}
             doc["bookies"] = rows
-            _print_json(doc)
+            print_json(doc)
             return 0
         if not rows:
             print("no bookies registered" if args.all else
@@ -289,7 +288,7 @@ def listbookies(args: argparse.Namespace) -> int:
                   f"location={r['location']}" + (" (read-only)" if args.all and r["readonly"]
                                                   else ""))
         return 0
-    return _with_store(args, body)
+    return with_store(args, body)
 
 
 def _cookie(store, bookie_id: str) -> tuple[dict | None, int]:
@@ -316,13 +315,13 @@ def _cookie_get(args) -> int:
             print(f"cookie_get: no cookie of {args.bookie_id} in the store", file=sys.stderr)
             return 1
         if args.json:
-            _print_json({"bookie_id": args.bookie_id, "version": version, "cookie": cookie})
+            print_json({"bookie_id": args.bookie_id, "version": version, "cookie": cookie})
             return 0
         print(f"cookie of {args.bookie_id} (version {version}):")
         for key, value in cookie.items():
             print(f"  {key}: {value}")
         return 0
-    return _with_store(args, body)
+    return with_store(args, body)
 
 
 def _cookie_delete(args) -> int:
@@ -338,8 +337,8 @@ def _cookie_delete(args) -> int:
                            f"add -force")
         store.remove_cookie(args.bookie_id, version)
         if args.json:
-            _print_json({"deleted": args.bookie_id})
+            print_json({"deleted": args.bookie_id})
         else:
             print(f"cookie of {args.bookie_id} removed from the store")
         return 0
-    return _with_store(args, body)
+    return with_store(args, body)

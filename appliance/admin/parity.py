@@ -1,9 +1,8 @@
-"""BookKeeper's admin paths that the first table of ``appliance/admin.py`` lacked (issue 24.6).
+"""BookKeeper's admin paths that the first table of the admin API lacked (issue 24.6).
 
-Each is a handler of the same form as admin.py's (``(api, req) -> Response``, ``HttpError`` for
-a refusal), registered into ``admin.ROUTES`` with one line each, so it is served behind the same
-token, limits and error rules.  admin.py imports this module: the handlers import admin.py's
-``Response`` and ``HttpError`` when they run, never at import, so there is no import cycle.  Shapes are BookKeeper's where it has one:
+Each is a handler of the same form as ``basic.py``'s (``(api, req) -> Response``, ``HttpError``
+for a refusal), registered into ``admin.ROUTES`` with one line each, so it is served behind the
+same token, limits and error rules.  The handlers import ``api.py``, not the table.  Shapes are BookKeeper's where it has one:
 
 - ``GET /api/v1/bookie/is_ready``: 200 ``{"ready": true}`` once the bookie serves (every worker
   alive, registered in the metadata store, not stopping); otherwise 503 ``{"ready": false,
@@ -32,17 +31,14 @@ token, limits and error rules.  admin.py imports this module: the handlers impor
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from bookie.appliance.admin import AdminApi, Request, Response
+from bookie.appliance.admin.api import AdminApi, HttpError, Request, Response
 
 SANITY_ENTRIES = 10
 FILE_TYPES = {"journal": "journal files", "entrylog": "entrylog files", "index": "index files"}
 
 
 def is_ready(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import Response
     sup = api.sup
     reason = ""
     dead = sorted(role for role, w in sup.workers.items()
@@ -66,7 +62,6 @@ def _names(directory: str, keep) -> list[str]:
 
 
 def list_disk_file(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import HttpError, Response
     kind = req.param("file_type")
     if kind is not None and kind not in FILE_TYPES:
         raise HttpError(400, f"parameter file_type: expected journal, entrylog or index, got "
@@ -86,7 +81,6 @@ def list_disk_file(api: AdminApi, req: Request) -> Response:
 
 
 def sanity(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import Response
     from bookie import wire
     from bookie.autorecovery.copier import Bookies, CopyError, Key
     from bookie.client.resolver import BookieResolver
@@ -124,7 +118,6 @@ def sanity(api: AdminApi, req: Request) -> Response:
 
 
 def cluster_info(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import Response
     return Response(api.with_store(cluster_info_of))
 
 
@@ -154,7 +147,6 @@ def cluster_info_of(store) -> dict:
 
 
 def list_under_replicated(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import Response
     from bookie.metadata.underreplication import UnderReplication
     with_missing = req.bool_param("print_missing_replica")
 
@@ -167,21 +159,18 @@ def list_under_replicated(api: AdminApi, req: Request) -> Response:
 
 
 def who_is_auditor(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import Response
     from bookie.metadata.underreplication import UnderReplication
     return Response({"Auditor": api.with_store(
         lambda store: _auditor_bookie(UnderReplication(store).auditor()))})
 
 
 def trigger_audit(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import Response
     from bookie.metadata.underreplication import UnderReplication
     version = api.with_store(lambda store: UnderReplication(store).trigger_audit())
     return Response({"triggered": True, "trigger": version})
 
 
 def get_lost_bookie_recovery_delay(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import Response
     from bookie.metadata.underreplication import UnderReplication
     stored = api.with_store(lambda store: UnderReplication(store).recovery_delay_s())
     configured = api.sup.conf.value("lostBookieRecoveryDelay")
@@ -190,7 +179,6 @@ def get_lost_bookie_recovery_delay(api: AdminApi, req: Request) -> Response:
 
 
 def put_lost_bookie_recovery_delay(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.admin import HttpError, Response
     from bookie.metadata.underreplication import UnderReplication
     delay = req.json().get("delay_seconds")
     if isinstance(delay, bool) or not isinstance(delay, int) or not 0 <= delay <= 10 ** 7:

@@ -6,10 +6,10 @@
     bookie shell listbookies [--readonly]                    registered bookies
     bookie shell listledgers                                 every ledger id
     bookie shell ledgermetadata LEDGER_ID                    one ledger's metadata
-    bookie shell genkey NAME [--dir DIR] [--force]           a CURVE keypair (shell_security.py)
+    bookie shell genkey NAME [--dir DIR] [--force]           a CURVE keypair (security.py)
     bookie shell gentoken FILE                               the admin API's bearer token (same)
     bookie shell zkprotect                                   put the ZooKeeper ACL on an existing
-                                                             tree (shell_zk.py)
+                                                             tree (zk.py)
 
 The metadata commands take ``--metadata URI`` (default: the ``--conf FILE``'s store, else
 $BOOKIE_METADATA_URI) and print human-readable text, or one JSON document with ``--json``.
@@ -18,35 +18,26 @@ ZooKeeper credentials come from ``--zk-digest-auth-file FILE`` or the ``--conf``
 the others refuse a URI that names none (a typo must not look like an empty cluster).
 
 The storage tools over a bookie's own files (rebuild-index, readjournal, readlog, lastmark,
-listfilesondisc, readledger, localconsistencycheck) are in ``shell_disk.py``; the healing and
+listfilesondisc, readledger, localconsistencycheck) are in ``disk.py``; the healing and
 cluster verbs (recover, decommissionbookie, listunderreplicated, autorecovery, whoisauditor,
 triggeraudit, deleteledger, simpletest, bookiesanity, bookieinfo, updatecookie) in
-``shell_recovery.py``; triggergc in ``shell_gc.py``.
+``recovery.py``; triggergc in ``gc.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import logging
-import os
 import sys
 from typing import Any, Callable
 
-import orjson
-
 from bookie.appliance.errors import CliError
-
-ENV_URI = "BOOKIE_METADATA_URI"
-
-
-def _quiet_kazoo(handler: Callable) -> Callable:
-    """kazoo logs every reconnect attempt; a shell user gets our one-line error instead."""
-    def run(args):
-        if not args.verbose:
-            logging.getLogger("kazoo").setLevel(logging.CRITICAL)
-        return handler(args)
-    return run
+from bookie.appliance.shell import (
+    cluster, disk, gc, parity, placement, recovery, security, whatif, zk)
+from bookie.appliance.shell.registry import (
+    ENV_URI, add_ledger_id_argument, add_zk_auth_option, ask, import_store_modules,
+    ledger_id_of, metadata_uri_arg, print_json, quiet_kazoo, refuse_while_registered, store_exists,
+    with_store)
 
 
 def register(subparsers: Any) -> None:
@@ -72,7 +63,7 @@ def register(subparsers: Any) -> None:
         parser.add_argument("--json", action="store_true", help="print JSON for scripts")
         parser.add_argument("--verbose", action="store_true",
                             help="also show the ZooKeeper client's own log lines")
-        parser.set_defaults(func=_quiet_kazoo(handler))
+        parser.set_defaults(func=quiet_kazoo(handler))
         return parser
 
     p = metadata_command("metaformat", "Create and initialise the cluster metadata store; with "
@@ -101,8 +92,7 @@ def register(subparsers: Any) -> None:
     p = metadata_command("ledgermetadata", "Print one ledger's metadata.", _ledgermetadata)
     add_ledger_id_argument(p)
 
-    from bookie.appliance import shell_disk  # the storage tools (imports this module's helpers)
-    shell_disk.register(commands)
+    disk.register(commands)
 
     p = commands.add_parser("bookieformat", help="Format this bookie's journal and ledger "
                             "directories (and its cookie).",
@@ -127,178 +117,20 @@ def register(subparsers: Any) -> None:
                    help="override one configuration key (repeatable)")
     p.set_defaults(func=_initbookie)
 
-    from bookie.appliance import shell_recovery
-    shell_recovery.register(commands, metadata_command)
-    from bookie.appliance import shell_gc
-    shell_gc.register(commands)
-    from bookie.appliance import shell_security
-    shell_security.register(commands)
-    from bookie.appliance import shell_zk
-    shell_zk.register(commands, metadata_command)
-    from bookie.appliance import shell_cluster
-    shell_cluster.register(commands, metadata_command)
-    from bookie.appliance import shell_placement  # setrack (issue 24.1)
-    shell_placement.register(commands, metadata_command)
-    from bookie.appliance import shell_parity  # clusterinfo, cookie_* (issue 35)
-    shell_parity.register(commands, metadata_command)
-    from bookie.appliance import shell_whatif  # is it safe to stop these bookies? (issue 35)
-    shell_whatif.register(commands, metadata_command)
-
-
-# -- BookKeeper's spellings, prompts -------------------------------------------------------------
-
-def metadata_uri_arg(text: str) -> str:
-    """``--metadata``: BookKeeper's ``;`` between ZooKeeper hosts becomes ``,``, as in the
-    configuration file's metadataServiceUri."""
-    from bookie.workers.config import normalise_uri
-    return normalise_uri(text)
-
-
-def add_ledger_id_argument(parser: argparse.ArgumentParser) -> None:
-    """LEDGER_ID, positional or as BookKeeper's ``-ledgerid N`` (``--ledger-id N``)."""
-    parser.add_argument("ledger_id", metavar="LEDGER_ID", type=int, nargs="?")
-    parser.add_argument("--ledger-id", "-ledgerid", dest="ledger_id_opt", metavar="N", type=int,
-                        default=None, help="the ledger, as BookKeeper spells it")
-
-
-def ledger_id_of(args: argparse.Namespace, verb: str) -> int:
-    """The ledger a command names (positional or -ledgerid); CliError when none or two."""
-    ids = {x for x in (args.ledger_id, args.ledger_id_opt) if x is not None}
-    if len(ids) != 1:
-        raise CliError(f"name one ledger: {verb} LEDGER_ID (or -ledgerid N)")
-    return ids.pop()
-
-
-def ask(question: str) -> bool:
-    """Ask a yes/no question on stdin; end of input (Ctrl-D, a closed pipe) answers no."""
-    try:
-        answer = input(question)
-    except EOFError:
-        print(file=sys.stderr)  # the prompt's line ends; the caller says what happened
-        return False
-    return answer.strip().lower() in ("y", "yes")
+    recovery.register(commands, metadata_command)
+    gc.register(commands)
+    security.register(commands)
+    zk.register(commands, metadata_command)
+    cluster.register(commands, metadata_command)
+    placement.register(commands, metadata_command)
+    parity.register(commands, metadata_command)
+    whatif.register(commands, metadata_command)
 
 
 # -- handlers ----------------------------------------------------------------------------------
 
-def _uri(args: argparse.Namespace) -> str:
-    uri = args.metadata
-    if not uri and getattr(args, "conf", None):
-        from bookie.workers.config import BookieConfig, ConfigError
-        try:
-            uri = BookieConfig.load(args.conf, check_dirs=False).metadata_uri
-        except ConfigError as e:
-            raise CliError(str(e)) from None
-        if not uri:
-            raise CliError(f"{args.conf} names no metadata store (metadataServiceUri, zkServers)")
-    if not uri and getattr(args, "client_conf", None):  # BookKeeper's client.conf may name it
-        uri = _client_conf_uri(args)
-    uri = uri or (metadata_uri_arg(os.environ[ENV_URI]) if os.environ.get(ENV_URI) else None)
-    if not uri:
-        raise CliError(f"no metadata store: pass --metadata URI or --conf FILE, or set {ENV_URI}")
-    return uri
-
-
-def add_zk_auth_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--zk-digest-auth-file", metavar="FILE", default=None,
-                        help="ZooKeeper credentials (one line user:password, mode 0600): "
-                             "authenticate with them and protect what is created, as "
-                             "zkDigestAuthFile with zkEnableSecurity=true (default: the --conf "
-                             "file's keys)")
-
-
-def _zk_security(args: argparse.Namespace):
-    """The ZooKeeper credentials and ACL of a shell command (None: none): from
-    --zk-digest-auth-file, else the --conf file's zkEnableSecurity / zkDigestAuthFile."""
-    if "_zk_security" in vars(args):  # read once: a tool may have become the bookie's user since
-        return args._zk_security
-    from bookie.metadata import MetadataError, load_zk_security
-    from bookie.workers.config import BookieConfig, ConfigError
-    security = None
-    try:
-        if getattr(args, "zk_digest_auth_file", None):
-            security = load_zk_security(True, args.zk_digest_auth_file)
-        elif getattr(args, "conf", None):
-            security = BookieConfig.load(args.conf, check_dirs=False).zk_security
-    except (ConfigError, MetadataError) as e:
-        raise CliError(str(e)) from None
-    args._zk_security = security
-    return security
-
-
-def client_keys(args: argparse.Namespace) -> dict:
-    """The client configuration keys that carry the shell's ZooKeeper credentials."""
-    sec = _zk_security(args)
-    return {} if sec is None else {"zkEnableSecurity": sec.enabled, "zkDigestAuthFile": sec.source}
-
-
-def _client_conf_uri(args: argparse.Namespace) -> str:
-    """The metadata store the ``--client-conf`` file (with ``--set``) names, or ""."""
-    from bookie.client import options
-    from bookie.client.errors import InvalidArgumentError
-    try:
-        return options.metadata_uri(options.from_args(args))
-    except InvalidArgumentError as e:
-        raise CliError(str(e)) from None
-
-
-def _client_keys(args: argparse.Namespace) -> dict:
-    """The client keys of a shell command: its ZooKeeper credentials (``client_keys``), then
-    ``--client-conf`` / ``--set`` (bookie.client.options), checked."""
-    from bookie.client import options
-    from bookie.client.errors import InvalidArgumentError
-    try:
-        return {**client_keys(args), **options.from_args(args)}
-    except InvalidArgumentError as e:
-        raise CliError(str(e)) from None
-
-
-def _open(args: argparse.Namespace, create: bool = False):
-    from bookie.appliance.privileges import run_as_store_owner
-    from bookie.metadata import MetadataError, open_metadata
-    uri, security = _uri(args), _zk_security(args)
-    _import_store_modules(uri)  # before a switch of user (the interpreter's files may be root's)
-    run_as_store_owner(uri, getattr(args, "shell_command", "shell"))  # issue 33: root -> owner
-    try:
-        return open_metadata(uri, timeout_s=args.timeout_s, create=create,
-                             zk_security=security)
-    except MetadataError as e:
-        raise CliError(str(e)) from None
-
-
-def _print_json(doc: Any) -> None:
-    sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
-
-
-def _with_store(args: argparse.Namespace, body: Callable, create: bool = False) -> int:
-    from bookie.metadata import MetadataError
-    store = _open(args, create=create)
-    try:
-        return body(store)
-    except MetadataError as e:
-        raise CliError(str(e)) from None
-    finally:
-        store.close()
-
-
-def _store_exists(args: argparse.Namespace) -> bool:
-    """Whether the URI names an initialised store now (opened and closed again)."""
-    from bookie.appliance.privileges import run_as_store_owner
-    from bookie.metadata import MetadataError, NoSuchStoreError, open_metadata
-    uri, security = _uri(args), _zk_security(args)
-    _import_store_modules(uri)
-    run_as_store_owner(uri, getattr(args, "shell_command", "shell"))
-    try:
-        open_metadata(uri, timeout_s=args.timeout_s, zk_security=security).close()
-    except NoSuchStoreError:
-        return False
-    except MetadataError as e:
-        raise CliError(str(e)) from None
-    return True
-
-
 def _metaformat(args: argparse.Namespace) -> int:
-    existed = _store_exists(args)
+    existed = store_exists(args)
 
     def body(store) -> int:
         force = args.force or args.force_while_bookies_registered
@@ -320,36 +152,26 @@ def _metaformat(args: argparse.Namespace) -> int:
                 return 1
             force = True
         if force:
-            _refuse_while_registered(store, args)
+            refuse_while_registered(store, args)
         store.format(force=force)
         if args.json:
-            _print_json({"formatted": True, "instance_id": store.instance_id()})
+            print_json({"formatted": True, "instance_id": store.instance_id()})
         else:
             print(f"metadata formatted (instance {store.instance_id()})")
         return 0
-    return _with_store(args, body, create=True)  # the one shell command that makes a store
+    return with_store(args, body, create=True)  # the one shell command that makes a store
 
 
 def _confirmed_wipe(store, args: argparse.Namespace) -> bool:
-    _refuse_while_registered(store, args)
+    refuse_while_registered(store, args)
     if ask("The metadata store already holds data. Wipe it? (y/N) "):
         return True
     print("metaformat aborted; nothing changed", file=sys.stderr)
     return False
 
 
-def _refuse_while_registered(store, args: argparse.Namespace) -> None:
-    """Wiping under running bookies takes their cookies and ledgers from under them: only
-    when told so explicitly."""
-    registered = store.list_bookies() + store.list_bookies(readonly=True)
-    if registered and not getattr(args, "force_while_bookies_registered", False):
-        raise CliError(f"bookies are registered (running) in this store: {', '.join(registered)}; "
-                       f"stop them first, or add --force-while-bookies-registered to wipe anyway")
-
-
 def _listbookies(args: argparse.Namespace) -> int:
-    from bookie.appliance.shell_cluster import listbookies  # ids, addresses and locations
-    return listbookies(args)
+    return cluster.listbookies(args)  # ids, addresses and locations
 
 
 def _listledgers(args: argparse.Namespace) -> int:
@@ -358,7 +180,7 @@ def _listledgers(args: argparse.Namespace) -> int:
     def body(store) -> int:
         if not args.meta:
             if args.json:
-                _print_json({"ledgers": list(store.list_ledgers())})
+                print_json({"ledgers": list(store.list_ledgers())})
                 return 0
             for ledger_id in store.list_ledgers():
                 print(ledger_id)
@@ -374,9 +196,9 @@ def _listledgers(args: argparse.Namespace) -> int:
             else:
                 print(_describe(ledger_id, meta, version))
         if args.json:
-            _print_json({"ledgers": docs})
+            print_json({"ledgers": docs})
         return 0
-    return _with_store(args, body)
+    return with_store(args, body)
 
 
 def _ledgermetadata(args: argparse.Namespace) -> int:
@@ -385,11 +207,11 @@ def _ledgermetadata(args: argparse.Namespace) -> int:
     def body(store) -> int:
         meta, version = store.read_ledger(ledger_id)
         if args.json:
-            _print_json({"ledger_id": ledger_id, "version": version, **meta.to_dict()})
+            print_json({"ledger_id": ledger_id, "version": version, **meta.to_dict()})
             return 0
         print(_describe(ledger_id, meta, version))
         return 0
-    return _with_store(args, body)
+    return with_store(args, body)
 
 
 def _describe(ledger_id: int, meta, version) -> str:
@@ -421,7 +243,7 @@ def _bookieformat(args: argparse.Namespace) -> int:
         LayoutError, all_dirs, check_not_in_use, dirs_holding_data, format_bookie)
     try:
         conf = BookieConfig.load(args.conf, parse_overrides(args.set))
-        _import_store_modules(conf.metadata_uri)
+        import_store_modules(conf.metadata_uri)
         run_as_owner(all_dirs(conf), "bookieformat")
         check_not_in_use(conf, purpose="format it")  # before asking; format_bookie checks again
         force = args.force
@@ -443,16 +265,6 @@ def _bookieformat(args: argparse.Namespace) -> int:
     return 0
 
 
-def _import_store_modules(uri: str | None) -> None:
-    """Import what opening ``uri`` needs while the interpreter's files are still readable (a
-    tool that switches to the bookie's user does so after its imports)."""
-    from bookie.metadata import open_metadata  # noqa: F401
-    if uri and uri.startswith("lmdb"):
-        from bookie.metadata import embedded  # noqa: F401
-    elif uri:
-        from bookie.metadata import zk  # noqa: F401
-
-
 def _initbookie(args: argparse.Namespace) -> int:
     """BookKeeper's ``initbookie``: stamp a new bookie's directories and store cookie."""
     import orjson
@@ -471,7 +283,7 @@ def _initbookie(args: argparse.Namespace) -> int:
         if conf.bookie_port == 0:
             raise CliError("initbookie needs the bookie's id: set bookiePort (0 picks a port "
                            "at the first start)")
-        _import_store_modules(conf.metadata_uri)
+        import_store_modules(conf.metadata_uri)
         run_as_owner(all_dirs(conf), "initbookie")
         lock = dirlock.DirectoryLock.acquire(all_dirs(conf), purpose="initialise it")
         try:

@@ -12,6 +12,9 @@ from __future__ import annotations
 import argparse
 from typing import Any, Callable
 
+from bookie.appliance.errors import CliError
+from bookie.appliance.shell.registry import metadata_uri, print_json, zk_security
+
 
 def register(commands: Any, metadata_command: Callable) -> None:
     metadata_command("zkprotect", "Give every node of the ZooKeeper metadata store the ACL of "
@@ -21,17 +24,15 @@ def register(commands: Any, metadata_command: Callable) -> None:
 
 
 def _zkprotect(args: argparse.Namespace) -> int:
-    from bookie.appliance.errors import CliError
-    from bookie.appliance.shell import _print_json, _uri, _zk_security
     from bookie.metadata import MetadataError
     from bookie.metadata.zk_acl import protect_metadata
-    security = _zk_security(args)
+    security = zk_security(args)
     try:
-        count = protect_metadata(_uri(args), security, timeout_s=args.timeout_s)
+        count = protect_metadata(metadata_uri(args), security, timeout_s=args.timeout_s)
     except MetadataError as e:
         raise CliError(str(e)) from None
     if args.json:
-        _print_json({"protected_nodes": count, "user": security.user})
+        print_json({"protected_nodes": count, "user": security.user})
     else:
         print(f"{count} nodes protected: ALL for digest user {security.user!r} only")
     return 0

@@ -28,7 +28,7 @@ from typing import Callable
 import orjson
 
 from bookie.appliance.errors import CliError
-from bookie.appliance.shell import _print_json, _with_store
+from bookie.appliance.shell.registry import print_json, with_store
 
 REBUILD_ALIASES = ("rebuild-db-ledger-locations-index", "rebuild-db-ledgers-index")
 
@@ -67,17 +67,17 @@ def register(commands, metadata_command: Callable) -> None:
 
 
 def _clusterinfo(args) -> int:
-    from bookie.appliance.admin_parity import cluster_info_of
+    from bookie.appliance.admin.parity import cluster_info_of
 
     def body(store) -> int:
         info = cluster_info_of(store)
         if args.json:
-            _print_json(info)
+            print_json(info)
         else:
             for key, value in info.items():
                 print(f"{key}: {str(value).lower() if isinstance(value, bool) else value}")
         return 0
-    return _with_store(args, body)
+    return with_store(args, body)
 
 
 def _dirs(text: str) -> list[str]:
@@ -97,7 +97,7 @@ def _cookie_generate(args) -> int:
         raise CliError("cookie_generate: -j and -l each name at least one directory")
     instance = args.instance_id
     if instance is None:
-        instance = _with_store(args, lambda store: store.instance_id() or "")
+        instance = with_store(args, lambda store: store.instance_id() or "")
     conf = types.SimpleNamespace(bookie_id=args.bookie_id, journal_dir=journals[0],
                                  journal_dirs=journals, ledger_dirs=ledgers,
                                  index_dirs=_dirs(args.index_dirs or "") or ledgers)
@@ -151,7 +151,7 @@ def _cookie_create(args) -> int:
                            f"(cookie_update replaces it)") from None
         _done(args, "created")
         return 0
-    return _with_store(args, body)
+    return with_store(args, body)
 
 
 def _cookie_update(args) -> int:
@@ -172,12 +172,12 @@ def _cookie_update(args) -> int:
         store.write_cookie(args.bookie_id, orjson.dumps(cookie), version)
         _done(args, "updated")
         return 0
-    return _with_store(args, body)
+    return with_store(args, body)
 
 
 def _done(args, what: str) -> None:
     if args.json:
-        _print_json({what: args.bookie_id})
+        print_json({what: args.bookie_id})
     else:
         print(f"cookie of {args.bookie_id} {what} in the store")
 
