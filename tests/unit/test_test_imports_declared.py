@@ -25,7 +25,7 @@ DISTRIBUTION = {
     "kazoo": "kazoo", "lmdb": "lmdb", "numpy": "numpy", "orjson": "orjson",
     "prometheus_client": "prometheus-client", "crc32c": "crc32c", "setproctitle": "setproctitle",
     "matplotlib": "matplotlib", "pyspark": "pyspark", "pyarrow": "pyarrow",
-    "xdist": "pytest-xdist", "pytest_timeout": "pytest-timeout",
+    "xdist": "pytest-xdist", "pytest_timeout": "pytest-timeout", "nacl": "pynacl",
 }
 # Extras whose modules a test may import only if it is a Spark test (or the session fixture).
 SPARK_ONLY = ("spark",)
