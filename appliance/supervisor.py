@@ -160,7 +160,10 @@ class Supervisor:
             self._open_store()  # a URI naming no store is refused before the disks are stamped
         self._remove_leftovers()
         # the bookie's keypair (made at its first start) and its public half in the cookie
-        self.public_key = server_key.ensure(conf, local_cookie(conf))
+        existing = local_cookie(conf)
+        if existing is not None:  # the layout first: a swapped or missing disk is named as one,
+            check_or_stamp(conf)  # not as a lost key file (the key lives in the first journal)
+        self.public_key = server_key.ensure(conf, existing)
         cookie = check_or_stamp(conf, self.public_key)
         if conf.metadata_uri:
             self._check_cookie_in_store(cookie)

@@ -362,7 +362,10 @@ class IOThread:
         def reset() -> None:
             for kind in (ADD, READ, LAC):
                 self._reset_socket(bookie, kind, resend=kind == READ)
-        self.submit(reset)
+        try:
+            self.submit(reset)
+        except ClientClosedError:
+            pass  # closed meanwhile: no socket left to drop
 
     def suspect_bookies(self) -> frozenset:
         """Bookies that failed to answer lately (read from any thread: a snapshot)."""

@@ -323,24 +323,47 @@ class ZooKeeperMetadataStore(MetadataStore):
     # -- watches -----------------------------------------------------------------------------
 
     def _data_watch(self, abs_path: str, deliver: Callable[[bytes | None, Any], None]) -> Cancel:
-        state: dict[str, Any] = {"baseline": True, "last": None}
+        """Watch ``abs_path``'s data: ``deliver`` gets every change after the watch is set.
+        Setting it reads the node once (kazoo's DataWatch, which retries while ZooKeeper is
+        unreachable, with no end): the caller waits at most ``timeout_s`` for that.  A watch set
+        later (the store came back) delivers its first answer too, since the caller could not
+        read the node meanwhile and may hold an older one."""
+        state: dict[str, Any] = {"baseline": True, "last": None, "late": False}
+        lock = threading.Lock()
         watch = Watch(lambda data, stat: deliver(data, stat))
 
         def on_data(data, stat, event=None):  # 3 args: kazoo retries a TypeError with 2
             if watch.cancelled:
                 return False  # tells kazoo to stop watching
             key = None if stat is None else (stat.czxid, stat.mzxid)
-            if state["baseline"]:
-                state["baseline"], state["last"] = False, key
+            with lock:
+                baseline, late = state["baseline"], state["late"]
+                state["baseline"] = False
+            if baseline and not late:
+                state["last"] = key
                 return None
-            if key != state["last"]:
+            if baseline or key != state["last"]:
                 state["last"] = key
                 self._dispatcher.submit(watch.deliver, data, stat)
             return None
-        try:
-            DataWatch(self._zk(), abs_path, on_data)
-        except kz.KazooException as e:
-            raise map_error(e, abs_path) from None
+
+        failed: list[BaseException] = []
+        set_up = threading.Event()
+
+        def start() -> None:
+            try:
+                DataWatch(self._zk(), abs_path, on_data)
+            except kz.KazooException as e:
+                failed.append(e)
+            finally:
+                set_up.set()
+        threading.Thread(target=start, daemon=True, name="zk-watch").start()
+        if not set_up.wait(self.timeout_s):
+            with lock:
+                state["late"] = state["baseline"]  # not read yet: its first answer is news
+            return watch.cancel
+        if failed:
+            raise map_error(failed[0], abs_path) from None
         return watch.cancel
 
     def watch_node(self, path: str, callback: Callable[[bytes | None, int], None]) -> Cancel:

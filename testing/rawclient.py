@@ -85,6 +85,8 @@ def known_resolver(bookie_id: str):
             resolver.resolve(bookie_id, fresh=True)  # a raw client reads the registration afresh
             return resolver
         except UnresolvedBookieError:
+            if resolver.known(bookie_id) is not None:
+                return resolver  # the store did not answer: the last registration seen
             continue
     return None
 

@@ -61,6 +61,8 @@ def test_bookie_serves_through_a_metadata_outage_and_its_signals_still_work(
     supervisor with status 2.)"""
     with _one_bookie(zk_store_uri, tmp_path) as ens, open_metadata(zk_store_uri) as store:
         assert store.list_bookies() == [ens.bookies[0]]
+        with RawBookieClient(ens.bookies[0]) as c:  # its registration seen (address and key)
+            assert c.info()["writable"] is True
         paused()
         for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGUSR1):
             ens.procs[0].send_signal(sig)

@@ -58,13 +58,15 @@ def test_copies_sent_again_after_an_overreplicated_drop_survive_compaction_and_t
     with LocalBookies(2, base_dir=str(tmp_path / "b"), conf=CONF) as lb:
         a, b = lb.bookies
         with open_metadata(lb.metadata_uri) as store:
-            meta = LedgerMetadata(1, 1, 1, fragments=[(0, [a])])
+            meta = LedgerMetadata(1, 1, 1, fragments=[(0, [b])])  # B was the ledger's bookie
             ledger, version = store.create_ledger(meta)
             filler, _ = store.create_ledger(LedgerMetadata(1, 1, 1, fragments=[(0, [b])]))
             with RawBookieClient(a, timeout_s=30) as ca, RawBookieClient(b, timeout_s=30) as cb:
-                _put(ca, ledger, range(N))
-                _put(cb, ledger, range(N))  # B holds a copy the metadata does not name
+                _put(cb, ledger, range(N))
                 assert cb.fence(ledger, KEY) == Status.OK  # and B fenced it (a recovery did)
+                _put(ca, ledger, range(N), recovery=True)  # healed onto A: copies
+                # closed on A alone: B holds a copy the metadata does not name any more
+                meta.fragments = [(0, [a])]
                 meta.state, meta.last_entry_id = LedgerState.CLOSED, N - 1
                 version = store.write_ledger(ledger, meta, version)
                 # the GC drops B's copies: closed, named nowhere, for the whole wait
