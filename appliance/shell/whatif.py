@@ -6,7 +6,9 @@ would fall below their ack quorum, become unreadable, or lose their last live co
 Exit status: 0 safe, 1 not safe, 2 a usage error only (no bookie and no rack, a malformed
 bookie id, no metadata store); a well-formed id the cluster does not know is simply in no
 ensemble: safe.  ``GET /api/v1/bookie/safe_to_stop`` (admin/safety.py) and
-``decommissionbookie``'s warning use ``stop_verdict`` below.
+``decommissionbookie``'s warning use ``stop_verdict`` below.  With ``--conf`` and no bookie
+named, the question is about the bookie that configuration runs (the package's prerm asks it
+before an upgrade or removal stops the bookie).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Callable
 from bookie.appliance.errors import CliError
 from bookie.appliance.shell.registry import print_json, with_store
 from bookie.core.safe_to_stop import CATEGORIES, check_stop
+from bookie.workers.config import BookieConfig, ConfigError
 
 WHAT = {"below_ack_quorum": "would fall below their ack quorum",
         "unreadable": "would become unreadable",
@@ -32,7 +35,8 @@ def register(commands, metadata_command: Callable) -> None:
     p = metadata_command("whatif", "Say whether stopping these bookies (or a rack) now is safe: "
                          "which ledgers would fall below their ack quorum, become unreadable "
                          "or lose their last live copy. Exit 0 safe, 1 not safe.", _whatif)
-    p.add_argument("bookies", metavar="BOOKIE", nargs="*", help="bookie id (host:port or bookieId)")
+    p.add_argument("bookies", metavar="BOOKIE", nargs="*",
+                   help="bookie id (host:port or bookieId); none, with --conf: that bookie")
     p.add_argument("--rack", "-rack", metavar="R", default=None,
                    help="every bookie whose location is R or under it (/REGION/RACK)")
 
@@ -113,9 +117,16 @@ def describe(verdict: dict) -> list[str]:
 
 
 def _whatif(args) -> int:
+    bookies = list(args.bookies)
+    if not bookies and not args.rack and args.conf:  # the bookie this configuration runs
+        try:
+            bookies = [BookieConfig.load(args.conf, check_dirs=False).bookie_id]
+        except ConfigError as e:
+            raise CliError(f"whatif: {e}") from None
+
     def body(store) -> int:
         try:
-            verdict = stop_verdict(store, args.bookies, args.rack)
+            verdict = stop_verdict(store, bookies, args.rack)
         except StopQuestionError as e:
             raise CliError(f"whatif: {e}") from None
         if args.json:

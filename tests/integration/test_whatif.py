@@ -94,6 +94,14 @@ def test_a_ledger_whose_other_copies_are_down_would_lose_its_last_copy(ens, caps
                               timeout=120)
         assert proc.returncode == 1
         assert f"would lose their last live copy: {lh.ledger_id}" in proc.stdout, proc.stdout
+        # no bookie named, with a bookie's --conf (the package's prerm): that bookie
+        conf_file = ens.base_dir + "/keep.conf"
+        with open(conf_file, "w") as f:
+            f.writelines(f"{k}={v}\n" for k, v in ens.overrides(ens.bookies.index(keep)).items())
+        proc = subprocess.run([sys.executable, "-m", "bookie", "shell", "whatif", "--conf",
+                               conf_file, "--json"], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1, proc.stderr
+        assert json.loads(proc.stdout)["last_copy"] == [lh.ledger_id], proc.stdout
         with open_metadata(ens.metadata_uri) as store:  # decommissionbookie's warning
             warn_before_stopping(store, keep)
         warned = capsys.readouterr().err
