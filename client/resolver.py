@@ -98,8 +98,6 @@ class BookieResolver:
         self._pinned = dict(pinned or {})  # without a store: address id -> key known otherwise
         self._known: dict[str, Target | None] = {}  # id -> last registration seen (None: none)
         self._refreshing: set[str] = set()  # ids being read again
-        self._again: set[str] = set()  # ... and to be read once more: asked during that read
-        self._gen: dict[str, int] = {}  # id -> count of updates taken (a stale read is dropped)
         self._lock = threading.Lock()
         self._cancels: dict[str, list[Callable[[], None]]] = {}  # id -> its watches
         self._closed = False
@@ -125,7 +123,8 @@ class BookieResolver:
                 raise UnresolvedBookieError(f"bookie {bookie_id!r} is not host:port, and there "
                                             f"is no metadata store to find its address in")
             return Target(address[0], address[1], self._pinned.get(bookie_id))
-        if fresh or bookie_id not in self._known:
+        if fresh or self._known.get(bookie_id) is None:  # unknown, or not registered when
+            # last seen: read it now (a bookie that came back is not down for a stale view)
             self._watch(bookie_id)  # before the read: a change after it is not missed
             self._update(bookie_id, self._read(bookie_id))
         known = self._known.get(bookie_id)
@@ -145,10 +144,8 @@ class BookieResolver:
         its own (never waits for the store: safe on an I/O loop); a new address or key, or no
         registration, is taken and reported to ``on_moved``."""
         with self._lock:
-            if self._store is None or bookie_id not in self._known or self._closed:
-                return
-            if bookie_id in self._refreshing:
-                self._again.add(bookie_id)  # the read under way may predate this change
+            if self._store is None or bookie_id not in self._known \
+                    or bookie_id in self._refreshing:
                 return
             self._refreshing.add(bookie_id)
         threading.Thread(target=self._refresh, args=(bookie_id,), daemon=True,
@@ -166,26 +163,15 @@ class BookieResolver:
     # -- inside ------------------------------------------------------------------------------
 
     def _refresh(self, bookie_id: str) -> None:
-        """Read ``bookie_id``'s registration again (a thread of its own, one per id at a time).
-        A read is taken only if no newer answer came meanwhile (a watch's data is newer than a
-        read that started before it: taking the read would undo a registration that came
-        back, and the bookie would stay down to this client); a change asked for during the
-        read (``forget``) is read once more."""
-        while True:
+        try:
+            found = self._read(bookie_id)
+        except Exception as e:  # noqa: BLE001 - a store closed meanwhile: keep what is known
+            log.debug("re-reading the registration of %s: %s", bookie_id, e)
+            return
+        finally:
             with self._lock:
-                self._again.discard(bookie_id)
-                gen = self._gen.get(bookie_id, 0)
-            try:
-                found = self._read(bookie_id)
-            except Exception as e:  # noqa: BLE001 - a store closed meanwhile: keep what is known
-                log.debug("re-reading the registration of %s: %s", bookie_id, e)
-                found = gen = None
-            if gen is not None:
-                self._update(bookie_id, found, if_gen=gen)
-            with self._lock:
-                if bookie_id not in self._again or self._closed:
-                    self._refreshing.discard(bookie_id)
-                    return
+                self._refreshing.discard(bookie_id)
+        self._update(bookie_id, found)
 
     def _read(self, bookie_id: str) -> Target | None:
         from bookie.metadata import MetadataError
@@ -195,15 +181,15 @@ class BookieResolver:
             raise UnresolvedBookieError(f"looking up bookie {bookie_id}: {e}") from None
         return target_of(info)
 
-    def _update(self, bookie_id: str, found: Target | None, if_gen: int | None = None) -> None:
-        """Take ``found`` as ``bookie_id``'s registration (``if_gen``: only if no other answer
-        was taken since that count) and tell ``on_moved`` when it changed."""
+    def _update(self, bookie_id: str, found: Target | None) -> None:
         with self._lock:
-            if if_gen is not None and self._gen.get(bookie_id, 0) != if_gen:
-                return  # a newer answer was taken while this one was read
-            self._gen[bookie_id] = self._gen.get(bookie_id, 0) + 1
             before = self._known.get(bookie_id)
-            changed = bookie_id in self._known and before != found
+            # Sockets can point at a wrong place only after a registration that was seen goes
+            # or moves: tell on_moved then (its sockets are dropped).  Back from no
+            # registration, no socket was made meanwhile (resolving failed), so nothing is
+            # dropped: a socket made at once for the new registration must not be reset, nor
+            # the requests already sent on it.
+            changed = before is not None and before != found
             self._known[bookie_id] = found
         if not changed:
             return

@@ -78,6 +78,7 @@ def test_an_operation_that_raises_fails_alone_and_is_logged(bookkeeper, bookkeep
         lh.add_entry(b"e%d" % i, timeout_s=10)
     io = IOThread(add_timeout_s=2.0, read_timeout_s=2.0, batch_max_entries=64,
                   batch_max_bytes=1 << 20, list_bookies=list, write_metadata=None)
+    io.resolver = bookkeeper._resolver  # the bookies' addresses and keys, as the client's own
     runner = OpRunner(io, Throttle(100), operation_timeout_s=10.0)
     key = master_key(PW)
     try:
