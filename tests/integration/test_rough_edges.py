@@ -72,9 +72,11 @@ def test_ctrl_c_early_in_bookie_run_stops_without_a_traceback(tmp_path, signo, d
         raise AssertionError(f"still running {STOP_S} s after {signo.name}: {err[-3000:]}")
     assert time.monotonic() - t0 < STOP_S
     assert "Traceback" not in err, err[-3000:]
-    # 130: interrupted before the bookie's own handler; 0: stopped cleanly by it; -15: SIGTERM
-    # before any handler (the default action, nothing made yet)
-    assert proc.returncode in (0, 130, -signal.SIGTERM), (proc.returncode, err[-3000:])
+    # 130: interrupted before the bookie's own handler; 0: stopped cleanly by it; -15 / -2:
+    # the signal's default action before any handler was installed (nothing made yet; ended by
+    # the signal itself, as a shell expects of Ctrl-C: seen once under load at 0.05 s)
+    assert proc.returncode in (0, 130, -signal.SIGTERM, -signal.SIGINT), \
+        (proc.returncode, err[-3000:])
 
 
 def test_a_terminals_ctrl_c_early_in_bookie_run_prints_no_traceback_from_any_process(tmp_path):
