@@ -29,6 +29,8 @@ from __future__ import annotations
 import os
 import re
 
+from bookie.testing.localbookies import children_of
+
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 _TITLE = re.compile(r"^bookie\[[^\]]*\] ([a-z]+)")
 
@@ -43,17 +45,6 @@ def _cpu_s(pid: int) -> float | None:
     # the command name (field 2) may hold spaces and parentheses: split after its last ')'
     fields = stat[stat.rfind(b")") + 2:].split()
     return (int(fields[11]) + int(fields[12])) * _TICK_S  # fields 14 and 15 of stat(5)
-
-
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += [int(x) for x in f.read().split()]
-    except OSError:
-        pass
-    return out
 
 
 def _title(pid: int) -> str:
@@ -86,7 +77,7 @@ def snapshot(root: int | None = None) -> dict[int, tuple[str, float]]:
         if cpu is None:
             continue
         out[pid] = (role, cpu)
-        todo += [(c, role_of(_title(c))) for c in _children(pid)]
+        todo += [(c, role_of(_title(c))) for c in children_of(pid)]
     return out
 
 

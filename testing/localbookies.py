@@ -325,7 +325,7 @@ class LocalBookies:
         """pid of bookie i's worker of ``role`` (journal, add, read, gc)."""
         sup = self.procs[i].pid
         want = f"bookie[{self.ports[i]}] {role}"
-        for child in _children(sup):
+        for child in children_of(sup):
             try:
                 with open(f"/proc/{child}/cmdline", "rb") as f:
                     title = f.read().replace(b"\0", b" ").strip().decode(errors="replace")
@@ -463,7 +463,8 @@ def _ready(notify: socket.socket) -> bool:
     return ready
 
 
-def _children(pid: int) -> list[int]:
+def children_of(pid: int) -> list[int]:
+    """The pids of ``pid``'s children (from /proc; none when it is gone)."""
     out = []
     try:
         for tid in os.listdir(f"/proc/{pid}/task"):
