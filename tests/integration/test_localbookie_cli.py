@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from bookie.testing.localbookies import _children
+from bookie.testing.localbookies import children_of
 
 
 def _bookie_processes(base_dir):
@@ -83,7 +83,7 @@ def test_bookies_stop_when_the_process_that_started_them_dies(tmp_path):
     try:
         assert p.stdout.readline().strip() == "up"
         supervisors = [pid for pid in _bookie_processes(base) if pid != p.pid]
-        workers = [w for pid in supervisors for w in _children(pid)]
+        workers = [w for pid in supervisors for w in children_of(pid)]
         assert len(supervisors) == 2 and len(workers) == 8
         p.kill()  # no cleanup runs in the parent
         p.wait(10)
