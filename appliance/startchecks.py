@@ -180,8 +180,16 @@ def check_client_security(conf: BookieConfig) -> tuple[str, str] | None:
     listen beyond loopback without CURVE (unless ``allowInsecureClients``) or a key file or the
     enrolment cannot be read; else ``(level, line)`` to log at start-up: what the client sockets
     admit (under CURVE, how many keys of each role are enrolled)."""
-    from bookie.workers.auth import AuthError, load_enrolment, load_secret
+    from bookie.workers.auth import PLAINTEXT_ENV, AuthError, load_enrolment, load_secret, \
+        plaintext_for_bench
 
+    if plaintext_for_bench():  # a benchmark's baseline (workers/auth.py), on loopback only
+        if not is_loopback(conf.listening_interface):
+            raise StartRefused(f"{PLAINTEXT_ENV}=1 (client sockets in the clear, for a benchmark) "
+                               f"is for loopback only, not listeningInterface="
+                               f"{conf.listening_interface}")
+        return ("warning", f"client sockets in the clear ({PLAINTEXT_ENV}=1, a benchmark's "
+                           f"baseline): no key is published and nothing proves this bookie")
     if conf.curve_secret_key_file and not conf.curve_client_keys_dir:
         raise StartRefused("curveSecretKeyFile is set but curveClientKeysDirectory is not: "
                            "no client could be admitted")

@@ -58,6 +58,7 @@ from bookie.appliance.startchecks import StartRefused, check_admin_security, \
     check_bookie_id, check_client_security, check_dirs_usable, check_ports_free
 from bookie.core import diskcheck
 from bookie.workers.config import BookieConfig
+from bookie.workers.auth import plaintext_for_bench
 from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock, run_dir_parent
 from bookie.metadata.recovery_secret import write_secret_file
 from bookie.storage import server_key
@@ -388,7 +389,8 @@ class Supervisor:
         info = {"add_port": self.conf.bookie_port, "read_port": self.conf.bookie_port + 1,
                 "host": self.conf.bookie_host, "pid": os.getpid(),
                 "location": self.conf.bookie_location,  # placement (client/protocol/placement.py)
-                PUBLIC_KEY_FIELD: self.public_key}  # what clients pin (client/resolver.py)
+                # what clients pin (client/resolver.py); none for a benchmark's plain baseline
+                PUBLIC_KEY_FIELD: "" if plaintext_for_bench() else self.public_key}
         try:
             self.registration = self._open_store().register_bookie(
                 self.conf.bookie_id, readonly=self.readonly, info=info)

@@ -351,6 +351,8 @@ class ServerCurve:
             self.handler = ZapHandler(zctx, self.enrolment, log)
 
     def secure(self, sock) -> None:
+        if plaintext_for_bench():
+            return  # a benchmark's baseline only (PLAINTEXT_ENV): the registration names no key
         sock.setsockopt(zmq.CURVE_SERVER, 1)
         sock.setsockopt(zmq.CURVE_SECRETKEY, self.secret)
         if self.enrolment is not None:  # no handler, no domain: any client key is admitted
@@ -359,6 +361,19 @@ class ServerCurve:
     def stop(self) -> None:
         if self.handler is not None:
             self.handler.stop()
+
+
+PLAINTEXT_ENV = "BOOKIE_BENCH_PLAINTEXT"
+
+
+def plaintext_for_bench() -> bool:
+    """Whether this bookie serves its client sockets in the clear, for one purpose only: the
+    baseline of CURVE's cost (``python -m bookie.bench.curve_cost``).  Set by that benchmark in
+    its bookies' environment as ``BOOKIE_BENCH_PLAINTEXT=1``; never by the package, the unit or
+    a configuration key.  Its registration then publishes no key (clients connect in the clear,
+    as to a bookie from before keys), the supervisor warns at start, and ``startchecks`` refuses
+    it on anything but loopback."""
+    return os.environ.get(PLAINTEXT_ENV) == "1"
 
 
 def server_curve(conf) -> ServerCurve:

@@ -5,7 +5,10 @@ Theory of operation
 ``LacQuorumOp`` asks every bookie of the last fragment for its LAC (with ``fence`` it first
 fences the ledger there).  It is conclusive once ``Coverage`` says (Qw - Qa) + 1 positions of
 every write set answered; "no such ledger / entry" counts as an answer with LAC -1 (the
-bookie holds nothing, so it can confirm nothing).  The result is the highest LAC seen.  A
+bookie holds nothing, so it can confirm nothing) - except a fence's "no such ledger": a bookie
+the metadata names fences a ledger it holds nothing of (and answers LAC -1), so NO_LEDGER to a
+fence means the bookie did not fence (the ledger's metadata does not name it: another bookie on
+that address, or the ledger deleted) and that position failed, as an unreachable one would.  The result is the highest LAC seen.  A
 plain (non-fencing) read also finishes when every bookie answered or failed, as long as one
 answered: a LAC is a lower bound and a reader may use a low one.  A fence that finished holds
 for good: once fenced, a ledger never takes a normal add again on that bookie, so no ack
@@ -48,7 +51,8 @@ class LacQuorumOp:
             return []
         bookie = event.request.bookie
         pos = self.ensemble.index(bookie)
-        if event.status == Status.OK or event.status in NOTHING_THERE:
+        if event.status == Status.OK or (event.status in NOTHING_THERE and not (
+                self.fence and event.status == Status.NO_LEDGER)):  # a fence it did not make
             self.coverage.answer(pos)
             if event.status == Status.OK:
                 self.max_lac = max(self.max_lac, event.lac)
