@@ -43,14 +43,16 @@ def key_path(conf) -> str:
     return os.path.join(current_dir(conf.journal_dir), KEY_FILE)
 
 
-def load(path: str) -> tuple[bytes, bytes]:
-    """(public, secret) z85 keys of the key file ``path``.  Raises ServerKeyError (one line)."""
+def load(path: str, hint: str = "") -> tuple[bytes, bytes]:
+    """(public, secret) z85 keys of the secret key file ``path`` (the one reader of ZeroMQ
+    certificate files with a secret half).  Raises ServerKeyError (one line; ``hint`` is added
+    when the file holds no secret key)."""
     try:
         public, secret = zmq.auth.load_certificate(path)
     except (OSError, ValueError) as e:
         raise ServerKeyError(f"curve key file {path}: {e}") from None
     if not secret:
-        raise ServerKeyError(f"curve key file {path} holds no secret key")
+        raise ServerKeyError(f"curve key file {path} holds no secret key{hint}")
     return public, secret
 
 

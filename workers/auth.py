@@ -82,12 +82,9 @@ class AuthError(ValueError):
 def load_secret(path: str) -> tuple[bytes, bytes]:
     """(public, secret) z85 keys from a secret key file."""
     try:
-        public, secret = zmq.auth.load_certificate(path)
-    except (OSError, ValueError) as e:
-        raise AuthError(f"curve key file {path}: {e}") from None
-    if not secret:
-        raise AuthError(f"curve key file {path} holds no secret key (use NAME.key_secret)")
-    return public, secret
+        return server_key.load(path, hint=" (use NAME.key_secret)")
+    except server_key.ServerKeyError as e:
+        raise AuthError(str(e)) from None
 
 
 def load_enrolment(directory: str, on_bad=None) -> dict[bytes, tuple[str, str]]:

@@ -21,6 +21,7 @@ import stat
 import orjson
 
 from bookie.appliance.errors import CliError
+from bookie.appliance.shell.registry import add_bookie_conf_arguments
 
 
 def register(commands) -> None:
@@ -30,9 +31,7 @@ def register(commands) -> None:
                                         "through its directory lock) for a GC pass now; with "
                                         "--major or --minor also that compaction. Progress is "
                                         "in the bookie's log and bookie_compaction_* metrics.")
-    p.add_argument("--conf", metavar="FILE", default=None, help="bookie configuration file")
-    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                   help="override one configuration key (repeatable)")
+    add_bookie_conf_arguments(p)
     kind = p.add_mutually_exclusive_group()
     kind.add_argument("--major", action="store_true", help="run a major compaction too")
     kind.add_argument("--minor", action="store_true", help="run a minor compaction too")

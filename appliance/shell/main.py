@@ -35,7 +35,7 @@ from bookie.appliance.errors import CliError
 from bookie.appliance.shell import (
     cluster, disk, gc, parity, placement, recovery, security, whatif, zk)
 from bookie.appliance.shell.registry import (
-    ENV_URI, add_ledger_id_argument, add_zk_auth_option, ask, import_store_modules,
+    ENV_URI, add_bookie_conf_arguments, add_ledger_id_argument, add_zk_auth_option, ask, import_store_modules,
     ledger_id_of, metadata_uri_arg, print_json, quiet_kazoo, refuse_while_registered, store_exists,
     with_store)
 
@@ -98,9 +98,7 @@ def register(subparsers: Any) -> None:
                             "directories (and its cookie).",
                             description="Format this bookie's journal and ledger directories "
                                         "(refused while a bookie runs on them).")
-    p.add_argument("--conf", metavar="FILE", default=None, help="bookie configuration file")
-    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                   help="override one configuration key (repeatable)")
+    add_bookie_conf_arguments(p)
     p.add_argument("--non-interactive", "-nonInteractive", action="store_true",
                    help="never ask: abort if data exists, unless --force")
     p.add_argument("--force", "-force", action="store_true", help="wipe existing data")
@@ -112,9 +110,7 @@ def register(subparsers: Any) -> None:
                                         "directories must be empty and its id must have no "
                                         "cookie in the metadata store; then both are stamped, "
                                         "as its first start would.")
-    p.add_argument("--conf", metavar="FILE", default=None, help="bookie configuration file")
-    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                   help="override one configuration key (repeatable)")
+    add_bookie_conf_arguments(p)
     p.set_defaults(func=_initbookie)
 
     recovery.register(commands, metadata_command)

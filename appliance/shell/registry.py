@@ -38,6 +38,13 @@ def metadata_uri_arg(text: str) -> str:
     return normalise_uri(text)
 
 
+def add_bookie_conf_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--conf FILE`` and ``--set KEY=VALUE``: a verb that works on a bookie's own directories."""
+    parser.add_argument("--conf", metavar="FILE", default=None, help="bookie configuration file")
+    parser.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                        help="override one configuration key (repeatable)")
+
+
 def add_ledger_id_argument(parser: argparse.ArgumentParser) -> None:
     """LEDGER_ID, positional or as BookKeeper's ``-ledgerid N`` (``--ledger-id N``)."""
     parser.add_argument("ledger_id", metavar="LEDGER_ID", type=int, nargs="?")

@@ -33,6 +33,7 @@ import re
 import secrets
 
 from bookie.appliance.errors import CliError
+from bookie.appliance.shell.registry import add_bookie_conf_arguments
 from bookie.appliance.startchecks import with_stamped_port
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -64,9 +65,7 @@ def register(commands) -> None:
                                         "holds now), recorded in its cookies in every directory "
                                         "and in the metadata store. Clients pin the new key "
                                         "from the bookie's registration at its next start.")
-    p.add_argument("--conf", metavar="FILE", default=None, help="bookie configuration file")
-    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
-                   help="override one configuration key (repeatable)")
+    add_bookie_conf_arguments(p)
     p.set_defaults(func=_rotatekey)
 
 
