@@ -57,6 +57,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("bookie_malformed_dropped_total", "counter", "Messages dropped unanswered: too few frames to answer.", (), "", "add, read"),
     Spec("bookie_internal_errors_total", "counter", "Requests that failed in a way no check foresaw (answered BAD_REQUEST, logged as 'request failed').", (), "", "add, read"),
     Spec("bookie_connections_refused_total", "counter", "Client connections shut down on accept because maxClientConnections were open.", (), "", "add, read"),
+    Spec("bookie_add_quota_refused_total", "counter", "Normal adds refused OVER_QUOTA: their writer identity (an enrolled key, or the ledger's owner) would pass ledgerStorageQuotaBytes. No per-writer label (cardinality, privacy).", (), "", "add"),
+    Spec("bookie_quota_identities_over", "gauge", "Writer identities at or over ledgerStorageQuotaBytes on this bookie (0 without a quota).", (), "", "add"),
     Spec("bookie_connections_shut_flooding_total", "counter", "Client connections shut down for flooding: refused more than 1,000 times in one second (read socket: TOO_MANY_REQUESTS; add socket: any refusal but FENCED and READ_ONLY).", (), "", "add, read"),
     # -- read worker -----------------------------------------------------------------------------
     Spec("bookie_read_entry_seconds", "histogram", "Latency of a read request (an entry range, a read-LAC), from taken off the socket to answered; long polls and fences not counted.", (), "BOOKIE_READ_ENTRY", "read"),
@@ -116,6 +118,8 @@ STAT_METRICS = {
     "add_bytes_total": "bookie_add_bytes_total",
     "add_pending": "bookie_add_pending",
     "fences_total": "bookie_fences_total",
+    "add_quota_refused_total": "bookie_add_quota_refused_total",
+    "quota_identities_over": "bookie_quota_identities_over",
     "replies_dropped_total": "bookie_replies_dropped_total",
     "read_entries_total": "bookie_read_entries_total",
     "read_bytes_total": "bookie_read_bytes_total",
