@@ -140,3 +140,17 @@ def test_no_quota_keeps_nothing():
         m.check_quota(lid, False, False, "k", 1 << 40)
         m.placed(lid, "k", 1 << 40, True)
     assert m.quotas.usage == {} and m.quotas.ledger_bytes == {} and m.quotas.over() == 0
+
+
+def test_the_quota_key_is_a_non_negative_byte_count_default_off(tmp_path):
+    import pytest
+
+    from bookie.workers.config import BookieConfig, ConfigError
+
+    base = {"journalDirectory": str(tmp_path), "ledgerDirectories": str(tmp_path)}
+    assert BookieConfig.from_mapping(base).ledger_storage_quota_bytes == 0
+    assert BookieConfig.from_mapping(
+        dict(base, ledgerStorageQuotaBytes="1048576")).ledger_storage_quota_bytes == 1 << 20
+    for bad in ("-1", "abc"):
+        with pytest.raises(ConfigError, match="ledgerStorageQuotaBytes"):
+            BookieConfig.from_mapping(dict(base, ledgerStorageQuotaBytes=bad))
