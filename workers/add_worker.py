@@ -569,9 +569,10 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
                     journal))
                 self.stats["add_duplicates_total"] += len(held)
                 return True
-        principal = self.quota_principal()  # ledgerStorageQuotaBytes (core/adds.py invariant 8)
-        nbytes = int(lengths.sum())
-        machine.check_quota(ledger_id, recovery, credential, principal, nbytes)
+        quota = machine.quotas.limit_bytes  # ledgerStorageQuotaBytes (core/adds.py invariant 8)
+        if quota:
+            principal, nbytes = self.quota_principal(), int(lengths.sum())
+            machine.check_quota(ledger_id, recovery, credential, principal, nbytes)
         parts, size, data_offset = records.add_batch_parts(ledger_id, placed.key, lengths_frame, data,
                                                            flags=placed.flags)
         if not self.room_for(journal, size):
@@ -584,7 +585,8 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         table.apply(records.Record(records.ADD_BATCH, placed.flags, ledger_id, placed.key, -1,
                                    lengths, data_offset, size))
         self.store(ledger_id, start, end, size, data_offset, entry_ids, lengths, offsets)
-        machine.placed(ledger_id, principal, nbytes, not (recovery or credential))
+        if quota:
+            machine.placed(ledger_id, principal, nbytes, not (recovery or credential))
         self.moved.add(ledger_id)
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.ADD, Status.OK, request_id, ledger_id)],
                                     ledger_id, Op.ADD, self.taken_at, journal))
