@@ -66,6 +66,7 @@ class Quotas:
         self.usage: dict = {}
         self.refused_total = 0
         self.unsaved: dict[int, str] = {}  # bound since the caller last persisted
+        self.refused: dict = {}  # identity -> its usage when an add of it was last refused
 
     # -- identities ------------------------------------------------------------------------------
     def identity_of(self, ledger_id: int):
@@ -92,8 +93,10 @@ class Quotas:
             return
         key = self.identities.get(ledger_id, principal)
         identity = ("key", key) if key is not None else ledger_identity(ledger_id)
-        if self.usage.get(identity, 0) + nbytes > self.limit_bytes:
+        used = self.usage.get(identity, 0)
+        if used + nbytes > self.limit_bytes:
             self.refused_total += 1
+            self.refused[identity] = used
             raise Rejected(Status.OVER_QUOTA,
                            f"the writer's ledgerStorageQuotaBytes ({self.limit_bytes}) is used up")
 
@@ -114,6 +117,9 @@ class Quotas:
             i = self.identity_of(lid)
             usage[i] = usage.get(i, 0) + n
         self.usage = usage
+        # a refused identity counts as at its quota until what it holds goes down
+        # (an identity that holds nothing is forgotten: the dict stays bounded by what is held)
+        self.refused = {i: u for i, u in self.refused.items() if usage.get(i, 0) >= max(u, 1)}
 
     def forgotten(self, deleted) -> list[int]:
         """Drop the identities of ``deleted`` ledgers (ids are never reused); returns those
@@ -125,10 +131,12 @@ class Quotas:
         return gone
 
     def over(self) -> int:
-        """Identities at or over the quota (0 without one)."""
+        """Identities at or over the quota (0 without one): holding the quota or more, or
+        refused an add since what they hold last went down."""
         if not self.limit_bytes:
             return 0
-        return sum(1 for n in self.usage.values() if n >= self.limit_bytes)
+        over = {i for i, n in self.usage.items() if n >= self.limit_bytes}
+        return len(over | self.refused.keys())
 
     def _count(self, identity, n: int) -> None:
         if not n:

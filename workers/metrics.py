@@ -58,7 +58,7 @@ SPECS: tuple[Spec, ...] = (
     Spec("bookie_internal_errors_total", "counter", "Requests that failed in a way no check foresaw (answered BAD_REQUEST, logged as 'request failed').", (), "", "add, read"),
     Spec("bookie_connections_refused_total", "counter", "Client connections shut down on accept because maxClientConnections were open.", (), "", "add, read"),
     Spec("bookie_add_quota_refused_total", "counter", "Normal adds refused OVER_QUOTA: their writer identity (an enrolled key, or the ledger's owner) would pass ledgerStorageQuotaBytes. No per-writer label (cardinality, privacy).", (), "", "add"),
-    Spec("bookie_quota_identities_over", "gauge", "Writer identities at or over ledgerStorageQuotaBytes on this bookie (0 without a quota).", (), "", "add"),
+    Spec("bookie_quota_identities_over", "gauge", "Writer identities at their ledgerStorageQuotaBytes on this bookie: holding it or more, or refused an add since what they hold last went down (0 without a quota).", (), "", "add"),
     Spec("bookie_connections_shut_flooding_total", "counter", "Client connections shut down for flooding: refused more than 1,000 times in one second (read socket: TOO_MANY_REQUESTS; add socket: any refusal but FENCED, READ_ONLY and OVER_QUOTA).", (), "", "add, read"),
     # -- read worker -----------------------------------------------------------------------------
     Spec("bookie_read_entry_seconds", "histogram", "Latency of a read request (an entry range, a read-LAC), from taken off the socket to answered; long polls and fences not counted.", (), "BOOKIE_READ_ENTRY", "read"),

@@ -112,7 +112,9 @@ def test_usage_is_what_the_bookie_holds_per_identity(steps):
                     i = b.identity(lid)
                     truth[i] = truth.get(i, 0) + n
             assert q.usage == truth
-            assert q.over() == sum(1 for v in truth.values() if v >= LIMIT)
+            at = {i for i, v in truth.items() if v >= LIMIT}
+            assert q.over() == len(at | q.refused.keys())
+            assert all(truth.get(i, 0) >= u for i, u in q.refused.items())
 
 
 def test_a_deleted_ledgers_bytes_come_back_to_its_writer():
