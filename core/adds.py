@@ -80,8 +80,9 @@ token (the loop's socket, frames and arrival time); the machine never looks insi
    past the quota is refused OVER_QUOTA before anything is placed (``check_quota``, after the
    ledger rules passed it).  Recovery adds, the recovery credential's, fences and WRITE_LACs are
    never asked: healing never fails for a quota.  Every placed add's bytes count at once
-   (``placed``; fences' and LACs' at the next reset), and usage is reset from what the bookie holds (``bookie.core.quotas``
-   invariant 1), so replay, deletes, drops and restarts agree with the live path.
+   (``placed``; fences' and LACs' at the next reset), and usage is reset from what the bookie
+   holds (``bookie.core.quotas`` invariant 1), so replay, deletes, drops and restarts agree
+   with the live path.
 
 (A full journal disk turns the bookie read-only too, through the supervisor: the journal worker.)
 """
