@@ -6,7 +6,7 @@ Real bookie processes, real enrolment, the public client API:
   on an add, for every ledger it writes on that bookie; the other keeps writing; once the
   over-quota writer's ledger is deleted and the bookie's GC deleted it, the writer writes
   again; a restart keeps the usage (an over-quota writer is still refused after it), and so
-  does an index rebuild (``-m security``: the identities are kept beside the index); the
+  does an index rebuild (the identities are kept beside the index); the
   metrics count the refusals and the identities over quota, with no per-writer label;
 - without enrolment the quota goes by the ledger's owner: one ledger over it is refused, another
   ledger of the same client keeps writing.
@@ -132,7 +132,6 @@ def test_an_enrolled_writer_over_quota_is_refused_and_others_keep_writing(keys, 
                 time.sleep(0.5)
 
 
-@pytest.mark.security
 def test_an_index_rebuild_keeps_whose_ledgers_are_whose(keys, tmp_path):
     with LocalBookies(1, base_dir=str(tmp_path / "e"), conf=secure_conf(keys)) as ens:
         with client(ens, keys, "alice") as alice:
