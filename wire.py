@@ -143,6 +143,7 @@ class Status(enum.IntEnum):
     READ_ONLY = 105  # bookie is read-only: adds refused
     TOO_MANY_REQUESTS = 106  # back-pressure (or the metadata store cannot be asked now): try again later
     ENTRY_EXISTS = 107  # an add of an entry this bookie holds with other bytes: entries are write-once
+    OVER_QUOTA = 108  # a normal add that would take its writer past ledgerStorageQuotaBytes: nothing stored (not BookKeeper's)
     NO_LEDGER = 402  # this bookie holds nothing for the ledger
     NO_ENTRY = 403  # this bookie does not hold the entry
 

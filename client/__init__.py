@@ -21,7 +21,7 @@ from bookie.client.errors import (BadVersionError, BKTimeoutError, BookieError,
                                   InvalidArgumentError, LedgerClosedError, LedgerFencedError,
                                   LedgerRecoveryError, MetadataStoreError, NoSuchEntryError,
                                   NoSuchLedgerError, NoSuchRecordError, NotEnoughBookiesError,
-                                  RecordExistsError, UnauthorizedError)
+                                  QuotaExceededError, RecordExistsError, UnauthorizedError)
 from bookie.client.log import (AsyncLogWriter, LogFencedError, LogPosition, LogRecord, LogWriter,
                                LogWriterFailedError,
                                NoSuchLogError, create_log, delete_log, link_ledgers, list_logs,
@@ -35,7 +35,7 @@ __all__ = [
     "NoSuchEntryError", "NotEnoughBookiesError", "BadVersionError", "DigestMismatchError",
     "UnauthorizedError", "BKTimeoutError", "BookieError", "LedgerRecoveryError",
     "MetadataStoreError", "ClientClosedError", "InvalidArgumentError", "NoSuchRecordError",
-    "RecordExistsError",
+    "RecordExistsError", "QuotaExceededError",
     "open_log", "read_log", "list_logs", "delete_log", "open_log_async", "read_log_async",
     "create_log", "log_ledgers", "link_ledgers",
     "LogWriter", "AsyncLogWriter", "LogPosition", "LogRecord", "LogFencedError",

@@ -74,6 +74,17 @@ class UnauthorizedError(BookKeeperError):
     code = "unauthorized"
 
 
+class QuotaExceededError(BookKeeperError):
+    """A bookie refused an add (OVER_QUOTA): the writer's identity (its enrolled CURVE key, or
+    without enrolment the ledger) stores ``ledgerStorageQuotaBytes`` on that bookie already.
+    Not retried and no ensemble change: another bookie would refuse the same writer as soon as
+    it filled its quota there.  The ledger takes no more adds; delete ledgers of this writer
+    (their bytes count again once the bookies' GC deleted them) or ask for a larger quota.
+    """
+
+    code = "quota_exceeded"
+
+
 class BKTimeoutError(BookKeeperError, TimeoutError):
     """An operation did not complete in time (bookies or metadata store too slow or down)."""
 

@@ -74,6 +74,16 @@ token (the loop's socket, frames and arrival time); the machine never looks insi
    enough).  Recovery adds and anything on the recovery credential always pass: a copy, or a
    recovery's re-add to a replacement, arrives before the metadata names its target.
 
+8. **A writer over its storage quota is refused, and only it** (issue 33 item 6,
+   ``ledgerStorageQuotaBytes``; the rule and what counts: ``bookie.core.quotas``).  A normal add
+   whose bytes would take its ledger's writer identity (an enrolled key, else the ledger's owner)
+   past the quota is refused OVER_QUOTA before anything is placed (``check_quota``, after the
+   ledger rules passed it).  Recovery adds, the recovery credential's, fences and WRITE_LACs are
+   never asked: healing never fails for a quota.  Every placed add's bytes count at once
+   (``placed``; fences' and LACs' at the next reset), and usage is reset from what the bookie
+   holds (``bookie.core.quotas`` invariant 1), so replay, deletes, drops and restarts agree
+   with the live path.
+
 (A full journal disk turns the bookie read-only too, through the supervisor: the journal worker.)
 """
 
@@ -84,6 +94,7 @@ from typing import NamedTuple
 
 from bookie import wire
 from bookie.core.ledgers import LedgerTable, Placed, Rejected
+from bookie.core.quotas import Quotas
 from bookie.wire import Status
 
 GO, WAIT = 0, 1  # ``arrive``'s answers (plain ints: the hot path allocates nothing)
@@ -169,6 +180,7 @@ class AddMachine:
         self.stalled_count = 0
         self.full = False  # no room on the ledger disks (invariant 5)
         self.next_retry = 0.0
+        self.quotas = Quotas(0)  # invariant 8; the worker sets ledgerStorageQuotaBytes
 
     # -- waiting (invariants 1-3) ----------------------------------------------------------------
     def arrive(self, ledger_id: int, journal: int, request, first_stalled: bool = False) -> int:
@@ -274,6 +286,26 @@ class AddMachine:
         ``owner``: the store's answer about an id the table holds nothing for (None: not
         needed).  Raises Rejected."""
         return self.table.check_add(ledger_id, key, recovery, credential, owner)
+
+    def check_quota(self, ledger_id: int, recovery: bool, credential: bool, principal,
+                    nbytes: int) -> None:
+        """Invariant 8: a normal add of ``nbytes`` to ``ledger_id`` from ``principal`` (its
+        enrolled key; None: no enrolment) that would take its writer past the quota raises
+        Rejected(OVER_QUOTA).  Recovery adds and the credential's are never refused for it."""
+        if recovery or credential:
+            return
+        self.quotas.check(ledger_id, principal, nbytes)
+
+    def placed(self, ledger_id: int, principal, nbytes: int, normal: bool) -> None:
+        """A record of ``nbytes`` was placed for ``ledger_id`` (invariant 8): it counts to the
+        ledger's identity; a ``normal`` add from an enrolled ``principal`` binds the ledger's
+        identity when it has none."""
+        quotas = self.quotas
+        if not quotas.limit_bytes:
+            return  # no quota: nothing kept (the default)
+        if normal:
+            quotas.bind(ledger_id, principal)
+        quotas.stored(ledger_id, nbytes)
 
     def decide_write_lac(self, ledger_id: int, key: bytes, lac: int) -> Placed:
         """Whether a WRITE_LAC may go (taken while read-only too, as before: it stores no

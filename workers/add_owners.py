@@ -12,6 +12,9 @@ from bookie.core.ledgers import Owner, Rejected
 from bookie.wire import Status
 
 
+FENCE_LANE = "fences of the read worker"  # the resolver's lane of fences (``park``)
+
+
 class OwnerWaits:
     """Parking and resuming the add worker's requests on the owner resolver's answers."""
 
@@ -22,9 +25,14 @@ class OwnerWaits:
         info = self.storage.table.ledgers.get(ledger_id)
         if info is not None and info.master_key:  # bound: nothing to ask (the hot path)
             return False
-        frames = self.current[1]  # its principal's turn in the resolver (claims.py)
-        if self.owners.ready(self.storage.table, ledger_id, key, credential,
-                             self.pending.queues[0].principal(frames[1], frames[0].bytes)):
+        _, frames, internal, _ = self.current  # its principal's turn in the resolver (claims.py)
+        # A fence comes from the read worker's control socket: its frames carry no client
+        # metadata (reading User-Id there raised EINVAL and killed the worker, under enrolled
+        # CURVE, at the first fence of a ledger not in memory: after every restart); fences
+        # share one lane of their own.
+        principal = FENCE_LANE if internal else \
+            self.pending.queues[0].principal(frames[1], frames[0].bytes)
+        if self.owners.ready(self.storage.table, ledger_id, key, credential, principal):
             return False
         self.machine.park(ledger_id, self.current)
         return True

@@ -59,6 +59,7 @@ from bookie.workers.client_sockets import (REFUSALS_PER_CONNECTION_PER_S, Connec
 from bookie.workers.common import ClientServer
 from bookie.storage.checkpoint import Checkpointer, checkpoint
 from bookie.workers.add_owners import OwnerWaits
+from bookie.workers.add_quotas import QuotaPasses
 from bookie.workers.claims import OwnerLookup, OwnerResolver
 from bookie.workers.frame_guard import FrameGuard
 from bookie.storage.journal_replay import replay
@@ -167,12 +168,14 @@ def run(ctx) -> int:
     server.pending = JournalAnswers(len(rings), conf.max_pending_adds, principal_of(curve.enrolled),
                                     server.refusals)
     server.machine.answers = server.pending
+    server.quota_start(conf.ledger_storage_quota_bytes, index_dir, bool(curve) and curve.enrolled)
     ctx.log("add worker ready", port=conf.bookie_port, position=ring.get(WRITE))
     ctx.ready()
     try:
         server.serve(durable_in)
     finally:
         server.shutdown()
+        server.quota_close()
         server.frame_guard.close()
         server.owners.close()
         if server.trace is not None:
@@ -189,7 +192,7 @@ def run(ctx) -> int:
     return 0
 
 
-class AddServer(OwnerWaits, ClientServer):
+class AddServer(OwnerWaits, QuotaPasses, ClientServer):
     def __init__(self, ctx, rings, storage, clients, control, wakes, lac_pub, ledger_dirs):
         super().__init__(ctx, clients, rings[0], ledger_dirs[0])
         self.conf = ctx.conf
@@ -256,6 +259,7 @@ class AddServer(OwnerWaits, ClientServer):
             for j in self.unrung:
                 self.wakes[j].ring()
             self.commit()
+            self.quota_pass()
             if self.frame_guard is not None:  # drained: no whole message left in ZeroMQ's queue
                 self.frame_guard.check(not self.machine.all_stalled()
                                        and not self.clients.get(_EVENTS) & _POLLIN)
@@ -311,6 +315,7 @@ class AddServer(OwnerWaits, ClientServer):
             s["connections_refused_total"] = self.cap.refused_total
         s["ring_free_bytes"] = min(r.free_bytes() for r in self.rings)
         s["entries_stored_total"] = self.storage.entries_total
+        self.quota_stats(s)
         self.ctx.write_stats(s)
 
     def answer_durable(self) -> None:
@@ -564,6 +569,10 @@ class AddServer(OwnerWaits, ClientServer):
                     journal))
                 self.stats["add_duplicates_total"] += len(held)
                 return True
+        quota = machine.quotas.limit_bytes  # ledgerStorageQuotaBytes (core/adds.py invariant 8)
+        if quota:
+            principal, nbytes = self.quota_principal(), int(lengths.sum())
+            machine.check_quota(ledger_id, recovery, credential, principal, nbytes)
         parts, size, data_offset = records.add_batch_parts(ledger_id, placed.key, lengths_frame, data,
                                                            flags=placed.flags)
         if not self.room_for(journal, size):
@@ -576,6 +585,8 @@ class AddServer(OwnerWaits, ClientServer):
         table.apply(records.Record(records.ADD_BATCH, placed.flags, ledger_id, placed.key, -1,
                                    lengths, data_offset, size))
         self.store(ledger_id, start, end, size, data_offset, entry_ids, lengths, offsets)
+        if quota:
+            machine.placed(ledger_id, principal, nbytes, not (recovery or credential))
         self.moved.add(ledger_id)
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.ADD, Status.OK, request_id, ledger_id)],
                                     ledger_id, Op.ADD, self.taken_at, journal))

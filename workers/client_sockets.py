@@ -109,7 +109,7 @@ class RefusalBudget:
     """A connection that keeps sending what gets refused is shut down.
 
     Past a limit a request is answered TOO_MANY_REQUESTS (on the add socket: any refusal but
-    FENCED and READ_ONLY, ``ClientServer.flooding``); a client that goes on sending anyway
+    FENCED, READ_ONLY and OVER_QUOTA, ``ClientServer.flooding``); a client that goes on sending anyway
     (more than ``per_s`` refusals within one second) is flooding, and answering each of its
     requests costs the worker about what sending it cost the client.  Its connection is shut
     down through the ``ConnectionCap`` (only a descriptor the cap saw accepted on this port):

@@ -129,9 +129,10 @@ class ClientServer:
 
     def counts_as_flooding(self, status) -> bool:
         """Which refusals count against a connection's budget.  Here (the add socket) all but
-        FENCED and READ_ONLY: a writer meets one with every add it has in flight at once, when
-        its ledger is fenced or the bookie turns read-only."""
-        return status not in (wire.Status.FENCED, wire.Status.READ_ONLY)
+        FENCED, READ_ONLY and OVER_QUOTA: a writer meets one with every add it has in flight at
+        once, when its ledger is fenced, the bookie turns read-only or the writer passes its
+        storage quota (shutting the connection would fail its client's other ledgers too)."""
+        return status not in (wire.Status.FENCED, wire.Status.READ_ONLY, wire.Status.OVER_QUOTA)
 
     def flooding(self, ident, frame, status) -> bool:
         """Count a refusal against its connection's budget (``self.refusals``) if it counts

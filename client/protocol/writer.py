@@ -42,7 +42,8 @@ from itertools import compress, cycle
 from typing import Callable
 
 from bookie.client.errors import (BookieError, BookKeeperError, LedgerClosedError,
-                                  LedgerFencedError, NotEnoughBookiesError, UnauthorizedError)
+                                  LedgerFencedError, NotEnoughBookiesError, QuotaExceededError,
+                                  UnauthorizedError)
 from bookie.client.protocol import actions as A
 from bookie.client.protocol.ledger import (Decision, LedgerInfo, LedgerState, close_decision,
                                            ensemble_change_conflict, replace_bookies)
@@ -55,7 +56,7 @@ WRITING, CLOSING, CLOSED_STATE, FAILED = "writing", "closing", "closed", "failed
 
 # Statuses that end the writer rather than the bookie.
 _FATAL = {int(Status.FENCED), int(Status.UNAUTHORIZED), int(Status.BAD_REQUEST),
-          int(Status.BAD_VERSION)}
+          int(Status.BAD_VERSION), int(Status.OVER_QUOTA)}
 BACKOFF_S = 0.005  # re-send delay after TOO_MANY_REQUESTS
 
 Encoder = Callable[[int, int, int, bytes], bytes]  # (entry_id, lac, length, payload) -> entry
@@ -364,6 +365,12 @@ class LedgerWriter:
                 f"this client's key as a reader only (adds need the key in its "
                 f"curveClientKeysDirectory/writer/), or it holds ledger {lid} under another "
                 f"password", ledger_id=lid)
+        if status == Status.OVER_QUOTA:
+            return QuotaExceededError(
+                f"bookie {bookie} refused adds to ledger {lid} (OVER_QUOTA): this writer "
+                f"stores its ledgerStorageQuotaBytes on that bookie already; the ledger takes "
+                f"no more adds (delete ledgers of this writer, or ask for a larger quota)",
+                ledger_id=lid)
         return BookieError(f"bookie {bookie} rejected adds to ledger {lid} with status "
                            f"{Status(status).name} (entry too large for the bookie's "
                            f"nettyMaxFrameSizeBytes, or a client/bookie version mismatch)",

@@ -13,7 +13,12 @@ start them inside a network namespace.
   (``create_ledger_adv``: each window of ids added in a shuffled order, and now and then an id
   the handle must refuse - one added before, one past the window - which must raise and store
   nothing) or ``deferred`` (``write_flags=["deferred_sync"]``: adds complete before the bookies
-  synced them, so an entry is recorded acknowledged only once a ``force()`` covered it);
+  synced them, so an entry is recorded acknowledged only once a ``force()`` covered it)
+  or ``quota`` (``add_range_async`` of ``batch`` payloads, unpaced, until a bookie refuses an
+  add OVER_QUOTA - the bookies run with ``ledgerStorageQuotaBytes``, and without enrolment a
+  ledger is its own writer identity - then it records ``quota_refused`` and writes no more:
+  the refused adds are never acknowledged, the ledger stays open for the round's recovery,
+  which re-adds to the bookie over quota: healing is never refused for a quota);
   ``quorum`` [E, Qw, Qa].  Writes one ledger until an add fails, then starts a new ledger;
   with ``close_at_end`` it closes its ledger on SIGTERM.
 - ``tailer``: follows the writer whose history file is ``follow``: tails its newest ledger
@@ -88,7 +93,7 @@ def run_writer(bk, spec: dict, hist: HistoryWriter) -> None:
             continue
         hist.record("create", l=lh.ledger_id, w=writer)
         ok = {"sync": _write_sync, "async": _write_async, "bulk": _write_bulk,
-              "adv": _write_adv, "deferred": _write_deferred}[mode](
+              "adv": _write_adv, "deferred": _write_deferred, "quota": _write_quota}[mode](
             lh, writer, hist, rng, pace_s, spec)
         if not ok:
             time.sleep(0.2)
@@ -162,6 +167,33 @@ def _write_bulk(lh, writer, hist, rng, pace_s, spec) -> bool:
         hist.record("ack", l=lh.ledger_id, w=writer, s=seq, n=n, e=ids.start, t0=t0)
         seq += n
         time.sleep(pace_s * 2)
+    return True
+
+
+def _write_quota(lh, writer, hist, rng, pace_s, spec) -> bool:
+    """Bulk adds as fast as they go until the quota refuses one; then idle until SIGTERM (one
+    ledger over quota a round bounds what the mode stores).  False: another failure."""
+    from bookie.client import QuotaExceededError
+
+    seq = 0
+    batch = spec.get("batch", 128)
+    while not _Stop.requested:
+        hist.record("add", l=lh.ledger_id, w=writer, s=seq, n=batch)
+        t0 = time.monotonic()
+        try:
+            ids = lh.add_range_async([make_payload(writer, seq + i) for i in range(batch)]) \
+                .result(OP_TIMEOUT_S)
+        except QuotaExceededError as exc:
+            hist.record("fail", l=lh.ledger_id, w=writer, s=seq, n=batch, err=_err(exc), t0=t0)
+            hist.record("quota_refused", l=lh.ledger_id, w=writer, s=seq)
+            while not _Stop.requested:
+                time.sleep(0.1)
+            return True
+        except Exception as exc:  # noqa: BLE001
+            hist.record("fail", l=lh.ledger_id, w=writer, s=seq, n=batch, err=_err(exc), t0=t0)
+            return False
+        hist.record("ack", l=lh.ledger_id, w=writer, s=seq, n=batch, e=ids.start, t0=t0)
+        seq += batch
     return True
 
 

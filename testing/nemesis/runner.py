@@ -38,7 +38,8 @@ from bookie.testing.nemesis.workload import CLIENT_CONFIG, LOG_NAME, Workload
 # Bookies under the nemesis: quick failure detection, small files (tmpfs disks), many restarts.
 BOOKIE_CONF = {"gcWaitTime": 2000, "diskCheckInterval": 1000, "workerRestartLimit": 1000,
                "zkTimeout": 4000, "journalMaxSizeMB": 8, "journalMaxBackups": 2,
-               "logSizeLimit": 8 << 20, "journalPreAllocSizeMB": 1}
+               "logSizeLimit": 8 << 20, "journalPreAllocSizeMB": 1,
+               "ledgerStorageQuotaBytes": 2 << 20}  # workload.py QUOTA_BYTES: its quota writer
 # With --lifecycle: autorecovery on every bookie, quick to act on a lost bookie and on an
 # open ledger whose writer is gone; a bookie that comes back after it was healed around drops
 # the copies no fragment names it for after 20 s (gcOverreplicatedLedgerWaitTime), so the

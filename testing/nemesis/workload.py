@@ -3,7 +3,12 @@
 Slots: writer ``i`` (modes sync, async, bulk in turn, each with a tailer following it), one log
 writer and one log reader.  A killed writer's slot gets a new process (a new generation) when
 the fault ends; concurrent recoveries and log takeovers are short-lived extra processes.
-Every process writes its own history file in the round's directory.
+Every process writes its own history file in the round's directory.  Each round also runs
+one ``quota`` writer (client_proc.py): the bookies run with ``QUOTA_BYTES`` of
+``ledgerStorageQuotaBytes`` (runner.py's ``BOOKIE_CONF``), which the other writers' ledgers
+rarely reach in a round and this one reaches in seconds: its refused adds are never
+acknowledged, the others write on, and its ledger is recovered (re-added to the bookie over
+quota) and checked as every other one.
 
 The run's own workload (``tag="run"``, no log, no deleter) is a ``Workload`` too: one writer
 and its tailer started with the run and stopped at its end, whose ledgers (and tailer) live
@@ -34,6 +39,8 @@ QUORUMS = ((3, 2, 2), (3, 3, 2), (2, 2, 2), (3, 2, 1), (2, 2, 1))
 # alone may legitimately go with it, so every ack quorum is at least 2.
 LIFECYCLE_QUORUMS = ((3, 2, 2), (3, 3, 2), (2, 2, 2))
 LOG_NAME = "nemesis-log"  # one log for the whole run: each round's log writer takes it over
+QUOTA_BYTES = 2 << 20  # the bookies' ledgerStorageQuotaBytes (runner.py BOOKIE_CONF)
+QUOTA_QUORUM = (2, 2, 2)  # every entry on both bookies: the quota writer reaches it soonest
 CLIENT_CONFIG = {"addEntryTimeout": 2.0, "readTimeout": 2.0, "operationTimeout": 30.0,
                  "zkTimeout": 6000, "explicitLacInterval": 50}
 
@@ -119,6 +126,9 @@ class Workload:
         if self.with_log:
             self._start_log_writer()
             self._spawn(f"{self.tag}logread", "log_reader", log=self.log_name)
+        if self.with_log:  # a round's workload: one writer meant to pass its quota
+            self._spawn(f"{self.tag}quota", "writer", mode="quota", quorum=QUOTA_QUORUM,
+                        seed=f"{self.tag}:quota")
         if self.deletes:
             self._spawn(f"{self.tag}del", "deleter", ledgers=self.deletes,
                         pace_s=max(0.05, self.round_s * 0.8 / (len(self.deletes) + 1)))

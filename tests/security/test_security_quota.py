@@ -1,0 +1,154 @@
+"""One writer must not fill the ledger disks (issue 33 item 6): ``ledgerStorageQuotaBytes``.
+
+Real bookie processes, real enrolment, the public client API:
+
+- two enrolled writer keys: the one that passes its quota gets QuotaExceededError (OVER_QUOTA)
+  on an add, for every ledger it writes on that bookie; the other keeps writing; once the
+  over-quota writer's ledger is deleted and the bookie's GC deleted it, the writer writes
+  again; a restart keeps the usage (an over-quota writer is still refused after it), and so
+  does an index rebuild (the identities are kept beside the index); the
+  metrics count the refusals and the identities over quota, with no per-writer label;
+- without enrolment the quota goes by the ledger's owner: one ledger over it is refused, another
+  ledger of the same client keeps writing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import zmq.auth
+
+from bookie.client import BookKeeper, QuotaExceededError
+from bookie.testing import LocalBookies
+
+QUOTA = 64 * 1024
+ENTRY = b"q" * 4096
+PASSWORD = b"quota-password"
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    root = tmp_path_factory.mktemp("quota")
+    made = {n: zmq.auth.create_certificates(str(root), n) for n in ("bookie", "alice", "bob")}
+    enrol = root / "clients"
+    for role in ("reader", "writer", "admin"):
+        os.makedirs(enrol / role)
+    for name in ("alice", "bob"):
+        with open(made[name][0]) as src, open(enrol / "writer" / f"{name}.key", "w") as dst:
+            dst.write(src.read())
+    made["clients"] = str(enrol)
+    return made
+
+
+def fill(lh, limit: int = 64) -> int:
+    """Add entries until the bookie refuses one for the quota; returns the entries added."""
+    for i in range(limit):
+        try:
+            lh.add_entry(ENTRY)
+        except QuotaExceededError as e:
+            assert "OVER_QUOTA" in str(e) and "ledgerStorageQuotaBytes" in str(e)
+            return i
+    raise AssertionError(f"{limit} adds of {len(ENTRY)} bytes and no OVER_QUOTA")
+
+
+def metrics(ens) -> dict[str, float]:
+    """The quota metrics of bookie 0 (label-free: one sample each)."""
+    found = {}
+    with urllib.request.urlopen(f"{ens.admin_url(0)}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(("bookie_add_quota_refused_total", "bookie_quota_identities_over")):
+                name, value = line.rsplit(" ", 1)
+                assert "{" not in name, f"a quota metric with labels: {line}"
+                found[name] = float(value)
+    return found
+
+
+def rebuild_index(ens) -> None:
+    ens.stop(0)
+    shutil.rmtree(os.path.join(ens.bookie_dir(0), "ledgers", "current", "index"))
+    cmd = [sys.executable, "-m", "bookie", "shell", "rebuild-index"]
+    for k, v in ens.overrides(0).items():
+        cmd += ["--set", f"{k}={v}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    ens.start(0)
+
+
+def client(ens, keys, name):
+    return BookKeeper(ens.metadata_uri, curveSecretKeyFile=keys[name][1],
+                      curveServerKeys=keys["bookie"][0], addEntryTimeout=5)
+
+
+def refused_first_add(bk) -> bool:
+    lh = bk.create_ledger(1, 1, 1, password=PASSWORD)
+    try:
+        lh.add_entry(ENTRY)
+    except QuotaExceededError:
+        return True
+    lh.close()
+    return False
+
+
+def secure_conf(keys) -> dict:
+    return {"curveSecretKeyFile": keys["bookie"][1], "curveClientKeysDirectory": keys["clients"],
+            "flushInterval": 50, "ledgerStorageQuotaBytes": QUOTA}
+
+
+def test_an_enrolled_writer_over_quota_is_refused_and_others_keep_writing(keys, tmp_path):
+    with LocalBookies(1, base_dir=str(tmp_path / "e"), conf=secure_conf(keys),
+                      admin_http=True) as ens:
+        with client(ens, keys, "alice") as alice, client(ens, keys, "bob") as bob:
+            first = alice.create_ledger(1, 1, 1, password=PASSWORD)
+            n = fill(first)
+            assert QUOTA // len(ENTRY) - 1 <= n <= QUOTA // len(ENTRY)
+            assert refused_first_add(alice)  # the key is the identity, not the ledger
+            lb = bob.create_ledger(1, 1, 1, password=PASSWORD)
+            for _ in range(8):
+                lb.add_entry(ENTRY)  # another identity keeps writing
+            lb.close()
+            deadline = time.monotonic() + 10
+            while metrics(ens).get("bookie_quota_identities_over") != 1:
+                assert time.monotonic() < deadline, metrics(ens)
+                time.sleep(0.3)
+            assert metrics(ens)["bookie_add_quota_refused_total"] >= 2
+        ens.stop(0)
+        ens.start(0)
+        with client(ens, keys, "alice") as alice, client(ens, keys, "bob") as bob:
+            assert refused_first_add(alice), "a restart forgot the usage"
+            assert not refused_first_add(bob)
+            # what alice wrote is still there, and readable
+            rh = alice.open_ledger(first.ledger_id, password=PASSWORD)
+            assert [e.data for e in rh.read_entries(0, n - 1)] == [ENTRY] * n
+            alice.delete_ledger(first.ledger_id)
+            deadline = time.monotonic() + 30
+            while refused_first_add(alice):  # the GC deletes it, the quota pass sees it
+                assert time.monotonic() < deadline, "a deleted ledger's bytes never came back"
+                time.sleep(0.5)
+
+
+def test_an_index_rebuild_keeps_whose_ledgers_are_whose(keys, tmp_path):
+    with LocalBookies(1, base_dir=str(tmp_path / "e"), conf=secure_conf(keys)) as ens:
+        with client(ens, keys, "alice") as alice:
+            fill(alice.create_ledger(1, 1, 1, password=PASSWORD))
+        rebuild_index(ens)
+        with client(ens, keys, "alice") as alice, client(ens, keys, "bob") as bob:
+            assert refused_first_add(alice), "an index rebuild forgot whose ledgers are whose"
+            assert not refused_first_add(bob)
+
+
+def test_without_enrolment_the_quota_goes_by_the_ledgers_owner(tmp_path):
+    conf = {"flushInterval": 50, "ledgerStorageQuotaBytes": QUOTA}
+    with LocalBookies(1, base_dir=str(tmp_path / "e"), conf=conf) as ens:
+        with BookKeeper(ens.metadata_uri, addEntryTimeout=5) as bk:
+            full = bk.create_ledger(1, 1, 1, password=PASSWORD)
+            fill(full)
+            other = bk.create_ledger(1, 1, 1, password=PASSWORD)
+            for _ in range(8):
+                other.add_entry(ENTRY)  # another ledger, another owner: not refused
+            other.close()
