@@ -220,6 +220,7 @@ class AddServer(OwnerWaits, ClientServer):
         self.rung: set[int] = set()  # journals woken this iteration
         self.unrung: set[int] = set()  # ... and placed in since
         self.moved: set[int] = set()  # ledgers with adds / WRITE_LACs placed since the last publish
+        self.deferred_waiting = False  # a DEFERRED_SYNC add's answer was held this iteration
         self.lac_taken = False  # a WRITE_LAC was placed: ``take`` ends the iteration after it
         self.trace: AddTrace | None = None  # per-add timestamps (addTraceDirectory); None: off
 
@@ -256,6 +257,9 @@ class AddServer(OwnerWaits, ClientServer):
             for j in self.unrung:
                 self.wakes[j].ring()
             self.commit()
+            if self.deferred_waiting:  # stored now: deferred adds go without waiting for a poll
+                self.deferred_waiting = False
+                self.answer_durable()
             if self.frame_guard is not None:  # drained: no whole message left in ZeroMQ's queue
                 self.frame_guard.check(not self.machine.all_stalled()
                                        and not self.clients.get(_EVENTS) & _POLLIN)
@@ -406,7 +410,7 @@ class AddServer(OwnerWaits, ClientServer):
             # past its principal's share: TOO_MANY_REQUESTS
             journal = self.journal_of(ledger_id)
             self.pending.admit(journal, frames[1], ident, op)
-            if op == Op.ADD or op == Op.WRITE_LAC:
+            if op == Op.ADD or op == Op.WRITE_LAC or op == Op.FORCE_LEDGER:
                 # behind a request of its ledger or journal that waits (core/adds.py inv. 1)
                 if self.machine.arrive(ledger_id, journal, self.current, first_stalled) == WAIT:
                     return True
@@ -414,6 +418,8 @@ class AddServer(OwnerWaits, ClientServer):
                 return self.handle_add(ident, flags, request_id, ledger_id, frames[2:])
             if op == Op.WRITE_LAC:
                 return self.handle_write_lac(ident, request_id, ledger_id, frames[2:])
+            if op == Op.FORCE_LEDGER:
+                return self.handle_force(ident, request_id, ledger_id, frames[2:])
             if op == Op.INFO:
                 self.reply(ident, op, Status.OK, request_id, ledger_id, [self.info()])
                 return True
@@ -577,8 +583,10 @@ class AddServer(OwnerWaits, ClientServer):
                                    lengths, data_offset, size))
         self.store(ledger_id, start, end, size, data_offset, entry_ids, lengths, offsets)
         self.moved.add(ledger_id)
+        deferred = bool(flags & wire.Bits.DEFERRED_SYNC)  # answered once stored (core/adds.py inv. 6)
+        self.deferred_waiting |= deferred
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.ADD, Status.OK, request_id, ledger_id)],
-                                    ledger_id, Op.ADD, self.taken_at, journal))
+                                    ledger_id, Op.ADD, self.taken_at, journal, deferred))
         self.stats["add_entries_total"] += len(entry_ids)
         self.stats["add_bytes_total"] += len(data)
         self.stats["add_requests_total"] += 1
@@ -602,6 +610,17 @@ class AddServer(OwnerWaits, ClientServer):
         self.lac_taken = True
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.WRITE_LAC, Status.OK, request_id, ledger_id)],
                                     ledger_id, Op.WRITE_LAC, self.taken_at, journal))
+        return True
+
+    def handle_force(self, ident, request_id, ledger_id, body) -> bool:
+        """FORCE_LEDGER: answered once its journal made durable everything placed so far (every
+        record of the ledger before it among them: core/adds.py invariant 6).  Places nothing."""
+        if body:
+            raise Rejected(Status.BAD_REQUEST, "FORCE_LEDGER takes no body")
+        journal = self.journal_of(ledger_id)
+        self.pending.append(Pending(self.rings[journal].get(WRITE), [ident, wire.pack_header(
+            Op.FORCE_LEDGER, Status.OK, request_id, ledger_id)], ledger_id, Op.FORCE_LEDGER,
+            self.taken_at, journal))
         return True
 
     def handle_control(self, frames, first_stalled: bool = False) -> bool:
