@@ -53,6 +53,7 @@ from bookie.storage.layout import current_dir, key_salt
 from bookie.wire import Op, Status
 from bookie.storage import records
 from bookie.core.answers import JournalAnswers, Pending
+from bookie.core.long_polls import SUBSCRIBE, SUBSCRIBED, UNSUBSCRIBE
 from bookie.workers.auth import server_curve
 from bookie.workers.client_sockets import (REFUSALS_PER_CONNECTION_PER_S, ConnectionCap,
                                            RefusalBudget, guard_client_socket, make_socket)
@@ -221,6 +222,7 @@ class AddServer(OwnerWaits, ClientServer):
         self.unrung: set[int] = set()  # ... and placed in since
         self.moved: set[int] = set()  # ledgers with adds / WRITE_LACs placed since the last publish
         self.deferred_waiting = False  # a DEFERRED_SYNC add's answer was held this iteration
+        self.news_on = True  # tell the read worker which ledgers moved (core/long_polls.py WakeNews)
         self.lac_taken = False  # a WRITE_LAC was placed: ``take`` ends the iteration after it
         self.trace: AddTrace | None = None  # per-add timestamps (addTraceDirectory); None: off
 
@@ -342,8 +344,9 @@ class AddServer(OwnerWaits, ClientServer):
         (or even holds) them.  A parked long poll then gets what a plain READ_LAC would answer
         now; a reader finds each entry up to it on a bookie that acknowledged it (reader.py moves
         on from NO_ENTRY).  ``gone``: ledgers the GC deleted, whose polls get NO_LEDGER."""
-        for lid in self.moved | gone:
-            self.lac_pub.send(wire.LEDGER_ID.pack(lid))
+        if self.news_on:  # only while the read worker has polls parked (core/long_polls.py)
+            for lid in self.moved | gone:
+                self.lac_pub.send(wire.LEDGER_ID.pack(lid))
         self.moved.clear()
 
     def retry_stalled(self) -> None:
@@ -630,6 +633,13 @@ class AddServer(OwnerWaits, ClientServer):
         Each is answered on its own, [ident, b"F", token, status]: fences of one ledger with
         different keys get different answers.
         """
+        if len(frames) in (2, 3) and frames[1].bytes in (SUBSCRIBE, UNSUBSCRIBE):
+            # taken in this loop's order with the commits: the ordering argument of
+            # core/long_polls.py WakeNews needs the answer to leave after every earlier commit
+            self.news_on = frames[1].bytes == SUBSCRIBE
+            if self.news_on and len(frames) == 3:
+                self.control.send_multipart([frames[0].bytes, SUBSCRIBED, frames[2].bytes])
+            return True
         if len(frames) != 5 or frames[1].bytes not in (b"F", b"C") or len(frames[2]) != wire.LEDGER_ID.size:
             self.stats["dropped_malformed_total"] += 1
             return True
