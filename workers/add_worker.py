@@ -19,7 +19,9 @@ Per loop iteration (everything batched; no per-entry Python work on the hot path
 3. Append the same ring bytes to the entry log and commit their index locations in one LMDB
    write transaction.
    Then tell the read worker which ledgers moved (``publish_moved``): their parked long polls
-   are answered from that commit, without waiting for the journal (docs/architecture.md).
+   are answered from that commit, without waiting for the journal (docs/architecture.md); only
+   while it has polls parked (``news_on``: core/long_polls.py ``WakeNews``).  DEFERRED_SYNC
+   adds are answered right after this commit (stored), not waiting for DURABLE.
 4. Every ``flushInterval``: checkpoint = fdatasync entry logs, sync the index, then persist
    LastLogMark = min(WRITE, DURABLE) (DESIGN invariant 3): every record placed before WRITE
    is in the entry log and, once the iteration's commit ran, in the index.

@@ -18,6 +18,9 @@ Every fence request carries its own token and gets its own answer: two clients f
 ledger with different keys each learn their own outcome.
 
 Long polls park until the add worker publishes that the ledger moved, or until their timeout;
+it publishes only while polls are parked here (``WakeNews`` in ``bookie.core.long_polls``: this
+worker subscribes and unsubscribes over the control socket, and re-checks every parked poll
+when a subscription is answered, so no wake-up is missed);
 a ledger deleted meanwhile answers NO_LEDGER.  A long poll on a ledger this bookie holds nothing
 of parks too when the metadata store knows the ledger (asked off the loop, through
 ``bookie.workers.claims``: rule in ``bookie.core.long_polls``); a made-up id is answered at once.  What one client can make this worker hold is
