@@ -88,3 +88,18 @@ def test_force_ledger_on_the_wire():
             assert force(5, flags=Flag.FENCE) == Status.BAD_REQUEST
             assert add(1, Flag.DEFERRED_SYNC | Flag.RECOVERY_ADD) == Status.BAD_REQUEST
             assert add(1, 0x40) == Status.BAD_REQUEST
+
+
+def test_sigkill_after_force_loses_nothing_forced():
+    with LocalBookies(2) as ens, BookKeeper(ens.metadata_uri, {"addEntryTimeout": 5.0}) as bk:
+        lh = bk.create_ledger(2, 2, 2, password=PW, write_flags=["deferred_sync"])
+        for i in range(200):
+            lh.add_entry_async(b"e%d" % i)
+        assert lh.force(30.0) == 199 and lh.last_add_confirmed == 199
+        ens.kill(0)
+        ens.kill(1)
+        ens.start(0)
+        ens.start(1)
+        reader = bk.open_ledger(lh.ledger_id, password=PW)  # recovery: fences and closes
+        assert reader.last_add_confirmed >= 199
+        assert [e.data for e in reader.read_entries(0, 199)] == [b"e%d" % i for i in range(200)]
