@@ -30,6 +30,9 @@ Ops and their frames (request -> response)::
                    With flag RECOVERY_CREDENTIAL (only beside RECOVERY_ADD) the master_key
                    frame holds the ledger's cluster recovery credential instead
                    (bookie.metadata.recovery_secret; autorecovery's copies).
+                   Flag DEFERRED_SYNC (not beside RECOVERY_ADD: a copy is always made durable):
+                   the bookie answers once the batch is stored (readable), without waiting
+                   for the journal's fdatasync; a later FORCE_LEDGER makes it durable.
     READ (2)       [hdr, u64 first_entry_id | u32 max_count] -> [hdr, lengths, data]
                    (+ master_key frame when flag FENCE is set).  Returns the consecutive
                    entries the bookie holds from first_entry_id on, at most max_count of them
@@ -49,6 +52,11 @@ Ops and their frames (request -> response)::
     WRITE_LAC (4)  [hdr, master_key, i64 lac] -> [hdr]
     INFO (5)       [hdr] -> [hdr, orjson {"bookie_id", "free_bytes", "total_bytes",
                                            "writable", "version"}]
+    FORCE_LEDGER (6) [hdr] -> [hdr]   (add socket; no flags, no body)
+                   Answered OK once every record of the ledger this bookie placed before the
+                   request is durable (its journal fdatasync'd it): the DEFERRED_SYNC adds
+                   acknowledged before it included.  A ledger the bookie holds nothing of is
+                   answered OK too (nothing to make durable).
 
 ENTRY FORMAT (built by the client, stored by the bookie exactly as received, big-endian as in
 BookKeeper)::
@@ -107,6 +115,7 @@ class Op(enum.IntEnum):
     READ_LAC = 3
     WRITE_LAC = 4
     INFO = 5
+    FORCE_LEDGER = 6
 
 
 class Flag(enum.IntFlag):
@@ -118,6 +127,7 @@ class Flag(enum.IntFlag):
     # ADD with RECOVERY_ADD, READ / READ_LAC with FENCE: the master key frame holds the cluster
     # recovery credential of the ledger (bookie.metadata.recovery_secret), not its master key
     RECOVERY_CREDENTIAL = 16
+    DEFERRED_SYNC = 32  # ADD: answer once stored, not waiting for the journal's fdatasync
 
 
 class Bits:
@@ -125,7 +135,7 @@ class Bits:
     builds a Flag object each time (IntFlag's ``__rand__``), which was a fifth of what a refused
     request cost the read worker under a flood."""
 
-    NONE, RECOVERY_ADD, FENCE, LONG_POLL, STRIDE, RECOVERY_CREDENTIAL = 0, 1, 2, 4, 8, 16
+    NONE, RECOVERY_ADD, FENCE, LONG_POLL, STRIDE, RECOVERY_CREDENTIAL, DEFERRED_SYNC = 0, 1, 2, 4, 8, 16, 32
 
 
 assert {k: v for k, v in vars(Bits).items() if k.isupper()} == {n: int(f) for n, f in Flag.__members__.items()}
@@ -149,7 +159,8 @@ class Status(enum.IntEnum):
 
 
 KNOWN_OPS = frozenset(int(o) for o in Op)
-_FLAG_MASK = int(Flag.RECOVERY_ADD | Flag.FENCE | Flag.LONG_POLL | Flag.STRIDE | Flag.RECOVERY_CREDENTIAL)
+_FLAG_MASK = int(Flag.RECOVERY_ADD | Flag.FENCE | Flag.LONG_POLL | Flag.STRIDE | Flag.RECOVERY_CREDENTIAL
+                 | Flag.DEFERRED_SYNC)
 
 
 class ProtocolError(ValueError):
@@ -187,7 +198,7 @@ def unpack_header(frame) -> tuple[int, int, int, int]:
 
 
 _ALLOWED_FLAGS = {
-    int(Op.ADD): int(Flag.RECOVERY_ADD | Flag.RECOVERY_CREDENTIAL),
+    int(Op.ADD): int(Flag.RECOVERY_ADD | Flag.RECOVERY_CREDENTIAL | Flag.DEFERRED_SYNC),
     int(Op.READ): int(Flag.FENCE | Flag.STRIDE | Flag.RECOVERY_CREDENTIAL),
     int(Op.READ_LAC): int(Flag.FENCE | Flag.LONG_POLL | Flag.RECOVERY_CREDENTIAL),
 }
@@ -203,6 +214,8 @@ def check_request_flags(op: int, flags: int) -> None:
         raise ProtocolError(f"flags {flags:#x} not valid for op {Op(op).name}")
     if flags & Bits.RECOVERY_CREDENTIAL and not flags & _ADD_OR_FENCE:
         raise ProtocolError("RECOVERY_CREDENTIAL only on a recovery add or a fence")
+    if flags & Bits.DEFERRED_SYNC and flags & Bits.RECOVERY_ADD:
+        raise ProtocolError("DEFERRED_SYNC not on a recovery add")
 
 
 def read_request(first_entry_id: int, max_count: int, stride: int = 1) -> tuple[int, bytes]:

@@ -121,6 +121,11 @@ def _register_writes(tools) -> None:
     _ledger_options(p, ensemble=3, quorum=2)
     p.add_argument("--ledgers", type=int, default=1, metavar="N",
                    help="ledgers written at once, round-robin (default 1)")
+    p.add_argument("--write-flags", default="", metavar="FLAGS",
+                   help="BookKeeper WriteFlag names of the ledgers, comma-separated: "
+                        "deferred_sync (bookies answer an add once stored, before their "
+                        "journal's fdatasync; each ledger is forced once the timed run ends, "
+                        "'force_ms' in the result) (default: none)")
     p.add_argument("--latency-file", metavar="FILE",
                    help="write every add's latency (microseconds, one per line) to FILE")
     p.add_argument("--journals", default="1", metavar="N[,M...]",
@@ -542,6 +547,7 @@ def _cmd_writes(args) -> int:
     check_entries(args)
     _check_client_args(args)
     check_positive(args, "ledgers")
+    args.write_flags = _write_flags(args.write_flags)
     if args.latency_file:
         parent = os.path.dirname(os.path.abspath(args.latency_file))
         if not os.path.isdir(parent):
@@ -563,6 +569,18 @@ def _cmd_writes(args) -> int:
     except client_bench.BenchError as e:
         raise BenchOptionError(f"{e}{client_options.curve_hint(args.client_keys)}") from None
     return finish(args, result)
+
+
+def _write_flags(text: str) -> list[str]:
+    """``--write-flags``: the names, lower case, each one the client knows.  Raises
+    BenchOptionError naming a bad one."""
+    from bookie.client.client import WRITE_FLAGS
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    for n in names:
+        if n not in WRITE_FLAGS:
+            raise BenchOptionError(f"--write-flags: unknown write flag {n!r} "
+                                   f"(known: {', '.join(WRITE_FLAGS)})")
+    return sorted(set(names))
 
 
 def _cmd_reads(args) -> int:

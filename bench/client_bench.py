@@ -45,7 +45,8 @@ def run_writes(params: dict, metadata_uri: str, *, emit=None, data_dir: str | No
         for _ in range(params["ledgers"]):
             try:
                 handles.append(bk.create_ledger(params["ensemble"], params["quorum"], ack_quorum,
-                                                params["digest"], params["password"].encode()))
+                                                params["digest"], params["password"].encode(),
+                                                write_flags=params.get("write_flags") or ()))
             except BookKeeperError as e:
                 raise BenchError(f"cannot create a ledger: {e}") from None
         if params["warmup_messages"]:
@@ -58,6 +59,14 @@ def run_writes(params: dict, metadata_uri: str, *, emit=None, data_dir: str | No
         load.run(params["time"], params["timeout"])
         figures = meter.finish(load.clock())
         figures["ledgers"] = [h.ledger_id for h in handles]
+        if "deferred_sync" in (params.get("write_flags") or ()):
+            t0 = time.monotonic()  # the adds were answered before their fdatasync: make them durable
+            try:
+                for h in handles:
+                    h.force(params["timeout"])
+            except BookKeeperError as e:
+                raise BenchError(f"force() at the end of the run failed: {e}") from None
+            figures["force_ms"] = round((time.monotonic() - t0) * 1000, 3)
         if load.first_error is not None:
             figures["first_error"] = f"{type(load.first_error).__name__}: {load.first_error}"
         for h in handles:

@@ -25,6 +25,7 @@ import threading
 import time
 from concurrent.futures import Future
 
+from bookie import wire
 from bookie.client.errors import BKTimeoutError, BookKeeperError, ClientClosedError
 from bookie.client.io import Driver, IOThread
 from bookie.client.protocol import actions as A
@@ -217,6 +218,8 @@ class WriterDriver(Driver):
     def __init__(self, io: IOThread, writer: LedgerWriter, master_key: bytes,
                  throttle: Throttle, tick_s: float):
         super().__init__(io, writer, writer.ledger_id, master_key)
+        if writer.deferred_sync:
+            self.add_flags = int(wire.Flag.DEFERRED_SYNC)
         self.batches: collections.deque[list] = collections.deque()
         self.close_futures: list[Future] = []
         self.force_futures: collections.deque[Future] = collections.deque()  # in force order

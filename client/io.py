@@ -85,6 +85,7 @@ class Driver:
         self.ledger_id = ledger_id
         self.master_key = master_key  # sent with adds, fences and explicit LAC writes
         self.key_flags = 0  # Flag.RECOVERY_CREDENTIAL: master_key is the recovery credential
+        self.add_flags = 0  # flags of a normal ADD: Flag.DEFERRED_SYNC for a deferred-sync writer
         self.over = False
 
     def start(self, actions) -> None:
@@ -277,6 +278,8 @@ class IOThread:
             elif kind is A.SendWriteLac:
                 if not a.notice or self._notice_allowed(a.bookie):
                     self._send(driver, a)
+            elif kind is A.SendForce:
+                self._send(driver, a)
             elif kind is A.TickAfter:
                 self.later(a.delay_s, lambda d=driver: d.event(A.Tick()), driver)
             elif kind is A.Suspect:
@@ -435,7 +438,8 @@ class IOThread:
                 sizes = list(map(len, a.entries))
             lengths = np.array(sizes, dtype=wire.LENGTHS_DTYPE).tobytes()
             data = b"".join(a.entries)
-            frames = [wire.pack_header(Op.ADD, Flag.RECOVERY_ADD | driver.key_flags if a.recovery else 0, rid,
+            frames = [wire.pack_header(Op.ADD, Flag.RECOVERY_ADD | driver.key_flags if a.recovery
+                                       else driver.add_flags, rid,
                                        driver.ledger_id),
                       driver.master_key, lengths, data]
         elif isinstance(a, A.SendRead):
@@ -457,6 +461,9 @@ class IOThread:
                 log.info("fencing ledger", extra={"fields": {"ledger_id": driver.ledger_id,
                                                              "bookie": a.bookie}})
             frames[0] = wire.pack_header(Op.READ_LAC, flags, rid, driver.ledger_id)
+        elif isinstance(a, A.SendForce):
+            kind, timeout_s = LAC, self.add_timeout_s
+            frames = [wire.pack_header(Op.FORCE_LEDGER, 0, rid, driver.ledger_id)]
         else:  # SendWriteLac
             kind, timeout_s = LAC, self.add_timeout_s
             frames = [wire.pack_header(Op.WRITE_LAC, 0, rid, driver.ledger_id),
@@ -652,6 +659,8 @@ def _response(action, status: int, frames=()):
         return A.ReadResponse(action, status)
     if isinstance(action, A.SendReadLac):
         return A.LacResponse(action, status)
+    if isinstance(action, A.SendForce):
+        return A.ForceResponse(action, status)
     return A.WriteLacResponse(action, status)
 
 

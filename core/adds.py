@@ -57,10 +57,16 @@ Invariants
    its ledger placed before it can be acknowledged later.  The held records are kept (they are
    in the journal; LastLogMark never passes one not stored: a restart replays them), so an
    entry refused so may still be found here later, as any unacknowledged entry may.
-6. **An answer leaves only once its record is durable and stored**: answers of journal J leave
-   in J's order once ``min(DURABLE_J, safe_to_J)`` passed their record's end (DESIGN invariants
-   1 and 4; read-after-ack: storage/noroom.py).  While read-only, durable is enough for a
-   refusal and for a fence, which makes no entry readable (invariant 5).
+6. **An answer leaves only once its record is stored, and durable unless it is a deferred
+   add's**: answers of journal J leave in J's order; a normal add's, a fence's, a LAC's and a
+   FORCE_LEDGER's once ``min(DURABLE_J, safe_to_J)`` passed its record's end (DESIGN
+   invariants 1 and 4; read-after-ack: storage/noroom.py); a DEFERRED_SYNC add's once
+   ``safe_to_J`` passed it, synced or not (read-after-ack still holds: stored is readable).  A
+   FORCE_LEDGER's "record" is the end of journal J when it came (it places nothing): every
+   record of its ledger placed before it is then durable (all of a ledger's records are in J).
+   Answers keep J's order, so a deferred answer behind a normal one not yet durable waits for
+   it.  While read-only, durable is enough for a refusal, a fence and a force, which make no
+   entry readable (invariant 5), and a deferred add waits for durable too.
 
 The machine imports no I/O and reads no clock: ``now`` is passed in.  A request is an opaque
 token (the loop's socket, frames and arrival time); the machine never looks inside it.
@@ -350,13 +356,13 @@ class AddMachine:
     # -- answers (invariant 6) -------------------------------------------------------------------
     def due(self, durable, safe_to):
         """Take off and yield the held-back answers (``Pending``) whose journal made their
-        record durable and stored: each journal's up to ``min(durable[J], safe_to[J])``, in
-        each journal's order; while read-only, each once durable, the adds and LACs not
+        record durable and stored: each journal's up to ``min(durable[J], safe_to[J])``, and
+        a deferred add's once stored (invariant 6), in each journal's order; while read-only, each once durable, the adds and LACs not
         stored refused READ_ONLY (invariant 5).  (The loop's form of ``Durable``: no action
         object per answer.)"""
         if self.full:
             return self.answers.durable_refusing(durable, safe_to, Status.READ_ONLY)
-        return self.answers.durable([min(d, s) for d, s in zip(durable, safe_to)])
+        return self.answers.durable([min(d, s) for d, s in zip(durable, safe_to)], safe_to)
 
     def deleted(self, ledger_ids) -> None:
         """The GC deleted these ledgers under records placed for them: their held-back answers

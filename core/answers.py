@@ -10,11 +10,14 @@ class Pending:
     """An answer held back until the journal has made its record durable (DESIGN invariants 1
     and 4).  ``reply`` is the client's frames, or ``[None, *frames]`` for the read worker."""
 
-    __slots__ = ("end", "reply", "ledger_id", "op", "status", "taken_at", "journal")
+    __slots__ = ("end", "reply", "ledger_id", "op", "status", "taken_at", "journal", "deferred")
 
     def __init__(self, end: int, reply: list, ledger_id: int, op: int = Op.ADD, taken_at: float = 0.0,
-                 journal: int = 0):
+                 journal: int = 0, deferred: bool = False):
         self.end = end  # in journal ``journal``'s logical offsets (each journal has its own)
+        # a DEFERRED_SYNC add's answer: it leaves once its record is stored, durable or not
+        # (core/adds.py invariant 6)
+        self.deferred = deferred
         self.journal = journal
         self.reply = reply
         self.ledger_id = ledger_id
@@ -57,22 +60,31 @@ class JournalAnswers:
     def append(self, pending: Pending) -> None:
         self.queues[pending.journal].append(pending)
 
-    def durable(self, durable: list[int]):
+    def durable(self, durable: list[int], stored: list[int] | None = None):
         """Take off (and yield) each journal's answers whose record ends at or before that
-        journal's ``durable[journal]``, in each journal's order."""
-        for q, upto in zip(self.queues, durable):
-            while q and q[0].end <= upto:
+        journal's ``durable[journal]``, in each journal's order; with ``stored``, a deferred
+        answer at the head of its queue leaves once its record ends at or before
+        ``stored[journal]`` (durable or not: core/adds.py invariant 6).  ``durable`` is then
+        ``min(DURABLE, stored)`` per journal: every answer needs its record stored."""
+        if stored is None:
+            for q, upto in zip(self.queues, durable):
+                while q and q[0].end <= upto:
+                    yield q.popleft()
+            return
+        for q, upto, safe in zip(self.queues, durable, stored):
+            while q and (q[0].end <= upto or (q[0].deferred and q[0].end <= safe)):
                 yield q.popleft()
 
     def durable_refusing(self, durable: list[int], stored: list[int], status: Status):
         """``durable`` while the records past ``stored[journal]`` may not be stored for a
         while (no room: core/adds.py invariant 5): the answers leave in each journal's order
         once their record is durable, and a client answer whose record is not stored yet is
-        turned into ``status`` first (a fence's answer stays as it is)."""
+        turned into ``status`` first (a fence's and a force's answers stay as they are)."""
         for q, upto, safe in zip(self.queues, durable, stored):
             while q and q[0].end <= upto:
                 p = q.popleft()
-                if p.end > safe and p.reply[0] is not None and p.status == Status.OK:
+                if (p.end > safe and p.reply[0] is not None and p.status == Status.OK
+                        and p.op != Op.FORCE_LEDGER):  # a force makes nothing readable
                     p.refuse(status)
                 yield p
 

@@ -1,5 +1,9 @@
 """Group commit policy: when the journal force-writes what the add worker has placed in the ring.
 
+Records of DEFERRED_SYNC adds are grouped and synced as any other: what differs is only when
+their answers leave (``bookie.core.adds`` invariant 6: once stored, not once synced), and a
+FORCE_LEDGER's answer waits for this policy's next sync like a normal add's.
+
 Pure: facts in, yes/no and a wait out.  ``bookie.storage.journal_groups.GroupCommitter`` is one
 step of the journal's loop built on it.
 """

@@ -166,3 +166,84 @@ class LongPolls:
             live = [e for e in heap if e[1] in self._polls]
             heapq.heapify(live)
             self._by_ledger[ledger_id] = live
+
+    def ledgers(self) -> list[int]:
+        """The ledgers with polls parked (for a re-check of every one: ``WakeNews``)."""
+        return list(self._live_per_ledger)
+
+
+# -- the add worker's news, only while a poll is parked -------------------------------------------
+OFF, ARMING, ON = 0, 1, 2
+# read worker -> add worker on the control socket: [b"P1", u64 number] / [b"P0"]; add worker ->
+# read worker: [b"P", u64 number]: it tells from now on (the number of the SUBSCRIBE taken)
+SUBSCRIBE, UNSUBSCRIBE, SUBSCRIBED = b"P1", b"P0", b"P"
+
+
+class WakeNews:
+    """Whether the add worker tells the read worker which ledgers moved (issue 34): only while
+    long polls are parked, so a lone add with no tailer costs the read worker nothing.  Pure:
+    the read worker feeds it the number of parked polls and the clock; it says what to send.
+
+    Protocol.  The read worker sends SUBSCRIBE on its control socket when a poll parks and it
+    is not subscribed; the add worker, on taking it, turns its news on and answers SUBSCRIBED;
+    the read worker sends UNSUBSCRIBE once no poll has been parked for ``linger_s`` (a tailer's
+    next poll comes within it, so a steady tailer keeps one subscription).  The add worker
+    starts with its news on (a worker started anew tells too much, never too little), and an
+    unsubscribed read worker that still hears news says UNSUBSCRIBE again (at most once per
+    ``linger_s``); a SUBSCRIBE not answered within ``linger_s`` is sent again (the add worker
+    restarted and lost it).  Each SUBSCRIBE carries a number, echoed by SUBSCRIBED: only the
+    answer to the latest one counts (an answer to an older one may have been sent before an
+    UNSUBSCRIBE the add worker took after it: news off again).
+
+    Why no wake-up is missed (the ordering argument).  A poll parks on a LAC read before it
+    parked.  A commit C of the add worker after that read is either (a) made while the news is
+    on: the add worker publishes the ledger after C (it reads its flag after each commit, in
+    its own loop), and the read worker wakes the poll with a fresh read; or (b) made while the
+    news is off: then C precedes, in the add worker's loop, its taking of the SUBSCRIBE this
+    poll's parking caused (or a later one), and so precedes the SUBSCRIBED it sends; on taking
+    SUBSCRIBED (state ARMING -> ON) the read worker re-reads the LAC of *every* ledger with
+    polls parked (``recheck``), in a read transaction begun after that answer arrived, which
+    therefore sees C.  While ON, polls park as before and (a) covers them.  Until SUBSCRIBED
+    arrives, a poll that parks only waits for that re-check (or the news, or its timeout)."""
+
+    def __init__(self, linger_s: float = 1.0):
+        self.linger_s = linger_s
+        self.state = OFF
+        self.asked_at = float("-inf")  # when SUBSCRIBE / UNSUBSCRIBE last went
+        self.empty_since: float | None = None  # since when no poll is parked (while subscribed)
+        self.number = 0  # of the latest SUBSCRIBE
+
+    def tick(self, parked: int, now: float) -> bytes | None:
+        """Once per loop turn, after the turn's polls parked and left: the message to send
+        now (SUBSCRIBE, UNSUBSCRIBE) or None."""
+        if parked:
+            self.empty_since = None
+            if self.state == OFF or (self.state == ARMING and now - self.asked_at >= self.linger_s):
+                self.state, self.asked_at = ARMING, now
+                self.number += 1
+                return SUBSCRIBE
+            return None
+        if self.state == OFF:
+            return None
+        if self.empty_since is None:
+            self.empty_since = now
+            return None
+        if now - self.empty_since >= self.linger_s:
+            self.state, self.asked_at, self.empty_since = OFF, now, None
+            return UNSUBSCRIBE
+        return None
+
+    def subscribed(self, number: int) -> bool:
+        """SUBSCRIBED ``number`` came: True when the read worker must re-check every parked poll
+        now (it was ARMING, and this answers its latest SUBSCRIBE); any other changes nothing."""
+        if self.state != ARMING or number != self.number:
+            return False
+        self.state = ON
+        return True
+
+    def news_unasked(self, now: float) -> bytes | None:
+        """News came while not subscribed: UNSUBSCRIBE (at most once per ``linger_s``)."""
+        if self.state != OFF or now - self.asked_at < self.linger_s:
+            return None
+        self.asked_at = now
+        return UNSUBSCRIBE

@@ -138,4 +138,4 @@ class PendingAdds(collections.deque):
         self.held.counts.clear()
 
 
-_COUNTED_OPS = frozenset((int(wire.Op.ADD), int(wire.Op.WRITE_LAC)))  # the ops that wait for the journal
+_COUNTED_OPS = frozenset((int(wire.Op.ADD), int(wire.Op.WRITE_LAC), int(wire.Op.FORCE_LEDGER)))  # the ops that wait for the journal

@@ -19,7 +19,9 @@ Per loop iteration (everything batched; no per-entry Python work on the hot path
 3. Append the same ring bytes to the entry log and commit their index locations in one LMDB
    write transaction.
    Then tell the read worker which ledgers moved (``publish_moved``): their parked long polls
-   are answered from that commit, without waiting for the journal (docs/architecture.md).
+   are answered from that commit, without waiting for the journal (docs/architecture.md); only
+   while it has polls parked (``news_on``: core/long_polls.py ``WakeNews``).  DEFERRED_SYNC
+   adds are answered right after this commit (stored), not waiting for DURABLE.
 4. Every ``flushInterval``: checkpoint = fdatasync entry logs, sync the index, then persist
    LastLogMark = min(WRITE, DURABLE) (DESIGN invariant 3): every record placed before WRITE
    is in the entry log and, once the iteration's commit ran, in the index.
@@ -53,6 +55,7 @@ from bookie.storage.layout import current_dir, key_salt
 from bookie.wire import Op, Status
 from bookie.storage import records
 from bookie.core.answers import JournalAnswers, Pending
+from bookie.core.long_polls import SUBSCRIBE, SUBSCRIBED, UNSUBSCRIBE
 from bookie.workers.auth import server_curve
 from bookie.workers.client_sockets import (REFUSALS_PER_CONNECTION_PER_S, ConnectionCap,
                                            RefusalBudget, guard_client_socket, make_socket)
@@ -223,6 +226,8 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         self.rung: set[int] = set()  # journals woken this iteration
         self.unrung: set[int] = set()  # ... and placed in since
         self.moved: set[int] = set()  # ledgers with adds / WRITE_LACs placed since the last publish
+        self.deferred_waiting = False  # a DEFERRED_SYNC add's answer was held this iteration
+        self.news_on = True  # tell the read worker which ledgers moved (core/long_polls.py WakeNews)
         self.lac_taken = False  # a WRITE_LAC was placed: ``take`` ends the iteration after it
         self.trace: AddTrace | None = None  # per-add timestamps (addTraceDirectory); None: off
 
@@ -260,6 +265,9 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
                 self.wakes[j].ring()
             self.commit()
             self.quota_pass()
+            if self.deferred_waiting:  # stored now: deferred adds go without waiting for a poll
+                self.deferred_waiting = False
+                self.answer_durable()
             if self.frame_guard is not None:  # drained: no whole message left in ZeroMQ's queue
                 self.frame_guard.check(not self.machine.all_stalled()
                                        and not self.clients.get(_EVENTS) & _POLLIN)
@@ -343,8 +351,9 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         (or even holds) them.  A parked long poll then gets what a plain READ_LAC would answer
         now; a reader finds each entry up to it on a bookie that acknowledged it (reader.py moves
         on from NO_ENTRY).  ``gone``: ledgers the GC deleted, whose polls get NO_LEDGER."""
-        for lid in self.moved | gone:
-            self.lac_pub.send(wire.LEDGER_ID.pack(lid))
+        if self.news_on:  # only while the read worker has polls parked (core/long_polls.py)
+            for lid in self.moved | gone:
+                self.lac_pub.send(wire.LEDGER_ID.pack(lid))
         self.moved.clear()
 
     def retry_stalled(self) -> None:
@@ -411,7 +420,7 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
             # past its principal's share: TOO_MANY_REQUESTS
             journal = self.journal_of(ledger_id)
             self.pending.admit(journal, frames[1], ident, op)
-            if op == Op.ADD or op == Op.WRITE_LAC:
+            if op == Op.ADD or op == Op.WRITE_LAC or op == Op.FORCE_LEDGER:
                 # behind a request of its ledger or journal that waits (core/adds.py inv. 1)
                 if self.machine.arrive(ledger_id, journal, self.current, first_stalled) == WAIT:
                     return True
@@ -419,6 +428,8 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
                 return self.handle_add(ident, flags, request_id, ledger_id, frames[2:])
             if op == Op.WRITE_LAC:
                 return self.handle_write_lac(ident, request_id, ledger_id, frames[2:])
+            if op == Op.FORCE_LEDGER:
+                return self.handle_force(ident, request_id, ledger_id, frames[2:])
             if op == Op.INFO:
                 self.reply(ident, op, Status.OK, request_id, ledger_id, [self.info()])
                 return True
@@ -588,8 +599,10 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         if quota:
             machine.placed(ledger_id, principal, nbytes, not (recovery or credential))
         self.moved.add(ledger_id)
+        deferred = bool(flags & wire.Bits.DEFERRED_SYNC)  # answered once stored (core/adds.py inv. 6)
+        self.deferred_waiting |= deferred
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.ADD, Status.OK, request_id, ledger_id)],
-                                    ledger_id, Op.ADD, self.taken_at, journal))
+                                    ledger_id, Op.ADD, self.taken_at, journal, deferred))
         self.stats["add_entries_total"] += len(entry_ids)
         self.stats["add_bytes_total"] += len(data)
         self.stats["add_requests_total"] += 1
@@ -615,6 +628,17 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
                                     ledger_id, Op.WRITE_LAC, self.taken_at, journal))
         return True
 
+    def handle_force(self, ident, request_id, ledger_id, body) -> bool:
+        """FORCE_LEDGER: answered once its journal made durable everything placed so far (every
+        record of the ledger before it among them: core/adds.py invariant 6).  Places nothing."""
+        if body:
+            raise Rejected(Status.BAD_REQUEST, "FORCE_LEDGER takes no body")
+        journal = self.journal_of(ledger_id)
+        self.pending.append(Pending(self.rings[journal].get(WRITE), [ident, wire.pack_header(
+            Op.FORCE_LEDGER, Status.OK, request_id, ledger_id)], ledger_id, Op.FORCE_LEDGER,
+            self.taken_at, journal))
+        return True
+
     def handle_control(self, frames, first_stalled: bool = False) -> bool:
         """Fence requests from the read worker: [ident, b"F", ledger_id, master_key, token]
         (b"C": the key is the ledger's recovery credential; returns stored form, b"": unbound).
@@ -622,6 +646,13 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         Each is answered on its own, [ident, b"F", token, status]: fences of one ledger with
         different keys get different answers.
         """
+        if len(frames) in (2, 3) and frames[1].bytes in (SUBSCRIBE, UNSUBSCRIBE):
+            # taken in this loop's order with the commits: the ordering argument of
+            # core/long_polls.py WakeNews needs the answer to leave after every earlier commit
+            self.news_on = frames[1].bytes == SUBSCRIBE
+            if self.news_on and len(frames) == 3:
+                self.control.send_multipart([frames[0].bytes, SUBSCRIBED, frames[2].bytes])
+            return True
         if len(frames) != 5 or frames[1].bytes not in (b"F", b"C") or len(frames[2]) != wire.LEDGER_ID.size:
             self.stats["dropped_malformed_total"] += 1
             return True

@@ -34,7 +34,7 @@ key whose file was removed would keep its open connections while another key of 
 stayed enrolled.  The roles:
 
     reader   READ, READ_LAC (long polls too), INFO
-    writer   the reader's, plus ADD (recovery adds too), WRITE_LAC, and the FENCE flag
+    writer   the reader's, plus ADD (recovery adds too), WRITE_LAC, FORCE_LEDGER, and the FENCE flag
     admin    everything a writer may, plus the RECOVERY_CREDENTIAL flag (autorecovery's
              recovery adds and fences on the cluster recovery credential)
 

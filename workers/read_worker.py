@@ -18,6 +18,9 @@ Every fence request carries its own token and gets its own answer: two clients f
 ledger with different keys each learn their own outcome.
 
 Long polls park until the add worker publishes that the ledger moved, or until their timeout;
+it publishes only while polls are parked here (``WakeNews`` in ``bookie.core.long_polls``: this
+worker subscribes and unsubscribes over the control socket, and re-checks every parked poll
+when a subscription is answered, so no wake-up is missed);
 a ledger deleted meanwhile answers NO_LEDGER.  A long poll on a ledger this bookie holds nothing
 of parks too when the metadata store knows the ledger (asked off the loop, through
 ``bookie.workers.claims``: rule in ``bookie.core.long_polls``); a made-up id is answered at once.  What one client can make this worker hold is
@@ -48,7 +51,8 @@ from bookie.workers.auth import server_curve
 from bookie.workers.client_sockets import (REFUSALS_PER_CONNECTION_PER_S, ConnectionCap,
                                            RefusalBudget, guard_client_socket, make_socket)
 from bookie.workers.common import ClientServer
-from bookie.core.long_polls import ANSWER, ASK, LongPolls, on_nothing_held
+from bookie.core.long_polls import (ANSWER, ASK, OFF, SUBSCRIBE, SUBSCRIBED, LongPolls, WakeNews,
+                                    on_nothing_held)
 from bookie.core.shares import Held, address_principal, principal_of, share
 from bookie.storage.ring import Ring
 from bookie.storage.entrylog import EntryLogReader
@@ -57,6 +61,7 @@ from bookie.workers.claims import OwnerLookup, OwnerResolver
 
 MAX_MESSAGES_PER_ITERATION = 256
 FENCE_TOKEN = struct.Struct("<Q")
+NEWS_NUMBER = struct.Struct("<Q")  # WakeNews's SUBSCRIBE number
 MAX_REQUEST_FRAME_BYTES = 4096  # a read request's frames are tens of bytes
 TRACKED_REPLY_BYTES = 64 * 1024  # replies this large count against the connection's budget
 # Fences of ledgers this bookie holds nothing of: a recovery meets one rarely (a bookie no add
@@ -81,6 +86,7 @@ class ReadServer(ClientServer):
                                per_principal=places)
         self.fences_held = Held(places)
         self.poll_lacs: dict[int, int | None] = {}  # turn_lac's LAC per ledger, this turn
+        self.news = WakeNews()  # the add worker's news only while polls are parked
         self.principal_of = address_principal  # principal_of(frame, ident); run() sets CURVE's
         self.principal = None  # principal of the request being handled, when it takes a place
         self.max_pending = ctx.conf.max_pending_reads  # long polls + fences waiting
@@ -132,6 +138,8 @@ class ReadServer(ClientServer):
                         break
                 for lid in moved:
                     self.wake_polls(lid)
+                if moved and self.news.state == OFF:
+                    self.tell_add_worker(self.news.news_unasked(time.monotonic()))
             if self.control in events:
                 self.take_control()
             if self.owners is not None and self.owners.fileno() in events:
@@ -148,6 +156,7 @@ class ReadServer(ClientServer):
                     self.handle([f.bytes for f in frames])
             self.expire_polls()
             now = time.monotonic()
+            self.tell_add_worker(self.news.tick(len(self.polls), now))
             if now - self.last_stats >= 1.0:
                 self.last_stats = now
                 self.logs.prune()  # deleted entry logs give their space back
@@ -390,6 +399,12 @@ class ReadServer(ClientServer):
                 frames = self.control.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
+            if len(frames) == 2 and frames[0] == SUBSCRIBED and len(frames[1]) == NEWS_NUMBER.size:
+                if self.news.subscribed(NEWS_NUMBER.unpack(frames[1])[0]):
+                    # news on from now; every commit before it is seen by a fresh read now
+                    # (core/long_polls.py WakeNews: the ordering argument)
+                    self.recheck_polls()
+                continue
             if len(frames) != 3 or frames[0] != b"F" or len(frames[2]) != wire.STATUS.size:
                 continue
             waiting = self.fence_waits.pop(frames[1], None)
@@ -404,6 +419,32 @@ class ReadServer(ClientServer):
                 continue
             self.respond((ident, op, flags & ~(Bits.FENCE | Bits.RECOVERY_CREDENTIAL), request_id, ledger_id,
                           body[:-1]), self.answer)
+
+    def recheck_polls(self) -> None:
+        """Every parked poll as if its ledger moved: the news just turned on, and a commit made
+        while it was off is seen by this fresh read (core/long_polls.py WakeNews).  A ledger the
+        index holds nothing of (polls parked by ``parks_unheld``) has not moved: its polls stay."""
+        try:
+            with self.snapshot() as txn:
+                moved = [(lid, *self.lac_of(txn, lid)) for lid in self.polls.ledgers()]
+                moved = [(lid, lac, last) for lid, lac, last in moved
+                         if lac is not None or self.index.is_deleted(txn, lid)]
+        except OSError as e:
+            self.ctx.log("read failed", error=str(e))
+            return  # the polls wait for the news or their timeout
+        for lid, lac, last in moved:
+            for req in self.polls.ledger_moved(lid, lac):
+                self.send_lac(req, lac, last)
+
+    def tell_add_worker(self, message: bytes | None) -> None:
+        """Send WakeNews's SUBSCRIBE (with its number) or UNSUBSCRIBE, if any."""
+        if message is None:
+            return
+        frames = [message, NEWS_NUMBER.pack(self.news.number)] if message == SUBSCRIBE else [message]
+        try:
+            self.control.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # a SUBSCRIBE is sent again (WakeNews.tick); the news is on by default
 
     def wake_polls(self, ledger_id: int) -> None:
         """The ledger moved: answer its polls whose LAC it passed (all of them if it is gone)."""

@@ -75,6 +75,13 @@ class SendWriteLac:
 
 
 @dataclasses.dataclass(slots=True)
+class SendForce:
+    """FORCE_LEDGER to a bookie (deferred sync: make the ledger's entries there durable), on
+    the explicit-LAC connection to its add socket; answered by ForceResponse."""
+    bookie: str
+
+
+@dataclasses.dataclass(slots=True)
 class TickAfter:
     """Give the operation a Tick after ``delay_s`` (a rate-limited step that is due later)."""
     delay_s: float
@@ -179,6 +186,12 @@ class LacResponse:
 @dataclasses.dataclass(slots=True)
 class WriteLacResponse:
     request: SendWriteLac
+    status: int
+
+
+@dataclasses.dataclass(slots=True)
+class ForceResponse:
+    request: SendForce
     status: int
 
 

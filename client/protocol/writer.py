@@ -28,10 +28,16 @@ Confirm / FailAdds actions come out in entry order, so futures complete in entry
 Deferred sync (``deferred_sync``, BookKeeper's ``WriteFlag.DEFERRED_SYNC``): an add is still
 confirmed to its caller once Qa bookies acknowledged it, but the LAC the writer makes visible -
 ``lac``, piggybacked on entries, told in explicit LACs - stays at the last *forced* entry.
-``force()`` waits until every entry added before it is acknowledged, then moves the visible LAC
-there (Forced action, explicit LAC to the bookies).  ``close`` closes at the last acknowledged
-entry, as a force would.  (The bookies here make an add durable before they acknowledge it, so
-acknowledged entries are durable already; the flag changes what readers see, not durability.)
+Its adds carry the DEFERRED_SYNC flag: a bookie acknowledges one once it is stored, before its
+journal's fdatasync.  ``force()`` waits until every entry added before it is acknowledged, then
+sends FORCE_LEDGER to every bookie of the ensembles holding the entries it covers (BookKeeper's
+force waits for the whole ensemble, not an ack quorum: any bookie may hold an acknowledged
+entry only in its page cache) and, once all answered OK, moves the visible LAC there (Forced
+action, explicit LAC to the bookies); an error fails that force and leaves the LAC where it
+was.  One FORCE_LEDGER round is out at a time; later forces wait behind it.  ``close`` forces
+first and closes at the last acknowledged entry only once that is forced, so a closed ledger
+never ends past a durable entry (a failed force fails the close; the ledger stays open).
+Without deferred sync an acknowledged entry is durable already: ``force`` only waits.
 """
 
 from __future__ import annotations
@@ -58,6 +64,14 @@ WRITING, CLOSING, CLOSED_STATE, FAILED = "writing", "closing", "closed", "failed
 _FATAL = {int(Status.FENCED), int(Status.UNAUTHORIZED), int(Status.BAD_REQUEST),
           int(Status.BAD_VERSION), int(Status.OVER_QUOTA)}
 BACKOFF_S = 0.005  # re-send delay after TOO_MANY_REQUESTS
+
+
+def _status_name(status: int) -> str:
+    """A bookie's status, or the I/O thread's TIMEOUT / UNREACHABLE, by name."""
+    try:
+        return Status(status).name
+    except ValueError:
+        return {A.TIMEOUT: "timed out", A.UNREACHABLE: "unreachable"}.get(status, str(status))
 
 Encoder = Callable[[int, int, int, bytes], bytes]  # (entry_id, lac, length, payload) -> entry
 # (first entry_id, lac, ledger length before, payloads) -> (entries, running length of each)
@@ -106,11 +120,14 @@ class LedgerWriter:
         self.placement = placement  # client.protocol.placement.Placement, or None (random)
         self._forced_lac = info.last_entry_id  # deferred sync: the LAC made visible by force()
         self._force_targets: list[int] = []  # deferred forces, each: the last entry it covers
+        # the FORCE_LEDGER round out now: [last entry it covers, bookies yet to answer OK]
+        self._forcing: list | None = None
         self._handlers = {
             A.AddResponse: self._on_add_response, A.BookiesListed: self._on_bookies,
             A.MetadataWritten: self._on_metadata_written,
             A.MetadataConflict: self._on_metadata_conflict,
             A.MetadataFailed: self._on_metadata_failed, A.WriteLacResponse: self._ignore,
+            A.ForceResponse: self._on_force_response,
         }
 
     # -- queries -------------------------------------------------------------------------------
@@ -207,13 +224,64 @@ class LedgerWriter:
     def _forces_done(self) -> list:
         out: list = []
         while self._force_targets and self.pending.lac >= self._force_targets[0]:
-            last = self._force_targets.pop(0)
+            last = self._force_targets[0]
+            if self.deferred_sync and last > self._forced_lac:
+                out += self._start_force(last)  # Forced once every bookie answered
+                break
+            self._force_targets.pop(0)
             self._forced_lac = max(self._forced_lac, last)
             out.append(A.Forced(last))
         if out and self.deferred_sync and self.lac > self._lac_sent:
             self._lac_sent = self.lac  # readers see the forced LAC now, not at the next tick
             out = [A.SendWriteLac(b, self._lac_sent) for p, b in enumerate(self.ensemble)
                    if not self.pending.position_failed(p)] + out
+        return out
+
+    def _start_force(self, last: int) -> list:
+        """Send FORCE_LEDGER for the acknowledged entries up to ``last`` (none if a round is
+        out already: it is asked again when that one ends)."""
+        if self._forcing is not None:
+            return []
+        first = self._forced_lac + 1
+        bookies: set[str] = set()
+        fragments = self.info.fragments
+        for i, (start, ensemble) in enumerate(fragments):
+            end = fragments[i + 1][0] - 1 if i + 1 < len(fragments) else last
+            if start <= last and end >= first:
+                bookies.update(ensemble)
+        if not bookies:
+            bookies.update(self.ensemble)
+        self._forcing = [last, bookies]
+        return [A.SendForce(b) for b in sorted(bookies)]
+
+    def _on_force_response(self, event: A.ForceResponse, now: float) -> list:
+        f = self._forcing
+        bookie = event.request.bookie
+        if f is None or bookie not in f[1] or self.state not in (WRITING, CLOSING):
+            return []
+        if event.status != Status.OK:
+            self._forcing = None
+            if event.status in _FATAL:
+                error = self._fatal_error(event.status, bookie)
+            else:
+                error = BookieError(f"bookie {bookie} did not make ledger {self.ledger_id} "
+                                    f"durable (FORCE_LEDGER: {_status_name(event.status)}); "
+                                    f"the LAC stays at {self.lac}", ledger_id=self.ledger_id)
+            out: list = []
+            while self._force_targets and self._force_targets[0] <= f[0]:
+                out.append(A.Forced(self._force_targets.pop(0), error))
+            if self.state == CLOSING:  # a close forces first: it fails, the ledger stays open
+                self.state = WRITING
+                out.append(A.Finished(error=error))
+            return out + self._forces_done()
+        f[1].discard(bookie)
+        if f[1]:
+            return []
+        self._forcing = None
+        self._forced_lac = max(self._forced_lac, f[0])
+        out = self._forces_done()
+        if self.state == CLOSING:
+            out += self._maybe_write_close()
         return out
 
     def _notice(self, now: float) -> list:
@@ -503,10 +571,14 @@ class LedgerWriter:
     def _maybe_write_close(self) -> list:
         if len(self.pending) or self._changing is not None:
             return []
+        if self.deferred_sync and self._forced_lac < self.pending.lac:
+            # a closed ledger never ends past a durable entry: force what was acknowledged
+            # first (this round's answer calls back here)
+            return self._start_force(self.pending.lac)
         return [self._close_request()]
 
     def _close_request(self) -> A.WriteMetadata:
-        lac = self.pending.lac  # with deferred sync too: a close forces what was acknowledged
+        lac = self.pending.lac  # with deferred sync: forced first (_maybe_write_close)
         closed = self.info.replace(state=LedgerState.CLOSED, last_entry_id=lac,
                                    length=self.confirmed_length)
         return A.WriteMetadata(closed, self.version, "close")
@@ -525,7 +597,7 @@ class LedgerWriter:
         self.length = self.confirmed_length
         if dropped:
             out.append(A.FailAdds(dropped[0], dropped[1], error))
-        forces, self._force_targets = self._force_targets, []
+        forces, self._force_targets, self._forcing = self._force_targets, [], None
         out += [A.Forced(last, error) for last in forces]
         if was_closing:
             if isinstance(error, NotEnoughBookiesError):

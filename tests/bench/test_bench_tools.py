@@ -111,6 +111,15 @@ def test_bench_writes_end_to_end(capsys, three_bookies, tmp_path):
     assert "[writes]" in err
 
 
+def test_bench_writes_deferred_sync_forces_at_the_end(capsys, three_bookies):
+    rc, result, _ = run_tool(capsys, "writes", "--metadata", three_bookies.metadata_uri,
+                             "--ensemble", "3", "--quorum", "2", "--time", "1",
+                             "--throttle", "50", "--write-flags", "DEFERRED_SYNC", "--quiet")
+    writes = result["phases"]["writes"]
+    assert rc == 0 and writes["ops"] > 0 and writes["errors"] == 0
+    assert result["params"]["write_flags"] == ["deferred_sync"] and writes["force_ms"] >= 0
+
+
 def test_bench_writes_sendlimit_and_rate_on_its_own_bookie(capsys, tmp_path):
     rc, result, _ = run_tool(capsys, "writes", "--localbookie", "1", "--data-dir", str(tmp_path),
                              "--ensemble", "1", "--quorum", "1", "--time", "5",
@@ -194,6 +203,8 @@ def test_bench_journal_end_to_end(capsys, tmp_path):
     (["writes", "--localbookie", "2", "--ensemble", "3"],
      "--ensemble 3 needs at least that many bookies, --localbookie starts 2"),
     (["writes", "--metadata", "lmdb:///x", "--throttle", "0"], "--throttle must be positive"),
+    (["writes", "--metadata", "lmdb:///x", "--write-flags", "deferred_sync,fast"],
+     "--write-flags: unknown write flag 'fast' (known: deferred_sync)"),
     (["writes", "--metadata", "lmdb:///x", "--rate", "-5"], "--rate must be positive"),
     (["writes", "--metadata", "lmdb:///x", "--latency-file", "/nonexistent/l.txt"],
      "--latency-file: directory /nonexistent does not exist"),

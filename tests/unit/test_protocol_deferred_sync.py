@@ -8,7 +8,7 @@ import random
 
 from bookie.client.digest import DigestManager
 from bookie.client.protocol import actions as A
-from bookie.client.protocol.ledger import LedgerInfo
+from bookie.client.protocol.ledger import LedgerInfo, LedgerState
 from bookie.client.protocol.writer import LedgerWriter
 from test_protocol_model import LEDGER, SimCluster, confirms
 
@@ -75,3 +75,58 @@ def test_close_closes_at_the_last_acknowledged_entry():
     cluster.run(writer, writer.close())
     cluster.deliver_until(lambda: False)
     assert cluster.info.last_entry_id == 1
+
+
+def _sends(cluster, kind):
+    return [a for _, a in cluster.queue if isinstance(a, kind)]
+
+
+def test_force_asks_every_bookie_of_the_ensemble_and_moves_the_lac_only_when_all_answered():
+    cluster, writer = deferred_ledger(random.Random(5), e=3, w=2, a=2)
+    cluster.run(writer, writer.add([b"a", b"b", b"c"])[1])
+    cluster.deliver_until(lambda: False)
+    cluster.run(writer, writer.force())
+    forces = _sends(cluster, A.SendForce)
+    assert sorted(f.bookie for f in forces) == sorted(cluster.bookies)  # all E, not Qa
+    while len(_sends(cluster, A.SendForce)) > 1:
+        i = next(i for i, (_, a) in enumerate(cluster.queue) if isinstance(a, A.SendForce))
+        cluster.deliver(i)
+        assert writer.lac == -1 and not forced(cluster, writer)  # one bookie still to answer
+    cluster.deliver_until(lambda: False)
+    assert [f.last for f in forced(cluster, writer)] == [2] and writer.lac == 2
+    for b in cluster.bookies.values():
+        assert set(b.entries) <= b.durable
+
+
+def test_a_force_a_bookie_does_not_answer_fails_and_leaves_the_lac():
+    cluster, writer = deferred_ledger(random.Random(6), e=2, w=2, a=2)
+    cluster.run(writer, writer.add([b"a"])[1])
+    cluster.deliver_until(lambda: False)
+    cluster.bookies["b1:3181"].alive = False
+    cluster.run(writer, writer.force())
+    cluster.deliver_until(lambda: False)
+    [f] = forced(cluster, writer)
+    assert f.error is not None and "FORCE_LEDGER" in str(f.error) and writer.lac == -1
+
+
+def test_close_forces_first_so_the_closed_ledger_ends_at_a_durable_entry():
+    cluster, writer = deferred_ledger(random.Random(7))
+    cluster.run(writer, writer.add([b"a", b"b"])[1])
+    cluster.deliver_until(lambda: False)
+    cluster.run(writer, writer.close())
+    assert _sends(cluster, A.SendForce) and not _sends(cluster, A.WriteMetadata)  # force first
+    cluster.deliver_until(lambda: False)
+    assert cluster.info.last_entry_id == 1
+    for b in cluster.bookies.values():
+        assert set(b.entries) <= b.durable
+
+
+def test_a_close_whose_force_fails_fails_and_leaves_the_ledger_open():
+    cluster, writer = deferred_ledger(random.Random(8), e=2, w=2, a=2)
+    cluster.run(writer, writer.add([b"a"])[1])
+    cluster.deliver_until(lambda: False)
+    cluster.bookies["b0:3181"].alive = False
+    cluster.run(writer, writer.close())
+    cluster.deliver_until(lambda: False)
+    [done] = [a for a in cluster.outputs[writer] if isinstance(a, A.Finished)]
+    assert done.error is not None and cluster.info.state != LedgerState.CLOSED

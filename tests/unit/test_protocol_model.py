@@ -37,6 +37,7 @@ class SimBookie:
         self.fenced = False
         self.lac = -1
         self.alive = True
+        self.durable: set[int] = set()  # entries a FORCE_LEDGER made durable here
 
 
 class SimCluster:
@@ -52,7 +53,7 @@ class SimCluster:
     def run(self, op, actions):
         for a in actions:
             if isinstance(a, (A.SendAdd, A.SendRead, A.SendReadLac, A.SendWriteLac,
-                              A.ListBookies, A.WriteMetadata)):
+                              A.SendForce, A.ListBookies, A.WriteMetadata)):
                 self.queue.append((op, a))
             else:
                 self.outputs.setdefault(op, []).append(a)
@@ -101,6 +102,11 @@ class SimCluster:
         if isinstance(a, A.SendWriteLac):
             bookie.lac = max(bookie.lac, a.lac)
             return A.WriteLacResponse(a, Status.OK)
+        if isinstance(a, A.SendForce):
+            if not bookie.alive:
+                return A.ForceResponse(a, A.TIMEOUT)
+            bookie.durable.update(bookie.entries)
+            return A.ForceResponse(a, Status.OK)
         if isinstance(a, A.SendRead):
             if not bookie.alive:
                 return A.ReadResponse(a, A.TIMEOUT)

@@ -103,3 +103,15 @@ def test_stride_is_a_read_flag_only():
     for op in (Op.ADD, Op.READ_LAC, Op.WRITE_LAC):
         with pytest.raises(ProtocolError):
             wire.check_request_flags(op, wire.Flag.STRIDE)
+
+
+def test_deferred_sync_is_a_plain_add_flag_and_force_ledger_takes_none():
+    wire.check_request_flags(Op.ADD, wire.Flag.DEFERRED_SYNC)
+    wire.check_request_flags(Op.FORCE_LEDGER, 0)
+    for op, flags in ((Op.ADD, wire.Flag.DEFERRED_SYNC | wire.Flag.RECOVERY_ADD),
+                      (Op.READ, wire.Flag.DEFERRED_SYNC), (Op.WRITE_LAC, wire.Flag.DEFERRED_SYNC),
+                      (Op.FORCE_LEDGER, wire.Flag.DEFERRED_SYNC), (Op.ADD, 0x40)):
+        with pytest.raises(wire.ProtocolError) as e:
+            wire.check_request_flags(op, flags)
+        assert "\n" not in str(e.value)
+    assert wire.unpack_header(wire.pack_header(Op.FORCE_LEDGER, 0, 9, 3))[0] == Op.FORCE_LEDGER
