@@ -11,8 +11,10 @@ cookies of the lost bookies: one whose cookie left the store is gone for good
 (``core.naming``), and a change of that set runs a full pass too, so a ledger whose lost
 bookie was kept named (a partial loss) is marked again for the worker to repoint.
 
-After a bookie is lost the full pass repeats every ``LOST_RECHECK_S`` for ``LOST_WINDOW_S``, and
-for as long as the last pass marked a ledger: a pass sees the ledgers listed when it ran, and a
+After a bookie is lost, and after this auditor is elected (it took over from one that may have
+been lost: a bookie it never saw registered becomes lost only once a ledger it lists names it),
+the full pass repeats every ``LOST_RECHECK_S`` for ``LOST_WINDOW_S``, and for as long as the last
+pass marked a ledger: a pass sees the ledgers listed when it ran, and a
 ledger that comes to name a lost bookie after it (created or changed by a client whose list of
 bookies was not fresh yet, listed a moment late, or left unhealed by a worker that gave up on it)
 was otherwise marked only at the next change of membership: in the nemesis, never, and a ledger
@@ -62,6 +64,7 @@ class Auditor:
         self.marked_total = 0
         self.lost_reported_total = 0
         self._lost_at: dict[str, float] = {}  # when each lost bookie was first seen lost
+        self._elected_at = clock()
         self._marked_last = False  # the last full pass marked a ledger
 
     def registered(self) -> set[str]:
@@ -99,7 +102,8 @@ class Auditor:
             self._lost_at.setdefault(bookie, now)
         for bookie in set(self._lost_at) - lost:
             del self._lost_at[bookie]
-        recent = any(now - t < LOST_WINDOW_S for t in self._lost_at.values())
+        recent = now - self._elected_at < LOST_WINDOW_S or \
+            any(now - t < LOST_WINDOW_S for t in self._lost_at.values())
         return (recent or self._marked_last) and self._last_full is not None \
             and now - self._last_full >= LOST_RECHECK_S
 
