@@ -366,6 +366,14 @@ class LifecycleFaults:
         threading.Thread(target=body, name=f"overreplicated-{i}", daemon=True).start()
         return None
 
+    def _up(self, j: int) -> bool:
+        """Bookie ``j`` runs and serves (``_alive``: not restarting, not still starting)."""
+        try:
+            self._alive(j)
+            return True
+        except self._Skip:
+            return False
+
     def _overreplicated_ledger(self) -> int:
         """A closed ledger of ``OWN_LEDGER_ENTRIES`` entries on two running bookies (E = Qw = Qa
         = 2, so three of five are left out of it); returns its id.  Raises ``_Skip`` when it
@@ -394,8 +402,7 @@ class LifecycleFaults:
         Raises ``_Skip`` saying what the look found."""
         from bookie.metadata import open_metadata
         from bookie.metadata.ledger import LedgerState
-        slots = [j for j in range(self.bookies.n)
-                 if self.bookies.running(j) and j not in self._restarting]
+        slots = [j for j in range(self.bookies.n) if self._up(j)]
         running = {self.bookies.bookies[j] for j in slots}
         if ids is None:
             ids = sorted(self.ledger_ids_seen)
