@@ -11,6 +11,15 @@ cookies of the lost bookies: one whose cookie left the store is gone for good
 (``core.naming``), and a change of that set runs a full pass too, so a ledger whose lost
 bookie was kept named (a partial loss) is marked again for the worker to repoint.
 
+After a bookie is lost, and after this auditor is elected (it took over from one that may have
+been lost: a bookie it never saw registered becomes lost only once a ledger it lists names it),
+the full pass repeats every ``LOST_RECHECK_S`` for ``LOST_WINDOW_S``, and for as long as the last
+pass marked a ledger: a pass sees the ledgers listed when it ran, and a
+ledger that comes to name a lost bookie after it (created or changed by a client whose list of
+bookies was not fresh yet, listed a moment late, or left unhealed by a worker that gave up on it)
+was otherwise marked only at the next change of membership: in the nemesis, never, and a ledger
+kept one copy of entries for good (issue 32: 120 s after a bookie lost for good).
+
 A new auditor starts with an empty ``Membership``: a bookie already gone is timed from the
 moment the new auditor sees it gone, and one it never saw registered waits at least
 ``unseen_grace_s`` (the store's session timeout: long enough for a starting cluster's bookies to
@@ -26,6 +35,10 @@ from bookie.core import naming
 from bookie.metadata import CookieNotFoundError, NoSuchLedgerError
 from bookie.metadata.errors import CorruptMetadataError
 from bookie.metadata.underreplication import UnderReplication
+
+
+LOST_RECHECK_S = 10.0   # a full pass at least this often while a recent loss is being healed
+LOST_WINDOW_S = 300.0   # ... for this long after a bookie is lost
 
 
 class Auditor:
@@ -50,6 +63,9 @@ class Auditor:
         self._last_check = clock()
         self.marked_total = 0
         self.lost_reported_total = 0
+        self._lost_at: dict[str, float] = {}  # when each lost bookie was first seen lost
+        self._elected_at = clock()
+        self._marked_last = False  # the last full pass marked a ledger
 
     def registered(self) -> set[str]:
         return self.store.registered_bookies()
@@ -67,7 +83,8 @@ class Auditor:
         due = (self._last_full is None or lost != self._last_lost or gone != self._last_gone
                or (registered - self._last_registered) or trigger != self._trigger
                or (self.bookie_check_interval_s > 0
-                   and now - self._last_full >= self.bookie_check_interval_s))
+                   and now - self._last_full >= self.bookie_check_interval_s)
+               or self._recheck_due(now, lost))
         self._last_registered = registered
         triggered = trigger != self._trigger
         if due:
@@ -78,6 +95,17 @@ class Auditor:
             self._last_check = now
             self.entry_check()
         return bool(due)
+
+    def _recheck_due(self, now: float, lost: set[str]) -> bool:
+        """A repeat of the full pass while healing after a loss (module docstring)."""
+        for bookie in lost:
+            self._lost_at.setdefault(bookie, now)
+        for bookie in set(self._lost_at) - lost:
+            del self._lost_at[bookie]
+        recent = now - self._elected_at < LOST_WINDOW_S or \
+            any(now - t < LOST_WINDOW_S for t in self._lost_at.values())
+        return (recent or self._marked_last) and self._last_full is not None \
+            and now - self._last_full >= LOST_RECHECK_S
 
     def gone_for_good(self, lost: set[str]) -> set[str]:
         """Those of ``lost`` whose cookie is no longer in the store (``core.naming``)."""
@@ -125,6 +153,7 @@ class Auditor:
         self._last_lost = lost
         self._last_full = now
         reported = self.ur.lost()
+        self._marked_last = False
         for ledger_id, meta in ledgers.items():
             audit = rules.audit_ledger(meta, lost, gone)
             if audit.lost_ranges:
@@ -139,6 +168,7 @@ class Auditor:
             # marked only while a worker has something to copy: a fragment left with no live
             # copy is reported above, never retried
             if audit.mark and self.ur.mark(ledger_id, list(audit.missing)):
+                self._marked_last = True
                 self.marked_total += 1
                 self.log("ledger marked under-replicated", ledger_id=ledger_id,
                          missing=",".join(audit.missing))

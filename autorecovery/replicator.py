@@ -121,10 +121,13 @@ class Replicator:
             if self._secret else []
         return keys + ([Key(master_key(password))] if password is not None else [])
 
-    def _recover(self, ledger_id: int, meta, password: bytes | None, lost=()) -> bool:
+    def _recover(self, ledger_id: int, meta, password: bytes | None, lost=(),
+                 avoid=()) -> bool:
         """Fence and close an open ledger through the client (its recovery): on the recovery
         credential, then (a bookie refused it) on the password if it is known.  ``lost``: the
-        bookies being healed around, which the recovery replaces without waiting for them."""
+        bookies being healed around, which the recovery replaces without waiting for them;
+        ``avoid``: those of them that still run (a decommissioned bookie, read-only), which
+        it reads from but never re-adds to (it would refuse them READ_ONLY)."""
         from bookie.client import BookKeeper
         try:
             with BookKeeper(self.store, passwd=password or b"", digestType=meta.digest_type,
@@ -134,7 +137,7 @@ class Replicator:
                     try:
                         if key.flags:
                             bk.recover_with_credential(ledger_id, key.key, password or b"",
-                                                       lost=lost)
+                                                       lost=lost, avoid=avoid)
                         else:
                             bk.open_ledger(ledger_id, digest=meta.digest_type, password=password).close()
                         return True
@@ -212,7 +215,8 @@ class Replicator:
                 return WAIT
             if self.dry_run:
                 return RETRY
-            if not self._recover(ledger_id, meta, password, lost=unavailable):
+            if not self._recover(ledger_id, meta, password, lost=unavailable,
+                                 avoid=dead - unavailable):
                 if not self.store.ledger_exists(ledger_id):  # deleted under us: nothing left to heal
                     self._settle(ledger_id, "deleted", mark_version)
                     return SETTLED

@@ -287,12 +287,14 @@ class BookKeeper:
                             metrics=self._metrics)
 
     def recover_with_credential(self, ledger_id: int, credential: bytes, password: bytes = b"",
-                                lost=()) -> None:
+                                lost=(), avoid=()) -> None:
         """Recover (fence, re-replicate the tail, close) a ledger that is not closed, proving
         the right to on the ledger's cluster recovery credential instead of its master key
         (autorecovery: bookie.metadata.recovery_secret).  ``password`` serves only to check
         the entries' digests: any will do for crc32, crc32c and dummy, a ``mac`` ledger needs
-        its own.  ``lost``: bookies known gone, replaced at once rather than waited for.
+        its own.  ``lost``: bookies known gone, replaced at once rather than waited for;
+        ``avoid``: bookies still running that must get no re-add (a decommissioned one), read
+        from but replaced at once.
         Raises as ``open_ledger`` does."""
         self._check_open()
         meta, version = self._store.read_ledger(ledger_id)
@@ -301,7 +303,7 @@ class BookKeeper:
             return
         dm = DigestManager(ledger_id, meta.digest_type, password)
         op = RecoveryOp(info, dm.decode, version, rng=self._rng, placement=self._placement,
-                        lost=lost)
+                        lost=lost, avoid=avoid)
         self._runner.wait(self._runner.run(op, ledger_id, credential, key_flags=RECOVERY_CREDENTIAL))
 
     def open_ledger_async(self, *args, **kwargs) -> Future:

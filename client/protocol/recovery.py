@@ -78,7 +78,7 @@ class RecoveryOp:
         "marking", "fencing", "reading", "draining", "closing", "done")
 
     def __init__(self, info: LedgerInfo, decode: Decoder, version,
-                 rng: random.Random | None = None, placement=None, lost=()):
+                 rng: random.Random | None = None, placement=None, lost=(), avoid=()):
         """
         Args:
             info: the ledger's metadata as read, at ``version`` (any state).
@@ -88,6 +88,9 @@ class RecoveryOp:
             lost: bookies known gone (``bookie shell recover``, autorecovery: the bookies being
                 healed around): never read from or re-added to, replaced at once.  Without
                 it each one cost a read and an add timeout per ledger (issue 32 item 6).
+            avoid: bookies that still run and hold entries but must not be written (a
+                decommissioned, read-only bookie): read from (asked last), never re-added
+                to, replaced at once.
         """
         self.placement = placement
         self.info = info  # where re-adds go (gains the fragments of ensemble changes)
@@ -116,7 +119,8 @@ class RecoveryOp:
         self._acked: dict[int, set[str]] = {}
         self._unsettled: set[int] = set()
         self._lost = frozenset(lost)
-        self._failed: set[str] = set(lost)  # bookies whose recovery add failed: never used again
+        # bookies whose recovery add failed (or that must not get one): never used again
+        self._failed: set[str] = set(lost) | set(avoid)
         self._changing = False  # an ensemble change is being listed
         self._no_spare = False  # the last change found no writable bookie to take over
         self.ensemble_changes = 0

@@ -27,7 +27,8 @@ runs:
   (the runner names its bookies with ``--lifecycle``); clients and the checker find it through
   its registration;
 - ``overreplicated``: a closed ledger that does not name bookie ``i`` (when every closed ledger
-  names it, another running bookie stands in): one fragment position's entries are copied to
+  names it, another running bookie stands in; when none fits, one of its own, 20 entries on two
+  running bookies): one fragment position's entries are copied to
   ``i`` without a repoint (a replication whose repoint never happened),
   ``i``'s GC drops them after ``gcOverreplicatedLedgerWaitTime``, then the position is healed
   onto ``i`` (``Replicator.heal`` with every other bookie excluded: ``i`` is chosen again as the
@@ -316,8 +317,17 @@ class LifecycleFaults:
         return heal
 
     def _overreplicated(self, i: int):
-        ledger_id, first, position, bookie, j = self._overreplicated_pick(
-            i, random.Random(f"over:{i}:{len(self.ledger_ids_seen)}"))
+        rng = random.Random(f"over:{i}:{len(self.ledger_ids_seen)}")
+        try:
+            ledger_id, first, position, bookie, j = self._overreplicated_pick(i, rng)
+        except self._Skip as why:
+            if str(why).startswith("metadata store"):
+                raise
+            # nothing fits (the first round has no closed ledger yet; the deleter took the
+            # earlier rounds'): a closed ledger of its own, so the kind is never skipped for it
+            own = self._overreplicated_ledger()
+            self.log(f"nemesis: overreplicated: {why}; ledger {own} created for it")
+            ledger_id, first, position, bookie, j = self._overreplicated_pick(i, rng, [own])
         self._alive(j)
         target = self.bookies.bookies[j]
         everyone = set(self.bookies.bookies)
@@ -356,7 +366,35 @@ class LifecycleFaults:
         threading.Thread(target=body, name=f"overreplicated-{i}", daemon=True).start()
         return None
 
-    def _overreplicated_pick(self, i: int, rng: random.Random):
+    def _up(self, j: int) -> bool:
+        """Bookie ``j`` runs and serves (``_alive``: not restarting, not still starting)."""
+        try:
+            self._alive(j)
+            return True
+        except self._Skip:
+            return False
+
+    def _overreplicated_ledger(self) -> int:
+        """A closed ledger of ``OWN_LEDGER_ENTRIES`` entries on two running bookies (E = Qw = Qa
+        = 2, so three of five are left out of it); returns its id.  Raises ``_Skip`` when it
+        cannot be written (too few bookies up, the store down)."""
+        from bookie.client import BookKeeper
+        from bookie.testing.nemesis.client_proc import DIGEST, PASSWORD
+        from bookie.testing.nemesis.workload import CLIENT_CONFIG
+        try:
+            with BookKeeper(self.bookies.metadata_uri, dict(CLIENT_CONFIG)) as bk:
+                lh = bk.create_ledger(2, 2, 2, digest=DIGEST, password=PASSWORD)
+                try:
+                    for n in range(OWN_LEDGER_ENTRIES):
+                        lh.add_entry(b"overreplicated:%d" % n)
+                finally:
+                    lh.close()
+                return lh.ledger_id
+        except Exception as exc:  # noqa: BLE001 - a fault is on (too few bookies, no store)
+            raise self._Skip(f"no closed ledger fits, and writing one failed: "
+                             f"{type(exc).__name__}: {exc}") from None
+
+    def _overreplicated_pick(self, i: int, rng: random.Random, ids: list[int] | None = None):
         """(ledger id, fragment first entry, position, its bookie, target slot): a closed
         ledger with entries and a running bookie it does not name, bookie ``i`` if it can be
         (the ledgers left in the store between rounds are few: the catalogue's kept ones, so
@@ -364,11 +402,11 @@ class LifecycleFaults:
         Raises ``_Skip`` saying what the look found."""
         from bookie.metadata import open_metadata
         from bookie.metadata.ledger import LedgerState
-        slots = [j for j in range(self.bookies.n)
-                 if self.bookies.running(j) and j not in self._restarting]
+        slots = [j for j in range(self.bookies.n) if self._up(j)]
         running = {self.bookies.bookies[j] for j in slots}
-        ids = sorted(self.ledger_ids_seen)
-        rng.shuffle(ids)
+        if ids is None:
+            ids = sorted(self.ledger_ids_seen)
+            rng.shuffle(ids)
         seen = closed = 0
         fallback = None
         try:
@@ -401,6 +439,7 @@ class LifecycleFaults:
                          f"entries, none leaves a running bookie out")
 
 
+OWN_LEDGER_ENTRIES = 20  # entries of the ledger ``overreplicated`` writes when none fits
 OVERREPLICATED_WAIT_S = 60.0  # the most ``overreplicated`` waits for the target's GC drop
 
 

@@ -29,7 +29,7 @@ from bookie.testing.localbookies import LocalBookies
 from bookie.testing.nemesis.checker import FinalLedger, FinalLog, RoundReport, Violation, check_round
 from bookie.testing.nemesis.catalogue import Catalogue, acked_entries
 from bookie.testing.nemesis.faults import Nemesis
-from bookie.testing.nemesis.history import load_history
+from bookie.testing.nemesis.history import load_history, read_events
 from bookie.testing.nemesis.payload import make_payload
 from bookie.testing.nemesis.quiescent import audit_and_wait, check_state
 from bookie.testing.nemesis.schedule import LIFECYCLE_KINDS, enabled_kinds, make_schedule
@@ -225,9 +225,16 @@ def run(opts: Options, log=None, network=None) -> Summary:
             state.run_workload.start()
             try:
                 round_no = 0
-                while round_no == 0 or time.monotonic() - started + opts.round_s <= opts.time_s:
+                # a round takes far longer than its round_s of faults (the writers' start, the
+                # healing wait, recovery, the quiescent check): another starts only while the
+                # shortest one so far still fits, so --time is the run's length, not its start
+                shortest = float(opts.round_s)
+                while round_no == 0 or time.monotonic() - started + shortest <= opts.time_s:
+                    round_started = time.monotonic()
                     report = _round(opts, round_no, base_dir, bookies, nemesis, network,
                                     summary, log, state)
+                    took = time.monotonic() - round_started
+                    shortest = took if round_no == 0 else min(shortest, took)
                     summary.add(round_no, report)
                     log(f"round {round_no}: acked {report.acked}, checked {report.checked}, "
                         f"lost {report.lost}, violations {len(report.violations)}")
@@ -359,7 +366,7 @@ def _round(opts: Options, round_no: int, base_dir: str, bookies, nemesis: Nemesi
     log_offsets = [os.path.getsize(bookies.log_path(i)) if os.path.exists(bookies.log_path(i))
                    else 0 for i in range(bookies.n)]
     workload.start()
-    if not workload.wait_writing():
+    if not wait_started(workload):
         log(f"round {round_no}: some writers had not created a ledger after 30 s; faults start")
     t0 = time.monotonic()
     active: list[tuple[float, object]] = []
@@ -502,6 +509,30 @@ def _tracebacks(lines: list[str]) -> list[str]:
             found.append(line[:200])
             inside = False
     return found
+
+
+def wait_started(workload, timeout_s: float = 30.0) -> bool:
+    """Wait until every writer has created its first ledger or been refused one (a refusal is
+    its history too: a rack-enforcing writer whose quorum no two racks can satisfy is refused
+    for the whole round, and waiting the full ``timeout_s`` for it cost every such round 30 s).
+    Returns False if ``timeout_s`` passed first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if all(_started(workload.history_path(workload.writer_names[slot]))
+               for slot in range(workload.n_writers)):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _started(path: str) -> bool:
+    try:
+        events = read_events(path)
+    except OSError:
+        return False
+    return any(ev["ev"] == "create" or (ev["ev"] == "error"
+                                        and str(ev.get("msg", "")).startswith("create_ledger"))
+               for ev in events)
 
 
 def _client_incidents(directory: str) -> list[str]:

@@ -82,8 +82,8 @@ LIFECYCLE_KINDS = ("compaction", "rebuild_index", "lost_for_good", "decommission
                    "disk_readonly", "readdress", "overreplicated", "journal_full")
 DISK_LIFECYCLE_KINDS = ("disk_readonly", "journal_full")  # need tmpfs disks
 OWED_PER_ROUND = 4
-# the order owed kinds are forced in: the newest mechanisms first; ``overreplicated`` last, as
-# it needs closed ledgers of earlier rounds
+# the order owed kinds are forced in: the newest mechanisms first; ``overreplicated`` last (it
+# writes a closed ledger of its own when none fits)
 OWED_ORDER = ("lost_for_good", "readdress", "journal_full", "squat", "compaction",
               "rebuild_index", "decommission", "disk_readonly", "overreplicated")
 LOSS_KINDS = ("lost_for_good", "decommission")

@@ -198,3 +198,33 @@ def test_a_good_copy_of_another_entry_is_not_taken_for_absence():
     done = cluster.outputs[op][-1]
     assert done.error is None and done.result[0] == 5
     assert [x.data for x in read_all(cluster, digest, 5)] == [b"e%d" % i for i in range(6)]
+
+
+class RecordsAdds(SimCluster):
+    """Remembers which bookies were sent an add."""
+
+    def answer(self, a):
+        if isinstance(a, A.SendAdd):
+            self.added_to = getattr(self, "added_to", set()) | {a.bookie}
+        return super().answer(a)
+
+
+def test_an_avoided_bookie_is_read_from_but_never_re_added_to():
+    """A decommissioned bookie still runs, read-only: the recovery of an open ledger that
+    names it reads its entries (here the only copy left) and re-adds them elsewhere only;
+    an add to it would be refused READ_ONLY (issue 32: seed 32's incident)."""
+    for seed in range(20):
+        cluster, digest, _ = written_ledger((2, 2, 2), 4, 8, seed)
+        cluster.__class__ = RecordsAdds
+        avoided, dead = cluster.info.last_ensemble
+        cluster.bookies[dead].alive = False
+        assert cluster.cas(cluster.info.replace(state=IN_RECOVERY), cluster.version)
+        op = RecoveryOp(cluster.info, digest.decode, version=cluster.version, rng=cluster.rng,
+                        avoid={avoided})
+        cluster.run(op, op.start())
+        done = finish(cluster, op)
+        assert done.error is None and done.result[0] == 7
+        assert avoided not in cluster.added_to
+        assert avoided not in cluster.info.last_ensemble and dead not in cluster.info.last_ensemble
+        data = [x.data for x in read_all(cluster, digest, 7)]
+        assert data == [b"e%d" % i for i in range(8)]
