@@ -38,6 +38,14 @@ QUORUMS = ((3, 2, 2), (3, 3, 2), (2, 2, 2), (3, 2, 1), (2, 2, 1))
 # With lifecycle faults a bookie may be lost for good: an entry acknowledged by one bookie
 # alone may legitimately go with it, so every ack quorum is at least 2.
 LIFECYCLE_QUORUMS = ((3, 2, 2), (3, 3, 2), (2, 2, 2))
+
+
+def rack_quorum(quorum: tuple[int, int, int]) -> tuple[int, int, int]:
+    """A quorum ``RACKS`` racks can place with ``enforceMinNumRacksPerWriteQuorum``: an odd
+    ensemble whose write sets are pairs cannot alternate two racks round its ring (E3 Qw2 is
+    refused a ledger for good), so such a writer writes to every bookie of its ensemble."""
+    e, qw, qa = quorum
+    return (e, e, qa) if e % RACKS and qw < e else quorum
 LOG_NAME = "nemesis-log"  # one log for the whole run: each round's log writer takes it over
 QUOTA_BYTES = 2 << 20  # the bookies' ledgerStorageQuotaBytes (runner.py BOOKIE_CONF)
 QUOTA_QUORUM = (2, 2, 2)  # every entry on both bookies: the quota writer reaches it soonest
@@ -107,9 +115,13 @@ class Workload:
         turn = slot + (self.round_no if self.lifecycle else 0)
         modes = LIFECYCLE_MODES if self.lifecycle else WRITER_MODES
         # with lifecycle faults every other writer enforces 2 racks a write quorum
+        racks = self.lifecycle and turn % 2 == 1
+        quorum = self.quorums[slot]
+        if racks:
+            quorum = rack_quorum(quorum)
         self._spawn(name, "writer", mode=modes[turn % len(modes)],
-                    quorum=self.quorums[slot], seed=f"{self.tag}:{slot}",
-                    close_at_end=slot % 2 == 0, racks=self.lifecycle and turn % 2 == 1)
+                    quorum=quorum, seed=f"{self.tag}:{slot}",
+                    close_at_end=slot % 2 == 0, racks=racks)
         self._spawn(f"{name}t", "tailer", follow=self.history_path(name), seed=slot)
         self.writer_names[slot] = name
 

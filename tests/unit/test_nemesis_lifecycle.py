@@ -277,3 +277,22 @@ def test_an_operator_step_that_times_out_reports_what_it_said_so_far(tmp_path, m
     status, out = lifecycle.shell(["recover", "h:1"], timeout_s=1.0)
     assert status == -1
     assert out == "timed out after 1 s: recover: ledger 7 (3/9): healed"
+
+
+def test_every_rack_writer_quorum_can_be_placed_on_the_nemesis_racks():
+    """A rack writer is never refused a ledger for good: its quorum fits RACKS racks under
+    enforceMinNumRacksPerWriteQuorum (E3 Qw2 on two racks never does)."""
+    import random
+
+    from bookie.client.protocol.placement import Placement
+    from bookie.testing.nemesis.workload import LIFECYCLE_QUORUMS, RACKS, rack_quorum
+
+    bookies = [f"b{i}" for i in range(5)]
+    placement = Placement("rackaware", {b: f"/nemesis/rack{i % RACKS}" for i, b in enumerate(bookies)},
+                          min_domains=2, enforce=True)
+    for quorum in LIFECYCLE_QUORUMS:
+        e, qw, _ = rack_quorum(quorum)
+        ensemble = placement.choose(e, qw, bookies, random.Random(1))
+        assert ensemble is not None and placement.short_of(ensemble, qw) is None, quorum
+    e, qw = 3, 2  # the quorum rack_quorum widens: refused as it was
+    assert placement.short_of(placement.choose(e, qw, bookies, random.Random(1)), qw) is not None
