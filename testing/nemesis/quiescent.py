@@ -160,15 +160,40 @@ class ReplicaReader:
             time.sleep(2.0)
 
 
-def audit_and_wait(metadata_uri: str, timeout_s: float) -> str | None:
+ENTRY_CHECK_DONE = b"autorecovery: entry check done"  # the auditor's line (autorecovery/auditor.py)
+ENTRY_CHECK_MAX_S = 600.0  # a 30-minute soak's ~1,000 ledgers took 80 s
+
+
+def _entry_checks_done(log_paths) -> int:
+    count = 0
+    for path in log_paths:
+        try:
+            with open(path, "rb") as f:
+                count += f.read().count(ENTRY_CHECK_DONE)
+        except OSError:
+            pass
+    return count
+
+
+def audit_and_wait(metadata_uri: str, timeout_s: float, log_paths=()) -> str | None:
     """Ask the auditor for a full check (every entry of every closed ledger on each bookie of
-    its write set) and wait until no ledger is marked under-replicated.  None when that
-    happened, else why not (one line)."""
+    its write set) and wait until the entry check it runs for it has finished (a new "entry
+    check done" line in one of ``log_paths``, the bookies' logs: the check copies missing
+    entries back itself, marking nothing, so no mark left is not enough: a soak's final check
+    read three ledgers while the entry check was still restoring their third copies) and no
+    ledger is marked under-replicated.  None when that happened, else why not (one line)."""
     import json
+    done_before = _entry_checks_done(log_paths)
     status, out = shell(["triggeraudit", "--metadata", metadata_uri], timeout_s=60)
     if status != 0:
         return f"triggeraudit: exit {status}: {out}"
     time.sleep(3.0)  # the auditor's next round starts within its poll interval
+    check_s = max(timeout_s, ENTRY_CHECK_MAX_S)  # it reads every copy of every closed ledger
+    check_deadline = time.monotonic() + check_s
+    while log_paths and _entry_checks_done(log_paths) <= done_before:
+        if time.monotonic() >= check_deadline:
+            return f"the auditor's entry check did not finish within {check_s:g} s"
+        time.sleep(1.0)
     deadline = time.monotonic() + timeout_s
     last = ""
     while time.monotonic() < deadline:

@@ -470,7 +470,8 @@ def _finish(opts: Options, rounds: int, bookies, nemesis: Nemesis, summary: Summ
     state.catalogue.add_round(rounds, events, ledgers)
     if opts.lifecycle:
         log("final check: a full audit, then every copy of every entry kept")
-        why = audit_and_wait(bookies.metadata_uri, HEAL_TIMEOUT_S)
+        why = audit_and_wait(bookies.metadata_uri, HEAL_TIMEOUT_S,
+                             [bookies.log_path(i) for i in range(bookies.n)])
         if why:
             report.add("not_healed", "the cluster", why)
     _quiescent(opts, bookies, nemesis, summary, state, report, require_qw=opts.lifecycle,
