@@ -98,11 +98,17 @@ def test_force_asks_every_bookie_of_the_ensemble_and_moves_the_lac_only_when_all
         assert set(b.entries) <= b.durable
 
 
-def test_a_force_a_bookie_does_not_answer_fails_and_leaves_the_lac():
-    cluster, writer = deferred_ledger(random.Random(6), e=2, w=2, a=2)
+def _one_entry_then_dead(seed: int, dead: str):
+    """An E2/Qw2/Qa2 deferred ledger with one entry acknowledged, then bookie ``dead`` gone."""
+    cluster, writer = deferred_ledger(random.Random(seed), e=2, w=2, a=2)
     cluster.run(writer, writer.add([b"a"])[1])
     cluster.deliver_until(lambda: False)
-    cluster.bookies["b1:3181"].alive = False
+    cluster.bookies[dead].alive = False
+    return cluster, writer
+
+
+def test_a_force_a_bookie_does_not_answer_fails_and_leaves_the_lac():
+    cluster, writer = _one_entry_then_dead(6, "b1:3181")
     cluster.run(writer, writer.force())
     cluster.deliver_until(lambda: False)
     [f] = forced(cluster, writer)
@@ -122,10 +128,7 @@ def test_close_forces_first_so_the_closed_ledger_ends_at_a_durable_entry():
 
 
 def test_a_close_whose_force_fails_fails_and_leaves_the_ledger_open():
-    cluster, writer = deferred_ledger(random.Random(8), e=2, w=2, a=2)
-    cluster.run(writer, writer.add([b"a"])[1])
-    cluster.deliver_until(lambda: False)
-    cluster.bookies["b0:3181"].alive = False
+    cluster, writer = _one_entry_then_dead(8, "b0:3181")
     cluster.run(writer, writer.close())
     cluster.deliver_until(lambda: False)
     [done] = [a for a in cluster.outputs[writer] if isinstance(a, A.Finished)]
