@@ -120,8 +120,14 @@ class LedgerWriter:
         self.placement = placement  # client.protocol.placement.Placement, or None (random)
         self._forced_lac = info.last_entry_id  # deferred sync: the LAC made visible by force()
         self._force_targets: list[int] = []  # deferred forces, each: the last entry it covers
-        # the FORCE_LEDGER round out now: [last entry it covers, bookies yet to answer OK]
+        # the FORCE_LEDGER round out now: [last entry it covers, {bookie yet to answer OK: its
+        # SendForce}]; an answer to a request of an abandoned round is not counted
         self._forcing: list | None = None
+        # deferred sync: acknowledged entries no force covered yet (entry id -> bytes), to be
+        # written again to a bookie that replaces a lost one; and such rewrites still unanswered
+        # (bookie -> entry ids), which the next FORCE_LEDGER round waits for
+        self._unforced: dict[int, bytes] = {}
+        self._rewrites: dict[str, set[int]] = {}
         self._handlers = {
             A.AddResponse: self._on_add_response, A.BookiesListed: self._on_bookies,
             A.MetadataWritten: self._on_metadata_written,
@@ -167,6 +173,8 @@ class LedgerWriter:
         if not datas:
             return first, []
         pending.extend(datas)
+        if self.deferred_sync:
+            self._unforced.update(zip(range(first, first + len(datas)), datas))
         if self._notice_s > 0:
             self._added_at.append((first + len(datas) - 1, now))
         self._lengths.extend(lengths)
@@ -229,7 +237,7 @@ class LedgerWriter:
                 out += self._start_force(last)  # Forced once every bookie answered
                 break
             self._force_targets.pop(0)
-            self._forced_lac = max(self._forced_lac, last)
+            self._set_forced(last)
             out.append(A.Forced(last))
         if out and self.deferred_sync and self.lac > self._lac_sent:
             self._lac_sent = self.lac  # readers see the forced LAC now, not at the next tick
@@ -240,8 +248,8 @@ class LedgerWriter:
     def _start_force(self, last: int) -> list:
         """Send FORCE_LEDGER for the acknowledged entries up to ``last`` (none if a round is
         out already: it is asked again when that one ends)."""
-        if self._forcing is not None:
-            return []
+        if self._forcing is not None or self._changing is not None or self._rewrites:
+            return []  # asked again once the round, the ensemble change or the rewrites end
         first = self._forced_lac + 1
         bookies: set[str] = set()
         fragments = self.info.fragments
@@ -251,14 +259,25 @@ class LedgerWriter:
                 bookies.update(ensemble)
         if not bookies:
             bookies.update(self.ensemble)
-        self._forcing = [last, bookies]
-        return [A.SendForce(b) for b in sorted(bookies)]
+        requests = {b: A.SendForce(b) for b in sorted(bookies)}
+        self._forcing = [last, requests]
+        return list(requests.values())
 
     def _on_force_response(self, event: A.ForceResponse, now: float) -> list:
         f = self._forcing
         bookie = event.request.bookie
-        if f is None or bookie not in f[1] or self.state not in (WRITING, CLOSING):
+        if f is None or f[1].get(bookie) is not event.request or \
+                self.state not in (WRITING, CLOSING):
             return []
+        if (event.status != Status.OK and event.status not in _FATAL and self.error is None
+                and bookie in self.ensemble):
+            # A lost bookie: replaced like one that failed an add, and the round asked again of
+            # the new ensemble once the change is written (the entries it held unforced are
+            # written again to its replacement first); only a failed change fails the force.
+            pos = self.ensemble.index(bookie)
+            if self._changing is not None or not self.pending.position_failed(pos):
+                self._forcing = None
+                return self._bookie_failed(pos, event.status)
         if event.status != Status.OK:
             self._forcing = None
             if event.status in _FATAL:
@@ -274,11 +293,15 @@ class LedgerWriter:
                 self.state = WRITING
                 out.append(A.Finished(error=error))
             return out + self._forces_done()
-        f[1].discard(bookie)
+        del f[1][bookie]
         if f[1]:
             return []
         self._forcing = None
-        self._forced_lac = max(self._forced_lac, f[0])
+        if self._changing is not None:
+            # An ensemble change is choosing its fragment from the forced LAC: the LAC stays
+            # put until it is written, and the round is asked again of the new ensemble then.
+            return []
+        self._set_forced(f[0])
         out = self._forces_done()
         if self.state == CLOSING:
             out += self._maybe_write_close()
@@ -379,37 +402,53 @@ class LedgerWriter:
             return []  # a bookie replaced since: its answers no longer matter
         status = event.status
         if status == Status.OK:
-            done = self.pending.ack(pos, event.request.entry_ids)
-            if done is None:
-                return []
-            if self._behind_since is None:
-                self._behind_since = now
-            first, last = done
-            head = self._lengths_head + last - first + 1
-            self.confirmed_length = self._lengths[head - 1]
-            if head > 4096 and head * 2 > len(self._lengths):
-                del self._lengths[:head]
-                head = 0
-            self._lengths_head = head
-            out: list = [A.Confirm(first, last)]
-            if self._notice_s > 0:
-                self._ack_wait = self._waited(last, now)
-                out += self._notice(now)
-            if self._force_targets:
-                out += self._forces_done()
-            if self.state == CLOSING:
-                out += self._maybe_write_close()
-            return out
+            rewrites = self._rewrites.get(bookie)
+            if not rewrites:
+                return self._acked(pos, event, now)
+            rewrites.difference_update(event.request.entry_ids)  # deferred sync's rewrites
+            if rewrites:
+                return self._acked(pos, event, now)
+            del self._rewrites[bookie]
+            out = self._acked(pos, event, now)
+            return out if self._rewrites else out + self._after_change()
         if status in _FATAL:
             return self._fail(self._fatal_error(status, bookie))
         if status == Status.TOO_MANY_REQUESTS and not self.pending.position_failed(pos):
             ids, datas = [], []
+            rewrites = self._rewrites.get(bookie, ())
             for entry_id in event.request.entry_ids:
-                if entry_id > self.pending.lac and entry_id < self.pending.next_entry_id:
+                if entry_id in rewrites:
+                    ids.append(entry_id)
+                    datas.append(self._unforced[entry_id])
+                elif entry_id > self.pending.lac and entry_id < self.pending.next_entry_id:
                     ids.append(entry_id)
                     datas.append(self.pending.data(entry_id))
             return [A.SendAdd(bookie, ids, datas, delay_s=BACKOFF_S)] if ids else []
         return self._bookie_failed(pos, status)
+
+    def _acked(self, pos: int, event: A.AddResponse, now: float) -> list:
+        """An OK from the bookie at ``pos``: count it, and confirm what reached its quorum."""
+        done = self.pending.ack(pos, event.request.entry_ids)
+        if done is None:
+            return []
+        if self._behind_since is None:
+            self._behind_since = now
+        first, last = done
+        head = self._lengths_head + last - first + 1
+        self.confirmed_length = self._lengths[head - 1]
+        if head > 4096 and head * 2 > len(self._lengths):
+            del self._lengths[:head]
+            head = 0
+        self._lengths_head = head
+        out: list = [A.Confirm(first, last)]
+        if self._notice_s > 0:
+            self._ack_wait = self._waited(last, now)
+            out += self._notice(now)
+        if self._force_targets:
+            out += self._forces_done()
+        if self.state == CLOSING:
+            out += self._maybe_write_close()
+        return out
 
     def _fatal_error(self, status: int, bookie: str) -> BookKeeperError:
         lid = self.ledger_id
@@ -450,6 +489,7 @@ class LedgerWriter:
         if self.pending.position_failed(pos):
             return []
         self.pending.fail_position(pos)
+        self._rewrites.pop(self.ensemble[pos], None)
         self._bad_bookies.add(self.ensemble[pos])
         self._failed_status[self.ensemble[pos]] = status
         self._to_replace.add(pos)
@@ -483,7 +523,7 @@ class LedgerWriter:
         positions = set(self._to_replace)
         writable = [b for b in event.writable if b not in self._bad_bookies]
         new_info = replace_bookies(self.info, self.ensemble, sorted(positions), writable,
-                                   self.pending.lac + 1, self._rng, self.placement)
+                                   self._change_first(), self._rng, self.placement)
         if new_info is None:
             return self._fail(NotEnoughBookiesError(
                 f"ledger {self.ledger_id}: {self._why_failed(sorted(positions))}, and only "
@@ -500,6 +540,15 @@ class LedgerWriter:
         self._changing = positions
         return [A.WriteMetadata(new_info, self.version, "ensemble")]
 
+    def _change_first(self) -> int:
+        """The first entry of an ensemble change's fragment: after the LAC, or with deferred
+        sync after the last *forced* entry (an acknowledged entry the lost bookie held only in
+        its page cache is then written again to its replacement, where force makes it durable;
+        so no force ever needs the lost bookie)."""
+        if self.deferred_sync:
+            return min(self._forced_lac, self.pending.lac) + 1
+        return self.pending.lac + 1
+
     def _on_metadata_written(self, event: A.MetadataWritten, now: float) -> list:
         if event.request.purpose == "close":
             self.info, self.version = event.request.info, event.version
@@ -512,16 +561,63 @@ class LedgerWriter:
         out: list = []
         for pos in sorted(self._changing or ()):
             self._to_replace.discard(pos)
-            ids = self.pending.revive_position(pos)
-            if ids:
-                out.append(A.SendAdd(self.ensemble[pos], ids, [self.pending.data(e) for e in ids]))
+            out += self._resend(pos)
         self._changing = None
+        self._forcing = None  # a round out asked the old ensemble: asked again (_after_change)
         if self._to_replace:
             self._changing = set()
-            out.append(A.ListBookies())
-        elif self.state == CLOSING:
+            return out + [A.ListBookies()]
+        return out + self._after_change()
+
+    def _after_change(self) -> list:
+        """What waited for an ensemble change (or a rewrite) to end: a force round, the close."""
+        out = self._forces_done() if self._force_targets else []
+        if self.state == CLOSING:
             out += self._maybe_write_close()
         return out
+
+    def _resend(self, pos: int) -> list:
+        """Revive position ``pos`` (a bookie newly named there) and send it every entry it should
+        hold that is not durable yet: the pending ones, and with deferred sync the acknowledged
+        ones no force covered (the new fragment starts right after the last forced entry, so
+        ``force`` makes them durable there; it waits for these rewrites first)."""
+        bookie = self.ensemble[pos]
+        out: list = []
+        e_size, qw = self.info.ensemble_size, self.info.write_quorum
+        if self.deferred_sync:
+            first = max(self._forced_lac + 1, self.info.last_fragment_first)
+            again = [e for e in range(first, self.pending.lac + 1) if (pos - e) % e_size < qw]
+            if again:
+                self._rewrites[bookie] = set(again)
+                out.append(A.SendAdd(bookie, again, [self._unforced[e] for e in again]))
+        ids = self.pending.revive_position(pos)
+        if ids:
+            out.append(A.SendAdd(bookie, ids, [self.pending.data(e) for e in ids]))
+        return out
+
+    def _adopt_ensemble(self, fresh) -> list:
+        """Take the last ensemble of metadata someone else changed (``updateledgers`` renamed a
+        bookie in it): a position that names another bookie now is no longer ours to replace;
+        its acks are forgotten and every entry it should hold is sent to the bookie named
+        there now (the same bytes: a renamed bookie that holds them answers OK)."""
+        out: list = []
+        for pos, bookie in enumerate(fresh):
+            if bookie == self.ensemble[pos]:
+                continue
+            self._to_replace.discard(pos)
+            self._rewrites.pop(self.ensemble[pos], None)
+            self.pending.fail_position(pos)
+            self.ensemble[pos] = bookie
+            out += self._resend(pos)
+        return out
+
+    def _set_forced(self, last: int) -> None:
+        """Entries up to ``last`` are durable on every bookie holding them: the visible LAC."""
+        if last <= self._forced_lac:
+            return
+        for e in range(self._forced_lac + 1, last + 1):
+            self._unforced.pop(e, None)
+        self._forced_lac = last
 
     def _on_metadata_conflict(self, event: A.MetadataConflict, now: float) -> list:
         reread = event.info
@@ -538,16 +634,19 @@ class LedgerWriter:
         if self.state not in (WRITING, CLOSING):
             return []
         decision = ensemble_change_conflict(reread)
-        if decision == Decision.RETRY:
-            # Someone else changed the metadata while it stayed OPEN: keep our view of the
-            # current ensemble on top of what they wrote, and choose replacements again.
-            self.info = reread.replace(fragments=tuple(
-                f for f in reread.fragments if f[0] < self.info.last_fragment_first)
-                + ((self.info.last_fragment_first, tuple(self.ensemble)),))
-            self.version = event.version
+        if decision != Decision.RETRY:
+            return self._fail(self._not_open_error(decision, reread))
+        # The metadata update loop: the change is a function of the metadata ("replace the
+        # bookie at position p of the last fragment while it is still the one that failed"),
+        # applied again to what was read; nothing we read before is ever written back.
+        self.info, self.version = reread, event.version
+        out = self._adopt_ensemble(reread.last_ensemble)
+        self._changing = None
+        self._forcing = None
+        if self._to_replace:
             self._changing = set()
-            return [A.ListBookies()]
-        return self._fail(self._not_open_error(decision, reread))
+            return out + [A.ListBookies()]
+        return out + self._after_change()
 
     def _not_open_error(self, decision: str, reread: LedgerInfo) -> BookKeeperError:
         lid = self.ledger_id
@@ -598,6 +697,7 @@ class LedgerWriter:
         if dropped:
             out.append(A.FailAdds(dropped[0], dropped[1], error))
         forces, self._force_targets, self._forcing = self._force_targets, [], None
+        self._rewrites.clear()
         out += [A.Forced(last, error) for last in forces]
         if was_closing:
             if isinstance(error, NotEnoughBookiesError):

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import random
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from bookie.client.digest import DigestManager
 from bookie.client.protocol import actions as A
 from bookie.client.protocol.ledger import LedgerInfo, LedgerState
 from bookie.client.protocol.writer import LedgerWriter
-from test_protocol_model import LEDGER, SimCluster, confirms
+from test_protocol_model import LEDGER, SimBookie, SimCluster, confirms, read_all
 
 
 def deferred_ledger(rng, deferred=True, e=3, w=2, a=2):
@@ -107,12 +110,13 @@ def _one_entry_then_dead(seed: int, dead: str):
     return cluster, writer
 
 
-def test_a_force_a_bookie_does_not_answer_fails_and_leaves_the_lac():
-    cluster, writer = _one_entry_then_dead(6, "b1:3181")
+def test_a_force_whose_lost_bookie_cannot_be_replaced_fails_and_leaves_the_lac():
+    cluster, writer = _one_entry_then_dead(6, "b1:3181")  # no spare bookie
     cluster.run(writer, writer.force())
     cluster.deliver_until(lambda: False)
     [f] = forced(cluster, writer)
-    assert f.error is not None and "FORCE_LEDGER" in str(f.error) and writer.lac == -1
+    assert f.error is not None and "b1:3181 did not answer" in str(f.error)
+    assert writer.lac == -1
 
 
 def test_close_forces_first_so_the_closed_ledger_ends_at_a_durable_entry():
@@ -133,3 +137,87 @@ def test_a_close_whose_force_fails_fails_and_leaves_the_ledger_open():
     cluster.deliver_until(lambda: False)
     [done] = [a for a in cluster.outputs[writer] if isinstance(a, A.Finished)]
     assert done.error is not None and cluster.info.state != LedgerState.CLOSED
+
+
+# -- a deferred-sync writer that loses a bookie (issue 39 item 4) ----------------------------------
+
+def _durable_up_to(cluster, lac: int) -> bool:
+    """Every entry up to ``lac`` is durable on every bookie the stored metadata names for it."""
+    info, e_size, qw = cluster.info, cluster.info.ensemble_size, cluster.info.write_quorum
+    for e in range(lac + 1):
+        ensemble = [ens for first, ens in info.fragments if first <= e][-1]
+        for k in range(qw):
+            bookie = cluster.bookies[ensemble[(e + k) % e_size]]
+            if e not in bookie.durable:
+                return False
+    return True
+
+
+def _lose_a_bookie_then_force_and_close(seed: int, lose_after: int, force_at: int, n: int = 10):
+    """E3/Qw2/Qa2 over four bookies, deferred sync: ``n`` adds with deliveries in between; one
+    ensemble bookie dies after ``lose_after`` deliveries; force() after add ``force_at``; then
+    close.  Checks after every delivery that the writer's LAC never passes a durable entry."""
+    rng = random.Random(seed)
+    names = [f"b{i}:3181" for i in range(4)]
+    info = LedgerInfo(LEDGER, 3, 2, 2, fragments=((0, tuple(names[:3])),))
+    cluster = SimCluster(names, info, rng)
+    digest = DigestManager(LEDGER, "crc32c", b"pw")
+    writer = LedgerWriter(info, 0, digest.encode, rng=rng, deferred_sync=True)
+    victim = names[rng.randrange(3)]
+    steps = 0
+
+    def step():
+        nonlocal steps
+        steps += 1
+        if steps == lose_after:
+            cluster.bookies[victim].alive = False
+        cluster.deliver(rng.randrange(len(cluster.queue)))
+        assert _durable_up_to(cluster, writer.lac), (writer.lac, cluster.info)
+
+    for i in range(n):
+        cluster.run(writer, writer.add([b"d%d" % i])[1])
+        if i == force_at:
+            cluster.run(writer, writer.force())
+        for _ in range(rng.randrange(4)):
+            if cluster.queue:
+                step()
+    cluster.bookies[victim].alive = False  # lost for good, if not already
+    cluster.run(writer, writer.force())
+    while cluster.queue:
+        step()
+    cluster.run(writer, writer.close())
+    while cluster.queue:
+        step()
+    return cluster, digest, writer, victim
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), lose_after=st.integers(1, 30), force_at=st.integers(0, 9))
+def test_a_deferred_writer_that_loses_a_bookie_replaces_it_and_force_and_close_succeed(
+        seed, lose_after, force_at):
+    cluster, digest, writer, victim = _lose_a_bookie_then_force_and_close(seed, lose_after,
+                                                                          force_at)
+    assert all(f.error is None for f in forced(cluster, writer))
+    [done] = [a for a in cluster.outputs[writer] if isinstance(a, A.Finished)]
+    assert done.error is None, done.error
+    confirmed = max(c.last for c in confirms(cluster, writer))
+    assert cluster.info.state == LedgerState.CLOSED and cluster.info.last_entry_id == confirmed
+    assert _durable_up_to(cluster, confirmed)  # written again where the change put them
+    got = read_all(cluster, digest, confirmed)
+    assert [bytes(e.data) for e in got] == [b"d%d" % i for i in range(confirmed + 1)]
+
+
+def test_a_deferred_writer_forces_after_losing_a_bookie_without_asking_it():
+    cluster, writer = deferred_ledger(random.Random(9), e=2, w=2, a=2)
+    cluster.bookies["b2:3181"] = SimBookie()  # a spare
+    cluster.run(writer, writer.add([b"a", b"b"])[1])
+    cluster.deliver_until(lambda: False)  # acknowledged, not forced
+    cluster.bookies["b1:3181"].alive = False
+    cluster.run(writer, writer.add([b"c"])[1])
+    cluster.deliver_until(lambda: False)
+    assert cluster.info.fragments[-1] == (0, ("b0:3181", "b2:3181"))  # from the forced LAC + 1
+    cluster.run(writer, writer.force())
+    assert "b1:3181" not in {a.bookie for _, a in cluster.queue if isinstance(a, A.SendForce)}
+    cluster.deliver_until(lambda: False)
+    assert [f.last for f in forced(cluster, writer)] == [2] and writer.lac == 2
+    assert set(cluster.bookies["b2:3181"].durable) == {0, 1, 2}
