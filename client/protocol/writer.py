@@ -17,7 +17,11 @@ States::
   in the ensemble (nor failed before for this ledger), CAS a fragment starting at LAC + 1.
   Once written, each replaced position is revived and every pending entry whose write set
   includes it is re-sent to the new bookie.  Failures during a change are queued for the next.
-  A lost CAS is re-read: still OPEN -> try again; IN_RECOVERY -> fenced; CLOSED -> closed.
+  A lost CAS is re-read: IN_RECOVERY -> fenced; CLOSED -> closed; still OPEN -> the change is
+  applied again to what was read (the metadata update loop): a position whose bookie someone
+  else renamed (``updateledgers``) is taken as it is now, no longer replaced, and sent every
+  entry it should hold that is not durable yet; the rest are replaced again.  Nothing read
+  before the CAS is ever written back.
 * ``FENCED`` from any bookie means a reader is recovering the ledger: every pending add fails
   with LedgerFencedError (it may or may not be in the ledger; recovery decides).
 * ``close`` waits until nothing is pending and no change is in flight, then CASes state CLOSED
@@ -37,6 +41,12 @@ action, explicit LAC to the bookies); an error fails that force and leaves the L
 was.  One FORCE_LEDGER round is out at a time; later forces wait behind it.  ``close`` forces
 first and closes at the last acknowledged entry only once that is forced, so a closed ledger
 never ends past a durable entry (a failed force fails the close; the ledger stays open).
+A lost bookie (an add or a FORCE_LEDGER it failed) is replaced as without deferred sync, but the
+new fragment starts right after the last *forced* entry, and the acknowledged entries after it
+that the replaced position held are written again to the replacement (kept in ``_unforced``
+until forced); a force waits for those rewrites and the change, then asks the new ensemble, so
+no force needs the lost bookie and every acknowledged entry is forced where the metadata names
+it.  A round that completes while a change is choosing its fragment is asked again after it.
 Without deferred sync an acknowledged entry is durable already: ``force`` only waits.
 """
 
