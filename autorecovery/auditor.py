@@ -30,9 +30,8 @@ from __future__ import annotations
 
 import time
 
-from bookie.autorecovery import rules
-from bookie.core import naming
-from bookie.metadata import CookieNotFoundError, NoSuchLedgerError
+from bookie.autorecovery import cookies, rules
+from bookie.metadata import NoSuchLedgerError
 from bookie.metadata.errors import CorruptMetadataError
 from bookie.metadata.underreplication import UnderReplication
 
@@ -108,17 +107,8 @@ class Auditor:
             and now - self._last_full >= LOST_RECHECK_S
 
     def gone_for_good(self, lost: set[str]) -> set[str]:
-        """Those of ``lost`` whose cookie is no longer in the store (``core.naming``)."""
-        gone = set()
-        for bookie in lost:
-            try:
-                self.store.read_cookie(bookie)
-                in_store = True
-            except CookieNotFoundError:
-                in_store = False
-            if naming.gone_for_good(in_store):
-                gone.add(bookie)
-        return gone
+        """Those of ``lost`` whose data is gone for good (``autorecovery.cookies``)."""
+        return cookies.gone_for_good(self.store, lost)
 
     def entry_check(self) -> int:
         """Every closed, unmarked ledger: each entry on each live bookie of its write set."""

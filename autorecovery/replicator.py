@@ -40,15 +40,14 @@ from __future__ import annotations
 import random
 import time
 
-from bookie.autorecovery import rules
+from bookie.autorecovery import cookies, rules
 from bookie.autorecovery.copier import (Bookies, CopyError, EntryMissing, Key, RateLimiter, Refused,
                                         copy_residue)
 from bookie.client.auth import client_curve
 from bookie.client.config import ClientConfig
 from bookie.client.digest import master_key
 from bookie.client.resolver import BookieResolver
-from bookie.core import naming
-from bookie.metadata import BadVersionError, CookieNotFoundError, NoSuchLedgerError
+from bookie.metadata import BadVersionError, NoSuchLedgerError
 from bookie.metadata.ledger import LedgerState, password_matches
 from bookie.metadata.recovery_secret import credential, recovery_secret
 from bookie.metadata.underreplication import UnderReplication
@@ -362,21 +361,10 @@ class Replicator:
             self.log("could not read bookie locations", level="warning", error=str(e))
 
     def gone_for_good(self, bookies, force: bool = False) -> set[str]:
-        """Those of ``bookies`` whose data is gone for good (``core.naming.gone_for_good``):
-        ``force`` (an operator's recover or decommission), or no cookie in the store."""
-        gone = set()
-        for bookie in bookies:
-            in_store = True if force else self._cookie_in_store(bookie)  # no read when forced
-            if naming.gone_for_good(in_store, operator_forced=force):
-                gone.add(bookie)
-        return gone
-
-    def _cookie_in_store(self, bookie: str) -> bool:
-        try:
-            self.store.read_cookie(bookie)
-            return True
-        except CookieNotFoundError:
-            return False
+        """Those of ``bookies`` whose data is gone for good (``autorecovery.cookies``):
+        ``force`` (an operator's recover or decommission), or no cookie in the store; never a
+        renamed one."""
+        return cookies.gone_for_good(self.store, bookies, force, log=self.log)
 
     # -- the periodic entry check ----------------------------------------------------------------
 

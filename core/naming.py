@@ -21,6 +21,17 @@ although it still exists.
   an operator forced it (``bookie shell recover``, ``decommissionbookie`` run now).  An entry
   only B held is then lost whatever the metadata says; repointing cuts nothing off.
 
+**A renamed bookie is never gone for good** (``renamed_to``).  The rename (stop B,
+``updatecookie`` with its new id N, ``updateledgers --from B --to N``, start) moves B's disks,
+every entry on them, to the id N.  ``updatecookie`` therefore does not remove B's cookie from
+the store: it leaves it there as a record "renamed to N" (``rename_record``), and so B, which
+the ledgers still name until ``updateledgers`` has run, is only *down*: nothing repoints a
+position of B for want of copies, whatever the pause between the commands and whatever an
+operator forces.  ``updateledgers`` removes the record only once no ledger names B any more
+(``rename_finished``); then no metadata can lead anyone to B, and its id may be gone.  Its
+ledgers keep being audited meanwhile like any down bookie's (a position whose entries all have
+another live copy is still copied and repointed).
+
 Anything else keeps B named: a bookie that is only down (however long) may come back with
 everything it held, and a position whose entries partly have no live copy (the other members of
 their write set are down too) is not repointed, because the entries that only B holds would be
@@ -57,9 +68,35 @@ def named_bookies(fragments: Iterable) -> set[str]:
     return {b for _, ensemble in fragments for b in ensemble}
 
 
-def gone_for_good(cookie_in_store: bool, operator_forced: bool = False) -> bool:
+RENAMED_TO = "renamed_to"  # the field of a rename record (a cookie left by updatecookie)
+
+
+def renamed_to(stored_cookie) -> str | None:
+    """The id a bookie was renamed to, when ``stored_cookie`` (its cookie in the store, parsed;
+    None when absent) is a rename record; None otherwise."""
+    if isinstance(stored_cookie, dict) and isinstance(stored_cookie.get(RENAMED_TO), str):
+        return stored_cookie[RENAMED_TO]
+    return None
+
+
+def rename_record(old_cookie: dict, new_id: str) -> dict:
+    """What ``updatecookie`` leaves in the store under the old id: its old cookie, marked as
+    renamed to ``new_id`` (module docstring: a renamed bookie is never gone for good)."""
+    return {**old_cookie, RENAMED_TO: new_id}
+
+
+def rename_finished(ledgers_naming_old: int) -> bool:
+    """Whether ``updateledgers`` may remove the rename record: no ledger names the old id."""
+    return ledgers_naming_old == 0
+
+
+def gone_for_good(cookie_in_store: bool, operator_forced: bool = False,
+                  renamed: bool = False) -> bool:
     """Whether a bookie's data is known gone: its cookie left the store, or an operator
-    forced its replacement (module docstring)."""
+    forced its replacement; never a bookie renamed (its cookie is a rename record, and its
+    data answers to the new id: module docstring)."""
+    if renamed:
+        return False
     return operator_forced or not cookie_in_store
 
 

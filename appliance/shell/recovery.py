@@ -601,8 +601,8 @@ def _updatecookie(args) -> int:
             store.write_cookie(conf.bookie_id, orjson.dumps(new), version)
         except CookieNotFoundError:
             store.write_cookie(conf.bookie_id, orjson.dumps(new))
-        if conf.bookie_id != old_id and stored is not None:
-            store.remove_cookie(old_id)
+        if conf.bookie_id != old_id:  # the old id stays "renamed", never gone (core.naming)
+            rename.leave_rename_record(store, old_id, stored or old, conf.bookie_id)
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         if args.json:
             _print_json({"bookie_id": conf.bookie_id, "was": old_id, "changed": changed})

@@ -11,14 +11,33 @@ under its old id; renaming it in the ensembles makes them reachable again, where
 Each ledger is rewritten with compare-and-swap (a writer's concurrent change is read again and
 the rename applied to it); a ledger whose ensemble already names NEW_ID beside OLD_ID is left
 alone and reported (one bookie cannot stand twice in an ensemble).
+
+The order that loses nothing, whatever the pause between the steps (``bookie.core.naming``: a
+renamed bookie is never gone for good):
+
+1. ``updatecookie`` writes NEW_ID's cookie, and leaves OLD_ID's cookie in the store as a record
+   "renamed to NEW_ID" (``leave_rename_record``) instead of removing it: autorecovery sees OLD_ID
+   as down, never gone for good, so it repoints no position whose entries only OLD_ID holds.
+2. ``updateledgers`` needs NEW_ID's cookie in the store (a ledger naming an id without a cookie
+   *is* gone for good to autorecovery), renames OLD_ID in every ledger, and removes the record
+   only once no ledger names OLD_ID any more; otherwise it keeps it and says so (run it again).
+3. The bookie starts under NEW_ID (before step 2 it would hold copies of ledgers that name it
+   nowhere yet, which its GC may drop as over-replicated after ``gcOverreplicatedLedgerWaitTime``).
+
+A writer with the ledger open meanwhile keeps the new name: its next ensemble change, losing its
+compare-and-swap to step 2, applies its change to the renamed metadata.
 """
 
 from __future__ import annotations
 
 import argparse
 
+import orjson
+
 from bookie.appliance.errors import CliError
 from bookie.appliance.shell.registry import with_store as _with_store
+from bookie.core import naming
+from bookie.metadata import BadVersionError, CookieNotFoundError, NoSuchLedgerError
 from bookie.metadata.bookie_ids import bookie_id_problem
 
 
@@ -52,8 +71,6 @@ def update_ledgers(store, old_id: str, new_id: str, dry_run: bool = False
                    ) -> tuple[list[int], list[str]]:
     """Rename ``old_id`` to ``new_id`` in every ledger of ``store``; returns (ledger ids
     renamed, or that would be with ``dry_run``; one line per ledger left alone)."""
-    from bookie.metadata import BadVersionError, NoSuchLedgerError
-
     done, skipped = [], []
     for ledger_id in list(store.list_ledgers()):
         while True:
@@ -83,6 +100,41 @@ def update_ledgers(store, old_id: str, new_id: str, dry_run: bool = False
     return done, skipped
 
 
+def leave_rename_record(store, old_id: str, old_cookie: dict, new_id: str) -> None:
+    """``updatecookie``'s step for a new id: OLD's cookie in the store becomes a record
+    "renamed to NEW" (written, or rewritten with compare-and-swap), never removed here."""
+    record = orjson.dumps(naming.rename_record(old_cookie, new_id))
+    try:
+        version = store.read_cookie(old_id)[1]
+    except CookieNotFoundError:
+        store.write_cookie(old_id, record)
+        return
+    store.write_cookie(old_id, record, version)
+
+
+def finish_rename(store, old_id: str, new_id: str, left: int) -> str:
+    """After the ledgers were renamed: remove OLD's rename record when no ledger names OLD
+    (``left`` is how many still do) and the record points to NEW.  Returns a line to print."""
+    try:
+        raw, version = store.read_cookie(old_id)
+    except CookieNotFoundError:
+        return ""
+    try:
+        target = naming.renamed_to(orjson.loads(raw))
+    except ValueError:
+        target = None
+    if target != new_id:
+        return ""
+    if not naming.rename_finished(left):
+        return (f"updateledgers: {left} ledger(s) still name {old_id}: its record 'renamed to "
+                f"{new_id}' stays in the store; run updateledgers again")
+    try:
+        store.remove_cookie(old_id, version)
+    except (CookieNotFoundError, BadVersionError):
+        return ""
+    return f"updateledgers: the record '{old_id} renamed to {new_id}' is removed: the rename is done"
+
+
 def _updateledgers(args: argparse.Namespace) -> int:
     for what, value in (("--from", args.old_id), ("--to", args.new_id)):
         problem = bookie_id_problem(value)
@@ -92,10 +144,20 @@ def _updateledgers(args: argparse.Namespace) -> int:
         raise CliError("updateledgers: --from and --to name the same id")
 
     def body(store) -> int:
+        try:
+            store.read_cookie(args.new_id)
+        except CookieNotFoundError:
+            raise CliError(f"updateledgers: the store holds no cookie of {args.new_id}: run "
+                           f"'updatecookie' with the new id first (a ledger naming an id without "
+                           f"a cookie is gone for good to autorecovery)") from None
         done, skipped = update_ledgers(store, args.old_id, args.new_id, args.dry_run)
         for line in skipped:
             print(f"updateledgers: {line}")
         verb = "would rename" if args.dry_run else "renamed"
         print(f"updateledgers: {verb} {args.old_id} to {args.new_id} in {len(done)} ledger(s)")
+        if not args.dry_run:
+            line = finish_rename(store, args.old_id, args.new_id, len(skipped))
+            if line:
+                print(line)
         return 0
     return _with_store(args, body)
