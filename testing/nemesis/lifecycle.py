@@ -35,7 +35,16 @@ runs:
   replacement), the copies sent again and the position repointed.  Runs in a thread of its own
   that the round does not wait for (the drop takes tens of seconds);
 - ``journal_full``: a ballast file fills the tmpfs under bookie ``i``'s first journal
-  directory (it has two); the heal frees it and starts the bookie again if it stopped over it.
+  directory (it has two); the heal frees it and starts the bookie again if it stopped over it;
+- ``rename``: the documented rename of bookie ``i`` while the writers write and autorecovery
+  runs: stopped (SIGTERM), ``bookie shell updatecookie`` with a new ``bookieId``, a pause drawn
+  from the seed (0-3 s: autorecovery looks meanwhile), ``bookie shell updateledgers --from OLD
+  --to NEW``, started under the new id; the old id is in ``renamed_ids`` and the runner's
+  quiescent check waits for no ledger to name it (a writer that wrote its stale ensemble back
+  would name it for ever), and the final check reads every acknowledged entry back;
+- ``deferred_loss``: SIGKILL a running bookie that the current ledger of a DEFERRED_SYNC
+  writer names (``i`` picks among them), started again when the fault ends: the writer
+  replaces it and its next ``force()`` covers every entry it acknowledged.
 """
 
 from __future__ import annotations
@@ -117,6 +126,7 @@ class LifecycleFaults:
 
     def _lifecycle_init(self) -> None:
         self.lost_ids: list[str] = []          # bookie ids gone for good this run
+        self.renamed_ids: list[str] = []       # old ids of bookies renamed this run
         self.findings: list[str] = []          # what an operator step or the squatter met
         self.squat_answers = collections.Counter()
         self.ledger_ids_seen: set[int] = set()  # the runner adds every ledger id it knows
@@ -302,6 +312,58 @@ class LifecycleFaults:
                      f"{self.bookies.ports[i]}")
         self._in_thread(i, f"readdress-{i}", body)
         return None
+
+    def _rename(self, i: int):
+        if self.bookies.bookie_ids is None:
+            raise self._Skip("the bookies have no bookieId (their address is their id)")
+        self._alive(i)
+        self._cont_group(i)
+        pause_s = random.Random(f"rename:{i}:{len(self.renamed_ids)}").uniform(0.0, 3.0)
+
+        def body() -> None:
+            old = self.bookies.bookies[i]
+            self.bookies.stop(i)
+            new = f"{'-'.join(old.split('-')[:2])}-n{len(self.renamed_ids) + 1}"
+            self.bookies.bookie_ids[i] = new  # the same list object as bookies.bookies
+            conf = os.path.join(self.bookies.base_dir, f"rename-{i}.conf")
+            fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # may hold secrets
+            with os.fdopen(fd, "w") as f:
+                f.writelines(f"{k}={v}\n" for k, v in self.bookies.overrides(i).items())
+            status, out = shell(["updatecookie", "--conf", conf])
+            if status != 0:
+                self.bookies.bookie_ids[i] = old  # not renamed: it starts as it was
+                self.findings.append(f"updatecookie of {old} to {new}: exit {status}: {out}")
+                return
+            self.renamed_ids.append(old)
+            try:
+                set_rack(self.bookies.metadata_uri, new, rack_of(i))
+            except Exception as exc:  # noqa: BLE001 - the store is down (a fault): no rack
+                self.findings.append(f"setrack of {new}: {exc}")
+            self.log(f"nemesis: bookie {i} {old} renamed {new} (cookie); "
+                     f"updateledgers in {pause_s:.2f} s")
+            time.sleep(pause_s)
+            for _ in range(3):  # the store may be paused by a fault: the operator retries
+                status, out = shell(["updateledgers", "--conf", conf, "--from", old, "--to", new])
+                if status == 0:
+                    break
+            if status != 0:
+                self.findings.append(f"updateledgers {old} -> {new}: exit {status}: {out}")
+            self.log(f"nemesis: updateledgers {old} -> {new}: {out}")
+        self._in_thread(i, f"rename-{i}", body)
+        return None
+
+    def _deferred_loss(self, i: int):
+        ledgers = self.workload.deferred_ledgers() if self.workload is not None else []
+        named = self._holders(ledgers[-1:]) if ledgers else None
+        if not named:
+            raise self._Skip("no DEFERRED_SYNC writer with a ledger (or the store is down)")
+        ids = named[ledgers[-1]]
+        up = [j for j in range(self.bookies.n) if self.bookies.bookies[j] in ids and self._up(j)]
+        if not up:
+            raise self._Skip(f"no bookie of deferred ledger {ledgers[-1]} runs")
+        j = up[i % len(up)]
+        self.log(f"nemesis: deferred-sync ledger {ledgers[-1]} loses bookie {j}")
+        return self._kill_bookie(j)
 
     def _journal_full(self, i: int):
         if self.disk is None or i >= self.disk.count:

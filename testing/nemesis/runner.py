@@ -441,7 +441,8 @@ def _quiescent(opts: Options, bookies, nemesis: Nemesis, summary: Summary, state
     started = time.monotonic()
     try:
         replicas = check_state(bookies.metadata_uri, PASSWORD, state.targets(round_no, extra),
-                               state.catalogue.deleted, set(nemesis.lost_ids), require_qw,
+                               state.catalogue.deleted,
+                               set(nemesis.lost_ids) | set(nemesis.renamed_ids), require_qw,
                                HEAL_TIMEOUT_S, state.catalogue.settle_failed_deletes)
     except Exception as exc:  # noqa: BLE001 - the harness could not look: say so, loudly
         summary.incidents.append(f"quiescent check could not run: {type(exc).__name__}: {exc}")

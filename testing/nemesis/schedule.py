@@ -56,6 +56,11 @@ Lifecycle kinds (``--lifecycle``; ``lifecycle.py`` injects them):
                        again, repoint): it is chosen again as the replacement
 ``journal_full``       fill one journal disk of a bookie (tmpfs; the bookie has several
                        journals), then free it; a bookie that stopped over it is started again
+``rename``             the documented rename of a bookie with the writers open and autorecovery
+                       on: stop, ``updatecookie`` with a new ``bookieId``, a pause,
+                       ``updateledgers --from OLD --to NEW``, start under the new id
+``deferred_loss``      SIGKILL a bookie that a DEFERRED_SYNC writer's current ledger names; it
+                       is started again when the fault ends (the writer replaces it meanwhile)
 =====================  =================================================================
 
 Every lifecycle kind happens in every run long enough for a few rounds: each round also gets
@@ -79,12 +84,13 @@ ZK_KINDS = ("zk_restart", "zk_pause", "expire_bookie", "expire_client")
 DISK_KINDS = ("disk_full",)
 NET_KINDS = ("partition", "partitioned_recovery", "lossy", "slow")
 LIFECYCLE_KINDS = ("compaction", "rebuild_index", "lost_for_good", "decommission", "squat",
-                   "disk_readonly", "readdress", "overreplicated", "journal_full")
+                   "disk_readonly", "readdress", "overreplicated", "journal_full", "rename",
+                   "deferred_loss")
 DISK_LIFECYCLE_KINDS = ("disk_readonly", "journal_full")  # need tmpfs disks
 OWED_PER_ROUND = 4
 # the order owed kinds are forced in: the newest mechanisms first; ``overreplicated`` last (it
 # writes a closed ledger of its own when none fits)
-OWED_ORDER = ("lost_for_good", "readdress", "journal_full", "squat", "compaction",
+OWED_ORDER = ("rename", "deferred_loss", "lost_for_good", "readdress", "journal_full", "squat", "compaction",
               "rebuild_index", "decommission", "disk_readonly", "overreplicated")
 LOSS_KINDS = ("lost_for_good", "decommission")
 KINDS = PROCESS_KINDS + ZK_KINDS + DISK_KINDS + NET_KINDS + LIFECYCLE_KINDS

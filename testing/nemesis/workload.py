@@ -90,6 +90,7 @@ class Workload:
         self.round_s = round_s
         self.procs: dict[str, subprocess.Popen] = {}
         self.writer_names: list[str] = []
+        self.writer_modes: dict[int, str] = {}  # slot -> its writer's mode
         self.paused: set[str] = set()
         self._generation = [0] * (writers + 1)
         self._extra = 0
@@ -119,7 +120,8 @@ class Workload:
         quorum = self.quorums[slot]
         if racks:
             quorum = rack_quorum(quorum)
-        self._spawn(name, "writer", mode=modes[turn % len(modes)],
+        self.writer_modes[slot] = modes[turn % len(modes)]
+        self._spawn(name, "writer", mode=self.writer_modes[slot],
                     quorum=quorum, seed=f"{self.tag}:{slot}",
                     close_at_end=slot % 2 == 0, racks=racks)
         self._spawn(f"{name}t", "tailer", follow=self.history_path(name), seed=slot)
@@ -198,6 +200,11 @@ class Workload:
         created = [ev["l"] for ev in read_events(self.history_path(self.writer_names[slot]))
                    if ev["ev"] == "create"]
         return created[-1] if created else None
+
+    def deferred_ledgers(self) -> list[int]:
+        """The current ledgers of the DEFERRED_SYNC writers (``mode`` deferred)."""
+        slots = [s for s, mode in self.writer_modes.items() if mode == "deferred"]
+        return [lid for lid in map(self.current_ledger, slots) if lid is not None]
 
     def recover_race(self, slot: int) -> int | None:
         """Two processes recover writer ``slot``'s current ledger at once; returns the ledger."""
