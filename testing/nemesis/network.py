@@ -157,8 +157,8 @@ class Network:
         """The namespace a client process runs in, from its name (see ``workload``)."""
         if "rec" in name or "take" in name or name.endswith("del"):
             return "rc"  # recoveries, takeovers and the deleter
-        if "log" in name:
-            return "cl"
+        if "log" in name or name.endswith("quota"):
+            return "cl"  # the log's clients, and the quota writer (no slot of its own)
         slot = int(name.split("w", 1)[1].split("g", 1)[0])
         return f"c{slot % CLIENT_GROUPS}"
 

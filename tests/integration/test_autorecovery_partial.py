@@ -22,7 +22,6 @@ and a grace period.
 
 from __future__ import annotations
 
-import contextlib
 import time
 import urllib.request
 
@@ -38,24 +37,13 @@ from bookie.metadata.underreplication import UnderReplication
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient
 from bookie.wire import Status
+from bookie_logs import dumped
 import waiting
 
 FAST = {"autoRecoveryDaemonEnabled": "true", "lostBookieRecoveryDelay": "2",
         "openLedgerRereplicationGracePeriod": "1000", "gcWaitTime": "600000",
         "zkTimeout": "4000"}
 BOUND_S = 120.0  # generous: the machine is shared and loaded
-
-
-@contextlib.contextmanager
-def _dumped(bookies: LocalBookies):
-    """``bookies`` started; on a failure, every bookie's log tail printed before they stop."""
-    with bookies as lb:
-        try:
-            yield lb
-        except BaseException:
-            for i in range(lb.n):
-                print(f"--- bookie {i} ({lb.bookies[i]}) log tail ---\n{lb.log(i)[-4000:]}")
-            raise
 
 
 def _closed_ledger(uri, bookies, entries=30, quorum=(3, 2, 2)) -> int:
@@ -98,7 +86,7 @@ def test_a_partial_loss_is_reported_once_and_never_cuts_off_a_bookie_that_comes_
     # is reported lost once and not marked again; the positions holding those entries keep
     # naming B and C (repointed, a bookie that was only down would lose them for good: the
     # nemesis found that), so when B and C come back every entry reads again.
-    with _dumped(LocalBookies(5, base_dir=str(tmp_path / "b"), conf=FAST,
+    with dumped(LocalBookies(5, base_dir=str(tmp_path / "b"), conf=FAST,
                               admin_http=True)) as lb:
         a, b, c = lb.bookies[:3]
         ledger_id = _closed_ledger(lb.metadata_uri, [a, b, c])
@@ -130,7 +118,7 @@ def test_a_partial_loss_is_reported_once_and_never_cuts_off_a_bookie_that_comes_
 
 @pytest.mark.autorecovery_slow
 def test_a_writer_that_replaced_a_lost_bookie_itself_is_never_fenced(tmp_path):
-    with _dumped(LocalBookies(5, base_dir=str(tmp_path / "b"), conf=FAST)) as lb:
+    with dumped(LocalBookies(5, base_dir=str(tmp_path / "b"), conf=FAST)) as lb:
         with BookKeeper(lb.metadata_uri, {"addEntryTimeout": 2.0, "readTimeout": 2.0},
                         allowEmptyPassword=True) as bk:
             lh = bk.create_ledger(3, 2, 2)
@@ -165,7 +153,7 @@ def test_a_partial_loss_is_healed_once_the_lost_bookie_is_gone_for_good(tmp_path
     # B's position that A holds (e % 3 == 0) are copied to the spare D and B's position
     # repointed, while C (its cookie still there) stays named.  When A dies too, those entries
     # still read back from D.  Without core.naming's "gone for good", nothing is ever copied.
-    with _dumped(LocalBookies(4, base_dir=str(tmp_path / "b"), conf=FAST)) as lb:
+    with dumped(LocalBookies(4, base_dir=str(tmp_path / "b"), conf=FAST)) as lb:
         a, b, c, d = lb.bookies
         ledger_id = _closed_ledger(lb.metadata_uri, [a, b, c])
         lb.kill(1)
@@ -194,7 +182,7 @@ def test_autorecovery_replaces_a_lost_bookie_by_the_placement_policy(tmp_path):
     # ledger's replacement is D, the only other bookie of rack two; at random all six would be
     # D once in 729.
     conf = dict(FAST, ensemblePlacementPolicy="rackaware")
-    with _dumped(LocalBookies(5, base_dir=str(tmp_path / "b"), conf=conf)) as lb:
+    with dumped(LocalBookies(5, base_dir=str(tmp_path / "b"), conf=conf)) as lb:
         a, b, c, d, e = lb.bookies
         with open_metadata(lb.metadata_uri) as store:
             for bookie, rack in ((a, "/r/one"), (b, "/r/two"), (c, "/r/one"),
@@ -215,7 +203,7 @@ def test_a_closed_ledger_with_no_entries_stops_naming_a_lost_bookie(tmp_path):
     # bookie lost for good after every round: the auditor marked a ledger only when it had
     # entries to copy, and an empty fragment has none.  Repointed without a copy, it loses
     # nothing (core.naming: every entry it should hold - none - is on the replacement).
-    with _dumped(LocalBookies(4, base_dir=str(tmp_path / "b"), conf=FAST)) as lb:
+    with dumped(LocalBookies(4, base_dir=str(tmp_path / "b"), conf=FAST)) as lb:
         a, b, c, d = lb.bookies
         with open_metadata(lb.metadata_uri) as store:
             meta = LedgerMetadata(3, 2, 2, digest_type="dummy",
@@ -238,7 +226,7 @@ def test_a_lost_bookie_at_a_position_its_fragment_never_wrote_to_stops_being_nam
     # there; the auditor found nothing to copy and nothing lost, never marked it, and the
     # ledger named the lost bookie for five minutes, until other losses marked it.  Repointed
     # without a copy, nothing is lost (no entry of fragment 0 was ever on that position).
-    with _dumped(LocalBookies(4, base_dir=str(tmp_path / "b"), conf=FAST)) as lb:
+    with dumped(LocalBookies(4, base_dir=str(tmp_path / "b"), conf=FAST)) as lb:
         a, b, c, d = lb.bookies
         with open_metadata(lb.metadata_uri) as store:
             meta = LedgerMetadata(3, 2, 2, digest_type="dummy",

@@ -8,27 +8,15 @@ killed (SIGKILL) and started again: what force() made the LAC is durable.
 
 from __future__ import annotations
 
-import contextlib
-
 from bookie.client import BookKeeper
 from bookie.testing import LocalBookies
+from bookie_logs import dumped
 
 PW = b"pw"
 
 
-@contextlib.contextmanager
-def _dumped(bookies: LocalBookies):
-    with bookies as lb:
-        try:
-            yield lb
-        except BaseException:
-            for i in range(lb.n):
-                print(f"--- bookie {i} ({lb.bookies[i]}) log tail ---\n{lb.log(i)[-4000:]}")
-            raise
-
-
 def test_a_deferred_writer_that_loses_a_bookie_forces_and_closes_and_loses_nothing():
-    with _dumped(LocalBookies(3)) as lb:
+    with dumped(LocalBookies(3)) as lb:
         with BookKeeper(lb.metadata_uri) as bk:
             lh = bk.create_ledger(2, 2, 2, password=PW, write_flags=["deferred_sync"])
             want = [b"d%d" % e for e in range(5)]

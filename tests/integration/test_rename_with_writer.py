@@ -15,9 +15,7 @@ NEW``, start it.
 
 from __future__ import annotations
 
-import contextlib
 import time
-import urllib.request
 
 import orjson
 
@@ -25,6 +23,7 @@ from bookie.appliance.cli import main
 from bookie.client import BookKeeper
 from bookie.metadata import CookieNotFoundError, open_metadata
 from bookie.testing import LocalBookies
+from bookie_logs import dumped, metric
 import waiting
 
 PW = b"rename"
@@ -33,29 +32,10 @@ GC_WAIT_MS = 1000
 GC = {"gcWaitTime": "300", "gcOverreplicatedLedgerWaitTime": str(GC_WAIT_MS)}
 
 
-@contextlib.contextmanager
-def _dumped(bookies: LocalBookies):
-    with bookies as lb:
-        try:
-            yield lb
-        except BaseException:
-            for i in range(lb.n):
-                print(f"--- bookie {i} ({lb.bookies[i]}) log tail ---\n{lb.log(i)[-4000:]}")
-            raise
-
-
 def shell(capsys, *argv: str) -> tuple[int, str, str]:
     rc = main(["shell", *argv])
     out, err = capsys.readouterr()
     return rc, out, err
-
-
-def _metric(lb, i: int, name: str) -> float:
-    with urllib.request.urlopen(f"{lb.admin_url(i)}/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 def _named(uri: str, ledger_id: int) -> set[str]:
@@ -87,7 +67,7 @@ def _reads_back(uri: str, ledger_id: int, want: list[bytes]) -> None:
 
 
 def test_a_rename_with_a_write_quorum_1_writer_open_keeps_every_entry(capsys, tmp_path):
-    with _dumped(LocalBookies(3, conf=GC, bookie_ids=list(IDS), admin_http=True)) as lb, \
+    with dumped(LocalBookies(3, conf=GC, bookie_ids=list(IDS), admin_http=True)) as lb, \
             BookKeeper(lb.metadata_uri) as bk:
         lh = bk.create_ledger(1, 1, 1, password=PW)
         want = [b"e%d" % e for e in range(5)]
@@ -105,11 +85,11 @@ def test_a_rename_with_a_write_quorum_1_writer_open_keeps_every_entry(capsys, tm
         assert "bk-renamed" in _named(lb.metadata_uri, lh.ledger_id)
         _reads_back(lb.metadata_uri, lh.ledger_id, want)
         # the renamed bookie's GC looks at its copies for longer than the over-replication wait
-        runs = _metric(lb, i, "bookie_gc_runs_total")
+        runs = metric(lb, i, "bookie_gc_runs_total")
         t0 = time.monotonic()
-        assert waiting.poll(lambda: _metric(lb, i, "bookie_gc_runs_total") >= runs + 3 and
+        assert waiting.poll(lambda: metric(lb, i, "bookie_gc_runs_total") >= runs + 3 and
                             time.monotonic() - t0 > 2 * GC_WAIT_MS / 1000, 120)
-        assert _metric(lb, i, "bookie_gc_overreplicated_ledgers_total") == 0.0
+        assert metric(lb, i, "bookie_gc_overreplicated_ledgers_total") == 0.0
         _reads_back(lb.metadata_uri, lh.ledger_id, want)
 
 
@@ -117,7 +97,7 @@ def test_a_rename_with_autorecovery_on_and_a_pause_points_no_ledger_at_an_empty_
         capsys, tmp_path):
     conf = {**GC, "autoRecoveryDaemonEnabled": "true", "lostBookieRecoveryDelay": "0",
             "auditorPeriodicBookieCheckInterval": "1"}
-    with _dumped(LocalBookies(3, conf=conf, bookie_ids=list(IDS))) as lb, \
+    with dumped(LocalBookies(3, conf=conf, bookie_ids=list(IDS))) as lb, \
             BookKeeper(lb.metadata_uri) as bk:
         closed = bk.create_ledger(1, 1, 1, password=PW)
         while closed.metadata.fragments[0][1][0] != IDS[0]:  # both on bookie 0
