@@ -30,7 +30,10 @@ position of B for want of copies, whatever the pause between the commands and wh
 operator forces.  ``updateledgers`` removes the record only once no ledger names B any more
 (``rename_finished``); then no metadata can lead anyone to B, and its id may be gone.  Its
 ledgers keep being audited meanwhile like any down bookie's (a position whose entries all have
-another live copy is still copied and repointed).
+another live copy is still copied and repointed).  And a bookie started under N before
+``updateledgers`` ran holds copies of ledgers that name it only as B: a ledger that names an id
+renamed to this bookie names this bookie, so its copies are never over-replicated
+(``LedgerView.names_old_id``).
 
 Anything else keeps B named: a bookie that is only down (however long) may come back with
 everything it held, and a position whose entries partly have no live copy (the other members of
@@ -118,12 +121,16 @@ class LedgerView:
     closed: bool
     busy: bool  # marked under-replicated or a replication lock held
     held: tuple
+    # it names an id whose cookie in the store is a rename record to this bookie: mid-rename,
+    # before ``updateledgers`` (module docstring), the ledger names this bookie by its old id
+    names_old_id: bool = False
 
 
 def over_replicated(view: LedgerView, me: str) -> bool:
     """Whether this bookie's copies of the ledger are candidates for the GC: closed metadata it
-    could read, naming ``me`` in no fragment, and no replication around it."""
-    if view.fragments is None or not view.closed or view.busy:
+    could read, naming ``me`` in no fragment (nor an old id of ``me``), and no replication
+    around it."""
+    if view.fragments is None or not view.closed or view.busy or view.names_old_id:
         return False
     return me not in named_bookies(view.fragments)
 

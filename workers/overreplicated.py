@@ -5,7 +5,9 @@ The rule is ``bookie.core.naming`` (``OverReplicated``, ``may_drop``); this modu
 facts and carries it out.  Every ``gcOverreplicatedLedgerWaitTime`` (at the GC run due then) the
 worker reads the metadata of every ledger it holds that the store still lists: a closed one that
 names this bookie nowhere, is not marked under-replicated and has no replication lock is a
-candidate, with a token of what is held of it (entry count, last entry).  A candidate seen so,
+candidate, with a token of what is held of it (entry count, last entry), unless it names an id
+whose cookie in the store is a rename record to this bookie (it names this bookie by its old id:
+``updateledgers`` has not run yet).  A candidate seen so,
 with the same token, at every look for at least the wait is due: the worker takes its
 replication lock (as BookKeeper's GC does: no replication worker copies to it meanwhile), reads
 its metadata, its mark and its token once more, right before the delete, and drops the entries
@@ -22,8 +24,10 @@ the clocks from what they were).
 
 from __future__ import annotations
 
+import orjson
+
 from bookie.core import naming
-from bookie.metadata import NoSuchLedgerError
+from bookie.metadata import CookieNotFoundError, NoSuchLedgerError
 from bookie.metadata.errors import CorruptMetadataError
 from bookie.metadata.ledger import LedgerState
 from bookie.metadata.underreplication import UnderReplication
@@ -62,7 +66,17 @@ def view_of(store, ur: UnderReplication, marks: set[int], index: Index, ledger_i
     if not closed or me in naming.named_bookies(fragments):
         return naming.LedgerView(fragments, closed, False, ())
     busy = ledger_id in marks or (not locked_here and ur.lock_holder(ledger_id) is not None)
-    return naming.LedgerView(fragments, closed, busy, held_token(index, ledger_id))
+    old_id = any(_renamed_to(store, b) == me for b in naming.named_bookies(fragments))
+    return naming.LedgerView(fragments, closed, busy, held_token(index, ledger_id), old_id)
+
+
+def _renamed_to(store, bookie: str) -> str | None:
+    """The id ``bookie`` was renamed to, when its cookie in the store is a rename record."""
+    try:
+        raw, _ = store.read_cookie(bookie)
+        return naming.renamed_to(orjson.loads(raw))
+    except (CookieNotFoundError, ValueError):
+        return None
 
 
 def drop_copies(index: Index, ledger_id: int) -> None:

@@ -129,3 +129,35 @@ def test_a_rename_with_autorecovery_on_and_a_pause_points_no_ledger_at_an_empty_
         for ledger_id, data in ((closed.ledger_id, want), (lh.ledger_id, open_want)):
             assert old_id not in _named(lb.metadata_uri, ledger_id)
             _reads_back(lb.metadata_uri, ledger_id, data)
+
+
+def test_a_bookie_started_before_updateledgers_keeps_the_copies_its_old_id_is_named_for(
+        capsys, tmp_path):
+    """Out of the documented order: started under NEW before ``updateledgers``, the bookie
+    holds a closed ledger that names it only by its old id; its GC must not take that for
+    over-replication (OLD's cookie is a rename record to NEW)."""
+    with dumped(LocalBookies(2, conf=GC, bookie_ids=["bk-a", "bk-b"], admin_http=True)) as lb, \
+            BookKeeper(lb.metadata_uri) as bk:
+        lh = bk.create_ledger(1, 1, 1, password=PW)
+        want = [b"e%d" % e for e in range(5)]
+        for data in want:
+            lh.add_entry(data)
+        lh.close()
+        i = lb.bookies.index(lh.metadata.fragments[0][1][0])
+        old_id = lb.bookies[i]
+        lb.stop(i)
+        lb.bookie_ids[i] = "bk-renamed"
+        conf = tmp_path / "renamed.conf"
+        conf.write_text("".join(f"{k}={v}\n" for k, v in lb.overrides(i).items()))
+        rc, out, err = shell(capsys, "updatecookie", "--conf", str(conf))
+        assert rc == 0, (out, err)
+        lb.start(i)  # before updateledgers
+        runs = metric(lb, i, "bookie_gc_runs_total")
+        t0 = time.monotonic()
+        assert waiting.poll(lambda: metric(lb, i, "bookie_gc_runs_total") >= runs + 3 and
+                            time.monotonic() - t0 > 2 * GC_WAIT_MS / 1000, 120)
+        assert metric(lb, i, "bookie_gc_overreplicated_ledgers_total") == 0.0
+        rc, out, err = shell(capsys, "updateledgers", "--conf", str(conf), "--from", old_id,
+                             "--to", "bk-renamed")
+        assert rc == 0 and "in 1 ledger(s)" in out, (out, err)
+        _reads_back(lb.metadata_uri, lh.ledger_id, want)

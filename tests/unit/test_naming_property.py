@@ -221,3 +221,15 @@ def test_gc_overreplicated_wait_is_bookkeepers_key_in_ms_and_refuses_a_negative_
     assert conf.gc_overreplicated_wait_s == 2.5
     with pytest.raises(ConfigError, match="gcOverreplicatedLedgerWaitTime"):
         BookieConfig.from_mapping({**base, "gcOverreplicatedLedgerWaitTime": "-1"})
+
+
+def test_a_ledger_naming_an_old_id_of_this_bookie_is_not_over_replicated():
+    """Mid-rename (started under its new id before updateledgers): the ledger names this
+    bookie by its old id, so its copies stay."""
+    view = naming.LedgerView(((0, ("old",)),), True, False, (5,), names_old_id=True)
+    assert not naming.over_replicated(view, "new")
+    assert naming.over_replicated(dataclasses.replace(view, names_old_id=False), "new")
+    assert naming.renamed_to(naming.rename_record({"bookie_id": "old"}, "new")) == "new"
+    assert naming.renamed_to({"bookie_id": "old"}) is None and naming.renamed_to(None) is None
+    assert not naming.gone_for_good(cookie_in_store=True, operator_forced=True, renamed=True)
+    assert naming.gone_for_good(cookie_in_store=False)
