@@ -39,7 +39,9 @@ runs:
 - ``rename``: the documented rename of bookie ``i`` while the writers write and autorecovery
   runs: stopped (SIGTERM), ``bookie shell updatecookie`` with a new ``bookieId``, a pause drawn
   from the seed (0-3 s: autorecovery looks meanwhile), ``bookie shell updateledgers --from OLD
-  --to NEW``, started under the new id; the old id is in ``renamed_ids`` and the runner's
+  --to NEW``, started under the new id.  A write-quorum-1 ledger of its own on that bookie
+  (entries 0-4) stays open throughout; afterwards its writer adds 5 more, closes, and every
+  entry must read back (else a finding).  The old id is in ``renamed_ids`` and the runner's
   quiescent check waits for no ledger to name it (a writer that wrote its stale ensemble back
   would name it for ever), and the final check reads every acknowledged entry back;
 - ``deferred_loss``: SIGKILL a running bookie that the current ledger of a DEFERRED_SYNC
@@ -61,6 +63,8 @@ import time
 from bookie.testing.nemesis.workload import RACKS
 
 SHELL_TIMEOUT_S = 240.0
+RENAME_WRITER_TRIES = 20  # ledgers created until one lands on the bookie to rename
+RENAME_READ_TIMEOUT_S = 180.0  # the renamed bookie starts under its new id within this
 
 
 def shell(args: list[str], timeout_s: float = SHELL_TIMEOUT_S,
@@ -322,6 +326,7 @@ class LifecycleFaults:
 
         def body() -> None:
             old = self.bookies.bookies[i]
+            held = self._rename_writer(old)  # a write-quorum-1 ledger on it, kept open
             self.bookies.stop(i)
             new = f"{'-'.join(old.split('-')[:2])}-n{len(self.renamed_ids) + 1}"
             self.bookies.bookie_ids[i] = new  # the same list object as bookies.bookies
@@ -349,8 +354,68 @@ class LifecycleFaults:
             if status != 0:
                 self.findings.append(f"updateledgers {old} -> {new}: exit {status}: {out}")
             self.log(f"nemesis: updateledgers {old} -> {new}: {out}")
+            if held is not None:
+                threading.Thread(target=self._rename_writer_goes_on, args=(held, new),
+                                 name=f"rename-writer-{i}", daemon=True).start()
         self._in_thread(i, f"rename-{i}", body)
         return None
+
+    def _rename_writer(self, bookie: str):
+        """The issue-39 writer: a ledger E = Qw = Qa = 1 whose entries 0-4 only ``bookie``
+        holds, left open through the rename; (client, handle, payloads), or None when none
+        could be placed there (the others are closed and left to the run)."""
+        from bookie.client import BookKeeper
+        from bookie.testing.nemesis.client_proc import DIGEST, PASSWORD
+        from bookie.testing.nemesis.workload import CLIENT_CONFIG
+        bk = BookKeeper(self.bookies.metadata_uri, dict(CLIENT_CONFIG))
+        try:
+            for _ in range(RENAME_WRITER_TRIES):
+                lh = bk.create_ledger(1, 1, 1, digest=DIGEST, password=PASSWORD)
+                if lh.metadata.fragments[0][1][0] == bookie:
+                    want = [b"rename:%d:%d" % (lh.ledger_id, e) for e in range(5)]
+                    for data in want:
+                        lh.add_entry(data)
+                    return bk, lh, want
+                lh.close()
+        except Exception as exc:  # noqa: BLE001 - a fault is on: the rename goes on without it
+            self.log(f"nemesis: no write-quorum-1 writer for the rename: {exc}")
+        bk.close()
+        return None
+
+    def _rename_writer_goes_on(self, held, new: str) -> None:
+        """After the rename: the writer adds 5 more (its next ensemble change meets the renamed
+        metadata), closes, and every entry it was acknowledged reads back once ``new`` serves;
+        anything else is a finding."""
+        from bookie.testing.nemesis.client_proc import PASSWORD
+        bk, lh, want = held
+        try:
+            try:
+                for e in range(5, 10):
+                    data = b"rename:%d:%d" % (lh.ledger_id, e)
+                    lh.add_entry(data)
+                    want.append(data)
+                lh.close()
+            except Exception as exc:  # noqa: BLE001 - another fault: what was acked must stay
+                self.log(f"nemesis: the rename's writer stopped: {exc}")
+            deadline = time.monotonic() + RENAME_READ_TIMEOUT_S
+            while True:
+                try:
+                    rh = bk.open_ledger(lh.ledger_id, password=PASSWORD)
+                    got = [bytes(e.data) for e in rh.read_entries(0, len(want) - 1)]
+                    break
+                except Exception as exc:  # noqa: BLE001 - new not serving yet, or a fault
+                    if time.monotonic() > deadline:
+                        got = [f"{type(exc).__name__}: {exc}"]
+                        break
+                    time.sleep(1.0)
+            if got != want:
+                self.findings.append(f"rename to {new}: ledger {lh.ledger_id} acknowledged "
+                                     f"{len(want)} entries, read back {got[:3]}...")
+            else:
+                self.log(f"nemesis: the rename's writer: ledger {lh.ledger_id}, "
+                         f"{len(want)} entries read back")
+        finally:
+            bk.close()
 
     def _deferred_loss(self, i: int):
         ledgers = self.workload.deferred_ledgers() if self.workload is not None else []
