@@ -6,13 +6,13 @@ after the wait, and keeps those of a ledger that names it in any fragment and of
 from __future__ import annotations
 
 import time
-import urllib.request
 
 from bookie.metadata import LedgerMetadata, open_metadata
 from bookie.metadata.ledger import LedgerState
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
 from bookie.wire import Status
+from bookie_logs import metric
 import waiting
 
 KEY = b"gc-overreplicated-key"
@@ -45,14 +45,6 @@ def _status(bookie: str, ledger_id: int, entry_id: int) -> Status:
         return Status(c.read(ledger_id, entry_id)[0])
 
 
-def _metric(lb, i: int, name: str) -> float:
-    with urllib.request.urlopen(f"{lb.admin_url(i)}/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " "):
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 def test_a_bookie_drops_copies_no_fragment_names_it_for_after_the_wait(tmp_path):
     with LocalBookies(2, base_dir=str(tmp_path / "b"), conf=CONF, admin_http=True) as lb:
         a, b = lb.bookies
@@ -77,8 +69,8 @@ def test_a_bookie_drops_copies_no_fragment_names_it_for_after_the_wait(tmp_path)
         assert all(_status(a, over, e) == Status.OK for e in range(5))  # A is named: kept
         assert all(_status(b, tail, e) == Status.OK for e in range(5))  # named in a fragment
         assert all(_status(b, open_, e) == Status.OK for e in range(2))  # not closed
-        assert _metric(lb, 1, "bookie_gc_overreplicated_ledgers_total") == 1.0
-        assert _metric(lb, 0, "bookie_gc_overreplicated_ledgers_total") == 0.0
+        assert metric(lb, 1, "bookie_gc_overreplicated_ledgers_total") == 1.0
+        assert metric(lb, 0, "bookie_gc_overreplicated_ledgers_total") == 0.0
         # no tombstone: the ledger is not deleted, B may be given a copy again
         _put(b, over, [0], copy=True)
         assert _status(b, over, 0) == Status.OK
