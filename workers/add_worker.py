@@ -583,7 +583,10 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         quota = machine.quotas.limit_bytes  # ledgerStorageQuotaBytes (core/adds.py invariant 8)
         if quota:
             principal, nbytes = self.quota_principal(), int(lengths.sum())
-            machine.check_quota(ledger_id, recovery, credential, principal, nbytes)
+            exempt = self.recovery_principal(credential, principal)
+            info = table.get(ledger_id)
+            machine.check_quota(ledger_id, recovery, exempt, principal, nbytes,
+                                fenced=info is not None and info.fenced)
         parts, size, data_offset = records.add_batch_parts(ledger_id, placed.key, lengths_frame, data,
                                                            flags=placed.flags)
         if not self.room_for(journal, size):
@@ -597,7 +600,7 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
                                    lengths, data_offset, size))
         self.store(ledger_id, start, end, size, data_offset, entry_ids, lengths, offsets)
         if quota:
-            machine.placed(ledger_id, principal, nbytes, not (recovery or credential))
+            machine.placed(ledger_id, principal, nbytes, exempt)
         self.moved.add(ledger_id)
         deferred = bool(flags & wire.Bits.DEFERRED_SYNC)  # answered once stored (core/adds.py inv. 6)
         self.deferred_waiting |= deferred
