@@ -56,7 +56,12 @@ Invariants
    is answered OK: a recovery can fence a read-only bookie (issue 32 item 4), and no add of
    its ledger placed before it can be acknowledged later.  The held records are kept (they are
    in the journal; LastLogMark never passes one not stored: a restart replays them), so an
-   entry refused so may still be found here later, as any unacknowledged entry may.
+   entry refused so may still be found here later, as any unacknowledged entry may.  A recovery
+   add whose every entry this bookie holds with the same bytes stores nothing and is answered
+   OK, read-only or not (issue 39 item 7: a recovering reader re-adds what it read, and must
+   be able to close a ledger whose only bookie went read-only on a full disk); one that would
+   store anything is refused READ_ONLY like a normal add (``check_writable``,
+   ``duplicate_answer``).
 6. **An answer leaves only once its record is stored, and durable unless it is a deferred
    add's**: answers of journal J leave in J's order; a normal add's, a fence's, a LAC's and a
    FORCE_LEDGER's once ``min(DURABLE_J, safe_to_J)`` passed its record's end (DESIGN
@@ -269,14 +274,27 @@ class AddMachine:
         """The status every normal add gets now, or None (invariant 5)."""
         return Status.READ_ONLY if readonly or self.full else None
 
-    def check_writable(self, readonly: bool, pending: int) -> None:
+    def check_writable(self, readonly: bool, pending: int, recovery: bool = False) -> Status | None:
         """An ADD's first refusals, before anything is looked up: READ_ONLY (invariant 5), or
-        TOO_MANY_REQUESTS with ``max_waiting`` answers held back already.  Raises Rejected."""
+        TOO_MANY_REQUESTS with ``max_waiting`` answers held back already.  Raises Rejected;
+        for a ``recovery`` add READ_ONLY is returned instead, to be raised only once the add
+        turns out to store something (``duplicate_answer``: invariant 5's re-add)."""
         status = self.refusal(readonly)
-        if status is not None:
+        if status is not None and not recovery:
             raise Rejected(status)
         if pending >= self.max_waiting:
             raise Rejected(Status.TOO_MANY_REQUESTS)
+        return status
+
+    def duplicate_answer(self, write: int, safe_to: int, uncommitted: bool) -> int:
+        """Where in its journal the OK of an add whose every entry this bookie holds with the
+        same bytes (invariant 4) waits: behind every record placed so far (``write``); while
+        read-only, behind what is stored (``safe_to``) instead, when nothing of the ledger is
+        stored but not yet committed (so its entries are all in the index, readable, their
+        records before ``safe_to``): the answer is then never refused READ_ONLY (invariant 5)."""
+        if self.full and not uncommitted:
+            return min(write, safe_to)
+        return write
 
     def named_rule(self, named: bool | None, reread: bool, recovery: bool, credential: bool):
         """Invariant 7, for a request of a ledger the table holds nothing for: None (go on),
