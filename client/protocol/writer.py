@@ -492,9 +492,9 @@ class LedgerWriter:
         if new_info is None:
             silent = all(self._failed_status.get(self.ensemble[p], A.TIMEOUT)
                          in (A.TIMEOUT, A.UNREACHABLE) for p in positions)
-            advice = ("this client has no CURVE key of its own (curveSecretKeyFile), which "
-                      "a bookie that enrols keys never admits: set curveSecretKeyFile" if
-                      silent and not self.curve else "start more bookies or make them writable")
+            advice = ("set the client's curveSecretKeyFile (above): this client has no CURVE "
+                      "key of its own" if silent and not self.curve else
+                      "start more bookies or make them writable")
             return self._fail(NotEnoughBookiesError(
                 f"ledger {self.ledger_id}: {self._why_failed(sorted(positions))}, and only "
                 f"{len(set(writable) - set(self.ensemble))} writable bookie(s) outside the "
