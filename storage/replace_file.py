@@ -26,7 +26,16 @@ def replace_file(path: str, data: bytes, mode: int = 0o600) -> None:
         os.unlink(tmp)
     except FileNotFoundError:
         pass
-    fd = os.open(tmp, _CREATE, mode)
+    create_new(tmp, data, mode)
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")
+
+
+def create_new(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Create ``path`` anew (``O_CREAT | O_EXCL | O_NOFOLLOW``: never through a link, never
+    over a file) with ``data`` and ``mode`` from its first byte, fsynced.  Raises OSError
+    (``FileExistsError`` when anything is there); a half-written file is removed."""
+    fd = os.open(path, _CREATE, mode)
     try:
         os.fchmod(fd, mode)  # whatever the umask
         view = memoryview(data)
@@ -35,11 +44,9 @@ def replace_file(path: str, data: bytes, mode: int = 0o600) -> None:
         os.fsync(fd)
     except OSError:
         os.close(fd)
-        os.unlink(tmp)
+        os.unlink(path)
         raise
     os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path) or ".")
 
 
 def fsync_dir(directory: str) -> None:

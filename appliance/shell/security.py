@@ -75,19 +75,8 @@ def register(commands) -> None:
 def _create_private(path: str, text: str, mode: int) -> None:
     """Create ``path`` anew (O_EXCL, O_NOFOLLOW: never through a link, never over a file) with
     ``text`` and ``mode``.  Raises OSError; a half-written file is removed."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        os.fchmod(fd, mode)
-        data = text.encode()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    except OSError:
-        os.close(fd)
-        os.unlink(path)
-        raise
-    os.close(fd)
+    from bookie.storage.replace_file import create_new
+    create_new(path, text.encode(), mode)
 
 
 def _key_file(public: bytes, secret: bytes | None = None) -> str:

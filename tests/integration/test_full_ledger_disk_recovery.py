@@ -61,20 +61,10 @@ def test_a_full_ledger_disk_still_answers_fences_and_the_writer_hears_read_only(
     ens, disk = bookies
     assert ens.stop(3) == 0
     filler = fill(disk, 1 << 20)
-    acked: dict[int, bytes] = {}
     with BookKeeper(ens.metadata_uri, CONFIG) as writer_bk:
         lh = writer_bk.create_ledger(3, 2, 1, password=PW)
         assert ens.bookies[0] in lh.metadata.last_ensemble
-        error = None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            data = os.urandom(2000)
-            try:
-                acked[lh.add_entry(data)] = data
-            except BookKeeperError as e:
-                error = e
-                break
-        assert error is not None, "the writer never met the full disk"
+        acked, error = write_until_refused(lh)
         assert acked, str(error)
         text = str(error)
         assert "read-only" in text and ens.bookies[0] in text, text
