@@ -10,10 +10,15 @@ keys (``curveClientKeysDirectory``); otherwise an *ephemeral* keypair made for t
 which a bookie without enrolment admits and never takes for an identity (shares and quotas go
 by the peer's address).
 
-``curveServerKeys`` (optional) pins bookies whose registration publishes no key (bookies from
-before keys, spoken to in the clear otherwise until they restart and publish theirs) and
-bookies reached without a metadata store: a public key file used for every bookie, or a directory holding one
-``HOST_PORT.key`` per bookie (its id with ``:`` as ``_``).  A published key always wins.
+``curveServerKeys`` (optional) pins bookie keys: a public key file used for every bookie, or a
+directory holding one ``HOST_PORT.key`` per bookie (its id with ``:`` as ``_``).  An explicit
+pin wins over the key a registration publishes (issue 39 item 6: whoever can write a
+registration cannot swap the key of a bookie the operator pinned); without one, the published
+key is pinned.  A registration that publishes no key (a bookie from before keys, or one serving
+a benchmark's clear-text baseline) is refused (``bookie.client.connection``: the bookie counts
+as down) unless the client sets ``allowClearTextBookies=true``: then it is spoken to in the
+clear.  A bookie reached without a metadata store (an address given by hand) with no pin is
+spoken to in the clear, as before: no registration was read there to forge.
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ class ClientCurve:
     """Args:
         secret_key_file: the client's enrolled key; "" makes an ephemeral one.
         server_keys: ``curveServerKeys`` ("" none).
+        allow_clear: ``allowClearTextBookies``: speak in the clear to a bookie whose
+            registration publishes no key (else it is refused).
     """
 
-    def __init__(self, secret_key_file: str = "", server_keys: str = ""):
+    def __init__(self, secret_key_file: str = "", server_keys: str = "", allow_clear: bool = False):
         if secret_key_file:
             try:
                 self.public, self.secret = zmq.auth.load_certificate(secret_key_file)
@@ -43,6 +50,7 @@ class ClientCurve:
         else:
             self.public, self.secret = zmq.curve_keypair()
         self.ephemeral = not secret_key_file  # never an identity at the bookie
+        self.allow_clear = allow_clear
         self.server_keys = server_keys
         self.shared = None if not server_keys or os.path.isdir(server_keys) \
             else self._load(server_keys)
@@ -63,18 +71,19 @@ class ClientCurve:
         return self._load(os.path.join(self.server_keys, bookie.replace(":", "_") + ".key"))
 
     def apply(self, sock, bookie: str, published: bytes | None = None) -> bool:
-        """Make ``sock`` (not yet connected) a CURVE client of ``bookie``, pinning
-        ``published`` (the key its registration names), else the configured one.
+        """Make ``sock`` (not yet connected) a CURVE client of ``bookie``, pinning the key
+        ``curveServerKeys`` names for it, else ``published`` (the key its registration names).
 
-        No key known (``published`` ``b""``: a registration from before keys; None: no store
+        No key known (``published`` ``b""``: a registration without a key; None: no store
         was asked, an address given by hand; and no ``curveServerKeys``): the socket is left
-        in the clear, which only a bookie from before keys answers; returns False then, else
+        alone and False is returned (the caller refuses it or speaks in the clear), else
         True."""
-        if not published and self.server_key(bookie) is None:
+        key = self.server_key(bookie) or published
+        if not key:
             return False
         sock.setsockopt(zmq.CURVE_PUBLICKEY, self.public)
         sock.setsockopt(zmq.CURVE_SECRETKEY, self.secret)
-        sock.setsockopt(zmq.CURVE_SERVERKEY, published or self.server_key(bookie))
+        sock.setsockopt(zmq.CURVE_SERVERKEY, key)
         return True
 
 
@@ -83,4 +92,4 @@ def client_curve(cfg) -> ClientCurve:
     ``curveSecretKeyFile`` is not set).  Raises InvalidArgumentError for unusable files."""
     if cfg.curveServerKeys and not os.path.exists(cfg.curveServerKeys):
         raise InvalidArgumentError(f"curveServerKeys={cfg.curveServerKeys}: no such file or directory")
-    return ClientCurve(cfg.curveSecretKeyFile, cfg.curveServerKeys)
+    return ClientCurve(cfg.curveSecretKeyFile, cfg.curveServerKeys, cfg.allowClearTextBookies)

@@ -97,6 +97,9 @@ class ClientConfig:
     # public key file (or directory of HOST_PORT.key files) it pins.  Both or neither.
     curveSecretKeyFile: str = ""
     curveServerKeys: str = ""
+    # Speak in the clear to a bookie whose registration publishes no CURVE key (a bookie from
+    # before keys, a benchmark's clear-text baseline); otherwise such a bookie is refused.
+    allowClearTextBookies: bool = False
     # ZooKeeper ACLs (metadata/zk_acl.py, docs/security.md): BookKeeper's zkEnableSecurity, and
     # the file (mode 0600) of the cluster's digest credentials user:password.
     zkEnableSecurity: bool = False

@@ -22,7 +22,7 @@ import threading
 import zmq
 
 from bookie.client.auth import ClientCurve
-from bookie.client.resolver import ADDRESSES_ONLY, BookieResolver
+from bookie.client.resolver import ADDRESSES_ONLY, BookieResolver, UnresolvedBookieError
 from bookie.metadata.bookie_ids import split_address
 
 log = logging.getLogger("bookie.client")
@@ -53,14 +53,16 @@ def connect(ctx: zmq.Context, bookie: str, kind: int = ADD, curve=None, unbounde
     Args:
         bookie: the bookie's id, as ensembles name it (``host:port``, or a ``bookieId``).
         curve: the client's keys (``bookie.client.auth.ClientCurve``); None: an ephemeral
-            keypair of this process.  The server key pinned is the one the resolver finds.
+            keypair of this process.  The server key pinned: ``curveServerKeys``'s for the
+            bookie, else the one the resolver finds (client/auth.py).
         unbounded: no ZeroMQ high-water marks (the caller bounds what it has in flight).
         keepalive: TCP keepalive (long-lived connections of the client's I/O thread).
         resolver: where ids are looked up (``bookie.client.resolver``); None: address ids
             only, with no key published (``curve`` must pin one: ``curveServerKeys``).
     Raises:
         UnresolvedBookieError (a ValueError): ``bookie`` is not registered (down), or no
-            address is known for it.
+            address is known for it, or its registration publishes no key and the client
+            does not allow clear text (``allowClearTextBookies``).
     """
     return connect_proved(ctx, bookie, kind, curve, unbounded, keepalive, resolver,
                           watch=False)[0]
@@ -80,14 +82,22 @@ def connect_proved(ctx: zmq.Context, bookie: str, kind: int = ADD, curve=None,
         sock.setsockopt(zmq.RCVHWM, 0)
     if keepalive:
         sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
-    if not (curve or _ephemeral_curve()).apply(sock, bookie, target.key):
+    curve = curve or _ephemeral_curve()
+    if not curve.apply(sock, bookie, target.key):
         if target.key is None:  # an address given by hand, no store asked: the caller's choice
             log.debug("no key known for bookie %s (no metadata store): spoken to in the clear",
                       bookie)
+        elif not curve.allow_clear:  # a registration anyone may have written (client/auth.py)
+            sock.close(0)
+            _say_once(bookie, f"{host}:{port}", "the bookie's registration publishes no CURVE "
+                      "key: refused, treated as down (pin its key with curveServerKeys, or set "
+                      "allowClearTextBookies=true to speak to it in the clear)", logging.WARNING)
+            raise UnresolvedBookieError(
+                f"bookie {bookie}'s registration publishes no CURVE key: refused (pin its key "
+                f"with curveServerKeys, or set the client's allowClearTextBookies=true)")
         else:
-            _say_once(bookie, f"{host}:{port}", "the bookie's registration publishes no key (a "
-                      "bookie from before keys): spoken to in the clear until it restarts",
-                      logging.INFO)
+            _say_once(bookie, f"{host}:{port}", "the bookie's registration publishes no key: "
+                      "spoken to in the clear (allowClearTextBookies)", logging.INFO)
     proof = Proof(sock, bookie, f"{host}:{port + kind}") if watch else None
     sock.connect(f"tcp://{host}:{port + kind}")
     return sock, proof

@@ -28,8 +28,9 @@ waits for the store once per id and client), and kept, a missing one too.  It is
   coalesce quick changes; a change they miss costs one request's timeout, then ``forget``
   re-reads.)
 
-A registration without a key is a bookie from before keys: its address is used without a pin
-(unless ``curveServerKeys`` pins one) until it restarts and publishes its key.
+Which key is pinned is ``bookie.client.auth``'s rule: an explicit ``curveServerKeys`` entry wins
+over the published key; a registration without a key is refused unless the client allows
+clear text (``allowClearTextBookies``).
 """
 
 from __future__ import annotations

@@ -56,7 +56,12 @@ Invariants
    is answered OK: a recovery can fence a read-only bookie (issue 32 item 4), and no add of
    its ledger placed before it can be acknowledged later.  The held records are kept (they are
    in the journal; LastLogMark never passes one not stored: a restart replays them), so an
-   entry refused so may still be found here later, as any unacknowledged entry may.
+   entry refused so may still be found here later, as any unacknowledged entry may.  A recovery
+   add whose every entry this bookie holds with the same bytes stores nothing and is answered
+   OK, read-only or not (issue 39 item 7: a recovering reader re-adds what it read, and must
+   be able to close a ledger whose only bookie went read-only on a full disk); one that would
+   store anything is refused READ_ONLY like a normal add (``check_writable``,
+   ``duplicate_answer``).
 6. **An answer leaves only once its record is stored, and durable unless it is a deferred
    add's**: answers of journal J leave in J's order; a normal add's, a fence's, a LAC's and a
    FORCE_LEDGER's once ``min(DURABLE_J, safe_to_J)`` passed its record's end (DESIGN
@@ -80,15 +85,19 @@ token (the loop's socket, frames and arrival time); the machine never looks insi
    enough).  Recovery adds and anything on the recovery credential always pass: a copy, or a
    recovery's re-add to a replacement, arrives before the metadata names its target.
 
-8. **A writer over its storage quota is refused, and only it** (issue 33 item 6,
-   ``ledgerStorageQuotaBytes``; the rule and what counts: ``bookie.core.quotas``).  A normal add
-   whose bytes would take its ledger's writer identity (an enrolled key, else the ledger's owner)
-   past the quota is refused OVER_QUOTA before anything is placed (``check_quota``, after the
-   ledger rules passed it).  Recovery adds, the recovery credential's, fences and WRITE_LACs are
-   never asked: healing never fails for a quota.  Every placed add's bytes count at once
-   (``placed``; fences' and LACs' at the next reset), and usage is reset from what the bookie
-   holds (``bookie.core.quotas`` invariant 1), so replay, deletes, drops and restarts agree
-   with the live path.
+8. **A writer over its storage quota is refused, and only it** (issue 33 item 6, issue 39 item
+   2, ``ledgerStorageQuotaBytes``; the rule and what counts: ``bookie.core.quotas``).  An add
+   whose bytes would take its ledger's writer identity (an enrolled key, else the ledger's
+   owner) past the quota is refused OVER_QUOTA before anything is placed (``check_quota``,
+   after the ledger rules passed it) - a RECOVERY_ADD too: the flag alone exempts nothing.
+   Exempt (``quota_exempt``): the recovery principal's adds (the recovery credential, an
+   admin key: autorecovery, the shell's recovery), recovery adds to a ledger this bookie holds
+   fenced (a recovering reader closing it), fences and WRITE_LACs: healing never fails for a
+   quota.  The first add of any kind from a writer key binds the ledger's identity, so a
+   ledger written only with RECOVERY_ADD is charged to its writer.  Every placed add's bytes
+   count at once (``placed``; fences' and LACs' at the next reset), and usage is reset from
+   what the bookie holds (``bookie.core.quotas`` invariant 1), so replay, deletes, drops and
+   restarts agree with the live path.
 
 (A full journal disk turns the bookie read-only too, through the supervisor: the journal worker.)
 """
@@ -100,7 +109,7 @@ from typing import NamedTuple
 
 from bookie import wire
 from bookie.core.ledgers import LedgerTable, Placed, Rejected
-from bookie.core.quotas import Quotas
+from bookie.core.quotas import Quotas, quota_exempt
 from bookie.wire import Status
 
 GO, WAIT = 0, 1  # ``arrive``'s answers (plain ints: the hot path allocates nothing)
@@ -265,14 +274,27 @@ class AddMachine:
         """The status every normal add gets now, or None (invariant 5)."""
         return Status.READ_ONLY if readonly or self.full else None
 
-    def check_writable(self, readonly: bool, pending: int) -> None:
+    def check_writable(self, readonly: bool, pending: int, recovery: bool = False) -> Status | None:
         """An ADD's first refusals, before anything is looked up: READ_ONLY (invariant 5), or
-        TOO_MANY_REQUESTS with ``max_waiting`` answers held back already.  Raises Rejected."""
+        TOO_MANY_REQUESTS with ``max_waiting`` answers held back already.  Raises Rejected;
+        for a ``recovery`` add READ_ONLY is returned instead, to be raised only once the add
+        turns out to store something (``duplicate_answer``: invariant 5's re-add)."""
         status = self.refusal(readonly)
-        if status is not None:
+        if status is not None and not recovery:
             raise Rejected(status)
         if pending >= self.max_waiting:
             raise Rejected(Status.TOO_MANY_REQUESTS)
+        return status
+
+    def duplicate_answer(self, write: int, safe_to: int, uncommitted: bool) -> int:
+        """Where in its journal the OK of an add whose every entry this bookie holds with the
+        same bytes (invariant 4) waits: behind every record placed so far (``write``); while
+        read-only, behind what is stored (``safe_to``) instead, when nothing of the ledger is
+        stored but not yet committed (so its entries are all in the index, readable, their
+        records before ``safe_to``): the answer is then never refused READ_ONLY (invariant 5)."""
+        if self.full and not uncommitted:
+            return min(write, safe_to)
+        return write
 
     def named_rule(self, named: bool | None, reread: bool, recovery: bool, credential: bool):
         """Invariant 7, for a request of a ledger the table holds nothing for: None (go on),
@@ -293,23 +315,24 @@ class AddMachine:
         needed).  Raises Rejected."""
         return self.table.check_add(ledger_id, key, recovery, credential, owner)
 
-    def check_quota(self, ledger_id: int, recovery: bool, credential: bool, principal,
-                    nbytes: int) -> None:
-        """Invariant 8: a normal add of ``nbytes`` to ``ledger_id`` from ``principal`` (its
-        enrolled key; None: no enrolment) that would take its writer past the quota raises
-        Rejected(OVER_QUOTA).  Recovery adds and the credential's are never refused for it."""
-        if recovery or credential:
+    def check_quota(self, ledger_id: int, recovery: bool, recovery_principal: bool, principal,
+                    nbytes: int, fenced: bool = False) -> None:
+        """Invariant 8: an add of ``nbytes`` to ``ledger_id`` from ``principal`` (its enrolled
+        key; None: no enrolment) that would take its writer past the quota raises
+        Rejected(OVER_QUOTA), unless ``quota_exempt`` (``recovery_principal``: the recovery
+        credential or an admin key; ``fenced``: this bookie holds the ledger fenced)."""
+        if quota_exempt(recovery, recovery_principal, fenced):
             return
         self.quotas.check(ledger_id, principal, nbytes)
 
-    def placed(self, ledger_id: int, principal, nbytes: int, normal: bool) -> None:
+    def placed(self, ledger_id: int, principal, nbytes: int, recovery_principal: bool) -> None:
         """A record of ``nbytes`` was placed for ``ledger_id`` (invariant 8): it counts to the
-        ledger's identity; a ``normal`` add from an enrolled ``principal`` binds the ledger's
-        identity when it has none."""
+        ledger's identity; the first add of any kind from an enrolled writer ``principal`` (not
+        the recovery principal) binds the ledger's identity when it has none."""
         quotas = self.quotas
         if not quotas.limit_bytes:
             return  # no quota: nothing kept (the default)
-        if normal:
+        if not recovery_principal:
             quotas.bind(ledger_id, principal)
         quotas.stored(ledger_id, nbytes)
 

@@ -7,8 +7,9 @@ A bookie with ``ledgerStorageQuotaBytes`` > 0 bounds the bytes it stores for the
 writer identity.  The identity of a ledger (``identity_of``):
 
 - an **enrolled CURVE key** (the principal of ``bookie.workers.auth``: its z85 User-Id): the
-  key whose normal add first reached this bookie for the ledger (``bind``); it stays the
-  ledger's identity for good, whoever adds later (only a holder of the ledger's master key can);
+  key whose add (of any kind, RECOVERY_ADD included; not the recovery principal's) first
+  reached this bookie for the ledger (``bind``); it stays the ledger's identity for good,
+  whoever adds later (only a holder of the ledger's master key can);
 - otherwise the **ledger's owner** as the rule book knows it (``bookie.core.ledgers``: its
   binding, the stored form of its master key, which is per ledger): the ledger itself.  An
   ephemeral client key is never an identity, nor is an address (many clients share one).
@@ -27,11 +28,13 @@ Invariants
    deleted ledger's bytes come back to its identity once the GC has deleted it, and how the
    over-replicated drop, compaction and an index rebuild are followed), and ``stored`` adds
    what the add worker stored since.  No path keeps a count of its own.
-2. **Only a normal add is refused for a quota** (``check``), and only when its bytes would take
-   its ledger's identity past the quota: such an add is refused OVER_QUOTA and nothing is
-   stored.  Recovery adds (the recovery credential's included), copies, fences and WRITE_LACs
-   are never refused for a quota: healing never fails for one, and a fence must always pass.
-   Their bytes still count.
+2. **What the quota may refuse** (``quota_exempt``, ``check``): an add (normal or
+   RECOVERY_ADD: the flag is the client's to set, issue 39 item 2) whose bytes would take its
+   ledger's identity past the quota is refused OVER_QUOTA and nothing is stored.  Never
+   refused: the recovery principal's adds (the recovery credential, an admin key:
+   autorecovery, the shell's recovery), a recovery add to a ledger this bookie holds fenced
+   (a recovering reader closing it: the writer can add no more), fences and WRITE_LACs:
+   healing never fails for a quota, and a fence must always pass.  Their bytes still count.
 3. **Other identities are unaffected**: a refusal depends on the ledger's identity's usage
    alone.
 4. **Identities are persisted** (the add worker's ``storage/writers.py``) before an add of the
@@ -48,6 +51,13 @@ from bookie.core.ledgers import Rejected
 from bookie.wire import Status
 
 RESYNC_S = 2.0  # the add worker's ``reset`` from the index, at most this often (after a commit)
+
+
+def quota_exempt(recovery: bool, recovery_principal: bool, fenced: bool) -> bool:
+    """Whether an add is never refused for a quota (invariant 2): the recovery principal's
+    (``recovery_principal``: the recovery credential or an admin key), or a recovery add to a
+    ledger this bookie holds ``fenced``."""
+    return recovery_principal or (recovery and fenced)
 
 
 def ledger_identity(ledger_id: int) -> tuple:
@@ -74,7 +84,7 @@ class Quotas:
         return ("key", key) if key is not None else ledger_identity(ledger_id)
 
     def bind(self, ledger_id: int, principal: str | None) -> None:
-        """A normal add of ``ledger_id`` from ``principal`` (an enrolled key, None: none) was
+        """An add of ``ledger_id`` from writer ``principal`` (an enrolled key, None: none) was
         taken: the ledger's identity is that key unless it has one already.  Its bytes move
         from the ledger's own identity to the key's."""
         if principal is None or ledger_id in self.identities:
@@ -87,7 +97,7 @@ class Quotas:
 
     # -- the rule (invariant 2) --------------------------------------------------------------------
     def check(self, ledger_id: int, principal: str | None, nbytes: int) -> None:
-        """A normal add of ``nbytes`` to ``ledger_id`` by ``principal``.  Raises
+        """An add (not exempt: ``quota_exempt``) of ``nbytes`` to ``ledger_id`` by ``principal``.  Raises
         Rejected(OVER_QUOTA) when it would take the ledger's identity past the quota."""
         if not self.limit_bytes:
             return

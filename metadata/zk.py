@@ -43,10 +43,11 @@ from bookie.metadata.errors import (
     MetadataTimeoutError, NodeExistsError, NoSuchLedgerError, NoSuchNodeError, NoSuchStoreError)
 from bookie.metadata.ledger import LedgerMetadata
 from bookie.metadata.store import (
-    LAYOUT, Cancel, Dispatcher, MetadataStore, Watch, check_path)
+    AVAILABLE, LAYOUT, READONLY, Cancel, Dispatcher, MetadataStore, Watch, check_path)
 from bookie.metadata.uri import MetadataUri
 from bookie.metadata.zk_acl import (
-    BOOKIES_WRITE_PARENTS, ZkSecurity, _ids, above_root_acl, acl_for, refused_with, root_acl_problem)
+    BOOKIES_WRITE_PARENTS, REGISTRATIONS, ZkSecurity, _ids, above_root_acl, acl_for, child_acl, listed,
+    read_only_entry, refused_with, root_acl_problem)
 from bookie.metadata.zk_errors import map_error
 
 log = logging.getLogger(__name__)
@@ -240,7 +241,9 @@ class ZooKeeperMetadataStore(MetadataStore):
     def _check_bookie_acls(self) -> None:
         """A bookie (security on, zkBookieDigestAuthFile) puts the bookies-only ACL on the
         parents of registrations, cookies and locations where a client or an older version
-        made them with the cluster's: otherwise any client could create or delete children."""
+        made them with the cluster's: otherwise any client could create or delete children.
+        Their existing children too (zk_acl.py, ``child_acl``): each one not written with the
+        bookies-only ACL is named in one warning line."""
         want = self.security.bookies_only_acl if self.security else None
         if want is None:
             return
@@ -251,10 +254,56 @@ class ZooKeeperMetadataStore(MetadataStore):
                 if _ids(acls) != _ids(want):
                     self._run(node, lambda c, n=node: c.set_acls_async(n, want))
                     log.info("ACL of %s set to the bookies' principal only", node)
+                kids = self._children_abs(node)
             except NoSuchNodeError:
                 continue  # made with the right ACL when first needed
             except AccessDeniedError as e:
                 log.warning("cannot give %s to the bookies' principal alone (%s)", node, e)
+                continue
+            for kid in kids:
+                if top == "/available" and kid == "readonly":
+                    continue  # a parent of its own
+                self._check_child_acl(top, f"{node}/{kid}", want)
+
+    def _check_child_acl(self, top: str, path: str, want) -> None:
+        fix = child_acl(top, self.security)
+        try:
+            acls, _ = self._run(path, lambda c: c.get_acls_async(path))
+            if _ids(acls) in (_ids(want), _ids(fix)):
+                return
+            self._run(path, lambda c: c.set_acls_async(path, fix))
+        except NoSuchNodeError:
+            return  # gone meanwhile (an ephemeral registration)
+        except AccessDeniedError as e:
+            log.warning("cannot give %s to the bookies' principal alone (%s)", path, e)
+            return
+        kind = "registration" if top in REGISTRATIONS else top.strip("/")[:-1]
+        log.warning("%s %s was not written by the bookies' principal (made before "
+                    "zkBookieDigestAuthFile, or by a client): %s", kind, path,
+                    "no longer listed, clients ignore it" if top in REGISTRATIONS else
+                    "now the bookies' alone to change; check it")
+
+    def list_bookies(self, readonly: bool = False) -> list[str]:
+        """As the store lists them, without a registration a bookie's principal did not write
+        (zk_acl.py ``listed``: under a bookies-only parent, a child with another ACL)."""
+        ids = super().list_bookies(readonly)
+        parent = self.root + (READONLY if readonly else AVAILABLE)
+        try:
+            parent_acls, _ = self._run(parent, lambda c: c.get_acls_async(parent))
+        except (NoSuchNodeError, AccessDeniedError):
+            return ids
+        if not read_only_entry(parent_acls):
+            return ids  # no bookies' principal: nothing to tell apart
+        out = []
+        for bookie_id in ids:
+            path = f"{parent}/{bookie_id}"
+            try:
+                acls, _ = self._run(path, lambda c, p=path: c.get_acls_async(p))
+            except (NoSuchNodeError, AccessDeniedError):
+                acls = None
+            if listed(parent_acls, acls):
+                out.append(bookie_id)
+        return out
 
     def _check_root_acl(self) -> None:
         """Refuse (``AccessDeniedError``) a root whose ACL does not fit ``self.security``."""

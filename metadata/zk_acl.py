@@ -52,6 +52,15 @@ _USER = re.compile(r"^[^:\s]+$")
 # against the parent's ACL, so no client can hold, replace or remove a bookie's node.
 BOOKIES_WRITE = ("/available", "/cookies", "/bookielocations")
 BOOKIES_WRITE_PARENTS = (*BOOKIES_WRITE, "/available/readonly")  # where children are made
+REGISTRATIONS = ("/available", "/available/readonly")
+# Turning zkBookieDigestAuthFile on (issue 39 item 5): a bookie opening the store re-ACLs every
+# existing child of ``BOOKIES_WRITE_PARENTS`` too, not only the parents.  A child whose ACL is
+# not the bookies-only one was not written by a bookie's principal (before the key was on, or
+# by a client): one warning line each; a cookie or a location gets the bookies-only ACL (no
+# client changes it from now on; a bookie's cookie is still checked against its own copy at
+# its start); a registration gets the bookies' principal alone (``quarantine_acl``): clients
+# can neither read nor resolve it, and ``listed`` leaves it out.  A bookie registering again
+# makes its node anew with the bookies-only ACL.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +119,28 @@ def acl_for(relative_path: str, security: ZkSecurity | None) -> list[ACL] | None
         if relative_path == top or relative_path.startswith(top + "/"):
             return security.bookies_only_acl
     return None
+
+
+def child_acl(top: str, security: "ZkSecurity") -> list[ACL] | None:
+    """The ACL an existing child of ``top`` (one of ``BOOKIES_WRITE_PARENTS``) gets when its
+    ACL is not the bookies-only one: a registration is quarantined (the bookies' principal
+    alone), a cookie or a location gets the bookies-only ACL."""
+    return security.bookie_acl if top in REGISTRATIONS else security.bookies_only_acl
+
+
+def read_only_entry(acls) -> bool:
+    """Whether an ACL gives some principal READ alone: the bookies-only ACL's mark (the
+    cluster's principal reads what the bookies write)."""
+    return any(a.perms == Permissions.READ for a in acls)
+
+
+def listed(parent_acls, child_acls) -> bool:
+    """Whether a registration is listed: under a parent with the bookies-only ACL, only a child
+    with that same ACL (a bookie made it: ZooKeeper lets no one else create there); under any
+    other parent (no bookies' principal), every child, as before."""
+    if not read_only_entry(parent_acls):
+        return True
+    return child_acls is not None and _ids(child_acls) == _ids(parent_acls)
 
 
 def load_zk_security(enabled: bool, auth_file: str, key: str = DIGEST_KEY) -> ZkSecurity | None:

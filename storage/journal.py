@@ -95,6 +95,7 @@ from typing import NamedTuple
 import crc32c
 
 from bookie.storage.journal_set import lastmark_name
+from bookie.storage.replace_file import fsync_dir, replace_file  # noqa: F401 - fsync_dir: its users import it from here
 
 FILE_MAGIC = b"BKJRNL03"
 # magic -> (journal format, CRC of a group's body) of the files this code reads
@@ -135,14 +136,6 @@ def list_journals(directory: str) -> list[int]:
         if m:
             ids.append(int(m.group(1), 16))
     return sorted(ids)
-
-
-def fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def pack_file_header(journal_id: int, start: int, salt: int) -> bytes:
@@ -470,14 +463,8 @@ def journal_end(directory: str, mark: int = 0) -> int:
 def write_lastmark(directory: str, mark: int, journal: int = 0) -> None:
     """Persist journal ``journal``'s LastLogMark in ledger directory ``directory``."""
     path = os.path.join(directory, lastmark_name(journal))
-    tmp = path + ".tmp"
     head = struct.pack("<Q", mark)
-    with open(tmp, "wb") as f:
-        f.write(LASTMARK.pack(mark, zlib.crc32(head), 0))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(directory)
+    replace_file(path, LASTMARK.pack(mark, zlib.crc32(head), 0))  # never through a link
 
 
 def read_lastmark(directory: str, journal: int = 0) -> int:

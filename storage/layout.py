@@ -41,6 +41,7 @@ import orjson
 from bookie.metadata.bookie_ids import split_address
 from bookie.storage.dirlock import DirectoryLock
 from bookie.storage.errors import LayoutError  # noqa: F401 - its users import it from here
+from bookie.storage.replace_file import replace_file
 
 LAYOUT_VERSION = 1
 KEY_FILE = "bookie.key_secret"  # the bookie's own CURVE keypair, in its journal's current/ (server_key.py)
@@ -124,17 +125,9 @@ def _read_json(path: str):
 
 
 def _write_atomic(path: str, data: bytes) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(os.path.dirname(path), os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Cookies, VERSION and the journal stamps: 0600, never through a link
+    (storage/replace_file.py)."""
+    replace_file(path, data)
 
 
 def _has_data(cur: str) -> bool:

@@ -97,6 +97,11 @@ class LedgerStorage:
             self._high[ledger_id] = high
         return high
 
+    def uncommitted(self, ledger_id: int) -> bool:
+        """Whether an entry of ``ledger_id`` was stored since the last commit (not yet in the
+        index)."""
+        return any(item[0] == ledger_id for item in self._batches)
+
     def held_entries(self, ledger_id: int, entry_ids: np.ndarray) -> dict[int, bytes]:
         """{position in ``entry_ids``: the bytes held} for the entries this bookie already holds
         (committed to the index, or stored since the last commit).  Empty, after one dictionary

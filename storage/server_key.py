@@ -26,6 +26,7 @@ import zmq
 import zmq.auth
 
 from bookie.storage.layout import KEY_FILE, PUBLIC_KEY_FIELD, ROTATE_VERB, LayoutError, current_dir
+from bookie.storage.replace_file import replace_file
 
 
 class ServerKeyError(LayoutError):
@@ -57,25 +58,14 @@ def load(path: str, hint: str = "") -> tuple[bytes, bytes]:
 
 
 def write_new(path: str) -> bytes:
-    """Make a new keypair and write it to ``path`` (0600, replacing atomically); returns its
-    public key (z85)."""
+    """Make a new keypair and write it to ``path`` (0600, replacing atomically, never through a
+    link: storage/replace_file.py); returns its public key (z85)."""
     public, secret = zmq.curve_keypair()
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write("#   the bookie's CURVE keypair (storage/server_key.py): do not copy, do not edit\n"
-                "metadata\ncurve\n"
-                f'    public-key = "{public.decode("ascii")}"\n'
-                f'    secret-key = "{secret.decode("ascii")}"\n')
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dfd = os.open(os.path.dirname(path), os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    replace_file(path, ("#   the bookie's CURVE keypair (storage/server_key.py): do not copy, do not edit\n"
+                        "metadata\ncurve\n"
+                        f'    public-key = "{public.decode("ascii")}"\n'
+                        f'    secret-key = "{secret.decode("ascii")}"\n').encode("ascii"))
     return public
 
 

@@ -2,12 +2,14 @@
 quota rule (bookie.core.adds invariant 8, bookie.core.quotas) with each add's writer identity,
 and keeps the usage true to what the bookie holds.  A part of ``AddServer``
 (bookie.workers.add_worker), kept apart as one concept: it uses the server's ``storage``,
-``machine``, ``pending``, ``current``, ``held`` and ``stats``.
+``gate``, ``machine``, ``pending``, ``current``, ``held`` and ``stats``.
 
 - ``quota_start``: at start, after the journal's replay: identities from ``storage/writers.py``,
   usage from the index (core/quotas.py invariant 1).
 - ``quota_principal``: the enrolled key of the message being handled (None without enrolment:
   an ephemeral key, or an address, is no identity).
+- ``recovery_principal``: whether the add is the recovery principal's (the credential, an
+  admin key): exempt from the quota and binding no identity (core/quotas.py invariant 2).
 - ``quota_pass``: after each iteration's commit: persist the identities bound since (before
   their adds are answered, which happens at the next iteration); every ``RESYNC_S``, and only
   when everything placed is in the index (no record held for want of room), usage again from
@@ -44,6 +46,13 @@ class QuotaPasses:
             return None
         frames = self.current[1]
         return self.pending.queues[0].principal(frames[1], frames[0].bytes)
+
+    def recovery_principal(self, credential: bool, principal) -> bool:
+        """Whether the add comes from the recovery principal (core/quotas.py invariant 2): it
+        carries the recovery credential, or its enrolled key's role is admin (autorecovery's
+        own key is one)."""
+        return credential or (principal is not None and self.gate is not None
+                              and self.gate.roles.get(principal) == "admin")
 
     def quota_pass(self, force: bool = False) -> None:
         if self.writers is None:

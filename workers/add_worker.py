@@ -556,14 +556,15 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         if len(body) != 3:
             raise Rejected(Status.BAD_REQUEST, "ADD takes master key, lengths and data frames")
         machine = self.machine
-        machine.check_writable(self.ring.get(READONLY), len(self.pending))
+        recovery = bool(flags & wire.Bits.RECOVERY_ADD)
+        # a recovery add of entries held already is answered while read-only (core/adds.py inv. 5)
+        refusal = machine.check_writable(self.ring.get(READONLY), len(self.pending), recovery)
         key = body[0].bytes
         lengths_frame = body[1].buffer
         data = body[2].buffer
         lengths, offsets = wire.batch_offsets(lengths_frame, len(data), machine.max_entry_bytes)
         ledgers, entry_ids = wire.batch_ids(data, offsets)
         machine.check_batch(ledger_id, ledgers, entry_ids)
-        recovery = bool(flags & wire.Bits.RECOVERY_ADD)
         credential = bool(flags & wire.Bits.RECOVERY_CREDENTIAL)
         if self.park(ledger_id, key, credential) or self.unnamed(ledger_id, recovery, credential):
             return True
@@ -575,15 +576,22 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
             lengths_frame, data, lengths, offsets, entry_ids = machine.write_once(
                 held, lengths_frame, data, lengths, offsets, entry_ids)
             if not len(entry_ids):  # all held, identical: stored nothing; answered in order
-                self.pending.append(Pending(self.rings[journal].get(WRITE), [ident, wire.pack_header(
+                end = machine.duplicate_answer(self.rings[journal].get(WRITE), self.safe_to[journal],
+                                               self.storage.uncommitted(ledger_id))
+                self.pending.append(Pending(end, [ident, wire.pack_header(
                     Op.ADD, Status.OK, request_id, ledger_id)], ledger_id, Op.ADD, self.taken_at,
                     journal))
                 self.stats["add_duplicates_total"] += len(held)
                 return True
+        if refusal is not None:  # a recovery add that would store something
+            raise Rejected(refusal)
         quota = machine.quotas.limit_bytes  # ledgerStorageQuotaBytes (core/adds.py invariant 8)
         if quota:
             principal, nbytes = self.quota_principal(), int(lengths.sum())
-            machine.check_quota(ledger_id, recovery, credential, principal, nbytes)
+            exempt = self.recovery_principal(credential, principal)
+            info = table.get(ledger_id)
+            machine.check_quota(ledger_id, recovery, exempt, principal, nbytes,
+                                fenced=info is not None and info.fenced)
         parts, size, data_offset = records.add_batch_parts(ledger_id, placed.key, lengths_frame, data,
                                                            flags=placed.flags)
         if not self.room_for(journal, size):
@@ -597,7 +605,7 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
                                    lengths, data_offset, size))
         self.store(ledger_id, start, end, size, data_offset, entry_ids, lengths, offsets)
         if quota:
-            machine.placed(ledger_id, principal, nbytes, not (recovery or credential))
+            machine.placed(ledger_id, principal, nbytes, exempt)
         self.moved.add(ledger_id)
         deferred = bool(flags & wire.Bits.DEFERRED_SYNC)  # answered once stored (core/adds.py inv. 6)
         self.deferred_waiting |= deferred

@@ -11,7 +11,10 @@ bookie stopped (its directory lock), it makes a new keypair in the bookie's own 
 where ``curveSecretKeyFile`` is set, adopts the key that file holds now; then it records the
 new public key in the bookie's cookies (every directory, and the metadata store's).  Clients
 pin the key the registration publishes at the bookie's next start; a bookie whose enrolled key
-(as admin at other bookies, for autorecovery) was the old one must be enrolled again.
+(as admin at other bookies, for autorecovery) was the old one must be enrolled again.  Started
+as root it becomes the directories' owner first (``bookie.appliance.privileges``), so the key
+and the cookies (0600) stay the bookie's; each file is replaced through a fresh ``.tmp``
+never followed through a link (``bookie.storage.replace_file``).
 
 Writes ``DIR/NAME.key`` (the public key: give it to the other side, enrol it, pin it) and
 ``DIR/NAME.key_secret`` (public and secret key, mode 0600: it never leaves this host), in
@@ -72,19 +75,8 @@ def register(commands) -> None:
 def _create_private(path: str, text: str, mode: int) -> None:
     """Create ``path`` anew (O_EXCL, O_NOFOLLOW: never through a link, never over a file) with
     ``text`` and ``mode``.  Raises OSError; a half-written file is removed."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        os.fchmod(fd, mode)
-        data = text.encode()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    except OSError:
-        os.close(fd)
-        os.unlink(path)
-        raise
-    os.close(fd)
+    from bookie.storage.replace_file import create_new
+    create_new(path, text.encode(), mode)
 
 
 def _key_file(public: bytes, secret: bytes | None = None) -> str:
@@ -188,12 +180,23 @@ def rotatekey(conf) -> tuple[str | None, str]:
     """
     import orjson
 
+    from bookie.appliance.privileges import run_as_owner
+    from bookie.appliance.shell.registry import import_store_modules
     from bookie.metadata import CookieNotFoundError, MetadataError, open_metadata
     from bookie.storage import server_key
     from bookie.storage.dirlock import DirectoryLock
     from bookie.storage.layout import (PUBLIC_KEY_FIELD, LayoutError, all_dirs, local_cookie,
                                        rewrite_cookies)
+    from bookie.workers.config import ConfigError
 
+    # as root: become the directories' owner first, as every verb that writes there does
+    # (appliance/privileges.py), after the imports and the reads only root may make
+    import_store_modules(conf.metadata_uri)
+    try:
+        conf.zk_security  # noqa: B018 - the credentials file may be readable by root only
+    except ConfigError as e:
+        raise CliError(f"rotatekey: {e}") from None
+    run_as_owner(all_dirs(conf), "rotatekey")
     try:
         lock = DirectoryLock.acquire(all_dirs(conf), purpose="rotate its key")
     except LayoutError as e:

@@ -511,7 +511,8 @@ class LedgerWriter:
     def _why_failed(self, positions: list[int]) -> str:
         """The failed bookies by what they did: a bookie that answered (read-only, an error)
         is named with its answer; only one that never answered may be a CURVE bookie that does
-        not admit this client, and then that comes first, before "start more bookies"."""
+        not admit this client, and then that comes first, before "start more bookies" (which a
+        client without a CURVE key of its own is not told: its key is the likelier cause)."""
         by_why: dict[str, list[str]] = {}
         for p in positions:
             bookie = self.ensemble[p]
@@ -521,10 +522,14 @@ class LedgerWriter:
                    f"failed ({A.status_name(status)})")
             by_why.setdefault(why, []).append(bookie)
         parts = [f"bookie(s) {', '.join(b)} {why}" for why, b in by_why.items()]
-        if "did not answer" in by_why:
+        if "did not answer" in by_why and self.curve:
             parts.append("a bookie that runs but never answers this client speaks CURVE and "
-                         "does not admit it: set the client's curveSecretKeyFile and enrol its "
-                         "public key in the bookie's curveClientKeysDirectory")
+                         "does not admit it: enrol the public key of the client's "
+                         "curveSecretKeyFile in the bookie's curveClientKeysDirectory")
+        elif "did not answer" in by_why:
+            parts.append("a bookie that runs but never answers a client without a CURVE key "
+                         "requires enrolled keys (curveClientKeysDirectory): set the client's "
+                         "curveSecretKeyFile to a key enrolled there")
         return "; ".join(parts)
 
     def _on_bookies(self, event: A.BookiesListed, now: float) -> list:
@@ -535,11 +540,15 @@ class LedgerWriter:
         new_info = replace_bookies(self.info, self.ensemble, sorted(positions), writable,
                                    self._change_first(), self._rng, self.placement)
         if new_info is None:
+            silent = all(self._failed_status.get(self.ensemble[p], A.TIMEOUT)
+                         in (A.TIMEOUT, A.UNREACHABLE) for p in positions)
+            advice = ("set the client's curveSecretKeyFile (above): this client has no CURVE "
+                      "key of its own" if silent and not self.curve else
+                      "start more bookies or make them writable")
             return self._fail(NotEnoughBookiesError(
                 f"ledger {self.ledger_id}: {self._why_failed(sorted(positions))}, and only "
                 f"{len(set(writable) - set(self.ensemble))} writable bookie(s) outside the "
-                f"ensemble are registered to replace them; start more bookies or make them "
-                f"writable", ledger_id=self.ledger_id))
+                f"ensemble are registered to replace them; {advice}", ledger_id=self.ledger_id))
         short = self.placement and self.placement.short_of(new_info.last_ensemble,
                                                            self.info.write_quorum)
         if short:

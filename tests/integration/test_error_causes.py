@@ -44,6 +44,7 @@ def test_a_client_the_curve_bookie_does_not_admit_is_told_so(curve_bookie):
             lh.add_entry(b"x", timeout_s=60)
     message = str(failed.value)
     assert "CURVE" in message and "curveSecretKeyFile" in message, message
+    assert "start more bookies" not in message, message  # issue 39 item 9
 
 
 def test_a_readers_key_that_adds_is_not_told_its_password_is_wrong(curve_bookie):

@@ -170,3 +170,55 @@ def test_a_root_owned_index_is_named_a_permission_problem_at_start(shared_dir):
         assert "chown -R nobody" in refusal[-1] and "does not exist" not in refusal[-1]
     finally:
         ens.close()
+
+
+def test_rotatekey_as_root_follows_no_link_and_the_owners_bookie_reads_its_new_key(shared_dir):
+    """Issue 39 item 3: a link planted at the key's and a cookie's tmp path does not redirect
+    the write (a root-only file stays as it was); the key and the cookies end up the owner's,
+    0600; that user reads the new key, and the bookie starts with it (a client pinning it from
+    the registration gets an answer)."""
+    from bookie.storage.layout import KEY_FILE, PUBLIC_KEY_FIELD, cookie_in
+    from bookie.testing.rawclient import RawBookieClient
+
+    ens, _ = written_bookie(os.path.join(shared_dir, "e"))
+    try:
+        overrides = ens.overrides(0)
+        journal_cur = os.path.join(overrides["journalDirectory"], "current")
+        ledgers_cur = os.path.join(overrides["ledgerDirectories"], "current")
+        old = cookie_in(overrides["journalDirectory"])[PUBLIC_KEY_FIELD]
+        victim = os.path.join(shared_dir, "root-only")  # root's, 0600
+        with open(victim, "wb") as f:
+            f.write(b"root's own\n")
+        os.chmod(victim, 0o600)
+        for planted in (os.path.join(journal_cur, KEY_FILE + ".tmp"),
+                        os.path.join(ledgers_cur, "cookie.tmp")):
+            os.symlink(victim, planted)
+            os.lchown(planted, NOBODY.pw_uid, NOBODY.pw_gid)
+        proc = shell("rotatekey", "--conf", conf_file(shared_dir, overrides), overrides={})
+        assert proc.returncode == 0, proc.stderr
+        with open(victim, "rb") as f:
+            assert f.read() == b"root's own\n", "a planted link redirected rotatekey's write"
+        assert owned_by_root(ens.base_dir) == []
+        for path in (os.path.join(journal_cur, KEY_FILE), os.path.join(journal_cur, "cookie"),
+                     os.path.join(ledgers_cur, "cookie")):
+            st = os.lstat(path)
+            assert (st.st_uid, st.st_mode & 0o777) == (NOBODY.pw_uid, 0o600), path
+        new = cookie_in(overrides["journalDirectory"])[PUBLIC_KEY_FIELD]
+        assert new != old
+        # the owner reads its new key (a process of that user, as the bookie's workers are; the
+        # suite's interpreter lives where that user may not run it, so not the bookie itself)
+        reader = ("import os, sys\nfrom bookie.storage import server_key\n"
+                  "os.setgroups([]); os.setgid(int(sys.argv[2])); os.setuid(int(sys.argv[1]))\n"
+                  "print(server_key.load(sys.argv[3])[0].decode())\n")
+        got = subprocess.run([sys.executable, "-c", reader, str(NOBODY.pw_uid), str(NOBODY.pw_gid),
+                              os.path.join(journal_cur, KEY_FILE)], capture_output=True, text=True,
+                             timeout=60)
+        assert got.returncode == 0 and got.stdout.strip() == new, got.stderr
+        # and the bookie starts with it (as root here, as the other tests: its files go back to
+        # it); a client pinning the key its registration publishes gets an answer
+        chown_tree(shared_dir, 0, 0)
+        ens.start(0)
+        with RawBookieClient(ens.bookies[0], timeout_s=10) as raw:
+            assert raw.info()
+    finally:
+        ens.close()

@@ -9,7 +9,11 @@ Real bookie processes, real enrolment, the public client API:
   does an index rebuild (the identities are kept beside the index); the
   metrics count the refusals and the identities over quota, with no per-writer label;
 - without enrolment the quota goes by the ledger's owner: one ledger over it is refused, another
-  ledger of the same client keeps writing.
+  ledger of the same client keeps writing;
+- RECOVERY_ADD is no way around it (issue 39 item 2): a writer's flood of recovery adds to its own
+  open ledger is refused OVER_QUOTA and charged to its key (its next ledger is refused too),
+  while the recovery principal (an admin key, the recovery credential) and a recovering
+  reader's re-adds to a ledger the bookie holds fenced still go.
 """
 
 from __future__ import annotations
@@ -25,7 +29,14 @@ import pytest
 import zmq.auth
 
 from bookie.client import BookKeeper, QuotaExceededError
+from bookie.client.auth import ClientCurve
+from bookie.client.digest import master_key
+from bookie.metadata import open_metadata
+from bookie.metadata.recovery_secret import credential, recovery_secret
 from bookie.testing import LocalBookies
+from bookie.testing.rawclient import RawBookieClient, make_entry
+from bookie import wire
+from bookie.wire import Flag, Op, Status
 
 QUOTA = 64 * 1024
 ENTRY = b"q" * 4096
@@ -35,13 +46,15 @@ PASSWORD = b"quota-password"
 @pytest.fixture(scope="module")
 def keys(tmp_path_factory):
     root = tmp_path_factory.mktemp("quota")
-    made = {n: zmq.auth.create_certificates(str(root), n) for n in ("bookie", "alice", "bob")}
+    made = {n: zmq.auth.create_certificates(str(root), n) for n in ("bookie", "alice", "bob", "ops")}
     enrol = root / "clients"
     for role in ("reader", "writer", "admin"):
         os.makedirs(enrol / role)
     for name in ("alice", "bob"):
         with open(made[name][0]) as src, open(enrol / "writer" / f"{name}.key", "w") as dst:
             dst.write(src.read())
+    with open(made["ops"][0]) as src, open(enrol / "admin" / "ops.key", "w") as dst:
+        dst.write(src.read())
     made["clients"] = str(enrol)
     return made
 
@@ -152,3 +165,33 @@ def test_without_enrolment_the_quota_goes_by_the_ledgers_owner(tmp_path):
             for _ in range(8):
                 other.add_entry(ENTRY)  # another ledger, another owner: not refused
             other.close()
+
+
+def test_recovery_adds_are_no_way_around_the_quota(keys, tmp_path):
+    with LocalBookies(1, base_dir=str(tmp_path / "e"), conf=secure_conf(keys)) as ens:
+        with client(ens, keys, "alice") as alice:
+            lh = alice.create_ledger(1, 1, 1, password=PASSWORD)  # open, never written normally
+            lid, key = lh.ledger_id, master_key(PASSWORD)
+            as_alice = ClientCurve(keys["alice"][1], keys["bookie"][0])
+            with RawBookieClient(ens.bookies[0], curve=as_alice) as raw:
+                def recovery_add(e, flags=Flag.RECOVERY_ADD, k=key, who=raw):
+                    lengths, data = wire.pack_batch([make_entry(lid, e, ENTRY)])
+                    return who.request(who.add_sock, Op.ADD, lid, flags, [k, lengths, data])[0]
+                statuses = [recovery_add(e) for e in range(4 * QUOTA // len(ENTRY))]
+                assert Status.OVER_QUOTA in statuses, "a RECOVERY_ADD flood passed the quota"
+                took = statuses.index(Status.OVER_QUOTA)
+                assert took <= QUOTA // len(ENTRY) and set(statuses[:took]) == {Status.OK}
+                # the ledger written only with RECOVERY_ADD is charged to alice's key
+                assert refused_first_add(alice)
+                nxt = took
+                with RawBookieClient(ens.bookies[0], curve=ClientCurve(
+                        keys["ops"][1], keys["bookie"][0])) as ops:
+                    # an admin key (the recovery principal) is never refused for the quota
+                    assert recovery_add(nxt, who=ops) == Status.OK
+                    with open_metadata(ens.metadata_uri) as store:
+                        cred = credential(recovery_secret(store), lid)
+                    assert recovery_add(nxt + 1, Flag.RECOVERY_ADD | Flag.RECOVERY_CREDENTIAL,
+                                        cred, ops) == Status.OK  # nor autorecovery's credential
+                # a recovering reader's re-adds to a ledger the bookie holds fenced still go
+                assert raw.fence(lid, key) == Status.OK
+                assert recovery_add(nxt + 2) == Status.OK

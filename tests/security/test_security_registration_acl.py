@@ -123,3 +123,44 @@ def test_a_tree_a_client_made_is_taken_back_by_the_first_bookie(zookeeper_server
     finally:
         client.stop()
         client.close()
+
+
+def test_turning_the_bookies_principal_on_re_acls_every_child_and_unlists_planted_ones(
+        zookeeper_server, creds):
+    """Issue 39 item 5: nodes made under the three parents before zkBookieDigestAuthFile (here
+    by a client, with the cluster's ACL) are taken back by the first bookie too, not only their
+    parents: a cookie can no longer be rewritten by a client, a planted registration is neither
+    readable nor listed, and the bookie names each in one warning line."""
+    uri = zookeeper_server.uri(zookeeper_server.chroot("/regacl-children"))
+    root = "/" + uri.split("/", 3)[3]
+    cluster = load_zk_security(True, creds["cluster"])
+    open_metadata(uri, create=True, zk_security=cluster).close()
+    client = kazoo(zookeeper_server, creds["cluster"])
+    try:
+        planted = f"{root}/available/127.0.0.1:1"
+        cookie = f"{root}/cookies/127.0.0.1:2"
+        client.create(planted, b'{"host": "10.6.6.6", "add_port": 3181}', acl=cluster.acl)
+        client.create(cookie, b'{"bookie_id": "127.0.0.1:2"}', acl=cluster.acl)
+        conf = {"zkEnableSecurity": "true", "zkDigestAuthFile": creds["cluster"],
+                "zkBookieDigestAuthFile": creds["bookies"], "flushInterval": 50}
+        with LocalBookies(1, metadata_uri=uri, conf=conf) as ens:
+            log = ens.log(0)
+            for node in (planted, cookie):
+                assert sum(node in line and "not written by the bookies' principal" in line
+                           and "warning" in line for line in log.splitlines()) >= 1, log[-3000:]
+            with pytest.raises(kz.NoAuthError):
+                client.set(cookie, b'{"bookie_id": "rewritten"}')
+            with pytest.raises(kz.NoAuthError):
+                client.get(planted)
+            with pytest.raises(kz.NoAuthError):
+                client.delete(planted)
+            with open_metadata(uri, zk_security=cluster) as store:
+                assert store.list_bookies() == ens.bookies  # the planted one is not listed
+            keys = {"zkEnableSecurity": True, "zkDigestAuthFile": creds["cluster"]}
+            with BookKeeper(uri, keys, allowEmptyPassword=True) as bk:
+                lh = bk.create_ledger(1, 1, 1, password=b"")
+                lh.add_entry(b"on the bookie that registered itself")
+                lh.close()
+    finally:
+        client.stop()
+        client.close()

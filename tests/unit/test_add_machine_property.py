@@ -255,3 +255,26 @@ def test_a_request_parked_for_its_owner_keeps_the_later_ones_of_its_ledger_behin
     loop.ring_room(1)
     assert [r.seq for r in loop.placed] == [2, 1, 3]
     loop.check()
+
+
+@given(st.booleans(), st.booleans(), st.booleans(), st.integers(0, 100), st.integers(0, 100),
+       st.booleans())
+def test_a_recovery_re_add_of_held_entries_is_answered_while_read_only(readonly, full, recovery,
+                                                                      write, safe_to, uncommitted):
+    """Invariant 5's re-add (issue 39 item 7): while read-only a normal add is refused READ_ONLY
+    at once; a recovery add's READ_ONLY is only returned (raised once it would store anything);
+    an all-duplicate add's answer waits behind what is stored while full, and never past
+    ``write``, so ``durable_refusing`` never turns it into READ_ONLY."""
+    m = AddMachine(None, 1, 4, 1 << 20)
+    m.full = full
+    try:
+        status = m.check_writable(readonly, 0, recovery)
+    except Rejected as e:
+        assert e.status == Status.READ_ONLY and (readonly or full) and not recovery
+    else:
+        assert status == (Status.READ_ONLY if readonly or full else None)
+    safe_to = min(safe_to, write)  # what is stored never passes what is placed
+    end = m.duplicate_answer(write, safe_to, uncommitted)
+    assert end <= write
+    if full and not uncommitted:
+        assert end <= safe_to

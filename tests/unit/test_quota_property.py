@@ -1,8 +1,9 @@
 """Storage quotas per writer identity (core/quotas.py, core/adds.py invariant 8) as properties:
 over any sequence of adds (normal and recovery, enrolled and not), deletes, over-replicated
 drops, quota passes (resets from what the bookie holds) and restarts (identities reloaded from
-their store, usage from the index), usage is what the bookie holds per identity, and only a
-normal add past its identity's quota is refused."""
+their store, usage from the index), usage is what the bookie holds per identity, and only an
+add past its identity's quota that is not exempt (the recovery principal's, a recovery add to a
+fenced ledger) is refused: RECOVERY_ADD alone exempts nothing, and binds the ledger's identity."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ KEYS = ["keyA", "keyB", None]  # two enrolled keys; None: no enrolment (the ledg
 
 ops = st.lists(st.one_of(
     st.tuples(st.just("add"), st.integers(1, 6), st.sampled_from(KEYS), st.integers(1, 400),
-              st.booleans()),
+              st.booleans(), st.booleans(), st.booleans()),
     st.tuples(st.just("delete"), st.integers(1, 6)),
     st.tuples(st.just("drop"), st.integers(1, 6)),
     st.tuples(st.just("pass")),
@@ -72,22 +73,28 @@ def test_usage_is_what_the_bookie_holds_per_identity(steps):
         q = b.machine.quotas
         kind = step[0]
         if kind == "add":
-            _, lid, key, n, recovery = step
+            _, lid, key, n, recovery, admin, fenced = step
             if lid in b.deleted:
                 continue  # NO_LEDGER, before any quota (core/ledgers.py invariant 6)
-            key_now = q.identities.get(lid, key)
+            fenced = fenced and recovery  # a normal add to a fenced ledger is refused FENCED
+            key_now = q.identities.get(lid, None if admin else key)
             ident = ("key", key_now) if key_now is not None else ledger_identity(lid)
+            exempt = admin or (recovery and fenced)
             before = dict(q.usage)
             try:
-                b.machine.check_quota(lid, recovery, False, key, n)
+                b.machine.check_quota(lid, recovery, admin, key, n, fenced=fenced)
             except Rejected as e:
                 assert e.status == Status.OVER_QUOTA
-                assert not recovery, "a recovery add is never refused for a quota"
+                assert not exempt, "the recovery principal, or a recovery add to a fenced ledger"
                 assert before.get(ident, 0) + n > LIMIT
                 assert q.usage == before, "a refused add changes nothing"
                 continue
-            assert recovery or before.get(ident, 0) + n <= LIMIT
-            b.machine.placed(lid, key, n, not recovery)
+            assert exempt or before.get(ident, 0) + n <= LIMIT, "RECOVERY_ADD alone exempts nothing"
+            bound = q.identities.get(lid)
+            b.machine.placed(lid, key, n, admin)
+            # the first add of any kind from a writer key binds; the recovery principal never
+            want = bound if bound is not None else (None if admin else key)
+            assert q.identities.get(lid) == want
             b.held[lid] = b.held.get(lid, 0) + n
             # other identities are unaffected
             for i, v in before.items():
@@ -120,7 +127,7 @@ def test_usage_is_what_the_bookie_holds_per_identity(steps):
 def test_a_deleted_ledgers_bytes_come_back_to_its_writer():
     b = Bookie()
     b.machine.check_quota(1, False, False, "keyA", 900)
-    b.machine.placed(1, "keyA", 900, True)
+    b.machine.placed(1, "keyA", 900, False)
     b.held[1] = 900
     try:
         b.machine.check_quota(2, False, False, "keyA", 200)
@@ -128,8 +135,13 @@ def test_a_deleted_ledgers_bytes_come_back_to_its_writer():
     except Rejected as e:
         assert e.status == Status.OVER_QUOTA
     b.machine.check_quota(3, False, False, "keyB", 200)  # another writer keeps writing
-    b.machine.check_quota(2, True, False, "keyA", 200)  # a recovery add is never refused
-    b.machine.check_quota(2, False, True, "keyA", 200)  # nor the recovery credential's
+    try:  # RECOVERY_ADD alone exempts nothing (issue 39 item 2)
+        b.machine.check_quota(2, True, False, "keyA", 200)
+        raise AssertionError("a writer's RECOVERY_ADD past its quota was not refused")
+    except Rejected as e:
+        assert e.status == Status.OVER_QUOTA
+    b.machine.check_quota(2, True, False, "keyA", 200, fenced=True)  # a recovering reader's
+    b.machine.check_quota(2, True, True, "keyA", 200)  # the recovery principal's
     b.deleted.add(1)
     b.quota_pass()
     b.machine.check_quota(2, False, False, "keyA", 200)
@@ -140,7 +152,7 @@ def test_no_quota_keeps_nothing():
     m = AddMachine(LedgerTable(), 1, 100, 1 << 20)
     for lid in range(100):
         m.check_quota(lid, False, False, "k", 1 << 40)
-        m.placed(lid, "k", 1 << 40, True)
+        m.placed(lid, "k", 1 << 40, False)
     assert m.quotas.usage == {} and m.quotas.ledger_bytes == {} and m.quotas.over() == 0
 
 

@@ -1,6 +1,8 @@
 """The writer's errors name the cause a bookie's answer points to: a bookie that answered
 read-only is named read-only with no CURVE hint; only a bookie that never answered may be a CURVE
 bookie that does not admit this client, and then that hint comes before "start more bookies";
+a client without a CURVE key of its own is told to set curveSecretKeyFile instead of starting
+bookies (issue 39 item 9);
 an UNAUTHORIZED answer to a client without a CURVE key is a password matter, not a role one."""
 
 from __future__ import annotations
@@ -65,3 +67,10 @@ def test_unauthorized_for_a_client_without_a_curve_key_names_the_password_only()
     assert "CURVE" not in message and "another password" in message, message
     assert isinstance(_fail_with(Status.UNAUTHORIZED, curve=False), UnauthorizedError)
     assert "CURVE" in str(_fail_with(Status.UNAUTHORIZED, curve=True))
+
+
+def test_a_client_without_a_curve_key_is_told_to_set_one_not_to_start_bookies():
+    message = str(_fail_with(A.TIMEOUT, curve=False))
+    assert "b1:3181 did not answer" in message, message
+    assert "CURVE" in message and "curveSecretKeyFile" in message, message
+    assert "start more bookies" not in message, message
