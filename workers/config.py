@@ -39,6 +39,7 @@ from bookie.properties import (PropertiesError, check_location, format_bool, nor
                                parse_value, resolve_metadata_uri, zk_hosts)
 from bookie.metadata.uri import parse_uri
 from bookie.workers.interfaces import InterfaceError, resolve_listening_interface
+from bookie.workers.config_bookkeeper import IGNORED_SERVER_KEYS, duplicate_keys, ignored_keys_warning
 
 
 class ConfigError(ValueError):
@@ -378,6 +379,7 @@ class BookieConfig:
             ConfigError: one line naming the first key that is wrong.
         """
         raw: dict[str, Any] = {}
+        twice: list[str] = []
         if path is not None:
             try:
                 with open(path, encoding="utf-8") as f:
@@ -386,13 +388,21 @@ class BookieConfig:
                 raise ConfigError(f"--conf: cannot read {path}: "
                                   f"{getattr(e, 'strerror', None) or e}") from None
             raw.update(parse_properties(text, path))
+            twice = duplicate_keys(text, path)
         raw.update(overrides or {})
-        return cls.from_mapping(raw, check_dirs=check_dirs)
+        conf = cls.from_mapping(raw, check_dirs=check_dirs)
+        conf.warnings[:0] = twice
+        return conf
 
     @classmethod
     def from_mapping(cls, raw: dict[str, Any], check_dirs: bool = True) -> "BookieConfig":
-        """Type and validate ``raw`` (key -> value as written); see ``load``."""
-        warnings = [unknown_key_warning(k) for k in raw if k not in KEY_BY_NAME]
+        """Type and validate ``raw`` (key -> value as written); see ``load``.  BookKeeper's keys
+        with no meaning here are one warning (config_bookkeeper.py), each unknown key another."""
+        ignored = [k for k in raw if k not in KEY_BY_NAME and k in IGNORED_SERVER_KEYS]
+        warnings = [unknown_key_warning(k) for k in raw
+                    if k not in KEY_BY_NAME and k not in IGNORED_SERVER_KEYS]
+        if ignored:
+            warnings.append(ignored_keys_warning(ignored))
         values = {}
         for key in KEYS:
             values[key.name] = _convert(key, raw[key.name]) if key.name in raw else (
