@@ -32,7 +32,7 @@ import os
 from typing import Any, Callable
 
 from bookie import properties
-from bookie.metadata.access import access_problem
+from bookie.metadata.access import access_problem, owner_name
 from bookie.metadata.bookie_ids import bookie_id_problem
 from bookie.metadata.errors import AccessDeniedError, InvalidUriError
 from bookie.properties import (PropertiesError, check_location, format_bool, normalise_uri,  # noqa: F401
@@ -444,6 +444,8 @@ class BookieConfig:
         named += [("ledgerDirectories", d) for d in self.ledger_dirs]
         named += [("indexDirectories", d) for d in self.configured_index_dirs]
         for name, d in named:
+            if os.path.isdir(d) and os.access(d, os.X_OK) and not os.access(d, os.W_OK):
+                raise ConfigError(f"{name}: {own_dir_problem(d)}")
             problem = access_problem(d, os.W_OK | os.X_OK)
             if problem:  # else a directory behind one we may not enter "does not exist"
                 raise ConfigError(f"{name}: {problem}")
@@ -473,6 +475,16 @@ class BookieConfig:
                 v = format_bool(v)
             lines.append(f"{key.name}={v}")
         return "\n".join(lines) + "\n"
+
+
+def own_dir_problem(d: str) -> str:
+    """A bookie directory this user may enter but not write: the directory is meant to be the
+    bookie's, so the fix is to give it back (chown), not to run the bookie as its owner."""
+    st = os.stat(d)
+    me, owner = owner_name(os.geteuid()), owner_name(st.st_uid)
+    also = "" if st.st_uid == 0 else f", or run the bookie as {owner} if that is its user"
+    return (f"permission denied: {d} is {owner}'s (mode {st.st_mode & 0o777:04o}) and the bookie "
+            f"runs as {me}: give the directory to the bookie's user (chown -R {me}: {d}){also}")
 
 
 def nearest_key(name: str) -> str | None:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+
+import pytest
 
 from as_user import run_as
 
@@ -128,3 +131,41 @@ def test_ctrl_c_during_bench_writes_prints_what_it_measured(tmp_path):
     assert "interrupted: Ctrl-C:" in err and "adds answered" in err, err[-2000:]
     result = json.loads(out.strip().splitlines()[-1])
     assert result["phases"]["writes"]["ops"] > 0, result
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory every user may enter (the suite's tmp_path may be root's 0700)."""
+    assert os.geteuid() == 0, "these tests run as root (as CI does) to act as another user"
+    d = tempfile.mkdtemp(prefix="bk-own-", dir="/tmp")
+    os.chmod(d, 0o755)
+    os.mkdir(os.path.join(d, "j"))
+    os.mkdir(os.path.join(d, "l"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _run_argv(d: str) -> list[str]:
+    return ["run", "--set", f"journalDirectory={d}/j", "--set", f"ledgerDirectories={d}/l",
+            "--set", "bookiePort=0"]
+
+
+def test_a_root_owned_journal_directory_says_chown_not_run_as_root(shared_dir):
+    os.chown(os.path.join(shared_dir, "l"), pwd.getpwnam("nobody").pw_uid, -1)
+    proc = run_as("nobody", *_run_argv(shared_dir))
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert f"chown -R nobody: {shared_dir}/j" in proc.stderr, proc.stderr
+    assert "run this as root" not in proc.stderr and "sudo -u root" not in proc.stderr
+
+
+def test_root_starting_a_bookie_on_its_users_directories_is_told_to_run_as_that_user(shared_dir):
+    nobody = pwd.getpwnam("nobody").pw_uid
+    for sub in ("j", "l"):
+        os.chown(os.path.join(shared_dir, sub), nobody, -1)
+    proc = subprocess.run([sys.executable, "-m", "bookie", *_run_argv(shared_dir)],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert "run the bookie as nobody, not root (sudo -u nobody bookie run" in proc.stderr, \
+        proc.stderr
+    assert "remove it" not in proc.stderr, proc.stderr  # not: delete the recovery secret
+    assert not os.listdir(os.path.join(shared_dir, "j")), "root left files in nobody's dir"
