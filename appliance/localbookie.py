@@ -110,11 +110,12 @@ def cmd_localbookie(args) -> int:
         for i, b in enumerate(ens.bookies):
             print(f"bookie {i}: {b} (read port {ens.ports[i] + 1}, log {ens.log_path(i)})")
         sys.stdout.flush()
-        if not args.no_smoke:
-            print(smoke(ens), flush=True)
+        said = None if args.no_smoke else smoke(ens)
+        stop["serving"] = True  # started: a signal from now on is the normal end (status 0)
+        if said:
+            print(said, flush=True)
         if args.exit_after_smoke:
             return 0
-        stop["serving"] = True
         if stop["flag"]:
             return 0
         print("localbookie: serving; Ctrl-C or SIGTERM stops it", flush=True)

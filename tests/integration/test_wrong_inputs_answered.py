@@ -1,8 +1,10 @@
 """Wrong questions answered in one line, exit status 2, never a traceback nor a false success
 (issue 44): ``localbookie --dir`` naming a file or a directory this user cannot write,
 ``--metadata`` naming no store (a typo must not start an empty cluster); a Ctrl-C while it
-starts exits 130 (the start did not finish), not 0; ``readledger`` with its range backwards; a
-bookie whose port changed is told its id differs and offered ``updatecookie``."""
+starts exits 130 (the start did not finish), not 0, and ``bench writes`` cut short by one prints
+what it measured; ``readledger`` with its range backwards; a bookie whose port changed is told
+its id differs and offered ``updatecookie``; a root-owned directory says ``chown`` to the
+bookie's user, and root starting a bookie on that user's directories is told to run as it."""
 
 from __future__ import annotations
 
@@ -66,20 +68,30 @@ def test_readledger_with_its_range_backwards_is_refused_not_an_empty_answer(tmp_
     assert "--entry-to 1 is before --entry-from 4" in one_line(proc), proc.stderr
 
 
-def test_ctrl_c_while_it_starts_exits_130(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "bookie", "localbookie", "2", "--dir",
-                             str(tmp_path / "lb")], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+def ctrl_c_once(argv: list[str], ready: str, on_stderr: bool = False,
+                **popen) -> tuple[int, str, str]:
+    """``bookie ARGV``, Ctrl-C once a line of its output holds ``ready``; (status, out, err)."""
+    proc = subprocess.Popen([sys.executable, "-m", "bookie", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **popen)
     try:
-        line = proc.stdout.readline()  # printed before the bookies start
-        assert line.startswith("localbookie: starting"), line
+        while True:
+            line = (proc.stderr if on_stderr else proc.stdout).readline()
+            assert line, proc.communicate(timeout=60)
+            if ready in line:
+                break
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 130, (proc.returncode, out, err[-2000:])
+    return proc.returncode, out, err
+
+
+def test_ctrl_c_while_it_starts_exits_130(tmp_path):
+    rc, out, err = ctrl_c_once(["localbookie", "2", "--dir", str(tmp_path / "lb")],
+                               "localbookie: starting", start_new_session=True)
+    assert rc == 130, (rc, out, err[-2000:])
     assert "Traceback" not in err and "the start did not finish" in out, out
 
 
@@ -110,23 +122,10 @@ def test_a_bookie_whose_port_changed_is_offered_updatecookie_first(tmp_path):
 
 
 def test_ctrl_c_during_bench_writes_prints_what_it_measured(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "bookie", "bench", "writes", "--localbookie",
-                             "1", "--ensemble", "1", "--quorum", "1", "--time", "600",
-                             "--data-dir", str(tmp_path / "b")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        while True:  # a progress line: the adds are running
-            line = proc.stderr.readline()
-            assert line, proc.communicate(timeout=60)
-            if "adds" in line:
-                break
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 130, (proc.returncode, err[-2000:])
+    rc, out, err = ctrl_c_once(["bench", "writes", "--localbookie", "1", "--ensemble", "1",
+                                "--quorum", "1", "--time", "600", "--data-dir",
+                                str(tmp_path / "b")], "adds", on_stderr=True)  # adds running
+    assert rc == 130, (rc, err[-2000:])
     assert "Traceback" not in err, err[-3000:]
     assert "interrupted: Ctrl-C:" in err and "adds answered" in err, err[-2000:]
     result = json.loads(out.strip().splitlines()[-1])
