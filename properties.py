@@ -29,7 +29,7 @@ the tools can all use it.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 TRUE_WORDS = frozenset({"true", "yes", "on", "1"})
 FALSE_WORDS = frozenset({"false", "no", "off", "0"})
@@ -103,7 +103,16 @@ def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
     Raises:
         PropertiesError: ``source:line: expected key=value, got '...'``.
     """
-    out: dict[str, str] = {}
+    return {key: value for _, key, value in property_lines(text, source)}
+
+
+def property_lines(text: str, source: str = "<properties>") -> Iterator[tuple[int, str, str]]:
+    """``(line number, key, raw value)`` of each assignment of Java-properties text, in order
+    (a key may come twice: ``parse_properties`` keeps the later).
+
+    Raises:
+        PropertiesError: ``source:line: expected key=value, got '...'``.
+    """
     for lineno, line in enumerate(text.splitlines(), 1):
         s = line.strip()
         if not s or s[0] in "#!":
@@ -111,8 +120,7 @@ def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
         sep = min((i for i in (s.find("="), s.find(":")) if i >= 0), default=-1)
         if sep <= 0:
             raise PropertiesError(f"{source}:{lineno}: expected key=value, got {s!r}")
-        out[s[:sep].strip()] = s[sep + 1:].strip()
-    return out
+        yield lineno, s[:sep].strip(), s[sep + 1:].strip()
 
 
 def read_properties(path: str, what: str = "--conf") -> dict[str, str]:

@@ -40,9 +40,12 @@ def register(sub) -> None:
 def cmd_run(args) -> int:
     from bookie.appliance.supervisor import run_bookie
 
+    from bookie.appliance.startchecks import StartRefused, check_not_root_in_users_dirs
+
     try:
         conf = BookieConfig.load(args.conf, parse_overrides(args.set))
-    except ConfigError as e:
+        check_not_root_in_users_dirs(conf)  # before the directory lock leaves root's file there
+    except (ConfigError, StartRefused) as e:
         raise CliError(str(e)) from None
     # The workers inherit the environment: one format for every process of the bookie.
     if args.log_format:

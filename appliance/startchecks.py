@@ -295,8 +295,11 @@ def check_dirs_usable(conf: BookieConfig) -> None:
     takes the missing access for missing data."""
     from bookie.storage.layout import all_dirs, current_dir
 
+    check_not_root_in_users_dirs(conf)
     for top in all_dirs(conf):
-        pending = [current_dir(top)]
+        # the top itself only until the bookie's current/ is made in it (a mount point may
+        # stay root's once current/ is the bookie's)
+        pending = [current_dir(top) if os.path.lexists(current_dir(top)) else top]
         while pending:
             path = pending.pop()
             try:
@@ -308,8 +311,29 @@ def check_dirs_usable(conf: BookieConfig) -> None:
             is_dir = stat.S_ISDIR(st.st_mode)
             if not os.access(path, os.R_OK | os.W_OK | (os.X_OK if is_dir else 0)):
                 _refuse_permission(path, st, top)
-            if is_dir:
+            if is_dir and path != top:  # below current/ only
                 pending.extend(os.path.join(path, name) for name in os.listdir(path))
+
+
+def check_not_root_in_users_dirs(conf: BookieConfig) -> None:
+    """Root starting a bookie by hand on directories another user owns (the package's
+    ``bookie``) would leave root's files there (its lock, its journal), which that user's bookie
+    then cannot use: ``StartRefused`` naming the user to run as (``bookie run`` asks before it
+    takes the directory lock)."""
+    from bookie.storage.layout import all_dirs
+    if os.geteuid() != 0:
+        return
+    for top in all_dirs(conf):
+        try:
+            owner = os.stat(top).st_uid
+        except OSError:
+            continue
+        if owner == 0:
+            continue
+        name = _owner(owner)
+        raise StartRefused(f"{top} is owned by {name}: run the bookie as {name}, not root "
+                           f"(sudo -u {name} bookie run --conf FILE, or systemctl start bookie "
+                           f"where it is installed)")
 
 
 def _refuse_permission(path: str, st: os.stat_result, top: str) -> None:

@@ -565,10 +565,14 @@ def _cmd_writes(args) -> int:
         for n in counts:  # one after the other, fresh bookies each, on the same disk
             with _ensemble(args, n, f"journals-{n}" if len(counts) > 1 else None) as (uri, base):
                 results[n] = client_bench.run_writes(params_of(args), uri, emit=emit, data_dir=base)
+            if "interrupted" in results[n]["phases"]["writes"]:
+                break  # Ctrl-C: no further journal counts
         result = results[n] if len(counts) == 1 else journals_bench.combine(results)
     except client_bench.BenchError as e:
         raise BenchOptionError(f"{e}{client_options.curve_hint(args.client_keys)}") from None
-    return finish(args, result)
+    status = finish(args, result)
+    cut = [r for r in results.values() if "interrupted" in r["phases"]["writes"]]
+    return 130 if cut else status  # printed what it measured; still a run cut short
 
 
 def _write_flags(text: str) -> list[str]:

@@ -56,10 +56,17 @@ def run_writes(params: dict, metadata_uri: str, *, emit=None, data_dir: str | No
         load = AddLoad(handles, lambda t: payload, params["throttle"], params["rate"],
                        params["sendlimit"], meter, nbytes=len(payload),
                        keep_latencies=bool(params["latency_file"]))
-        load.run(params["time"], params["timeout"])
+        interrupted = False
+        try:
+            load.run(params["time"], params["timeout"])
+        except KeyboardInterrupt:  # Ctrl-C: what was measured until then is the result
+            interrupted = True
         figures = meter.finish(load.clock())
         figures["ledgers"] = [h.ledger_id for h in handles]
-        if "deferred_sync" in (params.get("write_flags") or ()):
+        if interrupted:
+            figures["interrupted"] = (f"Ctrl-C: {load.completed} adds answered, "
+                                      f"{load.issued - load.completed} outstanding not counted")
+        elif "deferred_sync" in (params.get("write_flags") or ()):
             t0 = time.monotonic()  # the adds were answered before their fdatasync: make them durable
             try:
                 for h in handles:
@@ -69,7 +76,7 @@ def run_writes(params: dict, metadata_uri: str, *, emit=None, data_dir: str | No
             figures["force_ms"] = round((time.monotonic() - t0) * 1000, 3)
         if load.first_error is not None:
             figures["first_error"] = f"{type(load.first_error).__name__}: {load.first_error}"
-        for h in handles:
+        for h in handles if not interrupted else ():  # interrupted: adds may still be out
             h.close()
     finally:
         bk.close()

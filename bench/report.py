@@ -358,6 +358,8 @@ def summary_text(result: dict) -> str:
             inner = "  ".join(f"{k} {v:.1f}" for k, v in ph["cpu_us_per_op"].items())
             one = {"entries": "entry"}.get(ph["unit"], ph["unit"].rstrip("s"))
             lines.append(f"    CPU us per {one}: {inner}")
+        if ph.get("interrupted"):
+            lines.append(f"    interrupted: {ph['interrupted']}")
         for key, value in ph.items():
             if key.endswith("_ms") and key != "latency_ms" and isinstance(value, dict):
                 inner = "  ".join(f"{k} {v:.3f}" for k, v in value.items() if k != "count")

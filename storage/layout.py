@@ -130,6 +130,25 @@ def _write_atomic(path: str, data: bytes) -> None:
     replace_file(path, data)
 
 
+def cookie_mismatch(d: str, found: dict, want: dict) -> str:
+    """Why directory ``d``'s cookie refuses this configuration, and the next command: a new bookie
+    id (a changed port or address) is renamed with ``updatecookie`` (the data kept); other
+    differences are missing or moved directories."""
+    diff = sorted(k for k in set(found) | set(want) if found.get(k) != want.get(k))
+    if "bookie_id" in diff:
+        rest = [k for k in diff if k != "bookie_id"]
+        return (f"{d}: its cookie is of bookie id {found.get('bookie_id')} but this configuration "
+                f"makes the id {want.get('bookie_id')} (bookiePort, advertisedAddress, "
+                f"listeningInterface or bookieId changed"
+                + (f"; also differs in: {', '.join(rest)}" if rest else "")
+                + "). To keep the data under the new id: 'bookie shell updatecookie --conf FILE', "
+                f"then 'bookie shell updateledgers --from {found.get('bookie_id')} --to "
+                f"{want.get('bookie_id')} --conf FILE'; or restore the old configuration")
+    return (f"{d}: cookie does not match this bookie's configuration (differs in: "
+            f"{', '.join(diff)}); missing disks or directories? Restore the configuration, or "
+            f"wipe with 'bookie shell bookieformat'")
+
+
 def _has_data(cur: str) -> bool:
     try:
         names = os.listdir(cur)
@@ -189,10 +208,7 @@ def check_or_stamp(conf, public_key: str | None = None) -> dict:
                               f"directory, or wipe the bookie with 'bookie shell bookieformat'")
     for d, c in found.items():
         if without_key(c) != without_key(want):
-            diff = sorted(k for k in set(c) | set(want) if c.get(k) != want.get(k))
-            raise LayoutError(f"{d}: cookie does not match this bookie's configuration "
-                              f"(differs in: {', '.join(diff)}); missing disks or directories? "
-                              f"Restore the configuration, or wipe with 'bookie shell bookieformat'")
+            raise LayoutError(cookie_mismatch(d, without_key(c), without_key(want)))
     for d, c in found.items():
         recorded = c.get(PUBLIC_KEY_FIELD)
         if public_key and recorded and recorded != public_key:

@@ -32,13 +32,14 @@ import os
 from typing import Any, Callable
 
 from bookie import properties
-from bookie.metadata.access import access_problem
+from bookie.metadata.access import access_problem, owner_name
 from bookie.metadata.bookie_ids import bookie_id_problem
 from bookie.metadata.errors import AccessDeniedError, InvalidUriError
 from bookie.properties import (PropertiesError, check_location, format_bool, normalise_uri,  # noqa: F401
                                parse_value, resolve_metadata_uri, zk_hosts)
 from bookie.metadata.uri import parse_uri
 from bookie.workers.interfaces import InterfaceError, resolve_listening_interface
+from bookie.workers.config_bookkeeper import IGNORED_SERVER_KEYS, duplicate_keys, ignored_keys_warning
 
 
 class ConfigError(ValueError):
@@ -378,6 +379,7 @@ class BookieConfig:
             ConfigError: one line naming the first key that is wrong.
         """
         raw: dict[str, Any] = {}
+        twice: list[str] = []
         if path is not None:
             try:
                 with open(path, encoding="utf-8") as f:
@@ -386,13 +388,21 @@ class BookieConfig:
                 raise ConfigError(f"--conf: cannot read {path}: "
                                   f"{getattr(e, 'strerror', None) or e}") from None
             raw.update(parse_properties(text, path))
+            twice = duplicate_keys(text, path)
         raw.update(overrides or {})
-        return cls.from_mapping(raw, check_dirs=check_dirs)
+        conf = cls.from_mapping(raw, check_dirs=check_dirs)
+        conf.warnings[:0] = twice
+        return conf
 
     @classmethod
     def from_mapping(cls, raw: dict[str, Any], check_dirs: bool = True) -> "BookieConfig":
-        """Type and validate ``raw`` (key -> value as written); see ``load``."""
-        warnings = [unknown_key_warning(k) for k in raw if k not in KEY_BY_NAME]
+        """Type and validate ``raw`` (key -> value as written); see ``load``.  BookKeeper's keys
+        with no meaning here are one warning (config_bookkeeper.py), each unknown key another."""
+        ignored = [k for k in raw if k not in KEY_BY_NAME and k in IGNORED_SERVER_KEYS]
+        warnings = [unknown_key_warning(k) for k in raw
+                    if k not in KEY_BY_NAME and k not in IGNORED_SERVER_KEYS]
+        if ignored:
+            warnings.append(ignored_keys_warning(ignored))
         values = {}
         for key in KEYS:
             values[key.name] = _convert(key, raw[key.name]) if key.name in raw else (
@@ -434,6 +444,8 @@ class BookieConfig:
         named += [("ledgerDirectories", d) for d in self.ledger_dirs]
         named += [("indexDirectories", d) for d in self.configured_index_dirs]
         for name, d in named:
+            if os.path.isdir(d) and os.access(d, os.X_OK) and not os.access(d, os.W_OK):
+                raise ConfigError(f"{name}: {own_dir_problem(d)}")
             problem = access_problem(d, os.W_OK | os.X_OK)
             if problem:  # else a directory behind one we may not enter "does not exist"
                 raise ConfigError(f"{name}: {problem}")
@@ -463,6 +475,16 @@ class BookieConfig:
                 v = format_bool(v)
             lines.append(f"{key.name}={v}")
         return "\n".join(lines) + "\n"
+
+
+def own_dir_problem(d: str) -> str:
+    """A bookie directory this user may enter but not write: the directory is meant to be the
+    bookie's, so the fix is to give it back (chown), not to run the bookie as its owner."""
+    st = os.stat(d)
+    me, owner = owner_name(os.geteuid()), owner_name(st.st_uid)
+    also = "" if st.st_uid == 0 else f", or run the bookie as {owner} if that is its user"
+    return (f"permission denied: {d} is {owner}'s (mode {st.st_mode & 0o777:04o}) and the bookie "
+            f"runs as {me}: give the directory to the bookie's user (chown -R {me}: {d}){also}")
 
 
 def nearest_key(name: str) -> str | None:

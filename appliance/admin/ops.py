@@ -190,7 +190,9 @@ def list_bookie_info(api: AdminApi, req: Request) -> Response:
 
 def decommission(api: AdminApi, req: Request) -> Response:
     """Mark every ledger that names the bookie under-replicated: the autorecovery workers
-    re-replicate them (``bookie shell decommissionbookie`` also waits and removes the cookie)."""
+    re-replicate them (``bookie shell decommissionbookie`` also waits and removes the cookie).
+    404 for an id the cluster does not know (appliance/shell/known.py)."""
+    from bookie.appliance.shell.known import UnknownError, require_bookies
     from bookie.autorecovery.rules import named_bookies
     from bookie.metadata import NoSuchLedgerError
     from bookie.metadata.store import check_bookie_id
@@ -204,6 +206,10 @@ def decommission(api: AdminApi, req: Request) -> Response:
         raise HttpError(400, 'expected {"bookie_src": BOOKIE_ID} (host:port, or a bookieId)') from None
 
     def body(store):
+        try:
+            require_bookies(store, [bookie])
+        except UnknownError as e:
+            raise HttpError(404, str(e)) from None
         ur = UnderReplication(store)
         marked = 0
         for ledger_id in list(store.list_ledgers()):

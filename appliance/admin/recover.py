@@ -7,7 +7,8 @@ it on an executor; then, with ``delete_cookie``, removes their cookies from the 
 outcome is a log line of the supervisor (``recover of ... done`` / ``failed``).  The copies
 speak CURVE with the bookie's own key where it has one, as its autorecovery does.
 ``bookie_dest`` is refused: the replacement is chosen by the cluster's placement, not named.
-400 for a body that is not that; 409 without a metadata store."""
+400 for a body that is not that; 404 for a bookie id the cluster does not know
+(appliance/shell/known.py); 409 without a metadata store."""
 
 from __future__ import annotations
 
@@ -38,9 +39,18 @@ def recover_bookie(api: AdminApi, req: Request) -> Response:
     conf = api.sup.conf
     if not conf.metadata_uri:
         raise HttpError(409, "no metadata store (metadataServiceUri is empty)")
+    api.with_store(lambda store: _known(store, src))  # a typo is refused here, not in the log
     threading.Thread(target=_run, args=(api.sup, list(src), delete_cookie), daemon=True,
                      name="admin-recover").start()
     return Response({"recovering": list(src), "delete_cookie": delete_cookie})
+
+
+def _known(store, src: list[str]) -> None:
+    from bookie.appliance.shell.known import UnknownError, require_bookies
+    try:
+        require_bookies(store, src)
+    except UnknownError as e:
+        raise HttpError(404, f"bookie_src: {e}") from None
 
 
 def _shell(conf, *argv: str) -> subprocess.CompletedProcess:

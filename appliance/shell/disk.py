@@ -453,6 +453,11 @@ def _readledger(args: argparse.Namespace) -> int:
     if (args.client_conf or args.client_set) and not args.metadata:
         raise CliError("readledger: --client-conf and --client-set are for reading through the "
                        "client: give --metadata URI")
+    if args.entry_from < 0:
+        raise CliError(f"readledger: --entry-from {args.entry_from}: entry ids start at 0")
+    if args.entry_to is not None and args.entry_to < args.entry_from:
+        raise CliError(f"readledger: --entry-to {args.entry_to} is before --entry-from "
+                       f"{args.entry_from}: no entry lies between them")
     if args.metadata:
         entries = _ledger_via_client(args)
     elif args.conf or args.set:

@@ -201,7 +201,13 @@ def _ledgermetadata(args: argparse.Namespace) -> int:
     ledger_id = ledger_id_of(args, "ledgermetadata")
 
     def body(store) -> int:
-        meta, version = store.read_ledger(ledger_id)
+        from bookie.metadata import NoSuchLedgerError
+        try:
+            meta, version = store.read_ledger(ledger_id)
+        except NoSuchLedgerError:  # nothing to show: exit 1, as cookie_get and endpointinfo
+            print(f"ledgermetadata: no ledger {ledger_id} in the store ('bookie shell "
+                  f"listledgers' lists them)", file=sys.stderr)
+            return 1
         if args.json:
             print_json({"ledger_id": ledger_id, "version": version, **meta.to_dict()})
             return 0

@@ -7,7 +7,9 @@ The location is kept in the metadata store (``bookie.client.metadata.LOCATIONS``
 per bookie id, and wins over the bookie's own ``bookieLocation``; clients with
 ``ensemblePlacementPolicy=rackaware`` or ``regionaware`` read it before each creation and
 ensemble change (docs/client.md, "Placement by rack and region").  The bookie need not be
-running.  A malformed location is one line and exit status 2.
+running, but the cluster must know its id (appliance/shell/known.py: registered, a cookie, or
+in a ledger's ensemble); a bookie not yet started takes its ``bookieLocation`` instead.  A
+malformed location or an unknown id is one line and exit status 2.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 
 from bookie.appliance.errors import CliError
+from bookie.appliance.shell.known import refused, require_bookies
 from bookie.appliance.shell.registry import print_json, with_store
 
 
@@ -50,6 +53,8 @@ def _setrack(args: argparse.Namespace) -> int:
             except NoSuchNodeError:
                 pass
         else:
+            with refused("setrack"):
+                require_bookies(store, [args.bookie])
             data = args.location.encode()
             try:
                 store.create(path, data)

@@ -31,6 +31,7 @@ from typing import Callable
 
 from bookie.appliance.errors import CliError
 from bookie.appliance.shell import rename
+from bookie.appliance.shell.known import refused, require_bookies
 from bookie.appliance.shell.registry import ask
 from bookie.appliance.shell.registry import client_keys as _client_keys
 from bookie.appliance.shell.registry import metadata_uri as _uri
@@ -207,6 +208,8 @@ def _recover(args) -> int:
     keys = _client_keys(args)
 
     def body(store) -> int:
+        with refused("recover"):
+            require_bookies(store, args.bookies)
         summary = _heal_bookies(store, args, args.bookies, args.skip_open_ledgers, args.dry_run,
                                 client_keys=keys)
         summary["dry_run"] = args.dry_run
@@ -222,6 +225,8 @@ def _decommission(args) -> int:
 
     def body(store) -> int:
         bookie = args.bookie
+        with refused("decommissionbookie"):
+            require_bookies(store, [bookie])
         say = _progress(args)
         warn_before_stopping(store, bookie)  # the last copy of anything: say so (never fails)
         if bookie in store.list_bookies():
@@ -270,6 +275,9 @@ def _listunderreplicated(args) -> int:
     def body(store) -> int:
         ur = UnderReplication(store)
         marks = ur.marks()
+        if args.missing_replica and not any(args.missing_replica in v for v in marks.values()):
+            with refused("listunderreplicated"):  # none missing there, or a typo?
+                require_bookies(store, [args.missing_replica])
         if args.missing_replica:
             marks = {k: v for k, v in marks.items() if args.missing_replica in v}
         rows = [{"ledger_id": k, "missing": v, "locked_by": ur.lock_holder(k)}
@@ -437,6 +445,8 @@ def _bookiesanity(args) -> int:
     curve = _curve(args)
 
     def body(store) -> int:
+        with refused("bookiesanity"):
+            require_bookies(store, [bookie])
         meta = LedgerMetadata(1, 1, 1, digest_type="dummy", password_digest=password_digest(b""),
                               custom={"bookiesanity": bookie}, fragments=[(0, [bookie])])
         ledger_id, version = store.create_ledger(meta)

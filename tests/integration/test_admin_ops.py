@@ -119,6 +119,9 @@ def test_autorecovery_switch_and_decommission(ens):
     assert call(ens, "PUT", "/api/v1/autorecovery/status", {"enabled": True}) == \
         (200, {"enabled": True})
     assert call(ens, "PUT", "/api/v1/autorecovery/decommission", {"bookie_src": 7})[0] == 400
+    status, doc = call(ens, "PUT", "/api/v1/autorecovery/decommission",
+                       {"bookie_src": "127.0.0.9:3181"})  # a typo is not a bookie holding nothing
+    assert status == 404 and "no bookie 127.0.0.9:3181" in doc["error"], doc
 
 
 def test_changes_that_need_a_stopped_bookie_are_refused_in_one_line(ens):

@@ -77,3 +77,8 @@ def test_recover_bookie_moves_a_stopped_bookies_fragments_elsewhere(ens):
 def test_a_body_not_of_bookkeepers_shape_is_a_400(ens, body):
     status, doc = put(ens, body)
     assert status == 400, doc
+
+
+def test_a_bookie_id_the_cluster_does_not_know_is_a_404_not_a_recovery(ens):
+    status, doc = put(ens, b'{"bookie_src": ["127.0.0.9:3181"]}')
+    assert status == 404 and "no bookie 127.0.0.9:3181 in this cluster" in doc["error"], doc

@@ -76,8 +76,30 @@ def test_an_unknown_key_suggests_the_nearest_known_one(tmp_path, written, meant)
 
 
 def test_an_unknown_key_far_from_any_known_one_suggests_nothing(tmp_path):
-    assert _conf(tmp_path, ledgerManagerType="flat").warnings == [
-        "unknown configuration key 'ledgerManagerType' ignored"]
+    assert _conf(tmp_path, colourOfTheBikeshed="red").warnings == [
+        "unknown configuration key 'colourOfTheBikeshed' ignored"]
+
+
+def test_bookkeepers_own_keys_are_one_line_apart_from_a_typo_and_duplicates_are_named(tmp_path):
+    """A stock bk_server.conf: its keys with no meaning here are named once, on their own
+    line; the one real typo is its own warning; a key given twice says which line wins."""
+    (tmp_path / "j").mkdir()
+    (tmp_path / "l").mkdir()
+    conf_file = tmp_path / "bk_server.conf"
+    conf_file.write_text(
+        f"journalDirectory={tmp_path / 'j'}\nledgerDirectories={tmp_path / 'l'}\n"
+        "ledgerStorageClass=org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage\n"
+        "dbStorage_writeCacheMaxSizeMb=512\nserverTcpNoDelay=true\nledgerManagerType=hierarchical\n"
+        "statsProviderClass=org.apache.bookkeeper.stats.prometheus.PrometheusMetricsProvider\n"
+        "journalDirectoy=/tmp/oops\nbookiePort=3181\nbookiePort=4181\n")
+    conf = BookieConfig.load(str(conf_file))
+    assert conf.bookie_port == 4181
+    assert conf.warnings == [
+        f"{conf_file}: bookiePort is set 2 times (lines 9, 10): the last one is used",
+        "unknown configuration key 'journalDirectoy' ignored (did you mean 'journalDirectory'?)",
+        "5 BookKeeper key(s) with no meaning in this bookie accepted and ignored: "
+        "dbStorage_writeCacheMaxSizeMb, ledgerManagerType, ledgerStorageClass, "
+        "serverTcpNoDelay, statsProviderClass"], conf.warnings
 
 
 @pytest.mark.parametrize("key", ["journalDirectory", "ledgerDirectories", "indexDirectories"])

@@ -58,7 +58,7 @@ def test_a_write_set_on_the_stopped_rack_becomes_unreadable():
 def test_an_open_ledger_that_cannot_be_fenced_is_unreadable_without_losing_a_copy():
     led = L(3, 3, 2, 5, [(0, ["a", "b", "c"])])  # recovery needs Qw-Qa+1 = 2 per write set
     effects = ledger_effects(led, closed=False, live={"a", "b", "c"}, stopping={"a", "b"})
-    assert effects == {"unreadable", "below_ack_quorum"}
+    assert effects == {"unreadable", "below_ack_quorum", "stalled"}
     assert ledger_effects(led, closed=True, live={"a", "b", "c"}, stopping={"a", "b"}) == {
         "below_ack_quorum"}
 
@@ -66,6 +66,31 @@ def test_an_open_ledger_that_cannot_be_fenced_is_unreadable_without_losing_a_cop
 def test_bookies_outside_every_ensemble_change_nothing():
     led = L(2, 2, 2, 9, [(0, ["a", "b"])])
     assert check_stop([(1, led, True)], live={"a", "b", "z"}, stopping={"z", "y"}).safe
+
+
+def test_a_rolling_restart_accepts_reduced_redundancy_alone_and_strict_refuses_it():
+    closed = L(3, 2, 2, 9, [(0, ["a", "b", "c"])])  # Qw = Qa: any single stop is below Qa
+    rolling = check_stop([(4, closed, True)], live={"a", "b", "c"}, stopping={"a"})
+    assert rolling.safe and rolling.reduced_redundancy == [4] and rolling.below_ack_quorum == [4]
+    strict = check_stop([(4, closed, True)], live={"a", "b", "c"}, stopping={"a"}, strict=True)
+    assert not strict.safe and strict.as_dict()["strict"] is True
+
+
+def test_an_open_ledger_goes_on_only_with_a_spare_writable_bookie():
+    led = L(3, 2, 2, 5, [(0, ["a", "b", "c"])])
+    no_spare = check_stop([(5, led, False)], live={"a", "b", "c"}, stopping={"a"})
+    assert not no_spare.safe and no_spare.stalled == [5] and no_spare.reduced_redundancy == []
+    spare = check_stop([(5, led, False)], live={"a", "b", "c", "d"}, stopping={"a"})
+    assert spare.safe and spare.reduced_redundancy == [5]
+    read_only_spare = check_stop([(5, led, False)], live={"a", "b", "c", "d"}, stopping={"a"},
+                                 writable={"a", "b", "c"})  # d takes no new entries
+    assert read_only_spare.stalled == [5]
+
+
+def test_a_last_copy_stays_unsafe_for_a_rolling_restart():
+    led = L(2, 2, 2, 9, [(0, ["a", "b"])])
+    verdict = check_stop([(7, led, True)], live={"a", "c"}, stopping={"a"})  # b is down
+    assert not verdict.safe and verdict.reduced_redundancy == []
 
 
 @settings(max_examples=200, deadline=None)
