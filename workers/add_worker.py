@@ -101,6 +101,8 @@ def run(ctx) -> int:
     # journal that died meanwhile is restarted by the supervisor during this wait (dependency
     # order); a SIGTERM ends it at once.
     deadline = time.monotonic() + 60
+    if any(r.get(DURABLE) < r.get(WRITE) for r in rings):
+        ctx.log("waiting for the journals to drain the ring")
     while any(r.get(DURABLE) < r.get(WRITE) for r in rings):
         if ctx.stopping:
             ctx.log("stopped while waiting for the journals to drain the ring")
