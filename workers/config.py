@@ -37,7 +37,7 @@ from bookie.metadata.bookie_ids import bookie_id_problem
 from bookie.metadata.errors import AccessDeniedError, InvalidUriError
 from bookie.properties import (PropertiesError, check_location, format_bool, normalise_uri,  # noqa: F401
                                parse_value, resolve_metadata_uri, zk_hosts)
-from bookie.metadata.uri import parse_uri
+from bookie.metadata.uri import SCHEMES_HELP, known_scheme, parse_uri
 from bookie.workers.interfaces import InterfaceError, resolve_listening_interface
 
 
@@ -90,9 +90,8 @@ def _port(v):
 def _uri(v):
     if v == "":
         return None
-    if not (v.startswith("lmdb://") or v.startswith("zk://") or v.startswith("zk+flat://")
-            or v.startswith("zk+hierarchical://")):
-        return "must be lmdb:///abs/path, zk://host:port[,host:port]/root, zk+flat:// or zk+hierarchical://"
+    if not known_scheme(v):
+        return f"must be {SCHEMES_HELP}"
     return None
 
 
