@@ -230,7 +230,7 @@ class ClientConfig:
     def zk_security(self):
         """zkEnableSecurity and zkDigestAuthFile as a ``ZkSecurity`` for ``open_metadata``
         (None: no credentials); the file read and checked.  Raises InvalidArgumentError."""
-        from bookie.metadata import AccessDeniedError, load_zk_security
+        from bookie.metadata import AccessDeniedError, load_zk_security  # lazy: kazoo
         try:
             return load_zk_security(self.zkEnableSecurity, self.zkDigestAuthFile)
         except AccessDeniedError as exc:

@@ -80,10 +80,10 @@ def open_metadata(uri: str, timeout_s: float = 10.0, *, lease_ms: int = 5000,
     """
     parsed = parse_uri(uri)
     if parsed.scheme == "lmdb":
-        from bookie.metadata.embedded import EmbeddedMetadataStore
+        from bookie.metadata.embedded import EmbeddedMetadataStore  # lazy: lmdb
         return EmbeddedMetadataStore(parsed.path, timeout_s, lease_ms=lease_ms,
                                      watch_poll_s=watch_poll_s, map_size_bytes=map_size_bytes,
                                      create=create)
-    from bookie.metadata.zk import ZooKeeperMetadataStore
+    from bookie.metadata.zk import ZooKeeperMetadataStore  # lazy: kazoo
     return ZooKeeperMetadataStore(parsed, timeout_s, session_timeout_s=session_timeout_s,
                                   create=create, security=zk_security)

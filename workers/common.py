@@ -172,7 +172,7 @@ class ClientServer:
             self.reply(ident, op, status, request_id, max(ledger_id, 0))
 
     def info(self) -> bytes:
-        from bookie import __version__  # read from the installed metadata when asked, not at start
+        from bookie import __version__  # read from the installed metadata when asked, not at start  # lazy: importlib.metadata
 
         usage = shutil.disk_usage(self.ledger_dir)
         return orjson.dumps({"bookie_id": self.ctx.conf.bookie_id, "free_bytes": usage.free,

@@ -39,6 +39,7 @@ from bookie.properties import (PropertiesError, check_location, format_bool, nor
                                parse_value, resolve_metadata_uri, zk_hosts)
 from bookie.metadata.uri import SCHEMES_HELP, known_scheme, parse_uri
 from bookie.workers.interfaces import InterfaceError, resolve_listening_interface
+from bookie.metadata.secret_file import read_private_file
 
 
 class ConfigError(ValueError):
@@ -289,7 +290,6 @@ class BookieConfig:
         Raises:
             ConfigError: one line naming autoRecoveryLedgerPasswordsFile.
         """
-        from bookie.metadata.secret_file import read_private_file
 
         out = [p.encode() for p in self.autorecovery_ledger_passwords.split(",") if p]
         path = self.autorecovery_ledger_passwords_file
@@ -336,8 +336,8 @@ class BookieConfig:
         """zkEnableSecurity and zkDigestAuthFile, the file read and checked: a ``ZkSecurity``
         for ``open_metadata``, or None (no credentials, security off).  Raises ConfigError."""
         if not hasattr(self, "_zk_security"):
-            from bookie.metadata.zk_acl import load_zk_security
-            from bookie.metadata.zk_acl import with_bookie_credentials
+            from bookie.metadata.zk_acl import load_zk_security  # lazy: kazoo
+            from bookie.metadata.zk_acl import with_bookie_credentials  # lazy: kazoo
             try:
                 self._zk_security = with_bookie_credentials(
                     load_zk_security(self._values["zkEnableSecurity"],

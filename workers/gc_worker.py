@@ -63,6 +63,7 @@ from bookie.storage.noroom import no_room
 from bookie.storage import deletes
 from bookie.storage.index import LOG_KEY, Index, open_index
 from bookie.storage.entrylog import find_log, list_logs
+from bookie.metadata import MetadataError, NoSuchNodeError, open_metadata
 
 DROP_BATCH_ENTRIES = 10_000  # entries per write transaction: keep the add worker's commits flowing
 
@@ -127,7 +128,6 @@ def collect(index: Index, store, ledger_dirs: list[str], cookie: dict | None = N
 
 def _store_knows(store, cookie: dict) -> bool:
     """True when the store holds this bookie's cookie with the same instance id."""
-    from bookie.metadata import NoSuchNodeError
     try:
         raw, _ = store.read_cookie(cookie["bookie_id"])
         return orjson.loads(raw).get("instance_id") == cookie.get("instance_id")
@@ -369,7 +369,6 @@ def run(ctx) -> int:
         finally:
             env.close()
         return 0
-    from bookie.metadata import MetadataError, open_metadata
 
     store = None
     ctx.log("gc worker ready", every_s=conf.gc_wait_s)
