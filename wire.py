@@ -1,5 +1,7 @@
 """The bookie wire protocol over ZeroMQ: frames, op codes, flags, status codes.
 
+A pure codec (no socket, no ZeroMQ import): the frames on a socket are ``bookie.wire_sockets``.
+
 Theory of operation
 -------------------
 A bookie listens on two ZeroMQ ROUTER sockets: the *add* socket at ``bookiePort`` and the *read*
@@ -77,7 +79,6 @@ import enum
 import struct
 
 import numpy as np
-import zmq
 
 MAGIC = b"BK"
 PROTOCOL_VERSION = 1
@@ -332,31 +333,3 @@ def split_batch(lengths_frame, data) -> list[memoryview]:
         out.append(view[pos:pos + n])
         pos += n
     return out
-
-
-# -- frames on a socket, for the per-request paths ------------------------------------------------
-# pyzmq's send_multipart / recv_multipart combine their flags as enums for every frame and ask
-# RCVMORE with a getsockopt per frame: a 2-frame reply cost 3.5 us that way against 1.2 us here,
-# and a request's receive 4.7 us against 3.1 us (one process, inproc, pyzmq 27).
-_NOBLOCK = int(zmq.NOBLOCK)
-_MORE_NOBLOCK = int(zmq.SNDMORE | zmq.NOBLOCK)
-
-
-def send_frames(sock, frames, copy: bool = True) -> None:
-    """``sock.send_multipart(frames, zmq.NOBLOCK, copy=copy)``, cheaper.  Raises zmq.Again (or
-    another ZMQError) before any frame is queued: the parts after an accepted first one are
-    always accepted (ZeroMQ queues a message whole)."""
-    last = len(frames) - 1
-    for i, frame in enumerate(frames):
-        sock.send(frame, _NOBLOCK if i == last else _MORE_NOBLOCK, copy=copy)
-
-
-def recv_frames(sock, copy: bool = True) -> list:
-    """``sock.recv_multipart(zmq.NOBLOCK, copy=copy)``, cheaper: bytes, or zmq.Frame objects
-    without ``copy``.  Raises zmq.Again when no message waits."""
-    frame = sock.recv(_NOBLOCK, copy=False)
-    frames = [frame]
-    while frame.more:  # the rest of a message arrives with its first part
-        frame = sock.recv(_NOBLOCK, copy=False)
-        frames.append(frame)
-    return [f.bytes for f in frames] if copy else frames

@@ -38,7 +38,6 @@ status 3), the bookie stops cleanly and says why.
 
 from __future__ import annotations
 
-import collections
 import os
 import select
 import shutil
@@ -54,13 +53,18 @@ import orjson
 
 from bookie.appliance.exposition import BookieRegistry
 from bookie.appliance.memory_watch import MemoryWatch
+from bookie.appliance.registrar import Registrar
 from bookie.appliance.startchecks import StartRefused, check_admin_security, \
     check_bookie_id, check_client_security, check_dirs_usable, check_ports_free
 from bookie.core import diskcheck
+from bookie.core.supervision import (DisksFull, Log, ReadOnly, ReadOnlyCause, Restart,
+                                     RestartFailed, Stop, Supervision, WorkerDied)
 from bookie.workers.config import BookieConfig
 from bookie.workers.auth import plaintext_for_bench
 from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock, run_dir_parent
-from bookie.metadata.recovery_secret import write_secret_file
+from bookie.metadata import (CookieNotFoundError, MetadataError, NodeExistsError, NoSuchStoreError,
+                             open_metadata)
+from bookie.metadata.recovery_secret import recovery_secret, write_secret_file
 from bookie.storage import server_key
 from bookie.storage.layout import (PUBLIC_KEY_FIELD, ROTATE_VERB, LayoutError, all_dirs,
                                    check_or_stamp, local_cookie, remembered_port, without_key)
@@ -93,7 +97,6 @@ class Worker:
     def __init__(self, role: str):
         self.role = role
         self.proc: subprocess.Popen | None = None
-        self.restarts: collections.deque[float] = collections.deque()  # the last minute's
         self.restarts_total = 0
         self.memory_kills_total = 0
         self.killed_for_memory = False  # killed by the memory watch: its restart is not a crash
@@ -122,14 +125,12 @@ class Supervisor:
         self.store = None
         self.signalled_readonly = None  # set by SIGUSR1 / SIGUSR2, applied by the watch loop
         self.signalled_stop = ""  # set by SIGTERM / SIGINT, applied by the watch loop
-        self.readonly = False  # what the workers and the store are told
-        self.forced_readonly = False
+        # the policy (core/supervision.py): restarts, their limit, fatal exits, read-only
+        self.policy = Supervision(conf.worker_restart_limit, FATAL_EXITS,
+                                  conf.read_only_mode_enabled)
         self.memory = MemoryWatch(conf.worker_memory_limit_bytes)  # memory_watch.py
-        self.disks_full = False
         self.disk_states: dict[str, str] = {}  # directory -> ok / warn / full (diskcheck)
         self.next_full_gc = 0.0  # while disks are full, ask for a GC pass again from then on
-        self.no_room = False  # the add worker found no room on a ledger disk (ring NO_ROOM)
-        self.journal_full = False  # a journal found no room on its disk (JOURNAL_NO_ROOM)
         self.http = None  # /metrics on prometheusStatsHttpPort
         self.admin_http = None  # the admin API on httpServerPort
         self.admin_token = None  # httpServerAuthTokenFile's token (startchecks.check_admin_security)
@@ -141,6 +142,41 @@ class Supervisor:
 
     def log(self, event: str, **fields) -> None:
         log(self.name, event, **fields)
+
+    # What the workers and the store are told, and its causes (the policy's state).
+    readonly = property(lambda self: self.policy.readonly)
+    forced_readonly = property(lambda self: self.policy.causes["forced"])
+    disks_full = property(lambda self: self.policy.causes["disks_full"])
+    no_room = property(lambda self: self.policy.causes["no_room"])  # ring NO_ROOM: a ledger disk
+    journal_full = property(lambda self: self.policy.causes["journal_full"])  # JOURNAL_NO_ROOM
+
+    def _carry_out(self, actions: list, worker: Worker | None = None) -> None:
+        """Do what the policy decided: log lines, a stop, read-only, a worker's restart (whose
+        failure is the policy's next event)."""
+        pending = list(actions)
+        while pending:
+            action = pending.pop(0)
+            if isinstance(action, Log):
+                fields = dict(action.fields)
+                if worker is not None and worker.proc is not None and "role" in fields:
+                    fields["pid"] = worker.proc.pid
+                self.log(action.event, level=action.level, **fields)
+            elif isinstance(action, Stop):
+                self.request_stop(action.reason, action.code)
+            elif isinstance(action, ReadOnly):
+                self.ring.set(READONLY, 1 if action.on else 0)
+                if self.registrar is not None:
+                    self.registrar.want_readonly = action.on  # its thread moves the registration
+            elif isinstance(action, Restart):
+                w = self.workers[action.role]
+                w.restarts_total += 1
+                try:
+                    self._start_worker(w.role)
+                except WorkerStartError as e:
+                    if self.stopping:
+                        return
+                    pending = self.policy.handle(RestartFailed(w.role, e.returncode, str(e)),
+                                                 time.monotonic())
 
     # -- start -----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -316,7 +352,6 @@ class Supervisor:
     def _open_store(self):
         """The metadata store, opened once.  Raises ``StartRefused`` if the URI names no store
         (it is never created here), ``LayoutError`` if it cannot be used."""
-        from bookie.metadata import MetadataError, NoSuchStoreError, open_metadata
 
         if self.store is None:
             try:
@@ -333,7 +368,6 @@ class Supervisor:
     def _check_cookie_in_store(self, cookie: dict) -> None:
         """The store keeps each bookie's cookie: a second bookie (or a wiped one) claiming the
         same id with another disk set is refused."""
-        from bookie.metadata import CookieNotFoundError, MetadataError
 
         store = self._open_store()
         try:
@@ -370,8 +404,6 @@ class Supervisor:
 
     def _recovery_secret(self) -> bytes:
         """The cluster recovery secret (metadata/recovery_secret.py), made if the store has none."""
-        from bookie.metadata import MetadataError
-        from bookie.metadata.recovery_secret import recovery_secret
         try:
             secret = recovery_secret(self._open_store())
             if secret is None:  # once per start: what autorecovery heals with instead
@@ -383,7 +415,6 @@ class Supervisor:
             raise LayoutError(f"metadata store {self.conf.metadata_uri}: {e}") from None
 
     def _register(self) -> None:
-        from bookie.metadata import MetadataError, NodeExistsError
 
         # host and add_port are where clients reach a bookie with a named id (client/resolver.py)
         info = {"add_port": self.conf.bookie_port, "read_port": self.conf.bookie_port + 1,
@@ -400,7 +431,6 @@ class Supervisor:
             raise WorkerStartError.other(f"registering in {self.conf.metadata_uri}: {e}") from None
         self.log("registered", metadata=self.conf.metadata_uri)
         # From now on only the registrar's thread calls the store (appliance/registrar.py).
-        from bookie.appliance.registrar import Registrar
         self.registrar = Registrar(self.registration, self.log)
 
     # -- watch -----------------------------------------------------------------------------------
@@ -429,36 +459,12 @@ class Supervisor:
         return self.exit_code
 
     def _worker_died(self, w: Worker) -> None:
-        rc = w.proc.returncode
-        how = f"signal {-rc}" if rc < 0 else f"exit status {rc}"
         self.metrics.worker_gone(w.proc.pid)
-        if rc in FATAL_EXITS:
-            self.request_stop(f"{w.role} worker {FATAL_EXITS[rc]} ({how}); stopping the bookie", rc)
-            return
-        if w.killed_for_memory:  # not a crash: no client may stop the bookie this way
-            w.killed_for_memory = False
-        else:
-            w.restarts.append(time.monotonic())
-        self.log("worker died; restarting it", role=w.role, pid=w.proc.pid, cause=how)
+        died = WorkerDied(w.role, w.proc.returncode, w.killed_for_memory)
+        w.killed_for_memory = False
         # A restart that fails (the new worker killed before it was ready: an OOM kill, a slow
         # start) is one more restart under the same limit, never a reason of its own to stop.
-        while not self._over_restart_limit(w, how):
-            w.restarts_total += 1
-            try:
-                self._start_worker(w.role)
-                return
-            except WorkerStartError as e:
-                if self.stopping:
-                    return
-                if e.returncode in FATAL_EXITS:  # corruption found while starting: no retry
-                    self.request_stop(f"{w.role} worker {FATAL_EXITS[e.returncode]} (exit status "
-                                      f"{e.returncode}) while restarting; stopping the bookie",
-                                      e.returncode)
-                    return
-                w.restarts.append(time.monotonic())
-                how = f"a failed restart ({e})"
-                self.log("worker restart failed; retrying", level="warning", role=w.role,
-                         error=str(e))
+        self._carry_out(self.policy.handle(died, time.monotonic()), w)
 
     def _restart_dead_journals(self) -> None:
         """Restart in dependency order: an add worker starting waits until every journal has
@@ -471,18 +477,6 @@ class Supervisor:
                 return
             if j.proc is not None and j.proc.poll() is not None:
                 self._worker_died(j)
-
-    def _over_restart_limit(self, w: Worker, how: str) -> bool:
-        """Forget restarts older than a minute; past ``workerRestartLimit`` stop the bookie
-        (and say so): True."""
-        now = time.monotonic()
-        while w.restarts and now - w.restarts[0] > 60:
-            w.restarts.popleft()
-        if len(w.restarts) > self.conf.worker_restart_limit:
-            self.request_stop(f"{w.role} worker died with {how} {len(w.restarts)} times in a "
-                              f"minute; stopping the bookie", 1)
-            return True
-        return False
 
     def _check_memory(self) -> None:
         """Kill the workers over workerMemoryLimitMB; the watch loop restarts them (memory_watch.py)."""
@@ -508,21 +502,16 @@ class Supervisor:
             self.log(f"disk {state}", level="warning" if state != diskcheck.OK else None,
                      directory=d, used=f"{used:.3f}")
         disks_full = bool(full)
-        if disks_full and not conf.read_only_mode_enabled:
-            self.request_stop(f"disks full ({', '.join(full)}) and readOnlyModeEnabled=false", 1)
-            return
         now = time.monotonic()
-        if disks_full and conf.metadata_uri and (
+        if disks_full and conf.read_only_mode_enabled and conf.metadata_uri and (
                 not self.disks_full or now >= self.next_full_gc):
             self.next_full_gc = now + conf.gc_wait_s
             try:
                 request_gc(self.run_dir, major=True)  # compaction may free what adds cannot
             except OSError as e:
                 self.log("could not ask for a GC pass", error=str(e))
-        if disks_full != self.disks_full:
-            self.disks_full = disks_full
-            self.log("disks full" if disks_full else "disks have room again", full=",".join(full) or "-")
-            self._apply_readonly()
+        with self._readonly_lock:
+            self._carry_out(self.policy.handle(DisksFull(tuple(full)), now))
 
     def _take_signals(self) -> None:
         """Act on what the signal handlers noted (they only store attributes: a handler that
@@ -533,36 +522,21 @@ class Supervisor:
         if flag is not None:
             self.set_readonly(flag)
         if self.ring is not None and bool(self.ring.get(NO_ROOM)) != self.no_room:
-            self.no_room = not self.no_room
-            self._apply_readonly()
+            self._cause("no_room", not self.no_room)
         journal_full = any(r.get(JOURNAL_NO_ROOM) for r in self.rings)
         if journal_full != self.journal_full:
-            self.journal_full = journal_full
-            self._apply_readonly()
+            self._cause("journal_full", journal_full)
 
     def set_readonly(self, flag: bool) -> None:
         """Force read-only mode, or lift the force (operators: SIGUSR1 / SIGUSR2, the admin
         API's PUT /api/v1/bookie/state/readonly; tests).  Safe from any thread."""
-        with self._readonly_lock:
-            self.forced_readonly = flag
-            self._apply_readonly()
+        self._cause("forced", flag)
 
-    def _apply_readonly(self) -> None:
-        """Read-only while forced or while a disk is full; tell the workers and the store."""
+    def _cause(self, cause: str, on: bool) -> None:
+        """One cause of read-only set or lifted (core/supervision.py rule 4); the workers and the
+        store are told when the answer changes."""
         with self._readonly_lock:
-            self._apply_readonly_locked()
-
-    def _apply_readonly_locked(self) -> None:
-        readonly = self.forced_readonly or self.disks_full or self.no_room or self.journal_full
-        if readonly == self.readonly:
-            return
-        self.readonly = readonly
-        self.ring.set(READONLY, 1 if readonly else 0)
-        if self.registrar is not None:
-            self.registrar.want_readonly = readonly  # its thread moves the registration
-        self.log("bookie is now read-only" if readonly else "bookie is writable again",
-                 forced=self.forced_readonly, disks_full=self.disks_full, no_room=self.no_room,
-                 journal_full=self.journal_full)
+            self._carry_out(self.policy.handle(ReadOnlyCause(cause, on), time.monotonic()))
 
     def request_stop(self, reason: str, code: int = 0) -> None:
         if not self.stop_reason:  # a signal handler may have set ``stopping`` alone
@@ -619,7 +593,7 @@ class Supervisor:
 
     # -- HTTP: admin API and /metrics (bookie.appliance.admin) -----------------------------------
     def _start_http(self) -> None:
-        from bookie.appliance import admin
+        from bookie.appliance import admin  # lazy: http.server
 
         conf = self.conf
         api = admin.AdminApi(self, self.metrics)

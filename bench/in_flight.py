@@ -110,10 +110,28 @@ def points_from_readme(text: str) -> list[Point]:
     return sorted(points.values(), key=lambda p: (p.series, p.in_flight))
 
 
+# Neighbouring measurements further apart than this (a decade of adds in flight) are drawn as
+# points only: a line between 256 and 10,000 in flight would show values never measured.
+MAX_JOINED_RATIO = 10.0
+
+
+def joined_runs(pts: list[tuple[float, float]],
+                max_ratio: float = MAX_JOINED_RATIO) -> list[list[tuple[float, float]]]:
+    """``pts`` (ascending x) cut into runs whose neighbours are at most ``max_ratio`` apart: a
+    run of one is a lone point, a longer run a line through measured points."""
+    runs: list[list[tuple[float, float]]] = []
+    for x, y in pts:
+        if runs and x <= runs[-1][-1][0] * max_ratio:
+            runs[-1].append((x, y))
+        else:
+            runs.append([(x, y)])
+    return runs
+
+
 def plot_in_flight(points: list[Point], out_dir: str, caption: str = "") -> list[str]:
     """Write ``THROUGHPUT_PNG`` (adds/s against adds in flight) and ``LATENCY_PNG`` (p50 and
-    p99 against adds in flight) into ``out_dir``; the bookie's series as lines, the peers as
-    markers.  Returns the paths.  Raises PlotUnavailable without matplotlib."""
+    p99 against adds in flight) into ``out_dir``; the bookie's series as points, joined only
+    between neighbours at most a decade apart (``joined_runs``), the peers as markers.  Returns the paths.  Raises PlotUnavailable without matplotlib."""
     plt = require_matplotlib()
     os.makedirs(out_dir, exist_ok=True)
     series = sorted({p.series for p in points}, key=lambda s: (not s.startswith("bookie"), s))
@@ -132,10 +150,12 @@ def plot_in_flight(points: list[Point], out_dir: str, caption: str = "") -> list
                        if p.series == s and getattr(p, field)]
                 if not pts:
                     continue
-                xs, ys = zip(*pts)
                 style = styles[s] if field != "p50_ms" else styles[s].replace("-", "--")
-                ax.plot(xs, ys, style, label=f"{s} {label}".strip(), markersize=7,
-                        color=colours[s], fillstyle="full" if field != "p50_ms" else "none")
+                for i, run in enumerate(joined_runs(sorted(pts))):
+                    xs, ys = zip(*run)
+                    ax.plot(xs, ys, style, label=f"{s} {label}".strip() if i == 0 else None,
+                            markersize=7, color=colours[s],
+                            fillstyle="full" if field != "p50_ms" else "none")
                 for x, y in pts:
                     ax.annotate(f"{y / 1000:,.0f}k" if field == "ops_per_s" else f"{y:.2f}",
                                 (x, y), textcoords="offset points", xytext=(4, 4),

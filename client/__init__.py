@@ -11,22 +11,33 @@ Logs (ordered lists of ledgers with one writer): ``open_log(bk, name)``, ``read_
 See docs/client.md for every call.
 """
 
-from bookie.client.aio import AsyncBookKeeper, AsyncLedgerHandle
-from bookie.client.client import BookKeeper
-from bookie.client.handle_api import LedgerHandle, LedgerHandleAdv
-from bookie.client.config import ClientConfig
-from bookie.client.digest import LedgerEntry
-from bookie.client.errors import (BadVersionError, BKTimeoutError, BookieError,
-                                  BookKeeperError, ClientClosedError, DigestMismatchError,
-                                  InvalidArgumentError, LedgerClosedError, LedgerFencedError,
-                                  LedgerRecoveryError, MetadataStoreError, NoSuchEntryError,
-                                  NoSuchLedgerError, NoSuchRecordError, NotEnoughBookiesError,
-                                  QuotaExceededError, RecordExistsError, UnauthorizedError)
-from bookie.client.log import (AsyncLogWriter, LogFencedError, LogPosition, LogRecord, LogWriter,
-                               LogWriterFailedError,
-                               NoSuchLogError, create_log, delete_log, link_ledgers, list_logs,
-                               log_ledgers, open_log, open_log_async, read_log, read_log_async)
-from bookie.client.protocol.ledger import LedgerInfo
+from __future__ import annotations
+
+import importlib
+
+# The face is lazy: a name is imported from its defining module when first asked for, so
+# importing one module of the package (``bookie.client.protocol.*``, pure rules) loads neither
+# ZeroMQ nor ZooKeeper, and no module of the package reaches back into this one.
+_DEFINED_IN = {
+    **dict.fromkeys(("AsyncBookKeeper", "AsyncLedgerHandle"), "bookie.client.aio"),
+    **dict.fromkeys(("BookKeeper",), "bookie.client.client"),
+    **dict.fromkeys(("LedgerHandle", "LedgerHandleAdv"), "bookie.client.handle_api"),
+    **dict.fromkeys(("ClientConfig",), "bookie.client.config"),
+    **dict.fromkeys(("LedgerEntry",), "bookie.client.digest"),
+    **dict.fromkeys((
+        "BadVersionError", "BKTimeoutError", "BookieError", "BookKeeperError", "ClientClosedError",
+        "DigestMismatchError", "InvalidArgumentError", "LedgerClosedError", "LedgerFencedError",
+        "LedgerRecoveryError", "MetadataStoreError", "NoSuchEntryError", "NoSuchLedgerError",
+        "NoSuchRecordError", "NotEnoughBookiesError", "QuotaExceededError", "RecordExistsError",
+        "UnauthorizedError"
+    ), "bookie.client.errors"),
+    **dict.fromkeys((
+        "AsyncLogWriter", "LogFencedError", "LogPosition", "LogRecord", "LogWriter",
+        "LogWriterFailedError", "NoSuchLogError", "create_log", "delete_log", "link_ledgers",
+        "list_logs", "log_ledgers", "open_log", "open_log_async", "read_log", "read_log_async"
+    ), "bookie.client.log"),
+    **dict.fromkeys(("LedgerInfo",), "bookie.client.protocol.ledger"),
+}
 
 __all__ = [
     "BookKeeper", "LedgerHandle", "LedgerHandleAdv", "AsyncBookKeeper", "AsyncLedgerHandle", "ClientConfig",
@@ -41,3 +52,16 @@ __all__ = [
     "LogWriter", "AsyncLogWriter", "LogPosition", "LogRecord", "LogFencedError",
     "LogWriterFailedError", "NoSuchLogError",
 ]
+
+
+def __getattr__(name: str):
+    module = _DEFINED_IN.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # asked once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_DEFINED_IN))

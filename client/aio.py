@@ -22,6 +22,7 @@ from bookie.client.digest import LedgerEntry
 from bookie.client.errors import BKTimeoutError
 from bookie.client.handle import READ_CHUNK, check_entry_range
 from bookie.client.handle_api import LedgerHandle
+from bookie.client.log import open_log_async, read_log_async
 
 
 class AsyncBookKeeper:
@@ -85,12 +86,10 @@ class AsyncBookKeeper:
     # -- logs (see bookie.client.log) ------------------------------------------------------------
 
     async def open_log(self, name: str, *args, **kwargs):
-        from bookie.client.log import open_log_async
         return await open_log_async(self, name, *args, **kwargs)
 
     def read_log(self, name: str, *args, **kwargs):
         """``async for record in abk.read_log(name): ...``"""
-        from bookie.client.log import read_log_async
         return read_log_async(self, name, *args, **kwargs)
 
     async def list_logs(self) -> list[str]:

@@ -24,6 +24,7 @@ from bookie.client.drivers import OpRunner, Throttle, WriterDriver
 from bookie.client.errors import (ClientClosedError, DigestMismatchError, InvalidArgumentError,
                                   NoSuchLedgerError, NotEnoughBookiesError, UnauthorizedError)
 from bookie.client.handle_api import LedgerHandle, LedgerHandleAdv
+from bookie.client import log as log_recipes  # open_log, read_log, ...: the log recipes
 from bookie.client.io import IOThread
 from bookie.client.metrics import ClientMetrics
 from bookie.client.metadata import ClientStore, LedgerMetadata, to_info
@@ -399,37 +400,30 @@ class BookKeeper:
 
     def open_log(self, name: str, *args, **kwargs):
         """Become the writer of log ``name``: see :func:`bookie.client.log.open_log`."""
-        from bookie.client import log
-        return log.open_log(self, name, *args, **kwargs)
+        return log_recipes.open_log(self, name, *args, **kwargs)
 
     def read_log(self, name: str, *args, **kwargs):
         """Iterate over log ``name`` without fencing: see :func:`bookie.client.log.read_log`."""
-        from bookie.client import log
-        return log.read_log(self, name, *args, **kwargs)
+        return log_recipes.read_log(self, name, *args, **kwargs)
 
     def list_logs(self) -> list[str]:
-        from bookie.client import log
-        return log.list_logs(self)
+        return log_recipes.list_logs(self)
 
     def delete_log(self, name: str) -> None:
-        from bookie.client import log
-        log.delete_log(self, name)
+        log_recipes.delete_log(self, name)
 
     def create_log(self, name: str) -> bool:
         """Create an empty log: see :func:`bookie.client.log.create_log`."""
-        from bookie.client import log
-        return log.create_log(self, name)
+        return log_recipes.create_log(self, name)
 
     def log_ledgers(self, name: str) -> tuple[list[int], int]:
         """The log's ledger list and version: see :func:`bookie.client.log.log_ledgers`."""
-        from bookie.client import log
-        return log.log_ledgers(self, name)
+        return log_recipes.log_ledgers(self, name)
 
     def link_ledgers(self, name: str, ledger_ids, version: int) -> int:
         """Append closed ledgers to a log with one CAS: see
         :func:`bookie.client.log.link_ledgers`."""
-        from bookie.client import log
-        return log.link_ledgers(self, name, ledger_ids, version)
+        return log_recipes.link_ledgers(self, name, ledger_ids, version)
 
     # -- internals -----------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ import dataclasses
 import difflib
 
 from bookie.client.errors import InvalidArgumentError
+from bookie.metadata.uri import SCHEMES_HELP, known_scheme
 from bookie.properties import (PropertiesError, parse_value, read_properties,
                                resolve_metadata_uri)
 
@@ -188,10 +189,8 @@ class ClientConfig:
         need(self.addBatchMaxBytes >= 1, "addBatchMaxBytes", "must be >= 1")
         need(self.operationTimeout > 0, "operationTimeout", "must be > 0 s")
         need(isinstance(self.zkEnableSecurity, bool), "zkEnableSecurity", "must be true or false")
-        need(not self.metadataServiceUri or self.metadataServiceUri.split("://")[0] in (
-            "zk", "zk+flat", "zk+hierarchical", "lmdb"), "metadataServiceUri",
-            "must be zk://host:port[,host:port]/root, zk+flat://, zk+hierarchical:// or "
-            "lmdb:///abs/path")
+        need(not self.metadataServiceUri or known_scheme(self.metadataServiceUri),
+             "metadataServiceUri", f"must be {SCHEMES_HELP}")
         need(self.zkLedgersRootPath.startswith("/"), "zkLedgersRootPath",
              "must be an absolute path such as /ledgers")
         need(self.ensemblePlacementPolicy in PLACEMENT_POLICIES, "ensemblePlacementPolicy",
@@ -234,7 +233,7 @@ class ClientConfig:
     def zk_security(self):
         """zkEnableSecurity and zkDigestAuthFile as a ``ZkSecurity`` for ``open_metadata``
         (None: no credentials); the file read and checked.  Raises InvalidArgumentError."""
-        from bookie.metadata import AccessDeniedError, load_zk_security
+        from bookie.metadata import AccessDeniedError, load_zk_security  # lazy: kazoo
         try:
             return load_zk_security(self.zkEnableSecurity, self.zkDigestAuthFile)
         except AccessDeniedError as exc:

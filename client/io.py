@@ -51,7 +51,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 import zmq
 
-from bookie import wire
+from bookie import wire, wire_sockets
 from bookie.client.connection import connect_proved
 from bookie.client.resolver import ADDRESSES_ONLY, UnresolvedBookieError
 from bookie.client.errors import BookKeeperError, ClientClosedError
@@ -474,7 +474,7 @@ class IOThread:
         if self.trace is not None and kind == ADD:
             self.trace.append(("io_sent", time.monotonic_ns()))
         try:
-            wire.send_frames(self._socket(a.bookie, kind), frames, copy=len(frames[-1]) < 65536)
+            wire_sockets.send_frames(self._socket(a.bookie, kind), frames, copy=len(frames[-1]) < 65536)
         except (zmq.ZMQError, UnresolvedBookieError) as exc:
             log.debug("send to %s failed: %s", a.bookie, exc)
             del self._inflight[rid]
@@ -516,7 +516,7 @@ class IOThread:
         key = self._socket_keys.get(sock)
         for _ in range(1024):
             try:
-                frames = wire.recv_frames(sock, copy=False)
+                frames = wire_sockets.recv_frames(sock, copy=False)
             except zmq.Again:
                 return
             try:

@@ -28,6 +28,8 @@ import dataclasses
 import threading
 import time
 from concurrent.futures import Future
+from bookie.client.protocol.reader import ReadOp
+from bookie.client.protocol import actions as A
 
 LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                      0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -51,7 +53,7 @@ class Families:
 def families(registry=None) -> Families:
     """The process's client metric families in ``registry`` (default: prometheus_client's
     ``REGISTRY``), created on the first call, the same object on every later one."""
-    from prometheus_client import REGISTRY, Counter, Histogram
+    from prometheus_client import REGISTRY, Counter, Histogram  # lazy: prometheus_client
     registry = REGISTRY if registry is None else registry
     with _lock:
         found = _families.get(id(registry))
@@ -99,7 +101,6 @@ class ClientMetrics:
     def watch(self, op, fut: Future) -> None:
         """Count what operation ``op`` (run with Future ``fut``) read, once it is done: the
         entries it delivered, and those it asked of a next replica speculatively."""
-        from bookie.client.protocol.reader import ReadOp
         if not isinstance(op, ReadOp):
             return
         fam = self.families
@@ -116,7 +117,6 @@ class ClientMetrics:
     def counted_metadata_writes(self, write_metadata):
         """``write_metadata`` (the I/O thread's CAS writer) wrapped to count ensemble changes
         written."""
-        from bookie.client.protocol import actions as A
         fam = self.families
 
         def write(action):

@@ -65,7 +65,7 @@ def client_keys(conf_file: str | None = None, overrides: list[str] | None = None
     except PropertiesError as e:
         raise InvalidArgumentError(str(e)) from None
     ClientConfig.build(keys)  # unknown keys, ranges, a CURVE pair that goes together
-    from bookie.client.auth import client_curve
+    from bookie.client.auth import client_curve  # lazy: zmq.auth
     client_curve(ClientConfig.build(keys))  # key files readable now, not after the tool started
     return keys
 

@@ -42,6 +42,8 @@ from typing import Callable, NamedTuple
 import orjson
 
 from bookie.metadata.bookie_ids import split_address
+from bookie.metadata import MetadataError
+from bookie.metadata.store import AVAILABLE, READONLY, join
 
 log = logging.getLogger("bookie.client")
 
@@ -175,7 +177,6 @@ class BookieResolver:
         self._update(bookie_id, found)
 
     def _read(self, bookie_id: str) -> Target | None:
-        from bookie.metadata import MetadataError
         try:
             info = self._store.bookie_info(bookie_id)
         except (MetadataError, ValueError) as e:
@@ -207,8 +208,6 @@ class BookieResolver:
         is resolved.  A node watch, not a membership watch: a restart on another port that
         leaves the list of ids as it was is still a change of the node's data.  Any change is
         read again whole (the registration may have moved between writable and read-only)."""
-        from bookie.metadata import MetadataError
-        from bookie.metadata.store import AVAILABLE, READONLY, join
         with self._lock:
             if bookie_id in self._cancels or self._closed:
                 return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bookie import wire
 from bookie.wire import Op, Status
+from bookie.core.shares import PendingAdds
 
 
 class Pending:
@@ -48,7 +49,6 @@ class JournalAnswers:
     """
 
     def __init__(self, journals: int, max_pending: int, principal, refusals=None):
-        from bookie.core.shares import PendingAdds
 
         self.queues = [PendingAdds(max_pending, principal, refusals) for _ in range(journals)]
         for q in self.queues[1:]:

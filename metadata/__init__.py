@@ -12,6 +12,8 @@ docs/metadata.md describes the node tree, the record format and the delivery del
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from bookie.metadata.errors import (
     AccessDeniedError, BadVersionError, ConnectionLossError, CookieNotFoundError, CorruptMetadataError,
     InvalidUriError, MetadataError, MetadataTimeoutError, NodeExistsError, NoSuchLedgerError,
@@ -19,7 +21,9 @@ from bookie.metadata.errors import (
 from bookie.metadata.ledger import LedgerMetadata, LedgerState
 from bookie.metadata.store import BookieRegistration, MetadataStore
 from bookie.metadata.uri import MetadataUri, parse_uri
-from bookie.metadata.zk_acl import ZkSecurity, load_zk_security
+
+if TYPE_CHECKING:
+    from bookie.metadata.zk_acl import ZkSecurity
 
 __all__ = [
     "open_metadata", "MetadataStore", "BookieRegistration", "LedgerMetadata", "LedgerState",
@@ -29,6 +33,15 @@ __all__ = [
     "ConnectionLossError", "CorruptMetadataError", "InvalidUriError", "NoSuchStoreError",
     "AccessDeniedError", "ZkSecurity", "load_zk_security",
 ]
+
+
+def __getattr__(name: str):
+    # ZooKeeper's security (kazoo's ACLs) is loaded when first asked for: the embedded store,
+    # its clients and the pure cores import this package without kazoo.
+    if name in ("ZkSecurity", "load_zk_security"):
+        from bookie.metadata import zk_acl  # lazy: kazoo
+        return getattr(zk_acl, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def open_metadata(uri: str, timeout_s: float = 10.0, *, lease_ms: int = 5000,
@@ -67,10 +80,10 @@ def open_metadata(uri: str, timeout_s: float = 10.0, *, lease_ms: int = 5000,
     """
     parsed = parse_uri(uri)
     if parsed.scheme == "lmdb":
-        from bookie.metadata.embedded import EmbeddedMetadataStore
+        from bookie.metadata.embedded import EmbeddedMetadataStore  # lazy: lmdb
         return EmbeddedMetadataStore(parsed.path, timeout_s, lease_ms=lease_ms,
                                      watch_poll_s=watch_poll_s, map_size_bytes=map_size_bytes,
                                      create=create)
-    from bookie.metadata.zk import ZooKeeperMetadataStore
+    from bookie.metadata.zk import ZooKeeperMetadataStore  # lazy: kazoo
     return ZooKeeperMetadataStore(parsed, timeout_s, session_timeout_s=session_timeout_s,
                                   create=create, security=zk_security)

@@ -30,6 +30,7 @@ from kazoo import exceptions as kz
 
 from bookie.metadata.errors import AccessDeniedError, NodeExistsError
 from bookie.metadata.zk_acl import BOOKIE_DIGEST_KEY, PRIVATE, _ids
+from bookie.metadata.zk_errors import map_error
 
 
 class ZkPrivate:
@@ -53,7 +54,6 @@ class ZkPrivate:
                 f"{BOOKIE_DIGEST_KEY}'s principal only")
 
     def _call(self, fn):
-        from bookie.metadata.zk_errors import map_error
         try:
             return fn(self.store.client)
         except kz.NodeExistsError:
@@ -127,7 +127,7 @@ class FilePrivate:
 
 def private_store(store) -> ZkPrivate | FilePrivate | None:
     """The bookies' private place of ``store`` (module docstring), None where there is none."""
-    from bookie.metadata.embedded import EmbeddedMetadataStore
+    from bookie.metadata.embedded import EmbeddedMetadataStore  # lazy: lmdb
 
     if isinstance(store, EmbeddedMetadataStore):
         return FilePrivate(store.path)

@@ -35,7 +35,6 @@ import secrets
 import struct
 
 from bookie.metadata.errors import CorruptMetadataError, NodeExistsError
-from bookie.metadata.private import private_store
 from bookie.metadata.store import RECOVERYSECRET
 
 SECRET_PATH = RECOVERYSECRET  # older versions' ordinary node: never read
@@ -55,6 +54,7 @@ def recovery_secret(store, create: bool = True) -> bytes | None:
         AccessDeniedError: the private place is not private (named in the message).
         MetadataError: the store failed.
     """
+    from bookie.metadata.private import private_store  # lazy: kazoo
     place = private_store(store)
     if place is None:
         return None
@@ -77,6 +77,7 @@ def recovery_secret(store, create: bool = True) -> bytes | None:
 def protected(store) -> str | None:
     """Where ``store`` keeps the secret from everyone but the bookies, or None: no such place
     (no recovery secret; autorecovery uses autoRecoveryLedgerPasswords)."""
+    from bookie.metadata.private import private_store  # lazy: kazoo
     place = private_store(store)
     return None if place is None else place.where
 

@@ -18,6 +18,15 @@ from bookie.metadata.errors import InvalidUriError
 
 DEFAULT_ZK_ROOT = "/ledgers"
 _ZK_SCHEMES = {"zk": None, "zk+flat": "flat", "zk+hierarchical": "hierarchical"}
+# The one list of schemes: every check of a metadataServiceUri (bookie, client, shell) uses it.
+SCHEMES = (*_ZK_SCHEMES, "lmdb")
+SCHEMES_HELP = ("lmdb:///abs/path, zk://host:port[,host:port]/root, zk+flat:// or "
+                "zk+hierarchical://")
+
+
+def known_scheme(uri: str) -> bool:
+    """Whether ``uri`` starts with one of ``SCHEMES`` and "://" (the rest is ``parse_uri``'s)."""
+    return uri.split("://", 1)[0].lower() in SCHEMES and "://" in uri
 _HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.\-]+):(\d{1,5})$")
 _ZK_SEGMENT = re.compile(r"^[^/\x00]+$")
 
@@ -49,8 +58,8 @@ def parse_uri(uri: str) -> MetadataUri:
                                   f"directory)")
         return MetadataUri(scheme="lmdb", path=rest.rstrip("/"), text=uri)
     if scheme not in _ZK_SCHEMES:
-        raise InvalidUriError(f"{uri!r}: unknown scheme {scheme!r} (use zk, zk+flat, "
-                              f"zk+hierarchical or lmdb)")
+        raise InvalidUriError(f"{uri!r}: unknown scheme {scheme!r} (use {', '.join(SCHEMES[:-1])} "
+                              f"or {SCHEMES[-1]})")
     hostpart, slash, root = rest.partition("/")
     hosts = tuple(h.strip() for h in hostpart.split(",") if h.strip())
     if not hosts:

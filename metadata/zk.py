@@ -43,7 +43,7 @@ from bookie.metadata.errors import (
     MetadataTimeoutError, NodeExistsError, NoSuchLedgerError, NoSuchNodeError, NoSuchStoreError)
 from bookie.metadata.ledger import LedgerMetadata
 from bookie.metadata.store import (
-    AVAILABLE, LAYOUT, READONLY, Cancel, Dispatcher, MetadataStore, Watch, check_path)
+    AVAILABLE, INSTANCEID, LAYOUT, READONLY, Cancel, Dispatcher, MetadataStore, Watch, check_path)
 from bookie.metadata.uri import MetadataUri
 from bookie.metadata.zk_acl import (
     BOOKIES_WRITE_PARENTS, REGISTRATIONS, ZkSecurity, _ids, above_root_acl, acl_for, child_acl, listed,
@@ -504,6 +504,11 @@ class ZooKeeperMetadataStore(MetadataStore):
                 self._delete_abs(abs_path, None)
             except NoSuchNodeError:
                 pass
+        # The instance id goes first: node by node, a wipe shows readers a store that lists some
+        # ledgers and not others, and a GC pass listing then would take the missing ones for
+        # deleted.  It compares the instance id read before its listing with the one after
+        # (workers/gc_worker.py ``collect``), so a listing that overlaps a wipe deletes nothing.
+        remove(self._abs(INSTANCEID))
         remove(self.root)
 
     def _write_layout(self) -> None:

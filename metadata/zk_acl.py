@@ -35,11 +35,15 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from kazoo import exceptions as kz
 from kazoo.security import ACL, OPEN_ACL_UNSAFE, Permissions, make_digest_acl, \
     make_digest_acl_credential
 
-from bookie.metadata.errors import AccessDeniedError
+from bookie.metadata.errors import (AccessDeniedError, MetadataError, MetadataTimeoutError,
+                                    NoSuchStoreError)
 from bookie.metadata.secret_file import read_private_file
+from bookie.metadata.store import LAYOUT
+from bookie.metadata.uri import parse_uri
 from bookie.metadata.zk_errors import map_error
 from bookie.metadata.zk_keys import BOOKIE_DIGEST_KEY, DIGEST_KEY, ENABLE_KEY
 
@@ -232,7 +236,6 @@ def protect_tree(client, root: str, security: ZkSecurity) -> int:
     """Give the root and every node under it ``security.acl``; return how many nodes were set.
     ``client`` is a started kazoo client authenticated with ``security``'s credentials.
     Nodes created meanwhile by processes with security off may be missed: run it again."""
-    from kazoo.exceptions import NoNodeError
     count = 0
     todo = [root]
     while todo:
@@ -242,7 +245,7 @@ def protect_tree(client, root: str, security: ZkSecurity) -> int:
         try:
             client.set_acls(path, acl_for(path[len(root):], security) or security.acl)
             kids = client.get_children(path)
-        except NoNodeError:
+        except kz.NoNodeError:
             continue  # deleted meanwhile (an ephemeral node, an id)
         count += 1
         todo.extend(f"{path}/{k}" for k in kids)
@@ -258,12 +261,7 @@ def protect_metadata(uri: str, security: ZkSecurity | None, timeout_s: float = 1
         NoSuchStoreError: the root holds no metadata store.
         MetadataError: not a ZooKeeper URI; MetadataTimeoutError: unreachable.
     """
-    from kazoo import exceptions as kz
-    from kazoo.client import KazooClient
-
-    from bookie.metadata.errors import MetadataError, MetadataTimeoutError, NoSuchStoreError
-    from bookie.metadata.store import LAYOUT
-    from bookie.metadata.uri import parse_uri
+    from kazoo.client import KazooClient  # lazy: kazoo.client
     parsed = parse_uri(uri)
     if parsed.scheme == "lmdb":
         raise MetadataError(f"{uri}: the embedded store has no ACLs (its files are the bookie "

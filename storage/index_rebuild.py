@@ -65,6 +65,7 @@ from bookie.core.ledgers import LedgerTable, StoredLedger
 from bookie.storage.index import LEDGER_KEY, LOC, Index
 from bookie.storage.entrylog import EntryLogReader, log_name
 from bookie.storage.index_check import Progress
+from bookie.storage.dirlock import DirectoryLock
 
 
 @dataclasses.dataclass
@@ -96,7 +97,6 @@ def rebuild_index(conf, progress: Progress | None = None, fence_all: bool = Fals
         DirectoryInUseError: a bookie runs on these directories (nothing was changed).
         OSError: a disk error; the old index is left in place.
     """
-    from bookie.storage.dirlock import DirectoryLock
 
     lock = DirectoryLock.acquire(all_dirs(conf), purpose="rebuild its index")
     try:

@@ -41,6 +41,7 @@ import orjson
 from bookie.metadata.bookie_ids import split_address
 from bookie.storage.dirlock import DirectoryLock
 from bookie.storage.errors import LayoutError  # noqa: F401 - its users import it from here
+from bookie.metadata import CookieNotFoundError, open_metadata
 from bookie.storage.replace_file import replace_file
 
 LAYOUT_VERSION = 1
@@ -300,13 +301,11 @@ def format_bookie(conf, force: bool = False) -> list[str]:
             port = remembered_port(all_dirs(conf))
             bookie_id = f"{conf.bookie_host}:{port}" if port else None
         if conf.metadata_uri:
-            from bookie.metadata import open_metadata
             store = open_metadata(conf.metadata_uri, timeout_s=conf.metadata_timeout_s,
                                   zk_security=conf.zk_security)
         for d in holding:
             shutil.rmtree(current_dir(d))
         if store is not None and bookie_id is not None:
-            from bookie.metadata import CookieNotFoundError
             try:
                 store.remove_cookie(bookie_id)
             except CookieNotFoundError:

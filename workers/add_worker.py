@@ -49,7 +49,7 @@ import time
 
 import zmq
 
-from bookie import wire
+from bookie import wire, wire_sockets
 from bookie.metadata.recovery_secret import read_secret_file
 from bookie.storage.layout import current_dir, key_salt
 from bookie.wire import Op, Status
@@ -101,6 +101,8 @@ def run(ctx) -> int:
     # journal that died meanwhile is restarted by the supervisor during this wait (dependency
     # order); a SIGTERM ends it at once.
     deadline = time.monotonic() + 60
+    if any(r.get(DURABLE) < r.get(WRITE) for r in rings):
+        ctx.log("waiting for the journals to drain the ring")
     while any(r.get(DURABLE) < r.get(WRITE) for r in rings):
         if ctx.stopping:
             ctx.log("stopped while waiting for the journals to drain the ring")
@@ -340,7 +342,7 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
             if self.trace is not None:
                 self.trace.replied(p.end, time.monotonic_ns())
             try:
-                wire.send_frames(sock, frames)
+                wire_sockets.send_frames(sock, frames)
             except zmq.ZMQError:
                 self.stats["replies_dropped_total"] += 1
 
@@ -377,7 +379,7 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         machine = self.machine
         for _ in range(MAX_MESSAGES_PER_ITERATION):
             try:
-                frames = wire.recv_frames(sock, copy=False)
+                frames = wire_sockets.recv_frames(sock, copy=False)
             except zmq.Again:
                 break
             self.taken_at = time.monotonic()

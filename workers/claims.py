@@ -54,6 +54,7 @@ from bookie.core.ledgers import Owner, Rejected
 from bookie.metadata.ledger import (
     KEY_CHECK_SIZE, SCRYPT_LOG2_N, SCRYPT_P, SCRYPT_R, key_check_matches, verifier_parameters)
 from bookie.wire import MAX_MASTER_KEY, Status
+from bookie.metadata import MetadataError, NoSuchLedgerError, open_metadata
 
 CACHE = 65_536  # ledgers whose check is kept (and (check, key) answers: a quarter of it)
 MAX_JOBS = 256  # lookups and verifications queued at most
@@ -131,7 +132,6 @@ class OwnerLookup:
             return Owner.UNAVAILABLE
         self.lookups += 1
         self.lookups_total += 1
-        from bookie.metadata import MetadataError, NoSuchLedgerError, open_metadata
         try:
             if self.store is None:
                 opener = self._opener or open_metadata

@@ -16,7 +16,7 @@ import orjson
 import setproctitle
 import zmq
 
-from bookie import wire
+from bookie import wire, wire_sockets
 from bookie.workers import logs
 from bookie.workers.config import BookieConfig
 from bookie.workers.metrics import Metrics
@@ -160,7 +160,7 @@ class ClientServer:
     def reply(self, ident, op, status, request_id, ledger_id, body=()) -> None:
         self.count(op, status)
         try:
-            wire.send_frames(self.clients, [ident, wire.pack_header(op, status, request_id, ledger_id), *body])
+            wire_sockets.send_frames(self.clients, [ident, wire.pack_header(op, status, request_id, ledger_id), *body])
         except zmq.ZMQError:
             self.stats["replies_dropped_total"] += 1
 
@@ -172,7 +172,7 @@ class ClientServer:
             self.reply(ident, op, status, request_id, max(ledger_id, 0))
 
     def info(self) -> bytes:
-        from bookie import __version__  # read from the installed metadata when asked, not at start
+        from bookie import __version__  # read from the installed metadata when asked, not at start  # lazy: importlib.metadata
 
         usage = shutil.disk_usage(self.ledger_dir)
         return orjson.dumps({"bookie_id": self.ctx.conf.bookie_id, "free_bytes": usage.free,

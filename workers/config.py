@@ -37,9 +37,10 @@ from bookie.metadata.bookie_ids import bookie_id_problem
 from bookie.metadata.errors import AccessDeniedError, InvalidUriError
 from bookie.properties import (PropertiesError, check_location, format_bool, normalise_uri,  # noqa: F401
                                parse_value, resolve_metadata_uri, zk_hosts)
-from bookie.metadata.uri import parse_uri
+from bookie.metadata.uri import SCHEMES_HELP, known_scheme, parse_uri
 from bookie.workers.interfaces import InterfaceError, resolve_listening_interface
 from bookie.workers.config_bookkeeper import IGNORED_SERVER_KEYS, duplicate_keys, ignored_keys_warning
+from bookie.metadata.secret_file import read_private_file
 
 
 class ConfigError(ValueError):
@@ -91,9 +92,8 @@ def _port(v):
 def _uri(v):
     if v == "":
         return None
-    if not (v.startswith("lmdb://") or v.startswith("zk://") or v.startswith("zk+flat://")
-            or v.startswith("zk+hierarchical://")):
-        return "must be lmdb:///abs/path, zk://host:port[,host:port]/root, zk+flat:// or zk+hierarchical://"
+    if not known_scheme(v):
+        return f"must be {SCHEMES_HELP}"
     return None
 
 
@@ -291,7 +291,6 @@ class BookieConfig:
         Raises:
             ConfigError: one line naming autoRecoveryLedgerPasswordsFile.
         """
-        from bookie.metadata.secret_file import read_private_file
 
         out = [p.encode() for p in self.autorecovery_ledger_passwords.split(",") if p]
         path = self.autorecovery_ledger_passwords_file
@@ -338,8 +337,8 @@ class BookieConfig:
         """zkEnableSecurity and zkDigestAuthFile, the file read and checked: a ``ZkSecurity``
         for ``open_metadata``, or None (no credentials, security off).  Raises ConfigError."""
         if not hasattr(self, "_zk_security"):
-            from bookie.metadata.zk_acl import load_zk_security
-            from bookie.metadata.zk_acl import with_bookie_credentials
+            from bookie.metadata.zk_acl import load_zk_security  # lazy: kazoo
+            from bookie.metadata.zk_acl import with_bookie_credentials  # lazy: kazoo
             try:
                 self._zk_security = with_bookie_credentials(
                     load_zk_security(self._values["zkEnableSecurity"],

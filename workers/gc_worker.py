@@ -38,7 +38,9 @@ line, tried again at the next one.  A listing with no ledgers at all while this 
 some deletes nothing (``EmptyListingRefused``) unless the store's ledger id high-water mark is at
 or above every id held (``gc_policy.empty_listing_trusted``): a store answering an empty list by
 mistake (a wrong root, a wiped or restored-empty store) must not take every ledger of every bookie
-with it, while a cluster whose ledgers were all deleted gets its space back.
+with it, while a cluster whose ledgers were all deleted gets its space back.  Nor does a listing
+taken while the store is wiped (its instance id, removed first by the wipe, differs after the
+listing from before it): node by node, a wiped store lists some ledgers and not others.
 """
 
 from __future__ import annotations
@@ -61,12 +63,14 @@ from bookie.storage.noroom import no_room
 from bookie.storage import deletes
 from bookie.storage.index import LOG_KEY, Index, open_index
 from bookie.storage.entrylog import find_log, list_logs
+from bookie.metadata import MetadataError, NoSuchNodeError, open_metadata
 
 DROP_BATCH_ENTRIES = 10_000  # entries per write transaction: keep the add worker's commits flowing
 
 
 class EmptyListingRefused(Exception):
-    """The store listed no ledgers while this bookie holds some: nothing was deleted."""
+    """The store's listing was not believed (no ledgers while this bookie holds some, or taken
+    while the store was wiped or reformatted): nothing was deleted."""
 
 
 def collect(index: Index, store, ledger_dirs: list[str], cookie: dict | None = None) -> gc_policy.GcPlan:
@@ -83,8 +87,15 @@ def collect(index: Index, store, ledger_dirs: list[str], cookie: dict | None = N
         held = index.ledger_ids(txn)
         maps = index.log_maps(txn)
         current = index.current_logs(txn)
+    instance = store.instance_id()
     high_water = store.ledger_id_high_water()  # after the snapshot, before the listing (gc_policy)
     in_store = list(store.list_ledgers())
+    # A wipe (``metaformat --force``) removes nodes one by one, the instance id first: a listing
+    # taken meanwhile lacks ledgers that were never deleted, and would drop them here.
+    if store.instance_id() != instance:
+        raise EmptyListingRefused(
+            f"the metadata store was wiped or reformatted while its ledgers were listed (instance "
+            f"id {instance} before the listing, {store.instance_id()} after); deleting nothing")
     if not in_store and held and cookie is not None and not _store_knows(store, cookie):
         raise EmptyListingRefused(
             f"the metadata store lists no ledgers and no longer holds this bookie's cookie (a "
@@ -117,7 +128,6 @@ def collect(index: Index, store, ledger_dirs: list[str], cookie: dict | None = N
 
 def _store_knows(store, cookie: dict) -> bool:
     """True when the store holds this bookie's cookie with the same instance id."""
-    from bookie.metadata import NoSuchNodeError
     try:
         raw, _ = store.read_cookie(cookie["bookie_id"])
         return orjson.loads(raw).get("instance_id") == cookie.get("instance_id")
@@ -359,7 +369,6 @@ def run(ctx) -> int:
         finally:
             env.close()
         return 0
-    from bookie.metadata import MetadataError, open_metadata
 
     store = None
     ctx.log("gc worker ready", every_s=conf.gc_wait_s)

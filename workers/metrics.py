@@ -174,7 +174,7 @@ class Metrics:
         collector reads the multiprocess files, not a registry of this process)."""
         obj = self._objects.get(name)
         if obj is None:
-            from prometheus_client import Counter, Gauge, Histogram
+            from prometheus_client import Counter, Gauge, Histogram  # lazy: prometheus_client
 
             spec = SPEC_BY_NAME[name]
             if spec.kind == "counter":
@@ -304,7 +304,7 @@ def family_name(spec: Spec) -> str:
 def zero_family(spec: Spec, label_values=()):
     """A family of ``spec`` with one zero sample per label set in ``label_values`` (one
     unlabelled sample when the spec has no labels)."""
-    from prometheus_client.core import (
+    from prometheus_client.core import (  # lazy: prometheus_client
         CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily)
 
     labels = list(spec.labels) or None

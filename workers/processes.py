@@ -59,6 +59,6 @@ def wait_exited(proc, timeout_s: float) -> int:
     finally:
         os.close(fd)
     if not exited:
-        import subprocess  # (the workers import this module and never wait for a process)
+        import subprocess  # lazy: subprocess (the workers import this module, never wait on one)
         raise subprocess.TimeoutExpired(proc.args, timeout_s)
     return proc.wait()

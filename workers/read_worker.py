@@ -44,7 +44,7 @@ import time
 import numpy as np
 import zmq
 
-from bookie import wire
+from bookie import wire, wire_sockets
 from bookie.storage.layout import current_dir
 from bookie.wire import Bits, Op, Status
 from bookie.workers.auth import server_curve
@@ -149,7 +149,7 @@ class ReadServer(ClientServer):
                 self.poll_lacs.clear()  # turn_lac's LACs live for one turn
                 for _ in range(MAX_MESSAGES_PER_ITERATION):
                     try:
-                        frames = wire.recv_frames(self.clients, copy=False)
+                        frames = wire_sockets.recv_frames(self.clients, copy=False)
                     except zmq.Again:
                         break
                     self.frame = frames[-1]  # its principal (CURVE) and its connection (refusals)

@@ -21,6 +21,18 @@ entry bytes), ``checker`` (the rules), ``zkserver``, ``disk``, ``network`` (faul
 ``runner`` (rounds and the summary).
 """
 
-from bookie.testing.nemesis.runner import Options, Summary, run
+from __future__ import annotations
+
+import importlib
 
 __all__ = ["Options", "Summary", "run"]
+
+
+def __getattr__(name: str):
+    # The face is lazy: a module of the package (``runner`` importing ``disk``) passes through
+    # this file without it importing ``runner`` back.
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module("bookie.testing.nemesis.runner"), name)
+    globals()[name] = value
+    return value

@@ -71,3 +71,13 @@ def test_bench_report_from_readme_writes_the_pictures(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "bookie", "bench", "report", "--from-readme",
                           README], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--plots" in bad.stderr, bad.stderr
+
+
+def test_points_further_apart_than_a_decade_are_not_joined():
+    from bookie.bench.in_flight import joined_runs
+    # the README's sweep: 1, 256, 10,000 in flight (2.4 and 1.6 decades apart): points only
+    assert joined_runs([(1, 5.0), (256, 9.0), (10000, 30.0)]) == [
+        [(1, 5.0)], [(256, 9.0)], [(10000, 30.0)]]
+    # a dense sweep keeps its line
+    assert joined_runs([(1, 1.0), (4, 2.0), (16, 3.0), (1000, 4.0)]) == [
+        [(1, 1.0), (4, 2.0), (16, 3.0)], [(1000, 4.0)]]

@@ -57,17 +57,14 @@ def test_a_ledger_naming_a_lost_bookie_after_the_pass_gets_its_second_copy_back(
             meta, version = store.read_ledger(ledger_id)
             meta.fragments = [(0, [a, d])]  # a late change names D where B was
             store.write_ledger(ledger_id, meta, version)
-            start = time.monotonic()
 
             def healed():
                 ensemble = store.read_ledger(ledger_id)[0].fragments[0][1]
                 return d not in ensemble and ensemble
 
             ensemble = waiting.wait_for(healed, BOUND_S, "the ledger healed around D")
-            took = time.monotonic() - start
         for bookie in ensemble:  # every entry on both bookies of its write set again
             with RawBookieClient(bookie, timeout_s=30) as c:
                 for e in range(ENTRIES):
                     status, _ = c.read(ledger_id, e)[:2]
                     assert Status(status) == Status.OK, (bookie, e, status)
-        assert took < BOUND_S, took

@@ -31,9 +31,8 @@ def test_deferred_adds_are_acknowledged_while_the_journal_cannot_sync_and_force_
         journal = ens.kill_worker(0, "journal", signal.SIGSTOP)
         pool = concurrent.futures.ThreadPoolExecutor(2)
         try:
-            t0 = time.monotonic()
+            # acknowledged with the journal stopped (unlike `slow_add` below, which waits for it)
             assert [deferred.add_entry(b"d%d" % i) for i in range(1, 6)] == [1, 2, 3, 4, 5]
-            assert time.monotonic() - t0 < 5.0  # acknowledged with the journal stopped
             reader = bk.open_ledger(deferred.ledger_id, password=PW, recovery=False)
             assert [e.data for e in reader.read_unconfirmed_entries(1, 5)] == [
                 b"d1", b"d2", b"d3", b"d4", b"d5"]  # stored: readable at once

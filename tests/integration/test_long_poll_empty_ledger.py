@@ -29,9 +29,9 @@ def test_a_long_poll_on_an_empty_known_ledger_parks_and_a_made_up_id_is_answered
         with open_metadata(lb.metadata_uri) as store:
             ledger, _ = store.create_ledger(LedgerMetadata(1, 1, 1, fragments=[(0, [a])]))
         with RawBookieClient(a, timeout_s=30) as c:
-            start = time.monotonic()
-            status, _, _ = c.read_lac(ledger + 1000, long_poll=(-1, 3000))
-            assert status == Status.NO_LEDGER and time.monotonic() - start < 1.5
+            # a 120 s poll answered within the client's 30 s: at once, not parked
+            status, _, _ = c.read_lac(ledger + 1000, long_poll=(-1, 120_000))
+            assert status == Status.NO_LEDGER
             start = time.monotonic()
             c.read_lac(ledger, long_poll=(-1, 1500))
             assert time.monotonic() - start >= 1.3, "a poll on a known empty ledger answered early"
@@ -39,18 +39,15 @@ def test_a_long_poll_on_an_empty_known_ledger_parks_and_a_made_up_id_is_answered
             got = {}
 
             def poll():
-                with RawBookieClient(a, timeout_s=30) as c2:
-                    t0 = time.monotonic()
-                    got["answer"] = c2.read_lac(ledger, long_poll=(-1, 20_000))
-                    got["s"] = time.monotonic() - t0
+                with RawBookieClient(a, timeout_s=60) as c2:  # under the poll's 120 s
+                    got["answer"] = c2.read_lac(ledger, long_poll=(-1, 120_000))
             t = threading.Thread(target=poll)
             t.start()
             time.sleep(0.5)
             for e in range(2):  # entry 1 carries LAC 0
                 assert c.add(ledger, [make_entry(ledger, e, b"x", lac=e - 1)], KEY) == Status.OK
-            t.join(30)
+            t.join(90)
             assert got["answer"][0] == Status.OK and got["answer"][1] == 0
-            assert got["s"] < 5
 
 
 def test_the_tailing_loop_on_a_new_ledger_waits_instead_of_spinning(tmp_path):

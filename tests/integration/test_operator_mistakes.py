@@ -217,9 +217,7 @@ def test_a_start_waits_for_the_workers_of_a_killed_bookie_to_stop(tmp_path):
     with pytest.raises(DirectoryInUseError, match="which died") as held:
         DirectoryLock.acquire([str(tmp_path)])
     assert held.value.holder_dead
-    started = time.monotonic()
-    DirectoryLock.acquire([str(tmp_path)], wait_for_dead_holder_s=20).release()
-    assert time.monotonic() - started < 20
+    DirectoryLock.acquire([str(tmp_path)], wait_for_dead_holder_s=60).release()  # raises if not
 
 
 def test_a_successor_finds_only_what_a_killed_bookie_made(tmp_path):

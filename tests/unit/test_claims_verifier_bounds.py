@@ -30,13 +30,14 @@ def test_only_the_products_parameters_are_allowed():
     assert allowed_verifier(b"s" * 16 + b"h" * 32)  # an older record's salted SHA-256
 
 
-def test_other_parameters_are_refused_without_an_evaluation():
+def test_other_parameters_are_refused_without_an_evaluation(monkeypatch):
+    evaluated = []
+    monkeypatch.setattr(claims, "key_check_matches", lambda *a: evaluated.append(a) or True)
     for params in ((20, 8, 1), (18, 16, 4), (12, 8, 2), (13, 8, 1), (12, 1, 1)):
         check = hostile(*params)
         assert not allowed_verifier(check)
-        start = time.perf_counter()
         assert not bounded_key_check(check, KEY)
-        assert time.perf_counter() - start < 0.05, params  # 1 GiB of scrypt takes seconds
+    assert evaluated == []  # 1 GiB of scrypt would take seconds: never begun
 
 
 def test_lanes_serve_each_principal_in_turn():
