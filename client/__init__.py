@@ -21,11 +21,13 @@ from bookie.client.errors import (BadVersionError, BKTimeoutError, BookieError,
                                   InvalidArgumentError, LedgerClosedError, LedgerFencedError,
                                   LedgerRecoveryError, MetadataStoreError, NoSuchEntryError,
                                   NoSuchLedgerError, NoSuchRecordError, NotEnoughBookiesError,
-                                  QuotaExceededError, RecordExistsError, UnauthorizedError)
+                                  QuotaExceededError, RecordExistsError, TamperedEntryError,
+                                  UnauthorizedError)
 from bookie.client.log import (AsyncLogWriter, LogFencedError, LogPosition, LogRecord, LogWriter,
                                LogWriterFailedError,
                                NoSuchLogError, create_log, delete_log, link_ledgers, list_logs,
                                log_ledgers, open_log, open_log_async, read_log, read_log_async)
+from bookie.client.merkle import verify_consistency, verify_inclusion
 from bookie.client.protocol.ledger import LedgerInfo
 
 __all__ = [
@@ -35,7 +37,8 @@ __all__ = [
     "NoSuchEntryError", "NotEnoughBookiesError", "BadVersionError", "DigestMismatchError",
     "UnauthorizedError", "BKTimeoutError", "BookieError", "LedgerRecoveryError",
     "MetadataStoreError", "ClientClosedError", "InvalidArgumentError", "NoSuchRecordError",
-    "RecordExistsError", "QuotaExceededError",
+    "RecordExistsError", "QuotaExceededError", "TamperedEntryError",
+    "verify_inclusion", "verify_consistency",
     "open_log", "read_log", "list_logs", "delete_log", "open_log_async", "read_log_async",
     "create_log", "log_ledgers", "link_ledgers",
     "LogWriter", "AsyncLogWriter", "LogPosition", "LogRecord", "LogFencedError",

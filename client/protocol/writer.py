@@ -122,6 +122,7 @@ class LedgerWriter:
         self._force_targets: list[int] = []  # deferred forces, each: the last entry it covers
         # the FORCE_LEDGER round out now: [last entry it covers, bookies yet to answer OK]
         self._forcing: list | None = None
+        self.merkle = None  # a verifiable ledger's MerkleTree of the entries added (client.py)
         self._handlers = {
             A.AddResponse: self._on_add_response, A.BookiesListed: self._on_bookies,
             A.MetadataWritten: self._on_metadata_written,
@@ -581,6 +582,8 @@ class LedgerWriter:
         lac = self.pending.lac  # with deferred sync: forced first (_maybe_write_close)
         closed = self.info.replace(state=LedgerState.CLOSED, last_entry_id=lac,
                                    length=self.confirmed_length)
+        if self.merkle is not None:  # verifiable (issue 43): the root goes with the close
+            closed = closed.replace(merkle_root=self.merkle.root_hex(lac + 1))
         return A.WriteMetadata(closed, self.version, "close")
 
     # -- failure -------------------------------------------------------------------------------
