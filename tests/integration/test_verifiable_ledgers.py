@@ -13,7 +13,9 @@ from bookie.appliance.cli import main
 from bookie.client import BookKeeper, TamperedEntryError, verify_inclusion
 from bookie.client.digest import DigestManager
 from bookie.client.merkle import MerkleTree
+from bookie.autorecovery.replicator import Replicator
 from bookie.client.protocol.copies import replicas
+from bookie.metadata import open_metadata
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient
 from bookie.wire import Status
@@ -25,7 +27,7 @@ N = 24
 
 @pytest.fixture(scope="module")
 def ensemble():
-    with LocalBookies(3) as ens:
+    with LocalBookies(4) as ens:  # E=3 ledgers and a spare: the auditor's check repoints to it
         yield ens
 
 
@@ -126,6 +128,20 @@ def test_tampered_replica_is_never_served(ensemble, capsys):
     good = replicas(info, entry_id)[1]
     rc, out = verifyledger(ensemble, capsys, lid, "--bookie", good)
     assert rc == 0 and "match its Merkle root" in out, out
+    # the auditor's entry check treats the copy like a lost one: healed from a matching copy
+    store = open_metadata(ensemble.metadata_uri)
+    rep = Replicator(store, passwords=[PW])
+    try:
+        assert rep.fill(lid) >= 1
+    finally:
+        rep.close()
+        store.close()
+    rc, out = verifyledger(ensemble, capsys, lid)
+    assert rc == 0, out
+    with BookKeeper(ensemble.metadata_uri, CONFIG) as bk:
+        healed = bk.open_ledger(lid, digest="crc32c", password=PW)
+        assert bad not in healed.metadata.ensemble_for(entry_id)
+        assert [e.data for e in healed.read_entries(0, N - 1)] == payloads
 
 
 def test_verifyledger_refuses_a_plain_or_open_ledger(ensemble, capsys):
