@@ -446,7 +446,8 @@ class RecoveryOp:
     def _close(self) -> list:
         if self.info.verifiable and self._rooting is None:
             self.phase = self.HASHING
-            self._rooting = RootReading(self._written, self.last_found, self.decode)
+            self._rooting = RootReading(self._written, self.last_found, self.decode,
+                                        self._failed | self._unreachable)
             return self._hashed(self._rooting.start())
         self.phase = self.CLOSING
         closed = self.info.replace(state=LedgerState.CLOSED, last_entry_id=self.last_found,

@@ -19,9 +19,10 @@ from bookie.client.protocol.reader import Deliver, ReadOp
 class RootReading:
     """Read entries 0 .. ``last`` and hash them: ``root_hex`` once ``done`` without ``error``."""
 
-    def __init__(self, info: LedgerInfo, last: int, decode):
+    def __init__(self, info: LedgerInfo, last: int, decode, avoid=frozenset()):
+        """``avoid``: bookies known gone or failed, asked last."""
         self.tree = MerkleTree()
-        self.op = ReadOp(info, 0, last, decode) if last >= 0 else None
+        self.op = ReadOp(info, 0, last, decode, avoid=frozenset(avoid)) if last >= 0 else None
         self.done = self.op is None
         self.error = None
 
