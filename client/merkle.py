@@ -31,14 +31,23 @@ HASH_SIZE = 32
 EMPTY_ROOT = hashlib.sha256(b"").digest()
 
 
+_LEAF_PREFIX = hashlib.sha256(b"\x00")  # copied per leaf: the payload is hashed, never copied
+_NODE_PREFIX = hashlib.sha256(b"\x01")
+
+
 def leaf_hash(payload: bytes) -> bytes:
     """RFC 9162 leaf hash: SHA-256(0x00 | payload)."""
-    return hashlib.sha256(b"\x00" + bytes(payload)).digest()
+    h = _LEAF_PREFIX.copy()
+    h.update(payload)
+    return h.digest()
 
 
 def node_hash(left: bytes, right: bytes) -> bytes:
     """RFC 9162 interior node hash: SHA-256(0x01 | left | right)."""
-    return hashlib.sha256(b"\x01" + left + right).digest()
+    h = _NODE_PREFIX.copy()
+    h.update(left)
+    h.update(right)
+    return h.digest()
 
 
 def _split(n: int) -> int:
