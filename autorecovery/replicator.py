@@ -40,7 +40,7 @@ from __future__ import annotations
 import random
 import time
 
-from bookie.autorecovery import cookies, rules
+from bookie.autorecovery import cookies, rules, verified
 from bookie.autorecovery.copier import (Bookies, CopyError, EntryMissing, Key, RateLimiter, Refused,
                                         copy_residue)
 from bookie.client.auth import client_curve
@@ -410,6 +410,8 @@ class Replicator:
                 except CopyError:
                     break
                 entry, left = entry + stride, left - 1
+        if meta.verifiable:  # a copy that does not match its Merkle root: a lost copy (issue 43)
+            filled += verified.heal_mismatches(self, ledger_id, meta)
         return filled
 
     def _settle(self, ledger_id: int, reason: str, mark_version: int | None) -> None:

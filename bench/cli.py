@@ -126,6 +126,8 @@ def _register_writes(tools) -> None:
                         "deferred_sync (bookies answer an add once stored, before their "
                         "journal's fdatasync; each ledger is forced once the timed run ends, "
                         "'force_ms' in the result) (default: none)")
+    p.add_argument("--verifiable", action="store_true",
+                   help="verifiable ledgers (a Merkle root at close: one SHA-256 per add)")
     p.add_argument("--latency-file", metavar="FILE",
                    help="write every add's latency (microseconds, one per line) to FILE")
     p.add_argument("--journals", default="1", metavar="N[,M...]",

@@ -46,7 +46,8 @@ def run_writes(params: dict, metadata_uri: str, *, emit=None, data_dir: str | No
             try:
                 handles.append(bk.create_ledger(params["ensemble"], params["quorum"], ack_quorum,
                                                 params["digest"], params["password"].encode(),
-                                                write_flags=params.get("write_flags") or ()))
+                                                write_flags=params.get("write_flags") or (),
+                                                verifiable=bool(params.get("verifiable"))))
             except BookKeeperError as e:
                 raise BenchError(f"cannot create a ledger: {e}") from None
         if params["warmup_messages"]:

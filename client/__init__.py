@@ -29,7 +29,7 @@ _DEFINED_IN = {
         "DigestMismatchError", "InvalidArgumentError", "LedgerClosedError", "LedgerFencedError",
         "LedgerRecoveryError", "MetadataStoreError", "NoSuchEntryError", "NoSuchLedgerError",
         "NoSuchRecordError", "NotEnoughBookiesError", "QuotaExceededError", "RecordExistsError",
-        "UnauthorizedError"
+        "TamperedEntryError", "UnauthorizedError"
     ), "bookie.client.errors"),
     **dict.fromkeys((
         "AsyncLogWriter", "LogFencedError", "LogPosition", "LogRecord", "LogWriter",
@@ -37,6 +37,7 @@ _DEFINED_IN = {
         "list_logs", "log_ledgers", "open_log", "open_log_async", "read_log", "read_log_async"
     ), "bookie.client.log"),
     **dict.fromkeys(("LedgerInfo",), "bookie.client.protocol.ledger"),
+    **dict.fromkeys(("verify_consistency", "verify_inclusion"), "bookie.client.merkle"),
 }
 
 __all__ = [
@@ -46,7 +47,8 @@ __all__ = [
     "NoSuchEntryError", "NotEnoughBookiesError", "BadVersionError", "DigestMismatchError",
     "UnauthorizedError", "BKTimeoutError", "BookieError", "LedgerRecoveryError",
     "MetadataStoreError", "ClientClosedError", "InvalidArgumentError", "NoSuchRecordError",
-    "RecordExistsError", "QuotaExceededError",
+    "RecordExistsError", "QuotaExceededError", "TamperedEntryError",
+    "verify_inclusion", "verify_consistency",
     "open_log", "read_log", "list_logs", "delete_log", "open_log_async", "read_log_async",
     "create_log", "log_ledgers", "link_ledgers",
     "LogWriter", "AsyncLogWriter", "LogPosition", "LogRecord", "LogFencedError",

@@ -34,6 +34,8 @@ from bookie.client.protocol.placement import Placement
 from bookie.client.protocol.quorum import check_quorums
 from bookie.client.protocol.recovery import RecoveryOp
 from bookie.client.protocol.writer import LedgerWriter
+from bookie.client.merkle import MerkleTree
+from bookie.client.verify import hashing_encoder
 from bookie.metadata.ledger import make_verifier, password_matches
 from bookie.wire import Flag
 
@@ -159,11 +161,15 @@ class BookKeeper:
 
     def create_ledger(self, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
                       digest: str | None = None, password: bytes | None = None,
-                      custom: dict | None = None, write_flags=()) -> LedgerHandle:
+                      custom: dict | None = None, write_flags=(),
+                      verifiable: bool | None = None) -> LedgerHandle:
         """Create a ledger on ``ensemble_size`` writable bookies and open it for writing.
 
         ``write_flags``: BookKeeper's ``WriteFlag`` names; ``["deferred_sync"]``: the LAC stays
         at the last ``handle.force()`` (adds still complete once acknowledged).
+        ``verifiable`` (default: the client key ``ledgerVerifiableByDefault``): the close
+        writes the RFC 9162 Merkle root of the entries; reads check every entry against it
+        and ``handle.inclusion_proof`` proves one to anyone (docs/client.md).
 
         Raises:
             InvalidArgumentError: not E >= Qw >= Qa >= 1, unknown digest type, or an empty
@@ -171,25 +177,30 @@ class BookKeeper:
             NotEnoughBookiesError: fewer than E writable bookies registered.
         """
         return self._create(ensemble_size, write_quorum, ack_quorum, digest, password, custom,
-                            adv=False, write_flags=write_flags)
+                            adv=False, write_flags=write_flags, verifiable=verifiable)
 
     def create_ledger_adv(self, ensemble_size: int = 3, write_quorum: int = 2,
                           ack_quorum: int = 2, digest: str | None = None,
                           password: bytes | None = None,
-                          custom: dict | None = None, write_flags=()) -> LedgerHandleAdv:
+                          custom: dict | None = None, write_flags=(),
+                          verifiable: bool | None = None) -> LedgerHandleAdv:
         """``create_ledger`` whose handle takes the entry ids from its caller:
         ``add_entry(entry_id, data)``, ids out of order within the window (the client's
         ``throttle``); the LAC advances over the contiguous prefix only
         (``bookie.client.handle_api``).  Raises as ``create_ledger``."""
         return self._create(ensemble_size, write_quorum, ack_quorum, digest, password, custom,
-                            adv=True, write_flags=write_flags)
+                            adv=True, write_flags=write_flags, verifiable=verifiable)
 
     def create_ledger_adv_async(self, *args, **kwargs) -> Future:
         return self._pool.submit(self.create_ledger_adv, *args, **kwargs)
 
     def _create(self, ensemble_size, write_quorum, ack_quorum, digest, password, custom, *,
-                adv: bool, write_flags=()) -> LedgerHandle:
+                adv: bool, write_flags=(), verifiable: bool | None = None) -> LedgerHandle:
         self._check_open()
+        if verifiable is None:
+            verifiable = self.config.ledgerVerifiableByDefault
+        if not isinstance(verifiable, bool):
+            raise InvalidArgumentError(f"verifiable must be True or False, got {verifiable!r}")
         deferred_sync = _deferred_sync(write_flags)
         try:
             check_quorums(ensemble_size, write_quorum, ack_quorum)
@@ -222,17 +233,21 @@ class BookKeeper:
         verifier = make_verifier(key)  # one scrypt serves both (metadata/ledger.py)
         meta = LedgerMetadata(ensemble_size, write_quorum, ack_quorum, digest_type=digest,
                               password_digest=verifier, key_check=verifier,
-                              custom=dict(custom or {}), fragments=[(0, list(ensemble))])
+                              custom=dict(custom or {}), fragments=[(0, list(ensemble))],
+                              features=["verifiable"] if verifiable else [])
         ledger_id, version = self._store.create_ledger(meta)
         info = to_info(ledger_id, meta)
         dm = DigestManager(ledger_id, digest, password)
         lac_interval_s = self.config.explicitLacInterval / 1000.0
+        tree = MerkleTree() if verifiable else None
         writer = LedgerWriter(info, version, dm.encode, rng=self._rng,
                               explicit_lac_interval_s=lac_interval_s,
                               lac_notice_interval_s=self.config.lacNoticeInterval / 1000.0,
-                              encode_many=dm.encode_many, deferred_sync=deferred_sync,
+                              encode_many=hashing_encoder(tree, dm.encode_many),
+                              deferred_sync=deferred_sync,
                               placement=self._placement,
                               curve=bool(self.config.curveSecretKeyFile))
+        writer.merkle = tree
         driver = self._runner.start_writer(writer, key, lac_interval_s / 2)
         self._writers[ledger_id] = driver
         if adv:

@@ -90,6 +90,7 @@ class ClientConfig:
     digestType: str = "crc32c"  # default digest of create_ledger / open_ledger
     passwd: bytes = b""  # default password of create_ledger / open_ledger
     allowEmptyPassword: bool = False  # create_ledger refuses b"" (a well-known key) unless set
+    ledgerVerifiableByDefault: bool = False  # create_ledger's verifiable when not given (issue 43)
     zkLedgersRootPath: str = "/ledgers"  # used when a zk URI names no root
     addBatchMaxEntries: int = 4096  # most entries in one ADD message (the wire allows 65536)
     addBatchMaxBytes: int = 1024 * 1024  # an ADD message is cut once it carries this many bytes

@@ -68,6 +68,13 @@ class DigestMismatchError(BookKeeperError):
         self.entry_id = entry_id
 
 
+class TamperedEntryError(DigestMismatchError):
+    """A verifiable ledger's entry matches its Merkle root on no replica (issue 43): its
+    digest may be good, but its bytes are not the ones the ledger was closed with."""
+
+    code = "tampered_entry"
+
+
 class UnauthorizedError(BookKeeperError):
     """The password does not match the one the ledger was created with."""
 

@@ -263,10 +263,16 @@ class LedgerHandle:
         return outer
 
     def _start_read(self, info: LedgerInfo, first: int, last: int) -> Future:
-        op = ReadOp(info, first, last, self._dm.decode,
-                    decode_many=self._dm.decode_many, avoid=self._runner.suspect_bookies(),
+        decode, decode_many, finish = self._read_checks(info)
+        op = ReadOp(info, first, last, decode,
+                    decode_many=decode_many, avoid=self._runner.suspect_bookies(),
                     speculative_timeout_s=self._runner.speculative_read_timeout_s)
-        return self._runner.run(op, self.ledger_id, self._master_key, collect=True)
+        return finish(self._runner.run(op, self.ledger_id, self._master_key, collect=True))
+
+    def _read_checks(self, info: LedgerInfo):
+        """(decode, decode_many, wrap of the read's Future) for a read under ``info``: the
+        digest's; a verifiable ledger's handle adds its Merkle checks (handle_api)."""
+        return self._dm.decode, self._dm.decode_many, _same
 
     def _follow(self, fut: Future, outer: Future, info: LedgerInfo, first: int,
                 last: int) -> None:
@@ -517,6 +523,10 @@ class LedgerHandle:
             self._watching = False
         if cell is not None:
             _cancel_quietly(cell)
+
+
+def _same(fut: Future) -> Future:
+    return fut
 
 
 def _cancel_quietly(cell: list) -> None:

@@ -36,14 +36,15 @@ from bookie.client import handle
 from bookie.client.digest import LedgerEntry
 from bookie.client.drivers import fail, resolve
 from bookie.client.errors import InvalidArgumentError, LedgerClosedError
+from bookie.client.handle_verify import VerifiableHandle
 from bookie.client.protocol.lac import FirstLacOp
 from bookie.client.protocol.ledger import LedgerState
 from bookie.client.protocol.writer import WRITING
 
 
-class LedgerHandle(handle.LedgerHandle):
+class LedgerHandle(VerifiableHandle, handle.LedgerHandle):
     """An open ledger (see ``bookie.client.handle.LedgerHandle``) with BookKeeper's further
-    calls.  ``metrics``: the client's ``ClientMetrics``, or None when they are off."""
+    calls, and a verifiable ledger's root and proofs (``bookie.client.handle_verify``).  ``metrics``: the client's ``ClientMetrics``, or None when they are off."""
 
     def __init__(self, *args, metrics=None, **kwargs):
         super().__init__(*args, **kwargs)

@@ -173,7 +173,8 @@ def _cas_record(bk, name: str, ledgers, ctime_ms: int, version) -> int | None:
 
 def open_log(bk, name: str, ensemble_size: int = 3, write_quorum: int = 2, ack_quorum: int = 2,
              digest: str | None = None, password: bytes | None = None, *, create: bool = True,
-             roll_entries: int | None = None, roll_size_bytes: int | None = None) -> "LogWriter":
+             roll_entries: int | None = None, roll_size_bytes: int | None = None,
+             verifiable: bool | None = None) -> "LogWriter":
     """Become the log's single writer (creating the log if ``create`` and it does not exist).
 
     Reads the ledger list, recovers its last two ledgers (fencing any previous writer), creates
@@ -183,6 +184,8 @@ def open_log(bk, name: str, ensemble_size: int = 3, write_quorum: int = 2, ack_q
     Args:
         roll_entries / roll_size_bytes: roll to a new ledger before an append once the current
             ledger holds this many entries / payload bytes (None: only ``roll()`` rolls).
+        verifiable: the log's new ledgers are verifiable (a Merkle root at close; None: the
+            client key ``ledgerVerifiableByDefault``).
     Raises:
         LogFencedError: another writer changed the list while we opened (it won; retry only if
             this process should still be the writer).
@@ -209,7 +212,7 @@ def open_log(bk, name: str, ensemble_size: int = 3, write_quorum: int = 2, ack_q
     _recover_tail(bk, name, ledgers, digest, password)
     # 3.-5. a new ledger, appended with CAS; nothing is written before the CAS succeeded.
     lh = bk.create_ledger(ensemble_size, write_quorum, ack_quorum, digest=digest,
-                          password=password, custom={"log": name})
+                          password=password, custom={"log": name}, verifiable=verifiable)
     new_version = _cas_record(bk, name, ledgers + [lh.ledger_id], ctime_ms, version)
     if new_version is None:
         _discard(bk, lh)
@@ -217,7 +220,7 @@ def open_log(bk, name: str, ensemble_size: int = 3, write_quorum: int = 2, ack_q
                              f"was opening it; that writer owns the log now", log_name=name)
     return LogWriter(bk, name, lh, ledgers + [lh.ledger_id], ctime_ms, new_version,
                      (ensemble_size, write_quorum, ack_quorum, digest, password),
-                     roll_entries, roll_size_bytes)
+                     roll_entries, roll_size_bytes, verifiable)
 
 
 def _recover_tail(bk, name: str, ledgers, digest, password) -> None:
@@ -244,8 +247,9 @@ class LogWriter:
     take positions in the order of the calls."""
 
     def __init__(self, bk, name: str, lh, ledgers, ctime_ms: int, version, ledger_args,
-                 roll_entries, roll_size_bytes):
+                 roll_entries, roll_size_bytes, verifiable: bool | None = None):
         self._bk = bk
+        self._verifiable = verifiable
         self.name = name
         self._lh = lh
         self._ledgers = list(ledgers)
@@ -373,7 +377,8 @@ class LogWriter:
         self._check_writable()
         ensemble_size, write_quorum, ack_quorum, digest, password = self._ledger_args
         new = self._bk.create_ledger(ensemble_size, write_quorum, ack_quorum, digest=digest,
-                                     password=password, custom={"log": self.name})
+                                     password=password, custom={"log": self.name},
+                                     verifiable=self._verifiable)
         ledgers = self._ledgers + [new.ledger_id]
         version = _cas_record(self._bk, self.name, ledgers, self._ctime_ms, self._version)
         if version is None:

@@ -50,14 +50,33 @@ def to_info(ledger_id: int, meta: LedgerMetadata) -> LedgerInfo:
         ledger_id=ledger_id, ensemble_size=meta.ensemble_size, write_quorum=meta.write_quorum,
         ack_quorum=meta.ack_quorum, state=LedgerState(meta.state),
         last_entry_id=meta.last_entry_id, length=meta.length,
-        fragments=tuple((first, tuple(ens)) for first, ens in meta.fragments))
+        fragments=tuple((first, tuple(ens)) for first, ens in meta.fragments),
+        verifiable=meta.verifiable, merkle_root=meta.merkle_root)
 
 
 def with_info(meta: LedgerMetadata, info: LedgerInfo) -> LedgerMetadata:
-    """``meta`` with the protocol fields of ``info`` (a new record; ``meta`` is unchanged)."""
+    """``meta`` with the protocol fields of ``info`` (a new record; ``meta`` is unchanged).
+    A verifiable ledger's close takes its root from ``info`` (tree size: last entry + 1)."""
+    root = {}
+    if meta.verifiable and info.merkle_root:
+        root = {"merkle_root": info.merkle_root, "tree_size": info.last_entry_id + 1}
     return dataclasses.replace(
         meta, state=info.state, last_entry_id=info.last_entry_id,
-        length=info.length, fragments=[(first, list(ens)) for first, ens in info.fragments])
+        length=info.length, fragments=[(first, list(ens)) for first, ens in info.fragments],
+        **root)
+
+
+def check_closable(ledger_id: int, meta: LedgerMetadata, info) -> None:
+    """Refuse a close this client cannot write right (docs/metadata.md, format 2): a record
+    with features it does not know, or a verifiable ledger's close without its Merkle root."""
+    if meta.unknown_features:
+        raise MetadataStoreError(
+            f"ledger {ledger_id} has features this client does not know "
+            f"({', '.join(meta.unknown_features)}): it must not close it; upgrade the client",
+            ledger_id=ledger_id)
+    if meta.verifiable and not info.merkle_root:
+        raise MetadataStoreError(f"ledger {ledger_id} is verifiable: its close must carry the "
+                                 f"Merkle root of its entries", ledger_id=ledger_id)
 
 
 # Custom records live here: the logs recipe's and the user's own.  Every other node under the
@@ -159,6 +178,8 @@ class ClientStore:
         """
         lid = action.info.ledger_id
         meta, _ = self.read_ledger(lid)
+        if action.info.state is LedgerState.CLOSED and not meta.is_closed:
+            check_closable(lid, meta, action.info)
         try:
             with _translated(lid, "updating ledger metadata"):
                 version = self.store.write_ledger(lid, with_info(meta, action.info),

@@ -9,6 +9,7 @@ Names (BookKeeper's client stats, under ``bookkeeper_client_``; no labels):
 | ``bookkeeper_client_read_entry_total`` | counter | entries read (``read_entries``, unconfirmed reads, log reads) |
 | ``bookkeeper_client_ensemble_changes_total`` | counter | ensemble changes written (a failed bookie replaced in a ledger's metadata) |
 | ``bookkeeper_client_speculative_reads_total`` | counter | entries asked of their next replica because the first left them unanswered for ``speculativeReadTimeout`` |
+| ``bookkeeper_client_verify_failures_total`` | counter | copies of a verifiable ledger's entries that did not match its Merkle root (a tampered or corrupt replica; the read went elsewhere) |
 
 Theory of operation: the families are created once per process, in prometheus_client's
 default registry (or the one ``families`` is first given), the first time a client with
@@ -35,7 +36,7 @@ LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                      0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 NAMES = ("bookkeeper_client_add_entry_latency_seconds", "bookkeeper_client_add_entry_total",
          "bookkeeper_client_read_entry_total", "bookkeeper_client_ensemble_changes_total",
-         "bookkeeper_client_speculative_reads_total")
+         "bookkeeper_client_speculative_reads_total", "bookkeeper_client_verify_failures_total")
 
 _lock = threading.Lock()
 _families: dict[int, "Families"] = {}  # id(registry) -> its families
@@ -48,6 +49,7 @@ class Families:
     reads: object
     ensemble_changes: object
     speculative_reads: object
+    verify_failures: object
 
 
 def families(registry=None) -> Families:
@@ -70,6 +72,9 @@ def families(registry=None) -> Families:
                         "this process's clients.", registry=registry),
                 Counter("bookkeeper_client_speculative_reads", "Entries asked of their next "
                         "replica after speculativeReadTimeout without an answer.",
+                        registry=registry),
+                Counter("bookkeeper_client_verify_failures", "Copies of verifiable ledgers' "
+                        "entries that did not match the ledger's Merkle root.",
                         registry=registry))
         return found
 

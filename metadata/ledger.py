@@ -17,6 +17,17 @@ Record format (format version 1).  One JSON object, encoded with orjson, UTF-8:
       "fragments": [[first_entry_id, [bookie_id, ...]], ...]   # ascending, first one at 0
     }
 
+Format version 2 (a record with features; a record without any is still written as version 1,
+so older readers read every ledger they could before) adds:
+
+      "features": ["verifiable"],         # what a client must understand to change the record
+      "merkle_root": 64 hex digits,       # verifiable, once CLOSED: RFC 9162 root of the entries
+      "tree_size": int                    # verifiable, once CLOSED: last_entry_id + 1
+
+Older readers refuse version 2 outright (they would close a verifiable ledger without its root);
+a reader of version 2 reads a record with features it does not know, but ``unknown_features``
+names them and the client refuses to close or recover such a ledger.
+
 Keys a reader does not know are ignored, so a later minor addition does not break older
 readers; a change older readers must not misread bumps ``format_version``.  The store's record
 version (for compare-and-swap) is kept by the store, never inside the record.
@@ -64,7 +75,9 @@ import orjson
 
 from bookie.metadata.errors import CorruptMetadataError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # records without features
+FEATURES_FORMAT_VERSION = 2  # records with features (merkle_root, tree_size)
+KNOWN_FEATURES = ("verifiable",)
 DIGEST_TYPES = ("crc32", "crc32c", "mac", "dummy")
 
 
@@ -182,6 +195,9 @@ class LedgerMetadata:
     ctime_ms: int = dataclasses.field(default_factory=_now_ms)
     custom: dict[str, str] = dataclasses.field(default_factory=dict)
     fragments: list[tuple[int, list[str]]] = dataclasses.field(default_factory=list)
+    features: list[str] = dataclasses.field(default_factory=list)  # format 2: "verifiable"
+    merkle_root: str = ""  # verifiable and CLOSED: the RFC 9162 root (hex) of its entries
+    tree_size: int = 0  # verifiable and CLOSED: last_entry_id + 1
 
     def __post_init__(self) -> None:
         self.state = LedgerState(self.state)
@@ -225,6 +241,16 @@ class LedgerMetadata:
         if not isinstance(self.custom, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in self.custom.items()):
             raise ValueError("custom must map str to str")
+        if not isinstance(self.features, list) or not all(isinstance(f, str) for f in self.features):
+            raise ValueError("features must be a list of strings")
+        if self.verifiable and self.state is LedgerState.CLOSED:
+            if not (isinstance(self.merkle_root, str) and len(self.merkle_root) == 64
+                    and all(c in "0123456789abcdef" for c in self.merkle_root)):
+                raise ValueError(f"a closed verifiable ledger needs merkle_root (64 lower-case "
+                                 f"hex digits), got {self.merkle_root!r}")
+            if self.tree_size != self.last_entry_id + 1:
+                raise ValueError(f"a closed verifiable ledger's tree_size must be last_entry_id "
+                                 f"+ 1 = {self.last_entry_id + 1}, got {self.tree_size!r}")
         previous = -1
         for first, ensemble in self.fragments:
             if first < 0 or first <= previous:
@@ -254,6 +280,15 @@ class LedgerMetadata:
         return list(self.fragments[bisect.bisect_right(firsts, entry_id) - 1][1])
 
     @property
+    def verifiable(self) -> bool:
+        return "verifiable" in self.features
+
+    @property
+    def unknown_features(self) -> list[str]:
+        """Features of the record this build does not know: it must not close the ledger."""
+        return [f for f in self.features if f not in KNOWN_FEATURES]
+
+    @property
     def is_closed(self) -> bool:
         return self.state is LedgerState.CLOSED
 
@@ -278,6 +313,11 @@ class LedgerMetadata:
         if self.key_check:  # a verifier under its own name: older bookies see no key_check
             field = "key_check" if len(self.key_check) == KEY_CHECK_SIZE else "key_verifier"
             doc[field] = base64.b64encode(bytes(self.key_check)).decode("ascii")
+        if self.features:
+            doc["format_version"] = FEATURES_FORMAT_VERSION
+            doc["features"] = list(self.features)
+            if self.merkle_root:
+                doc["merkle_root"], doc["tree_size"] = self.merkle_root, self.tree_size
         return doc
 
     def to_bytes(self) -> bytes:
@@ -295,10 +335,10 @@ class LedgerMetadata:
         if not isinstance(doc, dict):
             raise CorruptMetadataError(f"{what}: metadata record is not a JSON object")
         version = doc.get("format_version")
-        if version != FORMAT_VERSION:
+        if version not in (FORMAT_VERSION, FEATURES_FORMAT_VERSION):
             raise CorruptMetadataError(
                 f"{what}: unknown metadata format version {version!r} (this build reads "
-                f"{FORMAT_VERSION})")
+                f"{FORMAT_VERSION} and {FEATURES_FORMAT_VERSION})")
         try:
             return cls(
                 ensemble_size=doc["ensemble_size"],
@@ -314,6 +354,9 @@ class LedgerMetadata:
                 ctime_ms=doc["ctime_ms"],
                 custom=doc["custom"],
                 fragments=list(doc["fragments"]),
+                features=list(doc.get("features", [])) if version == FEATURES_FORMAT_VERSION else [],
+                merkle_root=doc.get("merkle_root", ""),
+                tree_size=doc.get("tree_size", 0),
             )
         except KeyError as e:
             raise CorruptMetadataError(f"{what}: metadata record lacks field {e}") from None

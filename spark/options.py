@@ -153,6 +153,7 @@ class ReadOptions:
     max_entries_per_partition: int
     read_batch_entries: int
     include_metadata: bool
+    verify: bool = True  # check verifiable ledgers' entries against their Merkle root
 
     @classmethod
     def parse(cls, opts: dict, stream: bool) -> "ReadOptions":
@@ -192,7 +193,7 @@ class ReadOptions:
                    _int(opts, "minPartitions", READ_DEFAULTS["minPartitions"]),
                    _int(opts, "maxEntriesPerPartition", READ_DEFAULTS["maxEntriesPerPartition"]),
                    _int(opts, "readBatchEntries", READ_DEFAULTS["readBatchEntries"]),
-                   _flag(opts, "includeMetadata", False))
+                   _flag(opts, "includeMetadata", False), _flag(opts, "verify", True))
 
 
 def _offsets(opts: dict, name: str, default: str):

@@ -43,6 +43,7 @@ def read_span(ro: ReadOptions, span: Span):
     try:
         rh = bk.open_ledger(span.ledger_id, digest=ro.conn.digest, password=ro.conn.password,
                             recovery=False)
+        rh.verify_reads = ro.verify
         extra = _metadata_columns(bk, ro, span.ledger_id)
     except NoSuchLedgerError:
         data_loss(ro, f"ledger {span.ledger_id}"

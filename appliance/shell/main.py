@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from bookie.appliance.errors import CliError
 from bookie.appliance.shell import (
-    cluster, disk, gc, parity, placement, recovery, security, whatif, zk)
+    cluster, disk, gc, parity, placement, recovery, security, verify, whatif, zk)
 from bookie.appliance.shell.registry import (
     ENV_URI, add_bookie_conf_arguments, add_ledger_id_argument, add_zk_auth_option, ask, import_store_modules,
     ledger_id_of, metadata_uri_arg, print_json, quiet_kazoo, refuse_while_registered, store_exists,
@@ -121,6 +121,7 @@ def register(subparsers: Any) -> None:
     placement.register(commands, metadata_command)
     parity.register(commands, metadata_command)
     whatif.register(commands, metadata_command)
+    verify.register(commands, metadata_command)
 
 
 # -- handlers ----------------------------------------------------------------------------------

@@ -42,6 +42,8 @@ class LedgerInfo:
     last_entry_id: int = -1
     length: int = 0
     fragments: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    verifiable: bool = False  # issue 43: the close carries the Merkle root of the entries
+    merkle_root: str = ""  # verifiable: hex root of entries 0..last_entry_id, set by the close
 
     def __post_init__(self) -> None:
         if type(self.state) is not LedgerState:

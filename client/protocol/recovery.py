@@ -42,7 +42,8 @@ MetadataWritten, MetadataConflict (with the re-read record) or MetadataFailed:
    recovery with ``LedgerRecoveryError`` - nothing is written then: the ledger stays
    IN_RECOVERY with the writer's ensembles, and a later recovery starts over from them.
 6. **close**: one CAS writes state CLOSED, the last entry found, the length and the fragments
-   recovery added.  A lost CAS re-reads: CLOSED - another recovery's close wins and is the
+   recovery added (and for a verifiable ledger the Merkle root of entries 0 .. the last found,
+   read and hashed first: ``recovery_root``).  A lost CAS re-reads: CLOSED - another recovery's close wins and is the
    result (so concurrent recoveries converge on the first close); otherwise the same close is
    written again at the re-read version.
 
@@ -62,6 +63,7 @@ from bookie.client.protocol.lac import NOTHING_THERE, LacQuorumOp
 from bookie.client.protocol.ledger import (Decision, LedgerInfo, LedgerState, recovery_start,
                                            replace_bookies)
 from bookie.client.protocol.quorum import fence_quorum, write_set
+from bookie.client.protocol.recovery_root import RootReading
 from bookie.wire import Status
 
 Decoder = Callable[[bytes], object]  # formatted entry -> LedgerEntry; raises DigestMismatchError
@@ -74,8 +76,8 @@ class RecoveryOp:
     close.  Finishes with (last_entry_id, length); ``info`` / ``version`` are then the closed
     metadata."""
 
-    MARKING, FENCING, READING, DRAINING, CLOSING, DONE = (
-        "marking", "fencing", "reading", "draining", "closing", "done")
+    MARKING, FENCING, READING, DRAINING, HASHING, CLOSING, DONE = (
+        "marking", "fencing", "reading", "draining", "hashing", "closing", "done")
 
     def __init__(self, info: LedgerInfo, decode: Decoder, version,
                  rng: random.Random | None = None, placement=None, lost=(), avoid=()):
@@ -124,6 +126,7 @@ class RecoveryOp:
         self._changing = False  # an ensemble change is being listed
         self._no_spare = False  # the last change found no writable bookie to take over
         self.ensemble_changes = 0
+        self._rooting: RootReading | None = None  # a verifiable ledger's root, before the close
 
     def start(self) -> list:
         decision = recovery_start(self.info)
@@ -138,6 +141,8 @@ class RecoveryOp:
         if self.phase == self.DONE:
             return []
         kind = type(event)
+        if self.phase == self.HASHING and kind in (A.ReadResponse, A.Tick):
+            return self._hashed(self._rooting.handle(event, now))
         if kind is A.LacResponse:
             if self.phase == self.FENCING:
                 return self._on_fenced(self.fence_op.handle(event, now))
@@ -439,10 +444,28 @@ class RecoveryOp:
     # -- 6. closing ----------------------------------------------------------------------------
 
     def _close(self) -> list:
+        if self.info.verifiable and self._rooting is None:
+            self.phase = self.HASHING
+            self._rooting = RootReading(self._written, self.last_found, self.decode,
+                                        self._failed | self._unreachable)
+            return self._hashed(self._rooting.start())
         self.phase = self.CLOSING
         closed = self.info.replace(state=LedgerState.CLOSED, last_entry_id=self.last_found,
                                    length=self.last_length)
+        if self._rooting is not None:
+            closed = closed.replace(merkle_root=self._rooting.root_hex)
         return [A.WriteMetadata(closed, self.version, _CLOSE)]
+
+    def _hashed(self, out: list) -> list:
+        rooting = self._rooting
+        if not rooting.done:
+            return out
+        if rooting.error is not None:
+            return out + self._finish(error=LedgerRecoveryError(
+                f"ledger {self.info.ledger_id}: cannot read its entries back to compute the "
+                f"Merkle root its close needs ({rooting.error}); retry opening when its "
+                f"bookies are back", ledger_id=self.info.ledger_id))
+        return out + self._close()
 
     def _finish(self, result=None, error: BookKeeperError | None = None) -> list:
         self.phase = self.DONE

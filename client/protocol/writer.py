@@ -138,6 +138,7 @@ class LedgerWriter:
         # (bookie -> entry ids), which the next FORCE_LEDGER round waits for
         self._unforced: dict[int, bytes] = {}
         self._rewrites: dict[str, set[int]] = {}
+        self.merkle = None  # a verifiable ledger's MerkleTree of the entries added (client.py)
         self._handlers = {
             A.AddResponse: self._on_add_response, A.BookiesListed: self._on_bookies,
             A.MetadataWritten: self._on_metadata_written,
@@ -699,6 +700,8 @@ class LedgerWriter:
         lac = self.pending.lac  # with deferred sync: forced first (_maybe_write_close)
         closed = self.info.replace(state=LedgerState.CLOSED, last_entry_id=lac,
                                    length=self.confirmed_length)
+        if self.merkle is not None:  # verifiable (issue 43): the root goes with the close
+            closed = closed.replace(merkle_root=self.merkle.root_hex(lac + 1))
         return A.WriteMetadata(closed, self.version, "close")
 
     # -- failure -------------------------------------------------------------------------------

@@ -18,9 +18,10 @@ import threading
 from bookie.testing.localbookies import LocalBookieError
 from bookie.testing.nemesis.lifecycle import LifecycleFaults
 from bookie.testing.nemesis.schedule import Fault
+from bookie.testing.nemesis.tamper import TamperFault
 
 
-class Nemesis(LifecycleFaults):
+class Nemesis(LifecycleFaults, TamperFault):
     """Injects faults into one cluster.
 
     Args:

@@ -54,6 +54,8 @@ Lifecycle kinds (``--lifecycle``; ``lifecycle.py`` injects them):
                        replication whose repoint never happened), wait for that bookie's GC
                        to drop the copy, then heal the position onto that very bookie (copy
                        again, repoint): it is chosen again as the replacement
+``tamper``             change an entry of a verifiable ledger on a stopped bookie's disk,
+                       digest recomputed (``tamper.py``); reads must never return it
 ``journal_full``       fill one journal disk of a bookie (tmpfs; the bookie has several
                        journals), then free it; a bookie that stopped over it is started again
 ``rename``             the documented rename of a bookie with the writers open and autorecovery
@@ -85,12 +87,13 @@ DISK_KINDS = ("disk_full",)
 NET_KINDS = ("partition", "partitioned_recovery", "lossy", "slow")
 LIFECYCLE_KINDS = ("compaction", "rebuild_index", "lost_for_good", "decommission", "squat",
                    "disk_readonly", "readdress", "overreplicated", "journal_full", "rename",
-                   "deferred_loss")
+                   "deferred_loss", "tamper")
 DISK_LIFECYCLE_KINDS = ("disk_readonly", "journal_full")  # need tmpfs disks
 OWED_PER_ROUND = 4
 # the order owed kinds are forced in: the newest mechanisms first; ``overreplicated`` last (it
 # writes a closed ledger of its own when none fits)
-OWED_ORDER = ("rename", "deferred_loss", "lost_for_good", "readdress", "journal_full", "squat", "compaction",
+OWED_ORDER = ("rename", "deferred_loss", "tamper", "lost_for_good", "readdress", "journal_full", "squat",
+              "compaction",
               "rebuild_index", "decommission", "disk_readonly", "overreplicated")
 LOSS_KINDS = ("lost_for_good", "decommission")
 KINDS = PROCESS_KINDS + ZK_KINDS + DISK_KINDS + NET_KINDS + LIFECYCLE_KINDS

@@ -55,7 +55,7 @@ def test_garbage_bytes_raise_corrupt_metadata_never_anything_else(data):
 
 
 @pytest.mark.parametrize("mutation, message", [
-    (lambda d: d.update(format_version=2), "unknown metadata format version"),
+    (lambda d: d.update(format_version=3), "unknown metadata format version"),
     (lambda d: d.pop("fragments"), "lacks field"),
     (lambda d: d.update(write_quorum=5), "ensemble_size >= write_quorum"),
     (lambda d: d.update(state="HALF_OPEN"), "invalid metadata record"),
@@ -119,3 +119,49 @@ def test_lmdb_uri_parses_to_its_directory():
 def test_malformed_uris_are_refused_clearly(uri):
     with pytest.raises(InvalidUriError):
         open_metadata(uri, timeout_s=0.5)
+
+
+# -- format 2: features (issue 43) ------------------------------------------------------------
+
+def _verifiable(**kw) -> LedgerMetadata:
+    return LedgerMetadata(3, 2, 2, fragments=[(0, ["a:1", "b:1", "c:1"])],
+                          features=["verifiable"], **kw)
+
+
+def test_a_record_without_features_stays_format_1_and_a_verifiable_one_is_format_2():
+    assert LedgerMetadata(3, 2, 2, fragments=[(0, ["a:1", "b:1", "c:1"])]).to_dict()["format_version"] == 1
+    closed = _verifiable(state="CLOSED", last_entry_id=4, merkle_root="ab" * 32, tree_size=5)
+    doc = closed.to_dict()
+    assert doc["format_version"] == 2 and doc["features"] == ["verifiable"]
+    back = LedgerMetadata.from_bytes(closed.to_bytes())
+    assert back.verifiable and back.merkle_root == "ab" * 32 and back.tree_size == 5
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({}, "needs merkle_root"),
+    ({"merkle_root": "AB" * 32, "tree_size": 5}, "needs merkle_root"),
+    ({"merkle_root": "ab" * 32, "tree_size": 4}, "tree_size must be last_entry_id"),
+])
+def test_a_closed_verifiable_record_needs_its_root(fields, message):
+    with pytest.raises(ValueError, match=message):
+        _verifiable(state="CLOSED", last_entry_id=4, **fields)
+
+
+def test_unknown_features_are_read_but_named():
+    meta = _verifiable()
+    meta.features.append("from-the-future")
+    back = LedgerMetadata.from_bytes(meta.to_bytes())
+    assert back.unknown_features == ["from-the-future"] and back.verifiable
+
+
+def test_the_client_refuses_to_close_what_it_cannot_close_right():
+    from bookie.client.errors import MetadataStoreError
+    from bookie.client.metadata import check_closable, to_info
+    meta = _verifiable()
+    info = to_info(1, meta).replace(state="CLOSED")
+    with pytest.raises(MetadataStoreError, match="must carry the Merkle root"):
+        check_closable(1, meta, info)
+    check_closable(1, meta, info.replace(merkle_root="ab" * 32))
+    meta.features.append("from-the-future")
+    with pytest.raises(MetadataStoreError, match="does not know \\(from-the-future\\)"):
+        check_closable(1, meta, info.replace(merkle_root="ab" * 32))

@@ -18,6 +18,11 @@ def test_ledger_lists_take_ids_and_ranges():
         parse_ledger_list("3-1")
 
 
+def test_verify_is_on_unless_turned_off():
+    assert ReadOptions.parse({**URI, "ledgers": "1"}, stream=False).verify is True
+    assert ReadOptions.parse({**URI, "ledgers": "1", "Verify": "false"}, stream=False).verify is False
+
+
 def test_options_are_case_insensitive_and_client_keys_typed():
     ro = ReadOptions.parse({"metadataserviceuri": "lmdb:///m", "LOG": "a,b",
                             "bookkeeper.readtimeout": "2.5", "bookkeeper.zkTimeout": "100"},
@@ -30,6 +35,7 @@ def test_options_are_case_insensitive_and_client_keys_typed():
     ({"ledgers": "1"}, "metadataServiceUri"),
     ({**URI, "ledgers": "1", "maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger"),
     ({**URI, "ledgers": "1", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
+    ({**URI, "ledgers": "1", "verify": "sometimes"}, "verify"),
     ({**URI, "logPattern": "("}, "logPattern"),
     ({**URI, "ledgers": "1", "endingOffsets": "earliest"}, "endingOffsets"),
     ({**URI, "ledgers": "1", "startingOffsets": '{"ledgers": {"1": "x"}}'}, "startingOffsets"),
