@@ -71,6 +71,11 @@ _DUE_WITHIN_S = 1e-6  # a notice this close to due is due (a timer fires at, not
 WRITING, CLOSING, CLOSED_STATE, FAILED = "writing", "closing", "closed", "failed"
 
 # Statuses that end the writer rather than the bookie.
+# a bookie that acknowledged this writer's adds, then went silent: it admits this client, so the
+# cause is on its side (a journal disk with no room holds adds unanswered until it has room)
+_STOPPED_ANSWERING = ("stopped answering after acknowledging adds (not a key matter: a full or "
+                      "hung journal disk, an overload or a crash; see its log and "
+                      "GET /api/v1/bookie/state)")
 _FATAL = {int(Status.FENCED), int(Status.UNAUTHORIZED), int(Status.BAD_REQUEST),
           int(Status.BAD_VERSION), int(Status.OVER_QUOTA)}
 BACKOFF_S = 0.005  # re-send delay after TOO_MANY_REQUESTS
@@ -114,6 +119,7 @@ class LedgerWriter:
         self._changing: set[int] | None = None  # positions the in-flight change replaces
         self._bad_bookies: set[str] = set()  # failed for this ledger: never chosen again
         self._failed_status: dict[str, int] = {}  # a failed bookie -> its answer (or TIMEOUT)
+        self._answered: set[str] = set()  # bookies that acknowledged an add: they admit this client
         self._explicit_lac_s = explicit_lac_interval_s
         self._lac_sent = self.pending.lac  # highest LAC bookies surely know
         self._behind_since: float | None = None  # since when the LAC is ahead of _lac_sent
@@ -413,6 +419,7 @@ class LedgerWriter:
             return []  # a bookie replaced since: its answers no longer matter
         status = event.status
         if status == Status.OK:
+            self._answered.add(bookie)
             rewrites = self._rewrites.get(bookie)
             if not rewrites:
                 return self._acked(pos, event, now)
@@ -511,14 +518,18 @@ class LedgerWriter:
 
     def _why_failed(self, positions: list[int]) -> str:
         """The failed bookies by what they did: a bookie that answered (read-only, an error)
-        is named with its answer; only one that never answered may be a CURVE bookie that does
-        not admit this client, and then that comes first, before "start more bookies" (which a
-        client without a CURVE key of its own is not told: its key is the likelier cause)."""
+        is named with its answer; one that acknowledged adds before and then went silent admits
+        this client (its disk, its journal or its load is the cause, never a key); only one
+        that never answered may be a CURVE bookie that does not admit this client, and then that
+        comes first, before "start more bookies" (which a client without a CURVE key of its own
+        is not told: its key is the likelier cause)."""
         by_why: dict[str, list[str]] = {}
         for p in positions:
             bookie = self.ensemble[p]
             status = self._failed_status.get(bookie, A.TIMEOUT)
-            why = ("did not answer" if status in (A.TIMEOUT, A.UNREACHABLE) else
+            why = (_STOPPED_ANSWERING if status in (A.TIMEOUT, A.UNREACHABLE)
+                   and bookie in self._answered else
+                   "did not answer" if status in (A.TIMEOUT, A.UNREACHABLE) else
                    "refused adds: read-only" if status == Status.READ_ONLY else
                    f"failed ({A.status_name(status)})")
             by_why.setdefault(why, []).append(bookie)
@@ -542,7 +553,8 @@ class LedgerWriter:
                                    self._change_first(), self._rng, self.placement)
         if new_info is None:
             silent = all(self._failed_status.get(self.ensemble[p], A.TIMEOUT)
-                         in (A.TIMEOUT, A.UNREACHABLE) for p in positions)
+                         in (A.TIMEOUT, A.UNREACHABLE) and self.ensemble[p] not in self._answered
+                         for p in positions)
             advice = ("set the client's curveSecretKeyFile (above): this client has no CURVE "
                       "key of its own" if silent and not self.curve else
                       "start more bookies or make them writable")

@@ -74,3 +74,43 @@ def test_a_client_without_a_curve_key_is_told_to_set_one_not_to_start_bookies():
     assert "b1:3181 did not answer" in message, message
     assert "CURVE" in message and "curveSecretKeyFile" in message, message
     assert "start more bookies" not in message, message
+
+
+class StopsAnsweringCluster(SimCluster):
+    """A SimCluster whose bookie ``silent`` acknowledges its first ``after`` adds, then never
+    answers again (a journal disk with no room holds adds unanswered)."""
+
+    def __init__(self, *args, silent: str, after: int):
+        super().__init__(*args)
+        self.silent, self.after = silent, after
+
+    def answer(self, a):
+        if isinstance(a, A.SendAdd) and a.bookie == self.silent:
+            if self.after <= 0:
+                return A.AddResponse(a, A.TIMEOUT)
+            self.after -= 1
+        if isinstance(a, A.ListBookies):
+            return A.BookiesListed([n for n in self.bookies if n != self.silent])
+        return super().answer(a)
+
+
+def test_a_bookie_that_acknowledged_adds_then_went_silent_is_not_blamed_on_keys():
+    """A full journal disk (issue 44): the bookie acknowledged this writer's adds, so it admits
+    the client; the error says it stopped answering and names no CURVE key, with or without one."""
+    for curve in (True, False):
+        rng = random.Random(7)
+        names = ["b0:3181", "b1:3181"]
+        info = LedgerInfo(LEDGER, 2, 2, 2, fragments=((0, tuple(names)),))
+        cluster = StopsAnsweringCluster(names, info, rng, silent="b1:3181", after=1)
+        writer = LedgerWriter(info, 0, DigestManager(LEDGER, "crc32c", b"pw").encode, rng=rng,
+                              curve=curve)
+        cluster.run(writer, writer.add([b"x"])[1])
+        cluster.deliver_until(lambda: False)
+        cluster.run(writer, writer.add([b"y"])[1])
+        cluster.deliver_until(lambda: False)
+        fails = [a for a in cluster.outputs[writer] if isinstance(a, A.FailAdds)]
+        assert fails, cluster.outputs[writer]
+        message = str(fails[0].error)
+        assert "b1:3181 stopped answering after acknowledging adds" in message, message
+        assert "CURVE" not in message and "curveSecretKeyFile" not in message, message
+        assert "start more bookies" in message, message
