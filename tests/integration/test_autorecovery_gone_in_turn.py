@@ -21,7 +21,8 @@ from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient
 from bookie.wire import Status
 import waiting
-from test_autorecovery_partial import BOUND_S, FAST, _closed_ledger, _dumped, _names_any
+from test_autorecovery_partial import BOUND_S, FAST, _closed_ledger, _names_any
+from bookie_logs import dumped as _dumped
 
 
 def _copies(ledger_id: int, ensemble, e: int) -> int:

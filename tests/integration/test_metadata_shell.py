@@ -79,7 +79,9 @@ def test_uri_comes_from_the_environment_or_is_a_clear_error(capsys, monkeypatch,
 def test_missing_ledger_is_one_line_error(capsys, tmp_path):
     open_metadata(f"lmdb://{tmp_path}/md", create=True).close()
     rc, _, err = run(capsys, "ledgermetadata", "42", "--metadata", f"lmdb://{tmp_path}/md")
-    assert rc == 2 and err.strip() == "bookie shell: ledger 42 does not exist"
+    # a lookup that finds nothing exits 1, as every "not found" does (docs/appliance.md)
+    assert rc == 1 and err.strip() == ("ledgermetadata: no ledger 42 in the store "
+                                       "('bookie shell listledgers' lists them)")
 
 
 def test_bookieformat_wipes_the_configured_directories(capsys, tmp_path):

@@ -53,9 +53,10 @@ def netns_tools():
 
 
 def figures(out: str) -> dict:
-    """The JSON line that ends the harness's summary."""
+    """The JSON line that ends the harness's summary on stdout (``out`` is stdout then stderr,
+    where an in-process client's late warning, "ensemble changed", may come after it)."""
     import json
-    return json.loads(out.strip().splitlines()[-1])
+    return json.loads([line for line in out.strip().splitlines() if line.startswith("{")][-1])
 
 
 def test_acknowledged_entries_survive_lifecycle_faults_and_full_disks_on_the_embedded_store():
