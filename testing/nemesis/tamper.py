@@ -5,7 +5,9 @@ The fault writes a closed verifiable ledger of its own (``ENTRIES`` entries, E =
 so each entry has two copies; on the scheduled bookie when one of a few tries puts it in the
 ensemble), stops one bookie of its ensemble (SIGTERM: its entry logs hold
 the entries), rewrites one entry's payload wherever that bookie's directories hold its bytes
-(entry logs and journal alike) with a valid digest over the changed payload, and lets the
+(its entry logs, the copy reads are served from; not the journal, whose group checksums a
+change would break, which the bookie rightly refuses at start as a corrupt journal, exit status
+3: a different fault) with a valid digest over the changed payload, and lets the
 runner start the bookie again.  When the fault ends a thread waits for the bookie to serve
 (up to ``CHECK_WAIT_S``) and checks, from a new client: every entry
 reads back as written (a read never returns the changed bytes; ``TamperedEntryError`` counts as
@@ -95,9 +97,9 @@ class TamperFault:
 
         def body() -> None:
             self.bookies.stop(j)
-            overrides = self.bookies.overrides(j)
-            dirs = {self.bookies.bookie_dir(j), *overrides.get("ledgerDirectories", "").split(","),
-                    *self.bookies.journal_dirs(j)} - {""}
+            # the entry logs only: a journal changed mid-file is a corrupt journal (exit 3)
+            dirs = {d for d in self.bookies.overrides(j).get("ledgerDirectories", "").split(",")
+                    if d}
             hits = _rewrite(sorted(dirs), copy, forged)
             self.log(f"nemesis: tamper: ledger {ledger_id} entry {entry_id} changed on bookie "
                      f"{j} {bookie} ({hits} places, CRC32C recomputed)")
