@@ -76,6 +76,9 @@ WRITING, CLOSING, CLOSED_STATE, FAILED = "writing", "closing", "closed", "failed
 _STOPPED_ANSWERING = ("stopped answering after acknowledging adds (not a key matter: a full or "
                       "hung journal disk, an overload or a crash; see its log and "
                       "GET /api/v1/bookie/state)")
+# a silent bookie that the registrations no longer list as writable: down (or read-only), not a
+# key matter
+_NOT_REGISTERED = "did not answer and is not registered as writable (down or read-only)"
 _FATAL = {int(Status.FENCED), int(Status.UNAUTHORIZED), int(Status.BAD_REQUEST),
           int(Status.BAD_VERSION), int(Status.OVER_QUOTA)}
 BACKOFF_S = 0.005  # re-send delay after TOO_MANY_REQUESTS
@@ -516,20 +519,24 @@ class LedgerWriter:
             return [A.ListBookies()]
         return []
 
-    def _why_failed(self, positions: list[int]) -> str:
+    def _why_failed(self, positions: list[int], registered: set | None = None) -> str:
         """The failed bookies by what they did: a bookie that answered (read-only, an error)
         is named with its answer; one that acknowledged adds before and then went silent admits
-        this client (its disk, its journal or its load is the cause, never a key); only one
-        that never answered may be a CURVE bookie that does not admit this client, and then that
-        comes first, before "start more bookies" (which a client without a CURVE key of its own
-        is not told: its key is the likelier cause)."""
+        this client (its disk, its journal or its load is the cause, never a key), and so does
+        one no longer registered (``registered``: the writable bookies just listed), which is
+        down; only one that runs, is registered and never answered may be a CURVE bookie that
+        does not admit this client, and then that comes first, before "start more bookies"
+        (which a client without a CURVE key of its own is not told: its key is the likelier
+        cause)."""
         by_why: dict[str, list[str]] = {}
         for p in positions:
             bookie = self.ensemble[p]
             status = self._failed_status.get(bookie, A.TIMEOUT)
-            why = (_STOPPED_ANSWERING if status in (A.TIMEOUT, A.UNREACHABLE)
-                   and bookie in self._answered else
-                   "did not answer" if status in (A.TIMEOUT, A.UNREACHABLE) else
+            silent = status in (A.TIMEOUT, A.UNREACHABLE)
+            why = (_STOPPED_ANSWERING if silent and bookie in self._answered else
+                   _NOT_REGISTERED if silent and registered is not None
+                   and bookie not in registered else
+                   "did not answer" if silent else
                    "refused adds: read-only" if status == Status.READ_ONLY else
                    f"failed ({A.status_name(status)})")
             by_why.setdefault(why, []).append(bookie)
@@ -552,14 +559,15 @@ class LedgerWriter:
         new_info = replace_bookies(self.info, self.ensemble, sorted(positions), writable,
                                    self._change_first(), self._rng, self.placement)
         if new_info is None:
+            listed = set(event.writable)
             silent = all(self._failed_status.get(self.ensemble[p], A.TIMEOUT)
                          in (A.TIMEOUT, A.UNREACHABLE) and self.ensemble[p] not in self._answered
-                         for p in positions)
+                         and self.ensemble[p] in listed for p in positions)
             advice = ("set the client's curveSecretKeyFile (above): this client has no CURVE "
                       "key of its own" if silent and not self.curve else
                       "start more bookies or make them writable")
             return self._fail(NotEnoughBookiesError(
-                f"ledger {self.ledger_id}: {self._why_failed(sorted(positions))}, and only "
+                f"ledger {self.ledger_id}: {self._why_failed(sorted(positions), listed)}, and only "
                 f"{len(set(writable) - set(self.ensemble))} writable bookie(s) outside the "
                 f"ensemble are registered to replace them; {advice}", ledger_id=self.ledger_id))
         short = self.placement and self.placement.short_of(new_info.last_ensemble,

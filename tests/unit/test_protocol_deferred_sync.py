@@ -115,7 +115,7 @@ def test_a_force_whose_lost_bookie_cannot_be_replaced_fails_and_leaves_the_lac()
     cluster.run(writer, writer.force())
     cluster.deliver_until(lambda: False)
     [f] = forced(cluster, writer)
-    assert f.error is not None and "b1:3181 did not answer" in str(f.error)
+    assert f.error is not None and "b1:3181 stopped answering" in str(f.error)
     assert writer.lac == -1
 
 

@@ -20,25 +20,28 @@ from test_protocol_model import LEDGER, SimCluster
 
 
 class AnsweringCluster(SimCluster):
-    """A SimCluster whose bookies in ``status`` answer every add with that status."""
+    """A SimCluster whose bookies in ``status`` answer every add with that status; a silent one
+    (TIMEOUT) is still registered as writable unless ``registered`` is false (it is down)."""
 
-    def __init__(self, *args, status: dict[str, int]):
+    def __init__(self, *args, status: dict[str, int], registered: bool = True):
         super().__init__(*args)
-        self.status = status
+        self.status, self.registered = status, registered
 
     def answer(self, a):
         if isinstance(a, A.SendAdd) and a.bookie in self.status:
             return A.AddResponse(a, self.status[a.bookie])
         if isinstance(a, A.ListBookies):
-            return A.BookiesListed([n for n in self.bookies if n not in self.status])
+            return A.BookiesListed([n for n in self.bookies if n not in self.status or (
+                self.registered and self.status[n] == A.TIMEOUT)])
         return super().answer(a)
 
 
-def _fail_with(status: int, curve: bool = True) -> Exception:
+def _fail_with(status: int, curve: bool = True, registered: bool = True) -> Exception:
     rng = random.Random(7)
     names = ["b0:3181", "b1:3181"]
     info = LedgerInfo(LEDGER, 2, 2, 2, fragments=((0, tuple(names)),))
-    cluster = AnsweringCluster(names, info, rng, status={"b1:3181": status})
+    cluster = AnsweringCluster(names, info, rng, status={"b1:3181": status},
+                               registered=registered)
     digest = DigestManager(LEDGER, "crc32c", b"pw")
     writer = LedgerWriter(info, 0, digest.encode, rng=rng, curve=curve)
     cluster.run(writer, writer.add([b"x"])[1])
@@ -112,5 +115,15 @@ def test_a_bookie_that_acknowledged_adds_then_went_silent_is_not_blamed_on_keys(
         assert fails, cluster.outputs[writer]
         message = str(fails[0].error)
         assert "b1:3181 stopped answering after acknowledging adds" in message, message
+        assert "CURVE" not in message and "curveSecretKeyFile" not in message, message
+        assert "start more bookies" in message, message
+
+
+def test_a_silent_bookie_that_is_not_registered_is_down_not_a_key_matter():
+    """A bookie lost or stopped (no registration) that never answered: the error says it is not
+    registered, with or without a CURVE key of the client's, and gives no key hint."""
+    for curve in (True, False):
+        message = str(_fail_with(A.TIMEOUT, curve=curve, registered=False))
+        assert "b1:3181 did not answer and is not registered as writable" in message, message
         assert "CURVE" not in message and "curveSecretKeyFile" not in message, message
         assert "start more bookies" in message, message
