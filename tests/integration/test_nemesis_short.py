@@ -66,11 +66,14 @@ def test_acknowledged_entries_survive_lifecycle_faults_and_full_disks_on_the_emb
     result = figures(out)
     assert result["violations"] == 0 and result["reader_violations"] == 0, out[-6000:]
     assert result["lost"] == 0 and result["ok"]
-    assert result["faults"].get("lost_for_good") == 1 and result["faults"].get("squat") == 1
-    # issue 32: a bookie moved to another port under its bookieId, one journal disk filled
-    assert result["faults"].get("readdress") == 1
-    if extra:
-        assert result["faults"].get("journal_full") == 1
+    # One round: the lifecycle kinds owed first (the newest mechanisms: the rename, deferred
+    # sync's lost bookie, tamper; then a bookie lost for good) are each scheduled, injected or
+    # skipped with its reason when its target was down (another fault had it); the older kinds
+    # (squat, readdress, journal_full, ...) come in later rounds: the soak's and the 240 s run's.
+    from bookie.testing.nemesis.schedule import OWED_ORDER, OWED_PER_ROUND
+    for kind in OWED_ORDER[:OWED_PER_ROUND]:
+        assert kind in result["faults"] or kind in result["skipped"], (kind, result["faults"])
+    assert sum(result["faults"].get(k, 0) for k in OWED_ORDER) >= 2, result["faults"]
     assert result["replica_checks"] >= 2 * result["entries_checked"] > 0
 
 
