@@ -5,7 +5,6 @@ can check, and a replica whose entry was changed on disk - digest recomputed - n
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
@@ -17,8 +16,8 @@ from bookie.autorecovery.replicator import Replicator
 from bookie.client.protocol.copies import replicas
 from bookie.metadata import open_metadata
 from bookie.testing import LocalBookies
-from bookie.testing.rawclient import RawBookieClient
-from bookie.wire import Status
+from bookie.testing.nemesis.tamper import _rewrite as rewrite
+from test_client_corrupt_replica import stored_copy
 
 PW = b"pw"
 CONFIG = {"addEntryTimeout": 2.0, "readTimeout": 2.0, "operationTimeout": 30.0}
@@ -29,18 +28,6 @@ N = 24
 def ensemble():
     with LocalBookies(4) as ens:  # E=3 ledgers and a spare: the auditor's check repoints to it
         yield ens
-
-
-def stored_copy(bookie: str, ledger_id: int, entry_id: int) -> bytes:
-    deadline = time.monotonic() + 30
-    with RawBookieClient(bookie, timeout_s=10) as raw:
-        while True:
-            status, entries = raw.read(ledger_id, entry_id)
-            if status == Status.OK or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-    assert status == Status.OK and entries, status
-    return entries[0]
 
 
 def tamper(ens: LocalBookies, bookie: str, ledger_id: int, entry_id: int, new_payload: bytes) -> bytes:
@@ -54,23 +41,8 @@ def tamper(ens: LocalBookies, bookie: str, ledger_id: int, entry_id: int, new_pa
     assert len(forged) == len(copy)
     i = ens.bookies.index(bookie)
     ens.stop(i)
-    hits = []
-    for root, _, files in os.walk(os.path.join(ens.bookie_dir(i), "ledgers")):
-        for name in files:
-            path = os.path.join(root, name)
-            with open(path, "rb") as f:
-                data = f.read()
-            at = data.find(copy)
-            while at >= 0:
-                hits.append((path, at))
-                at = data.find(copy, at + 1)
+    hits = rewrite([os.path.join(ens.bookie_dir(i), "ledgers")], copy, forged)
     assert hits, f"entry {entry_id} not found in bookie {i}'s ledger storage"
-    for path, at in hits:
-        fd = os.open(path, os.O_RDWR)
-        try:
-            os.pwrite(fd, forged, at)
-        finally:
-            os.close(fd)
     ens.start(i)
     assert stored_copy(bookie, ledger_id, entry_id) == forged
     return forged
