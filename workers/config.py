@@ -443,7 +443,9 @@ class BookieConfig:
         named += [("ledgerDirectories", d) for d in self.ledger_dirs]
         named += [("indexDirectories", d) for d in self.configured_index_dirs]
         for name, d in named:
-            if os.path.isdir(d) and os.access(d, os.X_OK) and not os.access(d, os.W_OK):
+            # The directory itself is the bookie's: whether we may not write it or not even
+            # enter it (mode 0700 under umask 077), the fix is to give it back, not to switch user.
+            if os.path.isdir(d) and not os.access(d, os.W_OK | os.X_OK):
                 raise ConfigError(f"{name}: {own_dir_problem(d)}")
             problem = access_problem(d, os.W_OK | os.X_OK)
             if problem:  # else a directory behind one we may not enter "does not exist"

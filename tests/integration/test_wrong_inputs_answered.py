@@ -149,8 +149,10 @@ def _run_argv(d: str) -> list[str]:
             "--set", "bookiePort=0"]
 
 
-def test_a_root_owned_journal_directory_says_chown_not_run_as_root(shared_dir):
+@pytest.mark.parametrize("mode", [0o755, 0o700])  # 0700: what mkdir makes under umask 077 (CI)
+def test_a_root_owned_journal_directory_says_chown_not_run_as_root(shared_dir, mode):
     os.chown(os.path.join(shared_dir, "l"), pwd.getpwnam("nobody").pw_uid, -1)
+    os.chmod(os.path.join(shared_dir, "j"), mode)
     proc = run_as("nobody", *_run_argv(shared_dir))
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     assert f"chown -R nobody: {shared_dir}/j" in proc.stderr, proc.stderr
