@@ -8,8 +8,12 @@ killed (SIGKILL) and started again: what force() made the LAC is durable.
 
 from __future__ import annotations
 
+import signal
+
 from bookie.client import BookKeeper
 from bookie.testing import LocalBookies
+from bookie.testing.rawclient import RawBookieClient
+from bookie.wire import Status
 from bookie_logs import dumped
 
 PW = b"pw"
@@ -43,3 +47,35 @@ def test_a_deferred_writer_that_loses_a_bookie_forces_and_closes_and_loses_nothi
         with BookKeeper(lb.metadata_uri) as bk:
             rh = bk.open_ledger(lh.ledger_id, password=PW)
             assert [bytes(e.data) for e in rh.read_entries(0, 10)] == want
+
+
+def test_a_force_answered_by_a_bookie_restarted_under_the_writer_covers_every_replica():
+    """A bookie acknowledges deferred adds, is SIGKILLed before its journal synced them and
+    starts again on its address before the writer notices (nothing was outstanding), then
+    answers the FORCE_LEDGER.  A force that returned N must mean every replica the metadata
+    names for every entry up to N holds it: after the force, every replica is asked.  (A
+    process kill leaves the entry log's and the index's writes in the page cache, so the
+    restarted bookie still holds them; a power loss would not: see docs/protocol.md.)"""
+    with dumped(LocalBookies(2)) as lb:
+        with BookKeeper(lb.metadata_uri) as bk:
+            lh = bk.create_ledger(2, 2, 2, password=PW, write_flags=["deferred_sync"])
+            lh.add_entry(b"d0")
+            assert lh.force(60.0) == 0
+            journal = lb.kill_worker(0, "journal", signal.SIGSTOP)
+            want = [b"d0"] + [lh.add_entry(b"d%d" % e) and b"d%d" % e for e in range(1, 6)]
+            lb.kill(0)  # never synced d1..d5: the journal was stopped
+            del journal
+            lb.start(0)
+            forced = lh.force(60.0)
+            assert forced == 5, forced
+            lid = lh.ledger_id
+            fragments = bk.ledger_metadata(lid).fragments
+        for i, (start, ensemble) in enumerate(fragments):
+            end = fragments[i + 1][0] - 1 if i + 1 < len(fragments) else forced
+            for bookie_id in ensemble:
+                with RawBookieClient(bookie_id) as raw:
+                    for e in range(start, end + 1):
+                        status, got = raw.read(lid, e)
+                        assert (status, got) == (Status.OK, [want[e]]) or \
+                            (status == Status.OK and got and got[0].endswith(want[e])), \
+                            (bookie_id, e, status, got)
