@@ -35,6 +35,19 @@ class Refused(CopyError):
     """The target refused the recovery add (UNAUTHORIZED, BAD_REQUEST): another key may do."""
 
 
+class NoKey(CopyError):
+    """No key can carry a recovery add to this ledger: the cluster has no recovery secret and
+    its password is not one autorecovery knows.  Nothing can be copied, so nothing may be
+    repointed (``core.naming.may_unname``: a copy never made is not ``copied_all``)."""
+
+    def __init__(self, ledger_id: int):
+        super().__init__(f"ledger {ledger_id}: no key to copy its entries with: the metadata "
+                         f"store holds no recovery secret (on ZooKeeper set "
+                         f"zkBookieDigestAuthFile) and its password is not in "
+                         f"autoRecoveryLedgerPasswords")
+        self.ledger_id = ledger_id
+
+
 class Key(NamedTuple):
     """What a recovery add carries in its master key frame, and the flags that say what it is."""
 

@@ -19,7 +19,9 @@ and ends in one of the outcomes below; only RETRY and WAIT leave the mark for la
              itself.  Only such a ledger is fenced and recovered once the grace is over
              (``rules.needs_fence``); a missing bookie in earlier fragments of an open ledger is
              copied around with the ledger open, its writer left alone.
-* RETRY    - a bookie did not answer, no replacement is writable, or recovery failed.
+* RETRY    - a bookie did not answer, no replacement is writable, recovery failed, or no
+             key can carry a copy (no recovery secret, password unknown: ``NoKey``, said
+             once per ledger): nothing copied is nothing repointed (issue 39).
 
 Keys: copies and the recovery of an open ledger prove their right with the ledger's cluster
 recovery credential (bookie.metadata.recovery_secret), so a ledger heals whatever its password.
@@ -41,8 +43,8 @@ import random
 import time
 
 from bookie.autorecovery import cookies, rules, verified
-from bookie.autorecovery.copier import (Bookies, CopyError, EntryMissing, Key, RateLimiter, Refused,
-                                        copy_residue)
+from bookie.autorecovery.copier import (Bookies, CopyError, EntryMissing, Key, NoKey, RateLimiter,
+                                        Refused, copy_residue)
 from bookie.client.auth import client_curve
 from bookie.client.config import ClientConfig
 from bookie.client.digest import master_key
@@ -98,6 +100,7 @@ class Replicator:
         self.copied_entries = 0
         self.lost_reported = 0  # ledgers this replicator was the first to report lost
         self._secret: bytes | None = None
+        self._no_key: set[int] = set()  # ledgers already said to have no key to copy with
 
     def close(self) -> None:
         self.bookies.close()
@@ -151,7 +154,10 @@ class Replicator:
     def _copy(self, ledger_id: int, keys: list[Key], copies, stride: int, target: str,
               batch: int, missing: list | None = None) -> None:
         """Copy ``copies`` to ``target`` with the first key it takes (raises as copy_residue;
-        ``missing`` as copy_residue's)."""
+        ``missing`` as copy_residue's).  Raises ``NoKey`` when ``keys`` is empty: a copy that
+        was never made must never pass for one that was (issue 39)."""
+        if not keys:
+            raise NoKey(ledger_id)
         for n, key in enumerate(keys):
             try:
                 for copy in copies:
@@ -306,6 +312,9 @@ class Replicator:
                 self._copy(ledger_id, keys, heal.copies, meta.ensemble_size, target, self.batch,
                            missing)
                 break
+            except NoKey as e:  # no copy can be made: the position keeps naming its bookie
+                self._say_no_key(e)
+                return RETRY
             except EntryMissing as e:
                 if not self.store.ledger_exists(ledger_id):  # deleted: its bookies dropped the entries
                     raise NoSuchLedgerError(ledger_id) from None
@@ -380,6 +389,9 @@ class Replicator:
         if meta.state is not LedgerState.CLOSED:
             return 0
         keys, stride, filled = self._keys(ledger_id, self._password(meta)), meta.ensemble_size, 0
+        if not keys:  # nothing could be copied: say so, never "restored" (issue 39)
+            self._say_no_key(NoKey(ledger_id))
+            return 0
         unregistered = rules.named_bookies(meta) - registered
         for run in rules.holdings(meta, skip=unregistered):
             entry, left = run.first_entry, run.count
@@ -413,6 +425,13 @@ class Replicator:
         if meta.verifiable:  # a copy that does not match its Merkle root: a lost copy (issue 43)
             filled += verified.heal_mismatches(self, ledger_id, meta)
         return filled
+
+    def _say_no_key(self, error: NoKey) -> None:
+        """Warn once per ledger that it cannot be copied (it is retried, and checked, again)."""
+        if error.ledger_id not in self._no_key:
+            self._no_key.add(error.ledger_id)
+            self.log("cannot copy ledger: no key", level="warning", ledger_id=error.ledger_id,
+                     error=str(error))
 
     def _settle(self, ledger_id: int, reason: str, mark_version: int | None) -> None:
         if not self.dry_run:

@@ -65,3 +65,15 @@ def test_a_dry_run_makes_no_secret(store):
     rep = Replicator(store, dry_run=True)
     assert rep._keys(9, None) == [] and recovery_secret(store, create=False) is None
     rep.close()
+
+
+def test_no_key_is_no_copy_never_a_silent_success(store):
+    """Issue 39: with no key (no secret, password unknown) ``_copy`` copied nothing and
+    returned as if it had; the heal then repointed the position at an empty bookie."""
+    from bookie.autorecovery.copier import NoKey
+    rep = Replicator(store)
+    rep.bookies.close()
+    rep.bookies = FakeBookies(False)
+    with pytest.raises(NoKey, match="zkBookieDigestAuthFile.*autoRecoveryLedgerPasswords"):
+        rep._copy(10, [], [rules.Copy(0, 0, 2, ("a:1",))], 1, "t:1", 10)
+    assert rep.bookies.added == []
