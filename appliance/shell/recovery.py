@@ -147,6 +147,19 @@ def _progress(args) -> Callable:
 
 # -- recover and decommission ------------------------------------------------------------------
 
+def _passwords(args) -> list[bytes]:
+    """The ``--conf`` file's autoRecoveryLedgerPasswords (and its file's lines), as a bookie's
+    workers use them: the only keys to copy with where the store holds no recovery secret
+    (ZooKeeper without zkBookieDigestAuthFile; docs/autorecovery.md "No key, no copy")."""
+    if not getattr(args, "conf", None):
+        return []
+    from bookie.workers.config import BookieConfig, ConfigError
+    try:
+        return BookieConfig.load(args.conf, check_dirs=False).autorecovery_passwords()
+    except ConfigError as e:
+        raise CliError(f"--conf {args.conf}: {e}") from None
+
+
 def _heal_bookies(store, args, bookies: list[str], skip_open: bool, dry_run: bool,
                   read_from_them: bool = False, client_keys: dict | None = None) -> dict:
     """Heal every ledger naming ``bookies`` in this process; returns a summary.  ``client_keys``:
@@ -165,7 +178,8 @@ def _heal_bookies(store, args, bookies: list[str], skip_open: bool, dry_run: boo
             ledgers.append(ledger_id)
     summary = {"bookies": sorted(targets), "ledgers": len(ledgers), "healed": [],
                "skipped": [], "lost": [], "failed": []}
-    replicator = Replicator(store, batch=args.batch, rate_bytes_per_s=args.rate_bytes_per_s,
+    replicator = Replicator(store, _passwords(args), batch=args.batch,
+                            rate_bytes_per_s=args.rate_bytes_per_s,
                             timeout_s=args.timeout_s, dry_run=dry_run,
                             log=lambda event, **f: say(f"  {event} " + " ".join(
                                 f"{k}={v}" for k, v in f.items() if k != "level")),

@@ -137,10 +137,22 @@ class LifecycleFaults:
 
     # -- helpers --------------------------------------------------------------------------------
     def _set_args(self, i: int) -> list[str]:
+        from bookie.workers.config import SECRET_KEYS  # refused with --set: never on a command line
         args = []
         for key, value in self.bookies.overrides(i).items():
-            args += ["--set", f"{key}={value}"]
+            if key not in SECRET_KEYS:
+                args += ["--set", f"{key}={value}"]
         return args
+
+    def _secret_conf_args(self) -> list[str]:
+        """``--conf`` of a bookie's 0600 file of secret keys (LocalBookies writes it): the
+        autoRecoveryLedgerPasswords a shell heal copies with where the store holds no recovery
+        secret (ZooKeeper here); [] when there is none."""
+        for i in range(self.bookies.n):
+            path = os.path.join(self.bookies.bookie_dir(i), "secret.conf")
+            if os.path.exists(path):
+                return ["--conf", path]
+        return []
 
     def _in_thread(self, i: int | None, name: str, body) -> None:
         """Run ``body`` in a thread; bookie ``i`` (if any) counts as restarting meanwhile."""
@@ -215,7 +227,8 @@ class LifecycleFaults:
         if how == "operator":
             def body() -> None:
                 time.sleep(2.0)
-                status, out = shell(["recover", old, "--metadata", self.bookies.metadata_uri])
+                status, out = shell(["recover", old, "--metadata", self.bookies.metadata_uri,
+                                     *self._secret_conf_args()])
                 if status != 0:
                     self.findings.append(f"recover {old}: exit {status}: {out}")
             self._in_thread(None, f"recover-{i}", body)
@@ -229,7 +242,7 @@ class LifecycleFaults:
 
         def body() -> None:
             status, out = shell(["decommissionbookie", bookie_id, "--metadata",
-                                 self.bookies.metadata_uri])
+                                 self.bookies.metadata_uri, *self._secret_conf_args()])
             if status != 0:
                 self.findings.append(f"decommissionbookie {bookie_id}: exit {status}: {out}")
                 if self.bookies.running(i):
@@ -467,7 +480,9 @@ class LifecycleFaults:
             from bookie.wire import Status
             try:
                 with open_metadata(self.bookies.metadata_uri, timeout_s=20.0) as store:
-                    rep = Replicator(store, timeout_s=10.0)
+                    from bookie.testing.nemesis.client_proc import PASSWORD
+                    # on ZooKeeper there is no recovery secret: the password is the only key
+                    rep = Replicator(store, passwords=[PASSWORD], timeout_s=10.0)
                     try:
                         if not rep.copy_position(ledger_id, first, position, target):
                             return

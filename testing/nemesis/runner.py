@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 
 from bookie.testing.localbookies import LocalBookies
+from bookie.testing.nemesis.client_proc import PASSWORD
 from bookie.testing.nemesis.checker import FinalLedger, FinalLog, RoundReport, Violation, check_round
 from bookie.testing.nemesis.catalogue import Catalogue, acked_entries
 from bookie.testing.nemesis.faults import Nemesis
@@ -44,9 +45,13 @@ BOOKIE_CONF = {"gcWaitTime": 2000, "diskCheckInterval": 1000, "workerRestartLimi
 # open ledger whose writer is gone; a bookie that comes back after it was healed around drops
 # the copies no fragment names it for after 20 s (gcOverreplicatedLedgerWaitTime), so the
 # checker meets that GC under faults too.
+# With --metadata zk the cluster has no recovery secret (no zkBookieDigestAuthFile: the nemesis
+# edits ZooKeeper as an operator would), so autorecovery copies with the writers' password or
+# not at all (docs/autorecovery.md "No key, no copy, no repoint"; issue 39).
 LIFECYCLE_CONF = {"autoRecoveryDaemonEnabled": "true", "lostBookieRecoveryDelay": 0,
                   "openLedgerRereplicationGracePeriod": 5000,
-                  "gcOverreplicatedLedgerWaitTime": 20000}
+                  "gcOverreplicatedLedgerWaitTime": 20000,
+                  "autoRecoveryLedgerPasswords": PASSWORD.decode()}
 RECOVERY_ATTEMPTS = 3
 HEAL_TIMEOUT_S = 120.0
 SAMPLE = 200  # entries read per ledger kept from an earlier round, at each round's check

@@ -4,13 +4,15 @@ copied nothing, yet took the copy for made: it logged "ledger re-replicated" and
 lost bookie's position at a bookie holding none of its entries (the nemesis, seed 4401: 16
 ``under_replicated`` ledgers), and its entry check logged "entry copy restored" for copies it
 never made.  Now such a position keeps naming its bookie (``core.naming.may_unname``: nothing
-was copied), the worker says once why, and the entry check restores nothing it did not copy.
+was copied), the worker says once why, the entry check restores nothing it did not copy, and
+``bookie shell recover`` says "to retry" until it is given the password with ``--conf``.
 
 On real bookies and a real ZooKeeper; runs in the default suite (about 15 s)."""
 
 from __future__ import annotations
 
 from bookie import wire
+from bookie.appliance.cli import main
 from bookie.client import BookKeeper
 from bookie.client.digest import master_key, password_digest
 from bookie.client.protocol.quorum import write_set
@@ -21,7 +23,8 @@ from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient
 from bookie.wire import Status
 
-from test_autorecovery import FAST, dump_logs, names, wait_for
+from test_autorecovery import (FAST, assert_every_entry_on_qw_live_copies, dump_logs, names,
+                               wait_for)
 from test_autorecovery_passwords import write
 
 PASSWORD = b"never-told-to-autorecovery"
@@ -60,7 +63,7 @@ def held_by_live_members(bk, ledger_id, dead) -> list[tuple[int, str]]:
     return lacking
 
 
-def test_without_a_key_nothing_is_repointed_nor_said_restored(tmp_path, zk_uri):
+def test_without_a_key_nothing_is_repointed_nor_said_restored(tmp_path, zk_uri, capsys):
     with LocalBookies(4, metadata_uri=zk_uri, base_dir=str(tmp_path / "b"), conf=FAST) as lb:
         try:
             uri = lb.metadata_uri
@@ -87,6 +90,18 @@ def test_without_a_key_nothing_is_repointed_nor_said_restored(tmp_path, zk_uri):
                 assert f"entry copy restored ledger_id={gap} " not in logs()
                 assert f"{NO_KEY} ledger_id={gap}" in logs()
                 assert held_by_live_members(bk, gap, {victim}) != []  # said so, not hidden
+                # the operator's recover: no key, so "to retry" (exit 1), nothing repointed ...
+                assert main(["shell", "recover", victim, "--metadata", uri]) == 1
+                assert NO_KEY in capsys.readouterr().err
+                assert all(names(bk, lid, victim) for lid in ids)
+                # ... and told the password (a bookie's --conf), it heals every ledger
+                conf = tmp_path / "secret.conf"
+                conf.write_text(f"autoRecoveryLedgerPasswords={PASSWORD.decode()}\n")
+                conf.chmod(0o600)
+                assert main(["shell", "recover", victim, "--metadata", uri,
+                             "--conf", str(conf)]) == 0, capsys.readouterr()
+                assert not any(names(bk, lid, victim) for lid in ids)
+                assert_every_entry_on_qw_live_copies(bk, ids, {victim})
         except BaseException:
             dump_logs(lb)
             raise
