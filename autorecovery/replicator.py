@@ -154,9 +154,10 @@ class Replicator:
     def _copy(self, ledger_id: int, keys: list[Key], copies, stride: int, target: str,
               batch: int, missing: list | None = None) -> None:
         """Copy ``copies`` to ``target`` with the first key it takes (raises as copy_residue;
-        ``missing`` as copy_residue's).  Raises ``NoKey`` when ``keys`` is empty: a copy that
-        was never made must never pass for one that was (issue 39)."""
-        if not keys:
+        ``missing`` as copy_residue's).  Raises ``NoKey`` when there is something to copy and
+        ``keys`` is empty: a copy never made must never pass for one that was (issue 39); a
+        position that holds no entry needs no key."""
+        if not keys and copies:
             raise NoKey(ledger_id)
         for n, key in enumerate(keys):
             try:

@@ -77,3 +77,4 @@ def test_no_key_is_no_copy_never_a_silent_success(store):
     with pytest.raises(NoKey, match="zkBookieDigestAuthFile.*autoRecoveryLedgerPasswords"):
         rep._copy(10, [], [rules.Copy(0, 0, 2, ("a:1",))], 1, "t:1", 10)
     assert rep.bookies.added == []
+    rep._copy(10, [], (), 1, "t:1", 10)  # a position holding no entry: repointed, no key needed
