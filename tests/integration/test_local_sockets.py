@@ -1,0 +1,271 @@
+"""Local sockets (issue 40 items 1-4): same-host clients reach a bookie over its Unix sockets,
+the kernel vouching for both ends; nothing a process of another user answers is believed.
+
+Real bookies (LocalBookies), real clients; the suite runs as root, and ``nobody`` is the other
+user: a child that imports what it needs as root, then drops to nobody (tests/helpers/as_user.py
+does the same for ``bookie`` commands).
+"""
+
+import json
+import os
+import pwd
+import subprocess
+import sys
+
+import pytest
+import zmq
+
+from bookie import wire
+from bookie.client import BookKeeper
+from bookie.testing import LocalBookies
+from bookie.testing.rawclient import RawBookieClient, create_ledgers, make_entry
+from bookie.wire import Status
+from zsockets import long_poll
+
+KEY = b"local-sockets-key"
+PLACES = 400
+SHARE = PLACES // 4
+NOBODY = pwd.getpwnam("nobody")
+
+AS_NOBODY = """
+import json, os, sys, time
+import zmq
+from bookie import wire
+uid, gid = int(sys.argv[1]), int(sys.argv[2])
+os.setgroups([]); os.setgid(gid); os.setuid(uid)
+args = json.loads(sys.argv[3])
+"""
+
+
+def as_nobody(script: str, **args) -> subprocess.Popen:
+    """``script`` run as nobody (after AS_NOBODY: ``args`` is the dict given), its stdout piped."""
+    assert os.geteuid() == 0, "these tests run as root (as CI does) to act as another user"
+    return subprocess.Popen([sys.executable, "-c", AS_NOBODY + script, str(NOBODY.pw_uid),
+                             str(NOBODY.pw_gid), json.dumps(args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def tcp_connections(ports) -> int:
+    """ESTABLISHED TCP connections on this host (this network namespace) to or from ``ports``."""
+    n = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            local, remote, state = cols[1], cols[2], cols[3]
+            if state == "01" and (int(local.rsplit(":", 1)[1], 16) in ports
+                                  or int(remote.rsplit(":", 1)[1], 16) in ports):
+                n += 1
+    return n
+
+
+@pytest.fixture(scope="module")
+def ens():
+    conf = {"flushInterval": 50, "maxPendingReadRequestsPerThread": PLACES}
+    with LocalBookies(1, conf=conf) as e:
+        yield e
+
+
+def local_paths(ens, i: int = 0) -> tuple[str, str]:
+    d = os.path.join(ens.local_socket_parent(), str(i))
+    return os.path.join(d, f"{ens.ports[i]}.add"), os.path.join(d, f"{ens.ports[i]}.read")
+
+
+def write_and_read(ens, **config) -> int:
+    """Write and read a ledger with a BookKeeper client of ``config``; the TCP connections to
+    the bookie seen while the client was open."""
+    with BookKeeper(ens.metadata_uri, config) as bk:
+        lh = bk.create_ledger(1, 1, 1, password=KEY)
+        for i in range(5):
+            lh.add_entry(b"e%d" % i)
+        seen = tcp_connections({ens.ports[0], ens.ports[0] + 1})
+        assert [e.data for e in lh.read_entries(0, 4)] == [b"e%d" % i for i in range(5)]
+        lh.close()
+    return seen
+
+
+def test_a_local_client_writes_and_reads_over_the_unix_sockets_with_no_tcp_connection(ens):
+    assert write_and_read(ens) == 0
+
+
+def test_use_local_sockets_false_uses_tcp_with_curve(ens):
+    assert write_and_read(ens, useLocalSockets=False) >= 1
+
+
+def test_raw_client_keeps_tcp_unless_asked(ens):
+    with RawBookieClient(ens.bookies[0]) as tcp, RawBookieClient(ens.bookies[0], local=True) as local:
+        assert tcp.add_sock.get(zmq.LAST_ENDPOINT).startswith(b"tcp://")
+        assert local.add_sock.get(zmq.LAST_ENDPOINT) == b"ipc://" + local_paths(ens)[0].encode()
+        assert local.read_sock.get(zmq.LAST_ENDPOINT) == b"ipc://" + local_paths(ens)[1].encode()
+        assert local.info()["bookie_id"] == tcp.info()["bookie_id"] == ens.bookies[0]
+
+
+def test_sockets_are_open_to_every_uid_in_a_directory_only_the_bookie_writes(ens):
+    add, read = local_paths(ens)
+    d = os.path.dirname(add)
+    st = os.lstat(d)
+    assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o755
+    for path in (add, read):
+        assert os.lstat(path).st_mode & 0o777 == 0o777
+
+
+FLOOD = """
+s = zmq.Context().socket(zmq.DEALER)
+s.setsockopt(zmq.LINGER, 0)
+s.connect("ipc://" + args["read"])
+for rid in range(args["n"]):
+    s.send_multipart([wire.pack_header(wire.Op.READ_LAC, int(wire.Flag.LONG_POLL), rid, args["ledger"]),
+                      wire.LONG_POLL_BODY.pack(5, 60_000)])
+def statuses(n, timeout_ms):
+    out = []
+    while len(out) < n and s.poll(timeout_ms):
+        out.append(wire.unpack_header(s.recv_multipart()[0])[1])
+    return out
+print(json.dumps(statuses(1, 1500)), flush=True)  # [] while parked
+print(json.dumps(statuses(args["n"], 30_000)), flush=True)
+"""
+
+
+def test_a_flooder_of_one_uid_leaves_long_poll_places_for_another_uid(ens):
+    ledger = 21
+    create_ledgers(ens.metadata_uri, [ledger], KEY)
+    add, read = local_paths(ens)
+    with RawBookieClient(ens.bookies[0], timeout_s=30, local=True) as writer:
+        assert writer.add(ledger, [make_entry(ledger, 0, b"e0")], KEY) == Status.OK
+        ctx = zmq.Context()
+        try:
+            conns = []
+            for _ in range(4):  # root's connections, each asking a whole share
+                s = ctx.socket(zmq.DEALER)
+                s.setsockopt(zmq.LINGER, 0)
+                s.connect(f"ipc://{read}")
+                conns.append(s)
+            rid = 0
+            for s in conns:
+                for _ in range(SHARE):
+                    s.send_multipart(long_poll(rid, ledger))
+                    rid += 1
+                got = []
+                while len(got) < SHARE and s.poll(1500):
+                    got.append(wire.unpack_header(s.recv_multipart()[0])[1])
+                assert got == ([] if s is conns[0] else [Status.TOO_MANY_REQUESTS] * SHARE)
+            other = as_nobody(FLOOD, read=read, n=SHARE, ledger=ledger)
+            try:
+                assert json.loads(other.stdout.readline()) == []  # nobody's uid parks its own
+                assert writer.write_lac(ledger, 6, KEY) == Status.OK
+                assert json.loads(other.stdout.readline()) == [Status.OK] * SHARE
+            finally:
+                other.kill()
+                other.wait(10)
+        finally:
+            ctx.destroy(linger=0)
+
+
+IMPOSTOR = """
+s = zmq.Context().socket(zmq.ROUTER)
+s.setsockopt(zmq.LINGER, 0)
+s.bind("ipc://" + args["path"])
+os.chmod(args["path"], 0o777)
+print("bound", flush=True)
+n = 0
+while s.poll(int(args["wait_s"] * 1000)):
+    frames = s.recv_multipart()
+    n += 1
+print(n, flush=True)
+"""
+
+
+@pytest.fixture
+def own_bookie(tmp_path):
+    """A bookie of its own, for the tests that break its local sockets."""
+    with LocalBookies(1, base_dir=str(tmp_path / "b"), conf={"flushInterval": 50}) as e:
+        yield e
+
+
+def test_a_socket_directory_another_user_owns_is_refused_and_nothing_there_is_believed(own_bookie):
+    ens = own_bookie
+    add, read = local_paths(ens)
+    d = os.path.dirname(add)
+    os.chown(d, NOBODY.pw_uid, -1)  # nobody owns the directory: could have made any socket
+    os.unlink(add)
+    impostor = as_nobody(IMPOSTOR, path=add, wait_s=3.0)
+    try:
+        assert impostor.stdout.readline().strip() == "bound"
+        ledger = 31
+        create_ledgers(ens.metadata_uri, [ledger], KEY)
+        with RawBookieClient(ens.bookies[0], timeout_s=20, local=True) as c:
+            assert c.add_sock.get(zmq.LAST_ENDPOINT).startswith(b"tcp://")  # refused: TCP
+            assert c.add(ledger, [make_entry(ledger, 0, b"real")], KEY) == Status.OK
+            assert c.read(ledger, 0) == (Status.OK, [make_entry(ledger, 0, b"real")])
+        assert impostor.stdout.readline().strip() == "0"  # nothing was ever sent to it
+    finally:
+        impostor.kill()
+        impostor.wait(10)
+
+
+def test_a_socket_another_user_owns_is_refused(own_bookie, caplog):
+    add, _ = local_paths(own_bookie)
+    os.chown(add, NOBODY.pw_uid, -1, follow_symlinks=False)
+    with caplog.at_level("WARNING", logger="bookie.client"):
+        with RawBookieClient(own_bookie.bookies[0], local=True) as c:
+            assert c.add_sock.get(zmq.LAST_ENDPOINT).startswith(b"tcp://")
+            assert c.read_sock.get(zmq.LAST_ENDPOINT).startswith(b"ipc://")  # its own checks
+            assert c.info()["bookie_id"] == own_bookie.bookies[0]
+    said = [r for r in caplog.records if "local socket refused" in r.getMessage()]
+    assert len(said) == 1
+    assert f"is owned by uid {NOBODY.pw_uid}, not the bookie's uid 0" in said[0].fields["reason"]
+
+
+def test_a_link_in_place_of_the_directory_is_refused(own_bookie, caplog):
+    add, _ = local_paths(own_bookie)
+    d = os.path.dirname(add)
+    real = d + "-real"
+    os.rename(d, real)
+    os.symlink(real, d)
+    with caplog.at_level("WARNING", logger="bookie.client"):
+        with RawBookieClient(own_bookie.bookies[0], local=True) as c:
+            assert c.add_sock.get(zmq.LAST_ENDPOINT).startswith(b"tcp://")
+            assert c.info()["bookie_id"] == own_bookie.bookies[0]
+    reasons = [r.fields["reason"] for r in caplog.records if "local socket refused" in r.getMessage()]
+    assert reasons and all("is a symbolic link" in r for r in reasons), reasons
+
+
+def test_a_registered_socket_path_that_does_not_exist_is_refused(own_bookie, caplog):
+    add, _ = local_paths(own_bookie)
+    os.unlink(add)
+    with caplog.at_level("WARNING", logger="bookie.client"):
+        with RawBookieClient(own_bookie.bookies[0], local=True) as c:
+            assert c.add_sock.get(zmq.LAST_ENDPOINT).startswith(b"tcp://")
+            assert c.info()["bookie_id"] == own_bookie.bookies[0]
+    reasons = [r.fields["reason"] for r in caplog.records if "local socket refused" in r.getMessage()]
+    assert reasons == [f"socket {add}: No such file or directory"]
+
+
+def test_a_stale_socket_after_sigkill_is_removed_and_the_restarted_bookie_serves_there(own_bookie):
+    ens = own_bookie
+    add, read = local_paths(ens)
+    ledger = 41
+    create_ledgers(ens.metadata_uri, [ledger], KEY)
+    with RawBookieClient(ens.bookies[0], local=True) as c:
+        assert c.add(ledger, [make_entry(ledger, 0, b"before")], KEY) == Status.OK
+    ens.kill(0)
+    assert os.path.exists(add) and os.path.exists(read)  # left behind by SIGKILL
+    ens.start(0)
+    with RawBookieClient(ens.bookies[0], timeout_s=20, local=True) as c:
+        assert c.add_sock.get(zmq.LAST_ENDPOINT) == b"ipc://" + add.encode()
+        assert c.read(ledger, 0) == (Status.OK, [make_entry(ledger, 0, b"before")])
+        assert c.add(ledger, [make_entry(ledger, 1, b"after")], KEY) == Status.OK
+
+
+def test_a_worker_killed_and_restarted_binds_its_socket_again(own_bookie):
+    ens = own_bookie
+    ledger = 42
+    create_ledgers(ens.metadata_uri, [ledger], KEY)
+    ens.kill_worker(0, "read")
+    with RawBookieClient(ens.bookies[0], timeout_s=30, local=True) as c:
+        assert c.add(ledger, [make_entry(ledger, 0, b"x")], KEY) == Status.OK
+        assert c.read(ledger, 0) == (Status.OK, [make_entry(ledger, 0, b"x")])
