@@ -9,6 +9,7 @@ does the same for ``bookie`` commands).
 import json
 import os
 import pwd
+import shutil
 import subprocess
 import sys
 
@@ -269,3 +270,109 @@ def test_a_worker_killed_and_restarted_binds_its_socket_again(own_bookie):
     with RawBookieClient(ens.bookies[0], timeout_s=30, local=True) as c:
         assert c.add(ledger, [make_entry(ledger, 0, b"x")], KEY) == Status.OK
         assert c.read(ledger, 0) == (Status.OK, [make_entry(ledger, 0, b"x")])
+
+
+FENCE = """
+s = zmq.Context().socket(zmq.DEALER)
+s.setsockopt(zmq.LINGER, 0)
+s.connect("ipc://" + args["read"])
+key = args["key"].encode()
+for rid, flags, body in ((1, 0, []), (2, int(wire.Flag.FENCE), [key])):
+    s.send_multipart([wire.pack_header(wire.Op.READ_LAC, flags, rid, args["ledger"]), *body])
+    print(wire.unpack_header(s.recv_multipart()[0])[1] if s.poll(20_000) else "none", flush=True)
+"""
+
+
+def test_roles_by_uid_refuse_a_readers_fence(tmp_path):
+    conf = {"flushInterval": 50, "localClientRoles": "0:writer,nobody:reader"}
+    with LocalBookies(1, base_dir=str(tmp_path / "b"), conf=conf) as ens:
+        ledger = 51
+        create_ledgers(ens.metadata_uri, [ledger], KEY)
+        with RawBookieClient(ens.bookies[0], timeout_s=20, local=True) as writer:
+            assert writer.add(ledger, [make_entry(ledger, 0, b"e0")], KEY) == Status.OK
+            reader = as_nobody(FENCE, read=local_paths(ens)[1], ledger=ledger, key=KEY.decode())
+            out, err = reader.communicate(timeout=60)
+            # a READ_LAC is the reader's; its fence is refused, and nothing is fenced
+            assert out.split() == [str(int(Status.OK)), str(int(Status.UNAUTHORIZED))], err
+            assert writer.add(ledger, [make_entry(ledger, 1, b"e1")], KEY) == Status.OK
+            assert writer.fence(ledger, KEY) == Status.OK  # the writer's uid may fence
+
+
+def test_an_enrolled_bookie_refuses_unmapped_local_uids_and_the_client_uses_tcp_with_its_key(
+        tmp_path):
+    import zmq.auth
+
+    from bookie.client.auth import ClientCurve
+
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    bookie_key = zmq.auth.create_certificates(str(keys), "bookie")
+    alice = zmq.auth.create_certificates(str(keys), "alice")
+    (keys / "clients" / "writer").mkdir(parents=True)
+    shutil.copy(alice[0], keys / "clients" / "writer" / "alice.key")
+    conf = {"flushInterval": 50, "curveSecretKeyFile": bookie_key[1],
+            "curveClientKeysDirectory": str(keys / "clients")}
+    with LocalBookies(1, base_dir=str(tmp_path / "b"), conf=conf) as ens:
+        ledger = 52
+        create_ledgers(ens.metadata_uri, [ledger], KEY)
+        with RawBookieClient(ens.bookies[0], timeout_s=20, curve=ClientCurve(alice[1]),
+                             local=True) as c:
+            assert c.add_sock.get(zmq.LAST_ENDPOINT).startswith(b"tcp://")
+            assert c.add(ledger, [make_entry(ledger, 0, b"e0")], KEY) == Status.OK
+        ctx = zmq.Context()
+        try:  # past the client's checks, straight to the socket: the handshake is refused
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(f"ipc://{local_paths(ens)[0]}")
+            s.send_multipart([wire.pack_header(wire.Op.INFO, 0, 1, 0)])
+            assert not s.poll(1500)
+        finally:
+            ctx.destroy(linger=0)
+        assert "local uid 0 has no role (localClientRoles); connection refused" in \
+            open(ens.log_path(0)).read()
+
+
+def _run(tmp_path, **keys) -> subprocess.CompletedProcess:
+    from bookie.workers.ports import free_port_pair
+
+    for d in ("j", "l"):
+        (tmp_path / d).mkdir(exist_ok=True)
+    argv = [sys.executable, "-m", "bookie", "run", "--set", f"journalDirectory={tmp_path}/j",
+            "--set", f"ledgerDirectories={tmp_path}/l", "--set", "metadataServiceUri=",
+            "--set", f"bookiePort={free_port_pair('127.0.0.1')}"]
+    for k, v in keys.items():
+        argv += ["--set", f"{k}={v}"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+def _refusal(proc) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    return proc.stderr.strip().splitlines()[-1]
+
+
+def test_a_socket_directory_of_another_owner_refuses_the_start(tmp_path):
+    d = tmp_path / "sock"
+    d.mkdir(mode=0o755)
+    os.chown(d, NOBODY.pw_uid, -1)
+    line = _refusal(_run(tmp_path, localSocketDirectory=str(d)))
+    assert f"localSocketDirectory: {d} is owned by uid {NOBODY.pw_uid}, not the bookie's user" \
+        in line, line
+
+
+def test_a_link_as_the_socket_directory_refuses_the_start(tmp_path):
+    (tmp_path / "real").mkdir(mode=0o755)
+    os.symlink(tmp_path / "real", tmp_path / "sock")
+    line = _refusal(_run(tmp_path, localSocketDirectory=str(tmp_path / "sock")))
+    assert f"localSocketDirectory: {tmp_path}/sock is a symbolic link" in line, line
+
+
+def test_a_socket_path_over_the_sun_path_limit_refuses_the_start(tmp_path):
+    long = "/tmp/" + "d" * 110
+    line = _refusal(_run(tmp_path, localSocketDirectory=long))
+    assert "localSocketDirectory=" in line and "longer than 107 bytes" in line, line
+    assert not os.path.exists(long)
+
+
+def test_a_role_that_does_not_exist_refuses_the_start(tmp_path):
+    line = _refusal(_run(tmp_path, localClientRoles="0:boss"))
+    assert "localClientRoles" in line and "role 'boss' is not one of reader, writer, admin" in line
