@@ -88,8 +88,12 @@ def connect_proved(ctx: zmq.Context, bookie: str, kind: int = ADD, curve=None,
         sock.setsockopt(zmq.SNDHWM, 0)
         sock.setsockopt(zmq.RCVHWM, 0)
     curve = curve or _ephemeral_curve()
-    path = local_sockets.choose(target.local, bookie, kind,
-                                curve.use_local if local is None else local)
+    # The local socket is trusted as far as the registration naming it is, as its key is: not
+    # where the operator pinned the key (only TCP proves it), nor where the registration
+    # publishes no key and clear text is not allowed (client/local_sockets.py)
+    allowed = (curve.use_local if local is None else local) and \
+        curve.server_key(bookie) is None and bool(target.key or curve.allow_clear)
+    path = local_sockets.choose(target.local, bookie, kind, allowed)
     if path is not None:  # the kernel vouches: only the bookie's user can listen there
         sock.connect(f"ipc://{path}")
         return sock, None

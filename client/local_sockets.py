@@ -6,7 +6,11 @@ the directory, the add and read socket paths, the bookie's uid, its host, and th
 admits there).  A client uses them only when all of these hold; otherwise it uses TCP with the
 pinned CURVE key, and says why once per bookie (``choose``):
 
-1. the client allows it (``useLocalSockets``, default true);
+1. the client allows it (``useLocalSockets``, default true), and trusts the registration as
+   far as it trusts its key: not where ``curveServerKeys`` pins the bookie's key (TCP proves the
+   pin), nor where the registration publishes no key unless clear text is allowed
+   (``bookie.client.connection``).  Whoever can write a bookie's registration can name sockets
+   of its own uid, as it can name a key of its own: the metadata store's ACLs guard both;
 2. the registration's host is this host: ``/etc/machine-id`` and the kernel's boot id, which two
    containers on one kernel share only if they share the machine id too (``host_identity``);
 3. the bookie admits this client's uid there (the registration's ``uids``: null, every uid; a
@@ -119,14 +123,17 @@ def problem(local: LocalSockets, path: str) -> str | None:
 def choose(local: LocalSockets | None, bookie: str, kind: int, allowed: bool) -> str | None:
     """The socket path to connect to for ``bookie``'s add (``kind`` 0) or read (1) socket, or
     None: use TCP (the reason said once per bookie and reason: at debug level for another
-    host's registration, else as a warning)."""
+    host's registration or a uid the bookie has no role for, else as a warning)."""
     if local is None or not allowed:
         return None
     path = local.read if kind else local.add
     why = problem(local, path)
     if why is None:
         return path
-    level = logging.DEBUG if why == "registered on another host" else logging.WARNING
+    # another host, or a uid the bookie admits only over TCP, is how things are meant to be;
+    # anything else is a directory or socket that is not what the registration says
+    level = logging.DEBUG if why == "registered on another host" or \
+        why.endswith("(localClientRoles)") else logging.WARNING
     with _said_lock:
         if (bookie, why) in _said:
             return None

@@ -376,3 +376,15 @@ def test_a_socket_path_over_the_sun_path_limit_refuses_the_start(tmp_path):
 def test_a_role_that_does_not_exist_refuses_the_start(tmp_path):
     line = _refusal(_run(tmp_path, localClientRoles="0:boss"))
     assert "localClientRoles" in line and "role 'boss' is not one of reader, writer, admin" in line
+
+
+def test_a_client_that_pins_the_bookies_key_uses_tcp_where_the_pin_is_proved(ens, tmp_path):
+    from bookie.client.auth import ClientCurve
+    from bookie.storage.layout import PUBLIC_KEY_FIELD, cookie_in
+
+    pin = tmp_path / "bookie.key"
+    real = cookie_in(ens.journal_dirs(0)[0])[PUBLIC_KEY_FIELD]
+    pin.write_text(f'metadata\ncurve\n    public-key = "{real}"\n')
+    with RawBookieClient(ens.bookies[0], curve=ClientCurve(server_keys=str(pin)), local=True) as c:
+        assert c.add_sock.get(zmq.LAST_ENDPOINT).startswith(b"tcp://")
+        assert c.info()["bookie_id"] == ens.bookies[0]
