@@ -61,6 +61,8 @@ from bookie.core.supervision import (DisksFull, Log, ReadOnly, ReadOnlyCause, Re
                                      RestartFailed, Stop, Supervision, WorkerDied)
 from bookie.workers.config import BookieConfig
 from bookie.workers.auth import plaintext_for_bench
+from bookie.workers import local_sockets
+from bookie.client.local_sockets import LOCAL_FIELD, published
 from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock, run_dir_parent
 from bookie.metadata import (CookieNotFoundError, MetadataError, NodeExistsError, NoSuchStoreError,
                              open_metadata)
@@ -139,6 +141,7 @@ class Supervisor:
         self.started = False  # something was created that shutdown must undo
         # systemd's notify protocol; taken out of the environment: workers never send (sd_notify)
         self.notify_socket = os.environ.pop("NOTIFY_SOCKET", "")
+        self.local_dir = ""  # the local sockets' directory ("": TCP only), set at start
 
     def log(self, event: str, **fields) -> None:
         log(self.name, event, **fields)
@@ -208,6 +211,7 @@ class Supervisor:
         index_problem = check_index(conf)  # the index against the entry logs (storage/index_rebuild.py)
         if index_problem:
             raise StartRefused(index_problem)
+        conf = self.conf = self._local_sockets(conf)  # after the data directories' own checks
         self.started = True
         self.run_dir = tempfile.mkdtemp(prefix=f"bk{conf.bookie_port}-", dir=run_dir_parent())
         self.metrics = BookieRegistry(self, self.run_dir)
@@ -248,6 +252,32 @@ class Supervisor:
                  add_port=conf.bookie_port,
                  read_port=conf.bookie_port + 1, metadata=conf.metadata_uri or "none")
         self.notify(b"READY=1")
+
+    def _local_sockets(self, conf: BookieConfig) -> BookieConfig:
+        """``conf`` naming the local socket directory made ready (workers/local_sockets.py), or
+        ``none`` when the bookie serves over TCP only; the workers bind what it names."""
+        try:
+            directory, warning = local_sockets.prepare(conf.local_socket_dir, conf.bookie_port)
+        except local_sockets.LocalSocketError as e:
+            raise StartRefused(str(e)) from None
+        if warning:
+            self.log("no local sockets", level="warning", reason=warning)
+        self.local_dir = directory
+        values = conf.as_dict()
+        values["localSocketDirectory"] = directory or local_sockets.OFF
+        return BookieConfig(values, conf.warnings)
+
+    def _local_info(self) -> dict:
+        """The registration's field of the local sockets (client/local_sockets.py), if any."""
+        if not self.local_dir:
+            return {}
+        add, read = local_sockets.socket_paths(self.local_dir, self.conf.bookie_port)
+        roles = self.conf.local_client_roles
+        # the uids a client may connect there as: every one, unless roles are given, or
+        # enrolled keys are (then none without a role: such a client uses TCP with its key)
+        uids = sorted(local_sockets.parse_roles(roles)) if roles else (
+            [] if self.conf.curve_client_keys_dir else None)
+        return {LOCAL_FIELD: published(self.local_dir, add, read, uids)}
 
     def notify(self, state: bytes) -> None:
         """Send ``state`` to ``NOTIFY_SOCKET`` if there is one (a path, or ``@name`` for an
@@ -421,7 +451,8 @@ class Supervisor:
                 "host": self.conf.bookie_host, "pid": os.getpid(),
                 "location": self.conf.bookie_location,  # placement (client/protocol/placement.py)
                 # what clients pin (client/resolver.py); none for a benchmark's plain baseline
-                PUBLIC_KEY_FIELD: "" if plaintext_for_bench() else self.public_key}
+                PUBLIC_KEY_FIELD: "" if plaintext_for_bench() else self.public_key,
+                **self._local_info()}
         try:
             self.registration = self._open_store().register_bookie(
                 self.conf.bookie_id, readonly=self.readonly, info=info)

@@ -119,7 +119,8 @@ class Bookies:
             except UnresolvedBookieError as e:
                 raise CopyError(str(e)) from None
             self._socks[key] = sock
-            self._proofs[key] = proof
+            if proof is not None:  # None over a local socket: no key to prove there
+                self._proofs[key] = proof
         return sock
 
     def _drop(self, bookie: str, read: bool) -> None:

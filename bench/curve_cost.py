@@ -22,7 +22,10 @@ from bookie.workers.auth import PLAINTEXT_ENV
 
 def one_run(in_flight: int, curve: bool, time_s: float) -> dict:
     env = {k: v for k, v in os.environ.items() if k != PLAINTEXT_ENV}
-    flags = ["--localbookie", "1", "--ensemble", "1", "--quorum", "1", "--ack-quorum", "1"]
+    # over TCP both ways: a client on the bookie's host would otherwise take its local socket
+    # (bench/transport_cost.py measures that one beside these two)
+    flags = ["--localbookie", "1", "--ensemble", "1", "--quorum", "1", "--ack-quorum", "1",
+             "--set", "useLocalSockets=false"]
     if not curve:  # the bookie's registration then publishes no key: the client must allow it
         env[PLAINTEXT_ENV] = "1"
         flags += ["--set", "allowClearTextBookies=true"]

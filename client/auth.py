@@ -37,9 +37,13 @@ class ClientCurve:
         server_keys: ``curveServerKeys`` ("" none).
         allow_clear: ``allowClearTextBookies``: speak in the clear to a bookie whose
             registration publishes no key (else it is refused).
+        use_local: ``useLocalSockets``: connect to a bookie on this host over its local
+            sockets where they pass the checks of ``bookie.client.local_sockets`` (no CURVE
+            there: the kernel vouches for both ends).
     """
 
-    def __init__(self, secret_key_file: str = "", server_keys: str = "", allow_clear: bool = False):
+    def __init__(self, secret_key_file: str = "", server_keys: str = "", allow_clear: bool = False,
+                 use_local: bool = True):
         if secret_key_file:
             try:
                 self.public, self.secret = zmq.auth.load_certificate(secret_key_file)
@@ -51,6 +55,7 @@ class ClientCurve:
             self.public, self.secret = zmq.curve_keypair()
         self.ephemeral = not secret_key_file  # never an identity at the bookie
         self.allow_clear = allow_clear
+        self.use_local = use_local  # useLocalSockets: a bookie's local sockets where trusted
         self.server_keys = server_keys
         self.shared = None if not server_keys or os.path.isdir(server_keys) \
             else self._load(server_keys)
@@ -92,4 +97,5 @@ def client_curve(cfg) -> ClientCurve:
     ``curveSecretKeyFile`` is not set).  Raises InvalidArgumentError for unusable files."""
     if cfg.curveServerKeys and not os.path.exists(cfg.curveServerKeys):
         raise InvalidArgumentError(f"curveServerKeys={cfg.curveServerKeys}: no such file or directory")
-    return ClientCurve(cfg.curveSecretKeyFile, cfg.curveServerKeys, cfg.allowClearTextBookies)
+    return ClientCurve(cfg.curveSecretKeyFile, cfg.curveServerKeys, cfg.allowClearTextBookies,
+                       cfg.useLocalSockets)

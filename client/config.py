@@ -102,6 +102,9 @@ class ClientConfig:
     # Speak in the clear to a bookie whose registration publishes no CURVE key (a bookie from
     # before keys, a benchmark's clear-text baseline); otherwise such a bookie is refused.
     allowClearTextBookies: bool = False
+    # Reach a bookie on this host over its local sockets (client/local_sockets.py: checked with
+    # lstat, the kernel vouching for both ends; no CURVE there); false: always TCP with CURVE.
+    useLocalSockets: bool = True
     # ZooKeeper ACLs (metadata/zk_acl.py, docs/security.md): BookKeeper's zkEnableSecurity, and
     # the file (mode 0600) of the cluster's digest credentials user:password.
     zkEnableSecurity: bool = False

@@ -21,6 +21,7 @@ import threading
 
 import zmq
 
+from bookie.client import local_sockets
 from bookie.client.auth import ClientCurve
 from bookie.client.resolver import ADDRESSES_ONLY, BookieResolver, UnresolvedBookieError
 from bookie.metadata.bookie_ids import split_address
@@ -47,7 +48,8 @@ def parse_bookie(bookie: str) -> tuple[str, int]:
 
 
 def connect(ctx: zmq.Context, bookie: str, kind: int = ADD, curve=None, unbounded: bool = False,
-            keepalive: bool = False, resolver: BookieResolver | None = None) -> zmq.Socket:
+            keepalive: bool = False, resolver: BookieResolver | None = None,
+            local: bool | None = None) -> zmq.Socket:
     """A DEALER connected to ``bookie``'s add (``ADD``) or read (``READ``) socket.
 
     Args:
@@ -59,20 +61,25 @@ def connect(ctx: zmq.Context, bookie: str, kind: int = ADD, curve=None, unbounde
         keepalive: TCP keepalive (long-lived connections of the client's I/O thread).
         resolver: where ids are looked up (``bookie.client.resolver``); None: address ids
             only, with no key published (``curve`` must pin one: ``curveServerKeys``).
+        local: use the bookie's local socket where its registration publishes one that
+            passes the checks of ``bookie.client.local_sockets`` (then no TCP connection is
+            made, and no CURVE: the kernel vouches for both ends); None: as ``curve`` says
+            (``useLocalSockets``, default true).
     Raises:
         UnresolvedBookieError (a ValueError): ``bookie`` is not registered (down), or no
             address is known for it, or its registration publishes no key and the client
             does not allow clear text (``allowClearTextBookies``).
     """
     return connect_proved(ctx, bookie, kind, curve, unbounded, keepalive, resolver,
-                          watch=False)[0]
+                          watch=False, local=local)[0]
 
 
 def connect_proved(ctx: zmq.Context, bookie: str, kind: int = ADD, curve=None,
                    unbounded: bool = False, keepalive: bool = False,
-                   resolver: BookieResolver | None = None, watch: bool = True):
+                   resolver: BookieResolver | None = None, watch: bool = True,
+                   local: bool | None = None):
     """``connect``, and a ``Proof`` watching the connection's handshakes (None without
-    ``watch``).  Returns ``(socket, proof)``."""
+    ``watch``, or over a local socket: no key to prove there).  Returns ``(socket, proof)``."""
     target = (resolver or ADDRESSES_ONLY).resolve(bookie)
     host, port = target.host, target.port
     sock = ctx.socket(zmq.DEALER)
@@ -80,9 +87,18 @@ def connect_proved(ctx: zmq.Context, bookie: str, kind: int = ADD, curve=None,
     if unbounded:
         sock.setsockopt(zmq.SNDHWM, 0)
         sock.setsockopt(zmq.RCVHWM, 0)
+    curve = curve or _ephemeral_curve()
+    # The local socket is trusted as far as the registration naming it is, as its key is: not
+    # where the operator pinned the key (only TCP proves it), nor where the registration
+    # publishes no key and clear text is not allowed (client/local_sockets.py)
+    allowed = (curve.use_local if local is None else local) and \
+        curve.server_key(bookie) is None and bool(target.key or curve.allow_clear)
+    path = local_sockets.choose(target.local, bookie, kind, allowed)
+    if path is not None:  # the kernel vouches: only the bookie's user can listen there
+        sock.connect(f"ipc://{path}")
+        return sock, None
     if keepalive:
         sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
-    curve = curve or _ephemeral_curve()
     if not curve.apply(sock, bookie, target.key):
         if target.key is None:  # an address given by hand, no store asked: the caller's choice
             log.debug("no key known for bookie %s (no metadata store): spoken to in the clear",

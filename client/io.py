@@ -334,9 +334,10 @@ class IOThread:
             self._sockets[(bookie, kind)] = sock
             self._socket_keys[sock] = (bookie, kind)
             self._poller.register(sock, zmq.POLLIN)
-            self._proofs[proof.monitor] = (proof, bookie, kind)
-            self._proof_of[sock] = proof
-            self._poller.register(proof.monitor, zmq.POLLIN)
+            if proof is not None:  # None over a local socket: no key to prove
+                self._proofs[proof.monitor] = (proof, bookie, kind)
+                self._proof_of[sock] = proof
+                self._poller.register(proof.monitor, zmq.POLLIN)
         return sock
 
     def _proof_event(self, monitor) -> None:

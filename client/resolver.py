@@ -41,6 +41,8 @@ from typing import Callable, NamedTuple
 
 import orjson
 
+from bookie.client import local_sockets
+from bookie.client.local_sockets import LocalSockets
 from bookie.metadata.bookie_ids import split_address
 from bookie.metadata import MetadataError
 from bookie.metadata.store import AVAILABLE, READONLY, join
@@ -63,6 +65,7 @@ class Target(NamedTuple):
     host: str
     port: int
     key: bytes | None
+    local: LocalSockets | None = None  # its local sockets (client/local_sockets.py), if any
 
 
 def target_of(info: dict | None) -> Target | None:
@@ -72,7 +75,7 @@ def target_of(info: dict | None) -> Target | None:
         return None
     key = info.get(KEY_FIELD)
     key = key.encode("ascii") if isinstance(key, str) and len(key) == 40 and key.isascii() else b""
-    return Target(address[0], address[1], key)
+    return Target(address[0], address[1], key, local_sockets.parse(info))
 
 
 def address_of(info: dict | None) -> tuple[str, int] | None:

@@ -98,6 +98,7 @@ class LocalBookies:
         self._notify_dir: str | None = None
         self._notify: list[socket.socket | None] = [None] * n
         self._learnt: str | None = None  # the store raw clients look bookies up in (rawclient)
+        self._socket_parent: str | None = None  # local_socket_parent()
 
     # -- paths -------------------------------------------------------------------------------------
     def bookie_dir(self, i: int) -> str:
@@ -123,6 +124,11 @@ class LocalBookies:
             # its ledgers to stay as they left them, and every worker costs a process.
             "autoRecoveryDaemonEnabled": "false",
         }
+        # Local sockets (workers/local_sockets.py) in a short directory every user can reach,
+        # whatever base_dir is: bookie i makes its own i/ in it.  Not for a bookie in a network
+        # namespace of its own: a Unix socket would pass by the network faults done to it.
+        o["localSocketDirectory"] = os.path.join(self.local_socket_parent(), str(i)) \
+            if self.hosts[i] == "127.0.0.1" else "none"
         if self.hosts[i] != "127.0.0.1":
             o["listeningInterface"] = self.hosts[i]
             # a test's private network namespace (testing/nemesis): serving in clear there is
@@ -140,6 +146,15 @@ class LocalBookies:
         if "journalDirectories" in o and "journalDirectory" in o and "journalDirectory" not in self.conf:
             del o["journalDirectory"]  # several journals: journalDirectories alone names them
         return o
+
+    def local_socket_parent(self) -> str:
+        """Where the bookies' local socket directories go: a short path (a socket path holds
+        107 bytes at most), searchable by all and sticky as /tmp is, so that a bookie run as
+        another user makes its own directory there and no one else can take it away."""
+        if self._socket_parent is None:
+            self._socket_parent = tempfile.mkdtemp(prefix="lbsock-")
+            os.chmod(self._socket_parent, 0o1777)
+        return self._socket_parent
 
     def journal_dirs(self, i: int) -> list[str]:
         """Bookie i's journal directories, journal 0 first."""
@@ -417,6 +432,9 @@ class LocalBookies:
         if self._notify_dir is not None:
             shutil.rmtree(self._notify_dir, ignore_errors=True)
             self._notify_dir = None
+        if self._socket_parent is not None:
+            shutil.rmtree(self._socket_parent, ignore_errors=True)
+            self._socket_parent = None
         if self._own_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
         for reservation in self._reservations:

@@ -93,18 +93,21 @@ def known_resolver(bookie_id: str):
 
 class RawBookieClient:
     def __init__(self, bookie_id: str, timeout_s: float = 10.0, ctx: zmq.Context | None = None,
-                 curve=None, resolver=None):
+                 curve=None, resolver=None, local: bool = False):
         """``curve``: the client's keys (a ``bookie.client.auth.ClientCurve``; None: an
         ephemeral keypair).  ``resolver``: a ``bookie.client.resolver.BookieResolver`` over the
         metadata store where the bookie registers (its address and the key it must prove);
         None: the stores of this process's ``LocalBookies`` (``learn_store``), else
-        ``bookie_id`` is an address and ``curve`` pins the key (``curveServerKeys``)."""
+        ``bookie_id`` is an address and ``curve`` pins the key (``curveServerKeys``).
+        ``local``: connect over the bookie's local sockets where its registration publishes
+        trusted ones (bookie.client.local_sockets); by default TCP, as a raw client is for
+        tests of the wire and of the TCP sockets' guards."""
         self.ctx = ctx or zmq.Context.instance()
         self.timeout_ms = int(timeout_s * 1000)
         if resolver is None:
             resolver = known_resolver(bookie_id)
-        self.add_sock = connect(self.ctx, bookie_id, ADD, curve, resolver=resolver)
-        self.read_sock = connect(self.ctx, bookie_id, READ, curve, resolver=resolver)
+        self.add_sock = connect(self.ctx, bookie_id, ADD, curve, resolver=resolver, local=local)
+        self.read_sock = connect(self.ctx, bookie_id, READ, curve, resolver=resolver, local=local)
         self._ids = itertools.count(1)
 
     def close(self) -> None:

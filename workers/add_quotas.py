@@ -6,8 +6,8 @@ and keeps the usage true to what the bookie holds.  A part of ``AddServer``
 
 - ``quota_start``: at start, after the journal's replay: identities from ``storage/writers.py``,
   usage from the index (core/quotas.py invariant 1).
-- ``quota_principal``: the enrolled key of the message being handled (None without enrolment:
-  an ephemeral key, or an address, is no identity).
+- ``quota_principal``: the enrolled key of the message being handled, or its local uid (None
+  otherwise: an ephemeral key, or an address, is no identity).
 - ``recovery_principal``: whether the add is the recovery principal's (the credential, an
   admin key): exempt from the quota and binding no identity (core/quotas.py invariant 2).
 - ``quota_pass``: after each iteration's commit: persist the identities bound since (before
@@ -41,18 +41,22 @@ class QuotaPasses:
         self.quota_pass(force=True)
 
     def quota_principal(self):
-        """The enrolled key of the message being handled, or None."""
-        if not self.quota_enrolled or self.writers is None:
+        """The enrolled key of the message being handled, or its local uid (uid:N: the kernel
+        named it), or None."""
+        if self.writers is None:
             return None
         frames = self.current[1]
-        return self.pending.queues[0].principal(frames[1], frames[0].bytes)
+        principal = self.pending.queues[0].principal(frames[1], frames[0].bytes)
+        if self.quota_enrolled or (isinstance(principal, str) and principal.startswith("uid:")):
+            return principal
+        return None
 
     def recovery_principal(self, credential: bool, principal) -> bool:
         """Whether the add comes from the recovery principal (core/quotas.py invariant 2): it
-        carries the recovery credential, or its enrolled key's role is admin (autorecovery's
-        own key is one)."""
+        carries the recovery credential, or its enrolled key's (or local uid's) role is admin
+        (autorecovery's own key is one)."""
         return credential or (principal is not None and self.gate is not None
-                              and self.gate.roles.get(principal) == "admin")
+                              and self.gate.role(principal) == "admin")
 
     def quota_pass(self, force: bool = False) -> None:
         if self.writers is None:

@@ -147,6 +147,7 @@ def run(ctx) -> int:
     guard_client_socket(clients, conf, conf.max_add_message_size_bytes)
     cap = ConnectionCap(clients, conf.max_client_connections, conf.bookie_port)
     clients.bind(f"tcp://{conf.listening_interface}:{conf.bookie_port}")
+    cap.local_path = curve.bind_local(clients, "add", conf.bookie_port)  # same-host clients
     control = make_socket(zctx, zmq.ROUTER)
     control.bind(ctx.endpoint("add.ctl"))
     durable_in = Doorbell(os.path.join(ctx.run_dir, "add.bell"))  # rung by the journal after each group

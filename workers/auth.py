@@ -64,10 +64,13 @@ import zmq.auth
 import zmq.utils.z85
 
 from bookie.storage import server_key
+from bookie.workers import local_sockets
 from bookie.wire import Bits, Op
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 ZAP_DOMAIN = b"bookie"
+LOCAL_DOMAIN = b"bookie-local"  # the ipc endpoints' (NULL mechanism): the handler names the uid
+LOCAL_PREFIX = "uid:"  # a local connection's principal: uid:N (its User-Id)
 ROLES = ("reader", "writer", "admin")
 READER_OPS = frozenset((Op.READ, Op.READ_LAC, Op.INFO))
 # Longest a removed key keeps working after its file went (docs/security.md): the enrolment
@@ -246,18 +249,37 @@ class Gate:
     """Which requests a connection's principal may make (the table in the module doc), by the
     enrolment as it is when the request comes."""
 
-    def __init__(self, enrolment: Enrolment):
-        self.enrolment = enrolment
+    def __init__(self, enrolment: Enrolment | None, local: dict[int, str] | None = None):
+        self.enrolment = enrolment  # None: TCP clients are not checked (no enrolment)
+        self.local = local or {}  # localClientRoles: uid -> role
+        self.local_open = local is None  # no localClientRoles: a local uid is not checked
 
     @property
     def roles(self) -> dict[str, str]:
-        return self.enrolment.refresh()[1]
+        """Enrolled key -> role, as the directory holds it now."""
+        return {} if self.enrolment is None else self.enrolment.refresh()[1]
+
+    def role(self, principal) -> str | None:
+        """The role of ``principal`` (an enrolled key, or uid:N), None when it has none."""
+        if isinstance(principal, str) and principal.startswith(LOCAL_PREFIX):
+            return self.local.get(int(principal[len(LOCAL_PREFIX):]))
+        return None if self.enrolment is None else self.enrolment.refresh()[1].get(principal)
 
     def refusal(self, frame, op: int, flags: int) -> str | None:
         """Why the request whose header ``frame`` (a zmq.Frame) carries may not go; None: it may."""
-        principal = frame.get("User-Id")  # the connection's key (z85)
-        keys, roles = self.enrolment.refresh()
-        role = roles.get(principal)
+        try:
+            principal = frame.get("User-Id")  # the connection's key (z85), or uid:N when local
+        except zmq.ZMQError:
+            principal = ""  # no ZAP on the connection (a benchmark's clear-text TCP)
+        if principal.startswith(LOCAL_PREFIX):
+            role, keys = self.local.get(int(principal[len(LOCAL_PREFIX):])), {}
+            if role is None:
+                return None if self.local_open else f"{principal} has no role (localClientRoles)"
+        elif self.enrolment is None:
+            return None  # over TCP without enrolment: any key may do anything
+        else:
+            keys, roles = self.enrolment.refresh()
+            role = roles.get(principal)
         if role is None:
             return f"key {principal[:8]}... is not enrolled"
         if role == "reader" and (op not in READER_OPS or flags & Bits.FENCE):
@@ -276,9 +298,11 @@ class Gate:
 class ZapHandler(threading.Thread):
     """Answers ZeroMQ's authentication requests for one worker's context (RFC 27, ZAP)."""
 
-    def __init__(self, zctx: zmq.Context, enrolment: Enrolment, log):
+    def __init__(self, zctx: zmq.Context, enrolment: Enrolment | None, log,
+                 local: dict[int, str] | None = None):
         super().__init__(name="zap", daemon=True)
-        self.enrolment = enrolment
+        self.enrolment = enrolment  # None: any CURVE key is admitted (the handler runs for
+        self.local = local  # the local sockets); uid -> role, None: every local uid admitted
         self.log = log
         self.denied_total = 0
         self._stopping = False
@@ -295,8 +319,13 @@ class ZapHandler(threading.Thread):
             if len(frames) < 6:
                 continue  # not a ZAP request; REP needs an answer regardless
             version, request_id, domain, address, _identity, mechanism = frames[:6]
-            principal = b""
-            if mechanism == b"CURVE" and len(frames) == 7 and domain == ZAP_DOMAIN:
+            principal, why = b"", "client key not enrolled; connection refused"
+            if mechanism == b"NULL" and domain == LOCAL_DOMAIN:
+                principal, why = self.local_principal(address)
+            elif mechanism == b"CURVE" and len(frames) == 7 and self.enrolment is None:
+                self.sock.send_multipart([version, request_id, b"200", b"OK", b"", b""])
+                continue  # no enrolment: any key (the peer's address is the principal)
+            elif mechanism == b"CURVE" and len(frames) == 7 and domain == ZAP_DOMAIN:
                 public = zmq.utils.z85.encode(frames[6])
                 if public in self.enrolment.refresh()[0]:
                     principal = public  # the key is the principal, whatever its file's name
@@ -305,10 +334,22 @@ class ZapHandler(threading.Thread):
             else:
                 self.denied_total += 1
                 if self.denied_total <= 10 or self.denied_total % 1000 == 0:
-                    self.log("client key not enrolled; connection refused", level="warning",
-                             address=address.decode(errors="replace"),
+                    self.log(why, level="warning", address=address.decode(errors="replace"),
                              denied_total=self.denied_total)
                 self.sock.send_multipart([version, request_id, b"400", b"not enrolled", b"", b""])
+
+    def local_principal(self, address: bytes) -> tuple[bytes, str]:
+        """(uid:N, "") for a local peer whose ``address`` (libzmq: ``host:uid:gid:pid``, from
+        SO_PEERCRED) names a uid that may connect, else (b"", why it may not)."""
+        try:
+            uid = int(address.split(b":")[-3])
+        except (IndexError, ValueError):
+            return b"", "local peer without credentials; connection refused"
+        if self.local is None and self.enrolment is None:
+            return f"{LOCAL_PREFIX}{uid}".encode(), ""  # as a TCP client without a key
+        if uid not in (self.local or {}):
+            return b"", f"local uid {uid} has no role (localClientRoles); connection refused"
+        return f"{LOCAL_PREFIX}{uid}".encode(), ""
 
     def stop(self) -> None:
         self._stopping = True
@@ -331,11 +372,16 @@ class ServerCurve:
             raise AuthError(str(e)) from None
         self.enrolment: Enrolment | None = None
         self.gate: Gate | None = None
+        self.local_dir = conf.local_socket_dir if conf.local_socket_dir != local_sockets.OFF \
+            else ""  # the supervisor writes the directory it prepared, or none
+        self.local_roles = local_sockets.parse_roles(conf.local_client_roles) \
+            if conf.local_client_roles else None
         if conf.curve_client_keys_dir:
             # the bookie's own key is admin here (its autorecovery); no NAME.key holds a "/"
             self.enrolment = Enrolment(conf.curve_client_keys_dir,
                                        always={self.public: ("bookie/self", "admin")})
-            self.gate = Gate(self.enrolment)
+        if self.enrolment is not None or (self.local_dir and self.local_roles is not None):
+            self.gate = Gate(self.enrolment, self.local_roles)
         self.handler: ZapHandler | None = None
 
     @property
@@ -345,7 +391,8 @@ class ServerCurve:
     def start(self, zctx, log) -> None:
         if self.enrolment is not None:
             self.enrolment.log = log
-            self.handler = ZapHandler(zctx, self.enrolment, log)
+        if self.enrolment is not None or self.local_dir:
+            self.handler = ZapHandler(zctx, self.enrolment, log, self.local_roles)
 
     def secure(self, sock) -> None:
         if plaintext_for_bench():
@@ -354,6 +401,20 @@ class ServerCurve:
         sock.setsockopt(zmq.CURVE_SECRETKEY, self.secret)
         if self.enrolment is not None:  # no handler, no domain: any client key is admitted
             sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN)
+
+    def bind_local(self, sock, kind: str, port: int) -> str | None:
+        """Bind ``sock`` (already bound to its TCP port, with CURVE) also to its local socket
+        (``kind``: "add" or "read") when the bookie has them: the NULL mechanism there, the
+        ZAP handler naming the peer's uid.  libzmq copies a socket's options into each
+        endpoint at its bind, so the TCP endpoint keeps CURVE.  Returns the path, or None."""
+        if not self.local_dir:
+            return None
+        path = local_sockets.socket_paths(self.local_dir, port)[0 if kind == "add" else 1]
+        sock.setsockopt(zmq.CURVE_SERVER, 0)
+        sock.setsockopt(zmq.ZAP_DOMAIN, LOCAL_DOMAIN)
+        sock.bind(local_sockets.endpoint(path))  # libzmq unlinks a stale file of ours first
+        local_sockets.open_to_all(path)
+        return path
 
     def stop(self) -> None:
         if self.handler is not None:

@@ -1,6 +1,7 @@
 """The client-facing sockets of the add and read workers: their options (``make_socket``,
 ``guard_client_socket``), the open-files limit they need, the cap on their TCP connections
-(``ConnectionCap``) and the budget of refusals a connection may cost (``RefusalBudget``)."""
+(``ConnectionCap``, which also knows the local socket's connections, uncapped) and the budget of
+refusals a connection may cost (``RefusalBudget``, on either)."""
 
 from __future__ import annotations
 
@@ -63,7 +64,9 @@ class ConnectionCap:
         self.monitor = sock.get_monitor_socket(self._EVENTS)
         self.limit = limit
         self.port = port
-        self.open: set[int] = set()
+        self.open: set[int] = set()  # TCP connections (capped; the frame guard watches them)
+        self.local: set[int] = set()  # connections on the local socket (workers/local_sockets.py)
+        self.local_path: str | None = None  # the local socket's path, set once it is bound
         self.refused_total = 0
 
     def drain(self) -> None:
@@ -74,11 +77,25 @@ class ConnectionCap:
                 return
             event, fd = _MONITOR_EVENT.unpack(frames[0])
             if event == zmq.EVENT_ACCEPTED:
+                if self.local_path is not None and self._is_local(fd):
+                    self.local.add(fd)  # not capped: its uid's share bounds what it holds
+                    continue
                 if len(self.open) >= self.limit and self.shut(fd):
                     self.refused_total += 1
                 self.open.add(fd)  # until ZeroMQ reports it gone
             else:
                 self.open.discard(fd)
+                self.local.discard(fd)
+
+    def _is_local(self, fd: int) -> bool:
+        try:
+            s = socket.socket(fileno=fd)
+        except OSError:
+            return False
+        try:
+            return s.family == socket.AF_UNIX
+        finally:
+            s.detach()
 
     def shut(self, fd: int) -> bool:
         """Shut the client connection on ``fd`` down; False when it is not (or no longer) one."""
@@ -87,7 +104,9 @@ class ConnectionCap:
         except OSError:
             return False  # gone already
         try:
-            if s.getsockname()[1] == self.port:  # still our client connection, not a reused fd
+            name = s.getsockname()
+            # still our client connection, not a reused fd
+            if (name == self.local_path) if s.family == socket.AF_UNIX else name[1] == self.port:
                 s.shutdown(socket.SHUT_RDWR)
                 return True
         except OSError:
@@ -180,7 +199,7 @@ class RefusalBudget:
                 fd = frame.get(zmq.SRCFD)
             except zmq.ZMQError:
                 fd = -1
-            if fd in self.cap.open and self.cap.shut(fd):
+            if (fd in self.cap.open or fd in self.cap.local) and self.cap.shut(fd):
                 self.shut_total += 1
                 self.shut_at[ident] = now
                 if self.on_shut is not None:

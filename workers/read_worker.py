@@ -527,6 +527,7 @@ def run(ctx) -> int:
     guard_client_socket(clients, conf, MAX_REQUEST_FRAME_BYTES)
     cap = ConnectionCap(clients, conf.max_client_connections, conf.bookie_port + 1)
     clients.bind(f"tcp://{conf.listening_interface}:{conf.bookie_port + 1}")
+    cap.local_path = curve.bind_local(clients, "read", conf.bookie_port)  # same-host clients
     control = make_socket(zctx, zmq.DEALER)
     control.connect(ctx.endpoint("add.ctl"))
     lac_sub = make_socket(zctx, zmq.SUB)

@@ -100,8 +100,9 @@ class Workload:
         return os.path.join(self.directory, f"{name}.jsonl")
 
     def _spawn(self, name: str, role: str, **spec) -> None:
+        spec.setdefault("config", CLIENT_CONFIG)
         spec.update(role=role, name=name, history=self.history_path(name),
-                    metadata=self.metadata_uri, config=CLIENT_CONFIG)
+                    metadata=self.metadata_uri)
         cmd = [*self.prefix(name), sys.executable, "-m", "bookie.testing.nemesis.client_proc",
                json.dumps(spec)]
         with open(os.path.join(self.directory, f"{name}.out"), "ab") as out:
@@ -121,10 +122,14 @@ class Workload:
         if racks:
             quorum = rack_quorum(quorum)
         self.writer_modes[slot] = modes[turn % len(modes)]
+        # bookies on this host serve local sockets too (workers/local_sockets.py): writers of
+        # even slots and their tailers take them, the others TCP with the pinned key
+        config = dict(CLIENT_CONFIG, useLocalSockets=slot % 2 == 0)
         self._spawn(name, "writer", mode=self.writer_modes[slot],
                     quorum=quorum, seed=f"{self.tag}:{slot}",
-                    close_at_end=slot % 2 == 0, racks=racks)
-        self._spawn(f"{name}t", "tailer", follow=self.history_path(name), seed=slot)
+                    close_at_end=slot % 2 == 0, racks=racks, config=config)
+        self._spawn(f"{name}t", "tailer", follow=self.history_path(name), seed=slot,
+                    config=config)
         self.writer_names[slot] = name
 
     def _start_log_writer(self) -> None:

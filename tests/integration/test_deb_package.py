@@ -126,8 +126,11 @@ def test_the_unit_is_sandboxed_as_the_appliance_needs(unit):
     # Not ProcSubset=pid: the embedded store reads /proc/sys/kernel/random/boot_id.
     assert "ProcSubset" not in unit
     # The run directory where `bookie shell triggergc` on the host finds it (issue 33.7): the
-    # bookie makes it in $RUNTIME_DIRECTORY, not in the private /tmp.
-    assert unit["RuntimeDirectory"] == ["bookie"] and unit["RuntimeDirectoryMode"] == ["0700"]
+    # bookie makes it in $RUNTIME_DIRECTORY, not in the private /tmp.  0755: the local sockets
+    # are there too, for clients of every uid (issue 40); the run directory itself is 0700.
+    assert unit["RuntimeDirectory"] == ["bookie"] and unit["RuntimeDirectoryMode"] == ["0755"]
+    # No private user namespace: a local client's uid (SO_PEERCRED) must read as itself.
+    assert "PrivateUsers" not in unit
 
 
 def test_every_directory_the_example_configuration_names_is_writable_under_the_unit(unit):

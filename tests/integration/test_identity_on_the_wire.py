@@ -5,6 +5,7 @@ address: another bookie restarted on its old port (a container back on another p
 renumbered), or a plain process of another user that answers every request OK.  Neither ever
 acknowledges an add meant for the stopped bookie, nor is fenced or read by a recovery in its
 place: every entry a fragment assigns to the stopped bookie is on it when it comes back.
+The client's scenarios run both ways: over the bookies' local sockets and over TCP.
 """
 
 import os
@@ -70,6 +71,13 @@ def assert_fragments_held(bk, ledger_id: int, last_entry_id: int, bookie_id: str
                 (fragments, bookie_id)
 
 
+@pytest.fixture(params=[True, False], ids=["local-sockets", "tcp"])
+def use_local(request):
+    """The client's useLocalSockets: each scenario over the bookies' local sockets (the default
+    on their host) and over TCP with the pinned key (issue 40)."""
+    return request.param
+
+
 @pytest.fixture
 def ens(tmp_path):
     with LocalBookies(3, base_dir=str(tmp_path / "e"), bookie_ids=IDS) as e:
@@ -86,8 +94,8 @@ def move_bk0_onto_bk1s_port(ens) -> int:
     return old
 
 
-def test_another_bookie_on_a_stopped_bookies_address_never_acknowledges_its_adds(ens):
-    with BookKeeper(ens.metadata_uri, addEntryTimeout=3, readTimeout=3) as bk:
+def test_another_bookie_on_a_stopped_bookies_address_never_acknowledges_its_adds(ens, use_local):
+    with BookKeeper(ens.metadata_uri, addEntryTimeout=3, readTimeout=3, useLocalSockets=use_local) as bk:
         lh = ledger_on_1_and_2(ens, bk)
         for e in range(5):
             lh.add_entry(b"before %d" % e)
@@ -105,13 +113,14 @@ def test_another_bookie_on_a_stopped_bookies_address_never_acknowledges_its_adds
         assert got == [b"before %d" % e for e in range(5)] + [b"after %d" % e for e in range(5, 10)]
 
 
-def test_a_recovering_reader_never_fences_or_reads_another_bookie_in_a_stopped_ones_place(ens):
-    with BookKeeper(ens.metadata_uri, addEntryTimeout=3, readTimeout=3) as writer:
+def test_a_recovering_reader_never_fences_or_reads_another_bookie_in_a_stopped_ones_place(ens,
+                                                                                         use_local):
+    with BookKeeper(ens.metadata_uri, addEntryTimeout=3, readTimeout=3, useLocalSockets=use_local) as writer:
         lh = ledger_on_1_and_2(ens, writer)
         for e in range(5):
             lh.add_entry(b"entry %d" % e)
         ledger_id = lh.ledger_id
-        with BookKeeper(ens.metadata_uri, addEntryTimeout=3, readTimeout=3) as reader:
+        with BookKeeper(ens.metadata_uri, addEntryTimeout=3, readTimeout=3, useLocalSockets=use_local) as reader:
             # the reader has met bk-1 at its address before it stops
             tail = reader.open_ledger(ledger_id, password=PASSWORD, recovery=False)
             assert len(list(tail.read_entries(0, tail.last_add_confirmed))) >= 4
@@ -172,9 +181,9 @@ def other_uid() -> int:
         return -1
 
 
-def test_a_plain_process_on_a_stopped_bookies_port_never_acknowledges_an_add(tmp_path):
+def test_a_plain_process_on_a_stopped_bookies_port_never_acknowledges_an_add(tmp_path, use_local):
     with LocalBookies(3, base_dir=str(tmp_path / "e")) as ens, \
-            BookKeeper(ens.metadata_uri, addEntryTimeout=3, readTimeout=3) as bk:
+            BookKeeper(ens.metadata_uri, addEntryTimeout=3, readTimeout=3, useLocalSockets=use_local) as bk:
         ens.set_readonly(0)
         wait_for(lambda: ens.bookies[0] in bk.metadata_store.list_bookies(readonly=True),
                  what="bookie 0 read-only")

@@ -8,8 +8,9 @@ Real bookie processes, real enrolment, the public client API:
   again; a restart keeps the usage (an over-quota writer is still refused after it), and so
   does an index rebuild (the identities are kept beside the index); the
   metrics count the refusals and the identities over quota, with no per-writer label;
-- without enrolment the quota goes by the ledger's owner: one ledger over it is refused, another
-  ledger of the same client keeps writing;
+- without enrolment the quota goes by the ledger's owner over TCP: one ledger over it is
+  refused, another ledger of the same client keeps writing; over the local sockets it goes by
+  the client's uid (the kernel names it), every ledger of that uid counting together;
 - RECOVERY_ADD is no way around it (issue 39 item 2): a writer's flood of recovery adds to its own
   open ledger is refused OVER_QUOTA and charged to its key (its next ledger is refused too),
   while the recovery principal (an admin key, the recovery credential) and a recovering
@@ -158,12 +159,25 @@ def test_an_index_rebuild_keeps_whose_ledgers_are_whose(keys, tmp_path):
 def test_without_enrolment_the_quota_goes_by_the_ledgers_owner(tmp_path):
     conf = {"flushInterval": 50, "ledgerStorageQuotaBytes": QUOTA}
     with LocalBookies(1, base_dir=str(tmp_path / "e"), conf=conf) as ens:
-        with BookKeeper(ens.metadata_uri, addEntryTimeout=5) as bk:
+        # over TCP: a local socket's client is its uid (the test below)
+        with BookKeeper(ens.metadata_uri, addEntryTimeout=5, useLocalSockets=False) as bk:
             full = bk.create_ledger(1, 1, 1, password=PASSWORD)
             fill(full)
             other = bk.create_ledger(1, 1, 1, password=PASSWORD)
             for _ in range(8):
                 other.add_entry(ENTRY)  # another ledger, another owner: not refused
+            other.close()
+
+
+def test_over_the_local_sockets_the_quota_goes_by_the_uid(tmp_path):
+    conf = {"flushInterval": 50, "ledgerStorageQuotaBytes": QUOTA}
+    with LocalBookies(1, base_dir=str(tmp_path / "e"), conf=conf) as ens:
+        with BookKeeper(ens.metadata_uri, addEntryTimeout=5) as bk:
+            fill(bk.create_ledger(1, 1, 1, password=PASSWORD))
+            assert refused_first_add(bk)  # the same uid's next ledger: over its quota
+        with BookKeeper(ens.metadata_uri, addEntryTimeout=5, useLocalSockets=False) as bk:
+            other = bk.create_ledger(1, 1, 1, password=PASSWORD)
+            other.add_entry(ENTRY)  # over TCP without a key: the ledger's own quota
             other.close()
 
 
