@@ -74,7 +74,7 @@ def run_flood(ens, name: str, flood, min_ratio: float = 0.1) -> dict:
     (a thread would take the writer's interpreter lock and measure the test, not the bookie).
     The writer must keep writing (``min_ratio``: a tenth of its rate, a starvation bound); the
     ratio itself is a figure (SECURITY-FIGURES), not a pass mark: at a 1-minute load of 20 on 2
-    cores the 100k-fences flood measured 0.49 where an idle machine gives 0.8-0.9."""
+    cores the 100k-fences flood measured 0.49 against the old bar of 0.5."""
     before = {r: ens.worker_pid(0, r) for r in WORKERS}
     # the legitimate writer is connected before the flood (a connection cap keeps the ones open)
     writer = RawBookieClient(ens.bookies[0], timeout_s=60)
