@@ -8,7 +8,7 @@ names in that entry's write set: nothing is ever cut off from the bookie that ho
 
 An entry is allowed to be gone only when every bookie that held it lost its data (wiped, or
 declared gone by an operator): that is a loss, not a cut-off.  So is an entry whose named
-holders were all wiped while a bookie that healing replaced still keeps a copy: that copy was
+holders were all wiped or declared gone (decommissioned, recovered) while a bookie that healing replaced still keeps a copy: that copy was
 given up when the position moved (the GC drops it, as BookKeeper's does), and losing every
 named copy is a loss beyond the write quorum.  Only a wipe is let to do that: a heal, a
 fill, the GC or a restart that leaves an entry held only by unnamed bookies fails.
@@ -115,6 +115,10 @@ steps = st.lists(st.one_of(
 
 @example(E=2, qw_off=0, n=1, split=0, stored=random.Random(0),  # found by hypothesis
           steps=[("down", "b0"), ("down", "b2"), ("heal", None), ("wipe", "b1"), ("wipe", "b4")])
+@example(E=2, qw_off=0, n=1, split=0, stored=random.Random(0),  # found by hypothesis: b5
+          # (healing's copy of b0's) and b1 both declared gone; b0 keeps the given-up copy
+          steps=[("down", "b0"), ("heal", None), ("down", "b5"), ("wipe", "b1"),
+                 ("decommission", "b5")])
 @settings(max_examples=400, deadline=None)
 @given(E=st.integers(2, 4), qw_off=st.integers(0, 2), n=st.integers(1, 12),
        split=st.integers(0, 12), stored=st.randoms(use_true_random=False), steps=steps)
@@ -163,6 +167,8 @@ def test_no_interleaving_cuts_an_entry_off_from_the_bookie_that_holds_it(E, qw_o
                 continue  # "ledgers still name it; run it again": the cookie stays
             w.retired.add(b)
             w.up[b], w.holds[b], w.cookie[b] = False, set(), False
+            # an operator declared its data gone: like a wipe, its last named copies are lost
+            lost |= {e for e in w.entries() if not any(e in w.holds[m] for m in w.members(e))}
         elif kind == "heal":
             lost = {x for x in BOOKIES if not w.up[x]} & named
             gone = {x for x in lost if naming.gone_for_good(w.cookie[x])}
