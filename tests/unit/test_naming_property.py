@@ -9,9 +9,10 @@ names in that entry's write set: nothing is ever cut off from the bookie that ho
 An entry is allowed to be gone only when every bookie that held it lost its data (wiped, or
 declared gone by an operator): that is a loss, not a cut-off.  So is an entry whose named
 holders were all wiped or declared gone (decommissioned, recovered) while a bookie that
-healing replaced still keeps a copy: that copy was given up when the position moved (the GC drops it, as BookKeeper's does), and losing every
-named copy is a loss beyond the write quorum.  Only a wipe is let to do that: a heal, a
-fill, the GC or a restart that leaves an entry held only by unnamed bookies fails.
+healing replaced still keeps a copy: that copy was given up when the position moved (the GC
+drops it, as BookKeeper's does), and losing every named copy is a loss beyond the write
+quorum.  Only a wipe or an operator is let to do that: a heal, a fill, the GC or a restart
+that leaves an entry held only by unnamed bookies fails.
 """
 
 from __future__ import annotations
