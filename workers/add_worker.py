@@ -55,6 +55,7 @@ from bookie.storage.layout import current_dir, key_salt
 from bookie.wire import Op, Status
 from bookie.storage import records
 from bookie.core.answers import JournalAnswers, Pending
+from bookie.core.idle import PARK, YIELD, Backoff
 from bookie.core.long_polls import SUBSCRIBE, SUBSCRIBED, UNSUBSCRIBE
 from bookie.workers.auth import server_curve
 from bookie.workers.client_sockets import (REFUSALS_PER_CONNECTION_PER_S, ConnectionCap,
@@ -233,6 +234,7 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         self.news_on = True  # tell the read worker which ledgers moved (core/long_polls.py WakeNews)
         self.lac_taken = False  # a WRITE_LAC was placed: ``take`` ends the iteration after it
         self.trace: AddTrace | None = None  # per-add timestamps (addTraceDirectory); None: off
+        self.idle = Backoff(self.conf.idle_spin_s)  # while answers wait on a journal (core/idle.py)
 
     # -- the loop --------------------------------------------------------------------------------
     def serve(self, durable_in) -> None:
@@ -246,8 +248,7 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         poller.register(self.ctx.signal_fd, zmq.POLLIN)  # a SIGTERM ends the wait at once
         flush_s = self.conf.flush_interval_s
         while not self.ctx.stopping:
-            timeout = 5 if self.pending else 50
-            events = dict(poller.poll(timeout))
+            events = self.wait(poller, 5 if self.pending else 50)
             if self.ctx.signal_fd in events:
                 self.ctx.drain_signals()
             if durable_in.fileno() in events:
@@ -279,6 +280,30 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
                 self.checkpoint(now)
             if now - self.last_stats >= 1.0:
                 self.publish_stats(now)
+
+    def wait(self, poller, timeout_ms: int) -> dict:
+        """The loop's wait for its sockets, doorbells and signals (their events, by socket).
+
+        While answers wait on a journal (``pending``) and ``idleSpinMicros`` is set, look again
+        without sleeping for that long first (core/idle.py): the journal's DURABLE cursor in
+        shared memory, and the sockets with a poll that does not block.  An answer due is then
+        sent without this process being woken; ``{}`` when only a DURABLE moved."""
+        idle = self.idle
+        if not idle or not self.pending:
+            return dict(poller.poll(timeout_ms))
+        seen = self.durables()
+        idle.start(time.perf_counter())
+        while True:
+            events = dict(poller.poll(0))
+            if events:
+                return events
+            step = idle.step(time.perf_counter())
+            if step == PARK:
+                return dict(poller.poll(timeout_ms))
+            if step == YIELD:
+                os.sched_yield()
+            if self.durables() != seen:
+                return {}
 
     def shutdown(self) -> None:
         """Stop taking requests; answer what the journal makes durable; final checkpoint."""
