@@ -7,6 +7,8 @@ its journal's ring room; write-once; the no-room state; the refusals) and of the
 
 Per loop iteration (everything batched; no per-entry Python work on the hot path):
 
+0. Wait (``wait``): while answers wait on a journal, with ``idleSpinMicros`` set, look at the
+   DURABLE cursors and the sockets without sleeping for that long first (core/idle.py).
 1. Answer the adds whose records the journal has made durable (DURABLE passed their end).
    Their index entries were committed in an earlier iteration, so an acknowledged entry is
    readable by the read worker from the moment its ack leaves (read-after-ack).
@@ -15,7 +17,9 @@ Per loop iteration (everything batched; no per-entry Python work on the hot path
    (``bookie.core.ledgers``: master key, fenced) whether it may go; place each accepted one
    once in the shared-memory ring as a record, apply that record to the table.  The journal is
    woken as soon as the iteration's first record is placed (its write and fdatasync overlap the
-   rest of this iteration), and once more at the end if more records followed.
+   rest of this iteration), and once more at the end if more records followed; a DEFERRED_SYNC
+   add's record wakes nobody (no answer waits for its sync: it goes with the next record that
+   does, a FORCE_LEDGER, a full ring, or the journal's own poll timeout).
 3. Append the same ring bytes to the entry log and commit their index locations in one LMDB
    write transaction.
    Then tell the read worker which ledgers moved (``publish_moved``): their parked long polls
@@ -486,15 +490,23 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         ring = self.rings[journal]
         if size > ring.capacity:
             raise Rejected(Status.BAD_REQUEST, "request larger than the journal ring")
-        return ring.free_bytes() >= size
+        if ring.free_bytes() >= size:
+            return True
+        self.wakes[journal].ring()  # room comes as the journal writes: deferred records may be unrung
+        return False
 
-    def place(self, journal: int, parts) -> tuple[int, int]:
+    def place(self, journal: int, parts, wake: bool = True) -> tuple[int, int]:
         """Copy a record into journal ``journal``'s ring and publish it; returns its logical
-        (start, end) in that journal's offsets."""
+        (start, end) in that journal's offsets.  ``wake=False``: nobody waits for this record's
+        sync (a DEFERRED_SYNC add's), so the journal is not woken for it; it writes the record
+        with the next one that wakes it (a normal add, a FORCE_LEDGER, a full ring) or at its
+        own poll timeout (0.1 s), and the add path spares a process wake-up on a core it shares."""
         ring = self.rings[journal]
         start = ring.get(WRITE)
         end = ring.put(start, parts)
         ring.set(WRITE, end)
+        if not wake:
+            return start, end
         # Wake the journal at the first record of an iteration, before this record goes to the
         # entry log and the index (its fdatasync then overlaps that work: a lone add's
         # latency); records placed after that ring once more at the end of the iteration.
@@ -626,7 +638,10 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
             self.no_room_in = journal
             return False
         checked_ns = time.monotonic_ns() if self.trace is not None else 0
-        start, end = self.place(journal, parts)
+        # answered once stored (core/adds.py invariant 6): no journal wake-up for it, unless
+        # read-only, where its answer waits for durable as a normal add's does
+        deferred = bool(flags & wire.Bits.DEFERRED_SYNC)
+        start, end = self.place(journal, parts, wake=not deferred or machine.full)
         if self.trace is not None:
             self.trace.placed(end, ledger_id, int(entry_ids[0]), self.taken_at, checked_ns)
         table.apply(records.Record(records.ADD_BATCH, placed.flags, ledger_id, placed.key, -1,
@@ -635,7 +650,6 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         if quota:
             machine.placed(ledger_id, principal, nbytes, exempt)
         self.moved.add(ledger_id)
-        deferred = bool(flags & wire.Bits.DEFERRED_SYNC)  # answered once stored (core/adds.py inv. 6)
         self.deferred_waiting |= deferred
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.ADD, Status.OK, request_id, ledger_id)],
                                     ledger_id, Op.ADD, self.taken_at, journal, deferred))
@@ -673,6 +687,7 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         self.pending.append(Pending(self.rings[journal].get(WRITE), [ident, wire.pack_header(
             Op.FORCE_LEDGER, Status.OK, request_id, ledger_id)], ledger_id, Op.FORCE_LEDGER,
             self.taken_at, journal))
+        self.unrung.add(journal)  # the deferred records before it were placed without a wake-up
         return True
 
     def handle_control(self, frames, first_stalled: bool = False) -> bool:
