@@ -70,6 +70,7 @@ PORT_OFFSET = {ADD: 0, READ: 1, LAC: 0}
 NOTICES_PER_BOOKIE_PER_S = 2000.0
 # How long the I/O thread looks again without sleeping after a turn that did work (``_spin``)
 IDLE_SPIN_S = 0.0
+SPIN_PREEMPTED_S = 50e-6  # a gap this long between two looks: the host is busy; park
 
 
 class Driver:
@@ -576,18 +577,20 @@ class IOThread:
         (a submit after that wakes the blocking poll as before).  Returns the poll's events,
         or [] when the inbox got work or the spin ran out (the caller then polls as before).
         The bookie's loops spin the same way (bookie.core.idle, which the client does not
-        import): the first half back to back, the second yielding the CPU between looks."""
+        import): the first half back to back, the second yielding the CPU between looks, and
+        parking at once when a gap between two looks shows another thread had the CPU."""
         inbox, poller = self._inbox, self._poller
         self._woken = True
-        now = time.perf_counter()
+        now = last = time.perf_counter()
         yield_at, end = now + self._idle_spin_s / 2, now + self._idle_spin_s
         while not inbox:
             events = poller.poll(0)
             if events:
                 return events
             now = time.perf_counter()
-            if now >= end:
+            if now >= end or now - last >= SPIN_PREEMPTED_S:  # out of time, or lost the CPU
                 break
+            last = now
             if now >= yield_at:
                 os.sched_yield()
         self._woken = False

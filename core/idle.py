@@ -14,8 +14,10 @@ is Aeron's and LMAX's backoff idle strategy, without the exponential park (the l
 timeouts are the park).
 
 The spin buys latency with CPU: it runs only where a loop knows something is due (an answer
-waiting), never while the loop is simply idle, and ``spin_s = 0`` parks at once (a busy host,
-where another process could use the CPU).  Pure: the loop gives it the clock; it says what to
+waiting), never while the loop is simply idle; it parks at once when a gap between two looks
+shows the thread lost its CPU to another (``PREEMPTED_S``: the host is busy, and a spinning
+thread there only delays the one that would do the work), and ``spin_s = 0`` parks at once
+always (a host where another process could use the CPU).  Pure: the loop gives it the clock; it says what to
 do next.
 """
 
@@ -26,13 +28,16 @@ YIELD = 1  # give the CPU away (sched_yield), then look again
 PARK = 2  # stop looking: block in the loop's poll
 
 SPIN_SHARE = 0.5  # of ``spin_s``, spent looking back to back before yielding between looks
+# A gap this long between two looks means the spinning thread lost its CPU to another (a busy
+# host): it parks at once, leaving the CPU to whoever needs it.  One look takes 2-5 us.
+PREEMPTED_S = 50e-6
 
 
 class Backoff:
     """The idle strategy of one loop: ``start(now)`` when it finds nothing to do, then
     ``step(now)`` before each further look says SPIN, YIELD or PARK."""
 
-    __slots__ = ("spin_s", "yield_after_s", "_started")
+    __slots__ = ("spin_s", "yield_after_s", "_started", "_last", "preempted")
 
     def __init__(self, spin_s: float):
         if spin_s < 0:
@@ -40,18 +45,24 @@ class Backoff:
         self.spin_s = spin_s
         self.yield_after_s = spin_s * SPIN_SHARE
         self._started = 0.0
+        self._last = 0.0
+        self.preempted = 0  # spins cut short because the thread lost its CPU (a busy host)
 
     def __bool__(self) -> bool:
         """False when the loop parks at once (``spin_s`` 0)."""
         return self.spin_s > 0
 
     def start(self, now_s: float) -> None:
-        self._started = now_s
+        self._started = self._last = now_s
 
     def step(self, now_s: float) -> int:
         waited = now_s - self._started
         if waited >= self.spin_s:
             return PARK
+        if now_s - self._last >= PREEMPTED_S:  # another thread had the CPU meanwhile
+            self.preempted += 1
+            return PARK
+        self._last = now_s
         if waited >= self.yield_after_s:
             return YIELD
         return SPIN

@@ -2,19 +2,29 @@
 
 import pytest
 
-from bookie.core.idle import PARK, SPIN, YIELD, Backoff
+from bookie.core.idle import PARK, PREEMPTED_S, SPIN, YIELD, Backoff
 
 
 def test_spins_then_yields_then_parks_within_its_time():
-    idle = Backoff(0.25)  # seconds that add up exactly in binary
+    idle = Backoff(2 ** -10)  # seconds that add up exactly in binary (~977 us)
     idle.start(10.0)
-    assert idle.step(10.0) == SPIN
-    assert idle.step(10.0625) == SPIN
-    assert idle.step(10.125) == YIELD
-    assert idle.step(10.1875) == YIELD
-    assert idle.step(10.25) == PARK
+    t = 10.0
+    steps = []
+    while not steps or steps[-1] != PARK:
+        steps.append(idle.step(t))
+        t += 2 ** -15  # a look every ~31 us
+    assert steps == [SPIN] * 16 + [YIELD] * 16 + [PARK]
     idle.start(20.0)  # each wait starts its own time
-    assert idle.step(20.0625) == SPIN
+    assert idle.step(20.0 + 2 ** -15) == SPIN
+    assert idle.preempted == 0
+
+
+def test_a_spin_that_lost_its_cpu_parks_at_once():
+    idle = Backoff(0.01)
+    idle.start(1.0)
+    assert idle.step(1.0 + 2e-6) == SPIN
+    assert idle.step(1.0 + 2e-6 + PREEMPTED_S * 2) == PARK  # descheduled between two looks
+    assert idle.preempted == 1
 
 
 def test_zero_parks_at_once_and_a_negative_time_is_refused():
