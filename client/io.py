@@ -577,12 +577,12 @@ class IOThread:
         (a submit after that wakes the blocking poll as before).  Returns the poll's events,
         or [] when the inbox got work or the spin ran out (the caller then polls as before).
         The bookie's loops spin the same way (bookie.core.idle, which the client does not
-        import): the first half back to back, the second yielding the CPU between looks, and
+        import): the first tenth back to back, the rest yielding the CPU between looks, and
         parking at once when a gap between two looks shows another thread had the CPU."""
         inbox, poller = self._inbox, self._poller
         self._woken = True
         now = last = time.perf_counter()
-        yield_at, end = now + self._idle_spin_s / 2, now + self._idle_spin_s
+        yield_at, end = now + self._idle_spin_s / 10, now + self._idle_spin_s
         while not inbox:
             events = poller.poll(0)
             if events:

@@ -27,7 +27,7 @@ SPIN = 0  # look again at once
 YIELD = 1  # give the CPU away (sched_yield), then look again
 PARK = 2  # stop looking: block in the loop's poll
 
-SPIN_SHARE = 0.5  # of ``spin_s``, spent looking back to back before yielding between looks
+SPIN_SHARE = 0.1  # of ``spin_s``, spent looking back to back before yielding between looks
 # A gap this long between two looks means the spinning thread lost its CPU to another (a busy
 # host): it parks at once, leaving the CPU to whoever needs it.  One look takes 2-5 us.
 PREEMPTED_S = 50e-6

@@ -1,8 +1,10 @@
 """The idle strategy of the bookie's loops (bookie.core.idle): spin, then yield, then park."""
 
+import math
+
 import pytest
 
-from bookie.core.idle import PARK, PREEMPTED_S, SPIN, YIELD, Backoff
+from bookie.core.idle import PARK, PREEMPTED_S, SPIN, SPIN_SHARE, YIELD, Backoff
 
 
 def test_spins_then_yields_then_parks_within_its_time():
@@ -13,7 +15,8 @@ def test_spins_then_yields_then_parks_within_its_time():
     while not steps or steps[-1] != PARK:
         steps.append(idle.step(t))
         t += 2 ** -15  # a look every ~31 us
-    assert steps == [SPIN] * 16 + [YIELD] * 16 + [PARK]
+    spins = math.ceil(32 * SPIN_SHARE)
+    assert steps == [SPIN] * spins + [YIELD] * (32 - spins) + [PARK]
     idle.start(20.0)  # each wait starts its own time
     assert idle.step(20.0 + 2 ** -15) == SPIN
     assert idle.preempted == 0
