@@ -133,6 +133,8 @@ class IOThread:
         self._inbox: collections.deque = collections.deque()
         self._idle_spin_s = idle_spin_s  # after a turn that did work (``_spin``); 0: none
         self._busy = False  # the last turn delivered answers
+        self._load_seen_at = float("-inf")  # ``_spin``: the host's load average, once a second
+        self._host_busy = False
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._woken = False
         self._closing = False
@@ -578,10 +580,16 @@ class IOThread:
         or [] when the inbox got work or the spin ran out (the caller then polls as before).
         The bookie's loops spin the same way (bookie.core.idle, which the client does not
         import): the first tenth back to back, the rest yielding the CPU between looks, and
-        parking at once when a gap between two looks shows another thread had the CPU."""
+        parking at once when a gap between two looks shows another thread had the CPU; no spin
+        while the host's 1-minute load average is at its core count or above."""
         inbox, poller = self._inbox, self._poller
-        self._woken = True
         now = last = time.perf_counter()
+        if now - self._load_seen_at >= 1.0:  # no spin while the host's load fills its cores
+            self._load_seen_at = now
+            self._host_busy = os.getloadavg()[0] >= len(os.sched_getaffinity(0))
+        if self._host_busy:
+            return []
+        self._woken = True
         yield_at, end = now + self._idle_spin_s / 10, now + self._idle_spin_s
         while not inbox:
             events = poller.poll(0)

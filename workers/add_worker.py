@@ -239,6 +239,8 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         self.lac_taken = False  # a WRITE_LAC was placed: ``take`` ends the iteration after it
         self.trace: AddTrace | None = None  # per-add timestamps (addTraceDirectory); None: off
         self.idle = Backoff(self.conf.idle_spin_s)  # while answers wait on a journal (core/idle.py)
+        self.load_seen_at = float("-inf")  # when the host's load average was last given to ``idle``
+        self.cores = len(os.sched_getaffinity(0))
 
     # -- the loop --------------------------------------------------------------------------------
     def serve(self, durable_in) -> None:
@@ -295,8 +297,12 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         idle = self.idle
         if not idle or not self.pending:
             return dict(poller.poll(timeout_ms))
+        now = time.perf_counter()
+        if now - self.load_seen_at >= 1.0:
+            self.load_seen_at = now
+            idle.observe_load(os.getloadavg()[0], self.cores)
         seen = self.durables()
-        idle.start(time.perf_counter())
+        idle.start(now)
         while True:
             events = dict(poller.poll(0))
             if events:

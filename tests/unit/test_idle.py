@@ -37,3 +37,12 @@ def test_zero_parks_at_once_and_a_negative_time_is_refused():
     assert idle.step(1.0) == PARK
     with pytest.raises(ValueError, match="negative"):
         Backoff(-1e-6)
+
+
+def test_no_spin_while_the_load_fills_the_cores():
+    idle = Backoff(0.01)
+    idle.observe_load(2.0, 2)
+    idle.start(1.0)
+    assert idle.step(1.0) == PARK
+    idle.observe_load(1.5, 2)
+    assert idle.step(1.0) == SPIN
