@@ -69,7 +69,7 @@ PORT_OFFSET = {ADD: 0, READ: 1, LAC: 0}
 # with the next adds and the explicit LAC).
 NOTICES_PER_BOOKIE_PER_S = 2000.0
 # How long the I/O thread looks again without sleeping after a turn that did work (``_spin``)
-IDLE_SPIN_S = 0.0
+IDLE_SPIN_S = 100e-6
 SPIN_PREEMPTED_S = 50e-6  # a gap this long between two looks: the host is busy; park
 
 
