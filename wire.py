@@ -287,6 +287,8 @@ def batch_offsets(lengths_frame, data_len: int, max_entry_bytes: int) -> tuple[n
     n_bytes = len(lengths_frame)
     if n_bytes == 0 or n_bytes % 4:
         raise ProtocolError(f"lengths frame of {n_bytes} bytes is not a non-empty u32 array")
+    if n_bytes < 4 * SMALL_BATCH:
+        return _small_batch_offsets(lengths_frame, data_len, max_entry_bytes)
     lengths = np.frombuffer(lengths_frame, dtype=LENGTHS_DTYPE).astype(np.int64)
     if len(lengths) > MAX_BATCH:
         raise ProtocolError(f"batch of {len(lengths)} entries exceeds {MAX_BATCH}")
@@ -301,6 +303,26 @@ def batch_offsets(lengths_frame, data_len: int, max_entry_bytes: int) -> tuple[n
     return lengths, ends - lengths
 
 
+def _small_batch_offsets(lengths_frame, data_len: int, max_entry_bytes: int):
+    """``batch_offsets`` of a batch of a few entries, checked in plain Python: numpy's fixed
+    cost per call (seven of them above) is most of a lone add's checks, the more so in a
+    process just woken with cold caches (bench/README.md, issue 40)."""
+    lengths = struct.unpack(f"<{len(lengths_frame) // 4}I", lengths_frame)
+    if min(lengths) < ENTRY_HEADER_SIZE:
+        raise ProtocolError("an entry is shorter than the 32-byte entry header")
+    if max(lengths) > max_entry_bytes:
+        raise ProtocolError(f"an entry of {max(lengths)} bytes exceeds the maximum "
+                            f"entry size of {max_entry_bytes} bytes")
+    total = sum(lengths)
+    if total != data_len:
+        raise ProtocolError(f"entry lengths add up to {total} bytes, data frame has {data_len}")
+    starts, at = [], 0
+    for n in lengths:
+        starts.append(at)
+        at += n
+    return np.array(lengths, dtype=np.int64), np.array(starts, dtype=np.int64)
+
+
 def batch_header_fields(data, offsets: np.ndarray, field: int) -> np.ndarray:
     """Read one i64 field (0 ledger_id, 1 entry_id, 2 lac, 3 length) of every entry at once."""
     raw = np.frombuffer(data, dtype=np.uint8)
@@ -309,12 +331,12 @@ def batch_header_fields(data, offsets: np.ndarray, field: int) -> np.ndarray:
 
 
 _IDS = struct.Struct(">qq")
-_SMALL_BATCH = 16  # below this a struct loop beats numpy's fancy indexing
+SMALL_BATCH = 16  # below this a struct loop beats numpy's fancy indexing
 
 
 def batch_ids(data, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(ledger ids, entry ids) of every entry of a batch, in one pass."""
-    if len(offsets) < _SMALL_BATCH:
+    if len(offsets) < SMALL_BATCH:
         pairs = [_IDS.unpack_from(data, off) for off in offsets.tolist()]
         both = np.array(pairs, dtype=np.int64).reshape(-1, 2)
         return both[:, 0], both[:, 1]

@@ -68,6 +68,9 @@ PORT_OFFSET = {ADD: 0, READ: 1, LAC: 0}
 # otherwise send one per ledger per interval.  Past it they are dropped (the LAC still travels
 # with the next adds and the explicit LAC).
 NOTICES_PER_BOOKIE_PER_S = 2000.0
+# How long the I/O thread looks again without sleeping after a turn that did work (``_spin``)
+IDLE_SPIN_S = 100e-6
+SPIN_PREEMPTED_S = 50e-6  # a gap this long between two looks: the host is busy; park
 
 
 class Driver:
@@ -114,7 +117,7 @@ class _Request:
 class IOThread:
     def __init__(self, *, add_timeout_s: float, read_timeout_s: float,
                  batch_max_entries: int, batch_max_bytes: int, list_bookies, write_metadata,
-                 name: str = "bookkeeper-io"):
+                 name: str = "bookkeeper-io", idle_spin_s: float = IDLE_SPIN_S):
         """
         Args:
             list_bookies: () -> writable bookie ids (runs on the metadata pool).
@@ -128,6 +131,10 @@ class IOThread:
         self._list_bookies = list_bookies
         self._write_metadata = write_metadata
         self._inbox: collections.deque = collections.deque()
+        self._idle_spin_s = idle_spin_s  # after a turn that did work (``_spin``); 0: none
+        self._busy = False  # the last turn delivered answers
+        self._load_seen_at = float("-inf")  # ``_spin``: the host's load average, once a second
+        self._host_busy = False
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._woken = False
         self._closing = False
@@ -537,6 +544,7 @@ class IOThread:
                 if status == wire.Status.TOO_MANY_REQUESTS and self._refused_busy(req, time.monotonic()):
                     continue
             self.run_for(req.driver, _deliver_answer, req, status, frames)
+            self._busy = True  # a caller woken by this answer may hand over more soon
 
     def _expire(self, now: float) -> None:
         dl = self._deadlines
@@ -563,6 +571,39 @@ class IOThread:
     def _stop(self) -> None:
         self._running = False
 
+    def _spin(self) -> list:
+        """After a turn that did work, look again without sleeping for ``idle_spin_s``
+        (core/idle.py): the caller that got an answer often hands over its next add within it,
+        and this thread then takes it without being woken.  Meanwhile ``_woken`` stays set, so
+        a ``submit`` writes no eventfd; it is cleared before the inbox is looked at a last time
+        (a submit after that wakes the blocking poll as before).  Returns the poll's events,
+        or [] when the inbox got work or the spin ran out (the caller then polls as before).
+        The bookie's loops spin the same way (bookie.core.idle, which the client does not
+        import): the first tenth back to back, the rest yielding the CPU between looks, and
+        parking at once when a gap between two looks shows another thread had the CPU; no spin
+        while the host's 1-minute load average is at its core count or above."""
+        inbox, poller = self._inbox, self._poller
+        now = last = time.perf_counter()
+        if now - self._load_seen_at >= 1.0:  # no spin while the host's load fills its cores
+            self._load_seen_at = now
+            self._host_busy = os.getloadavg()[0] >= len(os.sched_getaffinity(0))
+        if self._host_busy:
+            return []
+        self._woken = True
+        yield_at, end = now + self._idle_spin_s / 10, now + self._idle_spin_s
+        while not inbox:
+            events = poller.poll(0)
+            if events:
+                return events
+            now = time.perf_counter()
+            if now >= end or now - last >= SPIN_PREEMPTED_S:  # out of time, or lost the CPU
+                break
+            last = now
+            if now >= yield_at:
+                os.sched_yield()
+        self._woken = False
+        return []
+
     def _turn(self) -> None:
         """One loop iteration: wait for sockets, the wake-up or the next deadline; take the
         answers, run what was submitted, expire deadlines and timers, send merged adds."""
@@ -572,9 +613,15 @@ class IOThread:
             nxt = min(self._deadlines[0][0] if self._deadlines else float("inf"),
                       self._timers[0][0] if self._timers else float("inf"))
             wait_ms = max(0, min(1000, int((nxt - time.monotonic()) * 1000) + 1))
+        events = None
         if inbox or self._outbox:
             wait_ms = 0
-        for sock, _ in self._poller.poll(wait_ms):
+        elif self._busy and self._idle_spin_s > 0:
+            events = self._spin()
+            if inbox:
+                wait_ms = 0
+        self._busy = False
+        for sock, _ in events or self._poller.poll(wait_ms):
             if sock == self._wake_fd:
                 try:
                     os.eventfd_read(self._wake_fd)

@@ -34,6 +34,7 @@ LOC = struct.Struct("<IQI")
 LOC_DTYPE = np.dtype([("log", "<u4"), ("off", "<u8"), ("len", "<u4")])
 KEY_DTYPE = np.dtype([("ledger", ">u8"), ("entry", ">u8")])
 _V16 = np.dtype("V16")  # a key or a location as one 16-byte record
+SMALL_BATCH = 16  # ``put_locations`` of fewer entries packs them with struct
 assert KEY_DTYPE.itemsize == LOC_DTYPE.itemsize == _V16.itemsize
 LEDGER_KEY = struct.Struct(">Q")
 LOG_KEY = struct.Struct(">I")
@@ -90,6 +91,12 @@ class Index:
     def put_locations(self, txn, ledger_id: int, entry_ids: np.ndarray, log_id: int,
                       offsets: np.ndarray, lengths: np.ndarray) -> None:
         n = len(entry_ids)
+        if n < SMALL_BATCH:  # a few entries: struct beats numpy's fixed cost per call
+            items = [(_ENTRY_KEY.pack(ledger_id, e), LOC.pack(log_id, o, ln)) for e, o, ln
+                     in zip(entry_ids.tolist(), offsets.tolist(), lengths.tolist())]
+            with txn.cursor(db=self.entries) as cur:
+                cur.putmulti(items, dupdata=False, overwrite=True, append=False)
+            return
         keys = np.empty(n, dtype=KEY_DTYPE)
         keys["ledger"] = ledger_id
         keys["entry"] = entry_ids

@@ -20,7 +20,7 @@ import numpy as np
 
 from bookie.core.ledgers import LedgerTable, StoredLedger
 from bookie.storage.entrylog import EntryLogReader, EntryLogs
-from bookie.storage.index import Index
+from bookie.storage.index import SMALL_BATCH, Index
 
 HIGH_MARKS = 100_000  # ledgers whose highest stored entry id is kept in memory
 
@@ -65,10 +65,11 @@ class LedgerStorage:
         elog = self._writer(ledger_id, size)
         start = elog.append(parts)
         self._batches.append((ledger_id, entry_ids, elog.log_id, offsets + (start + data_offset), lengths))
-        self.log_counts[elog.log_id][ledger_id] += int(lengths.sum())
+        small = len(entry_ids) < SMALL_BATCH  # a few entries: Python beats numpy's fixed cost
+        self.log_counts[elog.log_id][ledger_id] += sum(lengths.tolist()) if small else int(lengths.sum())
         self.entries_total += len(entry_ids)
         if len(entry_ids):
-            top = int(entry_ids.max())
+            top = max(entry_ids.tolist()) if small else int(entry_ids.max())
             # against the known mark, never a default: a ledger the memory does not hold yet
             # (after a restart, the journal's replay stores before any add asks) may hold
             # higher entries already, and a mark lowered to ``top`` would let them be written
@@ -106,7 +107,8 @@ class LedgerStorage:
         """{position in ``entry_ids``: the bytes held} for the entries this bookie already holds
         (committed to the index, or stored since the last commit).  Empty, after one dictionary
         lookup, when every id is above the ledger's highest stored entry."""
-        if not len(entry_ids) or int(entry_ids.min()) > self._high_mark(ledger_id):
+        if not len(entry_ids) or (min(entry_ids.tolist()) if len(entry_ids) < SMALL_BATCH
+                                  else int(entry_ids.min())) > self._high_mark(ledger_id):
             return {}
         wanted = {int(e): i for i, e in enumerate(entry_ids.tolist())}
         where: dict[int, tuple[int, int, int]] = {}

@@ -130,16 +130,19 @@ class Ring:
         The caller has checked there is room; the cursor is not moved here.
         """
         cap = self.capacity
+        data = self.data
         for part in parts:
-            src = np.frombuffer(part, dtype=np.uint8)
+            # a memoryview copy: the same memcpy as numpy's, without its fixed cost per call
+            # (four parts per ADD record: most of a lone add's copy)
+            src = memoryview(part).cast("B")
             n = len(src)
             if n == 0:
                 continue
             start = pos % cap
             first = min(n, cap - start)
-            self._np[start:start + first] = src[:first]
+            data[start:start + first] = src[:first]
             if first < n:
-                self._np[0:n - first] = src[first:]
+                data[0:n - first] = src[first:]
             pos += n
         return pos
 

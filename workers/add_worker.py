@@ -7,6 +7,8 @@ its journal's ring room; write-once; the no-room state; the refusals) and of the
 
 Per loop iteration (everything batched; no per-entry Python work on the hot path):
 
+0. Wait (``wait``): while answers wait on a journal, with ``idleSpinMicros`` set, look at the
+   DURABLE cursors and the sockets without sleeping for that long first (core/idle.py).
 1. Answer the adds whose records the journal has made durable (DURABLE passed their end).
    Their index entries were committed in an earlier iteration, so an acknowledged entry is
    readable by the read worker from the moment its ack leaves (read-after-ack).
@@ -15,7 +17,9 @@ Per loop iteration (everything batched; no per-entry Python work on the hot path
    (``bookie.core.ledgers``: master key, fenced) whether it may go; place each accepted one
    once in the shared-memory ring as a record, apply that record to the table.  The journal is
    woken as soon as the iteration's first record is placed (its write and fdatasync overlap the
-   rest of this iteration), and once more at the end if more records followed.
+   rest of this iteration), and once more at the end if more records followed; a DEFERRED_SYNC
+   add's record wakes nobody (no answer waits for its sync: it goes with the next record that
+   does, a FORCE_LEDGER, a full ring, or the journal's own poll timeout).
 3. Append the same ring bytes to the entry log and commit their index locations in one LMDB
    write transaction.
    Then tell the read worker which ledgers moved (``publish_moved``): their parked long polls
@@ -55,6 +59,7 @@ from bookie.storage.layout import current_dir, key_salt
 from bookie.wire import Op, Status
 from bookie.storage import records
 from bookie.core.answers import JournalAnswers, Pending
+from bookie.core.idle import PARK, YIELD, Backoff
 from bookie.core.long_polls import SUBSCRIBE, SUBSCRIBED, UNSUBSCRIBE
 from bookie.workers.auth import server_curve
 from bookie.workers.client_sockets import (REFUSALS_PER_CONNECTION_PER_S, ConnectionCap,
@@ -233,6 +238,9 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         self.news_on = True  # tell the read worker which ledgers moved (core/long_polls.py WakeNews)
         self.lac_taken = False  # a WRITE_LAC was placed: ``take`` ends the iteration after it
         self.trace: AddTrace | None = None  # per-add timestamps (addTraceDirectory); None: off
+        self.idle = Backoff(self.conf.idle_spin_s)  # while answers wait on a journal (core/idle.py)
+        self.load_seen_at = float("-inf")  # when the host's load average was last given to ``idle``
+        self.cores = len(os.sched_getaffinity(0))
 
     # -- the loop --------------------------------------------------------------------------------
     def serve(self, durable_in) -> None:
@@ -246,8 +254,7 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         poller.register(self.ctx.signal_fd, zmq.POLLIN)  # a SIGTERM ends the wait at once
         flush_s = self.conf.flush_interval_s
         while not self.ctx.stopping:
-            timeout = 5 if self.pending else 50
-            events = dict(poller.poll(timeout))
+            events = self.wait(poller, 5 if self.pending else 50)
             if self.ctx.signal_fd in events:
                 self.ctx.drain_signals()
             if durable_in.fileno() in events:
@@ -279,6 +286,34 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
                 self.checkpoint(now)
             if now - self.last_stats >= 1.0:
                 self.publish_stats(now)
+
+    def wait(self, poller, timeout_ms: int) -> dict:
+        """The loop's wait for its sockets, doorbells and signals (their events, by socket).
+
+        While answers wait on a journal (``pending``) and ``idleSpinMicros`` is set, look again
+        without sleeping for that long first (core/idle.py): the journal's DURABLE cursor in
+        shared memory, and the sockets with a poll that does not block.  An answer due is then
+        sent without this process being woken; ``{}`` when only a DURABLE moved."""
+        idle = self.idle
+        if not idle or not self.pending:
+            return dict(poller.poll(timeout_ms))
+        now = time.perf_counter()
+        if now - self.load_seen_at >= 1.0:
+            self.load_seen_at = now
+            idle.observe_load(os.getloadavg()[0], self.cores)
+        seen = self.durables()
+        idle.start(now)
+        while True:
+            events = dict(poller.poll(0))
+            if events:
+                return events
+            step = idle.step(time.perf_counter())
+            if step == PARK:
+                return dict(poller.poll(timeout_ms))
+            if step == YIELD:
+                os.sched_yield()
+            if self.durables() != seen:
+                return {}
 
     def shutdown(self) -> None:
         """Stop taking requests; answer what the journal makes durable; final checkpoint."""
@@ -461,15 +496,23 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         ring = self.rings[journal]
         if size > ring.capacity:
             raise Rejected(Status.BAD_REQUEST, "request larger than the journal ring")
-        return ring.free_bytes() >= size
+        if ring.free_bytes() >= size:
+            return True
+        self.wakes[journal].ring()  # room comes as the journal writes: deferred records may be unrung
+        return False
 
-    def place(self, journal: int, parts) -> tuple[int, int]:
+    def place(self, journal: int, parts, wake: bool = True) -> tuple[int, int]:
         """Copy a record into journal ``journal``'s ring and publish it; returns its logical
-        (start, end) in that journal's offsets."""
+        (start, end) in that journal's offsets.  ``wake=False``: nobody waits for this record's
+        sync (a DEFERRED_SYNC add's), so the journal is not woken for it; it writes the record
+        with the next one that wakes it (a normal add, a FORCE_LEDGER, a full ring) or at its
+        own poll timeout (0.1 s), and the add path spares a process wake-up on a core it shares."""
         ring = self.rings[journal]
         start = ring.get(WRITE)
         end = ring.put(start, parts)
         ring.set(WRITE, end)
+        if not wake:
+            return start, end
         # Wake the journal at the first record of an iteration, before this record goes to the
         # entry log and the index (its fdatasync then overlaps that work: a lone add's
         # latency); records placed after that ring once more at the end of the iteration.
@@ -601,7 +644,10 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
             self.no_room_in = journal
             return False
         checked_ns = time.monotonic_ns() if self.trace is not None else 0
-        start, end = self.place(journal, parts)
+        # answered once stored (core/adds.py invariant 6): no journal wake-up for it, unless
+        # read-only, where its answer waits for durable as a normal add's does
+        deferred = bool(flags & wire.Bits.DEFERRED_SYNC)
+        start, end = self.place(journal, parts, wake=not deferred or machine.full)
         if self.trace is not None:
             self.trace.placed(end, ledger_id, int(entry_ids[0]), self.taken_at, checked_ns)
         table.apply(records.Record(records.ADD_BATCH, placed.flags, ledger_id, placed.key, -1,
@@ -610,7 +656,6 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         if quota:
             machine.placed(ledger_id, principal, nbytes, exempt)
         self.moved.add(ledger_id)
-        deferred = bool(flags & wire.Bits.DEFERRED_SYNC)  # answered once stored (core/adds.py inv. 6)
         self.deferred_waiting |= deferred
         self.pending.append(Pending(end, [ident, wire.pack_header(Op.ADD, Status.OK, request_id, ledger_id)],
                                     ledger_id, Op.ADD, self.taken_at, journal, deferred))
@@ -648,6 +693,7 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         self.pending.append(Pending(self.rings[journal].get(WRITE), [ident, wire.pack_header(
             Op.FORCE_LEDGER, Status.OK, request_id, ledger_id)], ledger_id, Op.FORCE_LEDGER,
             self.taken_at, journal))
+        self.unrung.add(journal)  # the deferred records before it were placed without a wake-up
         return True
 
     def handle_control(self, frames, first_stalled: bool = False) -> bool:

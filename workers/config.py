@@ -49,8 +49,8 @@ class ConfigError(ValueError):
 
 
 # What an operator writes -> the factor to the accessor's unit (seconds or bytes).
-UNIT_SCALE = {"": None, "ms": 0.001, "s": 1.0, "bytes": 1, "KB": 1 << 10, "MB": 1 << 20}
-ACCESSOR_SUFFIX = {"ms": "_s", "s": "_s", "bytes": "_bytes", "KB": "_bytes", "MB": "_bytes"}
+UNIT_SCALE = {"": None, "us": 1e-6, "ms": 0.001, "s": 1.0, "bytes": 1, "KB": 1 << 10, "MB": 1 << 20}
+ACCESSOR_SUFFIX = {"us": "_s", "ms": "_s", "s": "_s", "bytes": "_bytes", "KB": "_bytes", "MB": "_bytes"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +60,7 @@ class Key:
     default: Any
     meaning: str
     check: Callable[[Any], str | None] | None = None  # returns a complaint or None
-    unit: str = ""  # what the operator writes: "", "ms", "s", "bytes", "KB", "MB"
+    unit: str = ""  # what the operator writes: "", "us", "ms", "s", "bytes", "KB", "MB"
     attr: str = ""  # the typed accessor on BookieConfig, unit in its name
 
     def __post_init__(self):
@@ -166,6 +166,7 @@ KEYS: tuple[Key, ...] = (
     # -- workers -------------------------------------------------------------------------------
     Key("numAddWorkerThreads", "int", 1, "Add workers per ledger directory (this release runs 1).", _range(1, 1), attr="num_add_workers"),
     Key("numReadWorkerThreads", "int", 1, "Read workers (this release runs 1).", _range(1, 1), attr="num_read_workers"),
+    Key("idleSpinMicros", "int", 500, "While an answer waits on the journal, the add worker looks again for this long before it sleeps in poll (a tenth of it back to back, the rest yielding its CPU between looks; none while the host's 1-minute load average is at its core count or above, and it sleeps at once when it finds it lost its CPU to another thread): an answer due is then sent without waking a process, which on an idle host costs more than the work (a lone add's durable-to-answer step 64 -> 10 us). Spends up to this much CPU per wait; 0: sleep at once (a host whose other work needs the CPU). (us)", _range(0, 100_000), unit="us", attr="idle_spin_s"),
     Key("addTraceDirectory", "str", "", "When set, the add and journal workers append CLOCK_MONOTONIC timestamps of every answered add and written group to add.trace and journal.trace here (bookie bench bookie --trace; costs a write per add: for measurements only). Empty: off.", attr="add_trace_dir"),
     # -- garbage collection --------------------------------------------------------------------
     Key("gcWaitTime", "int", 60_000, "Interval between garbage collections (ms).", _range(100), unit="ms", attr="gc_wait_s"),

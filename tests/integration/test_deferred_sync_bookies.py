@@ -14,6 +14,8 @@ import os
 import signal
 import time
 
+import pytest
+
 from bookie.client import BookKeeper
 from bookie.testing import LocalBookies
 from bookie.testing.rawclient import RawBookieClient, make_entry
@@ -23,8 +25,11 @@ from bookie import wire
 PW = b"pw"
 
 
-def test_deferred_adds_are_acknowledged_while_the_journal_cannot_sync_and_force_waits_for_it():
-    with LocalBookies(1) as ens, BookKeeper(ens.metadata_uri) as bk:
+@pytest.mark.parametrize("spin_us", [0, 2000])
+def test_deferred_adds_are_acknowledged_while_the_journal_cannot_sync_and_force_waits_for_it(spin_us):
+    """Also with the add worker spinning while answers wait (``idleSpinMicros``): it looks at
+    DURABLE more often, never answers a normal add before it."""
+    with LocalBookies(1, conf={"idleSpinMicros": str(spin_us)}) as ens, BookKeeper(ens.metadata_uri) as bk:
         deferred = bk.create_ledger(1, 1, 1, password=PW, write_flags=["deferred_sync"])
         normal = bk.create_ledger(1, 1, 1, password=PW)
         assert deferred.add_entry(b"warm") == 0 and normal.add_entry(b"warm") == 0

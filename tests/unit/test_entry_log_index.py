@@ -145,3 +145,24 @@ def test_a_log_rolls_past_its_size_limit_and_every_directory_gets_its_own_logs(t
         for log_id in list_logs(d):
             assert os.path.getsize(os.path.join(d, f"{log_id:08x}.log")) <= 4096
     _read_back(dirs, str(tmp_path), written)
+
+
+def test_locations_of_few_and_many_entries_read_back_alike(tmp_path):
+    """``put_locations`` packs a batch of a few entries with struct and a larger one with
+    numpy: both store the same keys and locations."""
+    from bookie.storage.index import SMALL_BATCH
+    env = open_index(str(tmp_path), MAP_SIZE_BYTES)
+    try:
+        index = Index(env)
+        sizes = {7: 3, 8: SMALL_BATCH + 5}
+        with env.begin(write=True) as txn:
+            for ledger_id, n in sizes.items():
+                ids = np.arange(100, 100 + n, dtype=np.int64)
+                index.put_locations(txn, ledger_id, ids, 42, ids * 1000 + 2**40, ids % 7 + 32)
+        with env.begin() as txn:
+            for ledger_id, n in sizes.items():
+                for e in range(100, 100 + n):
+                    assert index.locate(txn, ledger_id, e) == (42, e * 1000 + 2**40, e % 7 + 32)
+                assert index.locate(txn, ledger_id, 100 + n) is None
+    finally:
+        env.close()

@@ -115,3 +115,27 @@ def test_deferred_sync_is_a_plain_add_flag_and_force_ledger_takes_none():
             wire.check_request_flags(op, flags)
         assert "\n" not in str(e.value)
     assert wire.unpack_header(wire.pack_header(Op.FORCE_LEDGER, 0, 9, 3))[0] == Op.FORCE_LEDGER
+
+
+@given(st.lists(st.integers(32, 5000), min_size=1, max_size=2 * wire.SMALL_BATCH))
+def test_batch_offsets_of_few_and_many_entries_agree(lengths):
+    """Under SMALL_BATCH entries the lengths are checked in plain Python, from it on with
+    numpy: both give the lengths and the entries' start offsets."""
+    frame = np.array(lengths, dtype="<u4").tobytes()
+    got_lengths, got_offsets = wire.batch_offsets(frame, sum(lengths), 1 << 20)
+    assert got_lengths.dtype == got_offsets.dtype == np.int64
+    assert got_lengths.tolist() == lengths
+    assert got_offsets.tolist() == (np.cumsum(lengths) - lengths).tolist()
+
+
+@pytest.mark.parametrize("entries", [1, wire.SMALL_BATCH + 1])
+@pytest.mark.parametrize("bad, data_delta, why", [
+    (10, 0, "shorter than the 32-byte"),
+    (40, -1, "add up"),
+    (2000, 0, "maximum entry size"),
+])
+def test_a_bad_entry_is_refused_in_few_and_many(entries, bad, data_delta, why):
+    lengths = [40] * (entries - 1) + [bad]
+    frame = np.array(lengths, dtype="<u4").tobytes()
+    with pytest.raises(ProtocolError, match=why):
+        wire.batch_offsets(frame, sum(lengths) + data_delta, 1024)
