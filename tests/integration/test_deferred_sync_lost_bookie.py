@@ -51,12 +51,12 @@ def test_a_deferred_writer_that_loses_a_bookie_forces_and_closes_and_loses_nothi
 
 def test_a_force_answered_by_a_bookie_restarted_under_the_writer_covers_every_replica():
     """A bookie acknowledges deferred adds, is SIGKILLed before its journal synced them and
-    starts again on its address before the writer notices (nothing was outstanding), then
-    answers the FORCE_LEDGER.  A force that returned N must mean every replica the metadata
+    starts again on its address, perhaps before the writer notices (nothing was outstanding; over
+    a local socket the writer does notice and replaces it), then the force.  A force that returned N must mean every replica the metadata
     names for every entry up to N holds it: after the force, every replica is asked.  (A
     process kill leaves the entry log's and the index's writes in the page cache, so the
     restarted bookie still holds them; a power loss would not: see docs/protocol.md.)"""
-    with dumped(LocalBookies(2)) as lb:
+    with dumped(LocalBookies(3)) as lb:  # a spare: a writer that notices the restart replaces
         with BookKeeper(lb.metadata_uri) as bk:
             lh = bk.create_ledger(2, 2, 2, password=PW, write_flags=["deferred_sync"])
             lh.add_entry(b"d0")
