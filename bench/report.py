@@ -28,9 +28,12 @@ import sys
 from typing import Callable
 
 import orjson
+import numpy
+import zmq
 
 from bookie.bench import cpu
 from bookie.bench.histogram import Histogram
+from bookie import __version__ as bookie_version
 
 SCHEMA = 1
 PERCENTILES = (("p50", 50.0), ("p95", 95.0), ("p99", 99.0), ("p999", 99.9))
@@ -233,10 +236,7 @@ def _version(module: str) -> str | None:
 
 
 def versions() -> dict:
-    import numpy
-    import zmq
 
-    from bookie import __version__ as bookie_version
     return {
         "bookie": bookie_version,
         "python": platform.python_version(),

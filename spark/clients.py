@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import os
 
 from bookie.client import BookKeeper
 from bookie.spark.options import Connection
@@ -22,7 +23,6 @@ _pid: int | None = None
 def client_for(conn: Connection) -> BookKeeper:
     """This process's client for ``conn``'s metadata URI and client keys (opened on first
     use; a fork gets its own)."""
-    import os
     global _pid
     key = (conn.metadata_uri, conn.config)
     with _lock:
