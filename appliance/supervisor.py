@@ -55,7 +55,7 @@ from bookie.appliance.spawn import Worker, WorkerStartError
 from bookie.appliance.startchecks import StartRefused, check_admin_security, \
     check_bookie_id, check_client_security, check_dirs_usable, check_ports_free
 from bookie.core import diskcheck
-from bookie.core.supervision import (DisksFull, Log, ReadOnly, ReadOnlyCause, Restart,
+from bookie.core.supervision import (DisksFull, Log, ReadOnly, ReadOnlyCause, RequestGc, Restart,
                                      RestartFailed, Stop, Supervision, WorkerDied)
 from bookie.workers.config import BookieConfig
 from bookie.workers.auth import plaintext_for_bench
@@ -110,10 +110,10 @@ class Supervisor:
         self.signalled_stop = ""  # set by SIGTERM / SIGINT, applied by the watch loop
         # the policy (core/supervision.py): restarts, their limit, fatal exits, read-only
         self.policy = Supervision(conf.worker_restart_limit, FATAL_EXITS,
-                                  conf.read_only_mode_enabled)
+                                  conf.read_only_mode_enabled,
+                                  gc_wait_s=conf.gc_wait_s if conf.metadata_uri else None)
         self.memory = MemoryWatch(conf.worker_memory_limit_bytes)  # memory_watch.py
         self.disk_states: dict[str, str] = {}  # directory -> ok / warn / full (diskcheck)
-        self.next_full_gc = 0.0  # while disks are full, ask for a GC pass again from then on
         self.http = None  # /metrics on prometheusStatsHttpPort
         self.admin_http = None  # the admin API on httpServerPort
         self.admin_token = None  # httpServerAuthTokenFile's token (startchecks.check_admin_security)
@@ -151,6 +151,11 @@ class Supervisor:
                 self.ring.set(READONLY, 1 if action.on else 0)
                 if self.registrar is not None:
                     self.registrar.want_readonly = action.on  # its thread moves the registration
+            elif isinstance(action, RequestGc):
+                try:
+                    request_gc(self.run_dir, major=action.major)
+                except OSError as e:
+                    self.log("could not ask for a GC pass", error=str(e))
             elif isinstance(action, Restart):
                 w = self.workers[action.role]
                 w.restarts_total += 1
@@ -390,25 +395,16 @@ class Supervisor:
 
     def _check_disks(self) -> None:
         """Each directory's state (bookie.core.diskcheck: ok / warn / full, with the
-        low-water mark); read-only while any is full, and a GC pass with a major compaction
-        asked for when one fills (again every gcWaitTime while full)."""
+        low-water mark); what follows is the policy's (read-only while any is full, a GC pass
+        with a major compaction asked for when one fills, again every gcWaitTime while full)."""
         conf = self.conf
         full, changed = diskcheck.check([*conf.journal_dirs, *conf.ledger_dirs], self.disk_states, conf,
                                         diskcheck.disk_usage)
         for d, state, used in changed:
             self.log(f"disk {state}", level="warning" if state != diskcheck.OK else None,
                      directory=d, used=f"{used:.3f}")
-        disks_full = bool(full)
-        now = time.monotonic()
-        if disks_full and conf.read_only_mode_enabled and conf.metadata_uri and (
-                not self.disks_full or now >= self.next_full_gc):
-            self.next_full_gc = now + conf.gc_wait_s
-            try:
-                request_gc(self.run_dir, major=True)  # compaction may free what adds cannot
-            except OSError as e:
-                self.log("could not ask for a GC pass", error=str(e))
-        with self._readonly_lock:
-            self._carry_out(self.policy.handle(DisksFull(tuple(full)), now))
+        with self._readonly_lock:  # read-only, and a GC pass asked for (core/supervision.py)
+            self._carry_out(self.policy.handle(DisksFull(tuple(full)), time.monotonic()))
 
     def _take_signals(self) -> None:
         """Act on what the signal handlers noted (they only store attributes: a handler that
