@@ -16,7 +16,6 @@ from bookie.metadata import MetadataError
 from bookie.workers import logs
 from bookie.workers.config import ConfigError
 from bookie.storage.layout import LayoutError
-from bookie import __version__
 
 # Each subcommand group's module, by the command it registers.  ``bookie run`` (every bookie's
 # start, hundreds in a test suite) imports its own alone: not the shell, the client, the
@@ -61,6 +60,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The ``bookie`` parser: every command's, or when ``argv`` names one (its first word) only
     that command's (the same parser for it, without importing the others)."""
+    from bookie import __version__  # lazy: importlib.metadata
 
     parser = _Parser(
         prog="bookie",

@@ -19,8 +19,8 @@ import itertools
 import time
 from typing import NamedTuple
 
-import zmq
 import orjson
+import zmq
 
 from bookie import wire
 from bookie.client.connection import connect_proved

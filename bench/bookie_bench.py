@@ -33,8 +33,8 @@ import os
 import time
 
 import numpy as np
-import zmq
 import orjson
+import zmq
 
 from bookie import wire
 from bookie.client.connection import connect, parse_bookie  # noqa: F401 - bench.cli checks --bookie with it

@@ -15,9 +15,9 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
-import signal
 
 from bookie.bench.errors import BenchOptionError
 from bookie.client import options as client_options

@@ -27,13 +27,12 @@ import platform
 import sys
 from typing import Callable
 
-import orjson
 import numpy
+import orjson
 import zmq
 
 from bookie.bench import cpu
 from bookie.bench.histogram import Histogram
-from bookie import __version__ as bookie_version
 
 SCHEMA = 1
 PERCENTILES = (("p50", 50.0), ("p95", 95.0), ("p99", 99.0), ("p999", 99.9))
@@ -236,6 +235,7 @@ def _version(module: str) -> str | None:
 
 
 def versions() -> dict:
+    from bookie import __version__ as bookie_version  # lazy: importlib.metadata
 
     return {
         "bookie": bookie_version,

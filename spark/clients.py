@@ -9,8 +9,8 @@ reuses its Python workers), and closes it when the process exits.
 from __future__ import annotations
 
 import atexit
-import threading
 import os
+import threading
 
 from bookie.client import BookKeeper
 from bookie.spark.options import Connection
