@@ -54,7 +54,7 @@ from bookie.storage import dirlock
 from bookie.storage.layout import (
     LAYOUT_VERSION, PUBLIC_KEY_FIELD, _has_data, _read_json, _write_atomic, all_dirs,
     check_not_in_use, current_dir, expected_cookie)
-from bookie.workers.config import BookieConfig, parse_overrides
+from bookie.workers.config import BookieConfig, ConfigError, parse_overrides
 
 
 def register(commands, metadata_command: Callable) -> None:
@@ -167,7 +167,6 @@ def _passwords(args) -> list[bytes]:
     (ZooKeeper without zkBookieDigestAuthFile; docs/autorecovery.md "No key, no copy")."""
     if not getattr(args, "conf", None):
         return []
-    from bookie.workers.config import BookieConfig, ConfigError
     try:
         return BookieConfig.load(args.conf, check_dirs=False).autorecovery_passwords()
     except ConfigError as e:
