@@ -12,7 +12,7 @@ imports only the layers below it; docs/architecture.md, "Layers"):
 
 def _version() -> str:
     """The installed distribution's version: written once, in pyproject.toml."""
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib.metadata import PackageNotFoundError, version  # lazy: importlib.metadata
 
     try:
         return version("bookie")

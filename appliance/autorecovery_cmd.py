@@ -21,8 +21,8 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args) -> int:
-    from bookie.autorecovery.worker import main
-    from bookie.workers.config import BookieConfig, parse_overrides
+    from bookie.autorecovery.worker import main  # lazy: zmq
+    from bookie.workers.config import BookieConfig, parse_overrides  # lazy: orjson
 
     conf = BookieConfig.load(args.conf, parse_overrides(args.set), check_dirs=False)
     if not conf.metadata_uri:

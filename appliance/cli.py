@@ -60,7 +60,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The ``bookie`` parser: every command's, or when ``argv`` names one (its first word) only
     that command's (the same parser for it, without importing the others)."""
-    from bookie import __version__
+    from bookie import __version__  # lazy: importlib.metadata
 
     parser = _Parser(
         prog="bookie",

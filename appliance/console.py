@@ -33,7 +33,7 @@ def main() -> int:
     except ValueError:  # not the main thread (embedded): nothing to defer
         previous = None
     try:
-        from bookie.appliance.cli import main as cli_main
+        from bookie.appliance.cli import main as cli_main  # lazy: orjson
         for name in EXTENSIONS:
             try:
                 importlib.import_module(name)

@@ -9,6 +9,8 @@ import time
 
 from bookie.appliance.errors import CliError
 from bookie.testing.localbookies import LocalBookieError, LocalBookies, smoke
+from bookie.metadata import MetadataError, NoSuchStoreError, open_metadata
+from bookie.workers.config import ConfigError, parse_overrides
 
 
 class _Interrupted(BaseException):
@@ -36,7 +38,6 @@ def _check_dir(path: str) -> None:
 
 def _check_store(uri: str) -> None:
     """``--metadata``: a store that exists (a typo must not start an empty cluster)."""
-    from bookie.metadata import MetadataError, NoSuchStoreError, open_metadata
     try:
         open_metadata(uri, timeout_s=10.0).close()
     except NoSuchStoreError:
@@ -74,7 +75,6 @@ def register(sub) -> None:
 
 
 def cmd_localbookie(args) -> int:
-    from bookie.workers.config import ConfigError, parse_overrides
 
     if not 1 <= args.n <= 64:
         raise CliError(f"N must be between 1 and 64, got {args.n}")

@@ -43,7 +43,7 @@ class Registrar(threading.Thread):
         self.join(1.0)
 
     def run(self) -> None:
-        from bookie.metadata import MetadataError
+        from bookie.metadata import MetadataError  # lazy: orjson
 
         backoff = BACKOFF_MIN_S
         next_check = time.monotonic() + RECHECK_S

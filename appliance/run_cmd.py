@@ -38,9 +38,10 @@ def register(sub) -> None:
 
 
 def cmd_run(args) -> int:
-    from bookie.appliance.supervisor import run_bookie
+    from bookie.appliance.supervisor import run_bookie  # lazy: zmq
 
-    from bookie.appliance.startchecks import StartRefused, check_not_root_in_users_dirs
+    from bookie.appliance.startchecks import (  # lazy: lmdb
+        StartRefused, check_not_root_in_users_dirs)
 
     try:
         conf = BookieConfig.load(args.conf, parse_overrides(args.set))

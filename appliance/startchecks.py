@@ -12,11 +12,14 @@ import pwd
 import re
 import socket
 import stat
+import time
 
 from bookie.appliance.admin.auth import TOKENLESS_WRITES
 from bookie.metadata.errors import AccessDeniedError
 from bookie.metadata.secret_file import MAX_SECRET_FILE_BYTES, read_private_file
 from bookie.workers.config import KEYS, BookieConfig
+from bookie.metadata.bookie_ids import address_id_problem
+from bookie.storage.layout import all_dirs, current_dir, remembered_port
 
 TOKEN_KEY = "httpServerAuthTokenFile"
 MIN_TOKEN_CHARS = 32
@@ -56,7 +59,6 @@ def check_ports_free(conf: BookieConfig, wait_s: float = PORT_WAIT_S, clock=None
     """Raise ``StartRefused`` naming each key whose port something else listens on, after
     trying again for ``wait_s`` (a holder that goes away is waited out), and who holds it
     when /proc tells (``port_holder``).  Nothing is registered before this passes."""
-    import time
     clock = clock or time.monotonic
     sleep = sleep or time.sleep
     deadline = clock() + wait_s
@@ -152,7 +154,6 @@ def with_stamped_port(conf: BookieConfig) -> BookieConfig:
     (the bookie id of its cookie), for the tools that act on a stopped bookie (updatecookie,
     rotatekey): with port 0 its id would read ``host:0``, a bookie that never existed.
     Unchanged when the port is set or the directories hold no address id."""
-    from bookie.storage.layout import all_dirs, remembered_port
     if conf.bookie_port != 0:
         return conf
     port = remembered_port(all_dirs(conf))
@@ -180,8 +181,8 @@ def check_client_security(conf: BookieConfig) -> tuple[str, str] | None:
     listen beyond loopback without CURVE (unless ``allowInsecureClients``) or a key file or the
     enrolment cannot be read; else ``(level, line)`` to log at start-up: what the client sockets
     admit (under CURVE, how many keys of each role are enrolled)."""
-    from bookie.workers.auth import PLAINTEXT_ENV, AuthError, load_enrolment, load_secret, \
-        plaintext_for_bench
+    from bookie.workers.auth import (  # lazy: zmq
+        PLAINTEXT_ENV, AuthError, load_enrolment, load_secret, plaintext_for_bench)
 
     if plaintext_for_bench():  # a benchmark's baseline (workers/auth.py), on loopback only
         if not is_loopback(conf.listening_interface):
@@ -293,7 +294,6 @@ def check_dirs_usable(conf: BookieConfig) -> None:
     that this process may not read and write (a file left by a tool run as root, say), whose it
     is, and the fix: a permission problem named as one, before any check reads the files and
     takes the missing access for missing data."""
-    from bookie.storage.layout import all_dirs, current_dir
 
     check_not_root_in_users_dirs(conf)
     for top in all_dirs(conf):
@@ -320,7 +320,6 @@ def check_not_root_in_users_dirs(conf: BookieConfig) -> None:
     ``bookie``) would leave root's files there (its lock, its journal), which that user's bookie
     then cannot use: ``StartRefused`` naming the user to run as (``bookie run`` asks before it
     takes the directory lock)."""
-    from bookie.storage.layout import all_dirs
     if os.geteuid() != 0:
         return
     for top in all_dirs(conf):
@@ -348,7 +347,6 @@ def _refuse_permission(path: str, st: os.stat_result, top: str) -> None:
 def check_bookie_id(conf: BookieConfig) -> None:
     """A ``bookieId`` shaped like an address (``host:port``) must be this bookie's own address,
     or clients would take it for another bookie's (bookie.metadata.bookie_ids); StartRefused."""
-    from bookie.metadata.bookie_ids import address_id_problem
     if conf.configured_bookie_id:
         problem = address_id_problem(conf.configured_bookie_id, conf.bookie_address)
         if problem:

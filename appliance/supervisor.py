@@ -39,69 +39,50 @@ status 3), the bookie stops cleanly and says why.
 from __future__ import annotations
 
 import os
-import select
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 
-import orjson
-
+from bookie.appliance import spawn, store_identity
 from bookie.appliance.exposition import BookieRegistry
 from bookie.appliance.memory_watch import MemoryWatch
 from bookie.appliance.registrar import Registrar
+from bookie.appliance.spawn import Worker, WorkerStartError
 from bookie.appliance.startchecks import StartRefused, check_admin_security, \
     check_bookie_id, check_client_security, check_dirs_usable, check_ports_free
 from bookie.core import diskcheck
-from bookie.core.supervision import (DisksFull, Log, ReadOnly, ReadOnlyCause, Restart,
+from bookie.core.supervision import (DisksFull, Log, ReadOnly, ReadOnlyCause, RequestGc, Restart,
                                      RestartFailed, Stop, Supervision, WorkerDied)
 from bookie.workers.config import BookieConfig
 from bookie.workers.auth import plaintext_for_bench
 from bookie.workers import local_sockets
 from bookie.client.local_sockets import LOCAL_FIELD, published
 from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock, run_dir_parent
-from bookie.metadata import (CookieNotFoundError, MetadataError, NodeExistsError, NoSuchStoreError,
-                             open_metadata)
-from bookie.metadata.recovery_secret import recovery_secret, write_secret_file
+from bookie.metadata import MetadataError, NodeExistsError
+from bookie.metadata.recovery_secret import write_secret_file
 from bookie.storage import server_key
-from bookie.storage.layout import (PUBLIC_KEY_FIELD, ROTATE_VERB, LayoutError, all_dirs,
-                                   check_or_stamp, local_cookie, remembered_port, without_key)
+from bookie.storage.layout import (PUBLIC_KEY_FIELD, LayoutError, all_dirs, check_or_stamp,
+                                   local_cookie, remembered_port)
 from bookie.storage.index_check import check_index
 from bookie.workers.common import log_line as log
-from bookie.workers.processes import wait_exited, worker_preexec
+from bookie.workers.processes import wait_exited
 from bookie.workers.ports import free_port_pair
 from bookie.workers.gc_worker import request_gc
 from bookie.storage.ring import JOURNAL_NO_ROOM, NO_ROOM, READONLY, Ring
-from bookie.storage.journal_set import index_of_role, roles as journal_roles
+from bookie.storage.journal_set import roles as journal_roles
 
 ROLES_IN_START_ORDER = ("journal", "add", "read", "gc")  # "journal": every journal's worker
-RING_ROLES = ("add", "read")  # and the journal workers: the rings' descriptors go to them
 EXIT_REFUSED = 2
 EXIT_CORRUPT = 3
 EXIT_SYNC_FAILED = 4
 FATAL_EXITS = {EXIT_CORRUPT: "found corruption", EXIT_SYNC_FAILED: "could not make the journal durable"}
-READY_TIMEOUT_S = {"journal": 120.0, "add": 3600.0, "read": 60.0, "gc": 60.0,
-                   "autorecovery": 60.0}
-
-
-def _ready_timeout_s(role: str) -> float:
-    return READY_TIMEOUT_S["journal" if index_of_role(role) is not None else role]
 # A predecessor killed with SIGKILL leaves its workers stopping (PDEATHSIG) with the directories
 # still locked; a new start waits this long for them before it refuses.
 DEAD_HOLDER_WAIT_S = 30.0
-
-
-class Worker:
-    def __init__(self, role: str):
-        self.role = role
-        self.proc: subprocess.Popen | None = None
-        self.restarts_total = 0
-        self.memory_kills_total = 0
-        self.killed_for_memory = False  # killed by the memory watch: its restart is not a crash
 
 
 class Supervisor:
@@ -129,10 +110,10 @@ class Supervisor:
         self.signalled_stop = ""  # set by SIGTERM / SIGINT, applied by the watch loop
         # the policy (core/supervision.py): restarts, their limit, fatal exits, read-only
         self.policy = Supervision(conf.worker_restart_limit, FATAL_EXITS,
-                                  conf.read_only_mode_enabled)
+                                  conf.read_only_mode_enabled,
+                                  gc_wait_s=conf.gc_wait_s if conf.metadata_uri else None)
         self.memory = MemoryWatch(conf.worker_memory_limit_bytes)  # memory_watch.py
         self.disk_states: dict[str, str] = {}  # directory -> ok / warn / full (diskcheck)
-        self.next_full_gc = 0.0  # while disks are full, ask for a GC pass again from then on
         self.http = None  # /metrics on prometheusStatsHttpPort
         self.admin_http = None  # the admin API on httpServerPort
         self.admin_token = None  # httpServerAuthTokenFile's token (startchecks.check_admin_security)
@@ -170,6 +151,11 @@ class Supervisor:
                 self.ring.set(READONLY, 1 if action.on else 0)
                 if self.registrar is not None:
                     self.registrar.want_readonly = action.on  # its thread moves the registration
+            elif isinstance(action, RequestGc):
+                try:
+                    request_gc(self.run_dir, major=action.major)
+                except OSError as e:
+                    self.log("could not ask for a GC pass", error=str(e))
             elif isinstance(action, Restart):
                 w = self.workers[action.role]
                 w.restarts_total += 1
@@ -206,8 +192,9 @@ class Supervisor:
         self.public_key = server_key.ensure(conf, existing)
         cookie = check_or_stamp(conf, self.public_key)
         if conf.metadata_uri:
-            self._check_cookie_in_store(cookie)
-        secret = self._recovery_secret() if conf.metadata_uri else None
+            store_identity.check_cookie_in_store(self._open_store(), conf, cookie)
+        secret = (store_identity.cluster_recovery_secret(self._open_store(), conf, self.log)
+                  if conf.metadata_uri else None)
         index_problem = check_index(conf)  # the index against the entry logs (storage/index_rebuild.py)
         if index_problem:
             raise StartRefused(index_problem)
@@ -309,140 +296,24 @@ class Supervisor:
             self.log("removed what a killed bookie left", path=path)
 
     def _launch(self, role: str) -> tuple[int, int]:
-        """Start a worker process that imports its code, then waits for its go (a byte on a
-        pipe; ``_start_worker`` sends it).  A worker whose go pipe closes without one exits at
-        once (status 0), having opened nothing.  Returns (ready pipe's read end, go pipe's
-        write end); the process is ``self.workers[role].proc``."""
-        w = self.workers[role]
-        r, wfd = os.pipe()
-        go_r, go_w = os.pipe()
-        conf_path = os.path.join(self.run_dir, "bookie.conf")
-        cmd = [sys.executable, "-m", "bookie.workers", role, "--conf", conf_path,
-               "--run-dir", self.run_dir, "--ready-fd", str(wfd), "--go-fd", str(go_r)]
-        if role == "autorecovery":
-            cmd = [sys.executable, "-m", "bookie.autorecovery", "--conf", conf_path,
-                   "--ready-fd", str(wfd), "--go-fd", str(go_r)]
-        # The lock's descriptors go to every worker: the directories stay locked while any
-        # process of this bookie lives (storage/dirlock.py); the ring's to those that map it.
-        ring_fds = tuple(r.fd for r in self.rings) if (
-            role in RING_ROLES or index_of_role(role) is not None) else ()
-        try:
-            w.proc = subprocess.Popen(cmd, pass_fds=(wfd, go_r, *self.lock.fds, *ring_fds),
-                                      preexec_fn=worker_preexec,
-                                      stdin=subprocess.DEVNULL, env=self.metrics.worker_env())
-        except BaseException:
-            for fd in (r, go_w):
-                os.close(fd)
-            raise
-        finally:
-            os.close(wfd)
-            os.close(go_r)
-        return r, go_w
+        """Launch ``role``'s worker (appliance/spawn.py): it imports its code, then waits for
+        its go.  Returns its pipes, for ``_start_worker``."""
+        return spawn.launch(self.workers[role], self.run_dir, tuple(r.fd for r in self.rings),
+                            self.lock.fds, self.metrics.worker_env())
 
     def _start_worker(self, role: str, launched: tuple[int, int] | None = None) -> None:
         """Start ``role``'s worker (launched by ``_launch`` unless given) and wait until it is
-        ready.  Raises WorkerStartError."""
-        w = self.workers[role]
-        r, go_w = launched if launched is not None else self._launch(role)
-        try:
-            os.write(go_w, b"G")
-        except OSError:
-            pass  # it is gone already: the wait below says how
-        finally:
-            os.close(go_w)
-        started_at = time.monotonic()
-        deadline = started_at + _ready_timeout_s(role)
-        next_note = started_at + 10.0  # a long start (a replay) says it is still going
-        try:
-            while True:
-                ready, _, _ = select.select([r], [], [], 0.2)
-                if not ready and time.monotonic() >= next_note:
-                    next_note += 10.0
-                    self.log("waiting for worker to start", role=role, pid=w.proc.pid,
-                             seconds=round(time.monotonic() - started_at),
-                             gives_up_after_s=round(_ready_timeout_s(role)))
-                if ready:
-                    if os.read(r, 1) == b"R":
-                        break
-                    raise WorkerStartError(role, w.proc.wait(5))
-                if w.proc.poll() is not None:
-                    raise WorkerStartError(role, w.proc.returncode)
-                if role == "add":
-                    self._restart_dead_journals()
-                if time.monotonic() > deadline:
-                    w.proc.kill()
-                    raise WorkerStartError(role, None)
-                if self.stopping:
-                    raise WorkerStartError(role, None)
-        finally:
-            os.close(r)
-        self.log("worker started", role=role, pid=w.proc.pid,
-                 seconds=f"{time.monotonic() - started_at:.2f}")
+        ready; journals that die meanwhile are restarted while an add worker waits for them.
+        Raises WorkerStartError."""
+        spawn.start(self.workers[role], launched if launched is not None else self._launch(role),
+                    self.log, self._restart_dead_journals if role == "add" else None,
+                    lambda: self.stopping)
 
     def _open_store(self):
-        """The metadata store, opened once.  Raises ``StartRefused`` if the URI names no store
-        (it is never created here), ``LayoutError`` if it cannot be used."""
-
+        """The metadata store, opened once (appliance/store_identity.py)."""
         if self.store is None:
-            try:
-                self.store = open_metadata(self.conf.metadata_uri,
-                                           timeout_s=self.conf.metadata_timeout_s,
-                                           lease_ms=round(self.conf.registration_lease_s * 1000),
-                                           zk_security=self.conf.zk_security)
-            except NoSuchStoreError as e:
-                raise StartRefused(f"metadataServiceUri: {e}") from None
-            except MetadataError as e:
-                raise LayoutError(f"metadata store {self.conf.metadata_uri}: {e}") from None
+            self.store = store_identity.open_store(self.conf)
         return self.store
-
-    def _check_cookie_in_store(self, cookie: dict) -> None:
-        """The store keeps each bookie's cookie: a second bookie (or a wiped one) claiming the
-        same id with another disk set is refused."""
-
-        store = self._open_store()
-        try:
-            try:
-                raw, _version = store.read_cookie(self.conf.bookie_id)
-            except CookieNotFoundError:
-                store.write_cookie(self.conf.bookie_id, orjson.dumps(cookie))
-                return
-        except MetadataError as e:
-            raise LayoutError(f"metadata store {self.conf.metadata_uri}: {e}") from None
-        try:
-            stored = orjson.loads(raw)
-        except ValueError:
-            raise LayoutError(f"cookie of {self.conf.bookie_id} in the metadata store is unreadable") from None
-        if isinstance(stored, dict) and without_key(stored) == without_key(cookie):
-            recorded = stored.get(PUBLIC_KEY_FIELD)
-            if recorded and recorded != cookie.get(PUBLIC_KEY_FIELD):
-                raise LayoutError(f"the metadata store's cookie of {self.conf.bookie_id} records "
-                                  f"key {str(recorded)[:8]}... but the bookie's key is "
-                                  f"{str(cookie.get(PUBLIC_KEY_FIELD))[:8]}...; restore the key "
-                                  f"file, or run '{ROTATE_VERB}' to change it on purpose")
-            if not recorded:  # a cookie from before keys: the key is recorded now
-                try:
-                    store.write_cookie(self.conf.bookie_id, orjson.dumps(cookie), _version)
-                except MetadataError as e:
-                    raise LayoutError(f"metadata store {self.conf.metadata_uri}: {e}") from None
-            return
-        if stored != cookie:
-            diff = sorted(k for k in set(stored) | set(cookie) if stored.get(k) != cookie.get(k))
-            raise LayoutError(f"the metadata store holds another cookie for {self.conf.bookie_id} "
-                              f"(differs in: {', '.join(diff)}): a different disk set, a wiped "
-                              f"bookie, or another bookie configured with the same bookieId; restore the directories, or remove the "
-                              f"cookie and re-replicate (bookieformat)")
-
-    def _recovery_secret(self) -> bytes:
-        """The cluster recovery secret (metadata/recovery_secret.py), made if the store has none."""
-        try:
-            secret = recovery_secret(self._open_store())
-            if secret is None:  # once per start: what autorecovery heals with instead
-                self.log("no recovery secret: the metadata store has no place only bookies read "
-                         "(set zkBookieDigestAuthFile); autorecovery heals with "
-                         "autoRecoveryLedgerPasswords only", level="warning")
-            return secret
-        except MetadataError as e:
-            raise LayoutError(f"metadata store {self.conf.metadata_uri}: {e}") from None
 
     def _register(self) -> None:
 
@@ -524,25 +395,16 @@ class Supervisor:
 
     def _check_disks(self) -> None:
         """Each directory's state (bookie.core.diskcheck: ok / warn / full, with the
-        low-water mark); read-only while any is full, and a GC pass with a major compaction
-        asked for when one fills (again every gcWaitTime while full)."""
+        low-water mark); what follows is the policy's (read-only while any is full, a GC pass
+        with a major compaction asked for when one fills, again every gcWaitTime while full)."""
         conf = self.conf
         full, changed = diskcheck.check([*conf.journal_dirs, *conf.ledger_dirs], self.disk_states, conf,
                                         diskcheck.disk_usage)
         for d, state, used in changed:
             self.log(f"disk {state}", level="warning" if state != diskcheck.OK else None,
                      directory=d, used=f"{used:.3f}")
-        disks_full = bool(full)
-        now = time.monotonic()
-        if disks_full and conf.read_only_mode_enabled and conf.metadata_uri and (
-                not self.disks_full or now >= self.next_full_gc):
-            self.next_full_gc = now + conf.gc_wait_s
-            try:
-                request_gc(self.run_dir, major=True)  # compaction may free what adds cannot
-            except OSError as e:
-                self.log("could not ask for a GC pass", error=str(e))
-        with self._readonly_lock:
-            self._carry_out(self.policy.handle(DisksFull(tuple(full)), now))
+        with self._readonly_lock:  # read-only, and a GC pass asked for (core/supervision.py)
+            self._carry_out(self.policy.handle(DisksFull(tuple(full)), time.monotonic()))
 
     def _take_signals(self) -> None:
         """Act on what the signal handlers noted (they only store attributes: a handler that
@@ -652,22 +514,6 @@ class Supervisor:
         if self.admin_http is not None:
             self.log("admin api serving", host=conf.http_server_host, port=self.admin_http.port,
                      auth="bearer" if self.admin_token else "none")
-
-
-class WorkerStartError(RuntimeError):
-    """The bookie could not be started (a worker not ready, the registration failed); exit
-    status 1, or the worker's own fatal status."""
-
-    def __init__(self, role: str, returncode, message: str | None = None):
-        how = "timed out" if returncode is None else f"exited with status {returncode}"
-        super().__init__(message or f"{role} worker did not become ready ({how}); see its log "
-                                    f"lines above")
-        self.role = role
-        self.returncode = returncode
-
-    @classmethod
-    def other(cls, message: str) -> "WorkerStartError":
-        return cls("", None, message)
 
 
 def _with_port(conf: BookieConfig) -> BookieConfig:

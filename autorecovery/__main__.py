@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from bookie.workers.config import BookieConfig
+from bookie.workers.processes import wait_for_go
 
 
 def main(argv=None) -> int:
@@ -16,12 +17,11 @@ def main(argv=None) -> int:
     p.add_argument("--go-fd", type=int, help="wait for a byte on this descriptor before starting "
                    "(end of file instead: exit at once)")
     args = p.parse_args(argv)
-    from bookie.autorecovery.worker import main as run
-    from bookie.workers.processes import wait_for_go
+    from bookie.autorecovery.worker import main as run  # lazy: zmq
     if args.go_fd is not None and not wait_for_go(args.go_fd):
         return 0
     conf = BookieConfig.load(args.conf, check_dirs=False)
-    from bookie.workers import logs
+    from bookie.workers import logs  # lazy: orjson
     logs.install_library_logging()  # kazoo's records as log lines of the bookie's format
     return run(conf, args.ready_fd)
 

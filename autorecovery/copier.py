@@ -19,6 +19,7 @@ import itertools
 import time
 from typing import NamedTuple
 
+import orjson
 import zmq
 
 from bookie import wire
@@ -178,7 +179,6 @@ class Bookies:
 
     def info(self, bookie: str) -> dict:
         """The bookie's INFO answer (id, free and total bytes of its ledger disk, writable)."""
-        import orjson
         status, frames = self.request(bookie, False, Op.INFO, 0, 0, [])
         if status != Status.OK:
             raise CopyError(f"{bookie}: INFO answered {Status(status).name}")

@@ -54,6 +54,8 @@ from bookie.metadata.ledger import LedgerState, password_matches
 from bookie.metadata.recovery_secret import credential, recovery_secret
 from bookie.metadata.underreplication import UnderReplication
 from bookie.wire import Flag
+from bookie.client.errors import BookKeeperError
+from bookie.client.metadata import ClientStore
 
 HEALED, SETTLED, LOST, WAIT, RETRY = "healed", "settled", "lost", "wait", "retry"
 
@@ -130,7 +132,7 @@ class Replicator:
         bookies being healed around, which the recovery replaces without waiting for them;
         ``avoid``: those of them that still run (a decommissioned bookie, read-only), which
         it reads from but never re-adds to (it would refuse them READ_ONLY)."""
-        from bookie.client import BookKeeper
+        from bookie.client import BookKeeper  # lazy: asyncio
         try:
             with BookKeeper(self.store, passwd=password or b"", digestType=meta.digest_type,
                             **self.curve_keys) as bk:
@@ -363,8 +365,6 @@ class Replicator:
         """The writable bookies' racks into the placement (as the client reads them)."""
         if self.placement is None:
             return
-        from bookie.client.errors import BookKeeperError
-        from bookie.client.metadata import ClientStore
         try:
             self.placement.locations = ClientStore(self.store, own=False).locations(writable)
         except BookKeeperError as e:  # keep the last ones known; the next heal reads again

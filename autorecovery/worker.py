@@ -22,12 +22,20 @@ import random
 import signal
 import time
 
+import orjson
+import setproctitle
+
 from bookie.storage import server_key
 from bookie.autorecovery.auditor import Auditor
 from bookie.autorecovery.replicator import HEALED, LOST, RETRY, WAIT, Replicator
 from bookie.metadata import MetadataError, open_metadata
 from bookie.metadata.underreplication import UnderReplication
 from bookie.workers.common import log_line
+from bookie.client.config import PLACEMENT_POLICIES
+from bookie.client.protocol.placement import Placement
+from bookie.metadata.underreplication import MARKS
+from bookie.workers import logs
+from bookie.workers.metrics import Metrics
 
 
 def curve_keys(conf) -> dict:
@@ -45,8 +53,6 @@ def curve_keys(conf) -> dict:
 def placement_of(conf):
     """The replacement rule of ``ensemblePlacementPolicy`` (the client's own,
     ``client.protocol.placement``), or None for ``default`` (at random)."""
-    from bookie.client.config import PLACEMENT_POLICIES
-    from bookie.client.protocol.placement import Placement
     policy = PLACEMENT_POLICIES[conf.ensemble_placement_policy]
     if policy == "default":
         return None
@@ -137,7 +143,6 @@ class AutorecoveryWorker:
 
     def _publish(self) -> None:
         """This worker's figures into the bookie's metrics (bookie.workers.metrics)."""
-        from bookie.workers.metrics import Metrics
         if not hasattr(self, "metrics"):
             self.metrics = Metrics()
         auditor = self.auditor
@@ -185,8 +190,6 @@ class AutorecoveryWorker:
         return False
 
     def _mark_ctime_s(self, ledger_id: int) -> float | None:
-        import orjson
-        from bookie.metadata.underreplication import MARKS
         try:
             data, _ = self.store.get(f"{MARKS}/{ledger_id}")
             return orjson.loads(data).get("ctime_ms", 0) / 1000.0
@@ -209,7 +212,6 @@ class AutorecoveryWorker:
                     time.sleep(1.0)
                 except Exception as e:  # noqa: BLE001 - healing must never stop the bookie
                     # (the supervisor stops a bookie whose worker dies too often)
-                    from bookie.workers import logs
                     logs.emit_exception(self.name, "autorecovery round failed; retrying", e)
                     time.sleep(2.0)
                 end = time.monotonic() + TICK_S
@@ -222,7 +224,6 @@ class AutorecoveryWorker:
 
 
 def main(conf, ready_fd: int | None = None, name: str | None = None) -> int:
-    import setproctitle
 
     worker = AutorecoveryWorker(conf, name)
     setproctitle.setproctitle(worker.name)

@@ -33,12 +33,19 @@ import os
 import time
 
 import numpy as np
+import orjson
 import zmq
 
 from bookie import wire
 from bookie.client.connection import connect, parse_bookie  # noqa: F401 - bench.cli checks --bookie with it
 from bookie.bench.report import NS_PER_S, Meter
 from bookie.storage import journal
+from bookie.bench.report import build_result, host_info, now_iso
+from bookie.client.auth import client_curve
+from bookie.client.config import ClientConfig
+from bookie.client.resolver import BookieResolver
+from bookie.metadata import open_metadata
+from bookie.metadata.ledger import LedgerMetadata, make_key_check
 
 MASTER_KEY = b"bookie-bench-key-20b"  # any fixed 20 bytes
 assert len(MASTER_KEY) == 20
@@ -111,7 +118,6 @@ class Ledgers:
         ids far from the small ids a store hands out."""
         if store is None:
             return cls([int.from_bytes(os.urandom(7), "big") | (1 << 56) for _ in range(count)])
-        from bookie.metadata.ledger import LedgerMetadata, make_key_check
         meta = LedgerMetadata(1, 1, 1, key_check=make_key_check(MASTER_KEY), fragments=[(0, [bookie])])
         return cls([store.create_ledger(meta)[0] for _ in range(count)])
 
@@ -226,7 +232,6 @@ class BookieConnection:
         Raises:
             BenchError: no answer within the timeout, or a bad one.
         """
-        import orjson
         self.sock.send(wire.pack_header(wire.Op.INFO, 0, 2**63, 0))
         deadline = time.monotonic() + self.timeout_s
         while True:
@@ -359,19 +364,14 @@ def run(params: dict, bookie: str, *, emit=None, data_dir: str | None = None,
     Raises:
         BenchError: the bookie is not there, refused an add or stopped answering.
     """
-    from bookie.bench.report import build_result, host_info, now_iso
     started = now_iso()
     host = host_info(data_dir)
     batcher = EntryBatcher(params["entrysize"], params["digest"])
     ctx = zmq.Context()
-    from bookie.client.auth import client_curve
-    from bookie.client.config import ClientConfig
     curve = client_curve(ClientConfig.build(params.get("client_keys") or {}))
     store = ledgers = conn = None
     try:
         if metadata_uri:  # the bookie's registration names its address and key (issue 30)
-            from bookie.client.resolver import BookieResolver
-            from bookie.metadata import open_metadata
             store = open_metadata(metadata_uri, timeout_s=params["timeout"])
         conn = BookieConnection(ctx, bookie, params["timeout"], curve=curve,
                                 resolver=BookieResolver(store) if store is not None else None)

@@ -15,11 +15,15 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 
 from bookie.bench.errors import BenchOptionError
 from bookie.client import options as client_options
+from bookie.bench import compaction, in_flight, lost_bookie
+from bookie.bench.plot import PlotUnavailable, plot_result, require_matplotlib
+from bookie.client.errors import InvalidArgumentError
 
 DIGESTS = ("crc32", "crc32c", "mac", "dummy")
 
@@ -38,7 +42,6 @@ def register(subparsers) -> None:
     _register_journal(tools)
     _register_report(tools)
     _register_spark(tools)
-    from bookie.bench import compaction, lost_bookie
     compaction.register(tools)
     lost_bookie.register(tools)
 
@@ -245,7 +248,7 @@ def _register_spark(tools) -> None:
 
 
 def _cmd_spark(args) -> int:
-    from bookie.bench import spark_bench
+    from bookie.bench import spark_bench  # lazy: zmq
     check_positive(args, "entries", "entrysize", "ensemble", "quorum", "batch", "window",
                    "cores")
     check_quorum(args.ensemble, args.quorum, args.quorum)
@@ -347,7 +350,6 @@ def check_quorum(ensemble: int, write_quorum: int, ack_quorum: int) -> None:
 def check_common(args) -> None:
     check_positive(args, "time", "timeout")
     if args.plot:
-        from bookie.bench.plot import PlotUnavailable, require_matplotlib
         try:
             require_matplotlib()
         except PlotUnavailable as e:
@@ -364,7 +366,7 @@ def check_entries(args) -> None:
     check_positive(args, "entrysize")
     check_positive(args, "warmup_messages", allow_zero=True)
     check_positive(args, "sendlimit", "rate", allow_none=True)
-    from bookie import wire
+    from bookie import wire  # lazy: numpy
     if args.entrysize + wire.ENTRY_HEADER_SIZE + wire.DIGEST_SIZES[args.digest] > 5 * 1024 * 1024:
         raise BenchOptionError(f"--entrysize {args.entrysize} makes entries over the bookie's default "
                        f"5 MiB frame limit")
@@ -374,7 +376,6 @@ def check_client_keys(args) -> None:
     """``--client-conf`` / ``--set`` checked, as ``args.client_keys`` (typed; in the params).
     A tool that needs an ensemble and was given neither ``--metadata`` nor ``--localbookie``
     takes the metadata store the client keys name (``metadataServiceUri``, ``zkServers``)."""
-    from bookie.client.errors import InvalidArgumentError
     # (bench bookie --bookie ADDR needs no store: its --metadata is optional)
     unplaced = ("metadata" in args and args.metadata is None and args.localbookie is None
                 and getattr(args, "bookie", None) is None)
@@ -421,7 +422,7 @@ def local_bookies(count: int, data_dir: str | None, journals: int = 1, conf: dic
         BenchOptionError: the harness is not available in this build.
     """
     try:
-        from bookie.testing import LocalBookies
+        from bookie.testing import LocalBookies  # lazy: zmq
     except ImportError:
         raise BenchOptionError("--localbookie needs bookie.testing.LocalBookies, which this build "
                        "lacks; start bookies yourself and pass --metadata / --bookie") from None
@@ -442,10 +443,9 @@ def local_bookies(count: int, data_dir: str | None, journals: int = 1, conf: dic
 
 def finish(args, result: dict) -> int:
     """Print the summary and the JSON line, append it, draw it."""
-    from bookie.bench import report
+    from bookie.bench import report  # lazy: zmq
     report.emit(result, json_out=args.json_out)
     if args.plot:
-        from bookie.bench.plot import plot_result
         plot_result(result, args.plot)
         print(f"plot written to {args.plot}", file=sys.stderr)
     errors = sum(ph.get("errors", 0) for ph in result["phases"].values())
@@ -460,14 +460,14 @@ def finish(args, result: dict) -> int:
 
 
 def _cmd_bookie(args) -> int:
-    from bookie.bench import bookie_bench
+    from bookie.bench import bookie_bench  # lazy: zmq
     check_common(args)
     check_entries(args)
     check_positive(args, "batch", "window", "ledgers")
     check_positive(args, "sync_time", allow_zero=True)
     check_positive(args, "sync_count", "sync_rate", allow_none=True)
     check_client_keys(args)
-    from bookie import wire
+    from bookie import wire  # lazy: numpy
     if args.batch > wire.MAX_BATCH:
         raise BenchOptionError(f"--batch must be at most {wire.MAX_BATCH} entries per ADD message")
     if args.bookie is not None:
@@ -495,8 +495,8 @@ def _cmd_bookie(args) -> int:
 
 def _trace_bookie(args, params: dict, emit) -> int:
     """``bench bookie --trace``: the lone-add breakdown (bench/trace.py) on a local bookie."""
-    from bookie.bench import bookie_bench, trace
-    from bookie.bench.client_bench import BenchError
+    from bookie.bench import bookie_bench, trace  # lazy: zmq
+    from bookie.bench.client_bench import BenchError  # lazy: zmq
     if args.bookie is not None:
         raise BenchOptionError("--trace needs --localbookie (the bookie must write its stamps "
                                "where the bench reads them)")
@@ -544,7 +544,7 @@ def _ensemble(args, journals: int = 1, subdir: str | None = None):
 
 
 def _cmd_writes(args) -> int:
-    from bookie.bench import client_bench
+    from bookie.bench import client_bench  # lazy: zmq
     check_common(args)
     check_entries(args)
     _check_client_args(args)
@@ -554,7 +554,7 @@ def _cmd_writes(args) -> int:
         parent = os.path.dirname(os.path.abspath(args.latency_file))
         if not os.path.isdir(parent):
             raise BenchOptionError(f"--latency-file: directory {parent} does not exist")
-    from bookie.bench import journals_bench
+    from bookie.bench import journals_bench  # lazy: zmq
     try:
         counts = journals_bench.parse_journals(args.journals)
     except ValueError as e:
@@ -580,7 +580,7 @@ def _cmd_writes(args) -> int:
 def _write_flags(text: str) -> list[str]:
     """``--write-flags``: the names, lower case, each one the client knows.  Raises
     BenchOptionError naming a bad one."""
-    from bookie.client.client import WRITE_FLAGS
+    from bookie.client.client import WRITE_FLAGS  # lazy: zmq
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
     for n in names:
         if n not in WRITE_FLAGS:
@@ -590,7 +590,7 @@ def _write_flags(text: str) -> list[str]:
 
 
 def _cmd_reads(args) -> int:
-    from bookie.bench import client_bench
+    from bookie.bench import client_bench  # lazy: zmq
     check_common(args)
     _check_client_args(args)
     check_positive(args, "batch", "window", "entries", "entrysize")
@@ -631,7 +631,6 @@ def _cmd_reads(args) -> int:
 
 def _pauser(lb):
     """bookie id -> SIGSTOP that local bookie (all its processes); returns what resumes it."""
-    import signal
 
     def pause(bookie_id: str):
         pgid = lb.procs[lb.bookies.index(bookie_id)].pid
@@ -641,7 +640,7 @@ def _pauser(lb):
 
 
 def _cmd_journal(args) -> int:
-    from bookie.bench import journal_bench
+    from bookie.bench import journal_bench  # lazy: zmq
     check_common(args)
     check_positive(args, "entrysize", "batch", "group_bytes")
     check_positive(args, "throttle", allow_none=True)
@@ -656,12 +655,11 @@ def _cmd_journal(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from bookie.bench import ratios, report, standard
+    from bookie.bench import ratios, report, standard  # lazy: zmq
     check_positive(args, "time")
     if args.from_readme:
         return _plots_from_readme(args)
     if args.plots:
-        from bookie.bench.plot import PlotUnavailable, require_matplotlib
         try:
             require_matplotlib()  # before the runs, not after them
         except PlotUnavailable as e:
@@ -711,7 +709,6 @@ def _cmd_report(args) -> int:
             raise BenchOptionError(str(e)) from None
         print(f"results table written into {args.readme}", file=sys.stderr)
     if args.plots:
-        from bookie.bench import in_flight
         for path in in_flight.plot_in_flight(in_flight.points_from_results(results), args.plots):
             print(f"picture written: {path}", file=sys.stderr)
     failed = [(name, rc) for name, rc in statuses if rc]
@@ -722,8 +719,6 @@ def _cmd_report(args) -> int:
 
 def _plots_from_readme(args) -> int:
     """``report --plots DIR --from-readme FILE``: the pictures of the tables FILE holds."""
-    from bookie.bench import in_flight
-    from bookie.bench.plot import PlotUnavailable
 
     if not args.plots:
         raise BenchOptionError("--from-readme draws pictures: give --plots DIR")

@@ -29,16 +29,17 @@ import time
 
 from bookie.bench.load import AddLoad, BenchError, open_client, open_ledger, payload_bytes
 from bookie.bench.report import NS_PER_S, Meter
+from bookie import wire
+from bookie.bench.report import build_result, host_info, now_iso
+from bookie.client import BookKeeperError
 
 
 def run_writes(params: dict, metadata_uri: str, *, emit=None, data_dir: str | None = None) -> dict:
     """The whole ``bench writes`` run.  Returns the result dict (see bench/README.md)."""
-    from bookie.bench.report import build_result, host_info, now_iso
     started = now_iso()
     host = host_info(data_dir)
     ack_quorum = params["ack_quorum"] or params["quorum"]
     payload = payload_bytes(params["entrysize"])
-    from bookie.client import BookKeeperError
     bk = open_client(metadata_uri, params["throttle"], params["timeout"], params.get("client_keys"))
     handles = []
     try:
@@ -86,7 +87,6 @@ def run_writes(params: dict, metadata_uri: str, *, emit=None, data_dir: str | No
             lat_us = load.latencies() // 1000
             f.write("\n".join(map(str, lat_us.tolist())))
             f.write("\n" if len(lat_us) else "")
-    from bookie import wire
     entry_bytes = wire.ENTRY_HEADER_SIZE + wire.DIGEST_SIZES[params["digest"]] + len(payload)
     return build_result("writes", dict(params, ack_quorum=ack_quorum, metadata=metadata_uri),
                         {"writes": figures}, host=host, started=started,
@@ -98,7 +98,6 @@ def run_writes(params: dict, metadata_uri: str, *, emit=None, data_dir: str | No
 
 def _write_ledger(bk, params: dict, count: int, timeout_s: float) -> int:
     """A fresh ledger of ``count`` entries, closed.  Returns its id."""
-    from bookie.client import BookKeeperError
     try:
         lh = bk.create_ledger(params["ensemble"], params["quorum"], params["ack_quorum"],
                               params["digest"], params["password"].encode())
@@ -191,7 +190,6 @@ def run_reads(params: dict, metadata_uri: str, *, emit=None, data_dir: str | Non
     Args:
         pause_bookie: with ``lose_replica_at``: bookie id -> stop it; returns what resumes it.
     """
-    from bookie.bench.report import build_result, host_info, now_iso
     started = now_iso()
     host = host_info(data_dir)
     params = dict(params, ack_quorum=params["ack_quorum"] or params["quorum"],
@@ -200,7 +198,7 @@ def run_reads(params: dict, metadata_uri: str, *, emit=None, data_dir: str | Non
     figures: dict = {}
     try:
         if params["listen"]:
-            from bookie.bench.tail_bench import read_tail
+            from bookie.bench.tail_bench import read_tail  # lazy: multiprocessing
             phases, ledger_ids = read_tail(bk, metadata_uri, params, emit)
         else:
             ledger_id = params["ledger"]

@@ -32,6 +32,9 @@ import time
 
 import orjson
 
+from bookie.bench.errors import BenchOptionError
+from bookie.metadata import LedgerMetadata, open_metadata
+
 
 def register(tools) -> None:
     p = tools.add_parser("compaction", help="entry-log compaction MB/s and foreground add "
@@ -54,7 +57,6 @@ def register(tools) -> None:
 
 
 def _cmd(args) -> int:
-    from bookie.bench.errors import BenchOptionError
 
     if args.data_mb <= 0 or args.entrysize < 1 or args.log_size_mb < 1 or args.limit_mb_per_s <= 0:
         raise BenchOptionError("--data-mb, --entrysize, --log-size-mb and --limit-mb-per-s must be positive")
@@ -112,8 +114,8 @@ class Foreground(threading.Thread):
         self.errors = 0
 
     def run(self) -> None:
-        from bookie.testing.rawclient import RawBookieClient, make_entry
-        from bookie.wire import Status
+        from bookie.testing.rawclient import RawBookieClient, make_entry  # lazy: zmq
+        from bookie.wire import Status  # lazy: numpy
 
         payload = os.urandom(self.size)
         with RawBookieClient(self.bookie, timeout_s=60) as c:
@@ -132,11 +134,10 @@ class Foreground(threading.Thread):
 
 
 def run_once(base: str, args, limit_bytes_per_s: int, emit) -> dict:
-    from bookie.metadata import LedgerMetadata, open_metadata
-    from bookie.testing import LocalBookies
-    from bookie.testing.rawclient import RawBookieClient, make_entry
-    from bookie.wire import Status
-    from bookie.workers.gc_worker import request_gc
+    from bookie.testing import LocalBookies  # lazy: zmq
+    from bookie.testing.rawclient import RawBookieClient, make_entry  # lazy: zmq
+    from bookie.wire import Status  # lazy: numpy
+    from bookie.workers.gc_worker import request_gc  # lazy: lmdb
 
     key = b"bench"
     conf = {"logSizeLimit": args.log_size_mb << 20, "entryLogFilePreallocationEnabled": "false",

@@ -42,6 +42,7 @@ from bookie.storage import journal, records
 from bookie.core.group_commit import GroupCommitPolicy
 from bookie.storage.journal_groups import GroupCommitter
 from bookie.storage.ring import DURABLE, WRITE, Ring
+from bookie.bench.report import build_result, host_info, now_iso
 
 RING_BYTES = 64 * 1024 * 1024  # journalRingSizeMB's default
 
@@ -240,7 +241,6 @@ def run(params: dict, *, emit=None) -> dict:
     Returns:
         the result dict (see bench/README.md).
     """
-    from bookie.bench.report import build_result, host_info, now_iso
     started = now_iso()
     host = host_info(params["dir"])
     work = tempfile.mkdtemp(prefix="bookie-bench-journal-", dir=params["dir"])

@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from bookie.bench.report import NS_PER_S, Meter
+from bookie.client import BookKeeperError
 
 _DRAIN_MAX = 65536  # completions drained into the histogram at once (at most)
 _ISSUE_CHUNK = 256  # adds handed to the client at once (at most)
@@ -212,7 +213,7 @@ def open_client(metadata_uri: str, throttle: int, timeout_s: float, client_keys:
     """A client whose own throttle is the bench's, so adding never blocks on it.
     ``client_keys``: the operator's (``--client-conf`` / ``--set``); the bench's own keys
     (``keys``, throttle, operationTimeout) come from its options and win."""
-    from bookie.client import BookKeeper, BookKeeperError
+    from bookie.client import BookKeeper, BookKeeperError  # lazy: asyncio
     try:
         return BookKeeper(metadata_uri, client_keys, throttle=throttle,
                           operationTimeout=timeout_s, **keys)
@@ -221,7 +222,6 @@ def open_client(metadata_uri: str, throttle: int, timeout_s: float, client_keys:
 
 
 def open_ledger(bk, ledger_id: int, params: dict):
-    from bookie.client import BookKeeperError
     try:
         return bk.open_ledger(ledger_id, params["digest"], params["password"].encode(),
                               recovery=False)

@@ -27,6 +27,8 @@ import time
 
 import orjson
 
+from bookie.bench.errors import BenchOptionError
+
 
 def register(tools) -> None:
     p = tools.add_parser("rereplication", help="'bookie shell recover' of a lost bookie holding "
@@ -47,7 +49,6 @@ def register(tools) -> None:
 
 
 def _cmd(args) -> int:
-    from bookie.bench.errors import BenchOptionError
 
     if args.ledgers < 1 or args.entries < 1 or args.entrysize < 1 or args.batch < 1:
         raise BenchOptionError("--ledgers, --entries, --entrysize and --batch must be positive")
@@ -75,8 +76,8 @@ def _cmd(args) -> int:
 
 
 def run_once(base: str, args, emit) -> dict:
-    from bookie.client import BookKeeper
-    from bookie.testing import LocalBookies
+    from bookie.client import BookKeeper  # lazy: zmq
+    from bookie.testing import LocalBookies  # lazy: zmq
 
     n = args.bookies_left + 1
     result = {"tool": "rereplication", "host": platform.node(), "cpus": os.cpu_count(),

@@ -35,6 +35,8 @@ import subprocess
 import tempfile
 import time
 
+import orjson
+
 from bookie.bench.report import build_result, now_iso
 
 ZK_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-nop.jar")
@@ -197,7 +199,6 @@ def _zk_mode(port: int) -> str | None:
 def run_zookeeper(time_s: float, sessions: int = 2, window: int = 128,
                   warmup_s: float = 3.0) -> dict:
     """Three ZooKeeper servers and the Java load client; one result."""
-    import orjson
     started = now_iso()
     params = {"servers": 3, "sessions": sessions, "in_flight": sessions * window,
               "payload": REDIS_PAYLOAD, "time": time_s, "warmup": warmup_s,

@@ -24,11 +24,11 @@ def require_matplotlib():
         PlotUnavailable: matplotlib is not installed.
     """
     try:
-        import matplotlib
+        import matplotlib  # lazy: matplotlib
     except ImportError:
         raise PlotUnavailable(INSTALL_HINT) from None
     matplotlib.use("Agg")  # no display needed: the plot goes to a file
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: matplotlib
     return plt
 
 

@@ -231,7 +231,7 @@ PEERS = ("redis", "zookeeper")
 
 def run_peers(results_path: str, time_s: float, which=PEERS) -> list[tuple[str, int]]:
     """Run the peers named, appending their results.  Returns (name, 0 or 1) of each."""
-    from bookie.bench import peers
+    from bookie.bench import peers  # lazy: zmq
     statuses = []
     if "redis" in which:
         print("== peer: Redis streams, appendfsync always, 256 in flight and QD1", file=sys.stderr,

@@ -27,7 +27,9 @@ import platform
 import sys
 from typing import Callable
 
+import numpy
 import orjson
+import zmq
 
 from bookie.bench import cpu
 from bookie.bench.histogram import Histogram
@@ -233,10 +235,8 @@ def _version(module: str) -> str | None:
 
 
 def versions() -> dict:
-    import numpy
-    import zmq
+    from bookie import __version__ as bookie_version  # lazy: importlib.metadata
 
-    from bookie import __version__ as bookie_version
     return {
         "bookie": bookie_version,
         "python": platform.python_version(),

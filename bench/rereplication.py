@@ -50,8 +50,8 @@ class Foreground:
 
 
 def main(argv=None) -> int:
-    from bookie.client import BookKeeper
-    from bookie.testing import LocalBookies
+    from bookie.client import BookKeeper  # lazy: zmq
+    from bookie.testing import LocalBookies  # lazy: zmq
 
     p = argparse.ArgumentParser(prog="python -m bookie.bench.rereplication")
     p.add_argument("--bookies", type=int, default=6)

@@ -25,6 +25,7 @@ import time
 from collections import deque
 
 from bookie.client import BookKeeper
+from bookie.spark import register
 
 WRITE_IN_FLIGHT = 10_000  # bench writes' default --throttle
 
@@ -61,9 +62,8 @@ def run(params: dict, uri: str, emit=None) -> dict:
     """Run the benchmark against the bookies registered at ``uri``; the result dict."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # lazy: pyspark
 
-    from bookie.spark import register
     password = b"bench"
     n, size = params["entries"], params["entrysize"]
     result = {"tool": "spark", "host": socket.gethostname(), "params": params,

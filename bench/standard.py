@@ -307,7 +307,7 @@ def run_all(results_path: str, time_s: float, data_dir: str, quiet: bool,
     Returns:
         (run name, exit status) of each; a failed run is reported, the others still run.
     """
-    from bookie.bench.report import load_results
+    from bookie.bench.report import load_results  # lazy: zmq
     main = bench_main  # ``bookie bench``'s own main (cli.main): it calls this module
     statuses = []
     for i, run in enumerate(runs):

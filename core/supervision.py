@@ -24,6 +24,9 @@ Rules:
    full journal disk.  Each change of that answer is one ``ReadOnly`` action and one line at
    warning: an operator must see a bookie stop taking adds, and take them again.
 5. A full disk while ``read_only_mode_enabled`` is false stops the bookie (status 1).
+6. While disks are full, a GC pass with a major compaction (it may free what adds cannot) is
+   asked for when they fill and again every ``gc_wait_s`` while they stay full; never without
+   ``gc_wait_s`` (no metadata store: no GC to ask).
 """
 
 from __future__ import annotations
@@ -78,6 +81,11 @@ class ReadOnly:
 
 
 @dataclasses.dataclass(frozen=True)
+class RequestGc:
+    major: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
 class Log:
     event: str
     level: str | None = None  # None: info
@@ -92,8 +100,11 @@ class Supervision:
     """The policy's state: recent restarts per role and the causes of read-only."""
 
     def __init__(self, restart_limit: int, fatal_exits: dict[int, str],
-                 read_only_mode_enabled: bool = True, window_s: float = 60.0):
+                 read_only_mode_enabled: bool = True, window_s: float = 60.0,
+                 gc_wait_s: float | None = None):
         self.restart_limit = restart_limit
+        self.gc_wait_s = gc_wait_s  # rule 6; None: no GC pass is ever asked for
+        self.next_full_gc = 0.0  # while disks are full, ask for a GC pass again from then on
         self.fatal_exits = dict(fatal_exits)
         self.read_only_mode_enabled = read_only_mode_enabled
         self.window_s = window_s
@@ -113,7 +124,7 @@ class Supervision:
         if isinstance(event, ReadOnlyCause):
             return self._cause(event.cause, event.on)
         if isinstance(event, DisksFull):
-            return self._disks(event.full)
+            return self._disks(event.full, now)
         raise TypeError(f"not a supervision event: {event!r}")
 
     # -- restarts (rules 1-3) ------------------------------------------------------------------
@@ -150,11 +161,15 @@ class Supervision:
         self.stopped = True
         return [Stop(reason, code)]
 
-    # -- read-only (rules 4, 5) ----------------------------------------------------------------
-    def _disks(self, full: tuple[str, ...]) -> list:
+    # -- read-only (rules 4-6) -----------------------------------------------------------------
+    def _disks(self, full: tuple[str, ...], now: float) -> list:
         if full and not self.read_only_mode_enabled:
             return self._stop(f"disks full ({', '.join(full)}) and readOnlyModeEnabled=false", 1)
         out = []
+        if full and self.gc_wait_s is not None and (
+                not self.causes["disks_full"] or now >= self.next_full_gc):
+            self.next_full_gc = now + self.gc_wait_s
+            out.append(RequestGc())
         if bool(full) != self.causes["disks_full"]:
             out.append(Log("disks full" if full else "disks have room again", None,
                            (("full", ",".join(full) or "-"),)))

@@ -17,5 +17,5 @@ __all__ = ["register"]
 
 def register(spark) -> None:
     """Register the ``bookie`` format with a SparkSession (once per session)."""
-    from bookie.spark.source import BookieDataSource
+    from bookie.spark.source import BookieDataSource  # lazy: pyspark
     spark.dataSource.register(BookieDataSource)

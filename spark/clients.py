@@ -9,6 +9,7 @@ reuses its Python workers), and closes it when the process exits.
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 
 from bookie.client import BookKeeper
@@ -22,7 +23,6 @@ _pid: int | None = None
 def client_for(conn: Connection) -> BookKeeper:
     """This process's client for ``conn``'s metadata URI and client keys (opened on first
     use; a fork gets its own)."""
-    import os
     global _pid
     key = (conn.metadata_uri, conn.config)
     with _lock:

@@ -97,8 +97,8 @@ def client_config(opts: dict) -> dict:
     """The ``bookkeeper.<key>`` options as client keys, typed as the client's config
     (``ClientConfig.convert``: booleans by the one vocabulary of ``bookie.properties``, so
     ``bookkeeper.allowEmptyPassword=false`` is False)."""
-    from bookie.client import ClientConfig, InvalidArgumentError
-    from bookie.client.config import accepted_names
+    from bookie.client import ClientConfig, InvalidArgumentError  # lazy: orjson
+    from bookie.client.config import accepted_names  # lazy: orjson
     names = {name.lower(): name for name in accepted_names()}
     config = {}
     for key, value in opts.items():

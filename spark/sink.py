@@ -45,6 +45,7 @@ import uuid
 import pyarrow as pa
 from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
                                     WriterCommitMessage)
+from pyspark import TaskContext
 
 from bookie.client import BadVersionError, BookKeeperError, NoSuchLedgerError
 from bookie.spark.clients import client_for
@@ -113,7 +114,6 @@ class BookieStreamWriter(DataSourceStreamArrowWriter):
         self.so = so
 
     def write(self, iterator) -> SinkMessage:
-        from pyspark import TaskContext
         ctx = TaskContext.get()
         batch_id = int(ctx.getLocalProperty("streaming.sql.batchId"))
         sink_id = self.so.sink_id or ctx.getLocalProperty("sql.streaming.queryId")
@@ -175,7 +175,6 @@ def read_ahead(batches, depth: int = READ_AHEAD):
 
 def write_task(so: SinkOptions, sink_id: str, batch_id: int, iterator) -> SinkMessage:
     """Write one partition into a new ledger of this attempt; its commit message."""
-    from pyspark import TaskContext
     ctx = TaskContext.get()
     partition, attempt = ctx.partitionId(), ctx.attemptNumber()
     bk = client_for(so.conn)

@@ -17,6 +17,7 @@ from bookie.spark import plan
 from bookie.spark.clients import client_for
 from bookie.spark.options import OptionError, ReadOptions, SinkOptions
 from bookie.spark.read import read_span, schema_ddl
+from bookie.spark.sink import BookieBatchWriter, BookieStreamWriter
 
 DEFAULT_ENTRY_SIZE_BYTES = 1024  # for maxBytesPerTrigger, until closed ledgers tell better
 
@@ -46,12 +47,10 @@ class BookieDataSource(DataSource):
         return BookieStreamReader(ReadOptions.parse(self.options, stream=True))
 
     def writer(self, schema, overwrite: bool):
-        from bookie.spark.sink import BookieBatchWriter
         _check_sink_schema(schema, overwrite)
         return BookieBatchWriter(SinkOptions.parse(self.options))
 
     def streamWriter(self, schema, overwrite: bool):
-        from bookie.spark.sink import BookieStreamWriter
         _check_sink_schema(schema, overwrite)
         return BookieStreamWriter(SinkOptions.parse(self.options))
 

@@ -7,15 +7,15 @@
 # build sorts above (systemd/deb-version.sh), so installing a rebuild upgrades.
 #
 # What goes in it:
-#   /opt/bookie                      a virtual environment of Debian's python3.11 holding the
+#   /usr/lib/bookie                      a virtual environment of Debian's python3.11 holding the
 #                                    product and its dependencies (from PyPI, at build time)
-#   /usr/bin/bookie                  -> /opt/bookie/bin/bookie
+#   /usr/bin/bookie                  -> /usr/lib/bookie/bin/bookie
 #   /etc/bookie/bookie.conf          conffile, from systemd/bookie.conf.example
 #   /lib/systemd/system/bookie.service
 #   /usr/share/doc/bookie/           README.md, docs/*.md, docs/prometheus/alerts.yml, the
 #                                    copyright file and the changelog
 #   /usr/share/man/man1/bookie.1.gz  the man page, made from the command's own --help
-#   /usr/share/lintian/overrides/bookie   why the /opt/bookie environment is as it is
+#   /usr/share/lintian/overrides/bookie   why the /usr/lib/bookie environment is as it is
 # and the maintainer scripts in systemd/debian/ (bookie user, /var/lib/bookie/{journal,ledgers},
 # the embedded metadata store; remove keeps the data, purge deletes it).
 #
@@ -30,7 +30,7 @@ set -euo pipefail
 
 src=$(cd "$(dirname "$0")/.." && pwd)
 python=${BOOKIE_DEB_PYTHON:-/usr/bin/python3.11}
-prefix=/opt/bookie
+prefix=/usr/lib/bookie
 
 die() { echo "build-deb: $*" >&2; exit 1; }
 
@@ -62,7 +62,7 @@ tar -C "$src" --exclude=./.git --exclude=./dist --exclude=./build --exclude='*.e
     --exclude=__pycache__ --exclude=./.venv -cf - . | tar -C "$work/src" -xf -
 
 # The environment, built where it will not live, then moved: scripts' first lines and the
-# activate scripts name the build path, rewritten below to /opt/bookie.
+# activate scripts name the build path, rewritten below to /usr/lib/bookie.
 "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
     "$work/src"
@@ -85,7 +85,7 @@ glibc=$(find "$venv" -type f \( -name '*.so' -o -name '*.so.*' \) -print0 \
     | xargs -0 -r objdump -T 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' \
     | sort -uV | tail -n 1)
 [ -n "$glibc" ] || die "no C library version found in the environment's objects"
-# Bytecode now, recorded under its final path (tracebacks name /opt/bookie/...): the service
+# Bytecode now, recorded under its final path (tracebacks name /usr/lib/bookie/...): the service
 # cannot write next to its modules (ProtectSystem=strict), so nothing is compiled at run time.
 "$venv/bin/python" -m compileall -q -j 0 -s "$root" -p / "$venv/lib" >/dev/null
 if grep -rlI -- "$work" "$venv/bin" "$venv/pyvenv.cfg"; then
@@ -95,7 +95,7 @@ fi
 install -d "$root/usr/bin" "$root/etc/bookie" "$root/lib/systemd/system" \
     "$root/usr/share/doc/bookie/prometheus" "$root/usr/share/man/man1" \
     "$root/usr/share/lintian/overrides"
-ln -s "$prefix/bin/bookie" "$root/usr/bin/bookie"
+ln -s "..${prefix#/usr}/bin/bookie" "$root/usr/bin/bookie"  # relative: both under /usr
 install -m 0644 "$src/systemd/bookie.conf.example" "$root/etc/bookie/bookie.conf"
 install -m 0644 "$src/systemd/bookie.service" "$root/lib/systemd/system/bookie.service"
 install -m 0644 "$src/README.md" "$src"/docs/*.md "$root/usr/share/doc/bookie/"
@@ -110,6 +110,14 @@ chmod 0644 "$root/usr/share/doc/bookie/changelog.gz"
     | gzip -9n > "$root/usr/share/man/man1/bookie.1.gz"
 chmod 0644 "$root/usr/share/man/man1/bookie.1.gz"
 install -m 0644 "$src/systemd/debian/lintian-overrides" "$root/usr/share/lintian/overrides/bookie"
+# The environment's link to its interpreter made relative, as links within /usr are (Debian
+# policy 10.5), now that nothing here runs the environment's python any more.
+for link in "$venv"/bin/python*; do
+    target=$(readlink "$link")
+    case $target in
+    /usr/*) ln -sfn "$(realpath -m --relative-to="$prefix/bin" "$target")" "$link" ;;
+    esac
+done
 
 install -d -m 0755 "$root/DEBIAN"
 install -m 0644 "$src/systemd/debian/conffiles" "$root/DEBIAN/conffiles"

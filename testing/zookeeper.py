@@ -218,8 +218,8 @@ def expire_session(client, timeout_s: float = 10.0, wait_reconnect: bool = True)
     A second client attaches to the same session and closes it: the server deletes the
     session's ephemeral nodes at once and ``client`` sees LOST, then (kazoo reconnects with a
     new session) CONNECTED.  Waits for both when ``wait_reconnect``, else for LOST only."""
-    from kazoo.client import KazooClient
-    from kazoo.protocol.states import KazooState
+    from kazoo.client import KazooClient  # lazy: kazoo
+    from kazoo.protocol.states import KazooState  # lazy: kazoo
 
     def act():
         hosts = ",".join(f"{host}:{port}" for host, port in client.hosts)
@@ -235,8 +235,8 @@ def expire_session(client, timeout_s: float = 10.0, wait_reconnect: bool = True)
 def drop_connection(client, timeout_s: float = 10.0, wait_reconnect: bool = True) -> None:
     """Drop ``client``'s TCP connection (the session survives): the client sees SUSPENDED and,
     having reconnected, CONNECTED (waited for when ``wait_reconnect``)."""
-    from kazoo.protocol.connection import _CONNECTION_DROP
-    from kazoo.protocol.states import KazooState
+    from kazoo.protocol.connection import _CONNECTION_DROP  # lazy: kazoo
+    from kazoo.protocol.states import KazooState  # lazy: kazoo
     states = [KazooState.SUSPENDED, KazooState.CONNECTED] if wait_reconnect \
         else [KazooState.SUSPENDED]
     # kazoo's own test harness breaks connections the same way: a drop request on its queue.

@@ -9,6 +9,7 @@ import threading
 import orjson
 
 from bookie.properties import PropertiesError, parse_bool
+from bookie.metadata import MetadataError, NoSuchLedgerError
 
 MAX_BODY_BYTES = 64 * 1024
 LEDGERS_PER_PAGE = 1000
@@ -96,7 +97,6 @@ class AdminApi:
         return self.sup.store
 
     def with_store(self, fn):
-        from bookie.metadata import MetadataError, NoSuchLedgerError
 
         store = self.store()
         try:

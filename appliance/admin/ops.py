@@ -26,6 +26,16 @@ import orjson
 from bookie.appliance.admin.api import AdminApi, HttpError, Request, Response
 from bookie.appliance.admin.basic import bookie_info
 from bookie.workers.gc_worker import GC_REQUEST_FILE, compaction_suspended, suspend_compaction
+from bookie.appliance.shell.known import UnknownError, require_bookies
+from bookie.autorecovery.rules import named_bookies
+from bookie.metadata import NoSuchLedgerError
+from bookie.metadata.store import check_bookie_id
+from bookie.metadata.underreplication import UnderReplication
+from bookie.storage.entrylog import EntryLogReader
+from bookie.storage.inspect import (
+    IndexUnreadable, digest_kind, indexed_entries, ledger_dirs_of, open_index_readonly)
+from bookie.storage.journal import read_lastmark
+from bookie.storage.layout import current_dir
 
 MAX_READ_ENTRIES = 1000  # per /api/v1/ledger/read request
 MAX_READ_BYTES = 4 << 20  # of payload per request, past the first entry (the supervisor's memory)
@@ -107,8 +117,6 @@ def resume(api: AdminApi, req: Request) -> Response:
 # -- this bookie's files -------------------------------------------------------------------------
 
 def last_log_mark(api: AdminApi, req: Request) -> Response:
-    from bookie.storage.journal import read_lastmark
-    from bookie.storage.layout import current_dir
     conf = api.sup.conf
     if len(conf.journal_dirs) == 1:
         return Response({d: read_lastmark(current_dir(d)) for d in conf.ledger_dirs})
@@ -128,9 +136,6 @@ def read_ledger(api: AdminApi, req: Request) -> Response:
     its index and entry logs beside the workers (read-only LMDB transactions).  At most
     ``MAX_READ_ENTRIES`` entries and, past the first, ``MAX_READ_BYTES`` of payload: what the
     supervisor builds is bounded; a caller asks again from the next entry id."""
-    from bookie.storage.inspect import (
-        IndexUnreadable, digest_kind, indexed_entries, ledger_dirs_of, open_index_readonly)
-    from bookie.storage.entrylog import EntryLogReader
 
     ledger_id = req.int_param("ledger_id", 0, (1 << 63) - 1)
     first = req.int_param("start_entry_id", 0, (1 << 63) - 1, default=0)
@@ -192,11 +197,6 @@ def decommission(api: AdminApi, req: Request) -> Response:
     """Mark every ledger that names the bookie under-replicated: the autorecovery workers
     re-replicate them (``bookie shell decommissionbookie`` also waits and removes the cookie).
     404 for an id the cluster does not know (appliance/shell/known.py)."""
-    from bookie.appliance.shell.known import UnknownError, require_bookies
-    from bookie.autorecovery.rules import named_bookies
-    from bookie.metadata import NoSuchLedgerError
-    from bookie.metadata.store import check_bookie_id
-    from bookie.metadata.underreplication import UnderReplication
 
     doc = req.json()
     bookie = doc.get("bookie_src") if isinstance(doc, dict) else None
@@ -225,12 +225,10 @@ def decommission(api: AdminApi, req: Request) -> Response:
 
 
 def get_autorecovery(api: AdminApi, req: Request) -> Response:
-    from bookie.metadata.underreplication import UnderReplication
     return Response(api.with_store(lambda store: {"enabled": UnderReplication(store).enabled()}))
 
 
 def put_autorecovery(api: AdminApi, req: Request) -> Response:
-    from bookie.metadata.underreplication import UnderReplication
     flag = req.param("enabled")
     if flag is None and req.body.strip():
         doc = req.json()

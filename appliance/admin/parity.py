@@ -33,6 +33,14 @@ from __future__ import annotations
 import os
 
 from bookie.appliance.admin.api import AdminApi, HttpError, Request, Response
+from bookie import wire
+from bookie.client.config import ClientConfig
+from bookie.client.digest import master_key, password_digest
+from bookie.client.resolver import BookieResolver
+from bookie.metadata.errors import NoSuchNodeError
+from bookie.metadata.ledger import LedgerMetadata
+from bookie.metadata.store import COOKIES
+from bookie.metadata.underreplication import UnderReplication
 
 SANITY_ENTRIES = 10
 FILE_TYPES = {"journal": "journal files", "entrylog": "entrylog files", "index": "index files"}
@@ -81,14 +89,9 @@ def list_disk_file(api: AdminApi, req: Request) -> Response:
 
 
 def sanity(api: AdminApi, req: Request) -> Response:
-    from bookie import wire
-    from bookie.autorecovery.copier import Bookies, CopyError, Key
-    from bookie.client.resolver import BookieResolver
-    from bookie.autorecovery.worker import curve_keys
-    from bookie.client.auth import client_curve
-    from bookie.client.config import ClientConfig
-    from bookie.client.digest import master_key, password_digest
-    from bookie.metadata.ledger import LedgerMetadata
+    from bookie.autorecovery.copier import Bookies, CopyError, Key  # lazy: zmq
+    from bookie.autorecovery.worker import curve_keys  # lazy: zmq
+    from bookie.client.auth import client_curve  # lazy: zmq
 
     bookie = api.sup.conf.bookie_id
     curve = client_curve(ClientConfig.build(curve_keys(api.sup.conf)))
@@ -123,9 +126,6 @@ def cluster_info(api: AdminApi, req: Request) -> Response:
 
 def cluster_info_of(store) -> dict:
     """BookKeeper's cluster info from ``store`` (module doc); ``bookie shell clusterinfo`` too."""
-    from bookie.metadata.errors import NoSuchNodeError
-    from bookie.metadata.store import COOKIES
-    from bookie.metadata.underreplication import UnderReplication
 
     ur = UnderReplication(store)
     writable = set(store.list_bookies(readonly=False))
@@ -147,7 +147,6 @@ def cluster_info_of(store) -> dict:
 
 
 def list_under_replicated(api: AdminApi, req: Request) -> Response:
-    from bookie.metadata.underreplication import UnderReplication
     with_missing = req.bool_param("print_missing_replica")
 
     def body(store):
@@ -159,19 +158,16 @@ def list_under_replicated(api: AdminApi, req: Request) -> Response:
 
 
 def who_is_auditor(api: AdminApi, req: Request) -> Response:
-    from bookie.metadata.underreplication import UnderReplication
     return Response({"Auditor": api.with_store(
         lambda store: _auditor_bookie(UnderReplication(store).auditor()))})
 
 
 def trigger_audit(api: AdminApi, req: Request) -> Response:
-    from bookie.metadata.underreplication import UnderReplication
     version = api.with_store(lambda store: UnderReplication(store).trigger_audit())
     return Response({"triggered": True, "trigger": version})
 
 
 def get_lost_bookie_recovery_delay(api: AdminApi, req: Request) -> Response:
-    from bookie.metadata.underreplication import UnderReplication
     stored = api.with_store(lambda store: UnderReplication(store).recovery_delay_s())
     configured = api.sup.conf.value("lostBookieRecoveryDelay")
     return Response({"delay_seconds": configured if stored is None else stored,
@@ -179,7 +175,6 @@ def get_lost_bookie_recovery_delay(api: AdminApi, req: Request) -> Response:
 
 
 def put_lost_bookie_recovery_delay(api: AdminApi, req: Request) -> Response:
-    from bookie.metadata.underreplication import UnderReplication
     delay = req.json().get("delay_seconds")
     if isinstance(delay, bool) or not isinstance(delay, int) or not 0 <= delay <= 10 ** 7:
         raise HttpError(400, 'expected {"delay_seconds": N}, N a whole number of seconds '

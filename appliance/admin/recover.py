@@ -17,10 +17,11 @@ import sys
 import threading
 
 from bookie.appliance.admin.api import AdminApi, HttpError, Request, Response
+from bookie.appliance.shell.known import UnknownError, require_bookies
+from bookie.metadata.bookie_ids import bookie_id_problem
 
 
 def recover_bookie(api: AdminApi, req: Request) -> Response:
-    from bookie.metadata.bookie_ids import bookie_id_problem
 
     body = req.json()
     src = body.get("bookie_src")
@@ -46,7 +47,6 @@ def recover_bookie(api: AdminApi, req: Request) -> Response:
 
 
 def _known(store, src: list[str]) -> None:
-    from bookie.appliance.shell.known import UnknownError, require_bookies
     try:
         require_bookies(store, src)
     except UnknownError as e:
@@ -62,7 +62,7 @@ def _shell(conf, *argv: str) -> subprocess.CompletedProcess:
 
 
 def _run(sup, src: list[str], delete_cookie: bool) -> None:
-    from bookie.autorecovery.worker import curve_keys
+    from bookie.autorecovery.worker import curve_keys  # lazy: zmq
 
     keys = [x for k, v in curve_keys(sup.conf).items() for x in ("--set", f"{k}={v}")]
     try:

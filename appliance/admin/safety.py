@@ -9,11 +9,11 @@ Registered into ``admin.ROUTES`` like every route: behind the same token and lim
 from __future__ import annotations
 
 from bookie.appliance.admin.api import AdminApi, HttpError, Request, Response
+from bookie.appliance.shell.known import UnknownError
+from bookie.appliance.shell.whatif import StopQuestionError, stop_verdict
 
 
 def safe_to_stop(api: AdminApi, req: Request) -> Response:
-    from bookie.appliance.shell.known import UnknownError
-    from bookie.appliance.shell.whatif import StopQuestionError, stop_verdict
 
     bookies = [b for b in (req.param("bookies") or "").split(",") if b.strip()]
     rack = req.param("rack") or None

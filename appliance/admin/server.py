@@ -19,6 +19,8 @@ from bookie.appliance.admin.api import MAX_BODY_BYTES, AdminApi, HttpError, Requ
 from bookie.appliance.admin.auth import BearerAuth, tokenless_refusal
 from bookie.appliance.admin.http_guard import (
     ConnectionPlaces, RequestDeadline, allowed_host_names, host_refusal)
+from bookie.metadata.errors import AccessDeniedError
+from bookie.metadata.secret_file import read_private_file
 
 
 # ---- the server ----------------------------------------------------------------------------------
@@ -331,8 +333,6 @@ def tls_context(conf) -> ssl.SSLContext | None:
         ValueError: one line naming the key: one set without the other, a key file open to
             group or other, or a certificate and key that do not load.
     """
-    from bookie.metadata.errors import AccessDeniedError
-    from bookie.metadata.secret_file import read_private_file
 
     cert, key = conf.http_server_tls_cert_file, conf.http_server_tls_key_file
     if not cert and not key:

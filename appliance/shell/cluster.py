@@ -34,6 +34,13 @@ import orjson
 from bookie.appliance.errors import CliError
 from bookie.appliance.shell.registry import (
     metadata_uri, print_json, refuse_while_registered, store_exists, with_store)
+from bookie.client.protocol.placement import DEFAULT_LOCATION
+from bookie.client.resolver import address_of
+from bookie.metadata import CookieNotFoundError, NoSuchNodeError
+from bookie.metadata.bookie_ids import split_address
+from bookie.metadata.store import COOKIES, check_bookie_id
+from bookie.metadata.underreplication import UnderReplication
+from bookie.metadata.uri import parse_uri
 
 
 def register(commands, metadata_command: Callable) -> None:
@@ -114,7 +121,6 @@ def _initnewcluster(args) -> int:
 
 
 def _nukeexistingcluster(args) -> int:
-    from bookie.metadata.uri import parse_uri
     if args.zk_ledgers_root_path is not None:
         root = getattr(parse_uri(metadata_uri(args)), "root", None)
         if root != args.zk_ledgers_root_path:
@@ -143,7 +149,6 @@ def _nukeexistingcluster(args) -> int:
 # -- autorecovery ------------------------------------------------------------------------------
 
 def _lostbookierecoverydelay(args) -> int:
-    from bookie.metadata.underreplication import UnderReplication
     if args.set_delay is not None and args.set_delay < 0:
         raise CliError(f"lostBookieRecoveryDelay must be 0 or more seconds, not {args.set_delay}")
 
@@ -166,7 +171,6 @@ def _lostbookierecoverydelay(args) -> int:
 
 
 def _queryautorecoverystatus(args) -> int:
-    from bookie.metadata.underreplication import UnderReplication
 
     def body(store) -> int:
         ur = UnderReplication(store)
@@ -194,7 +198,6 @@ def _queryautorecoverystatus(args) -> int:
 
 
 def _endpointinfo(args) -> int:
-    from bookie.metadata.store import check_bookie_id
 
     try:
         check_bookie_id(args.bookie_id)
@@ -227,8 +230,6 @@ def _endpointinfo(args) -> int:
 # -- cookies -----------------------------------------------------------------------------------
 
 def _cookie_list(args) -> int:
-    from bookie.metadata import NoSuchNodeError
-    from bookie.metadata.store import COOKIES
 
     def body(store) -> int:
         try:
@@ -250,10 +251,7 @@ def bookie_rows(store, bookies: list[str], readonly: bool) -> list[dict]:
     """One row per bookie: its id, its address now (from its registration; an address id is
     its own address) and its location (the one ``setrack`` set, else its ``bookieLocation``,
     else the default), as clients place ensembles on them."""
-    from bookie.client.metadata import ClientStore
-    from bookie.client.protocol.placement import DEFAULT_LOCATION
-    from bookie.client.resolver import address_of
-    from bookie.metadata.bookie_ids import split_address
+    from bookie.client.metadata import ClientStore  # lazy: numpy
     locations = ClientStore(store, own=False).locations(bookies)
     rows = []
     for bookie_id in bookies:
@@ -292,8 +290,6 @@ def listbookies(args: argparse.Namespace) -> int:
 
 
 def _cookie(store, bookie_id: str) -> tuple[dict | None, int]:
-    from bookie.metadata import CookieNotFoundError
-    from bookie.metadata.store import check_bookie_id
     try:
         check_bookie_id(bookie_id)
     except ValueError as e:

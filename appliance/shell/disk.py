@@ -30,6 +30,14 @@ from bookie.appliance.errors import CliError
 from bookie.appliance.shell.registry import (
     client_keys, print_json, zk_security, add_ledger_id_argument, add_zk_auth_option,
     ledger_id_of, metadata_uri_arg)
+from bookie.appliance.privileges import run_as_owner, run_as_store_owner
+from bookie.client import options as client_options
+from bookie.client.errors import BookKeeperError, NoSuchLedgerError as ClientNoSuchLedger
+from bookie.client.options import curve_hint
+from bookie.metadata import MetadataError, NoSuchLedgerError, open_metadata
+from bookie.storage import dirlock
+from bookie.storage.layout import all_dirs, current_dir
+from bookie.workers.config import BookieConfig, parse_overrides
 
 _DATA_PREVIEW = 48  # payload bytes shown per entry in text output
 
@@ -101,7 +109,6 @@ def register(commands: Any) -> None:
     p.add_argument("--password", default=None, help="the ledger's password (client mode)")
     add_zk_auth_option(p)
     p.add_argument("--data", action="store_true", help="show the bytes of each entry")
-    from bookie.client import options as client_options
     client_options.add_arguments(p, set_flags=())  # --set is the bookie's key here (--conf mode)
 
     p = disk_command("readlogmetadata", "Print an entry log's ledger map: each ledger with "
@@ -126,9 +133,6 @@ def _conf(args: argparse.Namespace):
     one line, not an empty listing).  Started as root, the tool becomes the directories' owner
     here, before it opens anything under them (appliance/privileges.py): what it reads, and
     what LMDB or a metadata store would create, is then only ever what that user could."""
-    from bookie.appliance.privileges import run_as_owner
-    from bookie.workers.config import BookieConfig, parse_overrides
-    from bookie.storage.layout import all_dirs, current_dir
     conf = BookieConfig.load(args.conf, parse_overrides(args.set))
     run_as_owner(all_dirs(conf), getattr(args, "shell_command", "shell"))
     for d in [*conf.journal_dirs, *conf.ledger_dirs]:
@@ -140,7 +144,6 @@ def _conf(args: argparse.Namespace):
 
 def _as_owner_of_file(path: str, args: argparse.Namespace) -> None:
     """A file named by path (no --conf): become its directory's owner when root."""
-    from bookie.appliance.privileges import run_as_owner
     run_as_owner([os.path.dirname(os.path.abspath(path))], getattr(args, "shell_command", "shell"))
 
 
@@ -181,10 +184,7 @@ class _Progress:
 # -- handlers ------------------------------------------------------------------------------------
 
 def _rebuild_index(args: argparse.Namespace) -> int:
-    from bookie.appliance.privileges import run_as_owner
-    from bookie.storage import dirlock  # noqa: F401 - imported before the switch of user
-    from bookie.storage.index_rebuild import rebuild_index
-    from bookie.storage.layout import all_dirs
+    from bookie.storage.index_rebuild import rebuild_index  # lazy: lmdb
     conf = _conf(args)
     run_as_owner(all_dirs(conf), "rebuild-index")
     progress = _Progress("rebuild-index")
@@ -207,8 +207,8 @@ def _rebuild_index(args: argparse.Namespace) -> int:
 
 
 def _consistency(args: argparse.Namespace) -> int:
-    from bookie.storage.inspect import IndexUnreadable
-    from bookie.storage.index_verify import consistency_check
+    from bookie.storage.inspect import IndexUnreadable  # lazy: lmdb
+    from bookie.storage.index_verify import consistency_check  # lazy: lmdb
     conf = _conf(args)
     progress = _Progress("localconsistencycheck")
     try:
@@ -232,7 +232,6 @@ def _consistency(args: argparse.Namespace) -> int:
 
 
 def _journal_dir(conf, journal: int = 0) -> str:
-    from bookie.storage.layout import current_dir
     if not 0 <= journal < len(conf.journal_dirs):
         raise CliError(f"--journal {journal}: the bookie has {len(conf.journal_dirs)} journal(s), "
                        f"0 to {len(conf.journal_dirs) - 1}")
@@ -241,7 +240,7 @@ def _journal_dir(conf, journal: int = 0) -> str:
 
 def _journals_to_read(args: argparse.Namespace) -> list[tuple[int, str, int | None]]:
     """(journal index, directory, journal file id or None) for each journal readjournal reads."""
-    from bookie.storage.journal import CorruptJournalError, read_file_header
+    from bookie.storage.journal import CorruptJournalError, read_file_header  # lazy: crc32c
     if args.journal_id and os.path.sep in args.journal_id:
         path = args.journal_id
         _as_owner_of_file(path, args)
@@ -263,9 +262,9 @@ def _journals_to_read(args: argparse.Namespace) -> list[tuple[int, str, int | No
 
 
 def _readjournal(args: argparse.Namespace) -> int:
-    from bookie.storage import records
-    from bookie.storage.inspect import iter_journal
-    from bookie.storage.journal import journal_name
+    from bookie.storage import records  # lazy: numpy
+    from bookie.storage.inspect import iter_journal  # lazy: lmdb
+    from bookie.storage.journal import journal_name  # lazy: crc32c
     journals = _journals_to_read(args)
     for _, directory, journal_id in journals:
         named = journal_id is not None and os.path.join(directory, journal_name(journal_id))
@@ -323,13 +322,13 @@ def _readjournal(args: argparse.Namespace) -> int:
 
 
 def _log_path(args: argparse.Namespace) -> str:
-    from bookie.storage.entrylog import find_log
+    from bookie.storage.entrylog import find_log  # lazy: crc32c
     if os.path.sep in args.log or args.log.endswith(".log"):
         _as_owner_of_file(args.log, args)
         if not os.path.exists(args.log):
             raise CliError(f"{args.log}: no such file")
         return args.log
-    from bookie.storage.inspect import ledger_dirs_of
+    from bookie.storage.inspect import ledger_dirs_of  # lazy: lmdb
     log_id = _int_id(args.log, "entry log")
     try:
         return find_log(ledger_dirs_of(_conf(args)), log_id)
@@ -338,8 +337,8 @@ def _log_path(args: argparse.Namespace) -> str:
 
 
 def _readlog(args: argparse.Namespace) -> int:
-    from bookie.storage import records
-    from bookie.storage.inspect import EntryLogFile, InspectError, entry_fields
+    from bookie.storage import records  # lazy: numpy
+    from bookie.storage.inspect import EntryLogFile, InspectError, entry_fields  # lazy: lmdb
     path = _log_path(args)
     try:
         elog = EntryLogFile(path)
@@ -384,8 +383,8 @@ def _readlog(args: argparse.Namespace) -> int:
 
 
 def _lastmark(args: argparse.Namespace) -> int:
-    from bookie.storage.inspect import ledger_dirs_of
-    from bookie.storage.journal import journal_files, read_lastmark
+    from bookie.storage.inspect import ledger_dirs_of  # lazy: lmdb
+    from bookie.storage.journal import journal_files, read_lastmark  # lazy: crc32c
     conf = _conf(args)
     journals = []
     for i in range(len(conf.journal_dirs)):  # each journal has its own mark (journal_set.py)
@@ -411,9 +410,9 @@ def _lastmark(args: argparse.Namespace) -> int:
 
 
 def _listfiles(args: argparse.Namespace) -> int:
-    from bookie.storage.inspect import log_paths
-    from bookie.storage.journal import journal_name, list_journals
-    from bookie.storage.inspect import index_path, ledger_dirs_of
+    from bookie.storage.inspect import log_paths  # lazy: lmdb
+    from bookie.storage.journal import journal_name, list_journals  # lazy: crc32c
+    from bookie.storage.inspect import index_path, ledger_dirs_of  # lazy: lmdb
     conf = _conf(args)
     every = not (args.journal or args.entrylog or args.index)
     doc: dict[str, list] = {}
@@ -479,9 +478,9 @@ def _readledger(args: argparse.Namespace) -> int:
 
 
 def _ledger_local(args: argparse.Namespace) -> list[dict]:
-    from bookie.storage.inspect import (
+    from bookie.storage.inspect import (  # lazy: lmdb
         IndexUnreadable, digest_kind, indexed_entries, ledger_dirs_of, open_index_readonly)
-    from bookie.storage.entrylog import EntryLogReader
+    from bookie.storage.entrylog import EntryLogReader  # lazy: crc32c
     conf = _conf(args)
     try:
         env, index = open_index_readonly(conf)
@@ -509,11 +508,8 @@ def _ledger_local(args: argparse.Namespace) -> list[dict]:
 
 
 def _ledger_via_client(args: argparse.Namespace) -> list[dict]:
-    from bookie.client import BookKeeper
-    from bookie.client.errors import BookKeeperError
-    from bookie.metadata import MetadataError, open_metadata
+    from bookie.client import BookKeeper  # lazy: zmq
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # our one line, not its reconnects
-    from bookie.appliance.privileges import run_as_store_owner
     keys = client_keys(args)
     security = zk_security(args)
     run_as_store_owner(args.metadata, "readledger")  # an embedded store: as its owner
@@ -533,9 +529,6 @@ def _ledger_via_client(args: argparse.Namespace) -> list[dict]:
             return [{"entry_id": e.entry_id, "length": len(e.data), "data_hex": bytes(e.data).hex()}
                     for e in lh.read_entries(args.entry_from, last)]
     except (MetadataError, BookKeeperError) as e:
-        from bookie.client.errors import NoSuchLedgerError as ClientNoSuchLedger
-        from bookie.client.options import curve_hint
-        from bookie.metadata import NoSuchLedgerError
         if isinstance(e, (NoSuchLedgerError, ClientNoSuchLedger)):  # CURVE cannot be the cause
             raise CliError(f"ledger {args.ledger_id} does not exist") from None
         hint = curve_hint(keys, e) if isinstance(e, BookKeeperError) else ""
@@ -557,7 +550,7 @@ def _log_argument(p: argparse.ArgumentParser) -> None:
 
 def _ledger_map(args: argparse.Namespace) -> tuple[str, dict[int, list[int]]]:
     """(path, {ledger_id: [entries, bytes]}) of the entry log the command names."""
-    from bookie.storage.inspect import EntryLogFile, InspectError
+    from bookie.storage.inspect import EntryLogFile, InspectError  # lazy: lmdb
     named = [x for x in (args.log, args.log_id, args.log_filename) if x]
     if len(named) != 1:
         raise CliError("name one entry log: LOG, -logId HEX or -logFilename PATH")
@@ -590,7 +583,6 @@ def _readlogmetadata(args: argparse.Namespace) -> int:
 
 
 def _activeledgers(args: argparse.Namespace) -> int:
-    from bookie.metadata import MetadataError, NoSuchLedgerError, open_metadata
     conf = _conf(args)
     if not conf.metadata_uri:
         raise CliError("activeledgers needs the metadata store: the --conf file names none "
@@ -620,7 +612,8 @@ def _activeledgers(args: argparse.Namespace) -> int:
 
 
 def _ledger_index(args: argparse.Namespace) -> int:
-    from bookie.storage.inspect import IndexUnreadable, indexed_entries, open_index_readonly
+    from bookie.storage.inspect import (  # lazy: lmdb
+        IndexUnreadable, indexed_entries, open_index_readonly)
     ledger_id = ledger_id_of(args, "ledger")
     conf = _conf(args)
     try:

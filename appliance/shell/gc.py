@@ -22,6 +22,10 @@ import orjson
 
 from bookie.appliance.errors import CliError
 from bookie.appliance.shell.registry import add_bookie_conf_arguments
+from bookie.appliance.privileges import owner_of, run_as_owner
+from bookie.storage.dirlock import held_record
+from bookie.storage.layout import LayoutError, all_dirs
+from bookie.workers.config import BookieConfig, parse_overrides
 
 
 def register(commands) -> None:
@@ -48,8 +52,6 @@ def running_bookie(journal_dir: str, owner: int) -> dict:
     Raises:
         CliError: no bookie runs there, or its record names a run directory not to be trusted.
     """
-    from bookie.storage.dirlock import held_record
-    from bookie.storage.layout import LayoutError
 
     try:
         record = held_record(journal_dir)
@@ -74,10 +76,7 @@ def running_bookie(journal_dir: str, owner: int) -> dict:
 
 
 def _triggergc(args: argparse.Namespace) -> int:
-    from bookie.appliance.privileges import owner_of, run_as_owner
-    from bookie.storage.layout import all_dirs
-    from bookie.workers.config import BookieConfig, parse_overrides
-    from bookie.workers.gc_worker import request_gc
+    from bookie.workers.gc_worker import request_gc  # lazy: lmdb
 
     conf = BookieConfig.load(args.conf, parse_overrides(args.set), check_dirs=False)
     run_as_owner(all_dirs(conf), "triggergc")  # root asks as the bookie's user, nothing more

@@ -31,6 +31,8 @@ import datetime
 import sys
 from typing import Any, Callable
 
+import orjson
+
 from bookie.appliance.errors import CliError
 from bookie.appliance.shell import (
     cluster, disk, gc, parity, placement, recovery, security, verify, whatif, zk)
@@ -38,6 +40,12 @@ from bookie.appliance.shell.registry import (
     ENV_URI, add_bookie_conf_arguments, add_ledger_id_argument, add_zk_auth_option, ask, import_store_modules,
     ledger_id_of, metadata_uri_arg, print_json, quiet_kazoo, refuse_while_registered, store_exists,
     with_store)
+from bookie.appliance.privileges import run_as_owner
+from bookie.metadata import CookieNotFoundError, MetadataError, NoSuchLedgerError, open_metadata
+from bookie.storage import dirlock
+from bookie.storage.layout import (
+    LayoutError, all_dirs, check_not_in_use, check_or_stamp, dirs_holding_data, format_bookie)
+from bookie.workers.config import BookieConfig, ConfigError, parse_overrides
 
 
 def register(subparsers: Any) -> None:
@@ -172,7 +180,6 @@ def _listbookies(args: argparse.Namespace) -> int:
 
 
 def _listledgers(args: argparse.Namespace) -> int:
-    from bookie.metadata import NoSuchLedgerError
 
     def body(store) -> int:
         if not args.meta:
@@ -202,7 +209,6 @@ def _ledgermetadata(args: argparse.Namespace) -> int:
     ledger_id = ledger_id_of(args, "ledgermetadata")
 
     def body(store) -> int:
-        from bookie.metadata import NoSuchLedgerError
         try:
             meta, version = store.read_ledger(ledger_id)
         except NoSuchLedgerError:  # nothing to show: exit 1, as cookie_get and endpointinfo
@@ -238,12 +244,6 @@ def _describe(ledger_id: int, meta, version) -> str:
 
 
 def _bookieformat(args: argparse.Namespace) -> int:
-    from bookie.metadata import MetadataError
-    from bookie.workers.config import BookieConfig, ConfigError, parse_overrides
-    from bookie.appliance.privileges import run_as_owner
-    from bookie.storage import dirlock  # noqa: F401 - imported before the switch of user
-    from bookie.storage.layout import (
-        LayoutError, all_dirs, check_not_in_use, dirs_holding_data, format_bookie)
     try:
         conf = BookieConfig.load(args.conf, parse_overrides(args.set))
         import_store_modules(conf.metadata_uri)
@@ -270,14 +270,7 @@ def _bookieformat(args: argparse.Namespace) -> int:
 
 def _initbookie(args: argparse.Namespace) -> int:
     """BookKeeper's ``initbookie``: stamp a new bookie's directories and store cookie."""
-    import orjson
 
-    from bookie.appliance.privileges import run_as_owner
-    from bookie.metadata import CookieNotFoundError, MetadataError, open_metadata
-    from bookie.storage import dirlock  # noqa: F401 - imported before the switch of user
-    from bookie.workers.config import BookieConfig, ConfigError, parse_overrides
-    from bookie.storage.layout import (
-        LayoutError, all_dirs, check_or_stamp, dirs_holding_data)
     try:
         conf = BookieConfig.load(args.conf, parse_overrides(args.set), check_dirs=False)
         if not conf.metadata_uri:
@@ -303,7 +296,7 @@ def _initbookie(args: argparse.Namespace) -> int:
                                    f"{conf.bookie_id}')")
                 except CookieNotFoundError:
                     pass
-                from bookie.storage import server_key
+                from bookie.storage import server_key  # lazy: zmq
                 cookie = check_or_stamp(conf, server_key.ensure(conf, None))
                 store.write_cookie(conf.bookie_id, orjson.dumps(cookie))
         finally:

@@ -29,6 +29,10 @@ import orjson
 
 from bookie.appliance.errors import CliError
 from bookie.appliance.shell.registry import print_json, with_store
+from bookie.metadata import CookieNotFoundError
+from bookie.metadata.errors import NodeExistsError
+from bookie.metadata.store import check_bookie_id
+from bookie.storage.layout import expected_cookie
 
 REBUILD_ALIASES = ("rebuild-db-ledger-locations-index", "rebuild-db-ledgers-index")
 
@@ -67,7 +71,7 @@ def register(commands, metadata_command: Callable) -> None:
 
 
 def _clusterinfo(args) -> int:
-    from bookie.appliance.admin.parity import cluster_info_of
+    from bookie.appliance.admin.parity import cluster_info_of  # lazy: lmdb
 
     def body(store) -> int:
         info = cluster_info_of(store)
@@ -85,8 +89,6 @@ def _dirs(text: str) -> list[str]:
 
 
 def _cookie_generate(args) -> int:
-    from bookie.metadata.store import check_bookie_id
-    from bookie.storage.layout import expected_cookie
 
     try:
         check_bookie_id(args.bookie_id)
@@ -138,7 +140,6 @@ def _check_instance(store, cookie: dict, path: str) -> None:
 
 
 def _cookie_create(args) -> int:
-    from bookie.metadata.errors import NodeExistsError
 
     cookie = _read_cookie_file(args.cookie_file, args.bookie_id)
 
@@ -155,7 +156,6 @@ def _cookie_create(args) -> int:
 
 
 def _cookie_update(args) -> int:
-    from bookie.metadata import CookieNotFoundError
 
     cookie = _read_cookie_file(args.cookie_file, args.bookie_id)
 

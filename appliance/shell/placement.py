@@ -19,6 +19,9 @@ import argparse
 from bookie.appliance.errors import CliError
 from bookie.appliance.shell.known import refused, require_bookies
 from bookie.appliance.shell.registry import print_json, with_store
+from bookie.metadata import NoSuchNodeError, NodeExistsError
+from bookie.metadata.store import check_bookie_id
+from bookie.properties import check_location
 
 
 def register(commands, metadata_command) -> None:
@@ -31,10 +34,7 @@ def register(commands, metadata_command) -> None:
 
 
 def _setrack(args: argparse.Namespace) -> int:
-    from bookie.client.metadata import LOCATIONS
-    from bookie.metadata import NodeExistsError, NoSuchNodeError
-    from bookie.metadata.store import check_bookie_id
-    from bookie.properties import check_location
+    from bookie.client.metadata import LOCATIONS  # lazy: numpy
 
     if args.delete == (args.location is not None):
         raise CliError("give a location /REGION/RACK, or --delete (not both)")

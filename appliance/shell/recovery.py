@@ -29,6 +29,8 @@ import sys
 import time
 from typing import Callable
 
+import orjson
+
 from bookie.appliance.errors import CliError
 from bookie.appliance.shell import rename
 from bookie.appliance.shell.known import refused, require_bookies
@@ -41,6 +43,18 @@ from bookie.appliance.shell.registry import zk_security as _zk_security
 from bookie.appliance.shell.whatif import warn_before_stopping
 from bookie.client import options as client_options
 from bookie.client.resolver import BookieResolver
+from bookie.appliance.privileges import run_as_owner
+from bookie.appliance.shell.registry import import_store_modules as _import_store_modules
+from bookie.autorecovery import rules
+from bookie.client.config import ClientConfig
+from bookie.metadata import CookieNotFoundError, NoSuchLedgerError
+from bookie.metadata.ledger import LedgerMetadata
+from bookie.metadata.underreplication import UnderReplication
+from bookie.storage import dirlock
+from bookie.storage.layout import (
+    LAYOUT_VERSION, PUBLIC_KEY_FIELD, _has_data, _read_json, _write_atomic, all_dirs,
+    check_not_in_use, current_dir, expected_cookie)
+from bookie.workers.config import BookieConfig, ConfigError, parse_overrides
 
 
 def register(commands, metadata_command: Callable) -> None:
@@ -153,7 +167,6 @@ def _passwords(args) -> list[bytes]:
     (ZooKeeper without zkBookieDigestAuthFile; docs/autorecovery.md "No key, no copy")."""
     if not getattr(args, "conf", None):
         return []
-    from bookie.workers.config import BookieConfig, ConfigError
     try:
         return BookieConfig.load(args.conf, check_dirs=False).autorecovery_passwords()
     except ConfigError as e:
@@ -164,8 +177,7 @@ def _heal_bookies(store, args, bookies: list[str], skip_open: bool, dry_run: boo
                   read_from_them: bool = False, client_keys: dict | None = None) -> dict:
     """Heal every ledger naming ``bookies`` in this process; returns a summary.  ``client_keys``:
     of ``--client-conf`` / ``--set`` (the ledger's own password and digest are the replicator's)."""
-    from bookie.autorecovery import rules
-    from bookie.autorecovery.replicator import Replicator
+    from bookie.autorecovery.replicator import Replicator  # lazy: zmq
     say = _progress(args)
     targets = set(bookies)
     ledgers = []
@@ -233,8 +245,6 @@ def _recover(args) -> int:
 
 
 def _decommission(args) -> int:
-    from bookie.autorecovery import rules
-    from bookie.metadata import CookieNotFoundError
     keys = _client_keys(args)
 
     def body(store) -> int:
@@ -284,7 +294,6 @@ def _names(store, ledger_id: int, bookie: str, rules) -> bool:
 # -- marks, the auditor, the switch ------------------------------------------------------------
 
 def _listunderreplicated(args) -> int:
-    from bookie.metadata.underreplication import UnderReplication
 
     def body(store) -> int:
         ur = UnderReplication(store)
@@ -313,7 +322,6 @@ def _listunderreplicated(args) -> int:
 
 
 def _autorecovery(args) -> int:
-    from bookie.metadata.underreplication import UnderReplication
 
     def body(store) -> int:
         ur = UnderReplication(store)
@@ -329,7 +337,6 @@ def _autorecovery(args) -> int:
 
 
 def _whoisauditor(args) -> int:
-    from bookie.metadata.underreplication import UnderReplication
 
     def body(store) -> int:
         found = UnderReplication(store).auditor()
@@ -346,7 +353,6 @@ def _whoisauditor(args) -> int:
 
 
 def _triggeraudit(args) -> int:
-    from bookie.metadata.underreplication import UnderReplication
 
     def body(store) -> int:
         version = UnderReplication(store).trigger_audit()
@@ -366,7 +372,6 @@ def _deleteledger(args) -> int:
         raise CliError("name the ledger: deleteledger LEDGER_ID (or -ledgerid N)")
 
     def body(store) -> int:
-        from bookie.metadata import NoSuchLedgerError
         try:
             store.read_ledger(ledger_id)
         except NoSuchLedgerError:
@@ -395,7 +400,7 @@ def _simpletest_quorums(args, writable: int) -> None:
 
 
 def _simpletest(args) -> int:
-    from bookie.client import BookKeeper, BookKeeperError
+    from bookie.client import BookKeeper, BookKeeperError  # lazy: zmq
     say = _progress(args)
     keys = _client_keys(args)
     _with_store(args, lambda store: _simpletest_quorums(args, len(store.list_bookies())))
@@ -437,22 +442,19 @@ def bk_fragments(handle) -> list:
 
 def _curve(args):
     """The CURVE keys of ``--client-conf`` / ``--set`` for raw bookie requests, or None."""
-    from bookie.client.auth import client_curve
-    from bookie.client.config import ClientConfig
+    from bookie.client.auth import client_curve  # lazy: zmq
     return client_curve(ClientConfig.build(_client_keys(args)))
 
 
 def _bookiesanity(args) -> int:
     """Write and read on exactly one bookie: a ledger of E=1 whose ensemble is that bookie,
     written with the raw protocol, read back, then deleted."""
-    from bookie.autorecovery.copier import Bookies, CopyError, Key
-    from bookie.client.digest import master_key, password_digest
-    from bookie.metadata.ledger import LedgerMetadata
-    from bookie import wire
+    from bookie.autorecovery.copier import Bookies, CopyError, Key  # lazy: zmq
+    from bookie.client.digest import master_key, password_digest  # lazy: numpy
+    from bookie import wire  # lazy: numpy
 
     bookie = args.bookie
     if not bookie and args.conf:
-        from bookie.workers.config import BookieConfig
         bookie = BookieConfig.load(args.conf, check_dirs=False).bookie_id
     if not bookie:
         raise CliError("name the bookie: --bookie ID (host:port or its bookieId), or --conf its configuration file")
@@ -487,7 +489,7 @@ def _bookiesanity(args) -> int:
 
 
 def _bookieinfo(args) -> int:
-    from bookie.autorecovery.copier import Bookies, CopyError
+    from bookie.autorecovery.copier import Bookies, CopyError  # lazy: zmq
     curve = _curve(args)
 
     def body(store) -> int:
@@ -551,21 +553,12 @@ def _updatecookie(args) -> int:
     """The cookie a bookie's configuration calls for now, written to its directories and the
     store; only changes of bookie id and added directories (the instance id is kept, and a
     directory that holds data without a cookie is refused)."""
-    import orjson
 
-    from bookie.metadata import CookieNotFoundError
-    from bookie.workers.config import BookieConfig, parse_overrides
-    from bookie.storage.layout import (
-        LAYOUT_VERSION, PUBLIC_KEY_FIELD, _has_data, _read_json, _write_atomic, all_dirs,
-        check_not_in_use, current_dir, expected_cookie)
-    from bookie.appliance.startchecks import with_stamped_port
+    from bookie.appliance.startchecks import with_stamped_port  # lazy: lmdb
 
     if not args.conf:
         raise CliError(f"{'expandstorage' if getattr(args, 'expand_only', False) else 'updatecookie'}"
                        f" needs the bookie's configuration: --conf FILE")
-    from bookie.appliance.privileges import run_as_owner
-    from bookie.appliance.shell.registry import import_store_modules as _import_store_modules
-    from bookie.storage import dirlock  # noqa: F401 - imported before the switch of user
 
     # bookiePort=0: the port of the cookie's id, or the id would be host:0 (issue 30)
     conf = with_stamped_port(BookieConfig.load(args.conf, parse_overrides(args.set),

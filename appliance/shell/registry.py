@@ -18,6 +18,11 @@ from typing import Any, Callable
 import orjson
 
 from bookie.appliance.errors import CliError
+from bookie.appliance.privileges import run_as_store_owner
+from bookie.client import options
+from bookie.client.errors import InvalidArgumentError
+from bookie.metadata import MetadataError, NoSuchStoreError, open_metadata
+from bookie.workers.config import BookieConfig, ConfigError, normalise_uri
 
 ENV_URI = "BOOKIE_METADATA_URI"
 
@@ -34,7 +39,6 @@ def quiet_kazoo(handler: Callable) -> Callable:
 def metadata_uri_arg(text: str) -> str:
     """``--metadata``: BookKeeper's ``;`` between ZooKeeper hosts becomes ``,``, as in the
     configuration file's metadataServiceUri."""
-    from bookie.workers.config import normalise_uri
     return normalise_uri(text)
 
 
@@ -73,7 +77,6 @@ def ask(question: str) -> bool:
 def metadata_uri(args: argparse.Namespace) -> str:
     uri = args.metadata
     if not uri and getattr(args, "conf", None):
-        from bookie.workers.config import BookieConfig, ConfigError
         try:
             uri = BookieConfig.load(args.conf, check_dirs=False).metadata_uri
         except ConfigError as e:
@@ -101,8 +104,7 @@ def zk_security(args: argparse.Namespace):
     --zk-digest-auth-file, else the --conf file's zkEnableSecurity / zkDigestAuthFile."""
     if "_zk_security" in vars(args):  # read once: a tool may have become the bookie's user since
         return args._zk_security
-    from bookie.metadata import MetadataError, load_zk_security
-    from bookie.workers.config import BookieConfig, ConfigError
+    from bookie.metadata import MetadataError, load_zk_security  # lazy: kazoo
     security = None
     try:
         if getattr(args, "zk_digest_auth_file", None):
@@ -123,8 +125,6 @@ def zk_client_keys(args: argparse.Namespace) -> dict:
 
 def client_conf_uri(args: argparse.Namespace) -> str:
     """The metadata store the ``--client-conf`` file (with ``--set``) names, or ""."""
-    from bookie.client import options
-    from bookie.client.errors import InvalidArgumentError
     try:
         return options.metadata_uri(options.from_args(args))
     except InvalidArgumentError as e:
@@ -134,8 +134,6 @@ def client_conf_uri(args: argparse.Namespace) -> str:
 def client_keys(args: argparse.Namespace) -> dict:
     """The client keys of a shell command: its ZooKeeper credentials (``zk_client_keys``), then
     ``--client-conf`` / ``--set`` (bookie.client.options), checked."""
-    from bookie.client import options
-    from bookie.client.errors import InvalidArgumentError
     try:
         return {**zk_client_keys(args), **options.from_args(args)}
     except InvalidArgumentError as e:
@@ -143,8 +141,6 @@ def client_keys(args: argparse.Namespace) -> dict:
 
 
 def open_store(args: argparse.Namespace, create: bool = False):
-    from bookie.appliance.privileges import run_as_store_owner
-    from bookie.metadata import MetadataError, open_metadata
     uri, security = metadata_uri(args), zk_security(args)
     import_store_modules(uri)  # before a switch of user (the interpreter's files may be root's)
     run_as_store_owner(uri, getattr(args, "shell_command", "shell"))  # issue 33: root -> owner
@@ -160,7 +156,6 @@ def print_json(doc: Any) -> None:
 
 
 def with_store(args: argparse.Namespace, body: Callable, create: bool = False) -> int:
-    from bookie.metadata import MetadataError
     store = open_store(args, create=create)
     try:
         return body(store)
@@ -172,8 +167,6 @@ def with_store(args: argparse.Namespace, body: Callable, create: bool = False) -
 
 def store_exists(args: argparse.Namespace) -> bool:
     """Whether the URI names an initialised store now (opened and closed again)."""
-    from bookie.appliance.privileges import run_as_store_owner
-    from bookie.metadata import MetadataError, NoSuchStoreError, open_metadata
     uri, security = metadata_uri(args), zk_security(args)
     import_store_modules(uri)
     run_as_store_owner(uri, getattr(args, "shell_command", "shell"))
@@ -198,8 +191,7 @@ def refuse_while_registered(store, args: argparse.Namespace) -> None:
 def import_store_modules(uri: str | None) -> None:
     """Import what opening ``uri`` needs while the interpreter's files are still readable (a
     tool that switches to the bookie's user does so after its imports)."""
-    from bookie.metadata import open_metadata  # noqa: F401
     if uri and uri.startswith("lmdb"):
-        from bookie.metadata import embedded  # noqa: F401
+        from bookie.metadata import embedded  # lazy: lmdb; noqa: F401
     elif uri:
-        from bookie.metadata import zk  # noqa: F401
+        from bookie.metadata import zk  # lazy: kazoo; noqa: F401

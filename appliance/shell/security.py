@@ -35,9 +35,19 @@ import pwd
 import re
 import secrets
 
+import orjson
+
 from bookie.appliance.errors import CliError
 from bookie.appliance.shell.registry import add_bookie_conf_arguments
 from bookie.appliance.startchecks import with_stamped_port
+from bookie.appliance.privileges import run_as_owner
+from bookie.appliance.shell.registry import import_store_modules
+from bookie.metadata import CookieNotFoundError, MetadataError, open_metadata
+from bookie.storage.dirlock import DirectoryLock
+from bookie.storage.layout import (
+    LayoutError, PUBLIC_KEY_FIELD, all_dirs, local_cookie, rewrite_cookies)
+from bookie.storage.replace_file import create_new
+from bookie.workers.config import BookieConfig, ConfigError, parse_overrides
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -75,7 +85,6 @@ def register(commands) -> None:
 def _create_private(path: str, text: str, mode: int) -> None:
     """Create ``path`` anew (O_EXCL, O_NOFOLLOW: never through a link, never over a file) with
     ``text`` and ``mode``.  Raises OSError; a half-written file is removed."""
-    from bookie.storage.replace_file import create_new
     create_new(path, text.encode(), mode)
 
 
@@ -96,7 +105,7 @@ def genkey(directory: str, name: str, force: bool = False) -> tuple[str, str]:
     byte): a link planted under either name, dangling or not, is refused, never written
     through; with ``force`` an existing file or link is removed first (the link, not its
     target)."""
-    import zmq
+    import zmq  # lazy: zmq
 
     if not NAME.match(name):
         raise CliError(f"genkey: name {name!r}: letters, digits, '.', '_', '-' only")
@@ -178,16 +187,8 @@ def rotatekey(conf) -> tuple[str | None, str]:
     Raises:
         CliError: the bookie runs, was never started, or its store or key cannot be used.
     """
-    import orjson
 
-    from bookie.appliance.privileges import run_as_owner
-    from bookie.appliance.shell.registry import import_store_modules
-    from bookie.metadata import CookieNotFoundError, MetadataError, open_metadata
-    from bookie.storage import server_key
-    from bookie.storage.dirlock import DirectoryLock
-    from bookie.storage.layout import (PUBLIC_KEY_FIELD, LayoutError, all_dirs, local_cookie,
-                                       rewrite_cookies)
-    from bookie.workers.config import ConfigError
+    from bookie.storage import server_key  # lazy: zmq
 
     # as root: become the directories' owner first, as every verb that writes there does
     # (appliance/privileges.py), after the imports and the reads only root may make
@@ -236,7 +237,6 @@ def rotatekey(conf) -> tuple[str | None, str]:
 
 
 def _rotatekey(args: argparse.Namespace) -> int:
-    from bookie.workers.config import BookieConfig, ConfigError, parse_overrides
 
     try:
         conf = BookieConfig.load(args.conf, parse_overrides(args.set), check_dirs=False)

@@ -14,6 +14,10 @@ import logging
 from bookie.appliance.errors import CliError
 from bookie.appliance.shell.registry import (add_ledger_id_argument, client_keys,
                                              ledger_id_of, metadata_uri, print_json, zk_security)
+from bookie.appliance.privileges import run_as_store_owner
+from bookie.client import options
+from bookie.client.errors import BookKeeperError, TamperedEntryError
+from bookie.metadata import MetadataError, NoSuchLedgerError, open_metadata
 
 
 def register(commands, metadata_command) -> None:
@@ -25,15 +29,11 @@ def register(commands, metadata_command) -> None:
                    help="check only this bookie's copies")
     p.add_argument("--password", default=None, help="the ledger's password (default: the "
                    "client's passwd key)")
-    from bookie.client import options
     options.add_arguments(p)
 
 
 def _verifyledger(args: argparse.Namespace) -> int:
-    from bookie.appliance.privileges import run_as_store_owner
-    from bookie.client import BookKeeper
-    from bookie.client.errors import BookKeeperError, TamperedEntryError
-    from bookie.metadata import MetadataError, NoSuchLedgerError, open_metadata
+    from bookie.client import BookKeeper  # lazy: zmq
     ledger_id = ledger_id_of(args, "verifyledger")
     uri, keys = metadata_uri(args), client_keys(args)
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)

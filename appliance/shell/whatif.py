@@ -25,6 +25,9 @@ from bookie.appliance.shell.known import UnknownError, require_bookies, require_
 from bookie.appliance.shell.registry import print_json, with_store
 from bookie.core.safe_to_stop import check_stop
 from bookie.workers.config import BookieConfig, ConfigError
+from bookie.metadata import NoSuchNodeError
+from bookie.metadata.bookie_ids import bookie_id_problem
+from bookie.metadata.ledger import LedgerState
 
 WHAT = {"last_copy": "would lose their last live copy",
         "unreadable": "would become unreadable",
@@ -66,10 +69,7 @@ def stop_verdict(store, bookies: list[str], rack: str | None = None,
         StopQuestionError: no bookie and no rack, or a malformed bookie id.
         UnknownError: a bookie id or a rack the cluster does not know (known.py).
     """
-    from bookie.client.metadata import ClientStore
-    from bookie.metadata import NoSuchNodeError
-    from bookie.metadata.ledger import LedgerState
-    from bookie.metadata.bookie_ids import bookie_id_problem
+    from bookie.client.metadata import ClientStore  # lazy: numpy
 
     if not bookies and not rack:
         raise StopQuestionError("name at least one bookie, or --rack R")

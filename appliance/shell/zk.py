@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from bookie.appliance.errors import CliError
 from bookie.appliance.shell.registry import metadata_uri, print_json, zk_security
+from bookie.metadata import MetadataError
 
 
 def register(commands: Any, metadata_command: Callable) -> None:
@@ -24,8 +25,7 @@ def register(commands: Any, metadata_command: Callable) -> None:
 
 
 def _zkprotect(args: argparse.Namespace) -> int:
-    from bookie.metadata import MetadataError
-    from bookie.metadata.zk_acl import protect_metadata
+    from bookie.metadata.zk_acl import protect_metadata  # lazy: kazoo
     security = zk_security(args)
     try:
         count = protect_metadata(metadata_uri(args), security, timeout_s=args.timeout_s)

@@ -76,7 +76,7 @@ if [ ! -d /run/systemd/system ]; then
     for i in $(seq 1200); do
       if [ "$(grep -c 'supervisor: bookie serving' "$WALK/bookie.log")" -gt "$(cat "$WALK/served")" ]; then
         grep -c 'supervisor: bookie serving' "$WALK/bookie.log" >"$WALK/served"
-        pgrep -f -n '^/opt/bookie/bin/python3?[.0-9]* /opt/bookie/bin/bookie run' >"$WALK/bookie.pid"
+        pgrep -f -n '^/usr/lib/bookie/bin/python3?[.0-9]* /usr/lib/bookie/bin/bookie run' >"$WALK/bookie.pid"
         return 0
       fi
       kill -0 "$(cat "$WALK/runuser.pid")" 2>/dev/null || { tail -5 "$WALK/bookie.log" >&2; return 1; }
@@ -96,7 +96,7 @@ fi
 
 
 # Every ledger the walk wrote (the page's check writes one, password b"check"), read back.
-READ_BACK = """sudo -u bookie /opt/bookie/bin/python - <<'EOF'
+READ_BACK = """sudo -u bookie /usr/lib/bookie/bin/python - <<'EOF'
 from bookie.client import BookKeeper
 with BookKeeper("lmdb:///var/lib/bookie/metadata") as bk:
     for ledger_id in sorted(bk.list_ledgers()):
@@ -297,7 +297,7 @@ def test_the_appliance_page_walked_top_to_bottom(machine_for_the_package):
         remove, purge = uninstall.split("\nsudo apt-get purge", 1)
         out = walk.run("Uninstall (remove)", remove)
         assert "stopping the bookie" in out and installed_state() == "rc"
-        assert not os.path.exists("/opt/bookie")
+        assert not os.path.exists("/usr/lib/bookie")
         assert os.path.exists(f"{DATA}/metadata/data.mdb")
         out = walk.run("Uninstall (purge)", "sudo apt-get purge" + purge)
         assert installed_state() == ""

@@ -101,7 +101,7 @@ def test_a_lock_file_that_is_a_link_is_not_looked_through(dirs, tmp_path):
 
 def test_a_bookie_of_the_owner_that_ignores_sigterm_is_killed_and_prerm_returns(dirs):
     holder = nobodys_process(os.path.join(dirs["journal"], "bookie.lock"), {"pid": 1},
-                             argv=("/opt/bookie/bin/bookie", "run"), ignore_term=True)
+                             argv=("/usr/lib/bookie/bin/bookie", "run"), ignore_term=True)
     try:
         r, took_s = prerm(dirs["conf"], wait_s=2)
         assert r.returncode == 0, r.stderr

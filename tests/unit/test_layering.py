@@ -403,17 +403,17 @@ def test_a_tree_without_circles_passes(tmp_path):
 # An import inside a function is there to defer a library that is not loaded yet (kazoo until a
 # ZooKeeper store is opened, prometheus_client until metrics are served, ...), and says so:
 # ``# lazy: LIB`` on its line, LIB not imported at the top of the same file.  Any other belongs
-# at the top of the file (issue 44 item 4d).  Checked in these folders; the tools and commands
-# (appliance/, bench/, testing/, spark/, autorecovery/) are still to be done.
-LAZY_CHECKED = ("core", "storage", "workers", "metadata", "client", "wire", "wire_sockets",
-                "properties")
+# at the top of the file (issue 44 item 4d).  Checked in the whole package but the files other
+# changes are rewriting at the moment (their local imports are theirs to sort).
+LAZY_PENDING = ("bench/trace.py", "testing/rawclient.py", "testing/localbookies.py",
+                "testing/nemesis/")
 _LAZY = re.compile(r"#\s*lazy:\s*([A-Za-z_][\w.]*)")
 
 
 def _unmarked_local_imports(root: str = ROOT) -> list[str]:
     found = []
     for rel in _source_files(root):
-        if _top_name(rel) not in LAZY_CHECKED:
+        if rel.startswith(LAZY_PENDING):
             continue
         with open(os.path.join(root, rel), encoding="utf-8") as f:
             text = f.read()

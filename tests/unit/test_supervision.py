@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from bookie.core.supervision import (CAUSES, DisksFull, Log, ReadOnly, ReadOnlyCause, Restart,
-                                     RestartFailed, Stop, Supervision, WorkerDied)
+from bookie.core.supervision import (CAUSES, DisksFull, Log, ReadOnly, ReadOnlyCause, RequestGc,
+                                     Restart, RestartFailed, Stop, Supervision, WorkerDied)
 
 FATAL = {3: "found corruption", 4: "could not make the journal durable"}
 
@@ -67,6 +67,19 @@ def test_full_disks_make_it_read_only_or_stop_it_when_read_only_mode_is_off():
         Stop("disks full (/l1) and readOnlyModeEnabled=false", 1)]
 
 
+def test_full_disks_ask_for_a_gc_pass_when_they_fill_and_every_gc_wait_while_full():
+    s = Supervision(restart_limit=5, fatal_exits=FATAL, gc_wait_s=10.0)
+    assert RequestGc() in s.handle(DisksFull(("/l1",)), 0.0)  # they fill: at once
+    assert s.handle(DisksFull(("/l1",)), 5.0) == []  # full still, within gcWaitTime
+    assert s.handle(DisksFull(("/l1",)), 10.0) == [RequestGc()]  # full still, gcWaitTime later
+    assert RequestGc() not in s.handle(DisksFull(()), 11.0)  # room again
+    assert RequestGc() in s.handle(DisksFull(("/j",)), 12.0)  # full again: at once
+    # No metadata store (no gc_wait_s): no GC pass to ask for.
+    bare = Supervision(restart_limit=5, fatal_exits=FATAL)
+    assert RequestGc() not in bare.handle(DisksFull(("/l1",)), 0.0) + bare.handle(
+        DisksFull(("/l1",)), 100.0)
+
+
 _ROLES = st.sampled_from(["add", "read", "gc", "journal-0"])
 _EVENTS = st.one_of(
     st.builds(WorkerDied, _ROLES, st.sampled_from([-9, -11, 1, 3, 4]), st.booleans()),
@@ -78,14 +91,21 @@ _EVENTS = st.one_of(
 @given(events=st.lists(st.tuples(_EVENTS, st.floats(0, 5)), max_size=60),
        limit=st.integers(0, 4), ro_mode=st.booleans())
 def test_properties_over_any_sequence_of_events(events, limit, ro_mode):
-    s = Supervision(restart_limit=limit, fatal_exits=FATAL, read_only_mode_enabled=ro_mode)
-    now, told, stops = 0.0, False, 0
+    s = Supervision(restart_limit=limit, fatal_exits=FATAL, read_only_mode_enabled=ro_mode,
+                    gc_wait_s=2.0)
+    now, told, stops, last_gc, full_before = 0.0, False, 0, None, False
     for event, step in events:
         now += step
         out = s.handle(event, now)
         stops += sum(isinstance(a, Stop) for a in out)
+        if any(isinstance(a, RequestGc) for a in out):
+            # only for full disks, and at most once per gcWaitTime unless they had room between
+            assert isinstance(event, DisksFull) and event.full
+            assert last_gc is None or now >= last_gc + 2.0 or not full_before
+            last_gc = now
+        full_before = s.causes["disks_full"]
         for a in out:
-            assert isinstance(a, (Restart, Stop, ReadOnly, Log))
+            assert isinstance(a, (Restart, Stop, ReadOnly, Log, RequestGc))
             if isinstance(a, ReadOnly):
                 assert a.on != told  # each change once
                 told = a.on
