@@ -39,7 +39,9 @@ import time
 
 import numpy as np
 
+from bookie.bench.load import BenchError, open_client, payload_bytes
 from bookie.bench.report import Meter, build_result, host_info, now_iso
+from bookie.client import BookKeeperError
 from bookie.storage.trace import AddStamp, GroupStamp, read_adds, read_groups
 
 # (name, from stamp, to stamp): a step is the time between two stamps of one add
@@ -167,8 +169,6 @@ def run(params: dict, metadata_uri: str, trace_dir: str, *, emit=None, data_dir:
         disk: dict | None = None) -> dict:
     """The whole ``bench bookie --trace`` run against a bookie writing its stamps to
     ``trace_dir``.  Returns the result dict; the table goes to stderr with the summary."""
-    from bookie.bench.load import BenchError, open_client, payload_bytes
-    from bookie.client import BookKeeperError
     started = now_iso()
     host = host_info(data_dir)
     payload = payload_bytes(params["entrysize"])

@@ -21,10 +21,13 @@ import sys
 import tempfile
 import time
 
+from bookie.metadata import MetadataError, open_metadata
+from bookie.properties import parse_bool
+from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock
+from bookie.storage.layout import PUBLIC_KEY_FIELD, LayoutError, cookie_in, remembered_port
 from bookie.testing.rawclient import forget_store, learn_key, learn_store
 from bookie.workers.processes import set_pdeathsig, wait_exited
 from bookie.workers.ports import reserve_port_pair
-from bookie.storage.layout import PUBLIC_KEY_FIELD, cookie_in, remembered_port
 from bookie.workers.config import SECRET_KEYS
 
 
@@ -192,7 +195,6 @@ class LocalBookies:
         uri = self.conf.get("metadataServiceUri", self.metadata_uri)
         if not uri:
             return
-        from bookie.metadata import MetadataError, open_metadata
         try:
             open_metadata(uri, timeout_s=self.start_timeout_s, create=True,
                           zk_security=self.zk_security()).close()
@@ -202,8 +204,7 @@ class LocalBookies:
     def zk_security(self):
         """The ZooKeeper credentials and ACL of ``conf``'s zkEnableSecurity / zkDigestAuthFile
         (None: none).  Raises AccessDeniedError (a MetadataError) naming the key."""
-        from bookie.metadata import load_zk_security
-        from bookie.properties import parse_bool
+        from bookie.metadata import load_zk_security  # lazy: kazoo
         return load_zk_security(parse_bool(str(self.conf.get("zkEnableSecurity", "false"))),
                                 str(self.conf.get("zkDigestAuthFile", "")))
 
@@ -321,8 +322,6 @@ class LocalBookies:
         self._wait_ports_free(i)
 
     def _wait_ports_free(self, i: int, timeout_s: float = 10.0) -> None:
-        import socket
-
         if self.command_prefix[i]:
             return  # its ports are in another network namespace: nothing here can hold them
         deadline = time.monotonic() + timeout_s
@@ -397,7 +396,6 @@ class LocalBookies:
         uri = self.conf.get("metadataServiceUri", self.metadata_uri)
         if self._learnt is not None or not uri:
             return
-        from bookie.metadata import MetadataError
         try:
             learn_store(uri, self.zk_security())
         except MetadataError:
@@ -451,8 +449,6 @@ class LocalBookies:
         """Remove what bookie i, SIGKILLed and not started again, left outside its directories
         (its run directory under /tmp): the bookie's next start would, and none is coming.  The
         same rule as that start's: the path its directory lock records (storage/dirlock.py)."""
-        from bookie.storage.dirlock import DirectoryInUseError, DirectoryLock
-        from bookie.storage.layout import LayoutError
         journal = self.journal_dirs(i)[0]
         if not os.path.isdir(journal):
             return
@@ -496,7 +492,7 @@ def children_of(pid: int) -> list[int]:
 def smoke(ens: LocalBookies) -> str:
     """Write and read back a ledger through the client, then delete it; returns a one-line
     report."""
-    from bookie.client import BookKeeper
+    from bookie.client import BookKeeper  # lazy: asyncio
 
     t0 = time.monotonic()
     n = 100

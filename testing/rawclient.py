@@ -25,6 +25,8 @@ import zmq
 from bookie import wire
 from bookie.client.connection import ADD, READ, connect
 from bookie.client.resolver import BookieResolver, UnresolvedBookieError
+from bookie.metadata import open_metadata
+from bookie.metadata.ledger import LedgerMetadata, make_key_check
 from bookie.wire import Flag, Op, Status
 
 
@@ -45,7 +47,6 @@ def learn_store(metadata_uri: str, zk_security=None) -> None:
         return
     entry = _stores.get(metadata_uri)
     if entry is None:
-        from bookie.metadata import open_metadata
         store = open_metadata(metadata_uri, zk_security=zk_security)
         entry = _stores[metadata_uri] = [BookieResolver(store), store, 0]
     entry[2] += 1
@@ -205,8 +206,6 @@ def create_ledgers(metadata_uri: str, ledger_ids, master_key: bytes | None, zk_s
     ledger, bound on each bookie by its first add).  ``ensemble``: the bookies of the ledgers'
     one fragment (default: every bookie registered now: a bookie refuses normal adds of a ledger
     whose metadata does not name it; a placeholder when none is)."""
-    from bookie.metadata import open_metadata
-    from bookie.metadata.ledger import LedgerMetadata, make_key_check
     store = open_metadata(metadata_uri, zk_security=zk_security)
     try:
         ensemble = list(ensemble or sorted(store.registered_bookies()) or ["127.0.0.1:1"])

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import argparse
 import random
+import signal
 import sys
+
+from bookie.testing.nemesis.network import Network, NetworkError
+from bookie.testing.nemesis.runner import Options, round_schedule, run
+from bookie.testing.nemesis.schedule import LIFECYCLE_KINDS
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -45,17 +50,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from bookie.testing.nemesis.runner import Options, run
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     opts = Options(seed=seed, time_s=args.time_s, round_s=args.round_s, bookies=args.bookies,
                    metadata=args.metadata, writers=args.writers, disk=args.disk,
                    network=args.network, base_dir=args.dir, keep=args.keep,
                    lifecycle=args.lifecycle)
     if args.print_schedule is not None:
-        import signal
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the listing quietly
-        from bookie.testing.nemesis.runner import round_schedule
-        from bookie.testing.nemesis.schedule import LIFECYCLE_KINDS
         # the lifecycle kinds owed at each round, as if every fault scheduled so far happened
         owed = list(LIFECYCLE_KINDS) if args.lifecycle else []
         for round_no in range(args.print_schedule):
@@ -68,7 +69,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"nemesis: seed {seed}; replay with: {opts.replay_command()}", flush=True)
     network = None
     if args.network:
-        from bookie.testing.nemesis.network import Network, NetworkError
         try:
             network = Network(args.bookies, with_zookeeper=args.metadata == "zk")
             network.setup()

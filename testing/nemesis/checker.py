@@ -43,6 +43,7 @@ sent but never acknowledged, which recovery found on enough bookies): the report
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -362,7 +363,6 @@ def _check_log(name: str, final: FinalLog | None, invoked: set, acked: list[dict
 
 def _prefix_digests(records: list[tuple], lengths: set[int]) -> dict[int, str]:
     """``client_proc.records_digest`` of ``records[:n]`` for every n in ``lengths`` (one pass)."""
-    import hashlib
     h = hashlib.sha1()
     out = {0: h.hexdigest()[:20]} if 0 in lengths else {}
     for i, (ledger_id, entry_id, ident) in enumerate(records):

@@ -39,6 +39,7 @@ since it was told, and then records a ``reader_violation``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -46,6 +47,8 @@ import signal
 import sys
 import time
 
+from bookie.client import QuotaExceededError
+from bookie.client.errors import BookKeeperError
 from bookie.testing.nemesis.history import HistoryWriter, read_events
 from bookie.testing.nemesis.payload import fingerprint, make_payload, parse_payload
 
@@ -173,8 +176,6 @@ def _write_bulk(lh, writer, hist, rng, pace_s, spec) -> bool:
 def _write_quota(lh, writer, hist, rng, pace_s, spec) -> bool:
     """Bulk adds as fast as they go until the quota refuses one; then idle until SIGTERM (one
     ledger over quota a round bounds what the mode stores).  False: another failure."""
-    from bookie.client import QuotaExceededError
-
     seq = 0
     batch = spec.get("batch", 128)
     while not _Stop.requested:
@@ -200,7 +201,6 @@ def _write_quota(lh, writer, hist, rng, pace_s, spec) -> bool:
 def _write_adv(lh, writer, hist, rng, pace_s, spec) -> bool:
     """Windows of ``window`` entry ids, each added in a shuffled order (payload seq = entry
     id); acknowledged in id order (a Future completes once its id and every lower one are)."""
-    from bookie.client.errors import BookKeeperError
     window = spec.get("window", 8)
     base = 0
     while not _Stop.requested:
@@ -368,7 +368,7 @@ def _read_told(rh, handle_no, first, last, told, told_at, hist) -> list:
 # -- logs -------------------------------------------------------------------------------------
 
 def run_log_writer(bk, spec: dict, hist: HistoryWriter) -> None:
-    from bookie.client import open_log
+    from bookie.client import open_log  # lazy: asyncio
     name = spec["log"]
     max_appends = spec.get("max_appends")
     pace_s = spec.get("pace_s", 0.005)
@@ -421,7 +421,7 @@ def run_log_reader(bk, spec: dict, hist: HistoryWriter) -> None:
     """Reads the whole log over and over; records how many records it saw and a digest of
     their (ledger, entry, payload identity) list (``records_digest``): a log living for the
     whole run grows too long to list in every event."""
-    from bookie.client import read_log
+    from bookie.client import read_log  # lazy: asyncio
     while not _Stop.requested:
         t0 = time.monotonic()
         try:
@@ -439,7 +439,6 @@ def run_log_reader(bk, spec: dict, hist: HistoryWriter) -> None:
 def records_digest(recs) -> str:
     """A digest of a list of (ledger_id, entry_id, identity) records (the checker computes the
     same of the final log's prefixes)."""
-    import hashlib
     h = hashlib.sha1()
     for ledger_id, entry_id, ident in recs:
         h.update(f"{ledger_id},{entry_id},{ident};".encode())
@@ -486,7 +485,7 @@ def main(argv: list[str]) -> int:
         print(f"client_proc: bad spec: {exc}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _on_term)
-    from bookie.client import BookKeeper
+    from bookie.client import BookKeeper  # lazy: asyncio
     hist = HistoryWriter(spec["history"], spec["name"])
     hist.record("start", pid=os.getpid(), role=spec["role"])
     config = dict(spec.get("config") or {})

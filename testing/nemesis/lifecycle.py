@@ -60,7 +60,15 @@ import sys
 import threading
 import time
 
-from bookie.testing.nemesis.workload import RACKS
+from bookie.client.metadata import LOCATIONS
+from bookie.client.resolver import BookieResolver
+from bookie.metadata import NoSuchLedgerError, NodeExistsError, open_metadata
+from bookie.metadata.ledger import LedgerState
+from bookie.testing.nemesis.client_proc import DIGEST, PASSWORD
+from bookie.testing.nemesis.workload import CLIENT_CONFIG, RACKS
+from bookie.testing.rawclient import RawBookieClient, make_entry
+from bookie.wire import Status
+from bookie.workers.config import SECRET_KEYS  # refused with --set: never on a command line
 
 SHELL_TIMEOUT_S = 240.0
 RENAME_WRITER_TRIES = 20  # ledgers created until one lands on the bookie to rename
@@ -88,8 +96,6 @@ def shell(args: list[str], timeout_s: float = SHELL_TIMEOUT_S,
 
 def set_rack(metadata_uri: str, bookie_id: str, location: str) -> None:
     """What ``bookie shell setrack ID LOCATION`` writes: the bookie's rack for placement."""
-    from bookie.client.metadata import LOCATIONS
-    from bookie.metadata import NodeExistsError, open_metadata
     with open_metadata(metadata_uri, timeout_s=20.0) as store:
         try:
             store.create(f"{LOCATIONS}/{bookie_id}", location.encode())
@@ -137,7 +143,6 @@ class LifecycleFaults:
 
     # -- helpers --------------------------------------------------------------------------------
     def _set_args(self, i: int) -> list[str]:
-        from bookie.workers.config import SECRET_KEYS  # refused with --set: never on a command line
         args = []
         for key, value in self.bookies.overrides(i).items():
             if key not in SECRET_KEYS:
@@ -255,8 +260,6 @@ class LifecycleFaults:
 
     def _squat(self, i: int):
         self._alive(i)
-        from bookie.testing.rawclient import RawBookieClient, make_entry
-        from bookie.wire import Status
         live = [self.workload.current_ledger(s) for s in range(self.workload.n_writers)]
         live = [lid for lid in live if lid is not None]
         top = max(self.ledger_ids_seen | set(live), default=0)
@@ -265,8 +268,6 @@ class LifecycleFaults:
         bookie_id = self.bookies.bookies[i]
         holders = self._holders(live)
         answers = self.squat_answers
-        from bookie.client.resolver import BookieResolver
-        from bookie.metadata import open_metadata
         with open_metadata(self.bookies.metadata_uri, timeout_s=10.0) as store, \
                 RawBookieClient(bookie_id, timeout_s=5.0, resolver=BookieResolver(store)) as raw:
             for lid in live:
@@ -294,7 +295,6 @@ class LifecycleFaults:
     def _holders(self, ledger_ids: list[int]) -> dict[int, set[str]] | None:
         """Ledger id -> every bookie id its metadata names (any fragment); None when the store
         cannot be read (ZooKeeper paused: the answers are then counted as ``unknown``)."""
-        from bookie.metadata import open_metadata
         out: dict[int, set[str]] = {}
         try:
             with open_metadata(self.bookies.metadata_uri, timeout_s=10.0) as store:
@@ -377,9 +377,7 @@ class LifecycleFaults:
         """The issue-39 writer: a ledger E = Qw = Qa = 1 whose entries 0-4 only ``bookie``
         holds, left open through the rename; (client, handle, payloads), or None when none
         could be placed there (the others are closed and left to the run)."""
-        from bookie.client import BookKeeper
-        from bookie.testing.nemesis.client_proc import DIGEST, PASSWORD
-        from bookie.testing.nemesis.workload import CLIENT_CONFIG
+        from bookie.client import BookKeeper  # lazy: asyncio
         bk = BookKeeper(self.bookies.metadata_uri, dict(CLIENT_CONFIG))
         try:
             for _ in range(RENAME_WRITER_TRIES):
@@ -399,7 +397,6 @@ class LifecycleFaults:
         """After the rename: the writer adds 5 more (its next ensemble change meets the renamed
         metadata), closes, and every entry it was acknowledged reads back once ``new`` serves;
         anything else is a finding."""
-        from bookie.testing.nemesis.client_proc import PASSWORD
         bk, lh, want = held
         try:
             try:
@@ -473,14 +470,9 @@ class LifecycleFaults:
         everyone = set(self.bookies.bookies)
 
         def body() -> None:
-            from bookie.autorecovery.replicator import Replicator
-            from bookie.metadata import NoSuchLedgerError, open_metadata
-            from bookie.testing.rawclient import RawBookieClient
-            from bookie.client.resolver import BookieResolver
-            from bookie.wire import Status
+            from bookie.autorecovery.replicator import Replicator  # lazy: crc32c
             try:
                 with open_metadata(self.bookies.metadata_uri, timeout_s=20.0) as store:
-                    from bookie.testing.nemesis.client_proc import PASSWORD
                     # on ZooKeeper there is no recovery secret: the password is the only key
                     rep = Replicator(store, passwords=[PASSWORD], timeout_s=10.0)
                     try:
@@ -520,9 +512,7 @@ class LifecycleFaults:
         """A closed ledger of ``OWN_LEDGER_ENTRIES`` entries on two running bookies (E = Qw = Qa
         = 2, so three of five are left out of it); returns its id.  Raises ``_Skip`` when it
         cannot be written (too few bookies up, the store down)."""
-        from bookie.client import BookKeeper
-        from bookie.testing.nemesis.client_proc import DIGEST, PASSWORD
-        from bookie.testing.nemesis.workload import CLIENT_CONFIG
+        from bookie.client import BookKeeper  # lazy: asyncio
         try:
             with BookKeeper(self.bookies.metadata_uri, dict(CLIENT_CONFIG)) as bk:
                 lh = bk.create_ledger(2, 2, 2, digest=DIGEST, password=PASSWORD)
@@ -542,8 +532,6 @@ class LifecycleFaults:
         (the ledgers left in the store between rounds are few: the catalogue's kept ones, so
         another bookie may have to stand in); a position of a running bookie preferred.
         Raises ``_Skip`` saying what the look found."""
-        from bookie.metadata import open_metadata
-        from bookie.metadata.ledger import LedgerState
         slots = [j for j in range(self.bookies.n) if self._up(j)]
         running = {self.bookies.bookies[j] for j in slots}
         if ids is None:

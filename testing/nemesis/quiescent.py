@@ -8,11 +8,17 @@ second and third of a write set) is read too.
 
 from __future__ import annotations
 
+import json
 import time
 
+from bookie import wire
+from bookie.client.resolver import BookieResolver
+from bookie.metadata import NoSuchLedgerError, open_metadata
 from bookie.testing.nemesis.lifecycle import shell
 from bookie.testing.nemesis.replicas import (CORRUPT, MISSING, UNREACHABLE, ReplicaReport,
                                              judge_ledger, write_set_ids)
+from bookie.testing.rawclient import RawBookieClient
+from bookie.wire import Op, Status
 
 WINDOW = 64
 READ_TIMEOUT_S = 10.0
@@ -22,8 +28,6 @@ def _read_from(raw, ledger_id: int, entry_ids: list[int], decode,
                timeout_s: float = READ_TIMEOUT_S) -> dict[int, object]:
     """Entry id -> the payload bookie ``raw`` holds (or MISSING / CORRUPT / UNREACHABLE /
     "status NAME")."""
-    from bookie import wire
-    from bookie.wire import Op, Status
     out: dict[int, object] = {}
     pending: dict[int, int] = {}
     todo = iter(entry_ids)
@@ -71,7 +75,6 @@ class ReplicaReader:
     """Reads copies of entries from the bookies of a cluster; one raw client per bookie id."""
 
     def __init__(self, metadata_uri: str, password: bytes, read_timeout_s: float = READ_TIMEOUT_S):
-        from bookie.metadata import open_metadata
         self.store = open_metadata(metadata_uri, timeout_s=20.0)
         self.password = password
         self.read_timeout_s = read_timeout_s
@@ -92,9 +95,7 @@ class ReplicaReader:
         self.close()
 
     def _client(self, bookie_id: str):
-        from bookie.testing.rawclient import RawBookieClient
         if bookie_id not in self._raw:
-            from bookie.client.resolver import BookieResolver
             if self._resolver is None:
                 self._resolver = BookieResolver(self.store)
             self._raw[bookie_id] = RawBookieClient(bookie_id, timeout_s=self.read_timeout_s,
@@ -103,7 +104,6 @@ class ReplicaReader:
 
     def metadata(self, ledger_id: int):
         """The ledger's metadata now, or None if the store has no such ledger."""
-        from bookie.metadata import NoSuchLedgerError
         try:
             return self.store.read_ledger(ledger_id)[0]
         except NoSuchLedgerError:
@@ -113,7 +113,7 @@ class ReplicaReader:
                      require_qw: bool) -> ReplicaReport:
         """Read every copy of the ``expected`` entries (entry id -> acknowledged payload) and
         judge them; a ledger the store no longer has is a violation (``vanished``)."""
-        from bookie.client.digest import DigestManager
+        from bookie.client.digest import DigestManager  # lazy: crc32c
         meta = self.metadata(ledger_id)
         if meta is None:
             report = ReplicaReport()
@@ -182,7 +182,6 @@ def audit_and_wait(metadata_uri: str, timeout_s: float, log_paths=()) -> str | N
     entries back itself, marking nothing, so no mark left is not enough: a soak's final check
     read three ledgers while the entry check was still restoring their third copies) and no
     ledger is marked under-replicated.  None when that happened, else why not (one line)."""
-    import json
     done_before = _entry_checks_done(log_paths)
     status, out = shell(["triggeraudit", "--metadata", metadata_uri], timeout_s=60)
     if status != 0:

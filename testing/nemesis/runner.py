@@ -25,16 +25,20 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from bookie.metadata import open_metadata
 from bookie.testing.localbookies import LocalBookies
-from bookie.testing.nemesis.client_proc import PASSWORD
+from bookie.testing.nemesis import disk as disk_mod
+from bookie.testing.nemesis.client_proc import DIGEST, PASSWORD
 from bookie.testing.nemesis.checker import FinalLedger, FinalLog, RoundReport, Violation, check_round
 from bookie.testing.nemesis.catalogue import Catalogue, acked_entries
 from bookie.testing.nemesis.faults import Nemesis
 from bookie.testing.nemesis.history import load_history, read_events
+from bookie.testing.nemesis.lifecycle import rack_of, set_rack
 from bookie.testing.nemesis.payload import make_payload
 from bookie.testing.nemesis.quiescent import audit_and_wait, check_state
 from bookie.testing.nemesis.schedule import LIFECYCLE_KINDS, enabled_kinds, make_schedule
 from bookie.testing.nemesis.workload import CLIENT_CONFIG, LOG_NAME, Workload
+from bookie.testing.nemesis.zkserver import RestartableZooKeeper
 
 # Bookies under the nemesis: quick failure detection, small files (tmpfs disks), many restarts.
 BOOKIE_CONF = {"gcWaitTime": 2000, "diskCheckInterval": 1000, "workerRestartLimit": 1000,
@@ -220,7 +224,6 @@ def run(opts: Options, log=None, network=None) -> Summary:
             disk = _mount_disks(bookies, summary)
         with bookies:
             if opts.lifecycle:  # two racks, for the writers that enforce them
-                from bookie.testing.nemesis.lifecycle import rack_of, set_rack
                 for i, bookie_id in enumerate(bookies.bookies):
                     set_rack(bookies.metadata_uri, bookie_id, rack_of(i))
             nemesis = Nemesis(bookies, zookeeper=zookeeper, disk=disk, network=network,
@@ -332,7 +335,6 @@ def round_schedule(opts: Options, round_no: int, owed=()):
 
 
 def _start_zookeeper(network):
-    from bookie.testing.nemesis.zkserver import RestartableZooKeeper
     if network is not None:
         return RestartableZooKeeper(host=network.zk_host(), prefix=network.zk_prefix()).start()
     return RestartableZooKeeper().start()
@@ -340,14 +342,12 @@ def _start_zookeeper(network):
 
 def _format_zk_root(zookeeper) -> str:
     """A fresh root in ``zookeeper``, formatted through the store API; returns its URI."""
-    from bookie.metadata import open_metadata
     uri = zookeeper.uri(zookeeper.chroot("/nemesis"))
     open_metadata(uri, timeout_s=20.0, create=True).close()  # opening never creates a store
     return uri
 
 
 def _mount_disks(bookies, summary: Summary):
-    from bookie.testing.nemesis import disk as disk_mod
     why_not = disk_mod.available()
     if why_not:
         summary.notes.append(f"disk faults off: {why_not}")
@@ -442,7 +442,6 @@ def _run_writer_violations(state: _RunState, report: RoundReport) -> None:
 def _quiescent(opts: Options, bookies, nemesis: Nemesis, summary: Summary, state: _RunState,
                report: RoundReport, require_qw: bool, round_no: int | None = None,
                extra=None) -> None:
-    from bookie.testing.nemesis.client_proc import PASSWORD
     started = time.monotonic()
     try:
         replicas = check_state(bookies.metadata_uri, PASSWORD, state.targets(round_no, extra),
@@ -555,8 +554,7 @@ def _client_incidents(directory: str) -> list[str]:
 
 def final_state(metadata_uri: str, ledger_ids: list[int], log_name: str, log):
     """Recover every ledger and the log of the round; read them back whole."""
-    from bookie.client import BookKeeper, NoSuchLogError, open_log, read_log
-    from bookie.testing.nemesis.client_proc import DIGEST, PASSWORD
+    from bookie.client import BookKeeper, NoSuchLogError, open_log, read_log  # lazy: asyncio
     ledgers: dict[int, FinalLedger] = {}
     logs: dict[str, FinalLog] = {}
     config = dict(CLIENT_CONFIG, operationTimeout=60.0)

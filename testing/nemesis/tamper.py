@@ -26,6 +26,9 @@ import os
 import random
 import time
 
+from bookie.testing.nemesis.client_proc import DIGEST, PASSWORD
+from bookie.testing.nemesis.workload import CLIENT_CONFIG
+
 ENTRIES = 12
 CHECK_WAIT_S = 60.0  # the check waits this long for the tampered bookie to serve again
 
@@ -59,10 +62,8 @@ class TamperFault:
     ``_cont_group``, ``_in_thread``, ``_Skip``)."""
 
     def _tamper(self, i: int):
-        from bookie.client import BookKeeper
-        from bookie.client.digest import DigestManager
-        from bookie.testing.nemesis.client_proc import DIGEST, PASSWORD
-        from bookie.testing.nemesis.workload import CLIENT_CONFIG
+        from bookie.client import BookKeeper  # lazy: asyncio
+        from bookie.client.digest import DigestManager  # lazy: crc32c
         rng = random.Random(f"tamper:{i}:{len(self.findings)}")
         payloads = [b"tamper:%d:" % n + rng.randbytes(24) for n in range(ENTRIES)]
         self._alive(i)
@@ -112,9 +113,7 @@ class TamperFault:
 
     def _tamper_check(self, ledger_id: int, entry_id: int, j: int, bookie: str,
                       payloads) -> None:
-        from bookie.client import BookKeeper, BookKeeperError
-        from bookie.testing.nemesis.client_proc import DIGEST, PASSWORD
-        from bookie.testing.nemesis.workload import CLIENT_CONFIG
+        from bookie.client import BookKeeper, BookKeeperError  # lazy: asyncio
         deadline = time.monotonic() + CHECK_WAIT_S
         while not self._up(j) and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -151,8 +150,7 @@ class TamperFault:
 def _stored_copy(bk, lh, entry_id: int) -> bytes:
     """The formatted entry as the bookies store it (what the tamperer looks for on disk): the
     digest is deterministic, so the entry's own fields and payload make the same bytes."""
-    from bookie.client.digest import DigestManager
-    from bookie.testing.nemesis.client_proc import DIGEST, PASSWORD
+    from bookie.client.digest import DigestManager  # lazy: crc32c
     entry = bk.open_ledger(lh.ledger_id, digest=DIGEST, password=PASSWORD).read_entry(entry_id)
     dm = DigestManager(lh.ledger_id, DIGEST, PASSWORD)
     return dm.encode(entry_id, entry.lac, entry.length, entry.data)

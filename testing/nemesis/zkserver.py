@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
 import time
 
 from bookie.testing.zookeeper import ZooKeeperError, ZooKeeperServer, _classpath, _free_port
@@ -25,7 +26,6 @@ class RestartableZooKeeper(ZooKeeperServer):
         self.paused = False
 
     def start(self) -> "RestartableZooKeeper":
-        import tempfile
         if self.java is None:
             raise ZooKeeperError("java not found: install default-jre-headless (tests/setup.sh)")
         self.dir = tempfile.mkdtemp(prefix="bookie-nemesis-zk-")

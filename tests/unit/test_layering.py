@@ -403,18 +403,13 @@ def test_a_tree_without_circles_passes(tmp_path):
 # An import inside a function is there to defer a library that is not loaded yet (kazoo until a
 # ZooKeeper store is opened, prometheus_client until metrics are served, ...), and says so:
 # ``# lazy: LIB`` on its line, LIB not imported at the top of the same file.  Any other belongs
-# at the top of the file (issue 44 item 4d).  Checked in the whole package but the files other
-# changes are rewriting at the moment (their local imports are theirs to sort).
-LAZY_PENDING = ("bench/trace.py", "testing/rawclient.py", "testing/localbookies.py",
-                "testing/nemesis/")
+# at the top of the file (issue 44 item 4d).  Checked in the whole package.
 _LAZY = re.compile(r"#\s*lazy:\s*([A-Za-z_][\w.]*)")
 
 
 def _unmarked_local_imports(root: str = ROOT) -> list[str]:
     found = []
     for rel in _source_files(root):
-        if rel.startswith(LAZY_PENDING):
-            continue
         with open(os.path.join(root, rel), encoding="utf-8") as f:
             text = f.read()
         lines = text.splitlines()
