@@ -61,6 +61,17 @@ def medians(runs: list[dict]) -> dict:
     return {k: statistics.median(f[k] for f in runs) for k in runs[0]}
 
 
+def emitter(json_out: str | None) -> Callable[[dict], None]:
+    """Print a JSON line on stdout (and append it to ``json_out`` when given)."""
+    def emit(line: dict) -> None:
+        text = orjson.dumps(line).decode()
+        print(text, flush=True)
+        if json_out:
+            with open(json_out, "a") as f:
+                f.write(text + "\n")
+    return emit
+
+
 def alternate(args: argparse.Namespace, key: str,
               one_run: Callable[[int, bool], dict], reading: Callable[[dict], dict],
               summarise: Callable[[int, list[dict], list[dict]], dict]) -> list[dict]:
@@ -68,13 +79,7 @@ def alternate(args: argparse.Namespace, key: str,
     swapped each round (neither always goes first); each run's JSON line (``key``: on/off and
     the round added) and each window's summary printed (and appended to --json-out)."""
 
-    def emit(line: dict) -> None:
-        text = orjson.dumps(line).decode()
-        print(text, flush=True)
-        if args.json_out:
-            with open(args.json_out, "a") as f:
-                f.write(text + "\n")
-
+    emit = emitter(args.json_out)
     summaries = []
     for in_flight in args.windows:
         runs: dict[str, list[dict]] = {"on": [], "off": []}

@@ -18,9 +18,7 @@ from __future__ import annotations
 import os
 import sys
 
-import orjson
-
-from bookie.bench.alternated import bench_writes, figures, medians, parse
+from bookie.bench.alternated import bench_writes, emitter, figures, medians, parse
 from bookie.workers.auth import PLAINTEXT_ENV
 
 TRANSPORTS = ("local", "curve", "plain")
@@ -50,13 +48,7 @@ def main(argv: list[str]) -> int:
     args = parse(argv, "python -m bookie.bench.transport_cost", __doc__.split("\n\n")[0],
                  "per transport", 5.0, "1,256")
 
-    def emit(line: dict) -> None:
-        text = orjson.dumps(line).decode()
-        print(text, flush=True)
-        if args.json_out:
-            with open(args.json_out, "a") as f:
-                f.write(text + "\n")
-
+    emit = emitter(args.json_out)
     for in_flight in args.windows:
         runs: dict[str, list[dict]] = {t: [] for t in TRANSPORTS}
         for r in range(args.rounds):
