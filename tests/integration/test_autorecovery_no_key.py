@@ -70,6 +70,8 @@ def test_without_a_key_nothing_is_repointed_nor_said_restored(tmp_path, zk_uri, 
             with BookKeeper(uri) as bk:
                 ids = write(bk, PASSWORD, count=2, entries=12)
                 victim = bk.ledger_metadata(ids[0]).fragments[0][1][0]
+                # E=3 of 4 bookies: the second ledger may not name the victim at all
+                naming = [lid for lid in ids if names(bk, lid, victim)]
                 gap = gappy_ledger(uri, [b for b in lb.bookies if b != victim], PASSWORD)
                 alive = [i for i, b in enumerate(lb.bookies) if b != victim]
                 logs = lambda: "".join(lb.log(i) for i in alive)  # noqa: E731
@@ -93,7 +95,7 @@ def test_without_a_key_nothing_is_repointed_nor_said_restored(tmp_path, zk_uri, 
                 # the operator's recover: no key, so "to retry" (exit 1), nothing repointed ...
                 assert main(["shell", "recover", victim, "--metadata", uri]) == 1
                 assert NO_KEY in capsys.readouterr().err
-                assert all(names(bk, lid, victim) for lid in ids)
+                assert all(names(bk, lid, victim) for lid in naming)
                 # ... and told the password (a bookie's --conf), it heals every ledger
                 conf = tmp_path / "secret.conf"
                 conf.write_text(f"autoRecoveryLedgerPasswords={PASSWORD.decode()}\n")
