@@ -76,7 +76,7 @@ class SupervisorCollector:
                                     SPEC_BY_NAME["bookie_worker_memory_kills_total"].meaning,
                                     labels=["role"])
         rss = _gauge("bookie_worker_anon_rss_bytes", ("role",))
-        for role, w in sup.workers.items():
+        for role, w in list(sup.workers.items()):  # the supervisor adds workers meanwhile
             alive = w.proc is not None and w.proc.poll() is None
             up.add_metric([role], int(alive))
             restarts.add_metric([role], getattr(w, "restarts_total", 0))
