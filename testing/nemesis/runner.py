@@ -44,7 +44,15 @@ from bookie.testing.nemesis.zkserver import RestartableZooKeeper
 BOOKIE_CONF = {"gcWaitTime": 2000, "diskCheckInterval": 1000, "workerRestartLimit": 1000,
                "zkTimeout": 4000, "journalMaxSizeMB": 8, "journalMaxBackups": 2,
                "logSizeLimit": 8 << 20, "journalPreAllocSizeMB": 1,
-               "ledgerStorageQuotaBytes": 2 << 20}  # workload.py QUOTA_BYTES: its quota writer
+               "ledgerStorageQuotaBytes": 2 << 20,  # workload.py QUOTA_BYTES: its quota writer
+               # Every nemesis process runs as this uid, and a local uid is one quota identity
+               # for all its clients (docs/security.md): after half an hour of writing it holds
+               # the whole quota on every bookie, and a writer's first add and a recovery's
+               # re-adds to a replacement bookie are refused OVER_QUOTA (the 30-minute soak of
+               # 2026-12-02).  So this uid is admin over the local sockets, as docs/security.md
+               # advises for a recovering service, and the quota writer writes over TCP, where
+               # without enrolment its ledger is its own identity.
+               "localClientRoles": f"{os.getuid()}:admin"}
 # With --lifecycle: autorecovery on every bookie, quick to act on a lost bookie and on an
 # open ledger whose writer is gone; a bookie that comes back after it was healed around drops
 # the copies no fragment names it for after 20 s (gcOverreplicatedLedgerWaitTime), so the

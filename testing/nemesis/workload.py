@@ -146,8 +146,11 @@ class Workload:
             self._start_log_writer()
             self._spawn(f"{self.tag}logread", "log_reader", log=self.log_name)
         if self.with_log:  # a round's workload: one writer meant to pass its quota
+            # over TCP: its ledger is its own quota identity (runner.py BOOKIE_CONF's
+            # localClientRoles makes this uid admin, exempt, over the local sockets)
             self._spawn(f"{self.tag}quota", "writer", mode="quota", quorum=QUOTA_QUORUM,
-                        seed=f"{self.tag}:quota")
+                        seed=f"{self.tag}:quota",
+                        config=dict(CLIENT_CONFIG, useLocalSockets=False))
         if self.deletes:
             self._spawn(f"{self.tag}del", "deleter", ledgers=self.deletes,
                         pace_s=max(0.05, self.round_s * 0.8 / (len(self.deletes) + 1)))
