@@ -41,7 +41,10 @@ runs:
   from the seed (0-3 s: autorecovery looks meanwhile), ``bookie shell updateledgers --from OLD
   --to NEW``, started under the new id.  A write-quorum-1 ledger of its own on that bookie
   (entries 0-4) stays open throughout; afterwards its writer adds 5 more, closes, and every
-  entry must read back (else a finding).  The old id is in ``renamed_ids`` and the runner's
+  entry must read back (else a finding), and the ledger is deleted (its entries have one copy:
+  ``lost_for_good`` is skipped while such a ledger exists, which would lose them by
+  definition and leave them naming the lost bookie for ever).  The old id is in
+  ``renamed_ids`` and the runner's
   quiescent check waits for no ledger to name it (a writer that wrote its stale ensemble back
   would name it for ever), and the final check reads every acknowledged entry back;
 - ``deferred_loss``: SIGKILL a running bookie that the current ledger of a DEFERRED_SYNC
@@ -137,6 +140,11 @@ class LifecycleFaults:
     def _lifecycle_init(self) -> None:
         self.lost_ids: list[str] = []          # bookie ids gone for good this run
         self.renamed_ids: list[str] = []       # old ids of bookies renamed this run
+        # The rename writers' write-quorum-1 ledgers, from their first add until they are read
+        # back and deleted: their entries have one copy each, which no bookie lost for good may
+        # take with it (``_lost_for_good`` waits) and which must not outlive the check (a later
+        # round's lost bookie would leave them naming it for ever: ``not_healed``).
+        self.single_copy_ledgers: set[int] = set()
         self.findings: list[str] = []          # what an operator step or the squatter met
         self.squat_answers = collections.Counter()
         self.ledger_ids_seen: set[int] = set()  # the runner adds every ledger id it knows
@@ -224,6 +232,9 @@ class LifecycleFaults:
         return None
 
     def _lost_for_good(self, i: int, how: str):
+        if self.single_copy_ledgers:  # one copy on a wiped bookie is lost by definition
+            raise self._Skip(f"a rename's write-quorum-1 ledger is open "
+                             f"({sorted(self.single_copy_ledgers)})")
         self._alive(i)
         self._cont_group(i)
         self.bookies.kill(i)
@@ -337,7 +348,10 @@ class LifecycleFaults:
         self._cont_group(i)
         pause_s = random.Random(f"rename:{i}:{len(self.renamed_ids)}").uniform(0.0, 3.0)
 
+        held = None
+
         def body() -> None:
+            nonlocal held
             old = self.bookies.bookies[i]
             held = self._rename_writer(old)  # a write-quorum-1 ledger on it, kept open
             self.bookies.stop(i)
@@ -370,7 +384,15 @@ class LifecycleFaults:
             if held is not None:
                 threading.Thread(target=self._rename_writer_goes_on, args=(held, new),
                                  name=f"rename-writer-{i}", daemon=True).start()
-        self._in_thread(i, f"rename-{i}", body)
+                held = None
+
+        def guarded() -> None:
+            try:
+                body()
+            finally:
+                if held is not None:  # the rename stopped before its writer went on
+                    self._rename_writer_done(held)
+        self._in_thread(i, f"rename-{i}", guarded)
         return None
 
     def _rename_writer(self, bookie: str):
@@ -383,6 +405,7 @@ class LifecycleFaults:
             for _ in range(RENAME_WRITER_TRIES):
                 lh = bk.create_ledger(1, 1, 1, digest=DIGEST, password=PASSWORD)
                 if lh.metadata.fragments[0][1][0] == bookie:
+                    self.single_copy_ledgers.add(lh.ledger_id)
                     want = [b"rename:%d:%d" % (lh.ledger_id, e) for e in range(5)]
                     for data in want:
                         lh.add_entry(data)
@@ -425,6 +448,25 @@ class LifecycleFaults:
                 self.log(f"nemesis: the rename's writer: ledger {lh.ledger_id}, "
                          f"{len(want)} entries read back")
         finally:
+            self._rename_writer_done(held)
+
+    def _rename_writer_done(self, held) -> None:
+        """The rename writer's ledger is checked (or its rename stopped): deleted, so that no
+        single-copy ledger outlives its check, and its client closed."""
+        bk, lh, _ = held
+        try:
+            for _ in range(5):  # the store may be paused by a fault
+                try:
+                    bk.delete_ledger(lh.ledger_id)
+                    break
+                except Exception as exc:  # noqa: BLE001 - retried, then a finding
+                    last = exc
+                    time.sleep(1.0)
+            else:
+                self.findings.append(f"the rename's writer could not delete ledger "
+                                     f"{lh.ledger_id}: {type(last).__name__}: {last}")
+        finally:
+            self.single_copy_ledgers.discard(lh.ledger_id)
             bk.close()
 
     def _deferred_loss(self, i: int):

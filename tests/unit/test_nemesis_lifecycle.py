@@ -296,3 +296,19 @@ def test_every_rack_writer_quorum_can_be_placed_on_the_nemesis_racks():
         assert ensemble is not None and placement.short_of(ensemble, qw) is None, quorum
     e, qw = 3, 2  # the quorum rack_quorum widens: refused as it was
     assert placement.short_of(placement.choose(e, qw, bookies, random.Random(1)), qw) is not None
+
+
+def test_no_bookie_is_lost_for_good_while_a_renames_single_copy_ledger_lives():
+    """The 30-minute soak of seed 3401: a rename's write-quorum-1 ledger had entries 5-9 on a
+    bookie the same round then lost for good; they were lost by definition, and the ledger named
+    the lost bookie in every later round (``not_healed``).  The fault now waits for such a
+    ledger to be checked and deleted."""
+    import pytest
+    from bookie.testing.nemesis.faults import Nemesis
+    from bookie.testing.nemesis.lifecycle import LifecycleFaults
+    faults = LifecycleFaults.__new__(LifecycleFaults)
+    faults._lifecycle_init()
+    faults._Skip = Nemesis._Skip
+    faults.single_copy_ledgers.add(36)
+    with pytest.raises(Nemesis._Skip, match=r"write-quorum-1 ledger is open \(\[36\]\)"):
+        faults._lost_for_good(0, "auto")  # before touching any bookie (it has none here)
