@@ -1,9 +1,11 @@
 """The add worker: owns the client-facing add socket, the entry logs and the index writes.
 
-This module is the loop: it turns sockets, rings and timers into calls of the add machine
-(``bookie.core.adds``: which request is decided now and which waits, for its owner lookup or for
-its journal's ring room; write-once; the no-room state; the refusals) and of the ledger rule book
-(``bookie.core.ledgers``), and their answers into sends and ring writes.
+This module is the loop: it decodes each message into a ``bookie.core.adds.Request``, makes one
+call of the add machine for it (``AddMachine.take``: which request is decided now and which
+waits, for its owner lookup or for its journal's ring room; the ledger rules; write-once; the
+quota; the no-room state; the refusals) and carries out the actions the machine returns: ring
+writes, entry-log writes, held-back answers, sends.  ``LoopView`` is what the machine may ask of
+the loop; no rule about a request is decided here.
 
 Per loop iteration (everything batched; no per-entry Python work on the hot path):
 
@@ -13,9 +15,9 @@ Per loop iteration (everything batched; no per-entry Python work on the hot path
    Their index entries were committed in an earlier iteration, so an acknowledged entry is
    readable by the read worker from the moment its ack leaves (read-after-ack).
 2. Take every request waiting on the add socket and the control socket (fences from the read
-   worker).  Check its frames here (header, sizes, ids, read-only) and ask the ledger table
-   (``bookie.core.ledgers``: master key, fenced) whether it may go; place each accepted one
-   once in the shared-memory ring as a record, apply that record to the table.  The journal is
+   worker).  Decode its frames here (header, frame count) and let the machine decide it; place
+   each accepted one once in the shared-memory ring as a record, apply that record to the
+   table.  The journal is
    woken as soon as the iteration's first record is placed (its write and fdatasync overlap the
    rest of this iteration), and once more at the end if more records followed; a DEFERRED_SYNC
    add's record wakes nobody (no answer waits for its sync: it goes with the next record that
@@ -50,6 +52,7 @@ from __future__ import annotations
 import collections
 import os
 import time
+from typing import NamedTuple
 
 import zmq
 
@@ -64,14 +67,14 @@ from bookie.core.long_polls import SUBSCRIBE, SUBSCRIBED, UNSUBSCRIBE
 from bookie.workers.auth import server_curve
 from bookie.workers.client_sockets import (REFUSALS_PER_CONNECTION_PER_S, ConnectionCap,
                                            RefusalBudget, guard_client_socket, make_socket)
-from bookie.workers.common import ClientServer
+from bookie.workers.common import OP_NAMES, ClientServer
 from bookie.storage.checkpoint import Checkpointer, checkpoint
-from bookie.workers.add_owners import OwnerWaits
-from bookie.workers.add_quotas import QuotaPasses
+from bookie.workers.add_quotas import QuotaStore
 from bookie.workers.claims import OwnerLookup, OwnerResolver
 from bookie.workers.frame_guard import FrameGuard
 from bookie.storage.journal_replay import replay
-from bookie.core.adds import WAIT, AddMachine, NoRoom, ReadOnly, RoomAgain
+from bookie.core.adds import (FENCE, AddMachine, AnswerAt, Failed, NoRoom, OwnerDone, PlaceAdd,
+                              PlaceRecord, ReadOnly, RecordSizes, Refuse, Request, RoomAgain, Stall)
 from bookie.core.ledgers import Rejected
 from bookie.storage.noroom import RETRY_S, Held, HeldRecord, no_room
 from bookie.storage.trace import ADD_FILE, AddTrace, open_trace
@@ -87,7 +90,9 @@ MAX_MESSAGES_PER_ITERATION = 512
 # plain ints: ``get(zmq.EVENTS) & zmq.POLLIN`` goes through IntEnum/IntFlag objects, 5.6 us a
 # loop against 1.9 us (python -m timeit, this machine)
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
-FENCE_OP = -1  # a fence journaled for the read worker (bookie_requests_total{op="FENCE"})
+# the records' sizes without key and data, for the machine's ring-room rule (core/adds.py)
+RECORD_SIZES = RecordSizes(records.add_batch_parts(0, b"", b"", b"")[1], len(records.fence_record(0, b"")),
+                           len(records.lac_record(0, 0, b"")))
 
 
 def run(ctx) -> int:
@@ -163,7 +168,7 @@ def run(ctx) -> int:
 
     server = AddServer(ctx, rings, storage, clients, control, wakes, lac_pub, ledger_dirs)
     server.machine = AddMachine(storage.table, len(rings), conf.max_pending_adds,
-                                conf.max_entry_size_bytes, RETRY_S)
+                                conf.max_entry_size_bytes, RETRY_S, RECORD_SIZES)
     server.cap = cap
     server.frame_guard = FrameGuard(cap, conf.max_add_message_size_bytes, ctx.run_dir, ctx.log)
     server.gate = curve.gate if curve else None
@@ -179,14 +184,16 @@ def run(ctx) -> int:
     server.pending = JournalAnswers(len(rings), conf.max_pending_adds, principal_of(curve.enrolled),
                                     server.refusals)
     server.machine.answers = server.pending
-    server.quota_start(conf.ledger_storage_quota_bytes, index_dir, bool(curve) and curve.enrolled)
+    server.view = LoopView(server)
+    server.quotas = QuotaStore(server.machine, storage, conf.ledger_storage_quota_bytes, index_dir,
+                               bool(curve) and curve.enrolled)
     ctx.log("add worker ready", port=conf.bookie_port, position=ring.get(WRITE))
     ctx.ready()
     try:
         server.serve(durable_in)
     finally:
         server.shutdown()
-        server.quota_close()
+        server.quotas.close()
         server.frame_guard.close()
         server.owners.close()
         if server.trace is not None:
@@ -203,7 +210,7 @@ def run(ctx) -> int:
     return 0
 
 
-class AddServer(OwnerWaits, QuotaPasses, ClientServer):
+class AddServer(ClientServer):
     def __init__(self, ctx, rings, storage, clients, control, wakes, lac_pub, ledger_dirs):
         super().__init__(ctx, clients, rings[0], ledger_dirs[0])
         self.conf = ctx.conf
@@ -221,8 +228,8 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
         self.last_stats = 0.0
         self.gate = None  # workers/auth.py Gate when CURVE is on
         self.owners: OwnerResolver | None = None  # workers/claims.py
-        self.current = None  # (socket, frames, internal, taken_at) of the message being handled
-        self.no_room_in = 0  # the journal whose ring had no room for the message just handled
+        self.view: LoopView | None = None  # what the machine may ask of this loop
+        self.quotas: QuotaStore | None = None  # the quota's identities and usage on disk
         self.checkpointer = Checkpointer(ctx, storage, ledger_dirs)
         self.add_latency = ctx.metrics.histogram("bookie_add_entry_seconds")
         self.taken_at = 0.0  # when the message being handled was taken off its socket
@@ -263,9 +270,12 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
                 self.cap.drain()
             self.answer_durable()
             self.rung, self.unrung = set(), set()
+            now = time.monotonic()
             if self.owners.fileno() in events:
-                self.resume(self.owners.drain())
-            self.retry_stalled()
+                for actions in self.machine.resume(self.owners.drain(), self.view, now):
+                    self.execute(actions)
+            for actions in self.machine.retry(self.view, now):
+                self.execute(actions)
             if not self.machine.all_stalled():  # a full ring holds back its own journal only
                 if self.control in events:
                     self.take(self.control, internal=True)
@@ -274,7 +284,7 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
             for j in self.unrung:
                 self.wakes[j].ring()
             self.commit()
-            self.quota_pass()
+            self.quotas.save(time.monotonic(), bool(self.held))
             if self.deferred_waiting:  # stored now: deferred adds go without waiting for a poll
                 self.deferred_waiting = False
                 self.answer_durable()
@@ -361,7 +371,7 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
             s["connections_refused_total"] = self.cap.refused_total
         s["ring_free_bytes"] = min(r.free_bytes() for r in self.rings)
         s["entries_stored_total"] = self.storage.entries_total
-        self.quota_stats(s)
+        self.quotas.stats(s)
         self.ctx.write_stats(s)
 
     def answer_durable(self) -> None:
@@ -394,23 +404,8 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
                 self.lac_pub.send(wire.LEDGER_ID.pack(lid))
         self.moved.clear()
 
-    def retry_stalled(self) -> None:
-        """Decide again each journal's stalled requests, first first, while its ring has room
-        (core/adds.py invariant 1)."""
-        machine = self.machine
-        if not machine.stalled_count:
-            return
-        for journal in range(self.journals):
-            while True:
-                waiting = machine.next_stalled(journal)
-                if waiting is None:
-                    break
-                sock, frames, internal, self.taken_at = waiting
-                if not self.handle(sock, frames, internal, first_stalled=True):
-                    machine.stall(journal, waiting, again=True)
-                    break
-
     def take(self, sock, internal: bool) -> None:
+        """Decide every message waiting on ``sock`` (up to ``MAX_MESSAGES_PER_ITERATION``)."""
         self.lac_taken = False
         machine = self.machine
         for _ in range(MAX_MESSAGES_PER_ITERATION):
@@ -419,13 +414,14 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
             except zmq.Again:
                 break
             self.taken_at = time.monotonic()
-            if not internal and self.frame_guard is not None:
-                self.frame_guard.delivered(frames)
-            if not self.handle(sock, frames, internal):
-                # its journal's ring is full: it waits there; other journals' requests go on
-                machine.stall(self.no_room_in, self.current)
-                if machine.all_stalled():
-                    break
+            if internal:
+                self.handle_control(frames)
+            else:
+                if self.frame_guard is not None:
+                    self.frame_guard.delivered(frames)
+                self.handle(frames)
+            if machine.stalled_count and machine.all_stalled():
+                break  # every journal's ring is full: ZeroMQ's queue pushes back on the clients
             if self.lac_taken:
                 # A WRITE_LAC ends the iteration: its commit and the long polls it wakes then
                 # come now, not after up to MAX_MESSAGES_PER_ITERATION queued adds (a LAC
@@ -433,17 +429,12 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
                 self.lac_taken = False
                 break
 
-    # -- one request -----------------------------------------------------------------------------
-    def handle(self, sock, frames, internal: bool, first_stalled: bool = False) -> bool:
-        """Handle one message; False when its journal's ring is full (``no_room_in`` says
-        which: the caller stalls it there).  ``first_stalled``: it is its journal's first
-        stalled message, decided again (core/adds.py ``arrive``)."""
-        self.current = (sock, frames, internal, self.taken_at)
-        if internal:
-            return self.handle_control(frames, first_stalled)
+    # -- one message: decoded here, decided by the machine, carried out here ---------------------
+    def handle(self, frames) -> None:
+        """Decode one client message into a ``Request`` and carry out the machine's actions."""
         if len(frames) < 2:
             self.stats["dropped_malformed_total"] += 1
-            return True
+            return
         ident = frames[0].bytes
         head = frames[1].bytes
         try:
@@ -451,55 +442,147 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
             wire.check_request_flags(op, flags)
         except wire.ProtocolError as e:
             self.reject_raw(ident, head, e.status)
-            return True
+            return
+        origin = Origin(ident, request_id, frames[1], self.taken_at)
+        journal = journal_of(ledger_id, self.journals)
+        body = frames[2:]
         try:
             if self.gate is not None and self.gate.refusal(frames[1], op, flags):
                 raise Rejected(Status.UNAUTHORIZED, "role does not allow the op")
-            # past its principal's share: TOO_MANY_REQUESTS
-            journal = self.journal_of(ledger_id)
-            self.pending.admit(journal, frames[1], ident, op)
-            if op == Op.ADD or op == Op.WRITE_LAC or op == Op.FORCE_LEDGER:
-                # behind a request of its ledger or journal that waits (core/adds.py inv. 1)
-                if self.machine.arrive(ledger_id, journal, self.current, first_stalled) == WAIT:
-                    return True
             if op == Op.ADD:
-                return self.handle_add(ident, flags, request_id, ledger_id, frames[2:])
-            if op == Op.WRITE_LAC:
-                return self.handle_write_lac(ident, request_id, ledger_id, frames[2:])
-            if op == Op.FORCE_LEDGER:
-                return self.handle_force(ident, request_id, ledger_id, frames[2:])
-            if op == Op.INFO:
+                if len(body) != 3:
+                    raise Rejected(Status.BAD_REQUEST, "ADD takes master key, lengths and data frames")
+                request = Request(op, ledger_id, journal, flags, body[0].bytes,
+                                  (body[1].buffer, body[2].buffer), False, origin)
+            elif op == Op.WRITE_LAC:
+                if len(body) != 2 or len(body[1]) != wire.WRITE_LAC_BODY.size:
+                    raise Rejected(Status.BAD_REQUEST, "WRITE_LAC takes master key and lac frames")
+                request = Request(op, ledger_id, journal, flags, body[0].bytes,
+                                  wire.WRITE_LAC_BODY.unpack(body[1].bytes), False, origin)
+            elif op == Op.FORCE_LEDGER:
+                if body:
+                    raise Rejected(Status.BAD_REQUEST, "FORCE_LEDGER takes no body")
+                request = Request(op, ledger_id, journal, flags, b"", (), False, origin)
+            elif op == Op.INFO:
+                self.pending.admit(journal, frames[1], ident, op)  # a connection shut: dropped
                 self.reply(ident, op, Status.OK, request_id, ledger_id, [self.info()])
-                return True
-            raise Rejected(Status.BAD_REQUEST, f"op {Op(op).name} goes to the read socket")
+                return
+            else:
+                raise Rejected(Status.BAD_REQUEST, f"op {Op(op).name} goes to the read socket")
         except (Rejected, wire.ProtocolError) as e:
-            self.stats[f"rejected_{e.status.name.lower()}_total"] += 1
-            if not self.flooding(ident, frames[1], e.status):  # over its budget: shut, unanswered
-                self.reply(ident, op, e.status, request_id, ledger_id)
-            return True
-        except OSError:
-            raise  # a failing disk under the add path is the supervisor's to handle
-        except Exception as e:  # an input nobody foresaw must not take the add path down
-            self.stats["internal_errors_total"] += 1
-            self.ctx.log("request failed", op=Op(op).name, ledger=ledger_id, error=repr(e))
-            self.reply(ident, op, Status.BAD_REQUEST, request_id, ledger_id)
-            return True
+            self.refuse(Request(op, ledger_id, journal, flags, b"", (), False, origin), e.status)
+            return
+        self.execute(self.machine.take(request, self.view, self.taken_at))
+
+    def handle_control(self, frames) -> None:
+        """From the read worker: long-poll news on or off, and fences: [ident, b"F", ledger_id,
+        master_key, token] (b"C": the key is the ledger's recovery credential).  Each fence is
+        answered on its own, [ident, b"F", token, status]: fences of one ledger with different
+        keys get different answers."""
+        if len(frames) in (2, 3) and frames[1].bytes in (SUBSCRIBE, UNSUBSCRIBE):
+            # taken in this loop's order with the commits: the ordering argument of
+            # core/long_polls.py WakeNews needs the answer to leave after every earlier commit
+            self.news_on = frames[1].bytes == SUBSCRIBE
+            if self.news_on and len(frames) == 3:
+                self.control.send_multipart([frames[0].bytes, SUBSCRIBED, frames[2].bytes])
+            return
+        if len(frames) != 5 or frames[1].bytes not in (b"F", b"C") or len(frames[2]) != wire.LEDGER_ID.size:
+            self.stats["dropped_malformed_total"] += 1
+            return
+        (ledger_id,) = wire.LEDGER_ID.unpack(frames[2].bytes)
+        origin = Origin(frames[0].bytes, frames[4].bytes, None, self.taken_at)
+        self.execute(self.machine.take(Request(FENCE, ledger_id, journal_of(ledger_id, self.journals), 0,
+                                               frames[3].bytes, (), frames[1].bytes == b"C", origin),
+                                       self.view, self.taken_at))
+
+    def execute(self, actions) -> None:
+        """Carry out the machine's actions about requests (core/adds.py), in order."""
+        for a in actions:
+            kind = type(a)
+            if kind is PlaceAdd:
+                self.place_add(a)
+            elif kind is PlaceRecord:
+                self.place_record(a)
+            elif kind is AnswerAt:
+                r, o = a.request, a.request.token
+                end = self.rings[a.journal].get(WRITE) if a.end is None else a.end
+                self.pending.append(Pending(end, [o.ident, wire.pack_header(
+                    r.op, Status.OK, o.request_id, r.ledger_id)], r.ledger_id, r.op, o.taken_at,
+                    a.journal), a.principal)
+                if a.duplicates:
+                    self.stats["add_duplicates_total"] += a.duplicates
+                if a.wake:  # a force: the deferred records before it were placed without a wake-up
+                    self.unrung.add(a.journal)
+            elif kind is Refuse:
+                self.refuse(a.request, a.status)
+            elif kind is Stall:
+                self.wakes[a.journal].ring()  # room comes as the journal writes (deferred records too)
+            elif kind is OwnerDone:
+                self.owners.consume(a.ledger_id)
+            elif kind is Failed:
+                r = a.request
+                self.stats["internal_errors_total"] += 1
+                self.ctx.log("request failed", op=OP_NAMES.get(r.op, "UNKNOWN"), ledger=r.ledger_id,
+                             error=a.error)
+                self.refuse(r, Status.BAD_REQUEST, counted=False)
+
+    def place_add(self, a: PlaceAdd) -> None:
+        r, o = a.request, a.request.token
+        ledger_id = r.ledger_id
+        parts, size, data_offset = records.add_batch_parts(ledger_id, a.key, a.lengths_frame, a.data,
+                                                           flags=a.flags)
+        checked_ns = time.monotonic_ns() if self.trace is not None else 0
+        start, end = self.place(a.journal, parts, wake=a.wake)
+        if self.trace is not None:
+            self.trace.placed(end, ledger_id, int(a.entry_ids[0]), o.taken_at, checked_ns)
+        self.storage.table.apply(records.Record(records.ADD_BATCH, a.flags, ledger_id, a.key, -1,
+                                                a.lengths, data_offset, size))
+        self.store(ledger_id, start, end, size, data_offset, a.entry_ids, a.lengths, a.offsets)
+        self.moved.add(ledger_id)
+        self.deferred_waiting |= a.deferred
+        self.pending.append(Pending(end, [o.ident, wire.pack_header(Op.ADD, Status.OK, o.request_id, ledger_id)],
+                                    ledger_id, Op.ADD, o.taken_at, a.journal, a.deferred), a.principal)
+        stats = self.stats
+        stats["add_entries_total"] += len(a.entry_ids)
+        stats["add_bytes_total"] += len(a.data)
+        stats["add_requests_total"] += 1
+
+    def place_record(self, a: PlaceRecord) -> None:
+        """A fence (answered to the read worker once durable: DESIGN invariant 4) or a LAC."""
+        r, o = a.request, a.request.token
+        ledger_id = r.ledger_id
+        if a.lac is None:
+            rec = records.fence_record(ledger_id, a.key, a.flags)
+        else:
+            rec = records.lac_record(ledger_id, a.lac, a.key, a.flags)
+        _, end = self.place(a.journal, [rec])
+        if self.storage.table.apply(records.parse(rec, 0)):
+            self.store_record(ledger_id, rec)
+        if a.lac is None:
+            self.stats["fences_total"] += 1
+            self.pending.append(Pending(end, [None, o.ident, b"F", o.request_id, wire.STATUS.pack(Status.OK)],
+                                        ledger_id, FENCE, o.taken_at, a.journal), None)
+            return
+        self.moved.add(ledger_id)
+        self.lac_taken = True
+        self.pending.append(Pending(end, [o.ident, wire.pack_header(Op.WRITE_LAC, Status.OK, o.request_id, ledger_id)],
+                                    ledger_id, Op.WRITE_LAC, o.taken_at, a.journal), a.principal)
+
+    def refuse(self, r: Request, status: Status, counted: bool = True) -> None:
+        """Answer a request ``status`` now (a fence to the read worker; a client's unless its
+        connection is over its refusal budget: ``flooding``)."""
+        o = r.token
+        if r.op == FENCE:
+            self.count(FENCE, status)
+            self.control.send_multipart([o.ident, b"F", o.request_id, wire.STATUS.pack(status)])
+            return
+        if counted:
+            self.stats[f"rejected_{status.name.lower()}_total"] += 1
+        if not self.flooding(o.ident, o.frame, status):  # over its budget: shut, unanswered
+            self.reply(o.ident, r.op, status, o.request_id, r.ledger_id)
 
     def durables(self) -> list[int]:
         return [r.get(DURABLE) for r in self.rings]
-
-    def journal_of(self, ledger_id: int) -> int:
-        """The journal (and ring) of every record of ``ledger_id`` (journal_set invariant 1)."""
-        return journal_of(ledger_id, self.journals)
-
-    def room_for(self, journal: int, size: int) -> bool:
-        ring = self.rings[journal]
-        if size > ring.capacity:
-            raise Rejected(Status.BAD_REQUEST, "request larger than the journal ring")
-        if ring.free_bytes() >= size:
-            return True
-        self.wakes[journal].ring()  # room comes as the journal writes: deferred records may be unrung
-        return False
 
     def place(self, journal: int, parts, wake: bool = True) -> tuple[int, int]:
         """Copy a record into journal ``journal``'s ring and publish it; returns its logical
@@ -573,7 +656,7 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
 
     def store(self, ledger_id, start, end, size, data_offset, entry_ids, lengths, offsets) -> None:
         """Write a placed record to the entry log, or hold it while there is no room."""
-        slices = self.rings[self.journal_of(ledger_id)].slices(start, end)
+        slices = self.rings[journal_of(ledger_id, self.journals)].slices(start, end)
         if not self.held:
             try:
                 self.storage.store_batch(ledger_id, slices, size, data_offset, entry_ids,
@@ -598,147 +681,71 @@ class AddServer(OwnerWaits, QuotaPasses, ClientServer):
                 self.turn_full(e)
         self.held.append(HeldRecord(ledger_id, rec))
 
-    def handle_add(self, ident, flags, request_id, ledger_id, body) -> bool:
-        if len(body) != 3:
-            raise Rejected(Status.BAD_REQUEST, "ADD takes master key, lengths and data frames")
-        machine = self.machine
-        recovery = bool(flags & wire.Bits.RECOVERY_ADD)
-        # a recovery add of entries held already is answered while read-only (core/adds.py inv. 5)
-        refusal = machine.check_writable(self.ring.get(READONLY), len(self.pending), recovery)
-        key = body[0].bytes
-        lengths_frame = body[1].buffer
-        data = body[2].buffer
-        lengths, offsets = wire.batch_offsets(lengths_frame, len(data), machine.max_entry_bytes)
-        ledgers, entry_ids = wire.batch_ids(data, offsets)
-        machine.check_batch(ledger_id, ledgers, entry_ids)
-        credential = bool(flags & wire.Bits.RECOVERY_CREDENTIAL)
-        if self.park(ledger_id, key, credential) or self.unnamed(ledger_id, recovery, credential):
-            return True
-        placed = machine.decide_add(ledger_id, key, recovery, credential, self.owner_of(ledger_id))
-        table = self.storage.table
-        journal = self.journal_of(ledger_id)
-        held = self.storage.held_entries(ledger_id, entry_ids)
-        if held:  # entries are write-once (core/adds.py invariant 4)
-            lengths_frame, data, lengths, offsets, entry_ids = machine.write_once(
-                held, lengths_frame, data, lengths, offsets, entry_ids)
-            if not len(entry_ids):  # all held, identical: stored nothing; answered in order
-                end = machine.duplicate_answer(self.rings[journal].get(WRITE), self.safe_to[journal],
-                                               self.storage.uncommitted(ledger_id))
-                self.pending.append(Pending(end, [ident, wire.pack_header(
-                    Op.ADD, Status.OK, request_id, ledger_id)], ledger_id, Op.ADD, self.taken_at,
-                    journal))
-                self.stats["add_duplicates_total"] += len(held)
-                return True
-        if refusal is not None:  # a recovery add that would store something
-            raise Rejected(refusal)
-        quota = machine.quotas.limit_bytes  # ledgerStorageQuotaBytes (core/adds.py invariant 8)
-        if quota:
-            principal, nbytes = self.quota_principal(), int(lengths.sum())
-            exempt = self.recovery_principal(credential, principal)
-            info = table.get(ledger_id)
-            machine.check_quota(ledger_id, recovery, exempt, principal, nbytes,
-                                fenced=info is not None and info.fenced)
-        parts, size, data_offset = records.add_batch_parts(ledger_id, placed.key, lengths_frame, data,
-                                                           flags=placed.flags)
-        if not self.room_for(journal, size):
-            self.no_room_in = journal
-            return False
-        checked_ns = time.monotonic_ns() if self.trace is not None else 0
-        # answered once stored (core/adds.py invariant 6): no journal wake-up for it, unless
-        # read-only, where its answer waits for durable as a normal add's does
-        deferred = bool(flags & wire.Bits.DEFERRED_SYNC)
-        start, end = self.place(journal, parts, wake=not deferred or machine.full)
-        if self.trace is not None:
-            self.trace.placed(end, ledger_id, int(entry_ids[0]), self.taken_at, checked_ns)
-        table.apply(records.Record(records.ADD_BATCH, placed.flags, ledger_id, placed.key, -1,
-                                   lengths, data_offset, size))
-        self.store(ledger_id, start, end, size, data_offset, entry_ids, lengths, offsets)
-        if quota:
-            machine.placed(ledger_id, principal, nbytes, exempt)
-        self.moved.add(ledger_id)
-        self.deferred_waiting |= deferred
-        self.pending.append(Pending(end, [ident, wire.pack_header(Op.ADD, Status.OK, request_id, ledger_id)],
-                                    ledger_id, Op.ADD, self.taken_at, journal, deferred))
-        self.stats["add_entries_total"] += len(entry_ids)
-        self.stats["add_bytes_total"] += len(data)
-        self.stats["add_requests_total"] += 1
-        return True
 
-    def handle_write_lac(self, ident, request_id, ledger_id, body) -> bool:
-        if len(body) != 2 or len(body[1]) != wire.WRITE_LAC_BODY.size:
-            raise Rejected(Status.BAD_REQUEST, "WRITE_LAC takes master key and lac frames")
-        key = body[0].bytes
-        (lac,) = wire.WRITE_LAC_BODY.unpack(body[1].bytes)
-        placed = self.machine.decide_write_lac(ledger_id, key, lac)
-        rec = records.lac_record(ledger_id, lac, placed.key, placed.flags)
-        journal = self.journal_of(ledger_id)
-        if not self.room_for(journal, len(rec)):
-            self.no_room_in = journal
-            return False
-        _, end = self.place(journal, [rec])
-        if self.storage.table.apply(records.parse(rec, 0)):
-            self.store_record(ledger_id, rec)
-        self.moved.add(ledger_id)
-        self.lac_taken = True
-        self.pending.append(Pending(end, [ident, wire.pack_header(Op.WRITE_LAC, Status.OK, request_id, ledger_id)],
-                                    ledger_id, Op.WRITE_LAC, self.taken_at, journal))
-        return True
+class Origin(NamedTuple):
+    """Where a request came from and how to answer it (its ``Request.token``): the client's
+    connection and request id, its header frame (its principal), when it was taken; a fence's
+    read-worker connection and token (no frame: it carries no client metadata)."""
+    ident: bytes
+    request_id: object
+    frame: object
+    taken_at: float
 
-    def handle_force(self, ident, request_id, ledger_id, body) -> bool:
-        """FORCE_LEDGER: answered once its journal made durable everything placed so far (every
-        record of the ledger before it among them: core/adds.py invariant 6).  Places nothing."""
-        if body:
-            raise Rejected(Status.BAD_REQUEST, "FORCE_LEDGER takes no body")
-        journal = self.journal_of(ledger_id)
-        self.pending.append(Pending(self.rings[journal].get(WRITE), [ident, wire.pack_header(
-            Op.FORCE_LEDGER, Status.OK, request_id, ledger_id)], ledger_id, Op.FORCE_LEDGER,
-            self.taken_at, journal))
-        self.unrung.add(journal)  # the deferred records before it were placed without a wake-up
-        return True
 
-    def handle_control(self, frames, first_stalled: bool = False) -> bool:
-        """Fence requests from the read worker: [ident, b"F", ledger_id, master_key, token]
-        (b"C": the key is the ledger's recovery credential; returns stored form, b"": unbound).
+class LoopView:
+    """What the add machine may ask of this loop (core/adds.py ``View``), read off the rings,
+    the storage, the answers, the owner resolver and the gate as they are now."""
 
-        Each is answered on its own, [ident, b"F", token, status]: fences of one ledger with
-        different keys get different answers.
-        """
-        if len(frames) in (2, 3) and frames[1].bytes in (SUBSCRIBE, UNSUBSCRIBE):
-            # taken in this loop's order with the commits: the ordering argument of
-            # core/long_polls.py WakeNews needs the answer to leave after every earlier commit
-            self.news_on = frames[1].bytes == SUBSCRIBE
-            if self.news_on and len(frames) == 3:
-                self.control.send_multipart([frames[0].bytes, SUBSCRIBED, frames[2].bytes])
-            return True
-        if len(frames) != 5 or frames[1].bytes not in (b"F", b"C") or len(frames[2]) != wire.LEDGER_ID.size:
-            self.stats["dropped_malformed_total"] += 1
-            return True
-        ident = frames[0].bytes
-        (ledger_id,) = wire.LEDGER_ID.unpack(frames[2].bytes)
-        key = frames[3].bytes
-        token = frames[4].bytes
-        credential = frames[1].bytes == b"C"
-        journal = self.journal_of(ledger_id)
-        try:
-            # behind a request of its ledger or journal that waits (core/adds.py invariant 1)
-            if self.machine.arrive(ledger_id, journal, self.current, first_stalled) == WAIT:
-                return True
-            if self.park(ledger_id, key, credential) or self.unnamed(ledger_id, False, credential):
-                return True
-            placed = self.machine.decide_fence(ledger_id, key, credential, self.owner_of(ledger_id))
-        except Rejected as e:
-            self.count(FENCE_OP, e.status)
-            self.control.send_multipart([ident, b"F", token, wire.STATUS.pack(e.status)])
-            return True
-        rec = records.fence_record(ledger_id, placed.key, placed.flags)
-        if not self.room_for(journal, len(rec)):
-            self.no_room_in = journal
-            return False
-        _, end = self.place(journal, [rec])
-        if self.storage.table.apply(records.parse(rec, 0)):
-            self.store_record(ledger_id, rec)
-        self.stats["fences_total"] += 1
-        # Answer once the fence record is durable (DESIGN invariant 4).
-        self.pending.append(Pending(end, [None, ident, b"F", token, wire.STATUS.pack(Status.OK)], ledger_id,
-                                    FENCE_OP, self.taken_at, journal))
-        return True
+    __slots__ = ("rings", "ring", "storage", "table", "pending", "owners", "gate", "server")
+
+    def __init__(self, server: AddServer):
+        self.server = server
+        self.rings = server.rings
+        self.ring = server.ring
+        self.storage = server.storage
+        self.table = server.storage.table
+        self.pending = server.pending
+        self.owners = server.owners
+        self.gate = server.gate
+
+    def readonly(self) -> bool:
+        return bool(self.ring.get(READONLY))
+
+    def admit(self, r: Request):
+        return self.pending.admit(r.journal, r.token.frame, r.token.ident, r.op)
+
+    def role_admin(self, principal) -> bool:
+        return self.gate is not None and self.gate.role(principal) == "admin"
+
+    def owner_ready(self, ledger_id: int, key: bytes, credential: bool, lane) -> bool:
+        return self.owners.ready(self.table, ledger_id, key, credential, lane)
+
+    def owner(self, ledger_id: int):
+        return self.owners.owner(ledger_id)
+
+    def named(self, ledger_id: int):
+        return self.owners.named.get(ledger_id)
+
+    def reread_done(self, ledger_id: int) -> bool:
+        return ledger_id in self.owners.reread_done
+
+    def reread(self, ledger_id: int) -> bool:
+        return self.owners.reread(ledger_id)
+
+    def held_entries(self, ledger_id: int, entry_ids) -> dict:
+        return self.storage.held_entries(ledger_id, entry_ids)
+
+    def uncommitted(self, ledger_id: int) -> bool:
+        return self.storage.uncommitted(ledger_id)
+
+    def write_position(self, journal: int) -> int:
+        return self.rings[journal].get(WRITE)
+
+    def safe_to(self, journal: int) -> int:
+        return self.server.safe_to[journal]
+
+    def ring_free(self, journal: int) -> int:
+        return self.rings[journal].free_bytes()
+
+    def ring_capacity(self, journal: int) -> int:
+        return self.rings[journal].capacity
