@@ -49,10 +49,8 @@ the journals are replayed in does not matter).  Ring 0 also carries the control 
 
 from __future__ import annotations
 
-import collections
 import os
 import time
-from typing import NamedTuple
 
 import zmq
 
@@ -61,7 +59,7 @@ from bookie.metadata.recovery_secret import read_secret_file
 from bookie.storage.layout import current_dir, key_salt
 from bookie.wire import Op, Status
 from bookie.storage import records
-from bookie.core.answers import JournalAnswers, Pending
+from bookie.core.answers import JournalAnswers
 from bookie.core.idle import PARK, YIELD, Backoff
 from bookie.core.long_polls import SUBSCRIBE, SUBSCRIBED, UNSUBSCRIBE
 from bookie.workers.auth import server_curve
@@ -70,15 +68,17 @@ from bookie.workers.client_sockets import (REFUSALS_PER_CONNECTION_PER_S, Connec
 from bookie.workers.common import OP_NAMES, ClientServer
 from bookie.storage.checkpoint import Checkpointer, checkpoint
 from bookie.workers.add_quotas import QuotaStore
+from bookie.workers.add_records import Placer
+from bookie.workers.add_view import LoopView, Origin
 from bookie.workers.claims import OwnerLookup, OwnerResolver
 from bookie.workers.frame_guard import FrameGuard
 from bookie.storage.journal_replay import replay
-from bookie.core.adds import (FENCE, AddMachine, AnswerAt, Failed, NoRoom, OwnerDone, PlaceAdd,
-                              PlaceRecord, ReadOnly, RecordSizes, Refuse, Request, RoomAgain, Stall)
+from bookie.core.adds import (FENCE, AddMachine, AnswerAt, Failed, OwnerDone, PlaceAdd, PlaceRecord,
+                              RecordSizes, Refuse, Request, Stall)
 from bookie.core.ledgers import Rejected
-from bookie.storage.noroom import RETRY_S, Held, HeldRecord, no_room
+from bookie.storage.noroom import RETRY_S, no_room
 from bookie.storage.trace import ADD_FILE, AddTrace, open_trace
-from bookie.storage.ring import (ADD_EPOCH, DURABLE, JOURNAL_NO_ROOM, NO_ROOM, READONLY, WRITE, Doorbell,
+from bookie.storage.ring import (ADD_EPOCH, DURABLE, JOURNAL_NO_ROOM, NO_ROOM, WRITE, Doorbell,
                                  Ring)
 from bookie.storage.journal_set import bell_name, journal_of
 from bookie.core.shares import principal_of
@@ -184,7 +184,9 @@ def run(ctx) -> int:
     server.pending = JournalAnswers(len(rings), conf.max_pending_adds, principal_of(curve.enrolled),
                                     server.refusals)
     server.machine.answers = server.pending
-    server.view = LoopView(server)
+    server.placer = Placer(ctx.log, rings, wakes, storage, server.machine, server.pending,
+                           server.checkpointer, server.stats, server.trace)
+    server.view = LoopView(rings, storage, server.pending, server.owners, server.gate, server.placer)
     server.quotas = QuotaStore(server.machine, storage, conf.ledger_storage_quota_bytes, index_dir,
                                bool(curve) and curve.enrolled)
     ctx.log("add worker ready", port=conf.bookie_port, position=ring.get(WRITE))
@@ -233,17 +235,10 @@ class AddServer(ClientServer):
         self.checkpointer = Checkpointer(ctx, storage, ledger_dirs)
         self.add_latency = ctx.metrics.histogram("bookie_add_entry_seconds")
         self.taken_at = 0.0  # when the message being handled was taken off its socket
-        # per journal: end of what is in the entry log and index (noroom.py)
-        self.safe_to = [r.get(WRITE) for r in rings]
-        self.held: collections.deque[Held] = collections.deque()
+        self.placer: Placer | None = None  # set by run(): where accepted records go
         self.cap = None  # ConnectionCap of the client socket
         self.frame_guard = None  # workers/frame_guard.py: messages still arriving, per connection
-        self.rung: set[int] = set()  # journals woken this iteration
-        self.unrung: set[int] = set()  # ... and placed in since
-        self.moved: set[int] = set()  # ledgers with adds / WRITE_LACs placed since the last publish
-        self.deferred_waiting = False  # a DEFERRED_SYNC add's answer was held this iteration
         self.news_on = True  # tell the read worker which ledgers moved (core/long_polls.py WakeNews)
-        self.lac_taken = False  # a WRITE_LAC was placed: ``take`` ends the iteration after it
         self.trace: AddTrace | None = None  # per-add timestamps (addTraceDirectory); None: off
         self.idle = Backoff(self.conf.idle_spin_s)  # while answers wait on a journal (core/idle.py)
         self.load_seen_at = float("-inf")  # when the host's load average was last given to ``idle``
@@ -269,7 +264,8 @@ class AddServer(ClientServer):
             if self.cap is not None and self.cap.monitor in events:
                 self.cap.drain()
             self.answer_durable()
-            self.rung, self.unrung = set(), set()
+            placer = self.placer
+            placer.rung, placer.unrung = set(), set()
             now = time.monotonic()
             if self.owners.fileno() in events:
                 for actions in self.machine.resume(self.owners.drain(), self.view, now):
@@ -281,12 +277,12 @@ class AddServer(ClientServer):
                     self.take(self.control, internal=True)
                 if self.clients in events:
                     self.take(self.clients, internal=False)
-            for j in self.unrung:
+            for j in placer.unrung:
                 self.wakes[j].ring()
             self.commit()
-            self.quotas.save(time.monotonic(), bool(self.held))
-            if self.deferred_waiting:  # stored now: deferred adds go without waiting for a poll
-                self.deferred_waiting = False
+            self.quotas.save(time.monotonic(), bool(placer.held))
+            if placer.deferred_waiting:  # stored now: deferred adds go without waiting for a poll
+                placer.deferred_waiting = False
                 self.answer_durable()
             if self.frame_guard is not None:  # drained: no whole message left in ZeroMQ's queue
                 self.frame_guard.check(not self.machine.all_stalled()
@@ -342,7 +338,7 @@ class AddServer(ClientServer):
         self.checkpointer.stop()
         try:
             if not self.machine.full:
-                checkpoint(self.storage, self.ledger_dirs, self.mark())
+                checkpoint(self.storage, self.ledger_dirs, self.placer.mark())
         except Exception as e:  # noqa: BLE001 - replay from the older LastLogMark redoes it
             if not no_room(e):
                 raise
@@ -355,7 +351,7 @@ class AddServer(ClientServer):
         already written to the entry log and committed to the index; the thread only syncs.
         """
         self.last_checkpoint = now
-        mark = self.mark()
+        mark = self.placer.mark()
         if (mark == self.last_mark and not self.checkpointer.failed) or self.checkpointer.busy():
             return
         self.checkpointer.request(mark)
@@ -379,7 +375,7 @@ class AddServer(ClientServer):
             return
         # Each journal's answers go in its own order, as soon as that journal made them durable.
         now = time.monotonic()
-        for p in self.machine.due(self.durables(), self.safe_to):
+        for p in self.machine.due(self.durables(), self.placer.safe_to):
             self.count(p.op, p.status)
             if p.op == Op.ADD:
                 self.add_latency.observe(now - p.taken_at)
@@ -400,13 +396,20 @@ class AddServer(ClientServer):
         now; a reader finds each entry up to it on a bookie that acknowledged it (reader.py moves
         on from NO_ENTRY).  ``gone``: ledgers the GC deleted, whose polls get NO_LEDGER."""
         if self.news_on:  # only while the read worker has polls parked (core/long_polls.py)
-            for lid in self.moved | gone:
+            for lid in self.placer.moved | gone:
                 self.lac_pub.send(wire.LEDGER_ID.pack(lid))
-        self.moved.clear()
+        self.placer.moved.clear()
+
+    def commit(self, final: bool = False) -> None:
+        """The iteration's index commit (``Placer.commit``); then the long polls' news."""
+        gone = self.placer.commit(final)
+        if gone is not None and (self.placer.moved or gone):
+            self.publish_moved(gone)
 
     def take(self, sock, internal: bool) -> None:
         """Decide every message waiting on ``sock`` (up to ``MAX_MESSAGES_PER_ITERATION``)."""
-        self.lac_taken = False
+        placer = self.placer
+        placer.lac_taken = False
         machine = self.machine
         for _ in range(MAX_MESSAGES_PER_ITERATION):
             try:
@@ -422,11 +425,11 @@ class AddServer(ClientServer):
                 self.handle(frames)
             if machine.stalled_count and machine.all_stalled():
                 break  # every journal's ring is full: ZeroMQ's queue pushes back on the clients
-            if self.lac_taken:
+            if placer.lac_taken:
                 # A WRITE_LAC ends the iteration: its commit and the long polls it wakes then
                 # come now, not after up to MAX_MESSAGES_PER_ITERATION queued adds (a LAC
                 # notice exists to overtake those: client/protocol/writer.py ``_notice``).
-                self.lac_taken = False
+                placer.lac_taken = False
                 break
 
     # -- one message: decoded here, decided by the machine, carried out here ---------------------
@@ -500,19 +503,11 @@ class AddServer(ClientServer):
         for a in actions:
             kind = type(a)
             if kind is PlaceAdd:
-                self.place_add(a)
+                self.placer.place_add(a)
             elif kind is PlaceRecord:
-                self.place_record(a)
+                self.placer.place_record(a)
             elif kind is AnswerAt:
-                r, o = a.request, a.request.token
-                end = self.rings[a.journal].get(WRITE) if a.end is None else a.end
-                self.pending.append(Pending(end, [o.ident, wire.pack_header(
-                    r.op, Status.OK, o.request_id, r.ledger_id)], r.ledger_id, r.op, o.taken_at,
-                    a.journal), a.principal)
-                if a.duplicates:
-                    self.stats["add_duplicates_total"] += a.duplicates
-                if a.wake:  # a force: the deferred records before it were placed without a wake-up
-                    self.unrung.add(a.journal)
+                self.placer.hold(a)
             elif kind is Refuse:
                 self.refuse(a.request, a.status)
             elif kind is Stall:
@@ -525,48 +520,6 @@ class AddServer(ClientServer):
                 self.ctx.log("request failed", op=OP_NAMES.get(r.op, "UNKNOWN"), ledger=r.ledger_id,
                              error=a.error)
                 self.refuse(r, Status.BAD_REQUEST, counted=False)
-
-    def place_add(self, a: PlaceAdd) -> None:
-        r, o = a.request, a.request.token
-        ledger_id = r.ledger_id
-        parts, size, data_offset = records.add_batch_parts(ledger_id, a.key, a.lengths_frame, a.data,
-                                                           flags=a.flags)
-        checked_ns = time.monotonic_ns() if self.trace is not None else 0
-        start, end = self.place(a.journal, parts, wake=a.wake)
-        if self.trace is not None:
-            self.trace.placed(end, ledger_id, int(a.entry_ids[0]), o.taken_at, checked_ns)
-        self.storage.table.apply(records.Record(records.ADD_BATCH, a.flags, ledger_id, a.key, -1,
-                                                a.lengths, data_offset, size))
-        self.store(ledger_id, start, end, size, data_offset, a.entry_ids, a.lengths, a.offsets)
-        self.moved.add(ledger_id)
-        self.deferred_waiting |= a.deferred
-        self.pending.append(Pending(end, [o.ident, wire.pack_header(Op.ADD, Status.OK, o.request_id, ledger_id)],
-                                    ledger_id, Op.ADD, o.taken_at, a.journal, a.deferred), a.principal)
-        stats = self.stats
-        stats["add_entries_total"] += len(a.entry_ids)
-        stats["add_bytes_total"] += len(a.data)
-        stats["add_requests_total"] += 1
-
-    def place_record(self, a: PlaceRecord) -> None:
-        """A fence (answered to the read worker once durable: DESIGN invariant 4) or a LAC."""
-        r, o = a.request, a.request.token
-        ledger_id = r.ledger_id
-        if a.lac is None:
-            rec = records.fence_record(ledger_id, a.key, a.flags)
-        else:
-            rec = records.lac_record(ledger_id, a.lac, a.key, a.flags)
-        _, end = self.place(a.journal, [rec])
-        if self.storage.table.apply(records.parse(rec, 0)):
-            self.store_record(ledger_id, rec)
-        if a.lac is None:
-            self.stats["fences_total"] += 1
-            self.pending.append(Pending(end, [None, o.ident, b"F", o.request_id, wire.STATUS.pack(Status.OK)],
-                                        ledger_id, FENCE, o.taken_at, a.journal), None)
-            return
-        self.moved.add(ledger_id)
-        self.lac_taken = True
-        self.pending.append(Pending(end, [o.ident, wire.pack_header(Op.WRITE_LAC, Status.OK, o.request_id, ledger_id)],
-                                    ledger_id, Op.WRITE_LAC, o.taken_at, a.journal), a.principal)
 
     def refuse(self, r: Request, status: Status, counted: bool = True) -> None:
         """Answer a request ``status`` now (a fence to the read worker; a client's unless its
@@ -584,168 +537,3 @@ class AddServer(ClientServer):
     def durables(self) -> list[int]:
         return [r.get(DURABLE) for r in self.rings]
 
-    def place(self, journal: int, parts, wake: bool = True) -> tuple[int, int]:
-        """Copy a record into journal ``journal``'s ring and publish it; returns its logical
-        (start, end) in that journal's offsets.  ``wake=False``: nobody waits for this record's
-        sync (a DEFERRED_SYNC add's), so the journal is not woken for it; it writes the record
-        with the next one that wakes it (a normal add, a FORCE_LEDGER, a full ring) or at its
-        own poll timeout (0.1 s), and the add path spares a process wake-up on a core it shares."""
-        ring = self.rings[journal]
-        start = ring.get(WRITE)
-        end = ring.put(start, parts)
-        ring.set(WRITE, end)
-        if not wake:
-            return start, end
-        # Wake the journal at the first record of an iteration, before this record goes to the
-        # entry log and the index (its fdatasync then overlaps that work: a lone add's
-        # latency); records placed after that ring once more at the end of the iteration.
-        if journal in self.rung:
-            self.unrung.add(journal)
-        else:
-            self.wakes[journal].ring()
-            self.rung.add(journal)
-        return start, end
-
-    def mark(self) -> list[int]:
-        """Each journal's LastLogMark a checkpoint may persist now.  Call after
-        ``storage.commit()``: every record placed before WRITE is then in the entry log and the
-        index, and a mark never passes what its journal made durable (a journal must never
-        restart below it)."""
-        return [min(s, d) for s, d in zip(self.safe_to, self.durables())]
-
-    # -- no room on the ledger disks (storage/noroom.py) -----------------------------------------
-    def commit(self, final: bool = False) -> None:
-        """Commit the index; on want of space turn read-only, and retry while read-only."""
-        now = time.monotonic()
-        if not self.machine.commit_due(now, final):
-            return
-        try:
-            while self.held:
-                self.held[0].store(self.storage)
-                self.held.popleft()
-            gone = self.storage.commit()
-        except Exception as e:  # noqa: BLE001 - only want of space is survived
-            if not no_room(e):
-                raise
-            self.turn_full(e)
-            return
-        if gone:
-            self.machine.deleted(gone)
-        self.safe_to = [r.get(WRITE) for r in self.rings]
-        if self.moved or gone:
-            self.publish_moved(gone)
-        if self.checkpointer.no_room:
-            self.turn_full(None)
-        elif self.machine.full and not self.checkpointer.failed:
-            self.act(self.machine.handle(RoomAgain(), now))
-
-    def turn_full(self, e) -> None:
-        self.act(self.machine.handle(NoRoom(), time.monotonic()),
-                 error=str(e) if e else "checkpoint failed")
-
-    def act(self, actions, error: str = "") -> None:
-        """Carry out the machine's actions about the bookie's state (core/adds.py)."""
-        for a in actions:
-            if type(a) is ReadOnly:
-                self.ring.set(NO_ROOM, 1 if a.on else 0)  # the supervisor turns the bookie read-only
-                if a.on:
-                    self.ctx.log("no room on the ledger disks; read-only until there is", error=error)
-                else:
-                    self.ctx.log("ledger disks have room again; taking adds",
-                                 position=",".join(map(str, self.safe_to)))
-
-    def store(self, ledger_id, start, end, size, data_offset, entry_ids, lengths, offsets) -> None:
-        """Write a placed record to the entry log, or hold it while there is no room."""
-        slices = self.rings[journal_of(ledger_id, self.journals)].slices(start, end)
-        if not self.held:
-            try:
-                self.storage.store_batch(ledger_id, slices, size, data_offset, entry_ids,
-                                         lengths, offsets)
-                return
-            except Exception as e:  # noqa: BLE001 - only want of space is survived
-                if not no_room(e):
-                    raise
-                self.turn_full(e)
-        self.held.append(Held(ledger_id, slices, size, data_offset, entry_ids, lengths, offsets))
-
-    def store_record(self, ledger_id: int, rec: bytes) -> None:
-        """Write a placed FENCE or LAC record to the entry log, or hold it while there is no
-        room (in order with the held adds: storage/noroom.py)."""
-        if not self.held:
-            try:
-                self.storage.store_record(ledger_id, rec)
-                return
-            except Exception as e:  # noqa: BLE001 - only want of space is survived
-                if not no_room(e):
-                    raise
-                self.turn_full(e)
-        self.held.append(HeldRecord(ledger_id, rec))
-
-
-class Origin(NamedTuple):
-    """Where a request came from and how to answer it (its ``Request.token``): the client's
-    connection and request id, its header frame (its principal), when it was taken; a fence's
-    read-worker connection and token (no frame: it carries no client metadata)."""
-    ident: bytes
-    request_id: object
-    frame: object
-    taken_at: float
-
-
-class LoopView:
-    """What the add machine may ask of this loop (core/adds.py ``View``), read off the rings,
-    the storage, the answers, the owner resolver and the gate as they are now."""
-
-    __slots__ = ("rings", "ring", "storage", "table", "pending", "owners", "gate", "server")
-
-    def __init__(self, server: AddServer):
-        self.server = server
-        self.rings = server.rings
-        self.ring = server.ring
-        self.storage = server.storage
-        self.table = server.storage.table
-        self.pending = server.pending
-        self.owners = server.owners
-        self.gate = server.gate
-
-    def readonly(self) -> bool:
-        return bool(self.ring.get(READONLY))
-
-    def admit(self, r: Request):
-        return self.pending.admit(r.journal, r.token.frame, r.token.ident, r.op)
-
-    def role_admin(self, principal) -> bool:
-        return self.gate is not None and self.gate.role(principal) == "admin"
-
-    def owner_ready(self, ledger_id: int, key: bytes, credential: bool, lane) -> bool:
-        return self.owners.ready(self.table, ledger_id, key, credential, lane)
-
-    def owner(self, ledger_id: int):
-        return self.owners.owner(ledger_id)
-
-    def named(self, ledger_id: int):
-        return self.owners.named.get(ledger_id)
-
-    def reread_done(self, ledger_id: int) -> bool:
-        return ledger_id in self.owners.reread_done
-
-    def reread(self, ledger_id: int) -> bool:
-        return self.owners.reread(ledger_id)
-
-    def held_entries(self, ledger_id: int, entry_ids) -> dict:
-        return self.storage.held_entries(ledger_id, entry_ids)
-
-    def uncommitted(self, ledger_id: int) -> bool:
-        return self.storage.uncommitted(ledger_id)
-
-    def write_position(self, journal: int) -> int:
-        return self.rings[journal].get(WRITE)
-
-    def safe_to(self, journal: int) -> int:
-        return self.server.safe_to[journal]
-
-    def ring_free(self, journal: int) -> int:
-        return self.rings[journal].free_bytes()
-
-    def ring_capacity(self, journal: int) -> int:
-        return self.rings[journal].capacity
