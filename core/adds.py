@@ -1,30 +1,46 @@
-"""The add worker's decisions: which request is decided now and which waits, for what; what an
-accepted request places; what the bookie answers while it cannot write.
+"""The add worker's decisions: one call per message (``AddMachine.take``) says what the loop does
+with it - place these entries and answer OK once durable, answer a duplicate, park it for its
+owner, refuse it, stall it for ring room - and what the bookie answers while it cannot write.
 
 Everything the add worker decides about a request lives here; ``bookie.workers.add_worker`` only
-turns sockets and rings into calls of this machine and its actions into sends, as the journal
-worker does over ``bookie.core.group_commit``.  The ledger rules themselves (owner, key, fence,
-delete) are ``bookie.core.ledgers``; this module decides *when* they are asked and what follows.
+decodes frames into ``Request`` objects, calls the machine once per message and carries out its
+actions (ring writes, entry-log writes, sends), as the journal worker does over
+``bookie.core.group_commit`` and the client's I/O thread over ``client/protocol/writer.py``.  The
+ledger rules themselves (owner, key, fence, delete) are ``bookie.core.ledgers``; this module
+decides *when* they are asked and what follows.
 
 Theory of operation
 -------------------
-A request of a ledger (an ADD, a WRITE_LAC, a fence from the read worker) goes through
-``arrive(ledger_id, journal, request)``:
+``take(request, view, now)`` decides one message (an ADD, a WRITE_LAC, a FORCE_LEDGER, a fence
+from the read worker) and returns its actions.  ``view`` is what the loop knows and the machine
+may ask (``View``: the read-only flag, the rings' room and positions, the entries held, the owner
+resolver's answers, a principal's role); the machine never writes through it, except to ask the
+owner resolver for a lookup it needs.  Its steps, in this order for an ADD:
 
-- ``GO``: decide it now (``decide_add`` / ``decide_fence`` / ``decide_write_lac`` on the
-  ledger table, then place its record in journal ``journal``'s ring);
-- ``WAIT``: the machine keeps it, behind a request of the same ledger waiting for its owner
-  lookup, or behind the requests of the same journal waiting for ring room;
-- a ``Rejected(TOO_MANY_REQUESTS)`` past ``max_waiting`` requests kept (nothing stored).
+1. the principal's share of the held-back answers (``View.admit``: TOO_MANY_REQUESTS);
+2. wait behind a request of its ledger parked for its owner, or behind its journal's stalled
+   requests (invariant 1; ``Rejected(TOO_MANY_REQUESTS)`` past ``max_waiting``: invariant 3);
+3. read-only (invariant 5), the batch's own ids (BAD_REQUEST);
+4. park it while the owner resolver has not answered what deciding it needs (the store's
+   owner, the key's verdict, one more read of a ledger whose metadata does not name this
+   bookie: invariant 7);
+5. the ledger rules (``LedgerTable.check_add``);
+6. write-once (invariant 4): drop the entries held with the same bytes; all held: ``AnswerAt``;
+7. the quota (invariant 8);
+8. ring room: ``Stall`` (kept, decided again by ``retry``) or ``PlaceAdd``.
 
-A decision that needs the metadata store's answer (``bookie.workers.claims``) parks the
-request (``park``); a record that finds its journal's ring full stalls it (``stall``).  Events
-bring them back, in order, as ``Decide`` actions (``handle``): ``OwnersAnswered(ledger_ids)``
-and ``RingRoom(journal)``.  No room on the ledger disks (``NoRoom`` / ``RoomAgain``) turns the
-bookie read-only for adds until a retry succeeds; fences and explicit LACs are still taken (their
-records are held with the adds: storage/noroom.py).  ``Durable(positions, stored)`` gives the
-held-back answers whose records their journal made durable (and that are stored: ``safe_to``;
-while read-only, durable is enough: invariant 5) - the same rule as the loop's ``due``.
+Requests kept come back through generators, one list of actions per request decided again
+(execute each list before taking the next: a decision reads the rings as the last one left
+them): ``resume(ledger_ids, view, now)`` when the owner resolver answered, ``retry(view, now)``
+when a journal may have ring room.  No room on the ledger disks (``NoRoom`` / ``RoomAgain``
+through ``handle``) turns the bookie read-only for adds until a retry succeeds; fences and
+explicit LACs are still taken (their records are held with the adds: storage/noroom.py).
+``due(durable, safe_to)`` (and the ``Durable`` event) gives the held-back answers whose records
+their journal made durable and stored (invariant 6; while read-only durable is enough:
+invariant 5).
+
+The machine imports no I/O and reads no clock: ``now`` is passed in.  A request's ``token`` is
+the loop's (its socket, frames and arrival time); the machine never looks inside it.
 
 Invariants
 ----------
@@ -73,9 +89,6 @@ Invariants
    it.  While read-only, durable is enough for a refusal, a fence and a force, which make no
    entry readable (invariant 5), and a deferred add waits for durable too.
 
-The machine imports no I/O and reads no clock: ``now`` is passed in.  A request is an opaque
-token (the loop's socket, frames and arrival time); the machine never looks inside it.
-
 7. **Only a bookie the metadata names takes a ledger's normal adds and fences** (issue 30 item
    6: an address mix-up never turns into an ack).  Asked when the owner lookup is (an id the
    table holds nothing for: once per ledger, no metadata read per add): a normal add or a fence
@@ -105,40 +118,96 @@ token (the loop's socket, frames and arrival time); the machine never looks insi
 from __future__ import annotations
 
 import collections
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from bookie import wire
-from bookie.core.ledgers import LedgerTable, Placed, Rejected
-from bookie.core.quotas import Quotas, quota_exempt
-from bookie.wire import Status
+from bookie.core.ledgers import LedgerTable, Owner, Rejected
+from bookie.core.quotas import RESYNC_S, Quotas, quota_exempt
+from bookie.wire import Op, Status
 
 GO, WAIT = 0, 1  # ``arrive``'s answers (plain ints: the hot path allocates nothing)
 REREAD = 2  # ``named_rule``: read the metadata once more before deciding
+FENCE = -1  # the op of a fence journaled for the read worker (bookie_requests_total{op="FENCE"})
+FENCE_LANE = "fences of the read worker"  # the owner resolver's lane of fences (claims.py)
+_ADD, _WRITE_LAC, _FORCE = int(Op.ADD), int(Op.WRITE_LAC), int(Op.FORCE_LEDGER)
+_RECOVERY_ADD, _CREDENTIAL = wire.Bits.RECOVERY_ADD, wire.Bits.RECOVERY_CREDENTIAL
+_DEFERRED = wire.Bits.DEFERRED_SYNC
+
+
+class Request(NamedTuple):
+    """One decoded message.  ``op``: Op.ADD, Op.WRITE_LAC, Op.FORCE_LEDGER or ``FENCE``;
+    ``journal``: its ledger's journal (storage/journal_set.py); ``flags``: the header's (a
+    fence's: 0); ``key``: the master key, or the recovery credential; ``body``: an ADD's
+    (lengths frame, data frame), a WRITE_LAC's (lac,), else (); ``credential``: a fence on the
+    recovery credential (an add says so in its flags); ``token``: the loop's, never looked at."""
+    op: int
+    ledger_id: int
+    journal: int
+    flags: int
+    key: bytes
+    body: tuple
+    credential: bool
+    token: object
+
+
+class View(Protocol):
+    """What the loop knows that a decision reads (``take``'s ``view``)."""
+
+    def readonly(self) -> bool:
+        """The bookie is read-only (the supervisor's word in the ring)."""
+
+    def admit(self, request: Request):
+        """The principal of a client request, once its share of the held-back answers allows
+        it (core/shares.py); raises wire.ProtocolError(TOO_MANY_REQUESTS) past the share."""
+
+    def role_admin(self, principal) -> bool:
+        """The principal's role is admin (the recovery principal: core/quotas.py)."""
+
+    def owner_ready(self, ledger_id: int, key: bytes, credential: bool, lane) -> bool:
+        """The owner resolver can decide this now (claims.py ``ready``); False: it queued the
+        lookup or verification the decision needs (the one thing a view starts)."""
+
+    def owner(self, ledger_id: int):
+        """The store's answer about an id known now, else None."""
+
+    def named(self, ledger_id: int) -> bool | None:
+        """Whether the metadata, as last read, names this bookie (None: not known)."""
+
+    def reread_done(self, ledger_id: int) -> bool:
+        """The metadata was read again since the ledger's requests parked."""
+
+    def reread(self, ledger_id: int) -> bool:
+        """Queue one more read of the ledger's metadata; False when the queue is full."""
+
+    def held_entries(self, ledger_id: int, entry_ids) -> dict:
+        """Batch index -> the bytes held, for the entries of the batch this bookie holds."""
+
+    def uncommitted(self, ledger_id: int) -> bool:
+        """Something of the ledger is stored but not yet committed to the index."""
+
+    def write_position(self, journal: int) -> int:
+        """The end of what is placed in the journal's ring (WRITE)."""
+
+    def safe_to(self, journal: int) -> int:
+        """The end of what is stored (entry log and index) in the journal's offsets."""
+
+    def ring_free(self, journal: int) -> int:
+        """Bytes free in the journal's ring."""
+
+    def ring_capacity(self, journal: int) -> int:
+        """The journal's ring size in bytes."""
+
+
+class RecordSizes(NamedTuple):
+    """A record's size without its key and data (storage/records.py): an ADD_BATCH's, a
+    FENCE's, a LAC's.  The loop gives the real ones; the ring room a record needs is this plus
+    its key (plus the lengths and data frames of an ADD)."""
+    add: int = 0
+    fence: int = 0
+    lac: int = 0
 
 
 # -- events ------------------------------------------------------------------------------------
-class Arrived(NamedTuple):
-    ledger_id: int
-    journal: int
-    request: object
-
-
-class OwnersAnswered(NamedTuple):
-    """The owner resolver answered for these ledgers (bookie.workers.claims)."""
-    ledger_ids: frozenset
-
-
-class RingRoom(NamedTuple):
-    """Journal ``journal``'s ring may have room again (its DURABLE moved)."""
-    journal: int
-
-
-class Stalled(NamedTuple):
-    """A decided request found journal ``journal``'s ring full; nothing was placed."""
-    journal: int
-    request: object
-
-
 class NoRoom(NamedTuple):
     """A write to the ledger disks failed for want of space."""
 
@@ -154,21 +223,75 @@ class Durable(NamedTuple):
 
 
 # -- actions -----------------------------------------------------------------------------------
-class Decide(NamedTuple):
-    """Decide ``request`` now (it waited; it is next in its ledger's and journal's order).
-    ``first_stalled``: pass it to ``arrive`` (it was its journal's first stalled request)."""
+class PlaceAdd(NamedTuple):
+    """Place an ADD_BATCH record of these entries (key and flags as the rule book said) in the
+    journal's ring, apply it to the table, store it, and hold its OK answer in the journal's
+    order (``deferred``: answered once stored; ``wake``: ring the journal for it)."""
+    request: Request
+    journal: int
+    key: bytes
+    flags: int
+    lengths_frame: object
+    data: object
+    lengths: object
+    offsets: object
+    entry_ids: object
+    deferred: bool
+    wake: bool
+    principal: object
+
+
+class PlaceRecord(NamedTuple):
+    """Place a FENCE (``lac`` None) or a LAC record in the journal's ring, apply it, store it,
+    and hold its OK answer in the journal's order."""
+    request: Request
+    journal: int
+    key: bytes
+    flags: int
+    lac: int | None
+    principal: object
+
+
+class AnswerAt(NamedTuple):
+    """Place nothing; hold an OK answer until the journal's ``end`` (None: its WRITE now) is
+    durable (and stored): an add whose every entry is held with the same bytes
+    (``duplicates`` of them), or a FORCE_LEDGER (``wake``: ring the journal at the iteration's
+    end, its deferred records were placed without a wake-up)."""
+    request: Request
+    journal: int
+    end: int | None
+    principal: object
+    duplicates: int = 0
+    wake: bool = False
+
+
+class Refuse(NamedTuple):
+    """Answer ``status`` now; nothing was placed."""
     request: object
-    first_stalled: bool = False
+    status: Status
+
+
+class Failed(NamedTuple):
+    """Deciding the request raised what nobody foresaw: answer BAD_REQUEST and say ``error``
+    (an input must never take the add path down)."""
+    request: Request
+    error: str
+
+
+class Stall(NamedTuple):
+    """A request waits for room in the journal's ring (kept: ``retry``): ring the journal,
+    room comes as it writes."""
+    journal: int
+
+
+class OwnerDone(NamedTuple):
+    """No request of the ledger waits for the owner resolver any more (claims.py ``consume``)."""
+    ledger_id: int
 
 
 class Answer(NamedTuple):
     """Send this held-back answer (a ``bookie.core.answers.Pending``)."""
     pending: object
-
-
-class Refuse(NamedTuple):
-    request: object
-    status: Status
 
 
 class ReadOnly(NamedTuple):
@@ -179,15 +302,16 @@ class ReadOnly(NamedTuple):
 class AddMachine:
     """The add worker's decisions (module docstring).  ``table``: the ledger rule book;
     ``answers``: the held-back answers (``bookie.core.answers.JournalAnswers``), set by the
-    worker once its refusal budget exists."""
+    worker once its refusal budget exists; ``sizes``: the records' sizes (``RecordSizes``)."""
 
     def __init__(self, table: LedgerTable, journals: int, max_waiting: int, max_entry_bytes: int,
-                 retry_s: float = 1.0):
+                 retry_s: float = 1.0, sizes: RecordSizes | None = None):
         self.table = table
         self.journals = journals
         self.max_waiting = max_waiting
         self.max_entry_bytes = max_entry_bytes
         self.retry_s = retry_s
+        self.sizes = sizes or RecordSizes()
         self.answers = None
         self.parked: dict[int, collections.deque] = {}  # ledger -> requests waiting, in order
         self.parked_count = 0
@@ -196,13 +320,181 @@ class AddMachine:
         self.full = False  # no room on the ledger disks (invariant 5)
         self.next_retry = 0.0
         self.quotas = Quotas(0)  # invariant 8; the worker sets ledgerStorageQuotaBytes
+        self.quota_enrolled = False  # an enrolled key is an identity (curveClientKeysDirectory)
+        self.last_resync = float("-inf")
+
+    # -- one message -----------------------------------------------------------------------------
+    def take(self, request: Request, view: View, now: float) -> list:
+        """Decide one message; its actions, in the order to carry them out (module docstring).
+        Never raises for the request's sake: a refusal is a ``Refuse`` action, an unforeseen
+        error a ``Failed`` one (an OSError, a failing disk, is raised: the supervisor's)."""
+        out: list = []
+        self._decide(request, view, out, False)
+        return out
+
+    def resume(self, ledger_ids, view: View, now: float):
+        """The owner resolver answered for ``ledger_ids``: decide again, in order, the requests
+        parked for them.  Yields each one's actions (carry them out before taking the next),
+        then ``OwnerDone`` for a ledger none of whose requests waits for the resolver now (one
+        parked anew keeps the rest behind it: invariant 1)."""
+        for ledger_id in ledger_ids:
+            for request in self.unpark(ledger_id):
+                out: list = []
+                self._decide(request, view, out, False)
+                yield out
+            if ledger_id not in self.parked:
+                yield [OwnerDone(ledger_id)]
+
+    def retry(self, view: View, now: float):
+        """Decide again each journal's stalled requests, first first, while its ring has room
+        (invariant 1).  Yields each one's actions (carry them out before taking the next)."""
+        if not self.stalled_count:
+            return
+        for journal in range(self.journals):
+            while self.stalled[journal]:
+                self.stalled_count -= 1
+                request = self.stalled[journal].popleft()
+                out: list = []
+                went = self._decide(request, view, out, True)
+                yield out
+                if not went:  # still no room: it is first again
+                    break
+
+    def _decide(self, r: Request, view: View, out: list, first_stalled: bool) -> bool:
+        """Decide ``r`` into ``out``; False when it stalled for ring room."""
+        try:
+            op = r.op
+            if op == _ADD:
+                return self._add(r, view, out, first_stalled)
+            principal = None if op == FENCE else view.admit(r)
+            if (self.parked_count or self.stalled_count) and \
+                    self.arrive(r.ledger_id, r.journal, r, first_stalled) == WAIT:
+                return True
+            if op == FENCE:
+                return self._fence(r, view, out, first_stalled)
+            if op == _WRITE_LAC:  # taken while read-only too: it stores no entry
+                (lac,) = r.body
+                if lac < -1:
+                    raise Rejected(Status.BAD_REQUEST, "lac out of range")
+                placed = self.table.check_write_lac(r.ledger_id, r.key)
+                if not self._room(view, r, self.sizes.lac + len(placed.key), out, first_stalled):
+                    return False
+                out.append(PlaceRecord(r, r.journal, placed.key, placed.flags, lac, principal))
+                return True
+            if op == _FORCE:  # its "record": the journal's end when it came (invariant 6)
+                out.append(AnswerAt(r, r.journal, None, principal, 0, True))
+                return True
+            raise Rejected(Status.BAD_REQUEST, "not an add-path op")
+        except (Rejected, wire.ProtocolError) as e:
+            out.append(Refuse(r, e.status))
+        except OSError:
+            raise  # a failing disk under the add path is the supervisor's to handle
+        except Exception as e:  # noqa: BLE001 - an input nobody foresaw must not take the add path down
+            out.append(Failed(r, repr(e)))
+        return True
+
+    def _add(self, r: Request, view: View, out: list, first_stalled: bool) -> bool:
+        ledger_id, flags = r.ledger_id, r.flags
+        principal = view.admit(r)
+        if (self.parked_count or self.stalled_count) and \
+                self.arrive(ledger_id, r.journal, r, first_stalled) == WAIT:
+            return True
+        recovery = bool(flags & _RECOVERY_ADD)
+        # a recovery add of entries held already is answered while read-only (invariant 5)
+        refusal = self.check_writable(view.readonly(), len(self.answers), recovery)
+        lengths_frame, data = r.body
+        lengths, offsets = wire.batch_offsets(lengths_frame, len(data), self.max_entry_bytes)
+        ledgers, entry_ids = wire.batch_ids(data, offsets)
+        self.check_batch(ledger_id, ledgers, entry_ids)
+        credential = bool(flags & _CREDENTIAL)
+        if self._waits_for_owner(r, view, principal, recovery, credential):
+            return True
+        placed = self.table.check_add(ledger_id, r.key, recovery, credential,
+                                      self._owner(view, ledger_id))
+        held = view.held_entries(ledger_id, entry_ids)
+        if held:  # entries are write-once (invariant 4)
+            lengths_frame, data, lengths, offsets, entry_ids = self.write_once(
+                held, lengths_frame, data, lengths, offsets, entry_ids)
+            if not len(entry_ids):  # all held, identical: stores nothing; answered in order
+                end = self.duplicate_answer(view.write_position(r.journal), view.safe_to(r.journal),
+                                            view.uncommitted(ledger_id))
+                out.append(AnswerAt(r, r.journal, end, principal, len(held)))
+                return True
+        if refusal is not None:  # a recovery add that would store something
+            raise Rejected(refusal)
+        quota = self.quotas.limit_bytes  # ledgerStorageQuotaBytes (invariant 8)
+        if quota:
+            writer = self.quota_principal(principal)
+            exempt = credential or (writer is not None and view.role_admin(writer))
+            nbytes = int(lengths.sum())
+            info = self.table.get(ledger_id)
+            self.check_quota(ledger_id, recovery, exempt, writer, nbytes,
+                             fenced=info is not None and info.fenced)
+        size = self.sizes.add + len(placed.key) + len(lengths_frame) + len(data)
+        if not self._room(view, r, size, out, first_stalled):
+            return False
+        if quota:
+            self.placed(ledger_id, writer, nbytes, exempt)
+        # a deferred add is answered once stored (invariant 6): no journal wake-up for it,
+        # unless read-only, where its answer waits for durable as a normal add's does
+        deferred = bool(flags & _DEFERRED)
+        out.append(PlaceAdd(r, r.journal, placed.key, placed.flags, lengths_frame, data, lengths,
+                            offsets, entry_ids, deferred, not deferred or self.full, principal))
+        return True
+
+    def _fence(self, r: Request, view: View, out: list, first_stalled: bool) -> bool:
+        """Fences are taken while read-only too (invariant 5), and count to no share."""
+        if self._waits_for_owner(r, view, FENCE_LANE, False, r.credential):
+            return True
+        placed = self.table.check_fence(r.ledger_id, r.key, r.credential,
+                                        self._owner(view, r.ledger_id))
+        if not self._room(view, r, self.sizes.fence + len(placed.key), out, first_stalled):
+            return False
+        out.append(PlaceRecord(r, r.journal, placed.key, placed.flags, None, None))
+        return True
+
+    def _room(self, view: View, r: Request, size: int, out: list, first_stalled: bool) -> bool:
+        """Whether the journal's ring has room for a record of ``size`` bytes; else the request
+        is stalled there (kept, first again when it was first: invariant 1)."""
+        if size > view.ring_capacity(r.journal):
+            raise Rejected(Status.BAD_REQUEST, "request larger than the journal ring")
+        if view.ring_free(r.journal) >= size:
+            return True
+        self.stall(r.journal, r, again=first_stalled)
+        out.append(Stall(r.journal))
+        return False
+
+    def _waits_for_owner(self, r: Request, view: View, lane, recovery: bool, credential: bool) -> bool:
+        """Whether ``r`` parks for what deciding it needs from the owner resolver: the store's
+        answer about the ledger, the verdict on its key, or one more read of metadata that does
+        not name this bookie (invariant 7).  Raises Rejected(TOO_MANY_REQUESTS) past the bounds."""
+        ledger_id = r.ledger_id
+        info = self.table.ledgers.get(ledger_id)
+        if info is not None and info.master_key:  # bound: nothing to ask (the hot path)
+            return False
+        if not view.owner_ready(ledger_id, r.key, credential, lane):
+            self.park(ledger_id, r)
+            return True
+        if not self.table.needs_owner(ledger_id) or self.named_rule(
+                view.named(ledger_id), view.reread_done(ledger_id), recovery, credential) is None:
+            return False
+        if not view.reread(ledger_id):
+            raise Rejected(Status.TOO_MANY_REQUESTS, "metadata reads queued: try again")
+        self.park(ledger_id, r)
+        return True
+
+    def _owner(self, view: View, ledger_id: int):
+        """The store's answer about an id this bookie holds nothing for (None when the table
+        holds the ledger: no need to ask; UNAVAILABLE when the resolver could not tell)."""
+        if not self.table.needs_owner(ledger_id):
+            return None
+        return view.owner(ledger_id) or Owner.UNAVAILABLE
 
     # -- waiting (invariants 1-3) ----------------------------------------------------------------
     def arrive(self, ledger_id: int, journal: int, request, first_stalled: bool = False) -> int:
-        """GO, or WAIT (kept: it comes back as a Decide action).  ``first_stalled``: the request
-        is journal ``journal``'s first stalled one, taken by ``next_stalled`` (nothing of its
-        journal is ahead of it).  Raises Rejected(TOO_MANY_REQUESTS) past ``max_waiting``.
-        The hot path: two integer tests when nothing waits."""
+        """GO, or WAIT (kept: ``resume`` / ``retry`` decide it again).  ``first_stalled``: the
+        request is journal ``journal``'s first stalled one, taken by ``retry`` (nothing of its
+        journal is ahead of it).  Raises Rejected(TOO_MANY_REQUESTS) past ``max_waiting``."""
         if self.parked_count and ledger_id in self.parked:  # first: it arrived before any stall
             self._count_one()
             self.parked[ledger_id].append(request)
@@ -222,12 +514,9 @@ class AddMachine:
         self.parked.setdefault(ledger_id, collections.deque()).append(request)
         self.parked_count += 1
 
-    def is_parked(self, ledger_id: int) -> bool:
-        return ledger_id in self.parked
-
     def stall(self, journal: int, request, again: bool = False) -> None:
-        """``request`` found journal ``journal``'s ring full.  ``again``: it was the first of
-        the journal's stalled requests, retried: it stays first."""
+        """``request`` found journal ``journal``'s ring full (kept whatever the count: invariant
+        3).  ``again``: it was the first of the journal's stalled requests: it stays first."""
         if again:
             self.stalled[journal].appendleft(request)
         else:
@@ -245,23 +534,13 @@ class AddMachine:
         if self.parked_count + self.stalled_count >= self.max_waiting:
             raise Rejected(Status.TOO_MANY_REQUESTS, "too many requests waiting")
 
-    def next_stalled(self, journal: int):
-        """Take journal ``journal``'s first stalled request (None: none).  Decide it; if the
-        ring is still full, ``stall(journal, request, again=True)`` puts it back first."""
-        q = self.stalled[journal]
-        if not q:
-            return None
-        self.stalled_count -= 1
-        return q.popleft()
-
     def unpark(self, ledger_id: int) -> collections.deque:
-        """The requests parked for ``ledger_id``, in order, no longer kept.  Decide each through
-        ``arrive`` again: one parked anew keeps the rest behind it."""
+        """The requests parked for ``ledger_id``, in order, no longer kept."""
         waiting = self.parked.pop(ledger_id, None) or collections.deque()
         self.parked_count -= len(waiting)
         return waiting
 
-    # -- decisions -------------------------------------------------------------------------------
+    # -- the rules a decision applies ------------------------------------------------------------
     def check_batch(self, ledger_id: int, ledgers, entry_ids) -> None:
         """An ADD's batch names its own ledger in every entry, and no negative entry id (the
         ids and ledgers as ``wire.batch_ids`` reads them).  Raises Rejected(BAD_REQUEST)."""
@@ -314,12 +593,34 @@ class AddMachine:
             return REREAD
         raise Rejected(Status.NO_LEDGER, "the ledger's metadata does not name this bookie")
 
-    def decide_add(self, ledger_id: int, key: bytes, recovery: bool, credential: bool,
-                   owner) -> Placed:
-        """Whether an ADD may go by the ledger rules; the key and flags its record carries.
-        ``owner``: the store's answer about an id the table holds nothing for (None: not
-        needed).  Raises Rejected."""
-        return self.table.check_add(ledger_id, key, recovery, credential, owner)
+    def write_once(self, held: dict, lengths_frame, data, lengths, offsets, entry_ids):
+        """The batch without the entries this bookie holds (invariant 4): returns
+        (lengths_frame, data, lengths, offsets, entry_ids) of the entries left (none left: the
+        add stores nothing and is answered OK in order).  ``held``: batch index -> the bytes
+        held, for the entries held.  Raises Rejected(ENTRY_EXISTS) when one differs."""
+        if not held:
+            return lengths_frame, data, lengths, offsets, entry_ids
+        mv = memoryview(data)
+        for i, was in held.items():
+            o, n = int(offsets[i]), int(lengths[i])
+            if mv[o:o + n] != was:
+                raise Rejected(Status.ENTRY_EXISTS, f"entry {int(entry_ids[i])} is held with other bytes")
+        keep = [i for i in range(len(entry_ids)) if i not in held]
+        if not keep:
+            return lengths_frame, data, lengths[:0], offsets[:0], entry_ids[:0]
+        parts = [bytes(mv[int(offsets[i]):int(offsets[i]) + int(lengths[i])]) for i in keep]
+        new_lengths, new_data = wire.pack_batch(parts)
+        lengths2, offsets2 = wire.batch_offsets(new_lengths, len(new_data), self.max_entry_bytes)
+        return new_lengths, new_data, lengths2, offsets2, entry_ids[keep]
+
+    # -- quotas (invariant 8) --------------------------------------------------------------------
+    def quota_principal(self, principal):
+        """A request's writer identity for the quota: its enrolled key (with enrolment), or its
+        local uid (``uid:N``: the kernel named it); None otherwise (an ephemeral key, or an
+        address, is no identity)."""
+        if self.quota_enrolled or (isinstance(principal, str) and principal.startswith("uid:")):
+            return principal
+        return None
 
     def check_quota(self, ledger_id: int, recovery: bool, recovery_principal: bool, principal,
                     nbytes: int, fenced: bool = False) -> None:
@@ -342,36 +643,14 @@ class AddMachine:
             quotas.bind(ledger_id, principal)
         quotas.stored(ledger_id, nbytes)
 
-    def decide_write_lac(self, ledger_id: int, key: bytes, lac: int) -> Placed:
-        """Whether a WRITE_LAC may go (taken while read-only too, as before: it stores no
-        entry).  Raises Rejected."""
-        if lac < -1:
-            raise Rejected(Status.BAD_REQUEST, "lac out of range")
-        return self.table.check_write_lac(ledger_id, key)
-
-    def decide_fence(self, ledger_id: int, key: bytes, credential: bool, owner) -> Placed:
-        """Fences are taken while read-only too (invariant 5)."""
-        return self.table.check_fence(ledger_id, key, credential, owner)
-
-    def write_once(self, held: dict, lengths_frame, data, lengths, offsets, entry_ids):
-        """The batch without the entries this bookie holds (invariant 4): returns
-        (lengths_frame, data, lengths, offsets, entry_ids) of the entries left (none left: the
-        add stores nothing and is answered OK in order).  ``held``: batch index -> the bytes
-        held, for the entries held.  Raises Rejected(ENTRY_EXISTS) when one differs."""
-        if not held:
-            return lengths_frame, data, lengths, offsets, entry_ids
-        mv = memoryview(data)
-        for i, was in held.items():
-            o, n = int(offsets[i]), int(lengths[i])
-            if mv[o:o + n] != was:
-                raise Rejected(Status.ENTRY_EXISTS, f"entry {int(entry_ids[i])} is held with other bytes")
-        keep = [i for i in range(len(entry_ids)) if i not in held]
-        if not keep:
-            return lengths_frame, data, lengths[:0], offsets[:0], entry_ids[:0]
-        parts = [bytes(mv[int(offsets[i]):int(offsets[i]) + int(lengths[i])]) for i in keep]
-        new_lengths, new_data = wire.pack_batch(parts)
-        lengths2, offsets2 = wire.batch_offsets(new_lengths, len(new_data), self.max_entry_bytes)
-        return new_lengths, new_data, lengths2, offsets2, entry_ids[keep]
+    def resync_due(self, now: float, held: bool, force: bool = False) -> bool:
+        """Whether usage is read again from the index now (core/quotas.py invariant 1): every
+        ``RESYNC_S``, and only when everything placed is in the index (nothing ``held`` for
+        want of room, not read-only for it); ``force``: at start and at the end."""
+        if not force and (now - self.last_resync < RESYNC_S or held or self.full):
+            return False
+        self.last_resync = now
+        return True
 
     # -- no room (invariant 5) -------------------------------------------------------------------
     def commit_due(self, now: float, final: bool = False) -> bool:
@@ -386,9 +665,9 @@ class AddMachine:
     def due(self, durable, safe_to):
         """Take off and yield the held-back answers (``Pending``) whose journal made their
         record durable and stored: each journal's up to ``min(durable[J], safe_to[J])``, and
-        a deferred add's once stored (invariant 6), in each journal's order; while read-only, each once durable, the adds and LACs not
-        stored refused READ_ONLY (invariant 5).  (The loop's form of ``Durable``: no action
-        object per answer.)"""
+        a deferred add's once stored (invariant 6), in each journal's order; while read-only,
+        each once durable, the adds and LACs not stored refused READ_ONLY (invariant 5).  (The
+        loop's form of ``Durable``: no action object per answer.)"""
         if self.full:
             return self.answers.durable_refusing(durable, safe_to, Status.READ_ONLY)
         return self.answers.durable([min(d, s) for d, s in zip(durable, safe_to)], safe_to)
@@ -402,25 +681,8 @@ class AddMachine:
 
     # -- events ----------------------------------------------------------------------------------
     def handle(self, event, now: float) -> list:
-        """One event in, the actions it calls for out (module docstring)."""
+        """An event about the bookie's state in, the actions it calls for out."""
         kind = type(event)
-        if kind is Arrived:
-            try:
-                go = self.arrive(event.ledger_id, event.journal, event.request)
-            except Rejected as e:
-                return [Refuse(event.request, e.status)]
-            return [Decide(event.request)] if go == GO else []
-        if kind is OwnersAnswered:
-            out = []
-            for ledger_id in sorted(event.ledger_ids):
-                out.extend(Decide(r) for r in self.unpark(ledger_id))
-            return out
-        if kind is RingRoom:
-            r = self.next_stalled(event.journal)
-            return [] if r is None else [Decide(r, True)]
-        if kind is Stalled:
-            self.stall(event.journal, event.request)
-            return []
         if kind is NoRoom:
             if self.full:
                 return []

@@ -6,6 +6,8 @@ from bookie import wire
 from bookie.wire import Op, Status
 from bookie.core.shares import PendingAdds
 
+ADMITTED = object()  # ``JournalAnswers.append``: count to the principal last admitted
+
 
 class Pending:
     """An answer held back until the journal has made its record durable (DESIGN invariants 1
@@ -54,11 +56,22 @@ class JournalAnswers:
         for q in self.queues[1:]:
             q.held = self.queues[0].held  # one count of places per principal
 
-    def admit(self, journal: int, frame, ident, op: int) -> None:
-        self.queues[journal].admit(frame, ident, op)
+    def admit(self, journal: int, frame, ident, op: int):
+        """``PendingAdds.admit`` on the journal's queue; returns the principal the request's
+        answer counts to (None: it counts to nobody; pass it to ``append``)."""
+        q = self.queues[journal]
+        q.admit(frame, ident, op)
+        return q.current
 
-    def append(self, pending: Pending) -> None:
-        self.queues[pending.journal].append(pending)
+    def append(self, pending: Pending, principal=ADMITTED) -> None:
+        """Hold ``pending`` on its journal's queue, its place counted to ``principal``: what
+        ``admit`` returned for its request (the add machine decides requests that waited after
+        others were admitted, so it says whose each is); by default the principal the queue's
+        last ``admit`` named (admitted just before)."""
+        q = self.queues[pending.journal]
+        if principal is not ADMITTED:
+            q.current = principal
+        q.append(pending)
 
     def durable(self, durable: list[int], stored: list[int] | None = None):
         """Take off (and yield) each journal's answers whose record ends at or before that

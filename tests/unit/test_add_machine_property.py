@@ -1,35 +1,43 @@
 """The add worker's machine (bookie.core.adds) over any interleaving of requests, owner lookups
 answered, journals stalling and coming back (ring full / room again), durability per journal,
-no room on the ledger disks, and restarts (everything waiting is gone with the worker; what was
-placed is in the journal and replayed, never decided again).
+no room on the ledger disks, the bookie turning read-only, and restarts (everything waiting is
+gone with the worker; what was placed is in the journal and replayed, never decided again).
 
-The driver below is the add worker's loop reduced to its decisions (``workers/add_worker.py``:
-``take`` / ``handle`` / ``resume`` / ``retry_stalled`` / ``answer_durable``): a request goes
-through ``arrive``; deciding it parks it when its ledger's owner is not known yet, stalls it when
-its journal's ring is full, else places it.  The machine is the real one.
+The driver below is the add worker's loop reduced to what it does with the machine
+(``workers/add_worker.py``): one ``take`` per message, the ``resume`` and ``retry`` generators
+when the owner resolver answers or a ring may have room, the ``Durable`` event, and the actions
+carried out (a ``PlaceAdd`` advances its journal and binds its ledger in the real rule book, as
+the worker's ``table.apply`` does).  The view is a plain object: ring room per journal, the
+owner resolver's answers (a ledger is known once its owner step ran), read-only.  The step
+order is the machine's own: nothing here copies it.
 
 Checked after every step: per ledger, records are placed in arrival order (invariant 1); a
 journal with ring room has nothing stalled, whatever other journals do, and the loop stops
 reading only when every journal is stalled (invariant 2, issue 31's defect 2); what waits stays
-bounded (3); adds are refused READ_ONLY exactly while there is no room (5); each journal's answers
-leave in placement order, only once durable, each once, and at the end every request neither
-refused nor lost with a restart is answered (6).
+bounded (3); adds are refused READ_ONLY only while read-only or out of room, and the no-room
+state changes alternate (5); each journal's answers leave in placement order, only once
+durable, each once, and at the end every request neither refused nor lost with a restart is
+answered (6).
 """
 
 from __future__ import annotations
 
 from hypothesis import example, given, settings, strategies as st
 
-from bookie.core.adds import (GO, AddMachine, Decide, Durable, NoRoom, OwnersAnswered, ReadOnly,
-                              RingRoom, RoomAgain)
+from bookie import wire
+from bookie.core.adds import (AddMachine, AnswerAt, Durable, NoRoom, OwnerDone, PlaceAdd, ReadOnly,
+                              Refuse, Request, RoomAgain, Stall)
 from bookie.core.answers import JournalAnswers, Pending
-from bookie.core.ledgers import Rejected
-from bookie.wire import Status
+from bookie.core.ledgers import LedgerTable, Owner, Rejected
+from bookie.storage import records
+from bookie.testing.rawclient import make_entry
+from bookie.wire import Op, Status
 
 JOURNALS = 2
 LEDGERS = st.integers(0, 3)  # ledger l's records go to journal l % 2
 JOURNAL = st.integers(0, JOURNALS - 1)
 MAX_WAITING = 6
+KEY = b"writer-key"
 
 step = st.one_of(
     st.tuples(st.just("request"), LEDGERS),
@@ -40,93 +48,145 @@ step = st.one_of(
     st.tuples(st.just("durable"), JOURNAL, st.integers(1, 4)),
     st.tuples(st.just("no_room"),),
     st.tuples(st.just("room_again"),),
+    st.tuples(st.just("readonly"), st.booleans()),
     st.tuples(st.just("restart"),),
 )
 
 
-class Request:
-    __slots__ = ("seq", "ledger_id")
+class View:
+    """What the loop knows (core/adds.py ``View``), as plain state."""
 
-    def __init__(self, seq: int, ledger_id: int):
-        self.seq = seq
-        self.ledger_id = ledger_id
+    def __init__(self, loop: Loop):
+        self.loop = loop
+        self.known: set[int] = set()  # ledgers whose owner the resolver has answered
+        self.asked: set[int] = set()
+        self.ro = False
 
-    def __repr__(self) -> str:
-        return f"r{self.seq}@{self.ledger_id}"
+    def readonly(self):
+        return self.ro
+
+    def admit(self, r):
+        return None
+
+    def role_admin(self, principal):
+        return False
+
+    def owner_ready(self, ledger_id, key, credential, lane):
+        if ledger_id in self.known:
+            return True
+        self.asked.add(ledger_id)
+        return False
+
+    def owner(self, ledger_id):
+        return Owner.NO_CHECK if ledger_id in self.known else None
+
+    def named(self, ledger_id):
+        return None
+
+    def reread_done(self, ledger_id):
+        return False
+
+    def reread(self, ledger_id):
+        return True
+
+    def held_entries(self, ledger_id, entry_ids):
+        return {}
+
+    def uncommitted(self, ledger_id):
+        return False
+
+    def write_position(self, journal):
+        return self.loop.position[journal]
+
+    def safe_to(self, journal):
+        return self.loop.position[journal]
+
+    def ring_free(self, journal):
+        return 1 << 20 if self.loop.room[journal] else 0
+
+    def ring_capacity(self, journal):
+        return 1 << 20
 
 
 class Loop:
-    """The add worker's loop, reduced to its decisions, over the real machine."""
+    """The add worker's loop, reduced to carrying out the real machine's actions."""
 
     def __init__(self):
         self.room = [True] * JOURNALS  # ring room per journal
-        self.known: set[int] = set()  # ledgers whose owner the resolver has answered
-        self.placed: list[Request] = []  # every record placed, in order (the journals)
+        self.table = LedgerTable()  # the rule book: what was placed binds (replayed at a restart)
+        self.view = View(self)
+        self.placed: list[int] = []  # every request placed (its seq), in order
+        self.ledger_of: dict[int, int] = {}
         self.position = [0] * JOURNALS  # each journal's logical end
         self.durable = [0] * JOURNALS
-        self.answered: list[Request] = []
-        self.answered_by_journal: list[list[Request]] = [[] for _ in range(JOURNALS)]
-        self.placed_by_journal: list[list[Request]] = [[] for _ in range(JOURNALS)]
-        self.refused: list[Request] = []
-        self.lost: list[Request] = []  # waiting, or placed and unanswered, at a restart
+        self.answered: list[int] = []
+        self.answered_by_journal: list[list[int]] = [[] for _ in range(JOURNALS)]
+        self.placed_by_journal: list[list[int]] = [[] for _ in range(JOURNALS)]
+        self.refused: list[int] = []
+        self.lost: list[int] = []  # waiting, or placed and unanswered, at a restart
         self.read_only_changes: list[bool] = []
+        self.rung: list[int] = []
         self.seq = 0
         self.now = 0.0
         self._new_machine()
 
     def _new_machine(self) -> None:
-        self.machine = AddMachine(None, JOURNALS, MAX_WAITING, 1 << 20)
+        self.machine = AddMachine(self.table, JOURNALS, MAX_WAITING, 1 << 20)
         self.machine.answers = JournalAnswers(JOURNALS, 1000, lambda frame, ident: b"p")
 
     # -- the loop's paths --------------------------------------------------------------------------
-    def decide(self, r: Request, first_stalled: bool = False) -> None:
-        m = self.machine
-        journal = r.ledger_id % JOURNALS
-        try:
-            if m.arrive(r.ledger_id, journal, r, first_stalled) != GO:
-                return
-            if r.ledger_id not in self.known:
-                m.park(r.ledger_id, r)  # the owner resolver is asked
-                return
-        except Rejected as e:
-            assert e.status == Status.TOO_MANY_REQUESTS
-            self.refused.append(r)
-            return
-        if not self.room[journal]:
-            m.stall(journal, r, again=first_stalled)
-            return
-        self.position[journal] += 1
-        self.placed.append(r)
-        self.placed_by_journal[journal].append(r)
-        m.answers.append(Pending(self.position[journal], [None, r], r.ledger_id, journal=journal))
+    def execute(self, actions) -> None:
+        for a in actions:
+            kind = type(a)
+            if kind is PlaceAdd:
+                r = a.request
+                j = a.journal
+                assert j == r.ledger_id % JOURNALS and self.room[j]
+                self.position[j] += 1
+                self.placed.append(r.token)
+                self.placed_by_journal[j].append(r.token)
+                self.table.apply(records.Record(records.ADD_BATCH, a.flags, r.ledger_id, a.key, -1,
+                                                a.lengths, 0, 0))
+                self.machine.answers.append(Pending(self.position[j], [None, r.token], r.ledger_id,
+                                                    journal=j), None)
+            elif kind is Refuse:
+                assert a.status in (Status.TOO_MANY_REQUESTS, Status.READ_ONLY), a
+                if a.status == Status.READ_ONLY:
+                    assert self.view.ro or self.machine.full
+                self.refused.append(a.request.token)
+            elif kind is Stall:
+                assert not self.room[a.journal]
+                self.rung.append(a.journal)
+            else:
+                assert kind is OwnerDone or kind is AnswerAt, a  # no duplicates here
+                assert kind is OwnerDone
 
     def request(self, ledger_id: int) -> None:
         if self.machine.all_stalled():
             return  # the loop does not read: the request stays in ZeroMQ's queue (not sent here)
         self.seq += 1
-        self.decide(Request(self.seq, ledger_id))
+        self.ledger_of[self.seq] = ledger_id
+        lengths, data = wire.pack_batch([make_entry(ledger_id, self.seq, b"x")])
+        r = Request(int(Op.ADD), ledger_id, ledger_id % JOURNALS, 0, KEY, (lengths, data), False,
+                    self.seq)
+        self.execute(self.machine.take(r, self.view, self.now))
 
     def owner(self, ledger_id: int) -> None:
-        self.known.add(ledger_id)
-        for a in self.machine.handle(OwnersAnswered(frozenset({ledger_id})), self.now):
-            assert type(a) is Decide
-            self.decide(a.request, a.first_stalled)
+        self.view.known.add(ledger_id)
+        for actions in self.machine.resume([ledger_id], self.view, self.now):
+            self.execute(actions)
 
     def ring_room(self, journal: int) -> None:
         self.room[journal] = True
-        while True:
-            actions = self.machine.handle(RingRoom(journal), self.now)
-            if not actions:
-                return
-            (a,) = actions
-            self.decide(a.request, a.first_stalled)
+        for actions in self.machine.retry(self.view, self.now):
+            self.execute(actions)
 
     def make_durable(self, journal: int, k: int) -> None:
         self.durable[journal] = min(self.position[journal], self.durable[journal] + k)
         for a in self.machine.handle(Durable(tuple(self.durable)), self.now):
-            r = a.pending.reply[1]
-            self.answered.append(r)
-            self.answered_by_journal[r.ledger_id % JOURNALS].append(r)
+            seq = a.pending.reply[1]
+            self.answered.append(seq)
+            self.answered_by_journal[self.ledger_of[seq] % JOURNALS].append(seq)
             assert a.pending.end <= self.durable[journal]  # only once durable (invariant 6)
 
     def no_room(self, on: bool) -> None:
@@ -139,9 +199,9 @@ class Loop:
         the journal, made durable and replayed by the next worker; their answers are gone."""
         m = self.machine
         for q in m.stalled:
-            self.lost.extend(q)
+            self.lost.extend(r.token for r in q)
         for q in m.parked.values():
-            self.lost.extend(q)
+            self.lost.extend(r.token for r in q)
         self.lost.extend(p.reply[1] for p in m.answers)
         self.durable = list(self.position)
         if m.full:
@@ -152,10 +212,9 @@ class Loop:
     def check(self) -> None:
         m = self.machine
         # 1: per ledger, placed in arrival order; never twice
-        seen = [r.seq for r in self.placed]
-        assert len(seen) == len(set(seen)), "a request placed twice"
+        assert len(self.placed) == len(set(self.placed)), "a request placed twice"
         for lid in range(4):
-            seqs = [r.seq for r in self.placed if r.ledger_id == lid]
+            seqs = [s for s in self.placed if self.ledger_of[s] == lid]
             assert seqs == sorted(seqs), f"ledger {lid} placed out of order: {seqs}"
         # 2: a journal with room holds nothing stalled, whatever the others do
         for j in range(JOURNALS):
@@ -171,9 +230,9 @@ class Loop:
         # 6: each journal's answers in placement order, each once
         for j in range(JOURNALS):
             got = self.answered_by_journal[j]
-            assert len(got) == len({r.seq for r in got})
-            order = {r.seq: i for i, r in enumerate(self.placed_by_journal[j])}
-            assert [order[r.seq] for r in got] == sorted(order[r.seq] for r in got)
+            assert len(got) == len(set(got))
+            order = {s: i for i, s in enumerate(self.placed_by_journal[j])}
+            assert [order[s] for s in got] == sorted(order[s] for s in got)
 
     def drain(self) -> None:
         """Every owner answered, every ring with room, every record durable."""
@@ -206,6 +265,8 @@ def run(steps) -> Loop:
             loop.no_room(True)
         elif kind == "room_again":
             loop.no_room(False)
+        elif kind == "readonly":
+            loop.view.ro = s[1]
         else:
             loop.restart()
         loop.check()
@@ -213,7 +274,7 @@ def run(steps) -> Loop:
     loop.check()
     m = loop.machine
     assert m.waiting() == 0 and not m.answers
-    done = {r.seq for r in loop.answered} | {r.seq for r in loop.refused} | {r.seq for r in loop.lost}
+    done = set(loop.answered) | set(loop.refused) | set(loop.lost)
     assert done == set(range(1, loop.seq + 1)), "a request neither answered, refused nor lost"
     return loop
 
@@ -236,16 +297,18 @@ def test_a_full_ring_holds_back_only_its_own_journal():
     loop.request(3)
     loop.request(3)
     loop.request(2)
-    assert [r.ledger_id for r in loop.placed] == [2]
+    assert loop.placed == [3]
+    assert loop.rung == [1]  # the stalled request rang its journal: room comes as it writes
     assert not loop.machine.all_stalled()
     loop.ring_room(1)
-    assert [r.seq for r in loop.placed] == [3, 1, 2]
+    assert loop.placed == [3, 1, 2]
     loop.check()
 
 
 def test_a_request_parked_for_its_owner_keeps_the_later_ones_of_its_ledger_behind_it_across_a_stall():
     loop = Loop()
     loop.request(1)  # owner unknown: parked
+    assert loop.view.asked == {1}
     loop.room[1] = False
     loop.owner(3)
     loop.request(3)  # journal 1 full: stalled
@@ -253,8 +316,17 @@ def test_a_request_parked_for_its_owner_keeps_the_later_ones_of_its_ledger_behin
     loop.owner(1)  # the first of ledger 1 finds journal 1 stalled: queued behind r2
     loop.check()
     loop.ring_room(1)
-    assert [r.seq for r in loop.placed] == [2, 1, 3]
+    assert loop.placed == [2, 1, 3]
     loop.check()
+
+
+def test_a_bound_ledger_asks_the_owner_resolver_nothing():
+    loop = Loop()
+    loop.owner(0)
+    loop.request(0)
+    loop.view.known.clear()  # the resolver forgot it: a bound ledger does not need it
+    loop.request(0)
+    assert loop.placed == [1, 2] and not loop.view.asked
 
 
 @given(st.booleans(), st.booleans(), st.booleans(), st.integers(0, 100), st.integers(0, 100),

@@ -5,7 +5,8 @@ LACs, copies and fences on the recovery credential, from the owner and from stra
 whose metadata names an owner, names none, or does not exist), GC deletes, compactions, crashes
 (the uncommitted index lost, the journal replayed from the last checkpoint) and index rebuilds,
 run against a real LMDB index and real entry logs in a temp directory, decided by the add
-worker's own machine (``bookie.core.adds``: its ``decide_*`` and ``write_once``) and replayed by
+worker's own machine (``bookie.core.adds``: one ``take`` per request, over a view of this
+storage) and replayed by
 its own replay step (``bookie.storage.journal_replay.store_replayed``), never a copy of them.  After every rebuild, the index rebuilt from the entry logs alone holds
 exactly what the live index held: the same ledgers with the same binding, fence and explicit LAC,
 the same deleted ids, the same entries with the same bytes.  And no entry ever changes its bytes.
@@ -15,13 +16,13 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from bookie import wire
-from bookie.core.adds import AddMachine
-from bookie.core.ledgers import LedgerTable, Owner, Rejected
+from bookie.core.adds import FENCE, AddMachine, PlaceAdd, PlaceRecord, Request
+from bookie.core.answers import JournalAnswers
+from bookie.core.ledgers import Owner
 from bookie.metadata.ledger import make_key_check
 from bookie.metadata.recovery_secret import credential
 from bookie.storage import compaction, deletes, records
@@ -41,6 +42,8 @@ KEYS = [OWNER_KEY, b"stranger"]
 # client's ledger), no such ledger.
 OWNERS = {0: make_key_check(OWNER_KEY), 1: make_key_check(OWNER_KEY), 2: Owner.NO_CHECK, 3: Owner.UNKNOWN}
 LEDGERS = st.sampled_from(sorted(OWNERS))
+ADD_FLAGS = {(False, False): 0, (True, False): int(wire.Flag.RECOVERY_ADD),
+             (True, True): int(wire.Flag.RECOVERY_ADD | wire.Flag.RECOVERY_CREDENTIAL)}
 
 op = st.one_of(
     st.tuples(st.just("add"), LEDGERS, st.sampled_from(KEYS), st.integers(0, 7), st.integers(1, 3),
@@ -54,6 +57,56 @@ op = st.one_of(
     st.tuples(st.just("crash"),),
     st.tuples(st.just("rebuild"),),
 )
+
+
+class StorageView:
+    """What the add worker's loop would tell the machine (core/adds.py ``View``), from this
+    storage: the owner resolver answers at once (``OWNERS``), the ring always has room."""
+
+    def __init__(self, bookie):
+        self.bookie = bookie
+
+    def readonly(self):
+        return False
+
+    def admit(self, r):
+        return None
+
+    def role_admin(self, principal):
+        return False
+
+    def owner_ready(self, ledger_id, key, credential, lane):
+        return True
+
+    def owner(self, ledger_id):
+        return OWNERS[ledger_id]
+
+    def named(self, ledger_id):
+        return None
+
+    def reread_done(self, ledger_id):
+        return False
+
+    def reread(self, ledger_id):
+        return True
+
+    def held_entries(self, ledger_id, entry_ids):
+        return self.bookie.storage.held_entries(ledger_id, entry_ids)
+
+    def uncommitted(self, ledger_id):
+        return self.bookie.storage.uncommitted(ledger_id)
+
+    def write_position(self, journal):
+        return len(self.bookie.journal)
+
+    def safe_to(self, journal):
+        return len(self.bookie.journal)
+
+    def ring_free(self, journal):
+        return 1 << 30
+
+    def ring_capacity(self, journal):
+        return 1 << 30
 
 
 class Bookie:
@@ -80,6 +133,8 @@ class Bookie:
         self.storage.table.recovery_secret = SECRET
         # the add worker's decisions, over this storage's table (one journal here)
         self.machine = AddMachine(self.storage.table, 1, 1000, 1 << 20)
+        self.machine.answers = JournalAnswers(1, 1000, lambda frame, ident: None)
+        self.view = StorageView(self)
 
     def close(self):
         self.storage.close()
@@ -87,9 +142,6 @@ class Bookie:
         self.env.close()
 
     # -- the live path -------------------------------------------------------------------------
-    def _owner(self, lid):
-        return OWNERS[lid] if self.storage.table.needs_owner(lid) else None
-
     def _place(self, rec: bytes, entries=None):
         self.journal.append(rec)
         self._apply(rec)
@@ -100,43 +152,31 @@ class Bookie:
         if self.storage.table.apply(parsed):
             store_replayed(self.storage, parsed, rec, 0)
 
+    def take(self, op, lid, key, flags=0, body=(), cred=False):
+        """One request through the machine; its placed record (if any) into the journal."""
+        for a in self.machine.take(Request(op, lid, 0, flags, key, body, cred, None), self.view, 0.0):
+            if type(a) is PlaceAdd:
+                parts, _, _ = records.add_batch_parts(lid, a.key, a.lengths_frame, a.data, flags=a.flags)
+                self._place(b"".join(parts))
+                mv = memoryview(a.data)
+                for e, o, n_bytes in zip(a.entry_ids, a.offsets, a.lengths):
+                    self.bytes_seen.setdefault((lid, int(e)), bytes(mv[int(o):int(o) + int(n_bytes)]))
+            elif type(a) is PlaceRecord:
+                self._place(records.fence_record(lid, a.key, a.flags) if a.lac is None
+                            else records.lac_record(lid, a.lac, a.key, a.flags))
+
     def add(self, lid, key, first, n, recovery, payload, credential_add=False):
-        m = self.machine
         entries = [make_entry(lid, e, payload * (e + 1)) for e in range(first, first + n)]
-        lengths, data = wire.pack_batch(entries)
-        lens, offsets = wire.batch_offsets(lengths, len(data), m.max_entry_bytes)
-        ids = np.arange(first, first + n)
-        try:
-            if credential_add:
-                placed = m.decide_add(lid, credential(SECRET, lid), True, True, self._owner(lid))
-            else:
-                placed = m.decide_add(lid, key, recovery, False, self._owner(lid))
-            held = self.storage.held_entries(lid, ids)
-            lengths, data, lens, offsets, ids = m.write_once(held, lengths, data, lens, offsets, ids)
-        except Rejected:
-            return  # refused, or ENTRY_EXISTS: nothing changes
-        if not len(ids):
-            return  # all held with these bytes: answered OK, nothing stored
-        parts, _, _ = records.add_batch_parts(lid, placed.key, lengths, data, flags=placed.flags)
-        self._place(b"".join(parts))
-        mv = memoryview(data)
-        for e, o, n_bytes in zip(ids, offsets, lens):
-            self.bytes_seen.setdefault((lid, int(e)), bytes(mv[int(o):int(o) + int(n_bytes)]))
+        if credential_add:
+            key, recovery = credential(SECRET, lid), True
+        self.take(int(wire.Op.ADD), lid, key, ADD_FLAGS[(recovery, credential_add)],
+                  wire.pack_batch(entries))
 
     def fence(self, lid, key, cred=False):
-        try:
-            placed = self.machine.decide_fence(lid, credential(SECRET, lid) if cred else key, cred,
-                                               self._owner(lid))
-        except Rejected:
-            return
-        self._place(records.fence_record(lid, placed.key, placed.flags))
+        self.take(FENCE, lid, credential(SECRET, lid) if cred else key, cred=cred)
 
     def write_lac(self, lid, key, lac):
-        try:
-            placed = self.machine.decide_write_lac(lid, key, lac)
-        except Rejected:
-            return
-        self._place(records.lac_record(lid, lac, placed.key, placed.flags))
+        self.take(int(wire.Op.WRITE_LAC), lid, key, body=(lac,))
 
     def commit(self):
         self.storage.commit()
