@@ -15,7 +15,7 @@ def sync_to_mark(storage: LedgerStorage, ledger_dirs: list[str], marks: list[int
     """The sync steps of a checkpoint, in DESIGN invariant 3's order: fdatasync the entry logs,
     sync the index, then persist each journal's LastLogMark (``marks[i]`` for journal i)."""
     storage.logs.sync()
-    storage.index.env.sync(True)
+    storage.index.sync()
     for d in ledger_dirs:
         for journal, mark in enumerate(marks):
             write_lastmark(d, mark, journal)

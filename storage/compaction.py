@@ -47,7 +47,7 @@ being copied the same way, without skipping it.
 
 Reads stay correct throughout (DESIGN "read-after-ack"): until step 4 the index names ``old``,
 which is complete; after it, ``new``, synced before.  A read transaction begun before step 4
-may still open ``old``: step 5 waits for it (``env.readers()``).  The read worker closes cached
+may still open ``old``: step 5 waits for it (``Index.has_reader_older_than``).  The read worker closes cached
 fds of deleted logs (``EntryLogReader.prune``) so their space comes back.
 """
 
@@ -55,23 +55,19 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import struct
 import time
 from collections.abc import Iterable, Mapping
 
 import numpy as np
-import orjson
 
 from bookie.wire import ENTRY_HEADER, LENGTHS_DTYPE
 from bookie.core import ledgers as ledger_rules
 from bookie.core.ledgers import StoredLedger
 from bookie.storage import records
 from bookie.storage.journal import fsync_dir
-from bookie.storage.index import LOC, LOG_KEY, Index, entry_key
+from bookie.storage.index import Index
 from bookie.storage.entrylog import LOG_HEADER_SIZE, create_log, find_log, log_name
 
-STATE_KEY = b"compaction"
-SKIPPED_KEY = b"compaction_skipped"
 RECORD_MAX_ENTRIES = 1024
 RECORD_MAX_BYTES = 1 << 20
 READERS_WAIT_S = 30.0
@@ -178,28 +174,21 @@ class Outcome:
 
 
 def get_state(index: Index) -> dict | None:
-    with index.env.begin() as txn:
-        raw = txn.get(STATE_KEY, db=index.meta)
-    return orjson.loads(raw) if raw else None
+    with index.begin() as txn:
+        return index.compaction_state(txn)
 
 
 def skipped_logs(index: Index) -> set[int]:
-    with index.env.begin() as txn:
-        raw = txn.get(SKIPPED_KEY, db=index.meta)
-    return set(orjson.loads(raw)) if raw else set()
+    with index.begin() as txn:
+        return index.compaction_skipped(txn)
 
 
 def _set_state(index: Index, state: dict | None, skip: int | None = None) -> None:
-    with index.env.begin(write=True) as txn:
-        if state is None:
-            txn.delete(STATE_KEY, db=index.meta)
-        else:
-            txn.put(STATE_KEY, orjson.dumps(state), db=index.meta)
+    with index.begin(write=True) as txn:
+        index.set_compaction_state(txn, state)
         if skip is not None:
-            raw = txn.get(SKIPPED_KEY, db=index.meta)
-            skipped = set(orjson.loads(raw)) if raw else set()
-            txn.put(SKIPPED_KEY, orjson.dumps(sorted(skipped | {skip})), db=index.meta)
-    index.env.sync(True)
+            index.skip_compaction(txn, skip)
+    index.sync()
 
 
 def live_entries(index: Index, log_id: int) -> list[tuple[int, StoredLedger, np.ndarray]]:
@@ -207,9 +196,8 @@ def live_entries(index: Index, log_id: int) -> list[tuple[int, StoredLedger, np.
     int64 array of (entry_id, offset, length) in offset order (empty for a ledger of the map
     whose only bytes here are FENCE or LAC records).  One read snapshot."""
     out = []
-    with index.env.begin() as txn:
-        raw = txn.get(LOG_KEY.pack(log_id), db=index.logs)
-        ledgers = sorted(int(k) for k in orjson.loads(raw)) if raw else []
+    with index.begin() as txn:
+        ledgers = sorted(index.log_map(txn, log_id) or ())
         for ledger_id in ledgers:
             rec = index.get_ledger(txn, ledger_id)
             if rec is None and index.is_deleted(txn, ledger_id):
@@ -217,16 +205,7 @@ def live_entries(index: Index, log_id: int) -> list[tuple[int, StoredLedger, np.
             # no record but not deleted: entries an older bookie indexed after dropping the
             # record are live all the same (core/ledgers.py invariant 9); copied unbound
             info = StoredLedger.from_dict(rec) if rec is not None else StoredLedger(b"")
-            rows = []
-            with txn.cursor(db=index.entries) as cur:
-                if cur.set_range(entry_key(ledger_id, 0)):
-                    for k, v in cur.iternext():
-                        lid, eid = struct.unpack(">QQ", k)
-                        if lid != ledger_id:
-                            break
-                        lg, off, ln = LOC.unpack(v)
-                        if lg == log_id:
-                            rows.append((eid, off, ln))
+            rows = index.locations_in_log(txn, ledger_id, log_id)
             arr = np.array(rows, dtype=np.int64).reshape(-1, 3)
             if rec is None and not len(arr):
                 continue
@@ -234,18 +213,11 @@ def live_entries(index: Index, log_id: int) -> list[tuple[int, StoredLedger, np.
     return out
 
 
-def wait_for_readers(env, txn_id: int, timeout_s: float, stopping=lambda: False) -> bool:
+def wait_for_readers(index: Index, txn_id: int, timeout_s: float, stopping=lambda: False) -> bool:
     """True once no LMDB reader holds a snapshot older than write transaction ``txn_id``."""
     deadline = time.monotonic() + timeout_s
     while True:
-        env.reader_check()  # slots of dead processes
-        stale = False
-        for line in env.readers().splitlines()[1:]:
-            parts = line.split()
-            if len(parts) == 3 and parts[2].isdigit() and int(parts[2]) < txn_id:
-                stale = True
-                break
-        if not stale:
+        if not index.has_reader_older_than(txn_id):
             return True
         if time.monotonic() >= deadline or stopping():
             return False
@@ -271,14 +243,14 @@ def recover(index: Index, ledger_dirs: list[str], stopping=lambda: False) -> str
         return ""
     if state["state"] == "copying":
         _unlink_log(ledger_dirs, state["new"])
-        with index.env.begin(write=True) as txn:
-            txn.delete(LOG_KEY.pack(state["new"]), db=index.logs)  # never written before step 4
+        with index.begin(write=True) as txn:
+            index.drop_log_map(txn, state["new"])  # never written before step 4
         _set_state(index, None)
         return f"undone: copy of {log_name(state['old'])} into {log_name(state['new'])}"
     if state["state"] == "repointing":  # new is synced and partly pointed to: roll forward
         state["txn"], _ = _repoint(index, state["old"], state["new"],
                                    _items_from_log(ledger_dirs, state["new"]))
-    if not wait_for_readers(index.env, state["txn"], READERS_WAIT_S, stopping):
+    if not wait_for_readers(index, state["txn"], READERS_WAIT_S, stopping):
         return ""  # tried again at the next pass
     _unlink_log(ledger_dirs, state["old"])
     _set_state(index, None)
@@ -377,7 +349,7 @@ def compact_log(index: Index, ledger_dirs: list[str], log_id: int, throttle: Thr
         raise
     txn_id, repoint_s = _repoint(index, log_id, new_id, _items(moves, new_id), crash)
     crash("repointed")
-    if not wait_for_readers(index.env, txn_id, READERS_WAIT_S, stopping):
+    if not wait_for_readers(index, txn_id, READERS_WAIT_S, stopping):
         raise ReadersPending(f"{log_name(log_id)} repointed into {log_name(new_id)}; deleted "
                              f"once no reader holds an older index snapshot")
     old_size = _unlink_log(ledger_dirs, log_id)
@@ -411,54 +383,49 @@ def _repoint(index: Index, log_id: int, new_id: int, items, crash=lambda step: N
     """Step 4: point every entry still in ``old`` into ``new`` (compare-and-set on the log id:
     ``old`` is never written again, so an entry whose location names it is the one copied).
 
-    ``items``: [(ledger_id as str, entry key, location in new, length)].  Batches of
-    REPOINT_BATCH_ENTRIES entries, one write transaction each (each holds the index's one
-    writer, which the add worker's commits wait for), the first one recording the state
-    "repointing"; the last transaction writes new's map, removes old's and records "repointed".
+    ``items``: [(ledger_id, entry_id or None, offset in new, length)], None for a FENCE, LAC or
+    binding record (bytes of the ledger in new's map).  Batches of REPOINT_BATCH_ENTRIES
+    entries, one write transaction each (each holds the index's one writer, which the add
+    worker's commits wait for), the first one recording the state "repointing"; the last
+    transaction writes new's map, removes old's and records "repointed".
     Returns that last transaction's id (readers older than it may still read ``old``) and
     the longest any of them held the writer (seconds).
     """
-    old_prefix = struct.pack("<I", log_id)  # a location (LOC) starts with its log id
     state = {"old": log_id, "new": new_id, "state": "repointing"}
-    counts: dict[str, int] = {}
+    counts: dict[int, int] = {}
     longest = 0.0
     for start in range(0, len(items), REPOINT_BATCH_ENTRIES):
         t0 = time.monotonic()
-        with index.env.begin(write=True) as txn:
+        batch = items[start:start + REPOINT_BATCH_ENTRIES]
+        with index.begin(write=True) as txn:
             if start == 0:
-                txn.put(STATE_KEY, orjson.dumps(state), db=index.meta)
-            get, put, db = txn.get, txn.put, index.entries
-            for ledger, k, new, ln in items[start:start + REPOINT_BATCH_ENTRIES]:
-                if k is None:  # a FENCE or LAC record: bytes of the ledger in new's map
-                    counts[ledger] = counts.get(ledger, 0) + ln
-                    continue
-                v = get(k, db=db)
-                if v is not None and v[:4] == old_prefix:
-                    put(k, new, db=db)
-                    v = new
-                if v == new:
-                    counts[ledger] = counts.get(ledger, 0) + ln
+                index.set_compaction_state(txn, state)
+            moves = [item for item in batch if item[1] is not None]
+            moved = iter(index.move_locations(txn, log_id, new_id, moves))
+            for ledger_id, entry_id, _, ln in batch:
+                # a record's bytes always count; an entry's when the index now places it in new
+                if entry_id is None or next(moved):
+                    counts[ledger_id] = counts.get(ledger_id, 0) + ln
         longest = max(longest, time.monotonic() - t0)
         if start == 0:
             crash("repointing")
-    with index.env.begin(write=True) as txn:
-        txn.put(LOG_KEY.pack(new_id), orjson.dumps(counts), db=index.logs)
-        txn.delete(LOG_KEY.pack(log_id), db=index.logs)
+    with index.begin(write=True) as txn:
+        index.put_log_map(txn, new_id, counts)
+        index.drop_log_map(txn, log_id)
         txn_id = txn.id()
-        txn.put(STATE_KEY, orjson.dumps({**state, "state": "repointed", "txn": txn_id}), db=index.meta)
-    index.env.sync(True)
+        index.set_compaction_state(txn, {**state, "state": "repointed", "txn": txn_id})
+    index.sync()
     return txn_id, longest
 
 
 def _items(moves, new_id: int) -> list:
-    """Repoint items of the entries copied: (ledger, key, location in new, length)."""
+    """Repoint items of the entries copied: (ledger_id, entry_id, offset in new, length)."""
     out = []
     for ledger_id, rows, offs in moves:
-        lid = str(ledger_id)
         if rows is None:  # a restated FENCE, LAC or binding record of ``offs`` bytes
-            out.append((lid, None, None, offs))
+            out.append((ledger_id, None, None, offs))
             continue
-        out += [(lid, entry_key(ledger_id, eid), LOC.pack(new_id, new_off, ln), ln)
+        out += [(ledger_id, eid, new_off, ln)
                 for (eid, _, ln), new_off in zip(rows.tolist(), offs.tolist())]
     return out
 
@@ -470,14 +437,13 @@ def _items_from_log(ledger_dirs: list[str], new_id: int) -> list:
         buf = f.read()
     out = []
     for pos, rec in records.iter_records(buf, LOG_HEADER_SIZE):
-        lid = str(rec.ledger_id)
         if rec.type != records.ADD_BATCH or not len(rec.lengths):
-            out.append((lid, None, None, rec.size))
+            out.append((rec.ledger_id, None, None, rec.size))
             continue
         off = pos + rec.data_offset
         for ln in rec.lengths.tolist():
             _, eid, _, _ = ENTRY_HEADER.unpack_from(buf, off)
-            out.append((lid, entry_key(rec.ledger_id, eid), LOC.pack(new_id, off, ln), ln))
+            out.append((rec.ledger_id, eid, off, ln))
             off += ln
     return out
 
@@ -498,7 +464,7 @@ def skip(index: Index, log_id: int) -> None:
 def held_ledgers(index: Index) -> tuple[list[int], dict, set]:
     """One snapshot: (held ledger ids, log maps, current logs).  Held: named by a record or by
     an indexed entry, and not deleted (``bookie.core.ledgers.held``, invariant 9)."""
-    with index.env.begin() as txn:
+    with index.begin() as txn:
         recorded = set(index.ledger_ids(txn))
         indexed = set(index.indexed_ledger_ids(txn))
         held = [lid for lid in sorted(recorded | indexed)

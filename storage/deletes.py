@@ -68,7 +68,7 @@ def delete_ledgers(index, ledger_dirs: list[str], ledger_ids, batch_entries: int
     append(ledger_dirs[0], ids)
     for ledger_id in ids:
         while True:
-            with index.env.begin(write=True) as txn:
+            with index.begin(write=True) as txn:
                 n = index.delete_ledger(txn, ledger_id, batch_entries)
             if n < batch_entries:
                 break

@@ -62,7 +62,7 @@ def _index_problem(conf) -> str | None:
         return str(e)
     files: dict[int, int] = {}
     try:
-        with env.begin(buffers=False) as txn:
+        with index.begin() as txn:
             return _tails_problem(index, txn, logs, files) or _maps_problem(index, txn, logs)
     except lmdb.Error as e:
         return f"the index {index_path(conf)} is damaged: {e}"

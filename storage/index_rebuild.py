@@ -51,9 +51,7 @@ import shutil
 import time
 from collections import defaultdict
 
-import lmdb
 import numpy as np
-import orjson
 
 from bookie.storage import deletes, records
 from bookie.storage.inspect import (
@@ -62,7 +60,7 @@ from bookie.storage.inspect import (
 from bookie.storage.journal import fsync_dir
 from bookie.storage.layout import LayoutError, all_dirs, current_dir, key_salt
 from bookie.core.ledgers import LedgerTable, StoredLedger
-from bookie.storage.index import LEDGER_KEY, LOC, Index
+from bookie.storage.index import Index, open_index_at
 from bookie.storage.entrylog import EntryLogReader, log_name
 from bookie.storage.index_check import Progress
 from bookie.storage.dirlock import DirectoryLock
@@ -111,20 +109,17 @@ class _Salvage:
 
     records: dict[int, StoredLedger] = dataclasses.field(default_factory=dict)
     tombstones: set[int] = dataclasses.field(default_factory=set)
-    meta: dict[bytes, bytes] = dataclasses.field(default_factory=dict)  # but current_logs
+    meta: dict[str, str] = dataclasses.field(default_factory=dict)  # ``Index.bookkeeping``
+    compaction: dict | None = None  # ``Index.compaction_state``
 
     def unfinished_copy(self) -> int | None:
         """The log a compaction was still copying into (state "copying"): unsynced, never
         pointed at, and unlinked by the compaction's own recovery at the next start."""
-        raw = self.meta.get(COMPACTION_KEY)
         try:
-            state = orjson.loads(raw) if raw else {}
+            state = self.compaction or {}
             return int(state["new"]) if state.get("state") == "copying" else None
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
-
-
-COMPACTION_KEY = b"compaction"  # bookie.storage.compaction's step record in ``meta``
 
 
 def _salvage(conf, report: RebuildReport) -> _Salvage:
@@ -133,25 +128,26 @@ def _salvage(conf, report: RebuildReport) -> _Salvage:
     if not os.path.exists(os.path.join(index_path(conf), "data.mdb")):
         return _Salvage()
     try:
-        held, gone, meta = in_child(lambda: _read_old_index(conf), "the old index")
+        held, gone, meta, compaction = in_child(lambda: _read_old_index(conf), "the old index")
     except IndexUnreadable as e:
         report.warnings.append(f"nothing kept from the old index: {e}")
         return _Salvage()
     report.salvaged_from_old_index = True
-    return _Salvage({lid: StoredLedger.from_dict(raw) for lid, raw in held}, set(gone),
-                    {bytes.fromhex(k): bytes.fromhex(v) for k, v in meta})
+    return _Salvage({lid: StoredLedger.from_dict(raw) for lid, raw in held}, set(gone), meta,
+                    compaction)
 
 
-def _read_old_index(conf) -> tuple[list, list, list]:
+def _read_old_index(conf) -> tuple[list, list, dict, dict | None]:
     env, index = open_index_readonly(conf)
     try:
-        with env.begin() as txn:
+        with index.begin() as txn:
             held = [(lid, index.get_ledger(txn, lid)) for lid in index.ledger_ids(txn)]
-            with txn.cursor(db=index.deleted) as cur:
-                gone = [LEDGER_KEY.unpack(k)[0] for k in cur.iternext(values=False)]
-            with txn.cursor(db=index.meta) as cur:
-                meta = [(bytes(k).hex(), bytes(v).hex()) for k, v in cur if k != b"current_logs"]
-        return held, gone, meta
+            gone = sorted(index.deleted_ids(txn))
+            try:
+                compaction = index.compaction_state(txn)
+            except ValueError:  # a damaged record: nothing to skip for it
+                compaction = None
+            return held, gone, index.bookkeeping(txn), compaction
     finally:
         env.close()
 
@@ -165,8 +161,7 @@ def _rebuild(conf, progress: Progress, fence_all: bool) -> RebuildReport:
     work = final + ".rebuild"
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work, mode=0o700)
-    env = lmdb.open(work, map_size=conf.index_map_size_bytes, max_dbs=8, sync=False, mode=0o600,
-                    metasync=False, max_readers=64, lock=True)
+    env = open_index_at(work, conf.index_map_size_bytes)
     try:
         index = Index(env)
         table = LedgerTable(salt=_salt(conf))  # keys in their stored form, as the bookie's
@@ -177,7 +172,7 @@ def _rebuild(conf, progress: Progress, fence_all: bool) -> RebuildReport:
         _write_ledgers(index, table, old.records, old.tombstones, report, fence_all)
         _write_maps(index, found, report, progress)
         _write_meta(conf, index, old.meta)
-        env.sync(True)
+        index.sync()
     finally:
         env.close()
     previous = final + ".old"
@@ -242,7 +237,7 @@ def _index_each_log(logs, index, table, report, progress, found: _Found, earlier
         except InspectError as e:
             report.warnings.append(f"{e}: skipped")
             continue
-        with elog, index.env.begin(write=True) as txn:
+        with elog, index.begin(write=True) as txn:
             if elog.log_id != log_id:
                 report.warnings.append(f"{path}: its header says log id {elog.log_id}: skipped")
                 continue
@@ -325,10 +320,10 @@ def _write_ledgers(index: Index, table: LedgerTable, old_records: dict[int, Stor
     for ledger_id, old in old_records.items():
         if table.get(ledger_id) is None and ledger_id not in tombstones:
             table.ledgers[ledger_id] = StoredLedger(old.master_key, old.fenced, old.lac)
-    with index.env.begin(write=True) as txn:
+    with index.begin(write=True) as txn:
         for ledger_id, info in sorted(table.ledgers.items()):
             if info.deleted:
-                txn.put(LEDGER_KEY.pack(ledger_id), b"", db=index.deleted)
+                index.mark_deleted(txn, ledger_id)
                 report.deleted += 1
                 continue
             old = old_records.get(ledger_id)
@@ -341,7 +336,7 @@ def _write_ledgers(index: Index, table: LedgerTable, old_records: dict[int, Stor
             report.fenced += info.fenced
 
 
-def _write_meta(conf, index: Index, kept: dict[bytes, bytes]) -> None:
+def _write_meta(conf, index: Index, kept: dict[str, str]) -> None:
     """The old index's other ``meta`` keys as they were (the log id sequence, the compaction's
     state: they belong to the parts of the bookie that wrote them), and as current logs the
     newest log of each ledger directory: the GC leaves those (and any newer) alone until the
@@ -349,9 +344,8 @@ def _write_meta(conf, index: Index, kept: dict[bytes, bytes]) -> None:
     newest = {}
     for log_id, path in log_paths(ledger_dirs_of(conf)):
         newest[os.path.dirname(path)] = log_id
-    with index.env.begin(write=True) as txn:
-        for key, value in kept.items():
-            txn.put(key, value, db=index.meta)
+    with index.begin(write=True) as txn:
+        index.restore_bookkeeping(txn, kept)
         index.set_current_logs(txn, newest.values())
 
 
@@ -365,13 +359,12 @@ def _write_maps(index: Index, found: _Found, report: RebuildReport, progress: Pr
         for ledger_id, n in counts.items():
             maps[log_id][ledger_id] += n
     report.entries = 0
-    with index.env.begin() as txn, txn.cursor(db=index.entries) as cur:
-        for k, v in cur:
-            log_id, _, length = LOC.unpack(v)
-            maps[log_id][LEDGER_KEY.unpack(k[:8])[0]] += length
+    with index.begin() as txn:
+        for ledger_id, _, (log_id, _, length) in index.iter_locations(txn):
+            maps[log_id][ledger_id] += length
             report.entries += 1
     logs = set(maps) | found.whole
-    with index.env.begin(write=True) as txn:
+    with index.begin(write=True) as txn:
         for log_id in sorted(logs):
             index.add_to_log_map(txn, log_id, dict(maps.get(log_id, {})))
     progress("ledger maps", len(logs), len(logs), report.entries)

@@ -46,7 +46,7 @@ def consistency_check(conf, ledger_id: int | None = None,
     checker = _Checker(conf, env, index)
     last_note = 0.0
     try:
-        with env.begin() as txn:
+        with index.begin() as txn:
             ledgers = [ledger_id] if ledger_id is not None else index.ledger_ids(txn)
         for lid in ledgers:
             checker.report.ledgers += 1
@@ -77,7 +77,7 @@ class _Checker:
         problem = _located_entry_problem(ledger_id, entry_id, loc, self.logs, self.files)
         if problem:  # look again: a log rolled, moved or deleted since this transaction began
             self.logs = dict(log_paths(ledger_dirs_of(self.conf)))
-            with self.env.begin() as txn:
+            with self.index.begin() as txn:
                 loc = self.index.locate(txn, ledger_id, entry_id)
             if loc is None:
                 return None
@@ -92,7 +92,7 @@ class _Checker:
         transaction (a long one would keep the bookie's index from reusing its pages)."""
         first = 0
         while True:
-            with self.env.begin() as txn:
+            with self.index.begin() as txn:
                 found = indexed_entries(self.index, txn, ledger_id, first)
                 part = list(itertools.islice(found, chunk))
             yield from part

@@ -36,11 +36,10 @@ from bookie import wire
 from bookie.storage import records
 from bookie.storage.journal import CorruptJournalError, journal_files, scan_file
 from bookie.storage.layout import current_dir
-from bookie.storage.index import LOC, Index
+from bookie.storage.index import MAX_ENTRY_ID, Index
 from bookie.storage.entrylog import LOG_HEADER_SIZE, LOG_MAGIC, list_logs, log_name
 
 _U64 = struct.Struct(">Q")
-_ENTRY_KEY = struct.Struct(">QQ")  # the index's entries key (bookie.storage.ledger_storage)
 
 
 class InspectError(ValueError):
@@ -332,17 +331,10 @@ def in_child(fn: Callable[[], Any], what: str) -> Any:
 
 
 def indexed_entries(index: Index, txn, ledger_id: int, first: int = 0,
-                    last: int = (1 << 63) - 1) -> Iterator[tuple[int, tuple[int, int, int]]]:
+                    last: int = MAX_ENTRY_ID) -> Iterator[tuple[int, tuple[int, int, int]]]:
     """(entry_id, (log_id, offset, length)) of the ledger's indexed entries first..last, in
     order (a striped ledger's bookie holds only its share: ids may skip)."""
-    with txn.cursor(db=index.entries) as cur:
-        if not cur.set_range(_ENTRY_KEY.pack(ledger_id, max(first, 0))):
-            return
-        for k, v in cur:
-            lid, entry_id = _ENTRY_KEY.unpack(k)
-            if lid != ledger_id or entry_id > last:
-                return
-            yield entry_id, LOC.unpack(v)
+    return index.entries_of(txn, ledger_id, first, last)
 
 
 # ---- entry digests ----------------------------------------------------------------------------

@@ -42,7 +42,7 @@ class LedgerStorage:
         self._reader: EntryLogReader | None = None
 
     def load_ledger(self, ledger_id: int) -> StoredLedger | None:
-        with self.index.env.begin() as txn:
+        with self.index.begin() as txn:
             raw = self.index.get_ledger(txn, ledger_id)
             if raw is None and self.index.is_deleted(txn, ledger_id):
                 return StoredLedger.tombstone()
@@ -87,7 +87,7 @@ class LedgerStorage:
     def _high_mark(self, ledger_id: int) -> int:
         high = self._high.get(ledger_id)
         if high is None:
-            with self.index.env.begin() as txn:
+            with self.index.begin() as txn:
                 last = self.index.last_entry(txn, ledger_id)
             high = -1 if last is None else last[0]
             for item in self._batches:  # stored, not yet committed to the index
@@ -121,7 +121,7 @@ class LedgerStorage:
                     where[e] = (log_id, int(offs[k]), int(lens[k]))
         missing = [e for e in wanted if e not in where]
         if missing:
-            with self.index.env.begin() as txn:
+            with self.index.begin() as txn:
                 for e in missing:
                     loc = self.index.locate(txn, ledger_id, e)
                     if loc is not None:
@@ -152,7 +152,7 @@ class LedgerStorage:
         if not self._batches and not table.dirty and not self.log_counts:
             return set()
         self._flush_log_counts()
-        with self.index.env.begin(write=True) as txn:
+        with self.index.begin(write=True) as txn:
             touched = {item[0] for item in self._batches if isinstance(item[0], int)} | table.dirty
             gone = {lid for lid in touched if self.index.is_deleted(txn, lid)}
             for item in self._batches:

@@ -18,22 +18,23 @@ Identities of deleted ledgers are dropped at the quota pass that sees them delet
 from __future__ import annotations
 
 import os
+import struct
 
 import lmdb
 
-from bookie.storage.index import LEDGER_KEY, Index
+from bookie.storage.index import Index
 
 MAP_SIZE_BYTES = 1 << 30  # sparse: ~100 bytes a ledger
+_LEDGER_KEY = struct.Struct(">Q")  # this environment's own key (the format above)
 
 
 def held_bytes(index: Index) -> tuple[dict[int, int], set[int]]:
     """(ledger -> bytes held, deleted ledger ids) from one index snapshot: the entry logs'
     ledger maps summed over logs, deleted ledgers left out (their bytes wait for compaction,
     but no longer count), dropped copies counting 0 (``Index.drop_copies``)."""
-    with index.env.begin() as txn:
+    with index.begin() as txn:
         maps = index.log_maps(txn)
-        with txn.cursor(db=index.deleted) as cur:
-            deleted = {LEDGER_KEY.unpack(k)[0] for k in cur.iternext(keys=True, values=False)}
+        deleted = index.deleted_ids(txn)
     out: dict[int, int] = {}
     for counts in maps.values():
         for lid, n in counts.items():
@@ -55,7 +56,7 @@ class Writers:
 
     def load(self) -> dict[int, str]:
         with self.env.begin() as txn, txn.cursor(db=self.db) as cur:
-            return {LEDGER_KEY.unpack(k)[0]: bytes(v).decode("ascii") for k, v in cur}
+            return {_LEDGER_KEY.unpack(k)[0]: bytes(v).decode("ascii") for k, v in cur}
 
     def save(self, bound: dict[int, str], dropped=()) -> None:
         """Write ``bound`` (ledger -> key) and drop ``dropped`` in one transaction."""
@@ -63,9 +64,9 @@ class Writers:
             return
         with self.env.begin(write=True, db=self.db) as txn:
             for lid, key in bound.items():
-                txn.put(LEDGER_KEY.pack(lid), key.encode("ascii"))
+                txn.put(_LEDGER_KEY.pack(lid), key.encode("ascii"))
             for lid in dropped:
-                txn.delete(LEDGER_KEY.pack(lid))
+                txn.delete(_LEDGER_KEY.pack(lid))
         self.dirty = True
 
     def sync(self) -> None:

@@ -61,7 +61,7 @@ from bookie.storage.journal import fsync_dir
 from bookie.storage.layout import current_dir, local_cookie
 from bookie.storage.noroom import no_room
 from bookie.storage import deletes
-from bookie.storage.index import LOG_KEY, Index, open_index
+from bookie.storage.index import Index, open_index
 from bookie.storage.entrylog import find_log, list_logs
 from bookie.metadata import MetadataError, NoSuchNodeError, open_metadata
 
@@ -83,7 +83,7 @@ def collect(index: Index, store, ledger_dirs: list[str], cookie: dict | None = N
     Raises:
         MetadataError: the store could not list its ledgers (nothing was deleted).
     """
-    with index.env.begin() as txn:  # one snapshot, taken before the listing
+    with index.begin() as txn:  # one snapshot, taken before the listing
         held = index.ledger_ids(txn)
         maps = index.log_maps(txn)
         current = index.current_logs(txn)
@@ -120,9 +120,9 @@ def collect(index: Index, store, ledger_dirs: list[str], cookie: dict | None = N
     for d in touched:
         fsync_dir(d)
     if plan.forget_maps:
-        with index.env.begin(write=True) as txn:
+        with index.begin(write=True) as txn:
             for log_id in plan.forget_maps:
-                txn.delete(LOG_KEY.pack(log_id), db=index.logs)
+                index.drop_log_map(txn, log_id)
     return plan
 
 
@@ -341,7 +341,7 @@ class Compactor:
 
 def count_holdings(index: Index, ledger_dirs: list[str]) -> dict:
     """The ledgers and entry logs this bookie holds (gauges bookie_ledgers, bookie_entry_logs)."""
-    with index.env.begin() as txn:
+    with index.begin() as txn:
         ledgers = len(index.ledger_ids(txn))
     return {"ledgers": ledgers, "entry_logs": sum(len(list_logs(d)) for d in ledger_dirs)}
 

@@ -31,25 +31,17 @@ from bookie.metadata import CookieNotFoundError, NoSuchLedgerError
 from bookie.metadata.errors import CorruptMetadataError
 from bookie.metadata.ledger import LedgerState
 from bookie.metadata.underreplication import UnderReplication
-from bookie.storage.index import LEDGER_KEY, Index, entry_key
+from bookie.storage.index import Index
 
 DROP_BATCH_ENTRIES = 10_000  # entries per write transaction: keep the add worker's commits flowing
 
 
 def held_token(index: Index, ledger_id: int) -> tuple:
     """What this bookie holds of ``ledger_id``: (entry count, last entry id or -1)."""
-    n, last = 0, -1
-    with index.env.begin() as txn:
-        with txn.cursor(db=index.entries) as cur:
-            if cur.set_range(entry_key(ledger_id, 0)):
-                for k in cur.iternext(keys=True, values=False):
-                    if LEDGER_KEY.unpack(k[:8])[0] != ledger_id:
-                        break
-                    n += 1
+    with index.begin() as txn:
+        n = index.entry_count(txn, ledger_id)
         found = index.last_entry(txn, ledger_id)
-        if found is not None:
-            last = found[0]
-    return n, last
+    return n, -1 if found is None else found[0]
 
 
 def view_of(store, ur: UnderReplication, marks: set[int], index: Index, ledger_id: int,
@@ -83,7 +75,7 @@ def drop_copies(index: Index, ledger_id: int) -> None:
     """The ledger's entries leave the index (short write transactions); its record stays, with
     its fence (``bookie.core.ledgers`` invariant 9), and no tombstone: it may be held here again."""
     while True:
-        with index.env.begin(write=True) as txn:
+        with index.begin(write=True) as txn:
             n = index.drop_copies(txn, ledger_id, DROP_BATCH_ENTRIES)
         if n < DROP_BATCH_ENTRIES:
             break
@@ -98,7 +90,7 @@ def look(index: Index, store, me: str, tracker: naming.OverReplicated, now_s: fl
         MetadataError: the store failed (nothing more is dropped in this look).
     """
     listed = set(store.list_ledgers())  # one absent from it is the scan-and-compare GC's
-    with index.env.begin() as txn:
+    with index.begin() as txn:
         # ledgers with entries indexed here (a dropped one keeps its record, not its entries)
         held = [lid for lid in index.indexed_ledger_ids(txn) if lid in listed]
     ur = UnderReplication(store)

@@ -107,7 +107,7 @@ class ReadServer(ClientServer):
 
     def snapshot(self):
         """A read transaction begun now: it sees every index commit made before this call."""
-        return self.index.env.begin(buffers=False)
+        return self.index.begin()
 
     def serve(self) -> None:
         poller = zmq.Poller()

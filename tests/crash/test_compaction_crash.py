@@ -12,7 +12,6 @@ import glob
 import os
 import random
 import re
-import struct
 import sys
 import time
 
@@ -39,10 +38,8 @@ def _named_logs(ens) -> set[int]:
         index = Index(env)
         with env.begin() as txn:
             named = set(index.log_maps(txn)) | index.current_logs(txn)
-            with txn.cursor(db=index.entries) as cur:
-                for _, v in cur:
-                    named.add(struct.unpack_from("<I", v)[0])
-            state = txn.get(b"compaction", db=index.meta)
+            named |= {loc[0] for _, _, loc in index.iter_locations(txn)}
+            state = index.compaction_state(txn)
     finally:
         env.close()
     assert state is None, state

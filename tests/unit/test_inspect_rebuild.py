@@ -70,7 +70,7 @@ def store(conf, batches, fence=(), recovery=()):
 def snapshot(conf):
     env, index = open_index_readonly(conf)
     with env.begin() as txn:
-        entries = dict(txn.cursor(db=index.entries))
+        entries = {(lid, eid): loc for lid, eid, loc in index.iter_locations(txn)}
         ledgers = {lid: index.get_ledger(txn, lid) for lid in index.ledger_ids(txn)}
         maps = index.log_maps(txn)
     env.close()
@@ -226,8 +226,6 @@ def _raise_value_error():
 
 
 def test_an_unfinished_compaction_copy_is_not_indexed_and_meta_keys_are_kept(conf):
-    import orjson
-
     first = [make_entry(1, i, b"x" * 700) for i in range(10)]
     filler = [(1, [make_entry(1, 10 + i, b"y" * 2000)]) for i in range(8)]
     store(conf, [(1, first), *filler, (1, first)])
@@ -236,17 +234,19 @@ def test_an_unfinished_compaction_copy_is_not_indexed_and_meta_keys_are_kept(con
     index = Index(env)
     with env.begin(write=True) as txn:
         # as if the last log were a compaction's copy, crashed before it was synced
-        txn.put(b"compaction", orjson.dumps({"old": logs[0], "new": logs[-1], "state": "copying"}),
-                db=index.meta)
-        txn.put(b"next_log_id", b"\0\0\1\0", db=index.meta)
+        index.set_compaction_state(txn, {"old": logs[0], "new": logs[-1], "state": "copying"})
+    for _ in range(3):
+        index.allocate_log_id(ledger_dirs_of(conf))
+    with env.begin() as txn:
+        kept = index.bookkeeping(txn)  # the log id sequence and compaction's record
     env.close()
     report = rebuild_index(conf)
     assert any(f"{log_name(logs[-1])}: an unfinished compaction" in w for w in report.warnings)
     env, index = open_index_readonly(conf)
     with env.begin() as txn:
         assert {index.locate(txn, 1, i)[0] for i in range(10)} == {logs[0]}
-        assert txn.get(b"next_log_id", db=index.meta) == b"\0\0\1\0"
-        assert orjson.loads(txn.get(b"compaction", db=index.meta))["state"] == "copying"
+        assert index.bookkeeping(txn) == kept
+        assert index.compaction_state(txn)["state"] == "copying"
         assert logs[-1] not in index.log_maps(txn)
     env.close()
 
