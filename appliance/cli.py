@@ -1,4 +1,4 @@
-"""The ``bookie`` command: run, localbookie, shell, autorecovery, bench.
+"""The ``bookie`` command: run, localbookie, shell, autorecovery, bench, version.
 
 Each subcommand group lives in its own module and contributes its parser through a
 ``register(subparsers)`` function; this module assembles them and is the one place where the
@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 
+from bookie import compiled
 from bookie.appliance.errors import CliError
 from bookie.metadata import MetadataError
 from bookie.workers import logs
@@ -23,7 +24,7 @@ from bookie.storage.layout import LayoutError
 _GROUPS = {"run": "bookie.appliance.run_cmd", "localbookie": "bookie.appliance.localbookie",
            "shell": "bookie.appliance.shell.main",
            "autorecovery": "bookie.appliance.autorecovery_cmd",
-           "bench": "bookie.bench.cli"}
+           "bench": "bookie.bench.cli", "version": "bookie.appliance.cli"}
 
 # A subcommand raises the error of the layer that refused; each is one line and exit status 2.
 # Two more come from groups imported only for their own command (``_usage_errors``).
@@ -57,16 +58,40 @@ class _Parser(argparse.ArgumentParser):
         return namespace
 
 
+def version_line() -> str:
+    """``bookie 0.1.0 (compiled: wire, client.digest, ...)`` or ``... (pure Python)``: the
+    version and which of the compiled modules (bookie.compiled) this install runs."""
+    from bookie import __version__  # lazy: importlib.metadata
+
+    return f"bookie {__version__} ({compiled.describe()})"
+
+
+def register(sub) -> None:
+    """``bookie version``: the same line as ``--version``."""
+    p = sub.add_parser("version", help="print the version and which modules run compiled")
+    p.set_defaults(func=lambda args: print(version_line()) or 0)
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the version line, worked out only when asked for."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the version and which modules run compiled, and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_line())
+        parser.exit()
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The ``bookie`` parser: every command's, or when ``argv`` names one (its first word) only
     that command's (the same parser for it, without importing the others)."""
-    from bookie import __version__  # lazy: importlib.metadata
-
     parser = _Parser(
         prog="bookie",
         description="A BookKeeper-style bookie appliance: run a bookie, a local ensemble, "
                     "the admin shell and the benchmarks.")
-    parser.add_argument("--version", action="version", version=f"bookie {__version__}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     named = _GROUPS.get(argv[0]) if argv else None

@@ -247,9 +247,10 @@ class DigestManager:
         head = ENTRY_HEADER_SIZE + d
         heads = rows.tobytes()
         parts = [b""] * (2 * n)
-        parts[::2] = map(heads.__getitem__, map(slice, range(0, head * n, head),
-                                                 range(head, head * n + head, head)))
-        parts[1::2] = payloads
+        # list(): compiled (Cython), an extended slice of a list takes a list only
+        parts[::2] = list(map(heads.__getitem__, map(slice, range(0, head * n, head),
+                                                      range(head, head * n + head, head))))
+        parts[1::2] = payloads if type(payloads) is list else list(payloads)
         ends = np.cumsum(sizes + head)
         return EntryBatch(b"".join(parts), ends - sizes - head, ends), lengths.tolist()
 
