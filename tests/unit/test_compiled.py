@@ -18,7 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # storage.records, storage.ring)
 UNIT_TESTS = ["test_wire.py", "test_client_digest.py", "test_client_encode_runs.py",
               "test_protocol_pending.py", "test_pending_runs.py", "test_ring.py",
-              "test_bookie_core.py", "test_entry_log_index.py"]
+              "test_entry_log_index.py"]
 
 
 def _loaded_from(env_extra: dict) -> dict:
@@ -45,6 +45,7 @@ def test_describe_names_the_modules_that_run_compiled():
     assert said == ("compiled: " + ", ".join(built) if built else "pure Python")
 
 
+@pytest.mark.timeout(1200)  # a second run of several test files, in one process
 def test_the_compiled_modules_unit_tests_pass_with_the_plain_modules_too():
     if not compiled.compiled_modules():
         pytest.skip("nothing is compiled here: the suite runs the plain modules already")
@@ -52,5 +53,5 @@ def test_the_compiled_modules_unit_tests_pass_with_the_plain_modules_too():
         [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:xdist",
          *[os.path.join(HERE, t) for t in UNIT_TESTS]],
         env={**os.environ, compiled.PURE_ENV: "1"}, capture_output=True, text=True,
-        timeout=600, cwd=os.path.dirname(os.path.dirname(HERE)))
+        timeout=1100, cwd=os.path.dirname(os.path.dirname(HERE)))
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
