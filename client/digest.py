@@ -50,7 +50,13 @@ _HEADER_AND_CRC = struct.Struct(">qqqqQ")  # the entry header, then a CRC digest
 _CRC_END = ENTRY_HEADER_SIZE + 8
 _FIELD_BYTES = np.arange(_CRC_END)  # the 5 big-endian 8-byte fields at an entry's start
 _BE_I64, _BE_U64 = np.dtype(">i8"), np.dtype(">u8")
-ENCODE_RUN_MIN_ENTRIES = 8  # encode_many builds one buffer in numpy from this many entries on
+# encode_many builds one buffer in numpy from this many entries on.  Measured on the shared
+# 2-core machine (bench/README.md, issue 41, h41c): alone, the one pass costs a fixed ~25 us
+# and wins from about 256 entries of 1 KiB (20-25 % at 1,000); inside the client's add loop,
+# with the batches held until answered and merged into one ADD, 256-entry parts cost more
+# than entry by entry (fresh pages for each large buffer).  So only the client's big parts
+# (add_range's up to ADD_CHUNK) take it.
+ENCODE_RUN_MIN_ENTRIES = 1024
 # The bytes of the 32-byte entry header that differ between the entries of one encode_many
 # call: entry_id (8..15) and length (24..31); ledger_id and lac are the same for all.
 _VARYING = np.array([*range(8, 16), *range(24, 32)])
