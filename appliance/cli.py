@@ -67,31 +67,21 @@ def version_line() -> str:
 
 
 def register(sub) -> None:
-    """``bookie version``: the same line as ``--version``."""
+    """``bookie version``: ``--version``'s line and which modules run compiled."""
     p = sub.add_parser("version", help="print the version and which modules run compiled")
     p.set_defaults(func=lambda args: print(version_line()) or 0)
-
-
-class _VersionAction(argparse.Action):
-    """``--version``: the version line, worked out only when asked for."""
-
-    def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
-                         help="print the version and which modules run compiled, and exit")
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        print(version_line())
-        parser.exit()
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The ``bookie`` parser: every command's, or when ``argv`` names one (its first word) only
     that command's (the same parser for it, without importing the others)."""
+    from bookie import __version__  # lazy: importlib.metadata
+
     parser = _Parser(
         prog="bookie",
         description="A BookKeeper-style bookie appliance: run a bookie, a local ensemble, "
                     "the admin shell and the benchmarks.")
-    parser.add_argument("--version", action=_VersionAction)
+    parser.add_argument("--version", action="version", version=f"bookie {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     named = _GROUPS.get(argv[0]) if argv else None
