@@ -10,6 +10,14 @@ imports only the layers below it; docs/architecture.md, "Layers"):
 - ``bookie.appliance``: the commands (supervisor, CLI, shell, localbookie).
 """
 
+import os as _os
+
+if _os.environ.get("BOOKIE_PURE", "") == "1":  # the plain modules, not the compiled ones
+    from bookie.compiled import install_pure_finder
+
+    install_pure_finder()
+
+
 def _version() -> str:
     """The installed distribution's version: written once, in pyproject.toml."""
     from importlib.metadata import PackageNotFoundError, version  # lazy: importlib.metadata

@@ -75,6 +75,7 @@ The bookie reads only ledger_id, entry_id and lac of an entry; the digest is the
 
 from __future__ import annotations
 
+import collections.abc
 import enum
 import struct
 
@@ -271,8 +272,95 @@ _BE_I64 = np.dtype(">i8")
 
 def pack_batch(entries) -> tuple[bytes, bytes]:
     """Pack formatted entries into (lengths frame, data frame)."""
+    if isinstance(entries, EntryBatch) and entries.packed:
+        return entries.lengths_frame(), bytes(entries.data_frame())
     lengths = np.fromiter((len(e) for e in entries), dtype=LENGTHS_DTYPE, count=len(entries))
     return lengths.tobytes(), b"".join(entries)
+
+
+class EntryBatch(collections.abc.MutableSequence):
+    """Formatted entries packed back to back in one buffer, as an ADD message's lengths and
+    data frames carry them: what ``DigestManager.encode_many`` builds, so the client sends a
+    run of entries without touching each one again (``lengths_frame`` / ``data_frame``).
+
+    It reads as a sequence of the entries (an item is a ``bytes`` copy of one entry; a slice
+    of step 1 is an EntryBatch over the same buffer).  Changing it (``batch[i] = ...``,
+    ``append``...) turns it into a plain list of its entries first: ``packed`` is then False
+    and the frames are built from the entries as ``pack_batch`` would.
+    """
+
+    __slots__ = ("buffer", "starts", "ends", "_items")
+
+    def __init__(self, buffer: bytes, starts: np.ndarray, ends: np.ndarray):
+        self.buffer = buffer  # the entries, and maybe more around them
+        self.starts = starts  # int64 offsets of each entry in ``buffer``
+        self.ends = ends
+        self._items: list | None = None  # set once changed
+
+    @classmethod
+    def concat(cls, batches) -> "EntryBatch":
+        """One batch of the entries of ``batches`` in order, in one new buffer (one copy)."""
+        frames = [b.data_frame() for b in batches]
+        sizes = np.concatenate([b.ends - b.starts for b in batches])
+        ends = np.cumsum(sizes)
+        return cls(b"".join(frames), ends - sizes, ends)
+
+    @property
+    def packed(self) -> bool:
+        """True while the entries lie back to back in ``buffer`` (not changed since)."""
+        return self._items is None
+
+    def lengths_frame(self) -> bytes:
+        return (self.ends - self.starts).astype(LENGTHS_DTYPE).tobytes()
+
+    def data_frame(self):
+        """The entries back to back: the buffer itself, or a memoryview of its part."""
+        if not len(self.ends):
+            return b""
+        lo, hi = int(self.starts[0]), int(self.ends[-1])
+        return self.buffer if lo == 0 and hi == len(self.buffer) else memoryview(self.buffer)[lo:hi]
+
+    def __len__(self) -> int:
+        return len(self.ends) if self._items is None else len(self._items)
+
+    def __getitem__(self, i):
+        if self._items is not None:
+            return self._items[i]
+        if isinstance(i, slice):
+            if i.step not in (None, 1):
+                return list(self)[i]
+            return EntryBatch(self.buffer, self.starts[i], self.ends[i])
+        return self.buffer[int(self.starts[i]):int(self.ends[i])]
+
+    def __iter__(self):
+        if self._items is not None:
+            return iter(self._items)
+        return map(self.buffer.__getitem__, map(slice, self.starts.tolist(), self.ends.tolist()))
+
+    def _unpack(self) -> list:
+        if self._items is None:
+            self._items = list(self)
+            self.buffer, self.starts, self.ends = b"", np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return self._items
+
+    def __setitem__(self, i, value) -> None:
+        self._unpack()[i] = value
+
+    def __delitem__(self, i) -> None:
+        del self._unpack()[i]
+
+    def insert(self, i: int, value) -> None:
+        self._unpack().insert(i, value)
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, collections.abc.Sequence) or isinstance(other, (bytes, str)):
+            return NotImplemented
+        return len(self) == len(other) and all(map(bytes.__eq__, map(bytes, self), map(bytes, other)))
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"EntryBatch({len(self)} entries)"
 
 
 def batch_offsets(lengths_frame, data_len: int, max_entry_bytes: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,4 +1,4 @@
-"""The ``bookie`` command: run, localbookie, shell, autorecovery, bench.
+"""The ``bookie`` command: run, localbookie, shell, autorecovery, bench, version.
 
 Each subcommand group lives in its own module and contributes its parser through a
 ``register(subparsers)`` function; this module assembles them and is the one place where the
@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 
+from bookie import compiled
 from bookie.appliance.errors import CliError
 from bookie.metadata import MetadataError
 from bookie.workers import logs
@@ -23,7 +24,7 @@ from bookie.storage.layout import LayoutError
 _GROUPS = {"run": "bookie.appliance.run_cmd", "localbookie": "bookie.appliance.localbookie",
            "shell": "bookie.appliance.shell.main",
            "autorecovery": "bookie.appliance.autorecovery_cmd",
-           "bench": "bookie.bench.cli"}
+           "bench": "bookie.bench.cli", "version": "bookie.appliance.cli"}
 
 # A subcommand raises the error of the layer that refused; each is one line and exit status 2.
 # Two more come from groups imported only for their own command (``_usage_errors``).
@@ -55,6 +56,20 @@ class _Parser(argparse.ArgumentParser):
         if extras:
             innermost.error(f"unrecognized arguments: {' '.join(extras)}")
         return namespace
+
+
+def version_line() -> str:
+    """``bookie 0.1.0 (compiled: wire, client.digest, ...)`` or ``... (pure Python)``: the
+    version and which of the compiled modules (bookie.compiled) this install runs."""
+    from bookie import __version__  # lazy: importlib.metadata
+
+    return f"bookie {__version__} ({compiled.describe()})"
+
+
+def register(sub) -> None:
+    """``bookie version``: ``--version``'s line and which modules run compiled."""
+    p = sub.add_parser("version", help="print the version and which modules run compiled")
+    p.set_defaults(func=lambda args: print(version_line()) or 0)
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:

@@ -31,6 +31,7 @@ import numpy
 import orjson
 import zmq
 
+from bookie import compiled
 from bookie.bench import cpu
 from bookie.bench.histogram import Histogram
 
@@ -245,6 +246,9 @@ def versions() -> dict:
         "numpy": numpy.__version__,
         "lmdb": _version("lmdb"),
         "orjson": orjson.__version__,
+        # which of bookie.compiled's modules ran compiled in this process (the client's; a
+        # local bookie's workers load the same install): "compiled: wire, ..." or "pure Python"
+        "bookie_build": compiled.describe(),
     }
 
 

@@ -146,7 +146,7 @@ class IOThread:
         self._deadlines: list = []  # (deadline, request id)
         self._timers: list = []  # (when, seq, fn)
         self._seq = itertools.count()
-        self._outbox: dict = {}  # (driver, bookie, recovery) -> [ids, entries, bytes]
+        self._outbox: dict = {}  # (driver, bookie, recovery) -> [[ids...], [entries...]]
         self._sockets: dict = {}  # (bookie, kind) -> socket
         self._socket_keys: dict = {}  # socket -> (bookie, kind)
         self._proofs: dict = {}  # a socket's handshake monitor -> (Proof, bookie, kind)
@@ -274,10 +274,10 @@ class IOThread:
                 key = (driver, a.bookie, a.recovery)
                 box = self._outbox.get(key)
                 if box is None:
-                    self._outbox[key] = [list(a.entry_ids), list(a.entries)]
+                    self._outbox[key] = [[a.entry_ids], [a.entries]]
                 else:
-                    box[0].extend(a.entry_ids)
-                    box[1].extend(a.entries)
+                    box[0].append(a.entry_ids)
+                    box[1].append(a.entries)
             elif kind is A.SendRead:
                 self._send_read(driver, a)
             elif kind is A.SendReadLac:
@@ -442,10 +442,14 @@ class IOThread:
         now = time.monotonic()
         if isinstance(a, A.SendAdd):
             kind, timeout_s = ADD, self.add_timeout_s
-            if sizes is None:
-                sizes = list(map(len, a.entries))
-            lengths = np.array(sizes, dtype=wire.LENGTHS_DTYPE).tobytes()
-            data = b"".join(a.entries)
+            entries = a.entries
+            if type(entries) is wire.EntryBatch and entries.packed:  # one buffer already
+                lengths, data = entries.lengths_frame(), entries.data_frame()
+            else:
+                if sizes is None:
+                    sizes = list(map(len, entries))
+                lengths = np.array(sizes, dtype=wire.LENGTHS_DTYPE).tobytes()
+                data = b"".join(entries)
             frames = [wire.pack_header(Op.ADD, Flag.RECOVERY_ADD | driver.key_flags if a.recovery
                                        else driver.add_flags, rid,
                                        driver.ledger_id),
@@ -498,7 +502,8 @@ class IOThread:
         while self._outbox:
             outbox, self._outbox = self._outbox, {}
             for (driver, bookie, recovery), (ids, entries) in outbox.items():
-                self.run_for(driver, self._send_adds, driver, bookie, recovery, ids, entries)
+                self.run_for(driver, self._send_adds, driver, bookie, recovery,
+                             _merged_ids(ids), _merged(entries))
 
     def _send_adds(self, driver: Driver, bookie: str, recovery: bool, ids, entries) -> None:
         """One driver's merged adds to one bookie, in as few messages as the limits allow."""
@@ -506,10 +511,16 @@ class IOThread:
             self.trace.append(("io_take", time.monotonic_ns()))
         max_n, max_b = self._batch_entries, self._batch_bytes
         n = len(ids)
-        sizes = list(map(len, entries))
-        if n <= max_n and sum(sizes) <= max_b:
-            self._send(driver, A.SendAdd(bookie, ids, entries, recovery), sizes)
-            return
+        if type(entries) is wire.EntryBatch and entries.packed:
+            if n and n <= max_n and int(entries.ends[-1] - entries.starts[0]) <= max_b:
+                self._send(driver, A.SendAdd(bookie, ids, entries, recovery))
+                return
+            sizes = (entries.ends - entries.starts).tolist()
+        else:
+            sizes = list(map(len, entries))
+            if n <= max_n and sum(sizes) <= max_b:
+                self._send(driver, A.SendAdd(bookie, ids, entries, recovery), sizes)
+                return
         ends = list(itertools.accumulate(sizes))
         start, base = 0, 0
         while start < n and not driver.over:
@@ -698,6 +709,27 @@ def _log_metadata_write(driver, action, event) -> None:
     else:
         log.debug("ledger closed", extra={"fields": {
             "ledger_id": info.ledger_id, "last_entry_id": info.last_entry_id}})
+
+
+def _merged_ids(parts: list):
+    """The entry ids of merged SendAdds: one range when each part follows the one before (so
+    the answer is counted per run, PendingAdds.ack), else a list."""
+    if len(parts) == 1:
+        return parts[0]
+    if all(type(p) is range and p.step == 1 for p in parts) and \
+            all(a.stop == b.start for a, b in zip(parts, parts[1:])):
+        return range(parts[0].start, parts[-1].stop)
+    return list(itertools.chain.from_iterable(parts))
+
+
+def _merged(parts: list):
+    """The formatted entries of merged SendAdds: one EntryBatch (the frames copied once, no
+    entry touched) when all are packed batches, else a list."""
+    if len(parts) == 1:
+        return parts[0]
+    if all(type(p) is wire.EntryBatch and p.packed for p in parts):
+        return wire.EntryBatch.concat(parts)
+    return list(itertools.chain.from_iterable(parts))
 
 
 def _response(action, status: int, frames=()):

@@ -25,7 +25,12 @@
 # python3; the package depends on python3.11 by name. BOOKIE_DEB_PYTHON overrides it (an
 # interpreter at the same path must then exist on every target).
 #
-# Needs: dpkg-deb, python3.11 with its venv module (python3.11-venv), and PyPI.
+# The modules bookie.compiled names are compiled (Cython, from their own Python source) by the
+# build; the package ships them compiled and the build fails if one is not (BOOKIE_DEB_PURE=1:
+# a package of plain modules, on purpose).
+#
+# Needs: dpkg-deb, python3.11 with its venv module (python3.11-venv), a C compiler and the
+# interpreter's headers (gcc, python3.11-dev), and PyPI (Cython comes from it at build time).
 set -euo pipefail
 
 src=$(cd "$(dirname "$0")/.." && pwd)
@@ -59,13 +64,20 @@ echo "build-deb: bookie $version ($arch) with $python ($python_package)"
 # The source, copied: pip builds in the tree it is given, and this checkout stays clean.
 mkdir -p "$work/src"
 tar -C "$src" --exclude=./.git --exclude=./dist --exclude=./build --exclude='*.egg-info' \
-    --exclude=__pycache__ --exclude=./.venv -cf - . | tar -C "$work/src" -xf -
+    --exclude=__pycache__ --exclude=./.venv --exclude='*.so' --exclude='*.c' -cf - . \
+    | tar -C "$work/src" -xf -  # no in-place build of a checkout's venv: pip compiles anew
 
 # The environment, built where it will not live, then moved: scripts' first lines and the
 # activate scripts name the build path, rewritten below to /usr/lib/bookie.
 "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
     "$work/src"
+built=$("$venv/bin/python" -c 'from bookie import compiled
+print(len(compiled.COMPILED) - len(compiled.compiled_modules()), compiled.describe())')
+echo "build-deb: ${built#* }"
+if [ "${built%% *}" != 0 ] && [ "${BOOKIE_DEB_PURE:-}" != 1 ]; then
+    die "not every module was compiled (${built#* }): install gcc and python3.11-dev, or set BOOKIE_DEB_PURE=1"
+fi
 # pip and setuptools are build tools: the appliance does not need them at run time.
 "$venv/bin/python" -m pip uninstall --quiet --yes pip setuptools >/dev/null
 rm -f "$venv"/bin/pip* "$venv"/bin/easy_install*

@@ -10,7 +10,7 @@ import sys
 
 from bookie.appliance import cli, console
 
-COMMANDS = {"run", "localbookie", "shell", "autorecovery", "bench"}
+COMMANDS = {"run", "localbookie", "shell", "autorecovery", "bench", "version"}
 
 
 def modules_after(code: str) -> set[str]:

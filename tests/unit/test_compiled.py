@@ -1,0 +1,57 @@
+"""The compiled modules (compiled.py, setup.py) run both ways: their unit tests run here as
+installed (compiled where it was built), and once more in a subprocess with BOOKIE_PURE=1,
+which must load every one of them from its ``.py`` file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bookie import compiled
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# The unit tests of the compiled modules (wire, client.digest, client.protocol.pending,
+# storage.records, storage.ring)
+UNIT_TESTS = ["test_wire.py", "test_client_digest.py", "test_client_encode_runs.py",
+              "test_protocol_pending.py", "test_pending_runs.py", "test_ring.py",
+              "test_entry_log_index.py"]
+
+
+def _loaded_from(env_extra: dict) -> dict:
+    code = ("import json, importlib; from bookie import compiled; "
+            "print(json.dumps({n: importlib.import_module('bookie.' + n).__file__ "
+            "for n in compiled.COMPILED} | {'describe': compiled.describe()}))")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env_extra},
+                         capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout)
+
+
+def test_bookie_pure_loads_every_compiled_module_from_its_source():
+    files = _loaded_from({compiled.PURE_ENV: "1"})
+    assert files.pop("describe") == f"pure Python ({compiled.PURE_ENV}=1)"
+    assert set(files) == set(compiled.COMPILED)
+    for name, path in files.items():
+        assert path == compiled.source_path(name)
+
+
+def test_describe_names_the_modules_that_run_compiled():
+    files = _loaded_from({compiled.PURE_ENV: ""})
+    said = files.pop("describe")
+    built = [n for n in compiled.COMPILED if not files[n].endswith(".py")]
+    assert said == ("compiled: " + ", ".join(built) if built else "pure Python")
+
+
+@pytest.mark.timeout(1200)  # a second run of several test files, in one process
+def test_the_compiled_modules_unit_tests_pass_with_the_plain_modules_too():
+    if not compiled.compiled_modules():
+        pytest.skip("nothing is compiled here: the suite runs the plain modules already")
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:xdist",
+         *[os.path.join(HERE, t) for t in UNIT_TESTS]],
+        env={**os.environ, compiled.PURE_ENV: "1"}, capture_output=True, text=True,
+        timeout=1100, cwd=os.path.dirname(os.path.dirname(HERE)))
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
