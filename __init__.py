@@ -10,12 +10,9 @@ imports only the layers below it; docs/architecture.md, "Layers"):
 - ``bookie.appliance``: the commands (supervisor, CLI, shell, localbookie).
 """
 
-import os as _os
+from bookie.compiled import choose as _choose
 
-if _os.environ.get("BOOKIE_PURE", "") == "1":  # the plain modules, not the compiled ones
-    from bookie.compiled import install_pure_finder
-
-    install_pure_finder()
+_choose()  # BOOKIE_PURE=1, or a stale build: the plain modules (bookie/compiled.py)
 
 
 def _version() -> str:

@@ -37,7 +37,8 @@ def source_path(name: str) -> str:
 
 
 class PureFinder:
-    """A meta path finder that loads the COMPILED modules from their ``.py`` files."""
+    """A meta path finder that loads the COMPILED modules (or those of them in ``_names``)
+    from their ``.py`` files."""
 
     _names = {"bookie." + n: n for n in COMPILED}
 
@@ -53,10 +54,49 @@ class PureFinder:
         pass
 
 
-def install_pure_finder() -> None:
-    """Make the COMPILED modules load from source (once)."""
+def install_pure_finder(names=COMPILED) -> None:
+    """Make the COMPILED modules (or ``names`` of them) load from source (once)."""
+    PureFinder._names = {"bookie." + n: n for n in names}
     if not any(f is PureFinder for f in sys.meta_path):
         sys.meta_path.insert(0, PureFinder)
+
+
+# A build's extension and its source are written within moments of each other (a wheel's files
+# in any order); an edit comes later than that.
+STALE_AFTER_S = 2.0
+
+
+def _extension_path(name: str) -> str | None:
+    base = source_path(name)[:-len(".py")]
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        if os.path.exists(base + suffix):
+            return base + suffix
+    return None
+
+
+def stale_modules() -> list[str]:
+    """The COMPILED modules whose source changed after their extension was built (an edited
+    checkout, a ``git pull``): the extension would run code the ``.py`` no longer holds."""
+    out = []
+    for name in COMPILED:
+        ext = _extension_path(name)
+        try:
+            if ext and os.stat(source_path(name)).st_mtime > os.stat(ext).st_mtime + STALE_AFTER_S:
+                out.append(name)
+        except OSError:
+            continue
+    return out
+
+
+def choose() -> None:
+    """At ``import bookie``: BOOKIE_PURE=1 runs every plain module; otherwise a stale extension
+    is passed over for its source (rebuilt by ``pip install -e .`` again)."""
+    if pure_forced():
+        install_pure_finder()
+        return
+    stale = stale_modules()
+    if stale:
+        install_pure_finder(stale)
 
 
 def _is_extension(path: str | None) -> bool:
@@ -79,7 +119,8 @@ def compiled_modules() -> list[str]:
         if module is not None:
             ran = _is_extension(getattr(module, "__file__", None))
         else:
-            ran = not any(f is PureFinder for f in sys.meta_path) and _built(name)
+            ran = (not any(f is PureFinder for f in sys.meta_path)
+                   or "bookie." + name not in PureFinder._names) and _built(name)
         if ran:
             out.append(name)
     return out
@@ -89,6 +130,9 @@ def describe() -> str:
     """``compiled: wire, client.digest, ...`` or ``pure Python`` (what ``bookie --version``
     and the bench JSON say)."""
     names = compiled_modules()
+    stale = [] if pure_forced() else stale_modules()
+    note = (f"; plain, their source newer than the build: {', '.join(stale)} "
+            "(pip install -e . builds them again)") if stale else ""
     if not names:
-        return "pure Python" + (f" ({PURE_ENV}=1)" if pure_forced() else "")
-    return "compiled: " + ", ".join(names)
+        return "pure Python" + (f" ({PURE_ENV}=1)" if pure_forced() else "") + note
+    return "compiled: " + ", ".join(names) + note

@@ -55,3 +55,21 @@ def test_the_compiled_modules_unit_tests_pass_with_the_plain_modules_too():
         env={**os.environ, compiled.PURE_ENV: "1"}, capture_output=True, text=True,
         timeout=1100, cwd=os.path.dirname(os.path.dirname(HERE)))
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+
+
+def test_a_source_edited_after_the_build_runs_plain_not_its_stale_extension(tmp_path,
+                                                                            monkeypatch):
+    """An edited checkout (or a ``git pull``) must run the code its ``.py`` holds: Python would
+    import the older extension beside it first.  The stale module is named, the others are not."""
+    import importlib.machinery
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    (tmp_path / "wire.py").write_text("X = 1\n")
+    (tmp_path / ("wire" + suffix)).write_bytes(b"")
+    (tmp_path / "ring.py").write_text("X = 1\n")
+    (tmp_path / ("ring" + suffix)).write_bytes(b"")
+    monkeypatch.setattr(compiled, "COMPILED", ("wire", "ring"))
+    monkeypatch.setattr(compiled, "source_path", lambda n: str(tmp_path / f"{n}.py"))
+    built = os.stat(tmp_path / ("wire" + suffix)).st_mtime
+    os.utime(tmp_path / "ring.py", (built + 1, built + 1))  # within one build: not stale
+    os.utime(tmp_path / "wire.py", (built + 60, built + 60))  # edited a minute later
+    assert compiled.stale_modules() == ["wire"]
