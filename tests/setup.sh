@@ -31,8 +31,21 @@ fi
 compile_package() {
   "$py" -m compileall -q -j 0 -x '/\.(venv|git)/' . >/dev/null || echo "setup: byte-compiling the package failed; tests run from source" >&2
 }
+# A C compiler and Python's headers: the install compiles bookie.compiled's modules with
+# Cython (setup.py), and tests/unit/test_compiled.py runs their tests both ways. The pip
+# installs below build them again once these are here.
+need_cc=()
+command -v cc >/dev/null 2>&1 || need_cc+=(gcc)
+"$py" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  || need_cc+=(python3-dev)
+if [ ${#need_cc[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${need_cc[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_cc[@]}" >/dev/null
+fi
 if [ $unit_only = 1 ]; then
-  echo "setup: tests/unit only: the test extra (no Debian packages, no Spark)"
+  echo "setup: tests/unit only: the test extra (no Debian packages but the compiler, no Spark)"
   "$py" -m pip install -q --disable-pip-version-check -e '.[test]'
   compile_package
   exit 0
