@@ -32,6 +32,7 @@ from bookie.core.ledgers import LedgerTable, Owner, Rejected
 from bookie.storage import records
 from bookie.testing.rawclient import make_entry
 from bookie.wire import Op, Status
+from add_views import PlainView
 
 JOURNALS = 2
 LEDGERS = st.integers(0, 3)  # ledger l's records go to journal l % 2
@@ -53,7 +54,7 @@ step = st.one_of(
 )
 
 
-class View:
+class View(PlainView):
     """What the loop knows (core/adds.py ``View``), as plain state."""
 
     def __init__(self, loop: Loop):
@@ -65,12 +66,6 @@ class View:
     def readonly(self):
         return self.ro
 
-    def admit(self, r):
-        return None
-
-    def role_admin(self, principal):
-        return False
-
     def owner_ready(self, ledger_id, key, credential, lane):
         if ledger_id in self.known:
             return True
@@ -79,21 +74,6 @@ class View:
 
     def owner(self, ledger_id):
         return Owner.NO_CHECK if ledger_id in self.known else None
-
-    def named(self, ledger_id):
-        return None
-
-    def reread_done(self, ledger_id):
-        return False
-
-    def reread(self, ledger_id):
-        return True
-
-    def held_entries(self, ledger_id, entry_ids):
-        return {}
-
-    def uncommitted(self, ledger_id):
-        return False
 
     def write_position(self, journal):
         return self.loop.position[journal]

@@ -34,6 +34,7 @@ from bookie.storage.journal_replay import store_replayed
 from bookie.storage.ledger_storage import LedgerStorage
 from bookie.testing.rawclient import make_entry
 from bookie.workers.config import BookieConfig
+from add_views import PlainView
 
 SECRET = bytes(range(32))
 OWNER_KEY = b"owner"
@@ -59,36 +60,15 @@ op = st.one_of(
 )
 
 
-class StorageView:
+class StorageView(PlainView):
     """What the add worker's loop would tell the machine (core/adds.py ``View``), from this
     storage: the owner resolver answers at once (``OWNERS``), the ring always has room."""
 
     def __init__(self, bookie):
         self.bookie = bookie
 
-    def readonly(self):
-        return False
-
-    def admit(self, r):
-        return None
-
-    def role_admin(self, principal):
-        return False
-
-    def owner_ready(self, ledger_id, key, credential, lane):
-        return True
-
     def owner(self, ledger_id):
         return OWNERS[ledger_id]
-
-    def named(self, ledger_id):
-        return None
-
-    def reread_done(self, ledger_id):
-        return False
-
-    def reread(self, ledger_id):
-        return True
 
     def held_entries(self, ledger_id, entry_ids):
         return self.bookie.storage.held_entries(ledger_id, entry_ids)
