@@ -45,7 +45,7 @@ if [ ${#need_cc[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_cc[@]}" >/dev/null
 fi
 if [ $unit_only = 1 ]; then
-  echo "setup: tests/unit only: the test extra (no Debian packages but the compiler, no Spark)"
+  echo "setup: tests/unit only: the test extra (no Debian packages, no Spark)"
   "$py" -m pip install -q --disable-pip-version-check -e '.[test]'
   compile_package
   exit 0
