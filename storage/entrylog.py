@@ -248,6 +248,20 @@ class EntryLogReader:
             if gone:
                 self.forget(log_id)
 
+    def gone(self, log_id: int) -> bool:
+        """Whether entry log ``log_id`` was deleted (its open fd unlinked, or no file)."""
+        fd = self._fds.get(log_id)
+        if fd is not None:
+            try:
+                return os.fstat(fd).st_nlink == 0
+            except OSError:
+                return True
+        try:
+            find_log(self.directories, log_id)
+        except FileNotFoundError:
+            return True
+        return False
+
     def close(self) -> None:
         for fd in self._fds.values():
             os.close(fd)

@@ -56,7 +56,8 @@ from bookie.core.long_polls import (ANSWER, ASK, OFF, SUBSCRIBE, SUBSCRIBED, Lon
 from bookie.core.shares import Held, address_principal, principal_of, share
 from bookie.storage.ring import Ring
 from bookie.storage.entrylog import EntryLogReader
-from bookie.storage.index import Index, open_index
+from bookie.storage.read_ahead import ReadAhead
+from bookie.storage.index import MAX_ENTRY_ID, Index, open_index
 from bookie.workers.claims import OwnerLookup, OwnerResolver
 
 MAX_MESSAGES_PER_ITERATION = 256
@@ -75,6 +76,8 @@ class ReadServer(ClientServer):
         super().__init__(ctx, clients, ring, current_dir(ctx.conf.ledger_dirs[0]))
         self.index = index
         self.logs = logs
+        ahead = ctx.conf.read_ahead_cache_max_size_bytes
+        self.read_ahead = ReadAhead(logs, ahead, ctx.conf.read_ahead_cache_batch_size) if ahead else None
         self.control = control
         self.lac_sub = lac_sub
         self.fence_waits: dict[bytes, tuple] = {}  # fence token -> (the parked request, principal)
@@ -159,8 +162,12 @@ class ReadServer(ClientServer):
             self.tell_add_worker(self.news.tick(len(self.polls), now))
             if now - self.last_stats >= 1.0:
                 self.last_stats = now
-                self.logs.prune()  # deleted entry logs give their space back
+                (self.read_ahead or self.logs).prune()  # deleted entry logs give their space back
                 s = dict(self.stats)
+                if self.read_ahead is not None:
+                    s["read_ahead_hits_total"] = self.read_ahead.hits
+                    s["read_ahead_misses_total"] = self.read_ahead.misses
+                    s["read_ahead_cache_bytes"] = self.read_ahead.cache_bytes
                 s["long_polls_parked"] = len(self.polls)
                 s["fences_waiting"] = len(self.fence_waits)
                 for ident in list(self.unread):  # forget connections whose replies all left
@@ -296,7 +303,11 @@ class ReadServer(ClientServer):
                     break
                 total += ln
                 keep += 1
-            entries = self.logs.read_run(locs[:keep])
+            if self.read_ahead is None:
+                entries = self.logs.read_run(locs[:keep])
+            else:
+                entries = self.read_ahead.read_run(locs[:keep], self.written_end(
+                    txn, ledger_id, min(first + (keep - 1 + self.read_ahead.batch_entries) * stride, MAX_ENTRY_ID)))
             lengths = np.fromiter((len(e) for e in entries), dtype=wire.LENGTHS_DTYPE, count=len(entries))
             data = b"".join(entries)
             if len(data) >= TRACKED_REPLY_BYTES:
@@ -323,6 +334,19 @@ class ReadServer(ClientServer):
             return
         self.reply(ident, op, Status.OK, request_id, ledger_id, [wire.LAC_BODY.pack(lac, last)])
         self.stats["read_lac_total"] += 1
+
+    def written_end(self, txn, ledger_id: int, probe: int):
+        """``ReadAhead.read_run``'s ``more_written``: the end of a committed location in the
+        log asked about, of entry ``probe`` (as far as read-ahead would go) or else of the
+        ledger's last entry; every byte of that log before it is final
+        (storage/read_ahead.py rule 1)."""
+        def more_written(log_id: int) -> int | None:
+            loc = self.index.locate(txn, ledger_id, probe)
+            if loc is None or loc[0] != log_id:
+                last = self.index.last_entry(txn, ledger_id)
+                loc = last[1] if last is not None else None
+            return loc[1] + loc[2] if loc is not None and loc[0] == log_id else None
+        return more_written
 
     def parks_unheld(self, txn, ledger_id: int) -> bool:
         """Whether a long poll on a ledger this bookie holds nothing of parks: the store knows
