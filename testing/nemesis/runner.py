@@ -52,7 +52,11 @@ BOOKIE_CONF = {"gcWaitTime": 2000, "diskCheckInterval": 1000, "workerRestartLimi
                # 2026-12-02).  So this uid is admin over the local sockets, as docs/security.md
                # advises for a recovering service, and the quota writer writes over TCP, where
                # without enrolment its ledger is its own identity.
-               "localClientRoles": f"{os.getuid()}:admin"}
+               "localClientRoles": f"{os.getuid()}:admin",
+               # read-ahead on (as by default), small: the log reader's catch-up reads of
+               # closed ledgers are served from it while GC, compaction and restarts go on, and
+               # spans are evicted often (storage/read_ahead.py)
+               "dbStorage_readAheadCacheMaxSizeMb": 2, "dbStorage_readAheadCacheBatchSize": 256}
 # With --lifecycle: autorecovery on every bookie, quick to act on a lost bookie and on an
 # open ledger whose writer is gone; a bookie that comes back after it was healed around drops
 # the copies no fragment names it for after 20 s (gcOverreplicatedLedgerWaitTime), so the
