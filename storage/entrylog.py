@@ -236,10 +236,12 @@ class EntryLogReader:
         if fd is not None:
             os.close(fd)
 
-    def prune(self) -> None:
+    def prune(self) -> list[int]:
         """Close cached logs that were deleted (GC, compaction): an open fd would keep their
         disk space taken.  Only a reader with an index snapshot older than the deletion could
-        still want one, and the GC waits for those to end before it deletes (compaction.py)."""
+        still want one, and the GC waits for those to end before it deletes (compaction.py).
+        Returns the ids of the logs closed."""
+        closed = []
         for log_id, fd in list(self._fds.items()):
             try:
                 gone = os.fstat(fd).st_nlink == 0
@@ -247,6 +249,8 @@ class EntryLogReader:
                 gone = True
             if gone:
                 self.forget(log_id)
+                closed.append(log_id)
+        return closed
 
     def gone(self, log_id: int) -> bool:
         """Whether entry log ``log_id`` was deleted (its open fd unlinked, or no file)."""

@@ -49,6 +49,7 @@ from bookie.storage.entrylog import EntryLogReader
 MERGE_GAP_BYTES = 4096  # neighbouring locations closer than this are read in one pread
 MAX_RUN_BYTES = 8 * 1024 * 1024  # one pread of a run reads at most this much
 MAX_AHEAD_BYTES = 4 * 1024 * 1024  # what one miss reads ahead, at most
+MAX_LOGS_KNOWN = 256  # logs whose final end is remembered without a span of them
 
 
 class Span:
@@ -196,7 +197,13 @@ class ReadAhead:
         self.written.pop(log_id, None)
 
     def prune(self) -> None:
-        """``EntryLogReader.prune``, and the spans of the logs found deleted (rule 3)."""
-        self.reader.prune()
-        for log_id in [lid for lid in self.written if self.reader.gone(lid)]:
+        """``EntryLogReader.prune``, and the spans of the logs found deleted (rule 3).  What
+        is known final of logs without spans is forgotten past ``MAX_LOGS_KNOWN`` of them
+        (learnt again when read; knowing less only reads ahead less)."""
+        for log_id in self.reader.prune():
             self.forget(log_id)
+        for log_id in [lid for lid in self._spans if self.reader.gone(lid)]:
+            self.forget(log_id)
+        if len(self.written) > MAX_LOGS_KNOWN:
+            for log_id in [lid for lid in self.written if lid not in self._spans]:
+                del self.written[log_id]

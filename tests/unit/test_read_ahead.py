@@ -137,3 +137,21 @@ def test_off_reads_as_the_reader(tmp_path):
     assert ra.cache_bytes == 0 and ra.hits == 0
     reader.close()
     os.close(log.fd)
+
+
+def test_a_deleted_log_whose_fd_was_closed_is_forgotten_too(tmp_path):
+    d = str(tmp_path)
+    logs = [Log(d, i, 0) for i in (1, 2)]
+    for log in logs:
+        log.append([100] * 100)
+    reader = EntryLogReader([d], max_open=1)  # reading log 2 closes log 1's fd
+    ra = ReadAhead(reader, 1 << 20, 100)
+    for log in logs:
+        ra.read_run(log.locs[:1], lambda lid, log=log: log.committed_end())
+    assert set(ra._spans) == {1, 2}
+    os.unlink(os.path.join(d, "00000001.log"))
+    ra.prune()
+    assert set(ra._spans) == {2} and set(ra.written) == {2}
+    reader.close()
+    for log in logs:
+        os.close(log.fd)
