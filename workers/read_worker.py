@@ -577,5 +577,7 @@ def run(ctx) -> int:
         zctx.term()
         logs.close()
         env.close()
-    ctx.log("read worker stopped")
+    ahead = server.read_ahead
+    ctx.log("read worker stopped", **({} if ahead is None else
+                                      {"read_ahead_hits": ahead.hits, "read_ahead_misses": ahead.misses}))
     return 0
