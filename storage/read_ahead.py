@@ -21,7 +21,7 @@ Why a span's bytes are the bytes a ``pread`` would return now, for any location 
    the index was appended before its commit, so every byte of its log before the location's end
    is final once the location is in the index.  ``written`` holds, per log, the furthest such
    end this reader has seen in an index snapshot (the runs it was asked for, and the end the
-   caller's ``more_written`` names: the read worker's is the ledger's last indexed entry);
+   caller's ``more_written`` names: the read worker's is the entry the read-ahead would reach);
    read-ahead never passes it.  Bytes the add worker is still appending past it, or a
    preallocated log's zeros, are never cached.
 2. A location's bytes never change while its log exists, and log ids are never reused

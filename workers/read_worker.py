@@ -336,15 +336,13 @@ class ReadServer(ClientServer):
         self.stats["read_lac_total"] += 1
 
     def written_end(self, txn, ledger_id: int, probe: int):
-        """``ReadAhead.read_run``'s ``more_written``: the end of a committed location in the
-        log asked about, of entry ``probe`` (as far as read-ahead would go) or else of the
-        ledger's last entry; every byte of that log before it is final
-        (storage/read_ahead.py rule 1)."""
+        """``ReadAhead.read_run``'s ``more_written``: the end of entry ``probe``'s committed
+        location (as far as read-ahead would go) when it is in the log asked about; every byte
+        of that log before it is final (storage/read_ahead.py rule 1).  One index look-up, and
+        only on a miss: a tailer, whose probe is not written yet, pays a failed get per read;
+        a reader within a read-ahead of a ledger's end or of a log's end reads without it."""
         def more_written(log_id: int) -> int | None:
             loc = self.index.locate(txn, ledger_id, probe)
-            if loc is None or loc[0] != log_id:
-                last = self.index.last_entry(txn, ledger_id)
-                loc = last[1] if last is not None else None
             return loc[1] + loc[2] if loc is not None and loc[0] == log_id else None
         return more_written
 
