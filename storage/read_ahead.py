@@ -164,21 +164,28 @@ class ReadAhead:
         size = span.end - span.start
         if size > self.max_bytes:
             return
+        self._drop_overlapping(span)
+        # taken after the drops: dropping a log's last span removes its list (``_drop``)
         starts = self._starts.setdefault(span.log_id, [])
-        # spans of one log never overlap: drop those the new one meets
-        i = max(bisect.bisect_right(starts, span.start) - 1, 0)
-        while i < len(starts) and starts[i] < span.end:
-            old = self._spans[span.log_id][starts[i]]
-            if old.end > span.start:
-                self._drop(old)
-            else:
-                i += 1
         bisect.insort(starts, span.start)
         self._spans.setdefault(span.log_id, {})[span.start] = span
         self._lru[(span.log_id, span.start)] = span
         self.cache_bytes += size
         while self.cache_bytes > self.max_bytes:
             self._drop(next(iter(self._lru.values())))
+
+    def _drop_overlapping(self, span: Span) -> None:
+        """Spans of one log never overlap: drop those ``span`` meets."""
+        starts = self._starts.get(span.log_id)
+        i = max(bisect.bisect_right(starts, span.start) - 1, 0) if starts else 0
+        while starts and i < len(starts) and starts[i] < span.end:
+            old = self._spans[span.log_id][starts[i]]
+            if old.end <= span.start:
+                i += 1
+                continue
+            self._drop(old)
+            if span.log_id not in self._starts:
+                return  # that was the log's last span
 
     def _drop(self, span: Span) -> None:
         del self._lru[(span.log_id, span.start)]

@@ -36,6 +36,20 @@ class Log:
         return self.locs[-1][1] + self.locs[-1][2] if self.locs else LOG_HEADER_SIZE
 
 
+def check_spans(ra: ReadAhead) -> None:
+    """The cache's own bookkeeping agrees: per log, the sorted starts are its spans' starts,
+    spans do not overlap, the LRU holds every span once, cache_bytes is their sum."""
+    assert set(ra._starts) == set(ra._spans)
+    total = 0
+    for log_id, spans in ra._spans.items():
+        assert ra._starts[log_id] == sorted(spans) and spans
+        ordered = [spans[s] for s in ra._starts[log_id]]
+        assert all(a.end <= b.start for a, b in zip(ordered, ordered[1:]))
+        total += sum(s.end - s.start for s in ordered)
+    assert sorted(ra._lru) == sorted((lid, s) for lid, spans in ra._spans.items() for s in spans)
+    assert ra.cache_bytes == total <= ra.max_bytes
+
+
 def pread_all(fd, locs):
     return [os.pread(fd, ln, off) for _, off, ln in locs]
 
@@ -70,7 +84,7 @@ def test_answers_what_a_pread_returns_now(tmp_path_factory, steps, max_kb, batch
                 end = log.committed_end()
                 got = ra.read_run(locs, (lambda lid: end) if tell else None)
                 assert [bytes(g) for g in got] == pread_all(log.fd, locs)
-                assert ra.cache_bytes <= max_kb * 1024
+                check_spans(ra)
                 assert all(r <= log.committed_end() for r in ra.written.values())
     finally:
         reader.close()
@@ -155,3 +169,25 @@ def test_a_deleted_log_whose_fd_was_closed_is_forgotten_too(tmp_path):
     reader.close()
     for log in logs:
         os.close(log.fd)
+
+
+def test_a_span_that_covers_every_span_of_its_log_keeps_the_log_findable(tmp_path):
+    """Reading back from an earlier place: the new span overlaps the log's only span, which is
+    dropped (the log's last), and the new one must still be found.  (The nemesis met this: the
+    new span's start went into a list no longer the log's, and later drops deleted the wrong
+    start: reads failed with IndexError, BAD_REQUEST.)"""
+    d = str(tmp_path)
+    log = Log(d, 1, 0)
+    log.append([100] * 100)
+    reader = EntryLogReader([d])
+    ra = ReadAhead(reader, 1 << 20, 10)
+    end = log.committed_end()
+    for first in (5, 0, 1, 30, 2):
+        locs = log.locs[first:first + 2]
+        assert [bytes(g) for g in ra.read_run(locs, lambda lid: end)] == pread_all(log.fd, locs)
+        check_spans(ra)
+    hits = ra.hits
+    ra.read_run(log.locs[3:4], lambda lid: end)
+    assert ra.hits == hits + 1
+    reader.close()
+    os.close(log.fd)
