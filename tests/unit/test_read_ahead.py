@@ -55,9 +55,10 @@ def pread_all(fd, locs):
 
 
 steps = st.lists(st.one_of(
-    st.tuples(st.just("append"), st.lists(st.integers(1, 3000), min_size=1, max_size=20)),
+    st.tuples(st.just("append"), st.lists(st.integers(1, 3000), min_size=1, max_size=20),
+              st.integers(0, 1)),
     st.tuples(st.just("read"), st.integers(0, 10_000), st.integers(1, 40), st.integers(1, 3),
-              st.booleans()),
+              st.booleans(), st.integers(0, 1)),
     st.just(("prune",))), min_size=1, max_size=40)
 
 
@@ -68,27 +69,29 @@ def test_answers_what_a_pread_returns_now(tmp_path_factory, steps, max_kb, batch
     """Whatever was read ahead, while appends go on past it: every answer is the bytes the
     file holds at those locations now, and no entry the request did not ask for."""
     d = str(tmp_path_factory.mktemp("logs"))
-    log = Log(d, 1, 1 << 20 if preallocate else 0)
+    logs = [Log(d, i, 1 << 20 if preallocate else 0) for i in (1, 2)]  # two logs appended to
     reader = EntryLogReader([d])
     ra = ReadAhead(reader, max_kb * 1024, batch)
     try:
         for step in steps:
             if step[0] == "append":
-                log.append(step[1])
+                logs[step[2]].append(step[1])
             elif step[0] == "prune":
                 ra.prune()
-            elif log.locs:
-                _, first, count, stride, tell = step
+            elif logs[step[5]].locs:
+                _, first, count, stride, tell, which = step
+                log = logs[which]
                 first %= len(log.locs)
                 locs = log.locs[first:first + count * stride:stride]
                 end = log.committed_end()
                 got = ra.read_run(locs, (lambda lid: end) if tell else None)
                 assert [bytes(g) for g in got] == pread_all(log.fd, locs)
                 check_spans(ra)
-                assert all(r <= log.committed_end() for r in ra.written.values())
+                assert all(ra.written.get(g.log_id, 0) <= g.committed_end() for g in logs)
     finally:
         reader.close()
-        os.close(log.fd)
+        for log in logs:
+            os.close(log.fd)
 
 
 def test_a_sequential_reader_is_served_from_memory(tmp_path):
