@@ -163,7 +163,7 @@ KEYS: tuple[Key, ...] = (
     Key("entryLogFilePreallocationEnabled", "bool", True, "Preallocate the next entry log file's space when one is created.", attr="entry_log_preallocation"),
     Key("flushInterval", "int", 10000, "Interval between checkpoints: flush entry logs, sync the index, persist LastLogMark (ms). BookKeeper's default; a shorter interval shortens replay after a crash and keeps fewer journal files, at the price of more syncs of the ledger disk.", _range(1), unit="ms", attr="flush_interval_s"),
     Key("indexMapSizeMB", "int", 256 * 1024, "Largest size the LMDB index may grow to (MB); the file is sparse, so a large value costs only address space (about 60 bytes per entry).", _range(16), unit="MB", attr="index_map_size_bytes"),
-    Key("dbStorage_readAheadCacheMaxSizeMb", "int", 64, "Read-ahead cache of the read worker (storage/read_ahead.py): bytes of entry logs read past a run of entries that missed it, kept for the reader's next request, at most this much (MB; 0: off). Counts toward the read worker's workerMemoryLimitMB (BookKeeper's default: a quarter of its direct memory).", _range(0, 1 << 20), unit="MB", attr="read_ahead_cache_max_size_bytes"),
+    Key("dbStorage_readAheadCacheMaxSizeMb", "int", 64, "Read-ahead cache of the read worker (storage/read_ahead.py): bytes of entry logs read past a run of entries that missed it, kept for the reader's next request, at most this much (MB; 0: off). Counts toward the read worker's workerMemoryLimitMB: set, it must be at most half of it; unset, it is at most a quarter of it (BookKeeper's default: a quarter of its direct memory).", _range(0, 1 << 20), unit="MB", attr="read_ahead_cache_max_size_bytes"),
     Key("dbStorage_readAheadCacheBatchSize", "int", 2048, "Entries' worth of bytes (at the run's mean entry size, at most 4 MiB) the read worker reads ahead past a run that missed its cache, never past the entries its index holds. BookKeeper's default, 100, is for reads of one entry each; a read here asks for up to 2048 (the client's read chunk), so the default reads ahead one such read.", _range(1, 1 << 20), attr="read_ahead_cache_batch_size"),
     # -- workers -------------------------------------------------------------------------------
     Key("numAddWorkerThreads", "int", 1, "Add workers per ledger directory (this release runs 1).", _range(1, 1), attr="num_add_workers"),
@@ -424,7 +424,7 @@ class BookieConfig:
         warnings += _check_http_keys(values)
         _check_disk_and_compaction_keys(values)
         _check_journal_keys(values, raw)
-        _check_read_ahead_keys(values)
+        _check_read_ahead_keys(values, raw)
         try:  # an interface name stands for its address; a bookie's own start checks the host
             values["listeningInterface"] = resolve_listening_interface(
                 values["listeningInterface"], on_this_host=check_dirs)
@@ -558,9 +558,15 @@ def _check_disk_and_compaction_keys(values: dict[str, Any]) -> None:
         raise ConfigError("minorCompactionInterval: longer than majorCompactionInterval")
 
 
-def _check_read_ahead_keys(values: dict[str, Any]) -> None:
-    """The read-ahead cache must fit in the read worker's memory limit, with room left."""
+def _check_read_ahead_keys(values: dict[str, Any], raw: dict[str, Any]) -> None:
+    """The read-ahead cache must fit in the read worker's memory limit, with room left; left
+    unset, it is at most a quarter of the limit (a configuration with a small limit that
+    started before the cache existed still starts)."""
     cache, limit = values["dbStorage_readAheadCacheMaxSizeMb"], values["workerMemoryLimitMB"]
+    if "dbStorage_readAheadCacheMaxSizeMb" not in raw:
+        if limit:
+            values["dbStorage_readAheadCacheMaxSizeMb"] = min(cache, limit // 4)
+        return
     if limit and cache > limit // 2:
         raise ConfigError(f"dbStorage_readAheadCacheMaxSizeMb: {cache} is above half of "
                           f"workerMemoryLimitMB ({limit}): the read worker would be killed for it")

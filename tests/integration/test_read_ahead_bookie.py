@@ -146,3 +146,11 @@ def test_a_bad_read_ahead_setting_is_one_line_naming_the_key():
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1, r.stderr
         assert setting.split("=")[0] in lines[0] and words in lines[0], lines[0]
+
+
+def test_an_unset_cache_size_fits_a_small_memory_limit():
+    from bookie.workers.config import BookieConfig
+    conf = BookieConfig.from_mapping({"workerMemoryLimitMB": "100"}, check_dirs=False)
+    assert conf.read_ahead_cache_max_size_bytes == 25 << 20
+    conf = BookieConfig.from_mapping({}, check_dirs=False)
+    assert conf.read_ahead_cache_max_size_bytes == 64 << 20
