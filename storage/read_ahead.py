@@ -80,6 +80,7 @@ class ReadAhead:
         self.ahead_bytes_cap = min(MAX_AHEAD_BYTES, max_bytes // 4)
         self.batch_entries = batch_entries
         self.written: dict[int, int] = {}  # log id -> end of final bytes seen (rule 1)
+        self._missing: dict[int, int] = {}  # ledger id -> an entry found not written (probe_due)
         self._starts: dict[int, list[int]] = {}  # log id -> its spans' starts, ascending
         self._spans: dict[int, dict[int, Span]] = {}  # log id -> start -> span
         self._lru: collections.OrderedDict[tuple[int, int], Span] = collections.OrderedDict()
@@ -148,6 +149,20 @@ class ReadAhead:
             if named is not None and named > known:
                 known = self.written[log_id] = named
         return max(end, min(want, known, off + MAX_RUN_BYTES))
+
+    # -- when the caller's index look-up is worth it ----------------------------------------------
+    def probe_due(self, ledger_id: int, last: int) -> bool:
+        """Whether a reader whose read ends at entry ``last`` should look up the entry the
+        read-ahead would reach: not while ``last`` is short of an entry found missing before
+        (the ledger ended before it then: the reader is at its tail, and a tailer's every read
+        misses).  Knowing this less only costs look-ups."""
+        return last >= self._missing.get(ledger_id, -1)
+
+    def probe_failed(self, ledger_id: int, entry_id: int) -> None:
+        """The caller found entry ``entry_id`` of the ledger not (yet) in its index."""
+        if len(self._missing) >= MAX_LOGS_KNOWN and ledger_id not in self._missing:
+            self._missing.clear()
+        self._missing[ledger_id] = entry_id
 
     # -- the cache -------------------------------------------------------------------------------
     def _find(self, log_id: int, off: int) -> Span | None:

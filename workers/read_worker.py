@@ -307,7 +307,7 @@ class ReadServer(ClientServer):
                 entries = self.logs.read_run(locs[:keep])
             else:
                 entries = self.read_ahead.read_run(locs[:keep], self.written_end(
-                    txn, ledger_id, min(first + (keep - 1 + self.read_ahead.batch_entries) * stride, MAX_ENTRY_ID)))
+                    txn, ledger_id, first + (keep - 1) * stride, stride))
             lengths = np.fromiter((len(e) for e in entries), dtype=wire.LENGTHS_DTYPE, count=len(entries))
             data = b"".join(entries)
             if len(data) >= TRACKED_REPLY_BYTES:
@@ -335,15 +335,25 @@ class ReadServer(ClientServer):
         self.reply(ident, op, Status.OK, request_id, ledger_id, [wire.LAC_BODY.pack(lac, last)])
         self.stats["read_lac_total"] += 1
 
-    def written_end(self, txn, ledger_id: int, probe: int):
-        """``ReadAhead.read_run``'s ``more_written``: the end of entry ``probe``'s committed
-        location (as far as read-ahead would go) when it is in the log asked about; every byte
-        of that log before it is final (storage/read_ahead.py rule 1).  One index look-up, and
-        only on a miss: a tailer, whose probe is not written yet, pays a failed get per read;
-        a reader within a read-ahead of a ledger's end or of a log's end reads without it."""
+    def written_end(self, txn, ledger_id: int, last: int, stride: int):
+        """``ReadAhead.read_run``'s ``more_written`` for a read whose last entry is ``last``:
+        the end of the committed location of the entry the read-ahead would reach, when it is
+        in the log asked about; every byte of that log before it is final
+        (storage/read_ahead.py rule 1).  One index look-up, only on a miss, and none while the
+        reader is short of where the ledger ended at its last failed look-up
+        (``ReadAhead.probe_due``): a tailer pays one per read-ahead batch, not one per read; a
+        reader within a read-ahead of a ledger's end or of a log's end reads without it."""
+        ahead = self.read_ahead
+
         def more_written(log_id: int) -> int | None:
+            if not ahead.probe_due(ledger_id, last):
+                return None
+            probe = min(last + ahead.batch_entries * stride, MAX_ENTRY_ID)
             loc = self.index.locate(txn, ledger_id, probe)
-            return loc[1] + loc[2] if loc is not None and loc[0] == log_id else None
+            if loc is None:
+                ahead.probe_failed(ledger_id, probe)
+                return None
+            return loc[1] + loc[2] if loc[0] == log_id else None
         return more_written
 
     def parks_unheld(self, txn, ledger_id: int) -> bool:

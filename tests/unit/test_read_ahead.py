@@ -194,3 +194,11 @@ def test_a_span_that_covers_every_span_of_its_log_keeps_the_log_findable(tmp_pat
     assert ra.hits == hits + 1
     reader.close()
     os.close(log.fd)
+
+
+def test_a_tailer_looks_up_the_read_ahead_entry_once_per_batch(tmp_path):
+    ra = ReadAhead(EntryLogReader([str(tmp_path)]), 1 << 20, 100)
+    assert ra.probe_due(7, 10)
+    ra.probe_failed(7, 110)  # entry 110 not written when the read of ..10 missed
+    assert not any(ra.probe_due(7, last) for last in range(11, 110))
+    assert ra.probe_due(7, 110) and ra.probe_due(8, 0)
