@@ -48,7 +48,7 @@ from bookie.storage.entrylog import EntryLogReader
 
 MERGE_GAP_BYTES = 4096  # neighbouring locations closer than this are read in one pread
 MAX_RUN_BYTES = 8 * 1024 * 1024  # one pread of a run reads at most this much
-MAX_AHEAD_BYTES = 4 * 1024 * 1024  # what one miss reads ahead, at most
+MAX_AHEAD_BYTES = 1 * 1024 * 1024  # what one miss reads ahead, at most
 MAX_LOGS_KNOWN = 256  # logs whose final end is remembered without a span of them
 
 
