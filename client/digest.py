@@ -140,6 +140,35 @@ def _entry_maker():
 
 _new_entry = _entry_maker()
 
+# Compiled (Cython), the entries a read decodes are taken out of the cyclic garbage collector's
+# care (``PyObject_GC_UnTrack``, declared in digest.pxd): a LedgerEntry holds ints and a bytes
+# and is frozen, so it can be in no reference cycle, as CPython itself reasons for a tuple of
+# atoms.  Tracked, every entry read was scanned by the collections its allocations set off, the
+# full ones scanning every entry a reader still held: 24 % of the client's read path under
+# py-spy (issue 42).  Plain Python has no such call; there they stay tracked.
+try:
+    import cython  # compiled: Cython's compile-time module; plain: its shadow, if installed
+    _COMPILED = cython.compiled
+except ImportError:
+    _COMPILED = False
+
+
+def _new_entries(ledger_ids, entry_ids, payloads, lacs, lengths) -> list:
+    """LedgerEntry objects of the columns (one per row), outside the garbage collector's care
+    where compiled (see above)."""
+    entries = list(map(_new_entry, ledger_ids, entry_ids, payloads, lacs, lengths))
+    if _COMPILED:
+        for entry in entries:
+            _gc_untrack(entry)
+    return entries
+
+
+def _untracked(entry):
+    """``entry``, outside the garbage collector's care where compiled (see above)."""
+    if _COMPILED:
+        _gc_untrack(entry)
+    return entry
+
 
 RUN_MIN_ENTRIES = 24  # a READ answer this long or longer is decoded in one pass (decode_many)
 
@@ -271,7 +300,7 @@ class DigestManager:
         payload = view[_CRC_END:]
         if ledger_id != self.ledger_id or crc(payload, crc(view[:ENTRY_HEADER_SIZE])) != digest:
             return self._decode(raw)  # raises, naming what is wrong
-        return LedgerEntry(ledger_id, entry_id, payload.tobytes(), lac, length)
+        return _untracked(_new_entry(ledger_id, entry_id, payload.tobytes(), lac, length))
 
     def decode_many(self, raws) -> list:
         """Check and unpack the entries of one READ answer.
@@ -313,7 +342,7 @@ class DigestManager:
         ok = (crcs == fields[:, 4].view(_BE_U64)) & (fields[:, 0] == self.ledger_id)
         columns = (fields[:, 0].tolist(), fields[:, 1].tolist(), payloads,
                    fields[:, 2].tolist(), fields[:, 3].tolist())
-        out = EntryRun(map(_new_entry, *columns))
+        out = EntryRun(_new_entries(*columns))
         out.entry_ids = columns[1]
         out.intact = bool(ok.all())
         if not out.intact:  # a bad copy: the generic check names what is wrong with it
