@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookie.client.digest import DigestManager, master_key, password_digest
+from bookie.client.digest import DigestManager, LedgerEntry, master_key, password_digest
 from bookie.client.errors import DigestMismatchError, InvalidArgumentError
 from bookie.wire import DIGEST_SIZES, ENTRY_HEADER_SIZE, unpack_entry_header
 
@@ -80,3 +80,37 @@ def test_entries_read_are_outside_the_garbage_collector_where_compiled():
     one = dm.decode(copies[5])
     assert one == run[5] and one.data == b"p5"
     assert {gc.is_tracked(e) for e in [*run, one]} == {not digest._COMPILED}
+
+
+def test_entries_built_by_the_run_decoder_are_ordinary_frozen_ledger_entries():
+    """Compiled, ``_new_entries`` builds entries in C (digest.pxd): the same objects as the
+    dataclass's own, equal, hashed, printed and frozen alike, holding their values (counted
+    references: a payload outlives no entry and dies with the last)."""
+    import dataclasses
+    import sys
+    import weakref
+    from bookie.client import digest
+    columns = ([7, 7, 7], [0, 1, 2], [b"x0", b"x1", b"x2"], [-1, 0, 1], [2, 4, 6])
+    built = digest._new_entries(*columns)
+    made = [LedgerEntry(*row) for row in zip(*columns)]
+    assert built == made and list(map(hash, built)) == list(map(hash, made))
+    assert list(map(repr, built)) == list(map(repr, made))
+    assert all(type(e) is LedgerEntry for e in built)
+    assert [e.data for e in built] == [b"x0", b"x1", b"x2"] and built[2].length == 6
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built[0].data = b"y"
+    held = object()  # any object in a column is held once per entry that holds it
+    before = sys.getrefcount(held)
+    rows = digest._new_entries([held, held], [0, 1], [b"", b""], [0, 0], [0, 0])
+    assert sys.getrefcount(held) == before + 2
+    del rows
+    assert sys.getrefcount(held) == before
+    class Payload:
+        pass
+    payload = Payload()
+    ref = weakref.ref(payload)
+    one = digest._new_entries([1], [1], [payload], [1], [1])
+    del payload
+    assert ref() is not None and one[0].data is ref()
+    del one
+    assert ref() is None
