@@ -1,8 +1,5 @@
 # Cython's augmenting declarations for digest.py, read only when it is compiled (setup.py): the
 # C that plain Python has no name for (digest.py, "Compiled (Cython), ...").
-cdef extern from "Python.h":
-    void _gc_untrack "PyObject_GC_UnTrack" (object)
-
 cdef extern from *:
     """
     #include "structmember.h"
@@ -21,6 +18,32 @@ cdef extern from *:
        holding columns[k][i]: what object.__new__(type) and each slot descriptor's __set__ do,
        without a call per slot; each object untracked by the garbage collector (the caller's
        promise: the values are atoms, the objects frozen). */
+    /* One such object, its k-th slot holding values[k] (a tuple, one value per offset). */
+    static PyObject *bookie_new_row(PyObject *type, PyObject *offsets, PyObject *values) {
+        PyTypeObject *tp = (PyTypeObject *)type;
+        Py_ssize_t k, width = PyTuple_GET_SIZE(offsets), off;
+        PyObject *obj;
+        if (PyTuple_GET_SIZE(values) != width) {
+            PyErr_SetString(PyExc_ValueError, "bookie_new_row: one value per offset");
+            return NULL;
+        }
+        obj = tp->tp_alloc(tp, 0);  /* zeroed: every slot empty */
+        if (obj == NULL) return NULL;
+        for (k = 0; k < width; k++) {
+            PyObject *v = PyTuple_GET_ITEM(values, k);
+            off = PyLong_AsSsize_t(PyTuple_GET_ITEM(offsets, k));
+            if (off < (Py_ssize_t)sizeof(PyObject)) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bookie_new_row: bad offset");
+                Py_DECREF(obj);
+                return NULL;
+            }
+            Py_INCREF(v);
+            *(PyObject **)((char *)obj + off) = v;
+        }
+        PyObject_GC_UnTrack(obj);
+        return obj;
+    }
+
     static PyObject *bookie_new_rows(PyObject *type, PyObject *offsets, PyObject *columns) {
         PyTypeObject *tp = (PyTypeObject *)type;
         Py_ssize_t k, i, n, width = PyTuple_GET_SIZE(offsets), off[8];
@@ -64,3 +87,4 @@ cdef extern from *:
     """
     Py_ssize_t _slot_offset "bookie_slot_offset" (object descr)
     object _new_rows "bookie_new_rows" (object type, tuple offsets, tuple columns)
+    object _new_row "bookie_new_row" (object type, tuple offsets, tuple values)

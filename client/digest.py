@@ -146,14 +146,14 @@ def _entry_maker():
 
 _new_entry = _entry_maker()
 
-# Compiled (Cython), the entries a read decodes are built in C (digest.pxd ``_new_rows``: the
-# object and its five slots, no call per slot) and taken out of the cyclic garbage collector's
-# care (``PyObject_GC_UnTrack``): a LedgerEntry holds ints and a bytes and is frozen, so it can
-# be in no reference cycle, as CPython itself reasons for a tuple of atoms.  Tracked, every
-# entry read was scanned by the collections its allocations set off, the full ones scanning
-# every entry a reader still held: 24 % of the client's read path under py-spy (issue 42), and
-# building entries slot by slot another 25 %.  Plain Python has neither; there they are built
-# by ``_new_entry`` and stay tracked.
+# Compiled (Cython), the entries a read decodes are built in C (digest.pxd ``_new_rows`` for
+# an answer's, ``_new_row`` for one: the object and its five slots, no call per slot) and taken
+# out of the cyclic garbage collector's care (``PyObject_GC_UnTrack``): a LedgerEntry holds
+# ints and a bytes and is frozen, so it can be in no reference cycle, as CPython itself reasons
+# for a tuple of atoms.  Tracked, every entry read was scanned by the collections its
+# allocations set off, the full ones scanning every entry a reader still held: 24 % of the
+# client's read path under py-spy (issue 42), and building entries slot by slot another 25 %.
+# Plain Python has neither; there they are built by ``_new_entry`` and stay tracked.
 try:
     import cython  # compiled: Cython's compile-time module; plain: its shadow, if installed
     _COMPILED = cython.compiled
@@ -185,11 +185,12 @@ def _new_entries(ledger_ids: list, entry_ids: list, payloads: list, lacs: list,
     return list(map(_new_entry, ledger_ids, entry_ids, payloads, lacs, lengths))
 
 
-def _untracked(entry):
-    """``entry``, outside the garbage collector's care where compiled (see above)."""
-    if _COMPILED:
-        _gc_untrack(entry)
-    return entry
+def _new_single(ledger_id, entry_id, data, lac, length) -> LedgerEntry:
+    """One LedgerEntry: built in C and outside the garbage collector's care where compiled
+    (see above)."""
+    if _SLOT_OFFSETS is not None:
+        return _new_row(LedgerEntry, _SLOT_OFFSETS, (ledger_id, entry_id, data, lac, length))
+    return _new_entry(ledger_id, entry_id, data, lac, length)
 
 
 RUN_MIN_ENTRIES = 24  # a READ answer this long or longer is decoded in one pass (decode_many)
@@ -322,7 +323,7 @@ class DigestManager:
         payload = view[_CRC_END:]
         if ledger_id != self.ledger_id or crc(payload, crc(view[:ENTRY_HEADER_SIZE])) != digest:
             return self._decode(raw)  # raises, naming what is wrong
-        return _untracked(_new_entry(ledger_id, entry_id, payload.tobytes(), lac, length))
+        return _new_single(ledger_id, entry_id, payload.tobytes(), lac, length)
 
     def decode_many(self, raws) -> list:
         """Check and unpack the entries of one READ answer.
@@ -405,4 +406,4 @@ class DigestManager:
             raise DigestMismatchError(f"ledger {self.ledger_id} entry {entry_id}: {self.digest_type} "
                                       f"digest mismatch", ledger_id=self.ledger_id,
                                       entry_id=entry_id)
-        return LedgerEntry(ledger_id, entry_id, payload.tobytes(), lac, length)
+        return _new_single(ledger_id, entry_id, payload.tobytes(), lac, length)

@@ -79,7 +79,10 @@ def test_entries_read_are_outside_the_garbage_collector_where_compiled():
     assert isinstance(run, digest.EntryRun) and run.intact
     one = dm.decode(copies[5])
     assert one == run[5] and one.data == b"p5"
-    assert {gc.is_tracked(e) for e in [*run, one]} == {not digest._COMPILED}
+    mac = DigestManager(3, "mac", b"pw")
+    by_mac = mac.decode(mac.encode(5, 4, 5, b"p5"))  # the generic path
+    assert by_mac == one
+    assert {gc.is_tracked(e) for e in [*run, one, by_mac]} == {not digest._COMPILED}
 
 
 def test_entries_built_by_the_run_decoder_are_ordinary_frozen_ledger_entries():
@@ -93,6 +96,7 @@ def test_entries_built_by_the_run_decoder_are_ordinary_frozen_ledger_entries():
     columns = ([7, 7, 7], [0, 1, 2], [b"x0", b"x1", b"x2"], [-1, 0, 1], [2, 4, 6])
     built = digest._new_entries(*columns)
     made = [LedgerEntry(*row) for row in zip(*columns)]
+    assert [digest._new_single(*row) for row in zip(*columns)] == made
     assert built == made and list(map(hash, built)) == list(map(hash, made))
     assert list(map(repr, built)) == list(map(repr, made))
     assert all(type(e) is LedgerEntry for e in built)
@@ -104,6 +108,10 @@ def test_entries_built_by_the_run_decoder_are_ordinary_frozen_ledger_entries():
     rows = digest._new_entries([held, held], [0, 1], [b"", b""], [0, 0], [0, 0])
     assert sys.getrefcount(held) == before + 2
     del rows
+    assert sys.getrefcount(held) == before
+    single = digest._new_single(held, 0, b"", 0, 0)
+    assert sys.getrefcount(held) == before + 1
+    del single
     assert sys.getrefcount(held) == before
     class Payload:
         pass
