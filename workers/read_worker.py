@@ -280,23 +280,11 @@ class ReadServer(ClientServer):
             return
         if op == Op.READ:
             first, max_count, stride = wire.unpack_read_body(flags, body[0])
-            max_count = min(max_count, wire.MAX_BATCH)
-            if stride == 1:
-                locs = self.index.locate_range(txn, ledger_id, first, max_count)
-            else:
-                locs = self.index.locate_strided(txn, ledger_id, first, max_count, stride)
-            if not locs:
+            entries, total = self.entries_from(txn, ledger_id, first, max_count, wire.MAX_READ_BYTES, stride)
+            if not entries:
                 status = Status.NO_ENTRY if self.index.get_ledger(txn, ledger_id) is not None else Status.NO_LEDGER
                 self.reply(ident, op, status, request_id, ledger_id)
                 return
-            total = 0
-            keep = 0
-            for _, _, ln in locs:
-                if keep and total + ln > wire.MAX_READ_BYTES:
-                    break
-                total += ln
-                keep += 1
-            entries = self.logs.read_run(locs[:keep])
             lengths = np.fromiter((len(e) for e in entries), dtype=wire.LENGTHS_DTYPE, count=len(entries))
             data = b"".join(entries)
             if len(data) >= TRACKED_REPLY_BYTES:
@@ -323,6 +311,30 @@ class ReadServer(ClientServer):
             return
         self.reply(ident, op, Status.OK, request_id, ledger_id, [wire.LAC_BODY.pack(lac, last)])
         self.stats["read_lac_total"] += 1
+
+    def entries_from(self, txn, ledger_id: int, first: int, max_count: int, max_bytes: int,
+                     stride: int = 1) -> tuple[list, int]:
+        """The entries this bookie holds of ``ledger_id`` from ``first`` on, every ``stride``-th
+        one, up to the first it does not hold: at most ``max_count`` (and MAX_BATCH) of them and
+        at most ``max_bytes`` in all (but always the first one it holds).
+
+        Returns:
+            (the entries in order, their total size in bytes); ([], 0) when it holds not even
+            the first.
+        """
+        max_count = min(max_count, wire.MAX_BATCH)
+        if stride == 1:
+            locs = self.index.locate_range(txn, ledger_id, first, max_count)
+        else:
+            locs = self.index.locate_strided(txn, ledger_id, first, max_count, stride)
+        total = 0
+        keep = 0
+        for _, _, ln in locs:
+            if keep and total + ln > max_bytes:
+                break
+            total += ln
+            keep += 1
+        return (self.logs.read_run(locs[:keep]) if keep else []), total
 
     def parks_unheld(self, txn, ledger_id: int) -> bool:
         """Whether a long poll on a ledger this bookie holds nothing of parks: the store knows
