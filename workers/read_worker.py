@@ -427,7 +427,7 @@ class ReadServer(ClientServer):
         except OSError as e:
             self.ctx.log("read failed", ledger=ledger_id, error=str(e))
             return [b"", b""]
-        self.stats["long_poll_entries_total"] += len(entries)
+        self.stats["read_entries_total"] += len(entries)  # (a poll's entries count as read)
         self.stats["read_bytes_total"] += total
         lengths = np.fromiter((len(e) for e in entries), dtype=wire.LENGTHS_DTYPE, count=len(entries))
         return [lengths.tobytes(), b"".join(entries)]
