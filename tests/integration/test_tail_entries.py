@@ -13,7 +13,7 @@ from bookie.client import BookKeeper
 from bookie.client.errors import BookKeeperError
 from bookie.testing import LocalBookies
 
-from tests.helpers.bookie_logs import dumped, metric
+from bookie_logs import dumped, metric
 
 PW = b"tail-entries"
 FAST_LAC = {"explicitLacInterval": 20}  # the writer tells the bookies its LAC soon after a pause
