@@ -7,8 +7,11 @@ stays plain Python (``bookie --version`` says which run compiled).  BOOKIE_PURE_
 none.  An editable install (``pip install -e .``) builds them in place, beside their sources.
 """
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
@@ -47,6 +50,17 @@ class BuildPy(build_py):
                 if not (package == "bookie" and m[1] == "setup")]
 
 
+def _package_include(here: str) -> str:
+    """A folder in which ``bookie`` is this checkout (a symbolic link), for Cython's include
+    path: Cython finds a module's augmenting ``.pxd`` (client/digest.pxd) by the module's
+    qualified name, ``bookie/client/digest.pxd``, and the checkout's own folder is seldom
+    named ``bookie``."""
+    include = tempfile.mkdtemp(prefix="bookie-build-")
+    atexit.register(shutil.rmtree, include, True)
+    os.symlink(here, os.path.join(include, "bookie"))
+    return include
+
+
 def extensions() -> list:
     if os.environ.get("BOOKIE_PURE_BUILD", "") == "1":
         return []
@@ -58,16 +72,18 @@ def extensions() -> list:
     here = os.path.dirname(os.path.abspath(__file__))
     modules = [Extension("bookie." + name, [os.path.relpath(source_path(name), here)])
                for name in COMPILED]
+    directives = {
+        "language_level": 3,
+        # the annotations are Python's: Cython would take `-> list` for an exact list and
+        # refuse a list subclass (client.digest's EntryRun), `x: int` for a C long
+        "annotation_typing": False,
+        "binding": True,  # functions keep their signatures and docstrings (inspect, help)
+        "embedsignature": True,
+        "always_allow_keywords": True,
+    }
     try:
-        return cythonize(modules, quiet=True, compiler_directives={
-            "language_level": 3,
-            # the annotations are Python's: Cython would take `-> list` for an exact list and
-            # refuse a list subclass (client.digest's EntryRun), `x: int` for a C long
-            "annotation_typing": False,
-            "binding": True,  # functions keep their signatures and docstrings (inspect, help)
-            "embedsignature": True,
-            "always_allow_keywords": True,
-        })
+        return cythonize(modules, quiet=True, include_path=[_package_include(here)],
+                         compiler_directives=directives)
     except Exception as exc:
         print(f"bookie: Cython failed ({exc}); the plain modules run", file=sys.stderr)
         return []

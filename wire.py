@@ -51,6 +51,15 @@ Ops and their frames (request -> response)::
                    lac is the highest last-add-confirmed this bookie has seen for the ledger
                    (piggybacked on entries or written explicitly); -1 when none.
                    last_entry_id is the highest entry id it stores; -1 when none.
+                   With flag WITH_ENTRIES (only beside LONG_POLL) the body is [i64 previous_lac
+                   | u32 timeout_ms | u32 max_entries | u32 max_bytes] and the answer is
+                   [hdr, i64 lac | i64 last_entry_id, lengths, data]: after the LAC body, the
+                   consecutive entries the bookie holds from previous_lac + 1 up to the lac of
+                   the same answer (never past it), at most max_entries and max_bytes of them
+                   (each trimmed to MAX_BATCH / MAX_READ_BYTES, never refused; the first entry
+                   rides even when alone over max_bytes), framed as a READ answer; both frames
+                   empty when none ride.  A bookie that predates the flag refuses the request
+                   with BAD_REQUEST (unknown flag bits): a client then polls it without.
     WRITE_LAC (4)  [hdr, master_key, i64 lac] -> [hdr]
     INFO (5)       [hdr] -> [hdr, orjson {"bookie_id", "free_bytes", "total_bytes",
                                            "writable", "version"}]
@@ -95,6 +104,8 @@ READ_BODY = struct.Struct("<QI")  # first_entry_id, max_count
 READ_STRIDE_BODY = struct.Struct("<QII")  # first_entry_id, max_count, stride (READ with STRIDE)
 LAC_BODY = struct.Struct("<qq")  # lac, last_entry_id
 LONG_POLL_BODY = struct.Struct("<qI")  # previous_lac, timeout_ms
+# READ_LAC with LONG_POLL and WITH_ENTRIES: previous_lac, timeout_ms, max_entries, max_bytes
+LONG_POLL_ENTRIES_BODY = struct.Struct("<qIII")
 WRITE_LAC_BODY = struct.Struct("<q")
 LEDGER_ID = struct.Struct("<q")  # internal frames between a bookie's workers
 STATUS = struct.Struct("<H")
@@ -130,6 +141,7 @@ class Flag(enum.IntFlag):
     # recovery credential of the ledger (bookie.metadata.recovery_secret), not its master key
     RECOVERY_CREDENTIAL = 16
     DEFERRED_SYNC = 32  # ADD: answer once stored, not waiting for the journal's fdatasync
+    WITH_ENTRIES = 64  # READ_LAC with LONG_POLL: the answer carries the entries up to its LAC
 
 
 class Bits:
@@ -138,6 +150,7 @@ class Bits:
     request cost the read worker under a flood."""
 
     NONE, RECOVERY_ADD, FENCE, LONG_POLL, STRIDE, RECOVERY_CREDENTIAL, DEFERRED_SYNC = 0, 1, 2, 4, 8, 16, 32
+    WITH_ENTRIES = 64
 
 
 assert {k: v for k, v in vars(Bits).items() if k.isupper()} == {n: int(f) for n, f in Flag.__members__.items()}
@@ -162,7 +175,7 @@ class Status(enum.IntEnum):
 
 KNOWN_OPS = frozenset(int(o) for o in Op)
 _FLAG_MASK = int(Flag.RECOVERY_ADD | Flag.FENCE | Flag.LONG_POLL | Flag.STRIDE | Flag.RECOVERY_CREDENTIAL
-                 | Flag.DEFERRED_SYNC)
+                 | Flag.DEFERRED_SYNC | Flag.WITH_ENTRIES)
 
 
 class ProtocolError(ValueError):
@@ -202,7 +215,7 @@ def unpack_header(frame) -> tuple[int, int, int, int]:
 _ALLOWED_FLAGS = {
     int(Op.ADD): int(Flag.RECOVERY_ADD | Flag.RECOVERY_CREDENTIAL | Flag.DEFERRED_SYNC),
     int(Op.READ): int(Flag.FENCE | Flag.STRIDE | Flag.RECOVERY_CREDENTIAL),
-    int(Op.READ_LAC): int(Flag.FENCE | Flag.LONG_POLL | Flag.RECOVERY_CREDENTIAL),
+    int(Op.READ_LAC): int(Flag.FENCE | Flag.LONG_POLL | Flag.RECOVERY_CREDENTIAL | Flag.WITH_ENTRIES),
 }
 
 
@@ -218,6 +231,8 @@ def check_request_flags(op: int, flags: int) -> None:
         raise ProtocolError("RECOVERY_CREDENTIAL only on a recovery add or a fence")
     if flags & Bits.DEFERRED_SYNC and flags & Bits.RECOVERY_ADD:
         raise ProtocolError("DEFERRED_SYNC not on a recovery add")
+    if flags & Bits.WITH_ENTRIES and not flags & Bits.LONG_POLL:
+        raise ProtocolError("WITH_ENTRIES only on a long poll")
 
 
 def read_request(first_entry_id: int, max_count: int, stride: int = 1) -> tuple[int, bytes]:
@@ -249,6 +264,48 @@ def unpack_read_body(flags: int, body) -> tuple[int, int, int]:
     if first > MAX_ID or max_count == 0:
         raise ProtocolError("entry id out of range or zero count")
     return first, max_count, stride
+
+
+def long_poll_request(previous_lac: int, timeout_ms: int, max_entries: int = 0,
+                      max_bytes: int = 0) -> tuple[int, bytes]:
+    """(flags, body frame) of a READ_LAC long poll; with ``max_entries`` > 0 it asks for the
+    entries after ``previous_lac`` too (WITH_ENTRIES), at most that many and ``max_bytes``
+    (both sent as u32, capped there: the bookie trims them to its own limits anyway)."""
+    if max_entries <= 0:
+        return int(Flag.LONG_POLL), LONG_POLL_BODY.pack(previous_lac, timeout_ms)
+    return int(Flag.LONG_POLL | Flag.WITH_ENTRIES), LONG_POLL_ENTRIES_BODY.pack(
+        previous_lac, timeout_ms, min(max_entries, 0xFFFFFFFF), min(max(max_bytes, 0), 0xFFFFFFFF))
+
+
+def unpack_long_poll_body(flags: int, body) -> tuple[int, int, int, int]:
+    """(previous_lac, timeout_ms, max_entries, max_bytes) of a long poll's body frame:
+    max_entries and max_bytes trimmed to MAX_BATCH and MAX_READ_BYTES (0, 0 without
+    WITH_ENTRIES).  A poll asking for more than the limits gets them trimmed, never refused.
+
+    Raises:
+        ProtocolError: wrong size for the flags.
+    """
+    if flags & Bits.WITH_ENTRIES:
+        if len(body) != LONG_POLL_ENTRIES_BODY.size:
+            raise ProtocolError("LONG_POLL with WITH_ENTRIES body is previous_lac i64 | timeout_ms u32 | "
+                                "max_entries u32 | max_bytes u32")
+        previous, timeout_ms, max_entries, max_bytes = LONG_POLL_ENTRIES_BODY.unpack(body)
+        return previous, timeout_ms, min(max_entries, MAX_BATCH), min(max_bytes, MAX_READ_BYTES)
+    if len(body) != LONG_POLL_BODY.size:
+        raise ProtocolError("LONG_POLL body is previous_lac i64 | timeout_ms u32")
+    previous, timeout_ms = LONG_POLL_BODY.unpack(body)
+    return previous, timeout_ms, 0, 0
+
+
+def check_entry_frames(lengths_frame, data_len: int) -> None:
+    """Check an answer's (lengths, data) pair: a u32 array whose sum is the data's length.
+
+    Raises:
+        ProtocolError: they do not add up.
+    """
+    if len(lengths_frame) % 4 or int(np.frombuffer(lengths_frame, LENGTHS_DTYPE).sum(
+            dtype=np.int64)) != data_len:
+        raise ProtocolError("entry lengths do not add up to the data frame")
 
 
 def pack_entry(ledger_id: int, entry_id: int, lac: int, length: int, digest: bytes,

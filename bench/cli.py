@@ -243,6 +243,8 @@ def _register_spark(tools) -> None:
                    help="local Spark cores, local[N] (default 2)")
     p.add_argument("--repeat", type=int, default=2, metavar="N",
                    help="warm counts after the cold one (default 2)")
+    p.add_argument("--json-out", metavar="FILE",
+                   help="append the JSON result line to FILE (it is printed on stdout either way)")
     client_options.add_arguments(p)  # to the bench's client and, as bookkeeper.<key>, to Spark's
     p.set_defaults(func=_cmd_spark)
 
@@ -253,10 +255,12 @@ def _cmd_spark(args) -> int:
                    "cores")
     check_quorum(args.ensemble, args.quorum, args.quorum)
     check_client_keys(args)
+    check_json_out(args.json_out)
     with _ensemble(args) as (uri, _):  # spark has no --quiet: progress always goes to stderr
-        result = spark_bench.run(params_of(args, drop=("func", "command", "bench_tool", "client_set")), uri,
+        result = spark_bench.run(params_of(args, drop=("func", "command", "bench_tool", "client_set",
+                                                       "json_out")), uri,
                                  emit=lambda line: print(line, file=sys.stderr, flush=True))
-    spark_bench.print_result(result)
+    spark_bench.print_result(result, json_out=args.json_out)
     return 0
 
 
@@ -354,12 +358,16 @@ def check_common(args) -> None:
             require_matplotlib()
         except PlotUnavailable as e:
             raise BenchOptionError(str(e)) from None
-    for name in ("json_out", "plot"):
-        path = getattr(args, name)
-        if path:
-            parent = os.path.dirname(os.path.abspath(path))
-            if not os.path.isdir(parent):
-                raise BenchOptionError(f"--{name.replace('_', '-')}: directory {parent} does not exist")
+    check_json_out(args.json_out)
+    check_json_out(args.plot, "plot")
+
+
+def check_json_out(path: str | None, name: str = "json_out") -> None:
+    """An output file's directory exists (checked before a run, not after it)."""
+    if path:
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            raise BenchOptionError(f"--{name.replace('_', '-')}: directory {parent} does not exist")
 
 
 def check_entries(args) -> None:

@@ -12,7 +12,8 @@
    The cold write pays for Spark starting the Python workers that plan and commit a data
    source write (once per session, a few seconds); the warm ones are the sink's rate.
 
-Prints progress and a summary on stderr and one JSON line on stdout.  Needs the ``spark`` extra.
+Prints progress and a summary on stderr and one JSON line on stdout (``--json-out FILE``
+appends the same line to FILE, as the other bench tools do).  Needs the ``spark`` extra.
 """
 
 from __future__ import annotations
@@ -145,7 +146,8 @@ def run(params: dict, uri: str, emit=None) -> dict:
     return result
 
 
-def print_result(result: dict) -> None:
+def print_result(result: dict, json_out: str | None = None) -> None:
+    """The summary line on stderr, the JSON line on stdout (and appended to ``json_out``)."""
     raw, count = result["raw_read"]["rate"], result["spark_count"]["rate_warm"]
     sink = result["spark_sink"]
     print(f"raw client read {raw:,.0f}/s; spark count {count:,.0f}/s warm "
@@ -154,4 +156,8 @@ def print_result(result: dict) -> None:
           f"{sink['rate_warm']:,.0f}/s warm ({result['sink_vs_write']:.2f}x raw write), "
           f"{sink['rate_cold']:,.0f}/s cold; load {result['load_before'][0]:.1f} -> "
           f"{result['load_after'][0]:.1f}", file=sys.stderr)
-    print(json.dumps(result))
+    line = json.dumps(result)
+    print(line)
+    if json_out:
+        with open(json_out, "a", encoding="utf-8") as f:
+            f.write(line + "\n")

@@ -62,22 +62,23 @@ ENCODE_RUN_MIN_ENTRIES = 1024
 _VARYING = np.array([*range(8, 16), *range(24, 32)])
 
 
-def _header_crc_table(crc) -> np.ndarray:
-    """``table[k, v]``: what byte value ``v`` at the header's k-th varying position (``_VARYING``)
-    adds to the CRC of a 32-byte entry header.  A CRC is affine over GF(2): for inputs of one
-    length, crc(a ^ b) = crc(a) ^ crc(b) ^ crc(0); so the CRC of a header is the CRC of its
-    constant part (ledger id and lac, zeros elsewhere) xor-ed with one table value per varying
-    byte, which numpy takes for a whole batch at once."""
+def _header_crc_table(crc, positions=_VARYING) -> np.ndarray:
+    """``table[k, v]``: what byte value ``v`` at the header's k-th varying position (of
+    ``positions``) adds to the CRC of a 32-byte entry header.  A CRC is affine over GF(2): for
+    inputs of one length, crc(a ^ b) = crc(a) ^ crc(b) ^ crc(0); so the CRC of a header is the
+    CRC of its constant part (ledger id and lac, zeros elsewhere; with every position varying,
+    the zero header) xor-ed with one table value per varying byte, which numpy takes for a
+    whole batch at once."""
     zero = bytes(ENTRY_HEADER_SIZE)
     c0 = crc(zero)
-    per_bit = np.empty((len(_VARYING), 8), np.uint32)
-    for k, pos in enumerate(_VARYING.tolist()):
+    per_bit = np.empty((len(positions), 8), np.uint32)
+    for k, pos in enumerate(positions.tolist()):
         for bit in range(8):
             header = bytearray(zero)
             header[pos] = 1 << bit
             per_bit[k, bit] = crc(bytes(header)) ^ c0
     values = np.arange(256)
-    table = np.zeros((len(_VARYING), 256), np.uint32)
+    table = np.zeros((len(positions), 256), np.uint32)
     for bit in range(8):
         table ^= np.where((values >> bit) & 1, per_bit[:, bit:bit + 1], 0).astype(np.uint32)
     return table
@@ -86,6 +87,11 @@ def _header_crc_table(crc) -> np.ndarray:
 _HEADER_CRC_TABLES = {"crc32": _header_crc_table(zlib.crc32),
                       "crc32c": _header_crc_table(_crc32c.crc32c)}
 _VARYING_ROWS = np.arange(len(_VARYING))
+# Decoding, every header byte may differ (the lac too): a table of all 32 positions, and the
+# CRC of the zero header it is xor-ed onto.
+_HEADER_ROWS = np.arange(ENTRY_HEADER_SIZE)
+_WHOLE_HEADER_CRC = {kind: (_header_crc_table(crc, _HEADER_ROWS), crc(bytes(ENTRY_HEADER_SIZE)))
+                     for kind, crc in (("crc32", zlib.crc32), ("crc32c", _crc32c.crc32c))}
 
 
 def master_key(password: bytes) -> bytes:
@@ -139,6 +145,52 @@ def _entry_maker():
 
 
 _new_entry = _entry_maker()
+
+# Compiled (Cython), the entries a read decodes are built in C (digest.pxd ``_new_rows`` for
+# an answer's, ``_new_row`` for one: the object and its five slots, no call per slot) and taken
+# out of the cyclic garbage collector's care (``PyObject_GC_UnTrack``): a LedgerEntry holds
+# ints and a bytes and is frozen, so it can be in no reference cycle, as CPython itself reasons
+# for a tuple of atoms.  Tracked, every entry read was scanned by the collections its
+# allocations set off, the full ones scanning every entry a reader still held: 24 % of the
+# client's read path under py-spy (issue 42), and building entries slot by slot another 25 %.
+# Plain Python has neither; there they are built by ``_new_entry`` and stay tracked.
+try:
+    import cython  # compiled: Cython's compile-time module; plain: its shadow, if installed
+    _COMPILED = cython.compiled
+except ImportError:
+    _COMPILED = False
+_FIELDS = ("ledger_id", "entry_id", "data", "lac", "length")  # _new_entry's argument order
+
+
+def _slot_offsets():
+    """Compiled: the offsets of LedgerEntry's slots in ``_FIELDS`` order, for ``_new_rows``;
+    None in plain Python, or if a field is not a plain object slot (then entries are built by
+    ``_new_entry``)."""
+    if not _COMPILED:
+        return None
+    offsets = tuple(_slot_offset(LedgerEntry.__dict__[name]) for name in _FIELDS)
+    return None if min(offsets) < 0 or len(set(offsets)) != len(offsets) else offsets
+
+
+_SLOT_OFFSETS = _slot_offsets()
+
+
+def _new_entries(ledger_ids: list, entry_ids: list, payloads: list, lacs: list,
+                 lengths: list) -> list:
+    """LedgerEntry objects of the columns (lists of one length), one per row: built in C and
+    outside the garbage collector's care where compiled (see above)."""
+    if _SLOT_OFFSETS is not None:
+        return _new_rows(LedgerEntry, _SLOT_OFFSETS, (ledger_ids, entry_ids, payloads, lacs,
+                                                      lengths))
+    return list(map(_new_entry, ledger_ids, entry_ids, payloads, lacs, lengths))
+
+
+def _new_single(ledger_id, entry_id, data, lac, length) -> LedgerEntry:
+    """One LedgerEntry: built in C and outside the garbage collector's care where compiled
+    (see above)."""
+    if _SLOT_OFFSETS is not None:
+        return _new_row(LedgerEntry, _SLOT_OFFSETS, (ledger_id, entry_id, data, lac, length))
+    return _new_entry(ledger_id, entry_id, data, lac, length)
 
 
 RUN_MIN_ENTRIES = 24  # a READ answer this long or longer is decoded in one pass (decode_many)
@@ -271,7 +323,7 @@ class DigestManager:
         payload = view[_CRC_END:]
         if ledger_id != self.ledger_id or crc(payload, crc(view[:ENTRY_HEADER_SIZE])) != digest:
             return self._decode(raw)  # raises, naming what is wrong
-        return LedgerEntry(ledger_id, entry_id, payload.tobytes(), lac, length)
+        return _new_single(ledger_id, entry_id, payload.tobytes(), lac, length)
 
     def decode_many(self, raws) -> list:
         """Check and unpack the entries of one READ answer.
@@ -292,28 +344,33 @@ class DigestManager:
 
     def _decode_crc_frames(self, lengths_frame, data) -> list | None:
         """One pass over a READ answer's two frames: every header and digest in one numpy
-        step, the CRCs and payload slices by C-level ``map`` over the whole run, the checks
-        (ledger id, digest) as array compares, the entries built in one ``map``; the slow
-        per-entry path only for an answer holding a bad copy."""
+        step, the headers' CRCs from ``_WHOLE_HEADER_CRC`` for all rows at once, the payloads'
+        (from those) and the payload slices by C-level ``map`` over the whole run, the checks
+        (ledger id, digest) as array compares, the entries built in one call
+        (``_new_entries``); the slow per-entry path only for an answer holding a bad copy."""
         lengths = np.frombuffer(lengths_frame, dtype=LENGTHS_DTYPE).astype(np.int64)
         if lengths.min() < _CRC_END:
             return None  # a short entry: the generic path names it
         ends = np.cumsum(lengths)
         starts = ends - lengths
         data = data if isinstance(data, bytes) else bytes(data)
-        fields = np.frombuffer(data, dtype=np.uint8)[starts[:, None] + _FIELD_BYTES]
-        fields = fields.view(_BE_I64).reshape(-1, 5)
-        crc = zlib.crc32 if self.digest_type == "crc32" else _crc32c.crc32c
+        raw_fields = np.frombuffer(data, dtype=np.uint8)[starts[:, None] + _FIELD_BYTES]
+        fields = raw_fields.view(_BE_I64).reshape(-1, 5)
+        kind = self.digest_type
+        crc = zlib.crc32 if kind == "crc32" else _crc32c.crc32c
+        table, zero_crc = _WHOLE_HEADER_CRC[kind]
+        header_crcs = np.bitwise_xor.reduce(table[_HEADER_ROWS, raw_fields[:, :ENTRY_HEADER_SIZE]],
+                                            axis=1)
+        header_crcs ^= zero_crc
         take = data.__getitem__
         ends_list = ends.tolist()
-        headers = map(take, map(slice, starts.tolist(), (starts + ENTRY_HEADER_SIZE).tolist()))
         payloads = list(map(take, map(slice, (starts + _CRC_END).tolist(), ends_list)))
-        crcs = np.fromiter(map(crc, payloads, map(crc, headers)), dtype=np.uint64,
+        crcs = np.fromiter(map(crc, payloads, header_crcs.tolist()), dtype=np.uint64,
                            count=len(payloads))
         ok = (crcs == fields[:, 4].view(_BE_U64)) & (fields[:, 0] == self.ledger_id)
         columns = (fields[:, 0].tolist(), fields[:, 1].tolist(), payloads,
                    fields[:, 2].tolist(), fields[:, 3].tolist())
-        out = EntryRun(map(_new_entry, *columns))
+        out = EntryRun(_new_entries(*columns))
         out.entry_ids = columns[1]
         out.intact = bool(ok.all())
         if not out.intact:  # a bad copy: the generic check names what is wrong with it
@@ -349,4 +406,4 @@ class DigestManager:
             raise DigestMismatchError(f"ledger {self.ledger_id} entry {entry_id}: {self.digest_type} "
                                       f"digest mismatch", ledger_id=self.ledger_id,
                                       entry_id=entry_id)
-        return LedgerEntry(ledger_id, entry_id, payload.tobytes(), lac, length)
+        return _new_single(ledger_id, entry_id, payload.tobytes(), lac, length)

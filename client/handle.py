@@ -16,6 +16,7 @@ import weakref
 from concurrent.futures import Future
 from typing import Iterator
 
+from bookie import wire
 from bookie.client.digest import DigestManager, LedgerEntry
 from bookie.client.drivers import (EachWaiter, FirstIdWaiter, OpRunner, RangeWaiter,
                                    WriterDriver, fail, resolve)
@@ -76,6 +77,7 @@ class LedgerHandle:
         self._unwatch = None
         self._watching = False  # the watch is on: every change from now on reaches ``_seen``
         self._polled_empty = True  # the last long poll found nothing (or none ran yet)
+        self._plain_polls: set[str] = set()  # bookies that refused a poll with entries (older)
 
     def __repr__(self) -> str:
         return (f"<LedgerHandle {self.ledger_id} {'writer' if self._writer else 'reader'} "
@@ -348,8 +350,10 @@ class LedgerHandle:
         confirmed (at most ``max_entries``), long-polling the bookies until there are some.
 
         When the LAC known here already passes ``after_entry_id`` the read starts at once;
-        otherwise the long poll and the read that follows it run back to back on the I/O
-        thread (no hop through the caller's thread in between).  The list is empty when
+        otherwise the long poll asks for the entries too (wire.py WITH_ENTRIES): those its
+        answer carries are verified as a read's are (digest, ledger id, entry ids in order from
+        ``after_entry_id`` + 1, no gap) and returned without a READ; what they do not cover is
+        read right after, on the I/O thread (no hop through the caller's thread).  The list is empty when
         ``timeout_s`` ran out with nothing new; ``is_closed`` then tells whether more can come.
         A close (or a new fragment) while the poll waits ends it at once (``_long_poll``).
 
@@ -369,13 +373,15 @@ class LedgerHandle:
                 return fut
             return self._read_op(after_entry_id + 1, min(lac, after_entry_id + max_entries))
         outer: Future = Future()
-        poll = self._long_poll(after_entry_id, timeout_s)
+        carried: list = []  # the entries the poll's answer carried (``_long_poll``)
+        poll = self._long_poll(after_entry_id, timeout_s, max_entries, carried)
+        got: list = []  # those of them that check out
 
         def read(done: Future) -> None:  # on the I/O thread
             if done.exception() is not None:
                 fail(outer, done.exception())
             else:
-                resolve(outer, done.result())
+                resolve(outer, got + done.result() if got else done.result())
 
         def polled(done: Future) -> None:  # on the I/O thread
             try:
@@ -384,11 +390,39 @@ class LedgerHandle:
                     resolve(outer, [])
                     return
                 last = min(self._lac, after_entry_id + max_entries)
-                self._read_op(after_entry_id + 1, last).add_done_callback(read)
+                got.extend(self._carried_entries(carried[0] if carried else None, after_entry_id, last))
+                if after_entry_id + len(got) == last:
+                    resolve(outer, got)
+                else:
+                    self._read_op(after_entry_id + len(got) + 1, last).add_done_callback(read)
             except BaseException as exc:  # handed to the caller through the future
                 fail(outer, exc)
         poll.add_done_callback(polled)
         return outer
+
+    def _carried_entries(self, carried, after_entry_id: int, last: int) -> list:
+        """The entries a poll's answer carried (``RawEntries`` or None) that check out as a
+        read's would: decoded by the read's own checks (digest; ``_read_checks``), each of
+        this ledger, with ids after_entry_id + 1, + 2, ... and none past ``last``; the first
+        that does not ends them (the rest is read as without them).  Nothing when the read's
+        checks need more than the digest (a verifiable closed ledger's)."""
+        if not carried:
+            return []
+        _, decode_many, finish = self._read_checks(self.metadata)
+        if finish is not _same:
+            return []
+        decoded = decode_many(carried)
+        n = min(len(decoded), last - after_entry_id)
+        ids = getattr(decoded, "entry_ids", None)
+        if ids is not None and decoded.intact and ids[:n] == list(range(after_entry_id + 1, after_entry_id + n + 1)):
+            return decoded[:n]  # one pass said: intact, this ledger's (decode_many), in order
+        out = []
+        for entry in decoded[:n]:
+            if isinstance(entry, BaseException) or entry.ledger_id != self.ledger_id or \
+                    entry.entry_id != after_entry_id + len(out) + 1:
+                break
+            out.append(entry)
+        return out
 
     def _refresh(self) -> bool:
         """Re-read the metadata (a writer may have changed ensembles or closed); True if closed."""
@@ -411,8 +445,11 @@ class LedgerHandle:
             return self._info.state is LedgerState.CLOSED
         return self._refresh()
 
-    def _long_poll(self, after_entry_id: int, timeout_s: float) -> Future:
-        """A Future of the LAC after a long poll of the view's last fragment, which follows
+    def _long_poll(self, after_entry_id: int, timeout_s: float, max_entries: int = 0,
+                   carried: list | None = None) -> Future:
+        """A Future of the LAC after a long poll of the view's last fragment (with
+        ``max_entries``, asking for the entries too: LongPollLacOp; those the answer carried,
+        unchecked, are appended to ``carried`` before the Future completes), which follows
         the ledger's metadata while it waits (a watch, ``_watch``): closed (or deleted), the
         poll ends at once with the LAC known here (a closed ledger's last entry); a new
         fragment, it polls that fragment's bookies instead for the time left.  The bookies
@@ -426,12 +463,13 @@ class LedgerHandle:
 
         def start() -> None:  # with ``settle`` held
             left = max(deadline - time.monotonic(), 0.001)
-            poll = self._runner.run(LongPollLacOp(self._info, after_entry_id, left),
-                                    self.ledger_id, self._master_key)
+            op = LongPollLacOp(self._info, after_entry_id, left, max_entries, wire.MAX_READ_BYTES,
+                               frozenset(self._plain_polls))
+            poll = self._runner.run(op, self.ledger_id, self._master_key)
             polls[:] = [poll]
-            poll.add_done_callback(polled)
+            poll.add_done_callback(lambda f: polled(f, op))
 
-        def polled(f: Future) -> None:  # on the I/O thread
+        def polled(f: Future, op: LongPollLacOp) -> None:  # on the I/O thread
             if f.cancelled():
                 return  # replaced or woken: ``out`` is someone else's to complete
             with settle:
@@ -443,7 +481,10 @@ class LedgerHandle:
                     self._polled_empty = True
                     fail(out, f.exception())
                 else:
+                    self._plain_polls |= op.refused
                     self._polled_empty = f.result() <= after_entry_id
+                    if carried is not None and op.entries is not None:
+                        carried.append(op.entries)
                     resolve(out, f.result())
 
         def wake(ended: bool) -> None:  # the watch's thread: the metadata moved on

@@ -462,10 +462,10 @@ class IOThread:
             kind, timeout_s = READ, self.read_timeout_s
             flags = 0
             frames = [b""]
-            if a.long_poll_after is not None:
-                flags |= Flag.LONG_POLL
+            if a.long_poll_after is not None:  # (with max_entries: the entries ride too)
                 ms = int(min(a.timeout_s * 1000, wire.MAX_LONG_POLL_MS))
-                frames.append(wire.LONG_POLL_BODY.pack(a.long_poll_after, ms))
+                flags, body = wire.long_poll_request(a.long_poll_after, ms, a.max_entries, a.max_bytes)
+                frames.append(body)
                 timeout_s += ms / 1000.0
             if a.fence:
                 flags |= Flag.FENCE | driver.key_flags
@@ -760,7 +760,8 @@ def _decode(action, status: int, frames):
             return A.ReadResponse(action, status, A.RawEntries(lengths, data))
         if isinstance(action, A.SendReadLac):
             lac, last = wire.LAC_BODY.unpack(frames[0].buffer)
-            return A.LacResponse(action, status, lac, last)
+            entries = A.RawEntries.checked(frames[1].buffer, frames[2].bytes) if len(frames) > 2 else None
+            return A.LacResponse(action, status, lac, last, entries)  # entries: a poll's, WITH_ENTRIES
     except (IndexError, ValueError, wire.ProtocolError) as exc:
         log.warning("malformed answer to %s: %s", action, exc)
         return _response(action, int(wire.Status.BAD_REQUEST))

@@ -1,7 +1,8 @@
 """The read worker: owns the client-facing read socket.
 
 Serves READ (entry ranges, or every stride-th entry of one with STRIDE; optionally fencing first), READ_LAC (optionally fencing, optionally
-long-polling) and INFO.  Entries are found through the LMDB index and read from the entry logs
+long-polling, a long poll optionally with the entries up to the LAC it answers: WITH_ENTRIES,
+read in the same snapshot as that LAC, so never an entry past it) and INFO.  Entries are found through the LMDB index and read from the entry logs
 with ``pread``, merging neighbours into one read.
 
 Read-after-ack: every answer is computed in a read transaction begun after its request was
@@ -273,8 +274,8 @@ class ReadServer(ClientServer):
                 wire.unpack_read_body(flags, body[0])
         elif flags & Bits.LONG_POLL:
             want = 1
-            if len(body) >= 1 and len(body[0]) != wire.LONG_POLL_BODY.size:
-                raise wire.ProtocolError("LONG_POLL body is previous_lac i64 | timeout_ms u32")
+            if len(body) >= 1:
+                wire.unpack_long_poll_body(flags, body[0])
         if flags & Bits.FENCE:
             want += 1
         if len(body) != want:
@@ -287,27 +288,11 @@ class ReadServer(ClientServer):
             return
         if op == Op.READ:
             first, max_count, stride = wire.unpack_read_body(flags, body[0])
-            max_count = min(max_count, wire.MAX_BATCH)
-            if stride == 1:
-                locs = self.index.locate_range(txn, ledger_id, first, max_count)
-            else:
-                locs = self.index.locate_strided(txn, ledger_id, first, max_count, stride)
-            if not locs:
+            entries, total = self.entries_from(txn, ledger_id, first, max_count, wire.MAX_READ_BYTES, stride)
+            if not entries:
                 status = Status.NO_ENTRY if self.index.get_ledger(txn, ledger_id) is not None else Status.NO_LEDGER
                 self.reply(ident, op, status, request_id, ledger_id)
                 return
-            total = 0
-            keep = 0
-            for _, _, ln in locs:
-                if keep and total + ln > wire.MAX_READ_BYTES:
-                    break
-                total += ln
-                keep += 1
-            if self.read_ahead is None:
-                entries = self.logs.read_run(locs[:keep])
-            else:
-                entries = self.read_ahead.read_run(locs[:keep], self.written_end(
-                    txn, ledger_id, first + (keep - 1) * stride, stride))
             lengths = np.fromiter((len(e) for e in entries), dtype=wire.LENGTHS_DTYPE, count=len(entries))
             data = b"".join(entries)
             if len(data) >= TRACKED_REPLY_BYTES:
@@ -320,7 +305,7 @@ class ReadServer(ClientServer):
             return
         # READ_LAC
         if flags & Bits.LONG_POLL:
-            previous, timeout_ms = wire.LONG_POLL_BODY.unpack(body[0])
+            previous, timeout_ms, _, _ = wire.unpack_long_poll_body(flags, body[0])
             turn_lac = self.turn_lac(txn, ledger_id) if timeout_ms > 0 else None
             if (turn_lac is not None and turn_lac <= previous) or (
                     timeout_ms > 0 and turn_lac is None and self.parks_unheld(txn, ledger_id)):
@@ -329,11 +314,38 @@ class ReadServer(ClientServer):
                     raise wire.ProtocolError("too many long polls", Status.TOO_MANY_REQUESTS)
                 return
         lac, last = self.lac_of(txn, ledger_id)
-        if lac is None:
-            self.reply(ident, op, Status.NO_LEDGER, request_id, ledger_id)
-            return
-        self.reply(ident, op, Status.OK, request_id, ledger_id, [wire.LAC_BODY.pack(lac, last)])
-        self.stats["read_lac_total"] += 1
+        self.send_lac(txn, req, lac, last)
+        if lac is not None:
+            self.stats["read_lac_total"] += 1
+
+    def entries_from(self, txn, ledger_id: int, first: int, max_count: int, max_bytes: int,
+                     stride: int = 1) -> tuple[list, int]:
+        """The entries this bookie holds of ``ledger_id`` from ``first`` on, every ``stride``-th
+        one, up to the first it does not hold: at most ``max_count`` (and MAX_BATCH) of them and
+        at most ``max_bytes`` in all (but always the first one it holds).
+
+        Returns:
+            (the entries in order, their total size in bytes); ([], 0) when it holds not even
+            the first.
+        """
+        max_count = min(max_count, wire.MAX_BATCH)
+        if stride == 1:
+            locs = self.index.locate_range(txn, ledger_id, first, max_count)
+        else:
+            locs = self.index.locate_strided(txn, ledger_id, first, max_count, stride)
+        total = 0
+        keep = 0
+        for _, _, ln in locs:
+            if keep and total + ln > max_bytes:
+                break
+            total += ln
+            keep += 1
+        if not keep:
+            return [], total
+        if self.read_ahead is None:
+            return self.logs.read_run(locs[:keep]), total
+        return self.read_ahead.read_run(locs[:keep], self.written_end(
+            txn, ledger_id, first + (keep - 1) * stride, stride)), total
 
     def written_end(self, txn, ledger_id: int, last: int, stride: int):
         """``ReadAhead.read_run``'s ``more_written`` for a read whose last entry is ``last``:
@@ -378,11 +390,10 @@ class ReadServer(ClientServer):
         try:
             with self.snapshot() as txn:
                 lac, last = self.lac_of(txn, ledger_id)
+                for req in self.polls.ledger_moved(ledger_id, lac):
+                    self.send_lac(txn, req, lac, last)
         except OSError as e:
             self.ctx.log("read failed", ledger=ledger_id, error=str(e))
-            return
-        for req in self.polls.ledger_moved(ledger_id, lac):
-            self.send_lac(req, lac, last)
 
     def turn_lac(self, txn, ledger_id: int) -> int | None:
         """The ledger's LAC as read once in this loop turn (``poll_lacs``, emptied each turn),
@@ -413,15 +424,46 @@ class ReadServer(ClientServer):
 
     def reply_lac(self, txn, req) -> None:
         """Answer a parked long poll now, with the ledger's current LAC (NO_LEDGER if it is gone)."""
-        self.send_lac(req, *self.lac_of(txn, req[4]))
+        self.send_lac(txn, req, *self.lac_of(txn, req[4]))
 
-    def send_lac(self, req, lac, last) -> None:
-        """Answer a long poll with ``lac_of``'s (lac, last): NO_LEDGER when lac is None."""
-        ident, op, _, request_id, ledger_id, _ = req
+    def send_lac(self, txn, req, lac, last) -> None:
+        """Answer a READ_LAC with ``lac_of``'s (lac, last) as read in ``txn``: NO_LEDGER when
+        lac is None; a poll that asked for entries (WITH_ENTRIES) gets them too, read in the
+        same ``txn`` and never past that lac (``entries_up_to``)."""
+        ident, op, flags, request_id, ledger_id, _ = req
         if lac is None:
             self.reply(ident, op, Status.NO_LEDGER, request_id, ledger_id)
-        else:
-            self.reply(ident, op, Status.OK, request_id, ledger_id, [wire.LAC_BODY.pack(lac, last)])
+            return
+        body = [wire.LAC_BODY.pack(lac, last)]
+        if flags & Bits.WITH_ENTRIES:
+            body += self.entries_up_to(txn, req, lac)
+            if len(body[2]) >= TRACKED_REPLY_BYTES:
+                self.reply_tracked(ident, op, request_id, ledger_id, body)
+                return
+        self.reply(ident, op, Status.OK, request_id, ledger_id, body)
+
+    def entries_up_to(self, txn, req, lac: int) -> list:
+        """The [lengths, data] frames of a WITH_ENTRIES poll's answer: the entries this bookie
+        holds from the poll's previous_lac + 1 on, up to ``lac`` (the LAC the same answer
+        reports: an entry past it is not known to be confirmed) and the poll's limits (trimmed
+        to the bookie's own).  Empty frames when none: nothing new, a connection over its
+        reply budget, or an entry log that failed to read (the LAC alone is still true; the
+        client reads the entries as without the flag)."""
+        ident, _, flags, _, ledger_id, body = req
+        previous, _, max_entries, max_bytes = wire.unpack_long_poll_body(flags, body[0])
+        first = max(previous + 1, 0)
+        count = min(max_entries, lac - first + 1)
+        if count <= 0 or self.over_reply_budget(ident):
+            return [b"", b""]
+        try:
+            entries, total = self.entries_from(txn, ledger_id, first, count, max_bytes)
+        except OSError as e:
+            self.ctx.log("read failed", ledger=ledger_id, error=str(e))
+            return [b"", b""]
+        self.stats["read_entries_total"] += len(entries)  # (a poll's entries count as read)
+        self.stats["read_bytes_total"] += total
+        lengths = np.fromiter((len(e) for e in entries), dtype=wire.LENGTHS_DTYPE, count=len(entries))
+        return [lengths.tobytes(), b"".join(entries)]
 
     # -- fences, long polls ----------------------------------------------------------------------
     def take_control(self) -> None:
@@ -461,12 +503,11 @@ class ReadServer(ClientServer):
                 moved = [(lid, *self.lac_of(txn, lid)) for lid in self.polls.ledgers()]
                 moved = [(lid, lac, last) for lid, lac, last in moved
                          if lac is not None or self.index.is_deleted(txn, lid)]
+                for lid, lac, last in moved:
+                    for req in self.polls.ledger_moved(lid, lac):
+                        self.send_lac(txn, req, lac, last)
         except OSError as e:
-            self.ctx.log("read failed", error=str(e))
-            return  # the polls wait for the news or their timeout
-        for lid, lac, last in moved:
-            for req in self.polls.ledger_moved(lid, lac):
-                self.send_lac(req, lac, last)
+            self.ctx.log("read failed", error=str(e))  # the polls wait for the news or their timeout
 
     def tell_add_worker(self, message: bytes | None) -> None:
         """Send WakeNews's SUBSCRIBE (with its number) or UNSUBSCRIBE, if any."""
@@ -485,11 +526,10 @@ class ReadServer(ClientServer):
         try:
             with self.snapshot() as txn:
                 lac, last = self.lac_of(txn, ledger_id)
+                for req in self.polls.ledger_moved(ledger_id, lac):
+                    self.send_lac(txn, req, lac, last)
         except OSError as e:
-            self.ctx.log("read failed", ledger=ledger_id, error=str(e))
-            return  # the polls wait for their timeout
-        for req in self.polls.ledger_moved(ledger_id, lac):
-            self.send_lac(req, lac, last)
+            self.ctx.log("read failed", ledger=ledger_id, error=str(e))  # the polls wait for their timeout
 
     def expire_polls(self) -> None:
         for req in self.polls.expired(time.monotonic()):

@@ -12,7 +12,7 @@ import dataclasses
 
 from bookie.client.errors import BookKeeperError
 from bookie.client.protocol.ledger import LedgerInfo
-from bookie.wire import Status, split_batch
+from bookie.wire import Status, check_entry_frames, split_batch
 
 # Pseudo statuses next to wire.Status: no answer in time, or the request could not be sent.
 TIMEOUT = -1
@@ -57,11 +57,15 @@ class SendRead:
 @dataclasses.dataclass(slots=True)
 class SendReadLac:
     """READ_LAC from ``bookie``; ``fence`` fences the ledger there first; ``long_poll_after``
-    (when not None) makes the bookie wait until its LAC passes that entry id."""
+    (when not None) makes the bookie wait until its LAC passes that entry id, and with
+    ``max_entries`` > 0 answer with the entries after it up to that LAC too (at most
+    ``max_entries`` and ``max_bytes``: wire.py WITH_ENTRIES)."""
     bookie: str
     fence: bool = False
     long_poll_after: int | None = None
     timeout_s: float = 0.0
+    max_entries: int = 0
+    max_bytes: int = 0
 
 
 @dataclasses.dataclass(slots=True)
@@ -156,6 +160,16 @@ class RawEntries:
     def __init__(self, lengths, data):
         self.lengths, self.data = lengths, data
 
+    @classmethod
+    def checked(cls, lengths, data) -> "RawEntries":
+        """The entries of an answer's two frames, once their lengths add up to the data.
+
+        Raises:
+            wire.ProtocolError: they do not.
+        """
+        check_entry_frames(lengths, len(data))
+        return cls(lengths, data)
+
     def __len__(self) -> int:
         return len(self.lengths) // 4
 
@@ -177,10 +191,13 @@ class ReadResponse:
 
 @dataclasses.dataclass(slots=True)
 class LacResponse:
+    """``entries``: a WITH_ENTRIES poll's entries as they travel (``RawEntries``, maybe
+    empty), not yet checked; None for an answer without them."""
     request: SendReadLac
     status: int
     lac: int = -1
     last_entry_id: int = -1
+    entries: object = None
 
 
 @dataclasses.dataclass(slots=True)

@@ -15,7 +15,15 @@ for good: once fenced, a ledger never takes a normal add again on that bookie, s
 quorum of the old writer can form any more.
 
 ``LongPollLacOp`` waits until some bookie of the last fragment reports a LAC above a given
-entry (the bookies hold the request until then, or until its timeout).
+entry (the bookies hold the request until then, or until its timeout).  Asked for entries
+(``max_entries``), it asks one bookie of them to answer with the entries after that entry up to
+its LAC (wire.py WITH_ENTRIES, BookKeeper's piggybacked read-LAC-and-entry): the one at the
+next entry's first write-set position, which holds the next entry when the last fragment does.
+The others are polled plain: every replica sending the same entries would multiply the bytes
+for nothing.  The answer that finishes the op leaves its entries in ``entries`` (unchecked: the
+caller verifies them as any read's, and reads what they do not cover).  A bookie that refuses
+the flag (BAD_REQUEST: it predates it) is polled again without it, and named in ``refused`` so
+the caller polls it plain from then on (``plain``).
 """
 
 from __future__ import annotations
@@ -89,28 +97,50 @@ class LongPollLacOp:
     Every bookie of the last ensemble is asked with a long poll; the first answer above
     ``after`` finishes the op, otherwise it finishes with the highest LAC seen once every bookie
     answered or timed out (possibly not above ``after``: the caller's wait ran out).
+
+    With ``max_entries`` > 0 one bookie not in ``plain`` is asked for the entries too (module
+    doc); ``entries`` then holds those of the answer that finished the op (a ``RawEntries``,
+    unchecked), or None.  ``refused``: bookies that refused to send entries.
     """
 
-    def __init__(self, info: LedgerInfo, after: int, timeout_s: float):
+    def __init__(self, info: LedgerInfo, after: int, timeout_s: float, max_entries: int = 0,
+                 max_bytes: int = 0, plain: frozenset | set = frozenset()):
         self.info = info
         self.after = after
         self.timeout_s = timeout_s
+        self.max_entries, self.max_bytes = max_entries, max_bytes
         self.max_lac = -1
         self.pending = set(info.last_ensemble)
         self.done = False
+        self.entries = None
+        self.refused: set[str] = set()
+        ensemble = info.last_ensemble
+        carrier = ensemble[(after + 1) % len(ensemble)]
+        self.carrier = carrier if max_entries > 0 and carrier not in plain else None
 
     def start(self) -> list:
-        return [A.SendReadLac(b, long_poll_after=self.after, timeout_s=self.timeout_s)
-                for b in self.info.last_ensemble]
+        return [self._poll(b, b == self.carrier) for b in self.info.last_ensemble]
+
+    def _poll(self, bookie: str, with_entries: bool) -> A.SendReadLac:
+        if with_entries:
+            return A.SendReadLac(bookie, long_poll_after=self.after, timeout_s=self.timeout_s,
+                                 max_entries=self.max_entries, max_bytes=self.max_bytes)
+        return A.SendReadLac(bookie, long_poll_after=self.after, timeout_s=self.timeout_s)
 
     def handle(self, event, now: float = 0.0) -> list:
         if self.done or not isinstance(event, A.LacResponse):
             return []
-        self.pending.discard(event.request.bookie)
+        bookie = event.request.bookie
+        if event.status == Status.BAD_REQUEST and event.request.max_entries:
+            self.refused.add(bookie)  # a bookie that predates WITH_ENTRIES: poll it plain
+            return [self._poll(bookie, False)]
+        self.pending.discard(bookie)
         if event.status == Status.OK:
             self.max_lac = max(self.max_lac, event.lac)
         if self.max_lac > self.after or not self.pending:
             self.done = True
+            if event.status == Status.OK and event.lac > self.after:
+                self.entries = event.entries
             return [A.Finished(result=self.max_lac)]
         return []
 

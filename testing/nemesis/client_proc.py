@@ -22,8 +22,10 @@ start them inside a network namespace.
   ``quorum`` [E, Qw, Qa].  Writes one ledger until an add fails, then starts a new ledger;
   with ``close_at_end`` it closes its ledger on SIGTERM.
 - ``tailer``: follows the writer whose history file is ``follow``: tails its newest ledger
-  with ``read_new_entries_async`` and ``read_last_add_confirmed`` (``recovery=False``), and now
-  and then reads a random confirmed range with ``read_entries``.
+  with ``read_new_entries_async`` (``recovery=False``; half its steps ask
+  ``read_last_add_confirmed`` first, the others leave the long poll to bring the entries, as
+  its answer does once caught up: wire.py WITH_ENTRIES), and now and then reads a random
+  confirmed range with ``read_entries``.
 - ``log_writer``: ``open_log(log)`` and appends (``append`` / ``append_async``); when fenced
   or failed it opens the log again (a takeover back); ``max_appends`` makes it a one-shot
   writer (the nemesis's log takeover).
@@ -319,8 +321,9 @@ def _record_reads(rh, handle_no, entries, hist) -> None:
 
 def _tail_step(rh, handle_no, next_entry, hist, rng) -> int:
     t0 = time.monotonic()
-    lac = rh.read_last_add_confirmed()
-    hist.record("lac", l=rh.ledger_id, h=handle_no, v=lac, t0=t0)
+    if rng.random() < 0.5:  # else the poll alone: caught up, its answer carries the entries
+        lac = rh.read_last_add_confirmed()
+        hist.record("lac", l=rh.ledger_id, h=handle_no, v=lac, t0=t0)
     try:
         entries = rh.read_new_entries_async(next_entry - 1, timeout_s=1.0, max_entries=256) \
             .result(OP_TIMEOUT_S)

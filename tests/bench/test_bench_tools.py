@@ -219,6 +219,8 @@ def test_bench_journal_end_to_end(capsys, tmp_path):
       "--lose-replica-at", "10"], "--lose-replica-at 10 must be below --entries 10"),
     (["reads", "--metadata", "lmdb:///x", "--listen", "1", "--entrysize", "4"],
      "--entrysize must be at least 8 with --listen"),
+    (["spark", "--metadata", "lmdb:///x", "--json-out", "/nonexistent/dir/s.json"],
+     "--json-out: directory /nonexistent/dir does not exist"),
 ])
 def test_bad_options_are_one_clear_line(capsys, argv, message):
     assert main(["bench", *argv]) == 2

@@ -109,9 +109,12 @@ def test_set_overrides_the_file_and_values_are_typed(tmp_path):
 
 
 @pytest.mark.spark_slow
-def test_bench_spark_counts_and_sinks_through_curve_with_the_writers_client_conf(ens, keys):
+def test_bench_spark_counts_and_sinks_through_curve_with_the_writers_client_conf(ens, keys, tmp_path):
+    out = tmp_path / "spark.jsonl"
     r = bookie("bench", "spark", "--metadata", ens.metadata_uri, "--client-conf", keys["conf"],
                "--entries", "2000", "--ensemble", "1", "--quorum", "1", "--cores", "1",
-               "--repeat", "0", timeout_s=600)
+               "--repeat", "0", "--json-out", str(out), timeout_s=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "spark count cold" in r.stderr and "spark sink" in r.stderr, r.stderr[-3000:]
+    # --json-out appends the line stdout printed
+    assert out.read_text().splitlines() == [r.stdout.strip().splitlines()[-1]]
