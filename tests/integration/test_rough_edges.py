@@ -70,7 +70,10 @@ def test_ctrl_c_early_in_bookie_run_stops_without_a_traceback(tmp_path, signo, d
     except subprocess.TimeoutExpired:
         proc.kill()
         _, err = proc.communicate()
-        raise AssertionError(f"still running {STOP_S} s after {signo.name}: {err[-3000:]}")
+        # the first lines too: what the signal met (a "KeyboardInterrupt" printed as ignored
+        # would be there, before the workers' lines), then how the start went on
+        raise AssertionError(f"still running {STOP_S} s after {signo.name}: {err[:2000]}"
+                             f"\n...\n{err[-3000:]}")
     assert "Traceback" not in err, err[-3000:]
     # 130: interrupted before the bookie's own handler; 0: stopped cleanly by it; -15 / -2:
     # the signal's default action before any handler was installed (nothing made yet; ended by
