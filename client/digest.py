@@ -146,51 +146,38 @@ def _entry_maker():
 
 _new_entry = _entry_maker()
 
-# Compiled (Cython), the entries a read decodes are built in C (digest.pxd ``_new_rows`` for
-# an answer's, ``_new_row`` for one: the object and its five slots, no call per slot) and taken
-# out of the cyclic garbage collector's care (``PyObject_GC_UnTrack``): a LedgerEntry holds
-# ints and a bytes and is frozen, so it can be in no reference cycle, as CPython itself reasons
-# for a tuple of atoms.  Tracked, every entry read was scanned by the collections its
-# allocations set off, the full ones scanning every entry a reader still held: 24 % of the
-# client's read path under py-spy (issue 42), and building entries slot by slot another 25 %.
-# Plain Python has neither; there they are built by ``_new_entry`` and stay tracked.
+# Compiled (Cython), the entries a read decodes are taken out of the cyclic garbage collector's
+# care (``PyObject_GC_UnTrack``, declared in digest.pxd): a LedgerEntry holds ints and a bytes
+# and is frozen, so it can be in no reference cycle, as CPython itself reasons for a tuple of
+# atoms.  Tracked, every entry read was scanned by the collections its allocations set off, the
+# full ones scanning every entry a reader still held: 24 % of the client's read path under
+# py-spy (issue 42).  Plain Python has no such call; there they stay tracked.  (Building the
+# entries in C, slot by slot, saved another 0.6 us per entry; it was hand-written C, not this
+# source compiled, and is not done.)
 try:
     import cython  # compiled: Cython's compile-time module; plain: its shadow, if installed
     _COMPILED = cython.compiled
 except ImportError:
     _COMPILED = False
-_FIELDS = ("ledger_id", "entry_id", "data", "lac", "length")  # _new_entry's argument order
-
-
-def _slot_offsets():
-    """Compiled: the offsets of LedgerEntry's slots in ``_FIELDS`` order, for ``_new_rows``;
-    None in plain Python, or if a field is not a plain object slot (then entries are built by
-    ``_new_entry``)."""
-    if not _COMPILED:
-        return None
-    offsets = tuple(_slot_offset(LedgerEntry.__dict__[name]) for name in _FIELDS)
-    return None if min(offsets) < 0 or len(set(offsets)) != len(offsets) else offsets
-
-
-_SLOT_OFFSETS = _slot_offsets()
 
 
 def _new_entries(ledger_ids: list, entry_ids: list, payloads: list, lacs: list,
                  lengths: list) -> list:
-    """LedgerEntry objects of the columns (lists of one length), one per row: built in C and
-    outside the garbage collector's care where compiled (see above)."""
-    if _SLOT_OFFSETS is not None:
-        return _new_rows(LedgerEntry, _SLOT_OFFSETS, (ledger_ids, entry_ids, payloads, lacs,
-                                                      lengths))
-    return list(map(_new_entry, ledger_ids, entry_ids, payloads, lacs, lengths))
+    """LedgerEntry objects of the columns (lists of one length), one per row, outside the
+    garbage collector's care where compiled (see above)."""
+    entries = list(map(_new_entry, ledger_ids, entry_ids, payloads, lacs, lengths))
+    if _COMPILED:
+        for entry in entries:
+            _gc_untrack(entry)
+    return entries
 
 
 def _new_single(ledger_id, entry_id, data, lac, length) -> LedgerEntry:
-    """One LedgerEntry: built in C and outside the garbage collector's care where compiled
-    (see above)."""
-    if _SLOT_OFFSETS is not None:
-        return _new_row(LedgerEntry, _SLOT_OFFSETS, (ledger_id, entry_id, data, lac, length))
-    return _new_entry(ledger_id, entry_id, data, lac, length)
+    """One LedgerEntry, outside the garbage collector's care where compiled (see above)."""
+    entry = _new_entry(ledger_id, entry_id, data, lac, length)
+    if _COMPILED:
+        _gc_untrack(entry)
+    return entry
 
 
 RUN_MIN_ENTRIES = 24  # a READ answer this long or longer is decoded in one pass (decode_many)

@@ -89,8 +89,8 @@ def test_entries_read_are_outside_the_garbage_collector_where_compiled():
 
 
 def test_entries_built_by_the_run_decoder_are_ordinary_frozen_ledger_entries():
-    """Compiled, ``_new_entries`` builds entries in C (digest.pxd): the same objects as the
-    dataclass's own, equal, hashed, printed and frozen alike, holding their values (counted
+    """``_new_entries`` and ``_new_single`` (untracked where compiled) make the same objects as
+    the dataclass's own, equal, hashed, printed and frozen alike, holding their values (counted
     references: a payload outlives no entry and dies with the last)."""
     columns = ([7, 7, 7], [0, 1, 2], [b"x0", b"x1", b"x2"], [-1, 0, 1], [2, 4, 6])
     built = digest_module._new_entries(*columns)
