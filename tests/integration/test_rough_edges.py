@@ -22,8 +22,16 @@ from bookie.workers.ports import free_port_pair
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def bookie_run(tmp_path, *extra: str, **popen) -> subprocess.Popen:
     port = free_port_pair("127.0.0.1")
+    # Ctrl-C as a terminal's foreground command gets it, whatever this test process's own SIGINT
+    # disposition: an ignored one is inherited, and between the console's handling of the
+    # imports and the supervisor's own handler the signal was then lost (CI, [2-0.05])
+    popen.setdefault("preexec_fn", _sigint_default)
     return subprocess.Popen(
         [sys.executable, "-m", "bookie", "run", "--set", f"journalDirectory={tmp_path}",
          "--set", f"ledgerDirectories={tmp_path}", "--set", f"bookiePort={port}", *extra],

@@ -68,9 +68,16 @@ def test_readledger_with_its_range_backwards_is_refused_not_an_empty_answer(tmp_
     assert "--entry-to 1 is before --entry-from 4" in one_line(proc), proc.stderr
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def ctrl_c_once(argv: list[str], ready: str, on_stderr: bool = False,
                 **popen) -> tuple[int, str, str]:
     """``bookie ARGV``, Ctrl-C once a line of its output holds ``ready``; (status, out, err)."""
+    # Ctrl-C as a terminal's foreground command gets it: whatever this test process's own
+    # SIGINT disposition (an ignored one is inherited, and the command would never see it)
+    popen.setdefault("preexec_fn", _sigint_default)
     proc = subprocess.Popen([sys.executable, "-m", "bookie", *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **popen)
     try:
